@@ -1,0 +1,1 @@
+//! enforcer: kubelet's node jobs with kubelet's semantics, driven by the kernel.
