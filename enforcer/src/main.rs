@@ -1,1 +1,186 @@
-fn main() {}
+//! The `enforcer` command line.
+
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use enforcer::{
+    cgroup::CgroupLayout,
+    kernel::{self, Capabilities, PipelineOptions, SourceChoice, Watch},
+    signal::SourceKind,
+};
+
+#[derive(Parser)]
+#[command(name = "enforcer", version, about = "eBPF-accelerated node resource enforcer with kubelet's semantics")]
+struct Cli {
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the daemon on this node.
+    Run(RunArgs),
+    /// Print decoded signals as JSON lines, live (an operator's tcpdump for pressure).
+    Signals(SignalsArgs),
+    /// Print what the kernel offers (the capability probe) as JSON.
+    Probe,
+}
+
+#[derive(clap::Args)]
+struct SourceArgs {
+    /// Signal source: eBPF (default, falls back when it cannot load) or a fallback forced.
+    #[arg(long, value_enum)]
+    signal_source: Option<SourceKind>,
+    /// Memory cgroup directories the fallback sources watch (absolute paths).
+    #[arg(long = "watch")]
+    watches: Vec<PathBuf>,
+    /// Usage threshold in bytes for the watched cgroups (default: 90 % of their limit).
+    #[arg(long)]
+    threshold_bytes: Option<u64>,
+    /// Period of the polling source, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    poll_interval_ms: u64,
+}
+
+impl SourceArgs {
+    fn choice(&self) -> SourceChoice {
+        self.signal_source.map_or(SourceChoice::Auto, SourceChoice::Only)
+    }
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+    /// Address of the metrics / health endpoint.
+    #[arg(long, default_value = "127.0.0.1:10255")]
+    http_address: SocketAddr,
+}
+
+#[derive(clap::Args)]
+struct SignalsArgs {
+    #[command(flatten)]
+    source: SourceArgs,
+    /// Only signals whose cgroup path starts with this (relative to its hierarchy, e.g. /kubepods).
+    #[arg(long)]
+    cgroup: Option<String>,
+    /// Stop after this many signals.
+    #[arg(long)]
+    count: Option<u64>,
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    let result = match cli.command {
+        Command::Run(args) => run(args),
+        Command::Signals(args) => signals(args),
+        Command::Probe => probe(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("enforcer: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind as Sig, signal};
+    match (signal(Sig::terminate()), signal(Sig::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = int.recv() => {},
+            }
+        }
+        _ => std::future::pending::<()>().await,
+    }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    let opts = enforcer::daemon::DaemonOptions {
+        source: args.source.choice(),
+        watches: args.source.watches.clone(),
+        http_address: args.http_address,
+        poll_interval: Duration::from_millis(args.source.poll_interval_ms),
+    };
+    runtime()?.block_on(enforcer::daemon::run(opts, shutdown_signal()))?;
+    Ok(())
+}
+
+fn signals(args: SignalsArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(async move {
+        let layout = CgroupLayout::discover()?;
+        let caps = Capabilities::probe(&layout);
+        let opts = PipelineOptions {
+            source: args.source.choice(),
+            watches: args
+                .source
+                .watches
+                .iter()
+                .map(|c| Watch { cgroup: c.clone(), threshold_bytes: args.source.threshold_bytes })
+                .collect(),
+            poll_interval: Duration::from_millis(args.source.poll_interval_ms),
+            ..PipelineOptions::default()
+        };
+        let mut pipeline = kernel::start(&opts, &caps, &layout)?;
+        tracing::info!(source = ?pipeline.source, reason = %pipeline.reason, "printing signals");
+        let mut printed = 0;
+        let shutdown = shutdown_signal();
+        tokio::pin!(shutdown);
+        loop {
+            let s = tokio::select! {
+                () = &mut shutdown => break,
+                s = pipeline.signals.recv() => match s { Some(s) => s, None => break },
+            };
+            if let Some(prefix) = &args.cgroup
+                && !s.cgroup.as_deref().is_some_and(|c| c.starts_with(prefix.as_str()))
+            {
+                continue;
+            }
+            println!("{}", serde_json::to_string(&s)?);
+            printed += 1;
+            if args.count.is_some_and(|c| printed >= c) {
+                break;
+            }
+        }
+        Ok(())
+    })
+}
+
+fn probe() -> anyhow::Result<()> {
+    let layout = CgroupLayout::discover()?;
+    let caps = Capabilities::probe(&layout);
+    println!("{}", serde_json::to_string_pretty(&caps)?);
+    Ok(())
+}

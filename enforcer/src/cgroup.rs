@@ -1,0 +1,37 @@
+//! cgroup hierarchies: discovery of the v1 / v2 layout, path arithmetic that never escapes a
+//! root, and the kubepods naming (`kubepods/<tier>/pod<uid>`).
+
+pub mod layout;
+pub mod paths;
+
+pub use layout::{CgroupLayout, CgroupVersion, V1Mount};
+pub use paths::{PodCgroupRef, QosTier, join_inside, pod_of_path};
+
+use std::path::PathBuf;
+
+/// Errors of the cgroup module; each names the path it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {what}")]
+    Invalid { path: PathBuf, what: String },
+    #[error("cgroup path component {component:?} is not allowed (it could escape {root})")]
+    Escape { root: PathBuf, component: String },
+}
+
+/// Adds the path to an I/O error: the only way this crate reads and writes cgroup files.
+pub trait WithPath<T> {
+    /// Wraps the error with the path it happened on.
+    fn with_path(self, path: impl Into<PathBuf>) -> Result<T, CgroupError>;
+}
+
+impl<T> WithPath<T> for std::io::Result<T> {
+    fn with_path(self, path: impl Into<PathBuf>) -> Result<T, CgroupError> {
+        self.map_err(|source| CgroupError::Io { path: path.into(), source })
+    }
+}

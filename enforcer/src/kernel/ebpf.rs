@@ -1,0 +1,182 @@
+//! Loads and attaches the embedded eBPF programs and pumps their ring buffer into signals.
+
+use std::{
+    ffi::CString,
+    path::Path,
+    sync::{Arc, atomic::Ordering},
+    time::Duration,
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{MapData, PerCpuArray, RingBuf},
+    programs::TracePoint,
+};
+use enforcer_common::{GLOBAL_BURST_WINDOW_NS, GLOBAL_PROBE_TGID, RING_MAP, STATS_MAP, stat};
+use tokio::{io::unix::AsyncFd, sync::mpsc};
+
+use super::{KernelError, PipelineOptions, probe::{TRACEFS, TRACEPOINTS}};
+use crate::{
+    cgroup::CgroupLayout,
+    signal::{Attributor, PipelineStats, Signal, decode},
+};
+
+/// The eBPF object built by build.rs (empty when built with AYA_BUILD_SKIP=1).
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/enforcer"));
+
+/// The loaded programs and the maps the daemon reads.
+pub struct Loaded {
+    /// Keeps programs and links alive.
+    pub ebpf: Ebpf,
+    pub ring: RingBuf<MapData>,
+    pub stats: PerCpuArray<MapData, u64>,
+}
+
+/// Mounts tracefs at /sys/kernel/tracing when it is missing (aya finds tracepoint ids there).
+pub fn ensure_tracefs() -> Result<bool, KernelError> {
+    let events = Path::new(TRACEFS).join("events");
+    if events.is_dir() {
+        return Ok(false);
+    }
+    let c = |s: &str| CString::new(s).map_err(|e| KernelError::Io { what: s.to_owned(), source: e.into() });
+    let (src, dst, fstype) = (c("tracefs")?, c(TRACEFS)?, c("tracefs")?);
+    // SAFETY: valid NUL-terminated strings, no data argument.
+    let rc = unsafe { libc::mount(src.as_ptr(), dst.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
+    if rc != 0 {
+        return Err(KernelError::Tracefs { path: TRACEFS.into(), source: std::io::Error::last_os_error() });
+    }
+    tracing::info!(path = TRACEFS, "tracefs was not mounted: mounted it");
+    Ok(true)
+}
+
+/// Loads the object and attaches every program.
+pub fn load(opts: &PipelineOptions) -> Result<Loaded, KernelError> {
+    if OBJECT.is_empty() {
+        return Err(KernelError::NoObject);
+    }
+    ensure_tracefs()?;
+    let window = u64::try_from(opts.burst_window.as_nanos()).unwrap_or(u64::MAX);
+    let mut ebpf = EbpfLoader::new()
+        .override_global(GLOBAL_BURST_WINDOW_NS, &window, true)
+        .override_global(GLOBAL_PROBE_TGID, &opts.probe_tgid, true)
+        .load(OBJECT)
+        .map_err(|e| KernelError::Load(Box::new(e)))?;
+    let mut attached = 0;
+    for (category, name, program) in TRACEPOINTS {
+        attach(&mut ebpf, program, category, name)?;
+        attached += 1;
+    }
+    if opts.probe_tgid != 0 {
+        attach(&mut ebpf, "pipeline_probe", "syscalls", "sys_enter_getppid")?;
+    }
+    tracing::debug!(attached, "eBPF programs attached");
+    let ring = ebpf
+        .take_map(RING_MAP)
+        .ok_or(KernelError::Map { map: "SIGNALS", what: "missing from the object".into() })?;
+    let ring = RingBuf::try_from(ring).map_err(|e| KernelError::Map { map: "SIGNALS", what: e.to_string() })?;
+    let stats = ebpf
+        .take_map(STATS_MAP)
+        .ok_or(KernelError::Map { map: "STATS", what: "missing from the object".into() })?;
+    let stats = PerCpuArray::try_from(stats).map_err(|e| KernelError::Map { map: "STATS", what: e.to_string() })?;
+    Ok(Loaded { ebpf, ring, stats })
+}
+
+fn attach(ebpf: &mut Ebpf, program: &'static str, category: &str, name: &str) -> Result<(), KernelError> {
+    let err = |source: aya::programs::ProgramError| KernelError::Program { program, source: Box::new(source) };
+    let prog: &mut TracePoint = ebpf
+        .program_mut(program)
+        .ok_or(KernelError::Map { map: "programs", what: format!("program {program} missing from the object") })?
+        .try_into()
+        .map_err(err)?;
+    prog.load().map_err(err)?;
+    prog.attach(category, name).map_err(err)?;
+    Ok(())
+}
+
+/// Sums the per-CPU kernel counters into `stats`.
+pub fn refresh_stats(map: &PerCpuArray<MapData, u64>, stats: &PipelineStats) {
+    let read = |i: u32| map.get(&i, 0).map(|v| v.iter().sum::<u64>()).unwrap_or(0);
+    stats.kernel_emitted.store(read(stat::EMITTED), Ordering::Relaxed);
+    stats.kernel_ring_full.store(read(stat::RING_FULL), Ordering::Relaxed);
+    stats.kernel_suppressed.store(read(stat::SUPPRESSED), Ordering::Relaxed);
+    stats.kernel_seen.store(read(stat::SEEN), Ordering::Relaxed);
+}
+
+/// Loads the programs and spawns the task that pumps the ring buffer into `tx`.
+pub fn start(
+    opts: &PipelineOptions,
+    layout: &CgroupLayout,
+    tx: mpsc::Sender<Signal>,
+    stats: Arc<PipelineStats>,
+) -> Result<tokio::task::JoinHandle<()>, KernelError> {
+    let Loaded { ebpf, ring, stats: stats_map } = load(opts)?;
+    // SAFETY: the ring buffer owns its map fd, which stays open and the same until the
+    // AsyncFd (which owns the RingBuf) is dropped.
+    let ring = unsafe { AsyncFd::register(ring) }.map_err(|e| KernelError::Io {
+        what: "polling the ring buffer".into(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let attributor = Attributor::new(layout.clone());
+    Ok(tokio::spawn(pump(ebpf, ring, stats_map, attributor, tx, stats)))
+}
+
+async fn pump(
+    _ebpf: Ebpf,
+    mut ring: AsyncFd<RingBuf<MapData>>,
+    stats_map: PerCpuArray<MapData, u64>,
+    mut attributor: Attributor,
+    tx: mpsc::Sender<Signal>,
+    stats: Arc<PipelineStats>,
+) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_full = 0;
+    loop {
+        tokio::select! {
+            guard = ring.readable_mut() => {
+                let mut guard = match guard {
+                    Ok(g) => g,
+                    Err(e) => {
+                        tracing::error!(error = %e, "ring buffer poll failed; the eBPF source stops");
+                        return;
+                    }
+                };
+                let ring = guard.get_inner_mut();
+                while let Some(item) = ring.next() {
+                    match decode(&item) {
+                        Ok(raw) => {
+                            stats.decoded.fetch_add(1, Ordering::Relaxed);
+                            let signal = attributor.attribute(&raw);
+                            if let Err(e) = tx.try_send(signal) {
+                                match e {
+                                    mpsc::error::TrySendError::Full(_) => {
+                                        stats.dropped.fetch_add(1, Ordering::Relaxed);
+                                    }
+                                    mpsc::error::TrySendError::Closed(_) => return,
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            let n = stats.malformed.fetch_add(1, Ordering::Relaxed);
+                            if n < 10 || n.is_power_of_two() {
+                                tracing::warn!(error = %e, malformed = n + 1, "dropping a malformed ring-buffer record");
+                            }
+                        }
+                    }
+                }
+                guard.clear_ready();
+            }
+            _ = tick.tick() => {
+                refresh_stats(&stats_map, &stats);
+                let full = stats.kernel_ring_full.load(Ordering::Relaxed);
+                if full > last_full {
+                    tracing::warn!(lost = full - last_full, "ring buffer was full: records lost");
+                    last_full = full;
+                }
+                if tx.is_closed() {
+                    return;
+                }
+            }
+        }
+    }
+}

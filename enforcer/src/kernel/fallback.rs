@@ -1,0 +1,401 @@
+//! Fallback signal sources for when eBPF cannot load: cgroup v1 threshold eventfds, PSI
+//! triggers with cgroup v2 `memory.events`, and plain polling. Each runs on its own thread
+//! (blocking `poll(2)`) and sends the same [`Signal`]s as the eBPF source.
+
+use std::{
+    fs::{self, File, OpenOptions},
+    io::{Read as _, Seek as _, SeekFrom, Write as _},
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    path::{Path, PathBuf},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use tokio::sync::mpsc;
+
+use super::{Capabilities, KernelError, PipelineOptions, Watch};
+use crate::{
+    cgroup::{CgroupLayout, CgroupVersion},
+    signal::{PipelineStats, Signal, SignalKind, SourceKind},
+};
+
+/// Stops the fallback threads when dropped or asked.
+#[derive(Clone, Debug, Default)]
+pub struct Stop(Arc<AtomicBool>);
+
+impl Stop {
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+    fn stopped(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The best fallback for this node: eventfd on cgroup v1 memory, PSI on v2, else polling.
+#[must_use]
+pub fn best_for(layout: &CgroupLayout, caps: &Capabilities) -> SourceKind {
+    match layout.controller("memory") {
+        Some((_, CgroupVersion::V1)) => SourceKind::Eventfd,
+        Some((_, CgroupVersion::V2)) if caps.psi => SourceKind::Psi,
+        _ => SourceKind::Poll,
+    }
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> KernelError {
+    let what = what.into();
+    move |source| KernelError::Io { what, source }
+}
+
+fn read_u64(path: &Path) -> Result<u64, KernelError> {
+    let text = fs::read_to_string(path).map_err(io(path.display().to_string()))?;
+    let t = text.trim();
+    if t == "max" {
+        return Ok(u64::MAX);
+    }
+    t.parse().map_err(|_| KernelError::Io {
+        what: path.display().to_string(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not a number: {t:?}")),
+    })
+}
+
+/// Memory usage and limit files of a cgroup directory, v1 or v2.
+fn usage_file(dir: &Path) -> PathBuf {
+    let v1 = dir.join("memory.usage_in_bytes");
+    if v1.exists() { v1 } else { dir.join("memory.current") }
+}
+
+fn limit_of(dir: &Path) -> Option<u64> {
+    let v1 = dir.join("memory.limit_in_bytes");
+    let v = if v1.exists() { read_u64(&v1).ok()? } else { read_u64(&dir.join("memory.max")).ok()? };
+    // v1 reports "no limit" as a huge page-aligned number.
+    (v < (1 << 62)).then_some(v)
+}
+
+/// Resolves a watch's threshold: the given bytes, or 90 % of the cgroup's limit.
+pub fn threshold_of(w: &Watch) -> Result<u64, KernelError> {
+    if let Some(t) = w.threshold_bytes {
+        return Ok(t);
+    }
+    limit_of(&w.cgroup).map(|l| l / 10 * 9).ok_or_else(|| KernelError::Unavailable {
+        signal_source: SourceKind::Eventfd,
+        why: format!("{} has no memory limit and no threshold was given", w.cgroup.display()),
+    })
+}
+
+/// cgroup path of a watch relative to the controller's mount, for the signal.
+fn relative(layout: &CgroupLayout, dir: &Path) -> (String, String) {
+    for (ctl, name) in [("memory", "memory"), ("", "unified")] {
+        let mount = if ctl.is_empty() { layout.unified.as_deref() } else { layout.controller(ctl).map(|(p, _)| p) };
+        if let Some(m) = mount
+            && let Ok(rel) = dir.strip_prefix(m)
+        {
+            return (format!("/{}", rel.display()), name.to_owned());
+        }
+    }
+    (dir.display().to_string(), "unknown".to_owned())
+}
+
+fn send(tx: &mpsc::Sender<Signal>, stats: &PipelineStats, s: Signal) -> bool {
+    match tx.try_send(s) {
+        Ok(()) => {
+            stats.decoded.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+        Err(mpsc::error::TrySendError::Full(_)) => {
+            stats.dropped.fetch_add(1, Ordering::Relaxed);
+            true
+        }
+        Err(mpsc::error::TrySendError::Closed(_)) => false,
+    }
+}
+
+fn eventfd() -> Result<OwnedFd, KernelError> {
+    // SAFETY: plain syscall; the fd is owned below.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io("eventfd")(std::io::Error::last_os_error()));
+    }
+    // SAFETY: fd is a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// What a polled descriptor stands for.
+enum Slot {
+    Threshold { watch: usize, efd: OwnedFd, _usage: File, threshold: u64 },
+    Oom { watch: usize, efd: OwnedFd, _ctl: File },
+    Psi { cgroup: Option<usize>, file: File },
+    Events { watch: usize, file: File, last: MemEvents },
+}
+
+/// Counters of a cgroup v2 `memory.events` file.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemEvents {
+    pub high: u64,
+    pub max: u64,
+    pub oom: u64,
+    pub oom_kill: u64,
+}
+
+/// Parses `memory.events` text.
+#[must_use]
+pub fn parse_mem_events(text: &str) -> MemEvents {
+    let mut m = MemEvents::default();
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(k), Some(v)) = (f.next(), f.next().and_then(|v| v.parse().ok())) else { continue };
+        match k {
+            "high" => m.high = v,
+            "max" => m.max = v,
+            "oom" => m.oom = v,
+            "oom_kill" => m.oom_kill = v,
+            _ => {}
+        }
+    }
+    m
+}
+
+fn read_events(file: &mut File) -> MemEvents {
+    let mut text = String::new();
+    if file.seek(SeekFrom::Start(0)).is_ok() && file.read_to_string(&mut text).is_ok() {
+        parse_mem_events(&text)
+    } else {
+        MemEvents::default()
+    }
+}
+
+/// Starts a fallback source on its own thread.
+pub fn start(
+    kind: SourceKind,
+    opts: &PipelineOptions,
+    caps: &Capabilities,
+    layout: &CgroupLayout,
+    tx: mpsc::Sender<Signal>,
+    stats: Arc<PipelineStats>,
+) -> Result<Stop, KernelError> {
+    let stop = Stop::default();
+    let watches = opts.watches.clone();
+    let layout = layout.clone();
+    match kind {
+        SourceKind::Ebpf => return Err(KernelError::Unavailable { signal_source: kind, why: "not a fallback".into() }),
+        SourceKind::Poll => {
+            let thresholds = watches.iter().map(threshold_of).collect::<Result<Vec<_>, _>>()?;
+            let interval = opts.poll_interval;
+            let s = stop.clone();
+            spawn("enforcer-poll", move || poll_loop(&watches, &thresholds, interval, &layout, &tx, &stats, &s))?;
+        }
+        SourceKind::Eventfd | SourceKind::Psi => {
+            let slots = if kind == SourceKind::Eventfd {
+                if !matches!(layout.controller("memory"), Some((_, CgroupVersion::V1))) {
+                    return Err(KernelError::Unavailable {
+                        signal_source: kind,
+                        why: "memory cgroup eventfds need the cgroup v1 memory controller".into(),
+                    });
+                }
+                eventfd_slots(&watches)?
+            } else {
+                if !caps.psi {
+                    return Err(KernelError::Unavailable { signal_source: kind, why: "/proc/pressure/memory is missing".into() });
+                }
+                psi_slots(&watches, caps.psi_window_us())?
+            };
+            let s = stop.clone();
+            spawn("enforcer-notify", move || notify_loop(slots, &watches, &layout, &tx, &stats, &s))?;
+        }
+    }
+    Ok(stop)
+}
+
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), KernelError> {
+    std::thread::Builder::new().name(name.to_owned()).spawn(f).map(|_| ()).map_err(io("spawning a signal thread"))
+}
+
+fn eventfd_slots(watches: &[Watch]) -> Result<Vec<Slot>, KernelError> {
+    let mut slots = Vec::new();
+    for (i, w) in watches.iter().enumerate() {
+        let threshold = threshold_of(w)?;
+        let control = w.cgroup.join("cgroup.event_control");
+        let usage_path = w.cgroup.join("memory.usage_in_bytes");
+        let usage = File::open(&usage_path).map_err(io(usage_path.display().to_string()))?;
+        let efd = eventfd()?;
+        let mut ctl = OpenOptions::new().write(true).open(&control).map_err(io(control.display().to_string()))?;
+        write!(ctl, "{} {} {}", efd.as_raw_fd(), usage.as_raw_fd(), threshold)
+            .map_err(io(control.display().to_string()))?;
+        slots.push(Slot::Threshold { watch: i, efd, _usage: usage, threshold });
+        // OOM notifications of the same cgroup.
+        let oom_path = w.cgroup.join("memory.oom_control");
+        let oom = File::open(&oom_path).map_err(io(oom_path.display().to_string()))?;
+        let oefd = eventfd()?;
+        write!(ctl, "{} {}", oefd.as_raw_fd(), oom.as_raw_fd()).map_err(io(control.display().to_string()))?;
+        slots.push(Slot::Oom { watch: i, efd: oefd, _ctl: oom });
+    }
+    Ok(slots)
+}
+
+fn psi_slots(watches: &[Watch], window_us: u64) -> Result<Vec<Slot>, KernelError> {
+    let trigger = format!("some {} {}\0", window_us / 10, window_us);
+    let open_trigger = |path: &Path| -> Result<File, KernelError> {
+        let mut f = OpenOptions::new().read(true).write(true).open(path).map_err(io(path.display().to_string()))?;
+        f.write_all(trigger.as_bytes()).map_err(io(format!("{} (trigger {})", path.display(), trigger.trim_end_matches('\0'))))?;
+        Ok(f)
+    };
+    let mut slots = vec![Slot::Psi { cgroup: None, file: open_trigger(Path::new("/proc/pressure/memory"))? }];
+    for (i, w) in watches.iter().enumerate() {
+        let pressure = w.cgroup.join("memory.pressure");
+        if pressure.exists() {
+            slots.push(Slot::Psi { cgroup: Some(i), file: open_trigger(&pressure)? });
+        }
+        let events = w.cgroup.join("memory.events");
+        if events.exists() {
+            let mut file = File::open(&events).map_err(io(events.display().to_string()))?;
+            let last = read_events(&mut file);
+            slots.push(Slot::Events { watch: i, file, last });
+        }
+    }
+    Ok(slots)
+}
+
+fn notify_loop(
+    mut slots: Vec<Slot>,
+    watches: &[Watch],
+    layout: &CgroupLayout,
+    tx: &mpsc::Sender<Signal>,
+    stats: &PipelineStats,
+    stop: &Stop,
+) {
+    let mut fds: Vec<libc::pollfd> = slots
+        .iter()
+        .map(|s| {
+            let (fd, events) = match s {
+                Slot::Threshold { efd, .. } | Slot::Oom { efd, .. } => (efd.as_raw_fd(), libc::POLLIN),
+                Slot::Psi { file, .. } => (file.as_raw_fd(), libc::POLLPRI),
+                Slot::Events { file, .. } => (file.as_raw_fd(), libc::POLLPRI),
+            };
+            libc::pollfd { fd, events, revents: 0 }
+        })
+        .collect();
+    while !stop.stopped() && !tx.is_closed() {
+        // SAFETY: fds is a valid array of pollfd for its length.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 200) };
+        if n <= 0 {
+            continue;
+        }
+        for (pfd, slot) in fds.iter_mut().zip(slots.iter_mut()) {
+            if pfd.revents == 0 {
+                continue;
+            }
+            pfd.revents = 0;
+            let mut signals = Vec::new();
+            match slot {
+                Slot::Threshold { watch, efd, threshold, .. } => {
+                    drain_eventfd(efd);
+                    let dir = &watches[*watch].cgroup;
+                    let mut s = Signal::new(SignalKind::MemoryThreshold, SourceKind::Eventfd);
+                    s.detail.threshold_bytes = Some(*threshold);
+                    s.detail.usage_bytes = read_u64(&usage_file(dir)).ok();
+                    let (p, h) = relative(layout, dir);
+                    s.set_cgroup(p, h);
+                    signals.push(s);
+                }
+                Slot::Oom { watch, efd, .. } => {
+                    drain_eventfd(efd);
+                    let mut s = Signal::new(SignalKind::OomKill, SourceKind::Eventfd);
+                    let (p, h) = relative(layout, &watches[*watch].cgroup);
+                    s.set_cgroup(p, h);
+                    signals.push(s);
+                }
+                Slot::Psi { cgroup, .. } => {
+                    let mut s = Signal::new(SignalKind::MemoryPressure, SourceKind::Psi);
+                    match cgroup {
+                        Some(i) => {
+                            let (p, h) = relative(layout, &watches[*i].cgroup);
+                            s.set_cgroup(p, h);
+                        }
+                        None => s.set_cgroup("/".to_owned(), "node".to_owned()),
+                    }
+                    signals.push(s);
+                }
+                Slot::Events { watch, file, last } => {
+                    let now = read_events(file);
+                    let (p, h) = relative(layout, &watches[*watch].cgroup);
+                    let grew = |a: u64, b: u64| u32::try_from(a.saturating_sub(b)).unwrap_or(u32::MAX);
+                    if now.high > last.high || now.max > last.max {
+                        let mut s = Signal::new(SignalKind::MemoryEvents, SourceKind::Psi);
+                        s.count = grew(now.high + now.max, last.high + last.max);
+                        s.set_cgroup(p.clone(), h.clone());
+                        signals.push(s);
+                    }
+                    if now.oom_kill > last.oom_kill {
+                        let mut s = Signal::new(SignalKind::OomKill, SourceKind::Psi);
+                        s.count = grew(now.oom_kill, last.oom_kill);
+                        s.set_cgroup(p, h);
+                        signals.push(s);
+                    }
+                    *last = now;
+                }
+            }
+            for s in signals {
+                if !send(tx, stats, s) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn drain_eventfd(efd: &OwnedFd) {
+    let mut buf = [0u8; 8];
+    // SAFETY: reading 8 bytes into a local buffer from an eventfd we own.
+    let _ = unsafe { libc::read(efd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+}
+
+fn poll_loop(
+    watches: &[Watch],
+    thresholds: &[u64],
+    interval: Duration,
+    layout: &CgroupLayout,
+    tx: &mpsc::Sender<Signal>,
+    stats: &PipelineStats,
+    stop: &Stop,
+) {
+    let mut above = vec![false; watches.len()];
+    let mut next = Instant::now();
+    while !stop.stopped() && !tx.is_closed() {
+        let now = Instant::now();
+        if now < next {
+            std::thread::sleep((next - now).min(Duration::from_millis(100)));
+            continue;
+        }
+        next += interval;
+        for (i, w) in watches.iter().enumerate() {
+            let Ok(usage) = read_u64(&usage_file(&w.cgroup)) else { continue };
+            let is_above = usage >= thresholds[i];
+            if is_above && !above[i] {
+                let mut s = Signal::new(SignalKind::MemoryThreshold, SourceKind::Poll);
+                s.detail.usage_bytes = Some(usage);
+                s.detail.threshold_bytes = Some(thresholds[i]);
+                let (p, h) = relative(layout, &w.cgroup);
+                s.set_cgroup(p, h);
+                if !send(tx, stats, s) {
+                    return;
+                }
+            }
+            above[i] = is_above;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_events() {
+        let m = parse_mem_events("low 0\nhigh 3\nmax 7\noom 1\noom_kill 1\noom_group_kill 0\nbad\n");
+        assert_eq!(m, MemEvents { high: 3, max: 7, oom: 1, oom_kill: 1 });
+        assert_eq!(parse_mem_events(""), MemEvents::default());
+    }
+}

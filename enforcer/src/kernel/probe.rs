@@ -1,0 +1,112 @@
+//! Kernel feature probe, logged as one capability line at start.
+
+use std::{fs, path::Path};
+
+use crate::cgroup::{CgroupLayout, CgroupVersion};
+
+/// Tracepoints the eBPF programs attach to: (category, name, program).
+pub const TRACEPOINTS: &[(&str, &str, &str)] = &[
+    ("cgroup", "cgroup_mkdir", "cgroup_mkdir"),
+    ("cgroup", "cgroup_rmdir", "cgroup_rmdir"),
+    ("vmscan", "mm_vmscan_memcg_reclaim_begin", "memcg_reclaim"),
+    ("vmscan", "mm_vmscan_direct_reclaim_begin", "direct_reclaim"),
+    ("oom", "mark_victim", "oom_victim"),
+    ("sched", "sched_process_fork", "process_fork"),
+];
+
+/// Where tracefs is (or will be) mounted.
+pub const TRACEFS: &str = "/sys/kernel/tracing";
+
+/// What the kernel offers the enforcer.
+#[derive(Clone, Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Capabilities {
+    pub kernel: String,
+    pub btf: bool,
+    pub tracefs_mounted: bool,
+    /// Tracepoints found in tracefs (unknown until tracefs is mounted).
+    pub tracepoints_missing: Vec<String>,
+    pub cgroup_mode: &'static str,
+    pub memory_controller: Option<CgroupVersion>,
+    pub pids_controller: Option<CgroupVersion>,
+    pub psi: bool,
+    /// CAP_SYS_RESOURCE: negative oom_score_adj and PSI windows under 2 s need it.
+    pub cap_sys_resource: bool,
+    pub cap_bpf_or_sys_admin: bool,
+}
+
+impl Capabilities {
+    /// Probes this machine.
+    #[must_use]
+    pub fn probe(layout: &CgroupLayout) -> Self {
+        let kernel = fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_else(|_| "unknown".to_owned());
+        let tracefs_mounted = Path::new(TRACEFS).join("events").is_dir();
+        let tracepoints_missing = if tracefs_mounted {
+            TRACEPOINTS
+                .iter()
+                .filter(|(c, n, _)| !Path::new(TRACEFS).join("events").join(c).join(n).is_dir())
+                .map(|(c, n, _)| format!("{c}/{n}"))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let caps = effective_caps();
+        Self {
+            kernel,
+            btf: Path::new("/sys/kernel/btf/vmlinux").exists(),
+            tracefs_mounted,
+            tracepoints_missing,
+            cgroup_mode: layout.mode(),
+            memory_controller: layout.controller("memory").map(|(_, v)| v),
+            pids_controller: layout.controller("pids").map(|(_, v)| v),
+            psi: fs::read_to_string("/proc/pressure/memory").is_ok(),
+            cap_sys_resource: caps & (1 << 24) != 0,
+            cap_bpf_or_sys_admin: caps & ((1 << 39) | (1 << 21)) != 0,
+        }
+    }
+
+    /// One line for the log.
+    #[must_use]
+    pub fn summary(&self) -> String {
+        let v = |c: Option<CgroupVersion>| match c {
+            Some(CgroupVersion::V1) => "v1",
+            Some(CgroupVersion::V2) => "v2",
+            None => "absent",
+        };
+        format!(
+            "kernel {} btf={} tracefs={} tracepoints_missing=[{}] cgroups={} memory={} pids={} psi={} \
+             cap_sys_resource={} cap_bpf={}",
+            self.kernel,
+            self.btf,
+            if self.tracefs_mounted { "mounted" } else { "unmounted" },
+            self.tracepoints_missing.join(","),
+            self.cgroup_mode,
+            v(self.memory_controller),
+            v(self.pids_controller),
+            self.psi,
+            self.cap_sys_resource,
+            self.cap_bpf_or_sys_admin,
+        )
+    }
+
+    /// The PSI trigger window this process may use: 1 s with CAP_SYS_RESOURCE, else 2 s
+    /// (unprivileged triggers need multiples of 2 s).
+    #[must_use]
+    pub fn psi_window_us(&self) -> u64 {
+        if self.cap_sys_resource { 1_000_000 } else { 2_000_000 }
+    }
+}
+
+/// Effective capability bits of this process (0 when unreadable).
+fn effective_caps() -> u64 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0)
+}
