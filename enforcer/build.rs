@@ -19,12 +19,16 @@ fn main() -> anyhow::Result<()> {
         fs::write(out_dir.join("enforcer"), b"").context("writing the empty eBPF placeholder")?;
         return Ok(());
     }
-    let manifest = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").ok_or_else(|| anyhow!("no CARGO_MANIFEST_DIR"))?);
+    let manifest = PathBuf::from(
+        env::var_os("CARGO_MANIFEST_DIR").ok_or_else(|| anyhow!("no CARGO_MANIFEST_DIR"))?,
+    );
     let ebpf_dir = manifest
         .parent()
         .ok_or_else(|| anyhow!("no workspace root"))?
         .join("enforcer-ebpf");
-    let root_dir = ebpf_dir.to_str().ok_or_else(|| anyhow!("non-UTF-8 path {}", ebpf_dir.display()))?;
+    let root_dir = ebpf_dir
+        .to_str()
+        .ok_or_else(|| anyhow!("non-UTF-8 path {}", ebpf_dir.display()))?;
     let toolchain = env::var("ENFORCER_EBPF_TOOLCHAIN").unwrap_or_else(|_| "stable".to_owned());
     if env::var_os("RUSTC_BOOTSTRAP").is_none() {
         // SAFETY: the build script is single-threaded here; aya-build reads this variable to
@@ -32,8 +36,14 @@ fn main() -> anyhow::Result<()> {
         unsafe { env::set_var("RUSTC_BOOTSTRAP", "1") };
     }
     aya_build::build_ebpf(
-        [aya_build::Package { name: "enforcer-ebpf", root_dir, ..Default::default() }],
+        [aya_build::Package {
+            name: "enforcer-ebpf",
+            root_dir,
+            ..Default::default()
+        }],
         aya_build::Toolchain::Custom(&toolchain),
     )
-    .context("building the eBPF programs (run `cargo xtask setup` if bpf-linker or rust-src is missing)")
+    .context(
+        "building the eBPF programs (run `cargo xtask setup` if bpf-linker or rust-src is missing)",
+    )
 }

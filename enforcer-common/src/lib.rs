@@ -78,7 +78,7 @@ impl RecordKind {
 ///   the last record), `arg0` the allocation order and `arg1` the gfp flags.
 /// - OOM: `pid` is the victim's tgid, `tid` the current (charging) task's pid, `cgroup_id`
 ///   the current task's v2 cgroup id, `arg0` the victim's `oom_score_adj` (as u32 bits),
-///   `arg1` its anon RSS in pages, and `path` its comm.
+///   `arg1` its anon RSS in KiB (as the tracepoint reports it), and `path` its comm.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct SignalRecord {

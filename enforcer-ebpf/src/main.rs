@@ -101,11 +101,21 @@ fn admit_burst(kind: RecordKind, now: u64) -> Option<u32> {
     // SAFETY: a helper with no preconditions.
     let cg = unsafe { bpf_get_current_cgroup_id() };
     let key = if cg > 1 {
-        BurstKey { id: cg, kind: kind as u16, by_tgid: 0, _pad: 0 }
+        BurstKey {
+            id: cg,
+            kind: kind as u16,
+            by_tgid: 0,
+            _pad: 0,
+        }
     } else {
         // No v2 cgroup (cgroup v1 only task): fold per process instead.
         let tgid = bpf_get_current_pid_tgid() >> 32;
-        BurstKey { id: tgid, kind: kind as u16, by_tgid: 1, _pad: 0 }
+        BurstKey {
+            id: tgid,
+            kind: kind as u16,
+            by_tgid: 1,
+            _pad: 0,
+        }
     };
     // SAFETY: a global the loader may set before load; read once.
     let window = unsafe { core::ptr::read_volatile(&BURST_WINDOW_NS) };
@@ -125,7 +135,11 @@ fn admit_burst(kind: RecordKind, now: u64) -> Option<u32> {
             }
         }
         None => {
-            let fresh = Burst { last_ns: now, suppressed: 0, _pad: 0 };
+            let fresh = Burst {
+                last_ns: now,
+                suppressed: 0,
+                _pad: 0,
+            };
             let _ = BURSTS.insert(&key, &fresh, 0);
             Some(1)
         }
@@ -167,7 +181,9 @@ fn reclaim_event(ctx: &TracePointContext, kind: RecordKind) -> Result<u32, i64> 
     count(stat::SEEN, 1);
     // SAFETY: a helper with no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    let Some(n) = admit_burst(kind, now) else { return Ok(0) };
+    let Some(n) = admit_burst(kind, now) else {
+        return Ok(0);
+    };
     // SAFETY: field offsets from the tracepoint format.
     let order: i32 = unsafe { ctx.read_at(RECLAIM_ORDER) }.map_err(i64::from)?;
     let gfp: u64 = unsafe { ctx.read_at(RECLAIM_GFP) }.map_err(i64::from)?;
@@ -240,7 +256,9 @@ fn try_fork(_ctx: &TracePointContext) -> Result<u32, i64> {
     count(stat::SEEN, 1);
     // SAFETY: a helper with no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    let Some(n) = admit_burst(RecordKind::Fork, now) else { return Ok(0) };
+    let Some(n) = admit_burst(RecordKind::Fork, now) else {
+        return Ok(0);
+    };
     Ok(emit(|rec| {
         blank(RecordKind::Fork, rec);
         rec.ts_ns = now;

@@ -32,6 +32,9 @@ pub trait WithPath<T> {
 
 impl<T> WithPath<T> for std::io::Result<T> {
     fn with_path(self, path: impl Into<PathBuf>) -> Result<T, CgroupError> {
-        self.map_err(|source| CgroupError::Io { path: path.into(), source })
+        self.map_err(|source| CgroupError::Io {
+            path: path.into(),
+            source,
+        })
     }
 }

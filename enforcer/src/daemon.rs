@@ -35,7 +35,10 @@ pub enum DaemonError {
 }
 
 /// Runs until `shutdown` resolves.
-pub async fn run(opts: DaemonOptions, shutdown: impl std::future::Future<Output = ()>) -> Result<(), DaemonError> {
+pub async fn run(
+    opts: DaemonOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), DaemonError> {
     let layout = CgroupLayout::discover()?;
     if let Err(e) = kernel::ebpf::ensure_tracefs() {
         tracing::warn!(error = %e, "tracefs is not mounted and could not be mounted");
@@ -49,7 +52,14 @@ pub async fn run(opts: DaemonOptions, shutdown: impl std::future::Future<Output 
     }
     let pipeline_opts = PipelineOptions {
         source: opts.source,
-        watches: opts.watches.iter().map(|c| Watch { cgroup: c.clone(), threshold_bytes: None }).collect(),
+        watches: opts
+            .watches
+            .iter()
+            .map(|c| Watch {
+                cgroup: c.clone(),
+                threshold_bytes: None,
+            })
+            .collect(),
         poll_interval: opts.poll_interval,
         ..PipelineOptions::default()
     };
@@ -63,7 +73,10 @@ pub async fn run(opts: DaemonOptions, shutdown: impl std::future::Future<Output 
     });
     let (addr, _server) = server::serve(opts.http_address, pages)
         .await
-        .map_err(|source| DaemonError::Http { addr: opts.http_address, source })?;
+        .map_err(|source| DaemonError::Http {
+            addr: opts.http_address,
+            source,
+        })?;
     tracing::info!(%addr, "serving /metrics, /healthz, /capabilities");
 
     tokio::pin!(shutdown);
@@ -87,7 +100,10 @@ fn log_signal(s: &Signal) {
     let cgroup = s.cgroup.as_deref().unwrap_or("");
     let pod = s.pod_uid.as_deref().unwrap_or("");
     match s.kind {
-        SignalKind::CgroupCreated | SignalKind::CgroupRemoved | SignalKind::Fork | SignalKind::Probe => {
+        SignalKind::CgroupCreated
+        | SignalKind::CgroupRemoved
+        | SignalKind::Fork
+        | SignalKind::Probe => {
             tracing::debug!(signal = ?s.kind, cgroup, pod, count = s.count, "signal");
         }
         _ => tracing::info!(

@@ -39,7 +39,10 @@ pub enum KernelError {
         source: std::io::Error,
     },
     #[error("signal source {signal_source:?} is not available here: {why}")]
-    Unavailable { signal_source: SourceKind, why: String },
+    Unavailable {
+        signal_source: SourceKind,
+        why: String,
+    },
     #[error(transparent)]
     Cgroup(#[from] CgroupError),
     #[error("{what}: {source}")]
@@ -139,17 +142,35 @@ pub fn start(
     if source == SourceKind::Ebpf {
         match ebpf::start(opts, layout, tx.clone(), stats.clone()) {
             Ok(handle) => {
-                return Ok(Pipeline { source, reason, stats, signals: rx, _guard: Guard::Ebpf(handle) });
+                return Ok(Pipeline {
+                    source,
+                    reason,
+                    stats,
+                    signals: rx,
+                    _guard: Guard::Ebpf(handle),
+                });
             }
             Err(e) if opts.source == SourceChoice::Auto => {
                 let k = fallback_kind();
                 let reason = format!("eBPF unavailable ({e}); falling back to {k:?}");
                 let stop = fallback::start(k, opts, caps, layout, tx, stats.clone())?;
-                return Ok(Pipeline { source: k, reason, stats, signals: rx, _guard: Guard::Threads(stop) });
+                return Ok(Pipeline {
+                    source: k,
+                    reason,
+                    stats,
+                    signals: rx,
+                    _guard: Guard::Threads(stop),
+                });
             }
             Err(e) => return Err(e),
         }
     }
     let stop = fallback::start(source, opts, caps, layout, tx, stats.clone())?;
-    Ok(Pipeline { source, reason, stats, signals: rx, _guard: Guard::Threads(stop) })
+    Ok(Pipeline {
+        source,
+        reason,
+        stats,
+        signals: rx,
+        _guard: Guard::Threads(stop),
+    })
 }

@@ -6,5 +6,6 @@
 pub mod cgroup;
 pub mod daemon;
 pub mod kernel;
+pub mod quantity;
 pub mod server;
 pub mod signal;

@@ -11,7 +11,11 @@ use enforcer::{
 };
 
 #[derive(Parser)]
-#[command(name = "enforcer", version, about = "eBPF-accelerated node resource enforcer with kubelet's semantics")]
+#[command(
+    name = "enforcer",
+    version,
+    about = "eBPF-accelerated node resource enforcer with kubelet's semantics"
+)]
 struct Cli {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value = "text")]
@@ -54,7 +58,8 @@ struct SourceArgs {
 
 impl SourceArgs {
     fn choice(&self) -> SourceChoice {
-        self.signal_source.map_or(SourceChoice::Auto, SourceChoice::Only)
+        self.signal_source
+            .map_or(SourceChoice::Auto, SourceChoice::Only)
     }
 }
 
@@ -82,7 +87,9 @@ struct SignalsArgs {
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -148,7 +155,10 @@ fn signals(args: SignalsArgs) -> anyhow::Result<()> {
                 .source
                 .watches
                 .iter()
-                .map(|c| Watch { cgroup: c.clone(), threshold_bytes: args.source.threshold_bytes })
+                .map(|c| Watch {
+                    cgroup: c.clone(),
+                    threshold_bytes: args.source.threshold_bytes,
+                })
                 .collect(),
             poll_interval: Duration::from_millis(args.source.poll_interval_ms),
             ..PipelineOptions::default()
@@ -164,7 +174,10 @@ fn signals(args: SignalsArgs) -> anyhow::Result<()> {
                 s = pipeline.signals.recv() => match s { Some(s) => s, None => break },
             };
             if let Some(prefix) = &args.cgroup
-                && !s.cgroup.as_deref().is_some_and(|c| c.starts_with(prefix.as_str()))
+                && !s
+                    .cgroup
+                    .as_deref()
+                    .is_some_and(|c| c.starts_with(prefix.as_str()))
             {
                 continue;
             }

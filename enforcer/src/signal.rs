@@ -154,7 +154,10 @@ impl Signal {
 /// CLOCK_MONOTONIC in nanoseconds: the clock of `bpf_ktime_get_ns`.
 #[must_use]
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: a valid out pointer; CLOCK_MONOTONIC always exists on Linux.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(ts.tv_nsec).unwrap_or(0)
@@ -182,17 +185,47 @@ impl PipelineStats {
     pub fn render(&self) -> String {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let rows = [
-            ("enforcer_signals_decoded_total", "Ring-buffer records decoded into signals.", g(&self.decoded)),
-            ("enforcer_signals_malformed_total", "Records that failed to decode.", g(&self.malformed)),
-            ("enforcer_signals_dropped_total", "Signals dropped because the consumer lagged.", g(&self.dropped)),
-            ("enforcer_kernel_records_emitted_total", "Records the eBPF programs wrote.", g(&self.kernel_emitted)),
-            ("enforcer_kernel_ringbuf_full_total", "Ring-buffer reservations that failed (records lost).", g(&self.kernel_ring_full)),
-            ("enforcer_kernel_events_suppressed_total", "Events folded into a later record by the per-cgroup burst limiter.", g(&self.kernel_suppressed)),
-            ("enforcer_kernel_events_seen_total", "Events the eBPF programs saw.", g(&self.kernel_seen)),
+            (
+                "enforcer_signals_decoded_total",
+                "Ring-buffer records decoded into signals.",
+                g(&self.decoded),
+            ),
+            (
+                "enforcer_signals_malformed_total",
+                "Records that failed to decode.",
+                g(&self.malformed),
+            ),
+            (
+                "enforcer_signals_dropped_total",
+                "Signals dropped because the consumer lagged.",
+                g(&self.dropped),
+            ),
+            (
+                "enforcer_kernel_records_emitted_total",
+                "Records the eBPF programs wrote.",
+                g(&self.kernel_emitted),
+            ),
+            (
+                "enforcer_kernel_ringbuf_full_total",
+                "Ring-buffer reservations that failed (records lost).",
+                g(&self.kernel_ring_full),
+            ),
+            (
+                "enforcer_kernel_events_suppressed_total",
+                "Events folded into a later record by the per-cgroup burst limiter.",
+                g(&self.kernel_suppressed),
+            ),
+            (
+                "enforcer_kernel_events_seen_total",
+                "Events the eBPF programs saw.",
+                g(&self.kernel_seen),
+            ),
         ];
         let mut out = String::new();
         for (name, help, v) in rows {
-            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n"));
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}\n"
+            ));
         }
         out
     }

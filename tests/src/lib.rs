@@ -1,1 +1,192 @@
+//! Harness for the black-box suite: test-owned cgroups that clean up after themselves,
+//! processes started inside them, and waiting for signals with a deadline.
+//!
+//! Everything here needs root and the real kernel; a missing piece fails loudly.
 
+use std::{
+    fs,
+    io::Write as _,
+    os::unix::process::CommandExt as _,
+    path::{Path, PathBuf},
+    process::{Child, Command},
+    sync::atomic::{AtomicU32, Ordering},
+    time::{Duration, Instant},
+};
+
+use enforcer::{cgroup::CgroupLayout, signal::Signal};
+use tokio::sync::mpsc;
+
+/// Fails the test unless it runs as root (CI runs as root; a skip would hide a gap).
+pub fn require_root() {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "this test needs root (real cgroups and eBPF); run the suite as root"
+    );
+}
+
+/// The node's cgroup layout (panics with the reason when it cannot be read).
+#[must_use]
+pub fn layout() -> CgroupLayout {
+    CgroupLayout::discover().expect("cgroup layout of this machine")
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A unique name for a test-owned cgroup subtree: `enforcer-test-<pid>-<n>-<tag>`.
+#[must_use]
+pub fn unique_name(tag: &str) -> String {
+    format!(
+        "enforcer-test-{}-{}-{tag}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A cgroup directory this test created (with its parents up to `top`); removed on drop,
+/// after killing any process left inside. Never touches anything it did not create.
+#[derive(Debug)]
+pub struct TestCgroup {
+    /// The hierarchy mount, e.g. /sys/fs/cgroup/memory.
+    pub mount: PathBuf,
+    /// The deepest directory (where processes go).
+    pub dir: PathBuf,
+    /// The directories created, outermost first.
+    created: Vec<PathBuf>,
+}
+
+impl TestCgroup {
+    /// Creates `mount/<rel>` (every missing component, all owned by the test).
+    pub fn create(mount: &Path, rel: &str) -> Self {
+        let mut created = Vec::new();
+        let mut dir = mount.to_path_buf();
+        for part in rel.split('/').filter(|p| !p.is_empty()) {
+            dir.push(part);
+            if !dir.exists() {
+                fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+                created.push(dir.clone());
+            }
+        }
+        Self {
+            mount: mount.to_path_buf(),
+            dir,
+            created,
+        }
+    }
+
+    /// The path relative to the hierarchy root, as signals report it.
+    #[must_use]
+    pub fn rel(&self) -> String {
+        format!(
+            "/{}",
+            self.dir
+                .strip_prefix(&self.mount)
+                .unwrap_or(&self.dir)
+                .display()
+        )
+    }
+
+    /// Writes a cgroup file of this cgroup.
+    pub fn write(&self, file: &str, value: &str) {
+        let p = self.dir.join(file);
+        fs::write(&p, value).unwrap_or_else(|e| panic!("write {value:?} to {}: {e}", p.display()));
+    }
+
+    /// The directory's inode: the cgroup v2 id.
+    #[must_use]
+    pub fn ino(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt as _;
+        fs::metadata(&self.dir).map(|m| m.ino()).unwrap_or(0)
+    }
+
+    /// Removes now (also done on drop).
+    pub fn remove(&mut self) {
+        for dir in self.created.iter().rev() {
+            kill_all_in(dir);
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while dir.exists() && fs::remove_dir(dir).is_err() && Instant::now() < deadline {
+                kill_all_in(dir);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        self.created.clear();
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+fn kill_all_in(dir: &Path) {
+    if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
+        for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            // SAFETY: kill on a pid listed in a cgroup this test created.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// Starts `cmd` with the child placed in each of `cgroups` before it executes.
+pub fn spawn_in(mut cmd: Command, cgroups: &[&Path]) -> Child {
+    let procs: Vec<std::ffi::CString> = cgroups
+        .iter()
+        .map(|c| {
+            std::ffi::CString::new(c.join("cgroup.procs").into_os_string().into_encoded_bytes())
+                .expect("no NUL")
+        })
+        .collect();
+    // SAFETY: the closure only calls async-signal-safe libc functions (open, write, close).
+    unsafe {
+        cmd.pre_exec(move || {
+            for p in &procs {
+                let fd = libc::open(p.as_ptr(), libc::O_WRONLY);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let rc = libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+                if rc < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().expect("spawning a test process")
+}
+
+/// Receives signals until `pred` matches one, or panics after `timeout` listing what came.
+pub async fn wait_for(
+    rx: &mut mpsc::Receiver<Signal>,
+    timeout: Duration,
+    what: &str,
+    mut pred: impl FnMut(&Signal) -> bool,
+) -> Signal {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut seen = Vec::new();
+    loop {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(s)) if pred(&s) => return s,
+            Ok(Some(s)) => {
+                if seen.len() < 50 {
+                    seen.push(s);
+                }
+            }
+            Ok(None) => panic!("signal stream ended while waiting for {what}"),
+            Err(_) => panic!("no {what} within {timeout:?}; saw (first 50): {seen:#?}"),
+        }
+    }
+}
+
+/// Appends a line to a file (for tests that write manifests or configs).
+pub fn append(path: &Path, line: &str) {
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .expect("open");
+    writeln!(f, "{line}").expect("write");
+}

@@ -38,7 +38,8 @@ pub struct CgroupLayout {
 impl CgroupLayout {
     /// Reads /proc/self/mountinfo, /proc/cgroups and the unified root's cgroup.controllers.
     pub fn discover() -> Result<Self, CgroupError> {
-        let mountinfo = fs::read_to_string("/proc/self/mountinfo").with_path("/proc/self/mountinfo")?;
+        let mountinfo =
+            fs::read_to_string("/proc/self/mountinfo").with_path("/proc/self/mountinfo")?;
         let proc_cgroups = fs::read_to_string("/proc/cgroups").unwrap_or_default();
         let mut layout = Self::parse(&mountinfo, &proc_cgroups);
         if let Some(unified) = &layout.unified {
@@ -63,10 +64,14 @@ impl CgroupLayout {
         }
         let mut layout = Self::default();
         for line in mountinfo.lines() {
-            let Some((left, right)) = line.split_once(" - ") else { continue };
+            let Some((left, right)) = line.split_once(" - ") else {
+                continue;
+            };
             let left: Vec<&str> = left.split_whitespace().collect();
             let right: Vec<&str> = right.split_whitespace().collect();
-            let (Some(mount), Some(fstype)) = (left.get(4), right.first()) else { continue };
+            let (Some(mount), Some(fstype)) = (left.get(4), right.first()) else {
+                continue;
+            };
             let mount = PathBuf::from(unescape_mount(mount));
             match *fstype {
                 "cgroup2" => {
@@ -78,14 +83,18 @@ impl CgroupLayout {
                     let opts = right.get(2).copied().unwrap_or("");
                     let controllers: Vec<String> = opts
                         .split(',')
-                        .filter(|o| {
-                            ids.contains_key(o) || o.starts_with("name=")
-                        })
+                        .filter(|o| ids.contains_key(o) || o.starts_with("name="))
                         .map(str::to_owned)
                         .collect();
-                    let hierarchy_id = controllers.iter().find_map(|c| ids.get(c.as_str()).copied());
+                    let hierarchy_id = controllers
+                        .iter()
+                        .find_map(|c| ids.get(c.as_str()).copied());
                     if !layout.v1.iter().any(|m| m.controllers == controllers) {
-                        layout.v1.push(V1Mount { mount, controllers, hierarchy_id });
+                        layout.v1.push(V1Mount {
+                            mount,
+                            controllers,
+                            hierarchy_id,
+                        });
                     }
                 }
                 _ => {}
@@ -97,7 +106,11 @@ impl CgroupLayout {
     /// Where a controller lives: its v1 mount, or the unified mount when enabled there.
     #[must_use]
     pub fn controller(&self, name: &str) -> Option<(&Path, CgroupVersion)> {
-        if let Some(m) = self.v1.iter().find(|m| m.controllers.iter().any(|c| c == name)) {
+        if let Some(m) = self
+            .v1
+            .iter()
+            .find(|m| m.controllers.iter().any(|c| c == name))
+        {
             return Some((&m.mount, CgroupVersion::V1));
         }
         let unified = self.unified.as_deref()?;
@@ -113,7 +126,10 @@ impl CgroupLayout {
         if id == 0 {
             return self.unified.as_deref();
         }
-        self.v1.iter().find(|m| m.hierarchy_id == Some(id)).map(|m| m.mount.as_path())
+        self.v1
+            .iter()
+            .find(|m| m.hierarchy_id == Some(id))
+            .map(|m| m.mount.as_path())
     }
 
     /// A short name for a hierarchy id: `unified`, or its controllers joined by `,`.
@@ -131,7 +147,10 @@ impl CgroupLayout {
     /// `v1`, `v2` or `hybrid` (v1 controllers with a cgroup2 mount beside them).
     #[must_use]
     pub fn mode(&self) -> &'static str {
-        match (self.v1.iter().any(|m| m.hierarchy_id.is_some()), self.unified.is_some()) {
+        match (
+            self.v1.iter().any(|m| m.hierarchy_id.is_some()),
+            self.unified.is_some(),
+        ) {
             (true, true) => "hybrid",
             (true, false) => "v1",
             (false, true) => "v2",
@@ -142,7 +161,10 @@ impl CgroupLayout {
 
 /// mountinfo escapes space, tab, newline and backslash as octal.
 fn unescape_mount(s: &str) -> String {
-    s.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\")
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
 }
 
 #[cfg(test)]
@@ -167,14 +189,23 @@ hugetlb\t0\t1\t1
     #[test]
     fn parses_hybrid_layout() {
         let l = CgroupLayout::parse(HYBRID, PROC_CGROUPS);
-        assert_eq!(l.unified.as_deref(), Some(Path::new("/sys/fs/cgroup/unified")));
+        assert_eq!(
+            l.unified.as_deref(),
+            Some(Path::new("/sys/fs/cgroup/unified"))
+        );
         assert_eq!(l.mode(), "hybrid");
         assert_eq!(
             l.controller("memory"),
             Some((Path::new("/sys/fs/cgroup/memory"), CgroupVersion::V1))
         );
-        assert_eq!(l.hierarchy_mount(4), Some(Path::new("/sys/fs/cgroup/memory")));
-        assert_eq!(l.hierarchy_mount(0), Some(Path::new("/sys/fs/cgroup/unified")));
+        assert_eq!(
+            l.hierarchy_mount(4),
+            Some(Path::new("/sys/fs/cgroup/memory"))
+        );
+        assert_eq!(
+            l.hierarchy_mount(0),
+            Some(Path::new("/sys/fs/cgroup/unified"))
+        );
         assert_eq!(l.hierarchy_name(3), "cpu,cpuacct");
         assert_eq!(l.hierarchy_name(9), "hierarchy-9");
         assert_eq!(l.controller("pids"), None);
@@ -186,7 +217,10 @@ hugetlb\t0\t1\t1
         let mut l = CgroupLayout::parse(mi, "");
         l.unified_controllers = vec!["memory".into(), "pids".into()];
         assert_eq!(l.mode(), "v2");
-        assert_eq!(l.controller("memory"), Some((Path::new("/sys/fs/cgroup"), CgroupVersion::V2)));
+        assert_eq!(
+            l.controller("memory"),
+            Some((Path::new("/sys/fs/cgroup"), CgroupVersion::V2))
+        );
     }
 
     #[test]

@@ -54,10 +54,16 @@ pub fn join_inside(root: &Path, rel: &str) -> Result<PathBuf, CgroupError> {
     let mut out = root.to_path_buf();
     for part in rel.split('/').filter(|p| !p.is_empty()) {
         let ok = !part.contains('\0')
-            && matches!(Path::new(part).components().next(), Some(Component::Normal(_)))
+            && matches!(
+                Path::new(part).components().next(),
+                Some(Component::Normal(_))
+            )
             && Path::new(part).components().count() == 1;
         if !ok {
-            return Err(CgroupError::Escape { root: root.to_path_buf(), component: part.to_owned() });
+            return Err(CgroupError::Escape {
+                root: root.to_path_buf(),
+                component: part.to_owned(),
+            });
         }
         out.push(part);
     }
@@ -71,10 +77,19 @@ mod tests {
     #[test]
     fn pod_paths() {
         let cases: &[(&str, Option<(&str, QosTier, Option<&str>)>)] = &[
-            ("/kubepods/burstable/podabc/ctr1", Some(("abc", QosTier::Burstable, Some("ctr1")))),
-            ("/kubepods/besteffort/pod1-2", Some(("1-2", QosTier::BestEffort, None))),
+            (
+                "/kubepods/burstable/podabc/ctr1",
+                Some(("abc", QosTier::Burstable, Some("ctr1"))),
+            ),
+            (
+                "/kubepods/besteffort/pod1-2",
+                Some(("1-2", QosTier::BestEffort, None)),
+            ),
             ("/kubepods/pod77", Some(("77", QosTier::Guaranteed, None))),
-            ("/enforcer-test-3/kubepods/pod77/c", Some(("77", QosTier::Guaranteed, Some("c")))),
+            (
+                "/enforcer-test-3/kubepods/pod77/c",
+                Some(("77", QosTier::Guaranteed, Some("c"))),
+            ),
             ("/kubepods", None),
             ("/kubepods/burstable", None),
             ("/kubepods/burstable/pod", None),

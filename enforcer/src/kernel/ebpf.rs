@@ -15,7 +15,10 @@ use aya::{
 use enforcer_common::{GLOBAL_BURST_WINDOW_NS, GLOBAL_PROBE_TGID, RING_MAP, STATS_MAP, stat};
 use tokio::{io::unix::AsyncFd, sync::mpsc};
 
-use super::{KernelError, PipelineOptions, probe::{TRACEFS, TRACEPOINTS}};
+use super::{
+    KernelError, PipelineOptions,
+    probe::{TRACEFS, TRACEPOINTS},
+};
 use crate::{
     cgroup::CgroupLayout,
     signal::{Attributor, PipelineStats, Signal, decode},
@@ -38,12 +41,28 @@ pub fn ensure_tracefs() -> Result<bool, KernelError> {
     if events.is_dir() {
         return Ok(false);
     }
-    let c = |s: &str| CString::new(s).map_err(|e| KernelError::Io { what: s.to_owned(), source: e.into() });
+    let c = |s: &str| {
+        CString::new(s).map_err(|e| KernelError::Io {
+            what: s.to_owned(),
+            source: e.into(),
+        })
+    };
     let (src, dst, fstype) = (c("tracefs")?, c(TRACEFS)?, c("tracefs")?);
     // SAFETY: valid NUL-terminated strings, no data argument.
-    let rc = unsafe { libc::mount(src.as_ptr(), dst.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
+    let rc = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            dst.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
     if rc != 0 {
-        return Err(KernelError::Tracefs { path: TRACEFS.into(), source: std::io::Error::last_os_error() });
+        return Err(KernelError::Tracefs {
+            path: TRACEFS.into(),
+            source: std::io::Error::last_os_error(),
+        });
     }
     tracing::info!(path = TRACEFS, "tracefs was not mounted: mounted it");
     Ok(true)
@@ -70,22 +89,41 @@ pub fn load(opts: &PipelineOptions) -> Result<Loaded, KernelError> {
         attach(&mut ebpf, "pipeline_probe", "syscalls", "sys_enter_getppid")?;
     }
     tracing::debug!(attached, "eBPF programs attached");
-    let ring = ebpf
-        .take_map(RING_MAP)
-        .ok_or(KernelError::Map { map: "SIGNALS", what: "missing from the object".into() })?;
-    let ring = RingBuf::try_from(ring).map_err(|e| KernelError::Map { map: "SIGNALS", what: e.to_string() })?;
-    let stats = ebpf
-        .take_map(STATS_MAP)
-        .ok_or(KernelError::Map { map: "STATS", what: "missing from the object".into() })?;
-    let stats = PerCpuArray::try_from(stats).map_err(|e| KernelError::Map { map: "STATS", what: e.to_string() })?;
+    let ring = ebpf.take_map(RING_MAP).ok_or(KernelError::Map {
+        map: "SIGNALS",
+        what: "missing from the object".into(),
+    })?;
+    let ring = RingBuf::try_from(ring).map_err(|e| KernelError::Map {
+        map: "SIGNALS",
+        what: e.to_string(),
+    })?;
+    let stats = ebpf.take_map(STATS_MAP).ok_or(KernelError::Map {
+        map: "STATS",
+        what: "missing from the object".into(),
+    })?;
+    let stats = PerCpuArray::try_from(stats).map_err(|e| KernelError::Map {
+        map: "STATS",
+        what: e.to_string(),
+    })?;
     Ok(Loaded { ebpf, ring, stats })
 }
 
-fn attach(ebpf: &mut Ebpf, program: &'static str, category: &str, name: &str) -> Result<(), KernelError> {
-    let err = |source: aya::programs::ProgramError| KernelError::Program { program, source: Box::new(source) };
+fn attach(
+    ebpf: &mut Ebpf,
+    program: &'static str,
+    category: &str,
+    name: &str,
+) -> Result<(), KernelError> {
+    let err = |source: aya::programs::ProgramError| KernelError::Program {
+        program,
+        source: Box::new(source),
+    };
     let prog: &mut TracePoint = ebpf
         .program_mut(program)
-        .ok_or(KernelError::Map { map: "programs", what: format!("program {program} missing from the object") })?
+        .ok_or(KernelError::Map {
+            map: "programs",
+            what: format!("program {program} missing from the object"),
+        })?
         .try_into()
         .map_err(err)?;
     prog.load().map_err(err)?;
@@ -96,9 +134,15 @@ fn attach(ebpf: &mut Ebpf, program: &'static str, category: &str, name: &str) ->
 /// Sums the per-CPU kernel counters into `stats`.
 pub fn refresh_stats(map: &PerCpuArray<MapData, u64>, stats: &PipelineStats) {
     let read = |i: u32| map.get(&i, 0).map(|v| v.iter().sum::<u64>()).unwrap_or(0);
-    stats.kernel_emitted.store(read(stat::EMITTED), Ordering::Relaxed);
-    stats.kernel_ring_full.store(read(stat::RING_FULL), Ordering::Relaxed);
-    stats.kernel_suppressed.store(read(stat::SUPPRESSED), Ordering::Relaxed);
+    stats
+        .kernel_emitted
+        .store(read(stat::EMITTED), Ordering::Relaxed);
+    stats
+        .kernel_ring_full
+        .store(read(stat::RING_FULL), Ordering::Relaxed);
+    stats
+        .kernel_suppressed
+        .store(read(stat::SUPPRESSED), Ordering::Relaxed);
     stats.kernel_seen.store(read(stat::SEEN), Ordering::Relaxed);
 }
 
@@ -109,7 +153,11 @@ pub fn start(
     tx: mpsc::Sender<Signal>,
     stats: Arc<PipelineStats>,
 ) -> Result<tokio::task::JoinHandle<()>, KernelError> {
-    let Loaded { ebpf, ring, stats: stats_map } = load(opts)?;
+    let Loaded {
+        ebpf,
+        ring,
+        stats: stats_map,
+    } = load(opts)?;
     // SAFETY: the ring buffer owns its map fd, which stays open and the same until the
     // AsyncFd (which owns the RingBuf) is dropped.
     let ring = unsafe { AsyncFd::register(ring) }.map_err(|e| KernelError::Io {
@@ -117,7 +165,39 @@ pub fn start(
         source: std::io::Error::other(e.to_string()),
     })?;
     let attributor = Attributor::new(layout.clone());
-    Ok(tokio::spawn(pump(ebpf, ring, stats_map, attributor, tx, stats)))
+    Ok(tokio::spawn(pump(
+        ebpf, ring, stats_map, attributor, tx, stats,
+    )))
+}
+
+/// Decodes, attributes and forwards one ring-buffer item. A malformed item is counted and
+/// logged (rate-limited), never fatal. Returns false once the consumer has gone.
+pub fn handle_item(
+    item: &[u8],
+    attributor: &mut Attributor,
+    tx: &mpsc::Sender<Signal>,
+    stats: &PipelineStats,
+) -> bool {
+    match decode(item) {
+        Ok(raw) => {
+            stats.decoded.fetch_add(1, Ordering::Relaxed);
+            match tx.try_send(attributor.attribute(&raw)) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    stats.dropped.fetch_add(1, Ordering::Relaxed);
+                    true
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            }
+        }
+        Err(e) => {
+            let n = stats.malformed.fetch_add(1, Ordering::Relaxed) + 1;
+            if n <= 10 || n.is_power_of_two() {
+                tracing::warn!(error = %e, malformed = n, "dropping a malformed ring-buffer record");
+            }
+            true
+        }
+    }
 }
 
 async fn pump(
@@ -143,25 +223,8 @@ async fn pump(
                 };
                 let ring = guard.get_inner_mut();
                 while let Some(item) = ring.next() {
-                    match decode(&item) {
-                        Ok(raw) => {
-                            stats.decoded.fetch_add(1, Ordering::Relaxed);
-                            let signal = attributor.attribute(&raw);
-                            if let Err(e) = tx.try_send(signal) {
-                                match e {
-                                    mpsc::error::TrySendError::Full(_) => {
-                                        stats.dropped.fetch_add(1, Ordering::Relaxed);
-                                    }
-                                    mpsc::error::TrySendError::Closed(_) => return,
-                                }
-                            }
-                        }
-                        Err(e) => {
-                            let n = stats.malformed.fetch_add(1, Ordering::Relaxed);
-                            if n < 10 || n.is_power_of_two() {
-                                tracing::warn!(error = %e, malformed = n + 1, "dropping a malformed ring-buffer record");
-                            }
-                        }
+                    if !handle_item(&item, &mut attributor, &tx, &stats) {
+                        return;
                     }
                 }
                 guard.clear_ready();
@@ -178,5 +241,34 @@ async fn pump(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn malformed_items_are_counted_not_fatal() {
+        let mut attributor = Attributor::new(CgroupLayout::default());
+        let (tx, mut rx) = mpsc::channel(4);
+        let stats = PipelineStats::default();
+        for bad in [
+            &[][..],
+            &[1, 2, 3][..],
+            &[0u8; enforcer_common::RECORD_SIZE][..],
+        ] {
+            assert!(handle_item(bad, &mut attributor, &tx, &stats));
+        }
+        assert_eq!(stats.malformed.load(Ordering::Relaxed), 3);
+        assert_eq!(stats.decoded.load(Ordering::Relaxed), 0);
+        assert!(rx.try_recv().is_err(), "nothing forwarded");
+        drop(rx);
+        // A good record after the consumer left ends the pump.
+        let mut good = [0u8; enforcer_common::RECORD_SIZE];
+        good[..2].copy_from_slice(&enforcer_common::ABI_VERSION.to_ne_bytes());
+        good[2..4].copy_from_slice(&(enforcer_common::RecordKind::Probe as u16).to_ne_bytes());
+        assert!(!handle_item(&good, &mut attributor, &tx, &stats));
+        assert_eq!(stats.decoded.load(Ordering::Relaxed), 1);
     }
 }

@@ -58,19 +58,30 @@ fn read_u64(path: &Path) -> Result<u64, KernelError> {
     }
     t.parse().map_err(|_| KernelError::Io {
         what: path.display().to_string(),
-        source: std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not a number: {t:?}")),
+        source: std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not a number: {t:?}"),
+        ),
     })
 }
 
 /// Memory usage and limit files of a cgroup directory, v1 or v2.
 fn usage_file(dir: &Path) -> PathBuf {
     let v1 = dir.join("memory.usage_in_bytes");
-    if v1.exists() { v1 } else { dir.join("memory.current") }
+    if v1.exists() {
+        v1
+    } else {
+        dir.join("memory.current")
+    }
 }
 
 fn limit_of(dir: &Path) -> Option<u64> {
     let v1 = dir.join("memory.limit_in_bytes");
-    let v = if v1.exists() { read_u64(&v1).ok()? } else { read_u64(&dir.join("memory.max")).ok()? };
+    let v = if v1.exists() {
+        read_u64(&v1).ok()?
+    } else {
+        read_u64(&dir.join("memory.max")).ok()?
+    };
     // v1 reports "no limit" as a huge page-aligned number.
     (v < (1 << 62)).then_some(v)
 }
@@ -80,16 +91,25 @@ pub fn threshold_of(w: &Watch) -> Result<u64, KernelError> {
     if let Some(t) = w.threshold_bytes {
         return Ok(t);
     }
-    limit_of(&w.cgroup).map(|l| l / 10 * 9).ok_or_else(|| KernelError::Unavailable {
-        signal_source: SourceKind::Eventfd,
-        why: format!("{} has no memory limit and no threshold was given", w.cgroup.display()),
-    })
+    limit_of(&w.cgroup)
+        .map(|l| l / 10 * 9)
+        .ok_or_else(|| KernelError::Unavailable {
+            signal_source: SourceKind::Eventfd,
+            why: format!(
+                "{} has no memory limit and no threshold was given",
+                w.cgroup.display()
+            ),
+        })
 }
 
 /// cgroup path of a watch relative to the controller's mount, for the signal.
 fn relative(layout: &CgroupLayout, dir: &Path) -> (String, String) {
     for (ctl, name) in [("memory", "memory"), ("", "unified")] {
-        let mount = if ctl.is_empty() { layout.unified.as_deref() } else { layout.controller(ctl).map(|(p, _)| p) };
+        let mount = if ctl.is_empty() {
+            layout.unified.as_deref()
+        } else {
+            layout.controller(ctl).map(|(p, _)| p)
+        };
         if let Some(m) = mount
             && let Ok(rel) = dir.strip_prefix(m)
         {
@@ -125,10 +145,26 @@ fn eventfd() -> Result<OwnedFd, KernelError> {
 
 /// What a polled descriptor stands for.
 enum Slot {
-    Threshold { watch: usize, efd: OwnedFd, _usage: File, threshold: u64 },
-    Oom { watch: usize, efd: OwnedFd, _ctl: File },
-    Psi { cgroup: Option<usize>, file: File },
-    Events { watch: usize, file: File, last: MemEvents },
+    Threshold {
+        watch: usize,
+        efd: OwnedFd,
+        _usage: File,
+        threshold: u64,
+    },
+    Oom {
+        watch: usize,
+        efd: OwnedFd,
+        _ctl: File,
+    },
+    Psi {
+        cgroup: Option<usize>,
+        file: File,
+    },
+    Events {
+        watch: usize,
+        file: File,
+        last: MemEvents,
+    },
 }
 
 /// Counters of a cgroup v2 `memory.events` file.
@@ -146,7 +182,9 @@ pub fn parse_mem_events(text: &str) -> MemEvents {
     let mut m = MemEvents::default();
     for line in text.lines() {
         let mut f = line.split_whitespace();
-        let (Some(k), Some(v)) = (f.next(), f.next().and_then(|v| v.parse().ok())) else { continue };
+        let (Some(k), Some(v)) = (f.next(), f.next().and_then(|v| v.parse().ok())) else {
+            continue;
+        };
         match k {
             "high" => m.high = v,
             "max" => m.max = v,
@@ -180,12 +218,22 @@ pub fn start(
     let watches = opts.watches.clone();
     let layout = layout.clone();
     match kind {
-        SourceKind::Ebpf => return Err(KernelError::Unavailable { signal_source: kind, why: "not a fallback".into() }),
+        SourceKind::Ebpf => {
+            return Err(KernelError::Unavailable {
+                signal_source: kind,
+                why: "not a fallback".into(),
+            });
+        }
         SourceKind::Poll => {
-            let thresholds = watches.iter().map(threshold_of).collect::<Result<Vec<_>, _>>()?;
+            let thresholds = watches
+                .iter()
+                .map(threshold_of)
+                .collect::<Result<Vec<_>, _>>()?;
             let interval = opts.poll_interval;
             let s = stop.clone();
-            spawn("enforcer-poll", move || poll_loop(&watches, &thresholds, interval, &layout, &tx, &stats, &s))?;
+            spawn("enforcer-poll", move || {
+                poll_loop(&watches, &thresholds, interval, &layout, &tx, &stats, &s)
+            })?;
         }
         SourceKind::Eventfd | SourceKind::Psi => {
             let slots = if kind == SourceKind::Eventfd {
@@ -198,19 +246,28 @@ pub fn start(
                 eventfd_slots(&watches)?
             } else {
                 if !caps.psi {
-                    return Err(KernelError::Unavailable { signal_source: kind, why: "/proc/pressure/memory is missing".into() });
+                    return Err(KernelError::Unavailable {
+                        signal_source: kind,
+                        why: "/proc/pressure/memory is missing".into(),
+                    });
                 }
                 psi_slots(&watches, caps.psi_window_us())?
             };
             let s = stop.clone();
-            spawn("enforcer-notify", move || notify_loop(slots, &watches, &layout, &tx, &stats, &s))?;
+            spawn("enforcer-notify", move || {
+                notify_loop(slots, &watches, &layout, &tx, &stats, &s)
+            })?;
         }
     }
     Ok(stop)
 }
 
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), KernelError> {
-    std::thread::Builder::new().name(name.to_owned()).spawn(f).map(|_| ()).map_err(io("spawning a signal thread"))
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(f)
+        .map(|_| ())
+        .map_err(io("spawning a signal thread"))
 }
 
 fn eventfd_slots(watches: &[Watch]) -> Result<Vec<Slot>, KernelError> {
@@ -221,16 +278,32 @@ fn eventfd_slots(watches: &[Watch]) -> Result<Vec<Slot>, KernelError> {
         let usage_path = w.cgroup.join("memory.usage_in_bytes");
         let usage = File::open(&usage_path).map_err(io(usage_path.display().to_string()))?;
         let efd = eventfd()?;
-        let mut ctl = OpenOptions::new().write(true).open(&control).map_err(io(control.display().to_string()))?;
-        write!(ctl, "{} {} {}", efd.as_raw_fd(), usage.as_raw_fd(), threshold)
+        let mut ctl = OpenOptions::new()
+            .write(true)
+            .open(&control)
             .map_err(io(control.display().to_string()))?;
-        slots.push(Slot::Threshold { watch: i, efd, _usage: usage, threshold });
+        // One write(2) per command: cgroup.event_control rejects a command split in pieces.
+        ctl.write_all(
+            format!("{} {} {}", efd.as_raw_fd(), usage.as_raw_fd(), threshold).as_bytes(),
+        )
+        .map_err(io(control.display().to_string()))?;
+        slots.push(Slot::Threshold {
+            watch: i,
+            efd,
+            _usage: usage,
+            threshold,
+        });
         // OOM notifications of the same cgroup.
         let oom_path = w.cgroup.join("memory.oom_control");
         let oom = File::open(&oom_path).map_err(io(oom_path.display().to_string()))?;
         let oefd = eventfd()?;
-        write!(ctl, "{} {}", oefd.as_raw_fd(), oom.as_raw_fd()).map_err(io(control.display().to_string()))?;
-        slots.push(Slot::Oom { watch: i, efd: oefd, _ctl: oom });
+        ctl.write_all(format!("{} {}", oefd.as_raw_fd(), oom.as_raw_fd()).as_bytes())
+            .map_err(io(control.display().to_string()))?;
+        slots.push(Slot::Oom {
+            watch: i,
+            efd: oefd,
+            _ctl: oom,
+        });
     }
     Ok(slots)
 }
@@ -238,21 +311,39 @@ fn eventfd_slots(watches: &[Watch]) -> Result<Vec<Slot>, KernelError> {
 fn psi_slots(watches: &[Watch], window_us: u64) -> Result<Vec<Slot>, KernelError> {
     let trigger = format!("some {} {}\0", window_us / 10, window_us);
     let open_trigger = |path: &Path| -> Result<File, KernelError> {
-        let mut f = OpenOptions::new().read(true).write(true).open(path).map_err(io(path.display().to_string()))?;
-        f.write_all(trigger.as_bytes()).map_err(io(format!("{} (trigger {})", path.display(), trigger.trim_end_matches('\0'))))?;
+        let mut f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(io(path.display().to_string()))?;
+        f.write_all(trigger.as_bytes()).map_err(io(format!(
+            "{} (trigger {})",
+            path.display(),
+            trigger.trim_end_matches('\0')
+        )))?;
         Ok(f)
     };
-    let mut slots = vec![Slot::Psi { cgroup: None, file: open_trigger(Path::new("/proc/pressure/memory"))? }];
+    let mut slots = vec![Slot::Psi {
+        cgroup: None,
+        file: open_trigger(Path::new("/proc/pressure/memory"))?,
+    }];
     for (i, w) in watches.iter().enumerate() {
         let pressure = w.cgroup.join("memory.pressure");
         if pressure.exists() {
-            slots.push(Slot::Psi { cgroup: Some(i), file: open_trigger(&pressure)? });
+            slots.push(Slot::Psi {
+                cgroup: Some(i),
+                file: open_trigger(&pressure)?,
+            });
         }
         let events = w.cgroup.join("memory.events");
         if events.exists() {
             let mut file = File::open(&events).map_err(io(events.display().to_string()))?;
             let last = read_events(&mut file);
-            slots.push(Slot::Events { watch: i, file, last });
+            slots.push(Slot::Events {
+                watch: i,
+                file,
+                last,
+            });
         }
     }
     Ok(slots)
@@ -270,11 +361,17 @@ fn notify_loop(
         .iter()
         .map(|s| {
             let (fd, events) = match s {
-                Slot::Threshold { efd, .. } | Slot::Oom { efd, .. } => (efd.as_raw_fd(), libc::POLLIN),
+                Slot::Threshold { efd, .. } | Slot::Oom { efd, .. } => {
+                    (efd.as_raw_fd(), libc::POLLIN)
+                }
                 Slot::Psi { file, .. } => (file.as_raw_fd(), libc::POLLPRI),
                 Slot::Events { file, .. } => (file.as_raw_fd(), libc::POLLPRI),
             };
-            libc::pollfd { fd, events, revents: 0 }
+            libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            }
         })
         .collect();
     while !stop.stopped() && !tx.is_closed() {
@@ -290,7 +387,12 @@ fn notify_loop(
             pfd.revents = 0;
             let mut signals = Vec::new();
             match slot {
-                Slot::Threshold { watch, efd, threshold, .. } => {
+                Slot::Threshold {
+                    watch,
+                    efd,
+                    threshold,
+                    ..
+                } => {
                     drain_eventfd(efd);
                     let dir = &watches[*watch].cgroup;
                     let mut s = Signal::new(SignalKind::MemoryThreshold, SourceKind::Eventfd);
@@ -321,7 +423,8 @@ fn notify_loop(
                 Slot::Events { watch, file, last } => {
                     let now = read_events(file);
                     let (p, h) = relative(layout, &watches[*watch].cgroup);
-                    let grew = |a: u64, b: u64| u32::try_from(a.saturating_sub(b)).unwrap_or(u32::MAX);
+                    let grew =
+                        |a: u64, b: u64| u32::try_from(a.saturating_sub(b)).unwrap_or(u32::MAX);
                     if now.high > last.high || now.max > last.max {
                         let mut s = Signal::new(SignalKind::MemoryEvents, SourceKind::Psi);
                         s.count = grew(now.high + now.max, last.high + last.max);
@@ -371,7 +474,9 @@ fn poll_loop(
         }
         next += interval;
         for (i, w) in watches.iter().enumerate() {
-            let Ok(usage) = read_u64(&usage_file(&w.cgroup)) else { continue };
+            let Ok(usage) = read_u64(&usage_file(&w.cgroup)) else {
+                continue;
+            };
             let is_above = usage >= thresholds[i];
             if is_above && !above[i] {
                 let mut s = Signal::new(SignalKind::MemoryThreshold, SourceKind::Poll);
@@ -394,8 +499,17 @@ mod tests {
 
     #[test]
     fn memory_events() {
-        let m = parse_mem_events("low 0\nhigh 3\nmax 7\noom 1\noom_kill 1\noom_group_kill 0\nbad\n");
-        assert_eq!(m, MemEvents { high: 3, max: 7, oom: 1, oom_kill: 1 });
+        let m =
+            parse_mem_events("low 0\nhigh 3\nmax 7\noom 1\noom_kill 1\noom_group_kill 0\nbad\n");
+        assert_eq!(
+            m,
+            MemEvents {
+                high: 3,
+                max: 7,
+                oom: 1,
+                oom_kill: 1
+            }
+        );
         assert_eq!(parse_mem_events(""), MemEvents::default());
     }
 }

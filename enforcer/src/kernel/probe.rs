@@ -80,7 +80,11 @@ impl Capabilities {
              cap_sys_resource={} cap_bpf={}",
             self.kernel,
             self.btf,
-            if self.tracefs_mounted { "mounted" } else { "unmounted" },
+            if self.tracefs_mounted {
+                "mounted"
+            } else {
+                "unmounted"
+            },
             self.tracepoints_missing.join(","),
             self.cgroup_mode,
             v(self.memory_controller),
@@ -95,7 +99,11 @@ impl Capabilities {
     /// (unprivileged triggers need multiples of 2 s).
     #[must_use]
     pub fn psi_window_us(&self) -> u64 {
-        if self.cap_sys_resource { 1_000_000 } else { 2_000_000 }
+        if self.cap_sys_resource {
+            1_000_000
+        } else {
+            2_000_000
+        }
     }
 }
 

@@ -34,7 +34,11 @@ impl Attributor {
     /// Builds the attributor and indexes the unified hierarchy (if mounted).
     #[must_use]
     pub fn new(layout: CgroupLayout) -> Self {
-        let mut a = Self { layout, proc_root: PathBuf::from("/proc"), v2_paths: HashMap::new() };
+        let mut a = Self {
+            layout,
+            proc_root: PathBuf::from("/proc"),
+            v2_paths: HashMap::new(),
+        };
         a.reindex();
         a
     }
@@ -48,13 +52,23 @@ impl Attributor {
     /// Re-walks the unified hierarchy to rebuild the id -> path table.
     pub fn reindex(&mut self) {
         self.v2_paths.clear();
-        let Some(root) = self.layout.unified.clone() else { return };
+        let Some(root) = self.layout.unified.clone() else {
+            return;
+        };
         let mut stack = vec![root.clone()];
         while let Some(dir) = stack.pop() {
-            let Ok(meta) = fs::metadata(&dir) else { continue };
-            let rel = dir.strip_prefix(&root).map(|r| format!("/{}", r.display())).unwrap_or_default();
-            self.v2_paths.insert(meta.ino(), if rel == "/" { "/".to_owned() } else { rel });
-            let Ok(entries) = fs::read_dir(&dir) else { continue };
+            let Ok(meta) = fs::metadata(&dir) else {
+                continue;
+            };
+            let rel = dir
+                .strip_prefix(&root)
+                .map(|r| format!("/{}", r.display()))
+                .unwrap_or_default();
+            self.v2_paths
+                .insert(meta.ino(), if rel == "/" { "/".to_owned() } else { rel });
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
             for e in entries.flatten() {
                 if e.file_type().is_ok_and(|t| t.is_dir()) {
                     stack.push(e.path());
@@ -138,13 +152,13 @@ impl Attributor {
                 s.pid = Some(r.pid);
                 s.comm = Some(raw.path()).filter(|c| !c.is_empty());
                 s.detail.oom_score_adj = Some(r.arg0 as i32);
-                s.detail.anon_rss_bytes = Some(r.arg1.saturating_mul(page_size()));
+                s.detail.anon_rss_bytes = Some(r.arg1.saturating_mul(1024));
                 // The victim first; if it is already gone, the task that hit the OOM (which,
                 // for a memcg OOM, is in the same memory cgroup).
                 let resolved = match self.layout.controller("memory") {
-                    Some((_, CgroupVersion::V1)) | None => {
-                        self.task_path(r.pid, "memory").or_else(|| self.task_path(r.tid, "memory"))
-                    }
+                    Some((_, CgroupVersion::V1)) | None => self
+                        .task_path(r.pid, "memory")
+                        .or_else(|| self.task_path(r.tid, "memory")),
                     Some((_, CgroupVersion::V2)) => self
                         .task_path(r.pid, "memory")
                         .or_else(|| self.v2_path(r.cgroup_id).map(|p| (p, "unified".to_owned()))),
@@ -180,7 +194,9 @@ pub fn task_cgroup_line(text: &str, controller: &str) -> Option<(String, String)
     let mut unified = None;
     for line in text.lines() {
         let mut f = line.splitn(3, ':');
-        let (Some(id), Some(ctrls), Some(path)) = (f.next(), f.next(), f.next()) else { continue };
+        let (Some(id), Some(ctrls), Some(path)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
         if id == "0" && ctrls.is_empty() {
             unified = Some((path.to_owned(), "unified".to_owned()));
         } else if ctrls.split(',').any(|c| c == controller) {
@@ -188,12 +204,6 @@ pub fn task_cgroup_line(text: &str, controller: &str) -> Option<(String, String)
         }
     }
     unified
-}
-
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(p).unwrap_or(4096)
 }
 
 #[cfg(test)]
@@ -207,8 +217,14 @@ mod tests {
             task_cgroup_line(text, "memory"),
             Some(("/kubepods/podA/c1".to_owned(), "memory".to_owned()))
         );
-        assert_eq!(task_cgroup_line(text, "cpuacct"), Some(("/x".to_owned(), "cpu,cpuacct".to_owned())));
-        assert_eq!(task_cgroup_line(text, "pids"), Some(("/u/v".to_owned(), "unified".to_owned())));
+        assert_eq!(
+            task_cgroup_line(text, "cpuacct"),
+            Some(("/x".to_owned(), "cpu,cpuacct".to_owned()))
+        );
+        assert_eq!(
+            task_cgroup_line(text, "pids"),
+            Some(("/u/v".to_owned(), "unified".to_owned()))
+        );
         assert_eq!(task_cgroup_line("garbage", "memory"), None);
     }
 }

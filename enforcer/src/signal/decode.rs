@@ -25,7 +25,12 @@ impl RawRecord {
     /// The `path` bytes up to the first NUL, lossily as UTF-8.
     #[must_use]
     pub fn path(&self) -> String {
-        let end = self.rec.path.iter().position(|b| *b == 0).unwrap_or(PATH_LEN);
+        let end = self
+            .rec
+            .path
+            .iter()
+            .position(|b| *b == 0)
+            .unwrap_or(PATH_LEN);
         String::from_utf8_lossy(&self.rec.path[..end]).into_owned()
     }
 }
@@ -82,10 +87,23 @@ mod tests {
         let cases: Vec<(Vec<u8>, DecodeError)> = vec![
             (vec![], DecodeError::WrongSize { len: 0 }),
             (good[..100].to_vec(), DecodeError::WrongSize { len: 100 }),
-            ([good.clone(), vec![0]].concat(), DecodeError::WrongSize { len: RECORD_SIZE + 1 }),
-            (record(ABI_VERSION + 1, 1), DecodeError::OtherAbi { abi: ABI_VERSION + 1 }),
+            (
+                [good.clone(), vec![0]].concat(),
+                DecodeError::WrongSize {
+                    len: RECORD_SIZE + 1,
+                },
+            ),
+            (
+                record(ABI_VERSION + 1, 1),
+                DecodeError::OtherAbi {
+                    abi: ABI_VERSION + 1,
+                },
+            ),
             (record(ABI_VERSION, 0), DecodeError::UnknownKind { kind: 0 }),
-            (record(ABI_VERSION, 999), DecodeError::UnknownKind { kind: 999 }),
+            (
+                record(ABI_VERSION, 999),
+                DecodeError::UnknownKind { kind: 999 },
+            ),
         ];
         for (bytes, want) in cases {
             assert_eq!(decode(&bytes).err(), Some(want));

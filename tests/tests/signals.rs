@@ -1,0 +1,358 @@
+//! The signal pipeline on the real kernel: eBPF programs loaded and attached, real cgroups,
+//! real memory pressure; and the eventfd / polling fallbacks on the same workload.
+
+use std::{process::Command, time::Duration};
+
+use enforcer::{
+    cgroup::QosTier,
+    kernel::{self, Capabilities, PipelineOptions, SourceChoice, Watch},
+    signal::{SignalKind, SourceKind},
+};
+use enforcer_tests::{TestCgroup, layout, require_root, spawn_in, unique_name, wait_for};
+
+const MIB: u64 = 1 << 20;
+
+fn start(source: SourceChoice, watches: Vec<Watch>) -> kernel::Pipeline {
+    require_root();
+    let layout = layout();
+    let caps = Capabilities::probe(&layout);
+    let opts = PipelineOptions {
+        source,
+        watches,
+        poll_interval: Duration::from_millis(100),
+        ..Default::default()
+    };
+    let p = kernel::start(&opts, &caps, &layout).expect("signal pipeline starts");
+    if let SourceChoice::Only(k) = source {
+        assert_eq!(p.source, k);
+    }
+    p
+}
+
+fn memory_mount() -> std::path::PathBuf {
+    let l = layout();
+    l.controller("memory")
+        .expect("a memory controller (v1 or v2) on this machine")
+        .0
+        .to_path_buf()
+}
+
+fn memhog(mib: u64, step_ms: u64, hold_ms: u64) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_memhog"));
+    c.args([mib.to_string(), step_ms.to_string(), hold_ms.to_string()]);
+    c.stdout(std::process::Stdio::null());
+    c
+}
+
+#[tokio::test]
+async fn ebpf_reports_cgroup_mkdir_and_rmdir_with_paths_and_pods() {
+    let mut p = start(SourceChoice::Only(SourceKind::Ebpf), vec![]);
+    let l = layout();
+    let name = unique_name("mkdir");
+    let rel = format!("{name}/kubepods/burstable/pod0b1c2d3e-aaaa-bbbb-cccc-000000000001");
+    let mut mem = TestCgroup::create(&memory_mount(), &rel);
+    let uni = l.unified.as_deref().map(|u| TestCgroup::create(u, &name));
+
+    let want = mem.rel();
+    let s = wait_for(
+        &mut p.signals,
+        Duration::from_secs(5),
+        "mkdir of the pod cgroup",
+        |s| s.kind == SignalKind::CgroupCreated && s.cgroup.as_deref() == Some(want.as_str()),
+    )
+    .await;
+    assert_eq!(s.source, SourceKind::Ebpf);
+    assert_eq!(
+        s.pod_uid.as_deref(),
+        Some("0b1c2d3e-aaaa-bbbb-cccc-000000000001")
+    );
+    assert_eq!(s.qos, Some(QosTier::Burstable));
+    assert_eq!(s.detail.level, Some(4));
+    assert_eq!(
+        s.cgroup_id,
+        Some(mem.ino()),
+        "mkdir carries the new cgroup's id (its inode)"
+    );
+    assert!(
+        s.delay_ns().is_some_and(|d| d < 1_000_000_000),
+        "delivered within a second: {:?}",
+        s.delay_ns()
+    );
+
+    if let Some(uni) = &uni {
+        let want = uni.rel();
+        let s = wait_for(
+            &mut p.signals,
+            Duration::from_secs(5),
+            "mkdir in the unified hierarchy",
+            |s| s.kind == SignalKind::CgroupCreated && s.cgroup.as_deref() == Some(want.as_str()),
+        )
+        .await;
+        assert_eq!(s.hierarchy.as_deref(), Some("unified"));
+        assert_eq!(s.cgroup_id, Some(uni.ino()));
+    }
+
+    mem.remove();
+    let s = wait_for(
+        &mut p.signals,
+        Duration::from_secs(5),
+        "rmdir of the pod cgroup",
+        |s| s.kind == SignalKind::CgroupRemoved && s.cgroup.as_deref() == Some(want.as_str()),
+    )
+    .await;
+    assert_eq!(s.qos, Some(QosTier::Burstable));
+    let top = format!("/{name}");
+    wait_for(
+        &mut p.signals,
+        Duration::from_secs(5),
+        "rmdir of the test root",
+        |s| {
+            s.kind == SignalKind::CgroupRemoved
+                && s.cgroup.as_deref() == Some(top.as_str())
+                && s.hierarchy.as_deref() != Some("unified")
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn ebpf_reports_memcg_reclaim_then_oom_kill_attributed_to_the_cgroup() {
+    let mut p = start(SourceChoice::Only(SourceKind::Ebpf), vec![]);
+    let l = layout();
+    let name = unique_name("oom");
+    let rel = format!("{name}/kubepods/besteffort/podfeedface-0000-0000-0000-000000000002");
+    let mem = TestCgroup::create(&memory_mount(), &rel);
+    let v1 = mem.dir.join("memory.limit_in_bytes").exists();
+    mem.write(
+        if v1 {
+            "memory.limit_in_bytes"
+        } else {
+            "memory.max"
+        },
+        &(64 * MIB).to_string(),
+    );
+    if !v1 {
+        mem.write("memory.swap.max", "0");
+    }
+    // Also place the task in a unified cgroup, so the record's v2 id is checked too.
+    let uni = l
+        .unified
+        .as_deref()
+        .filter(|_| v1)
+        .map(|u| TestCgroup::create(u, &name));
+    let mut groups = vec![mem.dir.as_path()];
+    if let Some(u) = &uni {
+        groups.push(u.dir.as_path());
+    }
+    let mut child = spawn_in(memhog(200, 0, 0), &groups);
+    let pid = child.id();
+
+    let want = mem.rel();
+    let s = wait_for(
+        &mut p.signals,
+        Duration::from_secs(10),
+        "memcg reclaim in the test cgroup",
+        |s| s.kind == SignalKind::MemcgReclaim && s.cgroup.as_deref() == Some(want.as_str()),
+    )
+    .await;
+    assert_eq!(s.pid, Some(pid), "the reclaiming task is the hog");
+    assert_eq!(s.qos, Some(QosTier::BestEffort));
+    assert_eq!(
+        s.pod_uid.as_deref(),
+        Some("feedface-0000-0000-0000-000000000002")
+    );
+    if let Some(u) = &uni {
+        assert_eq!(
+            s.cgroup_id,
+            Some(u.ino()),
+            "the record carries the task's v2 cgroup id"
+        );
+    }
+    let s = wait_for(
+        &mut p.signals,
+        Duration::from_secs(10),
+        "the OOM kill of the hog",
+        |s| s.kind == SignalKind::OomKill,
+    )
+    .await;
+    assert_eq!(s.pid, Some(pid), "names the victim");
+    assert_eq!(
+        s.cgroup.as_deref(),
+        Some(want.as_str()),
+        "in the test cgroup"
+    );
+    assert_eq!(s.comm.as_deref(), Some("memhog"));
+    assert!(
+        s.detail
+            .anon_rss_bytes
+            .is_some_and(|b| b > 32 * MIB && b <= 64 * MIB),
+        "{:?}",
+        s.detail
+    );
+    let status = child.wait().expect("hog exits");
+    use std::os::unix::process::ExitStatusExt as _;
+    assert_eq!(status.signal(), Some(9), "the kernel OOM-killed the hog");
+}
+
+#[tokio::test]
+async fn reclaim_storms_are_folded_per_cgroup_in_the_kernel() {
+    let mut p = start(SourceChoice::Only(SourceKind::Ebpf), vec![]);
+    let name = unique_name("storm");
+    let mem = TestCgroup::create(&memory_mount(), &name);
+    let v1 = mem.dir.join("memory.limit_in_bytes").exists();
+    mem.write(
+        if v1 {
+            "memory.limit_in_bytes"
+        } else {
+            "memory.max"
+        },
+        &(64 * MIB).to_string(),
+    );
+    let mut child = spawn_in(memhog(300, 0, 0), &[mem.dir.as_path()]);
+    let want = mem.rel();
+    let first = wait_for(
+        &mut p.signals,
+        Duration::from_secs(10),
+        "first reclaim",
+        |s| s.kind == SignalKind::MemcgReclaim && s.cgroup.as_deref() == Some(want.as_str()),
+    )
+    .await;
+    assert_eq!(
+        first.count, 1,
+        "the first event of a burst goes out at once, alone"
+    );
+    let _ = child.wait();
+    // Let the pump see the rest, then compare: the kernel saw more than it sent.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut records = 1u64;
+    let mut events = 1u64;
+    while let Ok(s) = p.signals.try_recv() {
+        if s.kind == SignalKind::MemcgReclaim && s.cgroup.as_deref() == Some(want.as_str()) {
+            records += 1;
+            events += u64::from(s.count);
+        }
+    }
+    let suppressed = p
+        .stats
+        .kernel_suppressed
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        suppressed > 0 || events == records,
+        "burst folding counted ({suppressed} suppressed)"
+    );
+    assert_eq!(
+        p.stats
+            .kernel_ring_full
+            .load(std::sync::atomic::Ordering::Relaxed),
+        0,
+        "no record lost"
+    );
+}
+
+#[tokio::test]
+async fn eventfd_fallback_reports_the_same_pressure() {
+    let mem_mount = memory_mount();
+    let name = unique_name("eventfd");
+    let mem = TestCgroup::create(
+        &mem_mount,
+        &format!("{name}/kubepods/burstable/podeeee-0003"),
+    );
+    assert!(
+        mem.dir.join("cgroup.event_control").exists(),
+        "the eventfd source needs the cgroup v1 memory controller; this machine has none"
+    );
+    mem.write("memory.limit_in_bytes", &(64 * MIB).to_string());
+    let watch = Watch {
+        cgroup: mem.dir.clone(),
+        threshold_bytes: Some(48 * MIB),
+    };
+    let mut p = start(SourceChoice::Only(SourceKind::Eventfd), vec![watch]);
+    let mut child = spawn_in(memhog(200, 0, 0), &[mem.dir.as_path()]);
+    let want = mem.rel();
+    let s = wait_for(
+        &mut p.signals,
+        Duration::from_secs(10),
+        "threshold crossing",
+        |s| s.kind == SignalKind::MemoryThreshold,
+    )
+    .await;
+    assert_eq!(s.source, SourceKind::Eventfd);
+    assert_eq!(s.cgroup.as_deref(), Some(want.as_str()));
+    assert_eq!(s.pod_uid.as_deref(), Some("eeee-0003"));
+    assert_eq!(s.detail.threshold_bytes, Some(48 * MIB));
+    let s = wait_for(
+        &mut p.signals,
+        Duration::from_secs(10),
+        "OOM notification",
+        |s| s.kind == SignalKind::OomKill,
+    )
+    .await;
+    assert_eq!(s.source, SourceKind::Eventfd);
+    assert_eq!(s.cgroup.as_deref(), Some(want.as_str()));
+    let _ = child.wait();
+}
+
+#[tokio::test]
+async fn polling_fallback_reports_a_crossing_at_its_next_tick() {
+    let name = unique_name("poll");
+    let mem = TestCgroup::create(&memory_mount(), &name);
+    let watch = Watch {
+        cgroup: mem.dir.clone(),
+        threshold_bytes: Some(16 * MIB),
+    };
+    let mut p = start(SourceChoice::Only(SourceKind::Poll), vec![watch]);
+    let mut child = spawn_in(memhog(32, 0, 1500), &[mem.dir.as_path()]);
+    let s = wait_for(
+        &mut p.signals,
+        Duration::from_secs(10),
+        "polled crossing",
+        |s| s.kind == SignalKind::MemoryThreshold,
+    )
+    .await;
+    assert_eq!(s.source, SourceKind::Poll);
+    assert!(s.detail.usage_bytes.is_some_and(|u| u >= 16 * MIB));
+    assert_eq!(s.cgroup.as_deref(), Some(mem.rel().as_str()));
+    let _ = child.wait();
+}
+
+#[tokio::test]
+async fn psi_fallback_registers_triggers_with_the_allowed_window() {
+    require_root();
+    let l = layout();
+    let caps = Capabilities::probe(&l);
+    assert!(
+        caps.psi,
+        "PSI must be enabled on this kernel (/proc/pressure/memory)"
+    );
+    let p = start(SourceChoice::Only(SourceKind::Psi), vec![]);
+    assert_eq!(p.source, SourceKind::Psi);
+    // Without CAP_SYS_RESOURCE only 2 s windows are allowed; the source must have chosen so.
+    assert_eq!(
+        caps.psi_window_us(),
+        if caps.cap_sys_resource {
+            1_000_000
+        } else {
+            2_000_000
+        }
+    );
+}
+
+#[tokio::test]
+async fn a_missing_watch_is_a_clear_error_not_a_crash() {
+    require_root();
+    let l = layout();
+    let caps = Capabilities::probe(&l);
+    let opts = PipelineOptions {
+        source: SourceChoice::Only(SourceKind::Eventfd),
+        watches: vec![Watch {
+            cgroup: "/sys/fs/cgroup/memory/enforcer-no-such-cgroup".into(),
+            threshold_bytes: Some(1),
+        }],
+        ..Default::default()
+    };
+    let err = kernel::start(&opts, &caps, &l).err().expect("an error");
+    assert!(
+        err.to_string().contains("enforcer-no-such-cgroup"),
+        "names the path: {err}"
+    );
+}
