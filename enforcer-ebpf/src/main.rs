@@ -119,7 +119,7 @@ fn admit_burst(kind: RecordKind, now: u64) -> Option<u32> {
     };
     // SAFETY: a global the loader may set before load; read once.
     let window = unsafe { core::ptr::read_volatile(&BURST_WINDOW_NS) };
-    match BURSTS.get_ptr_mut(&key) {
+    match BURSTS.get_ptr_mut(key) {
         Some(b) => {
             // SAFETY: the map value lives while this program runs.
             let b = unsafe { &mut *b };
@@ -140,7 +140,7 @@ fn admit_burst(kind: RecordKind, now: u64) -> Option<u32> {
                 suppressed: 0,
                 _pad: 0,
             };
-            let _ = BURSTS.insert(&key, &fresh, 0);
+            let _ = BURSTS.insert(key, fresh, 0);
             Some(1)
         }
     }
@@ -162,12 +162,12 @@ fn emit(fill: impl FnOnce(&mut SignalRecord)) -> u32 {
     0
 }
 
-fn cgroup_event(ctx: &TracePointContext, kind: RecordKind) -> Result<u32, i64> {
+fn cgroup_event(ctx: &TracePointContext, kind: RecordKind) -> Result<u32, u32> {
     count(stat::SEEN, 1);
     // SAFETY: field offsets from the tracepoint format.
-    let root: i32 = unsafe { ctx.read_at(CGROUP_ROOT) }.map_err(i64::from)?;
-    let level: i32 = unsafe { ctx.read_at(CGROUP_LEVEL) }.map_err(i64::from)?;
-    let id: u64 = unsafe { ctx.read_at(CGROUP_ID) }.map_err(i64::from)?;
+    let root: i32 = unsafe { ctx.read_at(CGROUP_ROOT) }.map_err(|_| 1u32)?;
+    let level: i32 = unsafe { ctx.read_at(CGROUP_LEVEL) }.map_err(|_| 1u32)?;
+    let id: u64 = unsafe { ctx.read_at(CGROUP_ID) }.map_err(|_| 1u32)?;
     Ok(emit(|rec| {
         blank(kind, rec);
         rec.hierarchy = root as u32;
@@ -177,7 +177,7 @@ fn cgroup_event(ctx: &TracePointContext, kind: RecordKind) -> Result<u32, i64> {
     }))
 }
 
-fn reclaim_event(ctx: &TracePointContext, kind: RecordKind) -> Result<u32, i64> {
+fn reclaim_event(ctx: &TracePointContext, kind: RecordKind) -> Result<u32, u32> {
     count(stat::SEEN, 1);
     // SAFETY: a helper with no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
@@ -185,8 +185,8 @@ fn reclaim_event(ctx: &TracePointContext, kind: RecordKind) -> Result<u32, i64> 
         return Ok(0);
     };
     // SAFETY: field offsets from the tracepoint format.
-    let order: i32 = unsafe { ctx.read_at(RECLAIM_ORDER) }.map_err(i64::from)?;
-    let gfp: u64 = unsafe { ctx.read_at(RECLAIM_GFP) }.map_err(i64::from)?;
+    let order: i32 = unsafe { ctx.read_at(RECLAIM_ORDER) }.map_err(|_| 1u32)?;
+    let gfp: u64 = unsafe { ctx.read_at(RECLAIM_GFP) }.map_err(|_| 1u32)?;
     Ok(emit(|rec| {
         blank(kind, rec);
         rec.ts_ns = now;
@@ -199,40 +199,36 @@ fn reclaim_event(ctx: &TracePointContext, kind: RecordKind) -> Result<u32, i64> 
 #[tracepoint]
 pub fn cgroup_mkdir(ctx: TracePointContext) -> u32 {
     match cgroup_event(&ctx, RecordKind::CgroupMkdir) {
-        Ok(r) => r,
-        Err(_) => 1,
+        Ok(r) | Err(r) => r,
     }
 }
 
 #[tracepoint]
 pub fn cgroup_rmdir(ctx: TracePointContext) -> u32 {
     match cgroup_event(&ctx, RecordKind::CgroupRmdir) {
-        Ok(r) => r,
-        Err(_) => 1,
+        Ok(r) | Err(r) => r,
     }
 }
 
 #[tracepoint]
 pub fn memcg_reclaim(ctx: TracePointContext) -> u32 {
     match reclaim_event(&ctx, RecordKind::MemcgReclaim) {
-        Ok(r) => r,
-        Err(_) => 1,
+        Ok(r) | Err(r) => r,
     }
 }
 
 #[tracepoint]
 pub fn direct_reclaim(ctx: TracePointContext) -> u32 {
     match reclaim_event(&ctx, RecordKind::DirectReclaim) {
-        Ok(r) => r,
-        Err(_) => 1,
+        Ok(r) | Err(r) => r,
     }
 }
 
-fn try_oom_victim(ctx: &TracePointContext) -> Result<u32, i64> {
+fn try_oom_victim(ctx: &TracePointContext) -> Result<u32, u32> {
     count(stat::SEEN, 1);
     // SAFETY: field offsets from the tracepoint format (pid is at 8 on every kernel; the
     // other fields exist since 6.7 and read as garbage-free zeroes where the record ends).
-    let victim: i32 = unsafe { ctx.read_at(OOM_PID) }.map_err(i64::from)?;
+    let victim: i32 = unsafe { ctx.read_at(OOM_PID) }.map_err(|_| 1u32)?;
     let adj: i16 = unsafe { ctx.read_at(OOM_SCORE_ADJ) }.unwrap_or(0);
     let anon: u64 = unsafe { ctx.read_at(OOM_ANON_RSS) }.unwrap_or(0);
     Ok(emit(|rec| {
@@ -247,12 +243,11 @@ fn try_oom_victim(ctx: &TracePointContext) -> Result<u32, i64> {
 #[tracepoint]
 pub fn oom_victim(ctx: TracePointContext) -> u32 {
     match try_oom_victim(&ctx) {
-        Ok(r) => r,
-        Err(_) => 1,
+        Ok(r) | Err(r) => r,
     }
 }
 
-fn try_fork(_ctx: &TracePointContext) -> Result<u32, i64> {
+fn try_fork(_ctx: &TracePointContext) -> Result<u32, u32> {
     count(stat::SEEN, 1);
     // SAFETY: a helper with no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
@@ -269,12 +264,11 @@ fn try_fork(_ctx: &TracePointContext) -> Result<u32, i64> {
 #[tracepoint]
 pub fn process_fork(ctx: TracePointContext) -> u32 {
     match try_fork(&ctx) {
-        Ok(r) => r,
-        Err(_) => 1,
+        Ok(r) | Err(r) => r,
     }
 }
 
-fn try_probe(_ctx: &TracePointContext) -> Result<u32, i64> {
+fn try_probe(_ctx: &TracePointContext) -> Result<u32, u32> {
     // SAFETY: a global the loader may set before load.
     let want = unsafe { core::ptr::read_volatile(&PROBE_TGID) };
     if want == 0 || (bpf_get_current_pid_tgid() >> 32) as u32 != want {
@@ -289,8 +283,7 @@ fn try_probe(_ctx: &TracePointContext) -> Result<u32, i64> {
 #[tracepoint]
 pub fn pipeline_probe(ctx: TracePointContext) -> u32 {
     match try_probe(&ctx) {
-        Ok(r) => r,
-        Err(_) => 1,
+        Ok(r) | Err(r) => r,
     }
 }
 

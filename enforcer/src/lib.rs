@@ -4,8 +4,12 @@
 //! See README.md for the whole picture.
 
 pub mod cgroup;
+pub mod cli;
+pub mod config;
 pub mod daemon;
 pub mod kernel;
+pub mod policy;
 pub mod quantity;
+pub mod runtime;
 pub mod server;
 pub mod signal;

@@ -38,6 +38,22 @@ enum Command {
     Signals(SignalsArgs),
     /// Print what the kernel offers (the capability probe) as JSON.
     Probe,
+    /// Replay a scenario through the decision core: one JSON line per step.
+    Simulate {
+        /// The scenario (YAML or JSON).
+        scenario: PathBuf,
+    },
+    /// Explain a pod: QoS class, cgroup parent and values, per-container OOM score.
+    Explain(enforcer::cli::ExplainArgs),
+    /// Configuration commands.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate the configuration (file and flags) and print the effective one.
+    Check(enforcer::config::ConfigArgs),
 }
 
 #[derive(clap::Args)]
@@ -103,12 +119,42 @@ fn main() -> ExitCode {
         Command::Run(args) => run(args),
         Command::Signals(args) => signals(args),
         Command::Probe => probe(),
+        Command::Simulate { scenario } => return print_lines(enforcer::cli::simulate(&scenario)),
+        Command::Explain(args) => return print_lines(enforcer::cli::explain(&args)),
+        Command::Config(ConfigCommand::Check(args)) => {
+            return print_lines(enforcer::cli::config_check(&args).map(|(text, warnings)| {
+                for w in warnings {
+                    eprintln!("enforcer: warning: {w}");
+                }
+                vec![text]
+            }));
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("enforcer: {e:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Prints the lines of a decision-core command; an invalid input exits 2 with its message.
+fn print_lines(result: Result<Vec<String>, enforcer::cli::CliError>) -> ExitCode {
+    match result {
+        Ok(lines) => {
+            use std::io::Write as _;
+            let mut out = std::io::stdout().lock();
+            for line in lines {
+                if writeln!(out, "{line}").is_err() {
+                    return ExitCode::FAILURE;
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("enforcer: {e}");
+            ExitCode::from(2)
         }
     }
 }

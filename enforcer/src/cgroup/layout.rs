@@ -74,11 +74,7 @@ impl CgroupLayout {
             };
             let mount = PathBuf::from(unescape_mount(mount));
             match *fstype {
-                "cgroup2" => {
-                    if layout.unified.is_none() {
-                        layout.unified = Some(mount);
-                    }
-                }
+                "cgroup2" if layout.unified.is_none() => layout.unified = Some(mount),
                 "cgroup" => {
                     let opts = right.get(2).copied().unwrap_or("");
                     let controllers: Vec<String> = opts

@@ -31,9 +31,9 @@ pub struct PodCgroupRef {
 pub fn pod_of_path(path: &str) -> Option<PodCgroupRef> {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
     let k = parts.iter().position(|p| *p == "kubepods")?;
-    let (qos, pod_idx) = match parts.get(k + 1)? {
-        &"burstable" => (QosTier::Burstable, k + 2),
-        &"besteffort" => (QosTier::BestEffort, k + 2),
+    let (qos, pod_idx) = match *parts.get(k + 1)? {
+        "burstable" => (QosTier::Burstable, k + 2),
+        "besteffort" => (QosTier::BestEffort, k + 2),
         _ => (QosTier::Guaranteed, k + 1),
     };
     let uid = parts.get(pod_idx)?.strip_prefix("pod")?;
@@ -76,7 +76,8 @@ mod tests {
 
     #[test]
     fn pod_paths() {
-        let cases: &[(&str, Option<(&str, QosTier, Option<&str>)>)] = &[
+        type Want<'a> = Option<(&'a str, QosTier, Option<&'a str>)>;
+        let cases: &[(&str, Want<'_>)] = &[
             (
                 "/kubepods/burstable/podabc/ctr1",
                 Some(("abc", QosTier::Burstable, Some("ctr1"))),

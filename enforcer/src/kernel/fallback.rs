@@ -455,6 +455,8 @@ fn drain_eventfd(efd: &OwnedFd) {
     let _ = unsafe { libc::read(efd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
 }
 
+/// Level-triggered, like kubelet's housekeeping: every tick that finds a watched cgroup at or
+/// above its threshold reports it.
 fn poll_loop(
     watches: &[Watch],
     thresholds: &[u64],
@@ -464,7 +466,6 @@ fn poll_loop(
     stats: &PipelineStats,
     stop: &Stop,
 ) {
-    let mut above = vec![false; watches.len()];
     let mut next = Instant::now();
     while !stop.stopped() && !tx.is_closed() {
         let now = Instant::now();
@@ -473,22 +474,18 @@ fn poll_loop(
             continue;
         }
         next += interval;
-        for (i, w) in watches.iter().enumerate() {
-            let Ok(usage) = read_u64(&usage_file(&w.cgroup)) else {
-                continue;
-            };
-            let is_above = usage >= thresholds[i];
-            if is_above && !above[i] {
+        for (w, threshold) in watches.iter().zip(thresholds) {
+            let Ok(usage) = read_u64(&usage_file(&w.cgroup)) else { continue };
+            if usage >= *threshold {
                 let mut s = Signal::new(SignalKind::MemoryThreshold, SourceKind::Poll);
                 s.detail.usage_bytes = Some(usage);
-                s.detail.threshold_bytes = Some(thresholds[i]);
+                s.detail.threshold_bytes = Some(*threshold);
                 let (p, h) = relative(layout, &w.cgroup);
                 s.set_cgroup(p, h);
                 if !send(tx, stats, s) {
                     return;
                 }
             }
-            above[i] = is_above;
         }
     }
 }

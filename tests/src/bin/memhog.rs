@@ -1,16 +1,33 @@
-//! Test workload: touches memory step by step, then holds it.
-//! `memhog <MiB> [step_ms] [hold_ms]` — one MiB per step (pages written, so they are charged).
+//! Test workload.
+//! - `memhog <MiB> [step_ms] [hold_ms]`: touches anonymous memory one MiB per step, holds it.
+//! - `memhog --file <path> <MiB> <hold_ms>`: writes a file of that size (synced every 8 MiB),
+//!   then re-reads it, dropping its own cached pages before each pass, until hold_ms pass: a
+//!   sustained page-cache reclaim storm in a small memory cgroup, with no OOM.
+//! - `memhog --getppid <count> <rate_per_s>`: waits for a line on stdin, then calls getppid()
+//!   `count` times at about that rate (0 = as fast as possible): the pipeline probe's load.
 
-use std::time::Duration;
+use std::{
+    fs::OpenOptions,
+    io::{BufRead as _, Read as _, Write as _},
+    os::fd::AsRawFd as _,
+    time::{Duration, Instant},
+};
+
+fn num(args: &[String], i: usize, default: u64) -> u64 {
+    args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default)
+}
 
 fn main() {
-    let args: Vec<u64> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse().unwrap_or(0))
-        .collect();
-    let mib = args.first().copied().unwrap_or(200);
-    let step_ms = args.get(1).copied().unwrap_or(0);
-    let hold_ms = args.get(2).copied().unwrap_or(0);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.first().map(String::as_str) {
+        Some("--file") => file_storm(&args),
+        Some("--getppid") => getppid_storm(&args),
+        _ => anon(&args),
+    }
+}
+
+fn anon(args: &[String]) {
+    let (mib, step_ms, hold_ms) = (num(args, 0, 200), num(args, 1, 0), num(args, 2, 0));
     let mut chunks: Vec<Vec<u8>> = Vec::new();
     for _ in 0..mib {
         let mut chunk = vec![0u8; 1 << 20];
@@ -24,4 +41,63 @@ fn main() {
     }
     std::thread::sleep(Duration::from_millis(hold_ms));
     println!("{}", chunks.len());
+}
+
+fn file_storm(args: &[String]) {
+    let Some(path) = args.get(1) else {
+        eprintln!("memhog --file <path> <MiB> <hold_ms>");
+        std::process::exit(2);
+    };
+    let (mib, hold_ms) = (num(args, 2, 256), num(args, 3, 5000));
+    let mut f = match OpenOptions::new().create(true).truncate(true).read(true).write(true).open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("{path}: {e}");
+            std::process::exit(1);
+        }
+    };
+    let chunk = vec![7u8; 1 << 20];
+    for i in 0..mib {
+        if f.write_all(&chunk).is_err() {
+            std::process::exit(1);
+        }
+        if i % 8 == 7 {
+            let _ = f.sync_data();
+        }
+    }
+    let _ = f.sync_data();
+    let deadline = Instant::now() + Duration::from_millis(hold_ms);
+    let mut buf = vec![0u8; 1 << 20];
+    while Instant::now() < deadline {
+        // SAFETY: advisory call on our own descriptor.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        let mut r = match std::fs::File::open(path) {
+            Ok(r) => r,
+            Err(_) => break,
+        };
+        while let Ok(n) = r.read(&mut buf) {
+            if n == 0 || Instant::now() >= deadline {
+                break;
+            }
+        }
+    }
+    let _ = std::fs::remove_file(path);
+}
+
+fn getppid_storm(args: &[String]) {
+    let (count, rate) = (num(args, 1, 100_000), num(args, 2, 0));
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    let start = Instant::now();
+    for i in 0..count {
+        // SAFETY: getppid has no preconditions.
+        unsafe { libc::getppid() };
+        if rate > 0 && i % 64 == 0 {
+            let due = Duration::from_secs_f64(i as f64 / rate as f64);
+            while start.elapsed() < due {
+                std::hint::spin_loop();
+            }
+        }
+    }
+    println!("{}", start.elapsed().as_nanos());
 }

@@ -1,0 +1,64 @@
+//! The decision core from the command line: `enforcer simulate`, `enforcer explain`,
+//! `enforcer config check` (formats in `../shared/SIMULATE.md`). No kernel, cgroup or runtime
+//! access; the functions return the lines to print, and main.rs prints them (exit 2 on
+//! [`CliError`]).
+
+pub mod config_check;
+pub mod explain;
+pub mod simulate;
+
+use std::path::{Path, PathBuf};
+
+pub use config_check::config_check;
+pub use explain::{ExplainArgs, explain};
+pub use simulate::simulate;
+
+use crate::config::ConfigError;
+
+/// An invalid input: it names the file, the place in it, and what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The file cannot be read.
+    #[error("{path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Something in the file is wrong.
+    #[error("{path}: {place}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Where (`steps[3].observe`).
+        place: String,
+        /// What.
+        message: String,
+    },
+    /// The configuration is wrong.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+impl CliError {
+    fn invalid(path: &Path, place: impl Into<String>, message: impl ToString) -> Self {
+        Self::Invalid { path: path.to_owned(), place: place.into(), message: message.to_string() }
+    }
+}
+
+fn read(path: &Path) -> Result<String, CliError> {
+    std::fs::read_to_string(path).map_err(|source| CliError::Read { path: path.to_owned(), source })
+}
+
+/// `serde_path_to_error` path, `.` for the root, with the YAML location when known.
+fn yaml_error(path: &Path, e: serde_path_to_error::Error<serde_yaml::Error>) -> CliError {
+    let place = e.path().to_string();
+    let inner = e.into_inner();
+    let place = if place == "." {
+        inner.location().map_or(place, |l| format!("line {} column {}", l.line(), l.column()))
+    } else {
+        place
+    };
+    CliError::invalid(path, place, inner)
+}

@@ -1,0 +1,20 @@
+//! The pure decision layer: kubelet's decisions as plain functions from values to values.
+//!
+//! Nothing here does I/O or reads a clock: time is a parameter (a [`std::time::Duration`] since
+//! an epoch the caller picks), and every decision is a `#[must_use]` value that carries its
+//! reason, so it can be printed, tested and audited. The semantics are kubelet's (1.32-1.34):
+//! see `../shared/KUBELET.md` and the kubelet sources each module names.
+//!
+//! - [`resources`]: pod requests and limits (sidecar-aware), API defaulting, critical pods.
+//! - [`qos`]: the pod QoS class.
+//! - [`oom`]: per-container `oom_score_adj`, and cgroup values (shares, weight, quota, limits).
+//! - [`eviction`]: signals, thresholds, ranking and the eviction manager's step.
+//! - [`admission`]: eviction admission, resource fit, predicates, pod security.
+//! - [`cpu`]: the CPU manager's static policy and its checkpoint.
+
+pub mod admission;
+
+pub mod eviction;
+pub mod oom;
+pub mod qos;
+pub mod resources;

@@ -1,0 +1,279 @@
+//! Cgroup values for pods, containers, QoS tiers and `kubepods` (cgroupfs driver).
+//!
+//! Kubelet: `pkg/kubelet/cm/helpers_linux.go` (`MilliCPUToShares`, `MilliCPUToQuota`,
+//! `ResourceConfigForPod`, `CpuSharesToCpuWeight`), `pkg/kubelet/kuberuntime/
+//! kuberuntime_container_linux.go` (`calculateLinuxResources`, Memory QoS),
+//! `pkg/kubelet/cm/qos_container_manager_linux.go`.
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use serde::Serialize;
+
+use super::{container_limits, container_requests, pod_limits_with, pod_requests, pod_uid};
+use crate::policy::qos::{self, QosClass};
+
+/// Minimum cpu.shares.
+pub const MIN_SHARES: u64 = 2;
+/// Maximum cpu.shares.
+pub const MAX_SHARES: u64 = 262_144;
+/// Default CFS period, in microseconds.
+pub const QUOTA_PERIOD_US: u64 = 100_000;
+/// Minimum CFS quota, in microseconds.
+pub const MIN_QUOTA_PERIOD_US: i64 = 1000;
+/// Page size used to round `memory.high`.
+pub const PAGE_SIZE: i64 = 4096;
+
+/// `MilliCPUToShares`.
+#[must_use]
+pub fn milli_cpu_to_shares(milli_cpu: i64) -> u64 {
+    if milli_cpu <= 0 {
+        return MIN_SHARES;
+    }
+    let shares = i128::from(milli_cpu) * 1024 / 1000;
+    u64::try_from(shares).unwrap_or(MAX_SHARES).clamp(MIN_SHARES, MAX_SHARES)
+}
+
+/// `MilliCPUToQuota`: `None` (unset) for 0 millicores, else at least 1000 us.
+#[must_use]
+pub fn milli_cpu_to_quota(milli_cpu: i64, period_us: u64) -> Option<i64> {
+    if milli_cpu <= 0 {
+        return None;
+    }
+    let quota = i128::from(milli_cpu) * i128::from(period_us) / 1000;
+    Some(i64::try_from(quota).unwrap_or(i64::MAX).max(MIN_QUOTA_PERIOD_US))
+}
+
+/// `CpuSharesToCpuWeight` (cgroup v2 `cpu.weight`).
+#[must_use]
+pub fn shares_to_weight(shares: u64) -> u64 {
+    1 + (shares.saturating_sub(2) * 9999) / 262_142
+}
+
+/// The cgroup parent of a pod under `cgroup_root` (cgroupfs names).
+#[must_use]
+pub fn pod_cgroup_parent(cgroup_root: &str, qos: QosClass, uid: &str) -> String {
+    let root = cgroup_root.trim_end_matches('/');
+    match qos {
+        QosClass::Guaranteed => format!("{root}/kubepods/pod{uid}"),
+        QosClass::Burstable => format!("{root}/kubepods/burstable/pod{uid}"),
+        QosClass::BestEffort => format!("{root}/kubepods/besteffort/pod{uid}"),
+    }
+}
+
+/// Values for a pod's cgroup (`ResourceConfigForPod`). `None` means not set / unlimited.
+#[must_use]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodCgroupValues {
+    /// cgroup v1 cpu.shares.
+    pub cpu_shares: u64,
+    /// cgroup v2 cpu.weight (None on cgroup v1).
+    pub cpu_weight: Option<u64>,
+    /// CFS quota in microseconds.
+    pub cpu_quota_micros: Option<i64>,
+    /// CFS period in microseconds.
+    pub cpu_period_micros: Option<u64>,
+    /// Memory limit in bytes.
+    pub memory_limit_bytes: Option<i64>,
+    /// Memory QoS `memory.min` (cgroup v2 with Memory QoS only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_min_bytes: Option<i64>,
+}
+
+/// Options for the cgroup computations.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CgroupOptions {
+    /// cgroup v2 (unified) rather than v1.
+    pub v2: bool,
+    /// `cpuCFSQuota`: enforce cpu limits with CFS quota.
+    pub enforce_cpu_limits: bool,
+    /// CFS period in microseconds.
+    pub cpu_period_us: u64,
+    /// Memory QoS (cgroup v2 only).
+    pub memory_qos: bool,
+    /// `memoryThrottlingFactor`.
+    pub memory_throttling_factor: f64,
+    /// Node allocatable memory (for `memory.high` of containers without a limit).
+    pub allocatable_memory: i64,
+}
+
+impl Default for CgroupOptions {
+    fn default() -> Self {
+        Self {
+            v2: true,
+            enforce_cpu_limits: true,
+            cpu_period_us: QUOTA_PERIOD_US,
+            memory_qos: false,
+            memory_throttling_factor: 0.9,
+            allocatable_memory: 0,
+        }
+    }
+}
+
+/// `ResourceConfigForPod` for the pod's own cgroup.
+#[must_use]
+pub fn pod_cgroup_values(pod: &Pod, opts: &CgroupOptions) -> PodCgroupValues {
+    let reqs = pod_requests(pod);
+    let mut cpu_limits_declared = true;
+    let mut memory_limits_declared = true;
+    let limits = pod_limits_with(pod, |l| {
+        if l.get("cpu").is_none_or(|q| q.is_zero()) {
+            cpu_limits_declared = false;
+        }
+        if l.get("memory").is_none_or(|q| q.is_zero()) {
+            memory_limits_declared = false;
+        }
+    });
+    if let Some(pl) = super::pod_level(pod).and_then(|r| r.limits.as_ref()) {
+        if pl.get("cpu").is_some_and(|q| !super::lenient(q).is_zero()) {
+            cpu_limits_declared = true;
+        }
+        if pl.get("memory").is_some_and(|q| !super::lenient(q).is_zero()) {
+            memory_limits_declared = true;
+        }
+    }
+    let cpu_requests = reqs.get("cpu").map_or(0, |q| q.milli_value());
+    let cpu_limits = limits.get("cpu").map_or(0, |q| q.milli_value());
+    let memory_limits = limits.get("memory").map_or(0, |q| q.value());
+    let shares = milli_cpu_to_shares(cpu_requests);
+    let quota = if opts.enforce_cpu_limits { milli_cpu_to_quota(cpu_limits, opts.cpu_period_us) } else { None };
+    let qos = qos::pod_qos(pod);
+    let (cpu_shares, cpu_quota, cpu_period, memory) = match qos {
+        QosClass::Guaranteed => (shares, quota, Some(opts.cpu_period_us), Some(memory_limits)),
+        QosClass::Burstable => (
+            shares,
+            if cpu_limits_declared { quota } else { None },
+            cpu_limits_declared.then_some(opts.cpu_period_us),
+            memory_limits_declared.then_some(memory_limits),
+        ),
+        QosClass::BestEffort => (MIN_SHARES, None, None, None),
+    };
+    let memory_min =
+        if opts.v2 && opts.memory_qos { reqs.get("memory").map(|q| q.value()).filter(|v| *v > 0) } else { None };
+    PodCgroupValues {
+        cpu_shares,
+        cpu_weight: opts.v2.then(|| shares_to_weight(cpu_shares)),
+        cpu_quota_micros: cpu_quota,
+        // The period is always written with the quota; report it as kubelet's ResourceConfig does.
+        cpu_period_micros: cpu_period.or(Some(opts.cpu_period_us)),
+        memory_limit_bytes: memory.filter(|m| *m != 0),
+        memory_min_bytes: memory_min,
+    }
+}
+
+/// Values for one container (`calculateLinuxResources` + Memory QoS).
+#[must_use]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerCgroupValues {
+    /// cpu.shares.
+    pub cpu_shares: u64,
+    /// CFS quota in microseconds.
+    pub cpu_quota_micros: Option<i64>,
+    /// Memory limit in bytes.
+    pub memory_limit_bytes: Option<i64>,
+    /// Memory QoS `memory.min`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_min_bytes: Option<i64>,
+    /// Memory QoS `memory.high`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_high_bytes: Option<i64>,
+}
+
+/// `calculateLinuxResources` for one container, plus Memory QoS values when enabled.
+#[must_use]
+pub fn container_cgroup_values(container: &Container, opts: &CgroupOptions) -> ContainerCgroupValues {
+    let reqs = container_requests(container);
+    let lims = container_limits(container);
+    let cpu_limit = lims.get("cpu").map_or(0, |q| q.milli_value());
+    let cpu_shares = match reqs.get("cpu") {
+        None if lims.contains_key("cpu") => milli_cpu_to_shares(cpu_limit),
+        r => milli_cpu_to_shares(r.map_or(0, |q| q.milli_value())),
+    };
+    let memory_limit = lims.get("memory").map_or(0, |q| q.value());
+    let cpu_quota = if opts.enforce_cpu_limits { milli_cpu_to_quota(cpu_limit, opts.cpu_period_us) } else { None };
+    let (mut memory_min, mut memory_high) = (None, None);
+    if opts.v2 && opts.memory_qos {
+        let request = reqs.get("memory").map_or(0, |q| q.value());
+        if request != 0 {
+            memory_min = Some(request);
+        }
+        if request != memory_limit {
+            let base = if memory_limit != 0 { memory_limit } else { opts.allocatable_memory };
+            if base > 0 {
+                #[expect(clippy::cast_precision_loss, clippy::cast_possible_truncation, reason = "kubelet computes memory.high in float64")]
+                let high = ((request as f64 + (base as f64 - request as f64) * opts.memory_throttling_factor)
+                    / PAGE_SIZE as f64)
+                    .floor() as i64
+                    * PAGE_SIZE;
+                if high != 0 && high > request {
+                    memory_high = Some(high);
+                }
+            }
+        }
+    }
+    ContainerCgroupValues {
+        cpu_shares,
+        cpu_quota_micros: cpu_quota,
+        memory_limit_bytes: (memory_limit != 0).then_some(memory_limit),
+        memory_min_bytes: memory_min,
+        memory_high_bytes: memory_high,
+    }
+}
+
+/// The QoS-tier cgroups: besteffort shares 2, burstable shares from the sum of the cpu
+/// requests of the Burstable pods (`setCPUCgroupConfig`).
+#[must_use]
+pub fn burstable_tier_shares<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> u64 {
+    let milli: i64 = pods
+        .into_iter()
+        .filter(|p| qos::pod_qos(p) == QosClass::Burstable)
+        .map(|p| pod_requests(p).get("cpu").map_or(0, |q| q.milli_value()))
+        .fold(0i64, i64::saturating_add);
+    milli_cpu_to_shares(milli)
+}
+
+/// The pod's cgroup parent under `cgroup_root`.
+#[must_use]
+pub fn cgroup_parent_of(pod: &Pod, cgroup_root: &str) -> String {
+    pod_cgroup_parent(cgroup_root, qos::pod_qos(pod), pod_uid(pod))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::resources::test_pods::{container, pod};
+
+    #[test]
+    fn shares_quota_weight() {
+        // After pkg/kubelet/cm/helpers_linux_test.go.
+        for (m, s) in [(0, 2), (1, 2), (2, 2), (100, 102), (1000, 1024), (500, 512), (300_000, 262_144)] {
+            assert_eq!(milli_cpu_to_shares(m), s, "{m}");
+        }
+        for (m, q) in [(0, None), (5, Some(1000)), (9, Some(1000)), (10, Some(1000)), (200, Some(20000)), (500, Some(50000))] {
+            assert_eq!(milli_cpu_to_quota(m, QUOTA_PERIOD_US), q, "{m}");
+        }
+        assert_eq!(shares_to_weight(2), 1);
+        assert_eq!(shares_to_weight(1024), 39);
+        assert_eq!(shares_to_weight(262_144), 10000);
+    }
+
+    #[test]
+    fn pod_values_by_qos() {
+        let opts = CgroupOptions::default();
+        let g = pod("g", vec![container("a", "cpu=1,memory=1Gi", "cpu=1,memory=1Gi")]);
+        let v = pod_cgroup_values(&g, &opts);
+        assert_eq!((v.cpu_shares, v.cpu_quota_micros, v.memory_limit_bytes), (1024, Some(100_000), Some(1 << 30)));
+        let b = pod("b", vec![container("a", "memory=100Mi", "memory=1Gi"), container("b", "cpu=200m", "")]);
+        let v = pod_cgroup_values(&b, &opts);
+        assert_eq!((v.cpu_shares, v.cpu_quota_micros, v.memory_limit_bytes), (204, None, None));
+        let be = pod("e", vec![container("a", "", "")]);
+        assert_eq!(pod_cgroup_values(&be, &opts).cpu_shares, 2);
+        assert_eq!(cgroup_parent_of(&b, "/"), "/kubepods/burstable/poduid-b");
+        assert_eq!(cgroup_parent_of(&g, "/"), "/kubepods/poduid-g");
+        let c = container("a", "memory=100Mi", "memory=1Gi");
+        let v = container_cgroup_values(&c, &CgroupOptions { memory_qos: true, ..opts });
+        assert_eq!(v.memory_min_bytes, Some(100 << 20));
+        // floor((100Mi + 0.9 * (1Gi - 100Mi)) / 4096) * 4096
+        assert_eq!(v.memory_high_bytes, Some(976_850_944));
+    }
+}

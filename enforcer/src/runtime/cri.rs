@@ -1,0 +1,504 @@
+//! The container runtime behind a small trait: the real one speaks CRI v1 (crate `k8s-cri`) to
+//! containerd over its unix socket, with a timeout on every call and reconnection with backoff
+//! when the runtime goes away and comes back; [`super::fake::FakeRuntime`] records calls for
+//! the pod worker tests.
+
+use std::{
+    future::Future,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use hyper_util::rt::TokioIo;
+use k8s_cri::v1::{
+    self as cri, image_service_client::ImageServiceClient,
+    runtime_service_client::RuntimeServiceClient,
+};
+use tokio::{net::UnixStream, sync::Mutex, time::Instant};
+use tonic::transport::{Channel, Endpoint, Uri};
+
+/// Errors of CRI calls; each names the call and the object it was about.
+#[derive(Debug, thiserror::Error)]
+pub enum CriError {
+    #[error("CRI socket {socket}: cannot connect: {message}")]
+    Connect { socket: PathBuf, message: String },
+    #[error("CRI socket {socket}: runtime unavailable, next connection attempt in {retry_in:?}")]
+    Backoff { socket: PathBuf, retry_in: Duration },
+    #[error("CRI {op} {id}: timed out after {after:?}")]
+    Timeout {
+        op: &'static str,
+        id: String,
+        after: Duration,
+    },
+    #[error("CRI {op} {id}: {code:?}: {message}")]
+    Status {
+        op: &'static str,
+        id: String,
+        code: tonic::Code,
+        message: String,
+    },
+    #[error("CRI {op} {id}: the runtime answered without {what}")]
+    Missing {
+        op: &'static str,
+        id: String,
+        what: &'static str,
+    },
+}
+
+impl CriError {
+    /// The object was not there (already removed, never created).
+    #[must_use]
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::Status { code: tonic::Code::NotFound, .. })
+            || matches!(self, Self::Status { message, .. } if message.contains("not found"))
+    }
+
+    /// The runtime could not be reached (it may come back).
+    #[must_use]
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            Self::Connect { .. }
+                | Self::Backoff { .. }
+                | Self::Timeout { .. }
+                | Self::Status {
+                    code: tonic::Code::Unavailable | tonic::Code::Cancelled,
+                    ..
+                }
+        )
+    }
+}
+
+/// What the pod workers need from a container runtime (the CRI calls kubelet makes).
+pub trait ContainerRuntime: Send + Sync + 'static {
+    /// Runtime name and version.
+    fn version(&self) -> impl Future<Output = Result<cri::VersionResponse, CriError>> + Send;
+    fn run_pod_sandbox(
+        &self,
+        config: cri::PodSandboxConfig,
+    ) -> impl Future<Output = Result<String, CriError>> + Send;
+    fn stop_pod_sandbox(&self, id: &str) -> impl Future<Output = Result<(), CriError>> + Send;
+    fn remove_pod_sandbox(&self, id: &str) -> impl Future<Output = Result<(), CriError>> + Send;
+    fn list_pod_sandboxes(
+        &self,
+        filter: cri::PodSandboxFilter,
+    ) -> impl Future<Output = Result<Vec<cri::PodSandbox>, CriError>> + Send;
+    fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: cri::ContainerConfig,
+        sandbox_config: cri::PodSandboxConfig,
+    ) -> impl Future<Output = Result<String, CriError>> + Send;
+    fn start_container(&self, id: &str) -> impl Future<Output = Result<(), CriError>> + Send;
+    /// SIGTERM (or the image's stop signal), then SIGKILL after `timeout_s`.
+    fn stop_container(
+        &self,
+        id: &str,
+        timeout_s: i64,
+    ) -> impl Future<Output = Result<(), CriError>> + Send;
+    fn remove_container(&self, id: &str) -> impl Future<Output = Result<(), CriError>> + Send;
+    fn list_containers(
+        &self,
+        filter: cri::ContainerFilter,
+    ) -> impl Future<Output = Result<Vec<cri::Container>, CriError>> + Send;
+    fn container_status(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<cri::ContainerStatus, CriError>> + Send;
+    /// The image, when present on the node.
+    fn image_status(
+        &self,
+        image: &str,
+    ) -> impl Future<Output = Result<Option<cri::Image>, CriError>> + Send;
+    /// Pulls an image; returns its reference.
+    fn pull_image(
+        &self,
+        image: &str,
+        sandbox_config: Option<cri::PodSandboxConfig>,
+    ) -> impl Future<Output = Result<String, CriError>> + Send;
+}
+
+#[derive(Debug)]
+struct Conn {
+    channel: Option<Channel>,
+    failures: u32,
+    next_attempt: Option<Instant>,
+}
+
+/// CRI over a unix socket.
+#[derive(Debug)]
+pub struct CriRuntime {
+    socket: PathBuf,
+    timeout: Duration,
+    conn: Mutex<Conn>,
+}
+
+/// First reconnection delay; doubles per failure up to [`RECONNECT_MAX`].
+pub const RECONNECT_INITIAL: Duration = Duration::from_millis(100);
+/// Longest delay between connection attempts.
+pub const RECONNECT_MAX: Duration = Duration::from_secs(5);
+
+/// Delay before the next connection attempt after `failures` consecutive failures.
+#[must_use]
+pub fn reconnect_delay(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(16);
+    RECONNECT_INITIAL
+        .saturating_mul(1u32 << exp)
+        .min(RECONNECT_MAX)
+}
+
+async fn connect(socket: &Path) -> Result<Channel, tonic::transport::Error> {
+    let path = socket.to_path_buf();
+    Endpoint::from_static("http://[::]:50051")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?)) }
+        }))
+        .await
+}
+
+impl CriRuntime {
+    /// A client for the runtime at `socket`; connects lazily (and again after failures).
+    #[must_use]
+    pub fn new(socket: impl Into<PathBuf>, timeout: Duration) -> Self {
+        Self {
+            socket: socket.into(),
+            timeout,
+            conn: Mutex::new(Conn {
+                channel: None,
+                failures: 0,
+                next_attempt: None,
+            }),
+        }
+    }
+
+    /// The socket this client talks to.
+    #[must_use]
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    async fn channel(&self) -> Result<Channel, CriError> {
+        let mut conn = self.conn.lock().await;
+        if let Some(ch) = &conn.channel {
+            return Ok(ch.clone());
+        }
+        let now = Instant::now();
+        if let Some(at) = conn.next_attempt
+            && now < at
+        {
+            return Err(CriError::Backoff {
+                socket: self.socket.clone(),
+                retry_in: at - now,
+            });
+        }
+        let result = tokio::time::timeout(self.timeout, connect(&self.socket)).await;
+        match result {
+            Ok(Ok(ch)) => {
+                if conn.failures > 0 {
+                    tracing::info!(socket = %self.socket.display(), "CRI runtime reachable again");
+                }
+                conn.channel = Some(ch.clone());
+                conn.failures = 0;
+                conn.next_attempt = None;
+                Ok(ch)
+            }
+            other => {
+                conn.failures = conn.failures.saturating_add(1);
+                conn.next_attempt = Some(now + reconnect_delay(conn.failures));
+                let message = match other {
+                    Ok(Err(e)) => {
+                        let mut m = e.to_string();
+                        let mut src = std::error::Error::source(&e);
+                        while let Some(s) = src {
+                            m = format!("{m}: {s}");
+                            src = s.source();
+                        }
+                        m
+                    }
+                    _ => format!("timed out after {:?}", self.timeout),
+                };
+                if conn.failures == 1 {
+                    tracing::warn!(socket = %self.socket.display(), %message, "CRI runtime unreachable; reconnecting with backoff");
+                }
+                Err(CriError::Connect {
+                    socket: self.socket.clone(),
+                    message,
+                })
+            }
+        }
+    }
+
+    async fn forget_channel(&self) {
+        let mut conn = self.conn.lock().await;
+        if conn.channel.take().is_some() {
+            conn.failures = 1;
+            conn.next_attempt = None;
+        }
+    }
+
+    /// Runs one call with the timeout; drops the connection when the runtime is gone.
+    async fn call<T, F, Fut>(
+        &self,
+        op: &'static str,
+        id: &str,
+        extra: Duration,
+        f: F,
+    ) -> Result<T, CriError>
+    where
+        F: FnOnce(RuntimeServiceClient<Channel>, ImageServiceClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let ch = self.channel().await?;
+        let after = self.timeout + extra;
+        let fut = f(
+            RuntimeServiceClient::new(ch.clone()),
+            ImageServiceClient::new(ch),
+        );
+        match tokio::time::timeout(after, fut).await {
+            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Err(status)) => {
+                if matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown)
+                    && status.message().contains("transport")
+                    || status.code() == tonic::Code::Unavailable
+                {
+                    self.forget_channel().await;
+                }
+                Err(CriError::Status {
+                    op,
+                    id: id.to_owned(),
+                    code: status.code(),
+                    message: status.message().to_owned(),
+                })
+            }
+            Err(_) => Err(CriError::Timeout {
+                op,
+                id: id.to_owned(),
+                after,
+            }),
+        }
+    }
+}
+
+impl ContainerRuntime for CriRuntime {
+    async fn version(&self) -> Result<cri::VersionResponse, CriError> {
+        self.call("Version", "", Duration::ZERO, |mut r, _| async move {
+            r.version(cri::VersionRequest {
+                version: "v1".to_owned(),
+            })
+            .await
+        })
+        .await
+    }
+
+    async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String, CriError> {
+        let id = config
+            .metadata
+            .as_ref()
+            .map(|m| m.uid.clone())
+            .unwrap_or_default();
+        let resp = self
+            .call("RunPodSandbox", &id, Duration::from_secs(60), |mut r, _| async move {
+                r.run_pod_sandbox(cri::RunPodSandboxRequest {
+                    config: Some(config),
+                    runtime_handler: String::new(),
+                })
+                .await
+            })
+            .await?;
+        Ok(resp.pod_sandbox_id)
+    }
+
+    async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+        let pod_sandbox_id = id.to_owned();
+        self.call("StopPodSandbox", id, Duration::from_secs(30), |mut r, _| async move {
+            r.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id })
+                .await
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn remove_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
+        let pod_sandbox_id = id.to_owned();
+        self.call("RemovePodSandbox", id, Duration::from_secs(30), |mut r, _| async move {
+            r.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id })
+                .await
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn list_pod_sandboxes(
+        &self,
+        filter: cri::PodSandboxFilter,
+    ) -> Result<Vec<cri::PodSandbox>, CriError> {
+        let resp = self
+            .call("ListPodSandbox", "", Duration::ZERO, |mut r, _| async move {
+                r.list_pod_sandbox(cri::ListPodSandboxRequest {
+                    filter: Some(filter),
+                })
+                .await
+            })
+            .await?;
+        Ok(resp.items)
+    }
+
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: cri::ContainerConfig,
+        sandbox_config: cri::PodSandboxConfig,
+    ) -> Result<String, CriError> {
+        let pod_sandbox_id = sandbox_id.to_owned();
+        let name = config
+            .metadata
+            .as_ref()
+            .map(|m| format!("{sandbox_id}/{}", m.name))
+            .unwrap_or_default();
+        let resp = self
+            .call("CreateContainer", &name, Duration::from_secs(30), |mut r, _| async move {
+                r.create_container(cri::CreateContainerRequest {
+                    pod_sandbox_id,
+                    config: Some(config),
+                    // containerd 1.6.20 panics without it; it also carries the cgroup parent.
+                    sandbox_config: Some(sandbox_config),
+                })
+                .await
+            })
+            .await?;
+        Ok(resp.container_id)
+    }
+
+    async fn start_container(&self, id: &str) -> Result<(), CriError> {
+        let container_id = id.to_owned();
+        self.call("StartContainer", id, Duration::from_secs(30), |mut r, _| async move {
+            r.start_container(cri::StartContainerRequest { container_id })
+                .await
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn stop_container(&self, id: &str, timeout_s: i64) -> Result<(), CriError> {
+        let container_id = id.to_owned();
+        let wait = Duration::from_secs(u64::try_from(timeout_s.max(0)).unwrap_or(0));
+        self.call("StopContainer", id, wait + Duration::from_secs(10), |mut r, _| async move {
+            r.stop_container(cri::StopContainerRequest {
+                container_id,
+                timeout: timeout_s,
+            })
+            .await
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn remove_container(&self, id: &str) -> Result<(), CriError> {
+        let container_id = id.to_owned();
+        self.call("RemoveContainer", id, Duration::from_secs(30), |mut r, _| async move {
+            r.remove_container(cri::RemoveContainerRequest { container_id })
+                .await
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn list_containers(
+        &self,
+        filter: cri::ContainerFilter,
+    ) -> Result<Vec<cri::Container>, CriError> {
+        let resp = self
+            .call("ListContainers", "", Duration::ZERO, |mut r, _| async move {
+                r.list_containers(cri::ListContainersRequest {
+                    filter: Some(filter),
+                })
+                .await
+            })
+            .await?;
+        Ok(resp.containers)
+    }
+
+    async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus, CriError> {
+        let container_id = id.to_owned();
+        let resp = self
+            .call("ContainerStatus", id, Duration::ZERO, |mut r, _| async move {
+                r.container_status(cri::ContainerStatusRequest {
+                    container_id,
+                    verbose: false,
+                })
+                .await
+            })
+            .await?;
+        resp.status.ok_or_else(|| CriError::Missing {
+            op: "ContainerStatus",
+            id: id.to_owned(),
+            what: "a status",
+        })
+    }
+
+    async fn image_status(&self, image: &str) -> Result<Option<cri::Image>, CriError> {
+        let spec = cri::ImageSpec {
+            image: image.to_owned(),
+            ..Default::default()
+        };
+        let resp = self
+            .call("ImageStatus", image, Duration::ZERO, |_, mut i| async move {
+                i.image_status(cri::ImageStatusRequest {
+                    image: Some(spec),
+                    verbose: false,
+                })
+                .await
+            })
+            .await?;
+        Ok(resp.image)
+    }
+
+    async fn pull_image(
+        &self,
+        image: &str,
+        sandbox_config: Option<cri::PodSandboxConfig>,
+    ) -> Result<String, CriError> {
+        let spec = cri::ImageSpec {
+            image: image.to_owned(),
+            ..Default::default()
+        };
+        let resp = self
+            .call("PullImage", image, Duration::from_secs(120), |_, mut i| async move {
+                i.pull_image(cri::PullImageRequest {
+                    image: Some(spec),
+                    auth: None,
+                    sandbox_config,
+                })
+                .await
+            })
+            .await?;
+        Ok(resp.image_ref)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconnect_backoff_doubles_to_the_cap() {
+        let got: Vec<u64> = (1..=8)
+            .map(|f| u64::try_from(reconnect_delay(f).as_millis()).unwrap_or(u64::MAX))
+            .collect();
+        assert_eq!(got, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        assert_eq!(reconnect_delay(1000), RECONNECT_MAX);
+    }
+
+    #[tokio::test]
+    async fn missing_socket_is_a_clear_error_then_backoff() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let rt = CriRuntime::new(dir.path().join("nope.sock"), Duration::from_millis(500));
+        let first = rt.version().await.expect_err("no runtime there");
+        assert!(matches!(first, CriError::Connect { .. }), "{first}");
+        assert!(first.is_unavailable());
+        assert!(first.to_string().contains("nope.sock"), "{first}");
+        let second = rt.version().await.expect_err("still none");
+        assert!(matches!(second, CriError::Backoff { .. }), "{second}");
+    }
+}

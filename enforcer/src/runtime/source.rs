@@ -1,0 +1,618 @@
+//! Pod sources. The manifest directory (kubelet's static pods, `--pod-manifest-path`): every
+//! `*.yaml` / `*.yml` / `*.json` file holds one or more Pod documents; the directory is polled
+//! and add / change / delete of files become ADD / UPDATE / DELETE pod updates. A bad file is
+//! reported with the file and the problem and changes nothing else: the pods it held before stay
+//! as they were.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    io::Read as _,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::SystemTime,
+};
+
+use k8s_openapi::api::core::v1::Pod;
+use sha2::{Digest as _, Sha256};
+
+/// Largest manifest file accepted.
+pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+/// kubelet's `kubernetes.io/config.source`.
+pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
+/// kubelet's `kubernetes.io/config.hash`.
+pub const CONFIG_HASH_ANNOTATION: &str = "kubernetes.io/config.hash";
+
+/// Why a manifest was refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SourceError {
+    #[error("{file}: cannot read: {message}")]
+    Read { file: PathBuf, message: String },
+    #[error("{file}: {size} bytes is larger than the {max} byte limit")]
+    TooLarge { file: PathBuf, size: u64, max: u64 },
+    #[error("{file}: invalid YAML: {message}")]
+    Yaml { file: PathBuf, message: String },
+    #[error("{file}: document {doc}: {message}")]
+    Invalid {
+        file: PathBuf,
+        doc: usize,
+        message: String,
+    },
+    #[error("{file}: document {doc}: pod uid {uid:?} is already used by {other}")]
+    DuplicateUid {
+        file: PathBuf,
+        doc: usize,
+        uid: String,
+        other: String,
+    },
+}
+
+/// What happened to a pod.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodOp {
+    Add,
+    Update,
+    Delete,
+}
+
+/// One pod update, as kubelet's config sources send them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodUpdate {
+    pub op: PodOp,
+    pub pod: Arc<Pod>,
+    /// The file it came from, or `api`.
+    pub source: String,
+}
+
+/// What a source reports.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SourceEvent {
+    Pod(PodUpdate),
+    /// A file was refused (`Some(message)`), or is fine again (`None`).
+    Rejected { file: String, message: Option<String> },
+    /// The source has delivered its complete initial state.
+    Synced,
+}
+
+#[derive(Clone, Debug)]
+struct FileState {
+    stamp: (SystemTime, u64, u64),
+    pods: Vec<Arc<Pod>>,
+    rejected: bool,
+}
+
+/// The manifest directory source.
+#[derive(Debug)]
+pub struct ManifestDir {
+    dir: PathBuf,
+    node_name: String,
+    files: BTreeMap<PathBuf, FileState>,
+    synced: bool,
+}
+
+fn is_dns_label(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// DNS-1123 subdomain (pod names): labels separated by dots, at most 253 characters.
+#[must_use]
+pub fn is_dns_subdomain(s: &str) -> bool {
+    s.len() <= 253 && s.split('.').all(|l| is_dns_label(l, 63))
+}
+
+/// A pod uid as the enforcer accepts it: letters, digits and `-`, at most 128 characters.
+#[must_use]
+pub fn is_valid_uid(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
+/// Validates a pod (the checks the file source and the pod workers rely on).
+pub fn validate(pod: &Pod) -> Result<(), String> {
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    if name.is_empty() {
+        return Err("metadata.name: required".to_owned());
+    }
+    if !is_dns_subdomain(name) {
+        return Err(format!(
+            "metadata.name {name:?}: must be a lowercase DNS-1123 subdomain (no '/', no '..')"
+        ));
+    }
+    if let Some(ns) = pod.metadata.namespace.as_deref()
+        && !is_dns_label(ns, 63)
+    {
+        return Err(format!(
+            "metadata.namespace {ns:?}: must be a lowercase DNS-1123 label"
+        ));
+    }
+    if let Some(uid) = pod.metadata.uid.as_deref()
+        && !is_valid_uid(uid)
+    {
+        return Err(format!(
+            "metadata.uid {uid:?}: only letters, digits and '-' are allowed (no '/', no '..')"
+        ));
+    }
+    let Some(spec) = pod.spec.as_ref() else {
+        return Err("spec: required".to_owned());
+    };
+    if spec.containers.is_empty() {
+        return Err("spec.containers: must have at least one container".to_owned());
+    }
+    let mut seen = std::collections::HashSet::new();
+    let all = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .map(|c| ("spec.initContainers", c))
+        .chain(spec.containers.iter().map(|c| ("spec.containers", c)));
+    for (field, c) in all {
+        if !is_dns_label(&c.name, 63) {
+            return Err(format!(
+                "{field}[{:?}].name: must be a lowercase DNS-1123 label",
+                c.name
+            ));
+        }
+        if !seen.insert(c.name.clone()) {
+            return Err(format!("{field}[{:?}].name: duplicate container name", c.name));
+        }
+        if c.image.as_deref().unwrap_or("").trim().is_empty() {
+            return Err(format!("{field}[{:?}].image: required", c.name));
+        }
+        if let Some(p) = c.image_pull_policy.as_deref()
+            && !matches!(p, "Always" | "IfNotPresent" | "Never")
+        {
+            return Err(format!(
+                "{field}[{:?}].imagePullPolicy: unsupported value {p:?}",
+                c.name
+            ));
+        }
+    }
+    if let Some(p) = spec.restart_policy.as_deref()
+        && !matches!(p, "Always" | "OnFailure" | "Never")
+    {
+        return Err(format!("spec.restartPolicy: unsupported value {p:?}"));
+    }
+    if let Some(g) = spec.termination_grace_period_seconds
+        && g < 0
+    {
+        return Err(format!(
+            "spec.terminationGracePeriodSeconds: must be >= 0, got {g}"
+        ));
+    }
+    // TODO(policy): also run crate::policy::resources::validate_pod (quantities) once wired.
+    Ok(())
+}
+
+/// Parses the documents of one manifest file into pods (kubelet's file source defaulting:
+/// namespace `default`, name `<name>-<node>`, a uid from node, path and content when unset,
+/// the config source and hash annotations).
+pub fn parse_manifest(
+    file: &Path,
+    text: &str,
+    node_name: &str,
+) -> Result<Vec<Pod>, SourceError> {
+    use serde::Deserialize as _;
+    let mut pods = Vec::new();
+    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let doc_no = i + 1;
+        let value = serde_yaml::Value::deserialize(doc).map_err(|e| SourceError::Yaml {
+            file: file.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        if value.is_null() {
+            continue;
+        }
+        let invalid = |message: String| SourceError::Invalid {
+            file: file.to_path_buf(),
+            doc: doc_no,
+            message,
+        };
+        let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
+        if kind != "Pod" {
+            return Err(invalid(format!("kind {kind:?}: only Pod is supported")));
+        }
+        let api = value.get("apiVersion").and_then(|k| k.as_str()).unwrap_or("");
+        if api != "v1" {
+            return Err(invalid(format!("apiVersion {api:?}: expected \"v1\"")));
+        }
+        let mut pod: Pod = serde_path_to_error::deserialize(value)
+            .map_err(|e| invalid(format!("{}: {}", e.path(), e.inner())))?;
+        validate(&pod).map_err(invalid)?;
+        // Static pod defaulting, as kubelet's file source does it.
+        let ns = pod
+            .metadata
+            .namespace
+            .get_or_insert_with(|| "default".to_owned())
+            .clone();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let full_name = if node_name.is_empty() {
+            name
+        } else {
+            format!("{name}-{}", node_name.to_lowercase())
+        };
+        if !is_dns_subdomain(&full_name) {
+            return Err(invalid(format!(
+                "metadata.name {full_name:?} (with the node name) is not a DNS-1123 subdomain"
+            )));
+        }
+        pod.metadata.name = Some(full_name);
+        if pod.metadata.uid.is_none() {
+            let mut h = Sha256::new();
+            h.update(node_name.as_bytes());
+            h.update(file.as_os_str().as_encoded_bytes());
+            h.update(serde_json::to_vec(&pod).unwrap_or_default());
+            h.update(ns.as_bytes());
+            let hex: String = h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
+            pod.metadata.uid = Some(hex);
+        }
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let ann = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        ann.insert(CONFIG_SOURCE_ANNOTATION.to_owned(), "file".to_owned());
+        ann.insert(CONFIG_HASH_ANNOTATION.to_owned(), uid);
+        pods.push(pod);
+    }
+    Ok(pods)
+}
+
+fn read_limited(path: &Path) -> Result<String, SourceError> {
+    let read_err = |e: std::io::Error| SourceError::Read {
+        file: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    let f = std::fs::File::open(path).map_err(read_err)?;
+    let mut buf = Vec::new();
+    f.take(MAX_MANIFEST_BYTES + 1)
+        .read_to_end(&mut buf)
+        .map_err(read_err)?;
+    if buf.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(SourceError::TooLarge {
+            file: path.to_path_buf(),
+            size: std::fs::metadata(path).map_or(buf.len() as u64, |m| m.len()),
+            max: MAX_MANIFEST_BYTES,
+        });
+    }
+    String::from_utf8(buf).map_err(|e| SourceError::Yaml {
+        file: path.to_path_buf(),
+        message: format!("not UTF-8: {e}"),
+    })
+}
+
+fn stamp(meta: &std::fs::Metadata) -> (SystemTime, u64, u64) {
+    use std::os::unix::fs::MetadataExt as _;
+    (
+        meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+        meta.len(),
+        meta.ino(),
+    )
+}
+
+impl ManifestDir {
+    #[must_use]
+    pub fn new(dir: impl Into<PathBuf>, node_name: &str) -> Self {
+        Self {
+            dir: dir.into(),
+            node_name: node_name.to_owned(),
+            files: BTreeMap::new(),
+            synced: false,
+        }
+    }
+
+    /// The uids currently owned, with the file owning each.
+    fn owners(&self) -> HashMap<String, PathBuf> {
+        let mut out = HashMap::new();
+        for (path, st) in &self.files {
+            for p in &st.pods {
+                if let Some(uid) = &p.metadata.uid {
+                    out.insert(uid.clone(), path.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// One pass over the directory: the updates since the last pass.
+    pub fn scan(&mut self) -> Vec<SourceEvent> {
+        let mut events = Vec::new();
+        let mut present: BTreeMap<PathBuf, std::fs::Metadata> = BTreeMap::new();
+        match std::fs::read_dir(&self.dir) {
+            Ok(rd) => {
+                for e in rd.flatten() {
+                    let path = e.path();
+                    let name = e.file_name();
+                    let name = name.to_string_lossy();
+                    if name.starts_with('.') {
+                        continue;
+                    }
+                    let ext_ok = matches!(
+                        path.extension().and_then(|x| x.to_str()),
+                        Some("yaml" | "yml" | "json")
+                    );
+                    // Follow symlinks (ConfigMap-style layouts), skip directories.
+                    if let Ok(meta) = std::fs::metadata(&path)
+                        && meta.is_file()
+                        && ext_ok
+                    {
+                        present.insert(path, meta);
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "reading manifest directory");
+                return events;
+            }
+        }
+        // Deleted files: their pods go.
+        let gone: Vec<PathBuf> = self
+            .files
+            .keys()
+            .filter(|p| !present.contains_key(*p))
+            .cloned()
+            .collect();
+        for path in gone {
+            if let Some(st) = self.files.remove(&path) {
+                let file = path.display().to_string();
+                if st.rejected {
+                    events.push(SourceEvent::Rejected {
+                        file: file.clone(),
+                        message: None,
+                    });
+                }
+                for pod in st.pods {
+                    events.push(SourceEvent::Pod(PodUpdate {
+                        op: PodOp::Delete,
+                        pod,
+                        source: file.clone(),
+                    }));
+                }
+            }
+        }
+        for (path, meta) in present {
+            let st = stamp(&meta);
+            if self.files.get(&path).is_some_and(|f| f.stamp == st) {
+                continue;
+            }
+            let file = path.display().to_string();
+            let old_pods = self
+                .files
+                .get(&path)
+                .map(|f| f.pods.clone())
+                .unwrap_or_default();
+            let parsed = if meta.len() > MAX_MANIFEST_BYTES {
+                Err(SourceError::TooLarge {
+                    file: path.clone(),
+                    size: meta.len(),
+                    max: MAX_MANIFEST_BYTES,
+                })
+            } else {
+                read_limited(&path).and_then(|text| parse_manifest(&path, &text, &self.node_name))
+            };
+            let parsed = parsed.and_then(|pods| self.check_uids(&path, pods));
+            match parsed {
+                Err(e) => {
+                    tracing::warn!(file = %file, error = %e, "manifest rejected; its previous pods (if any) are kept");
+                    events.push(SourceEvent::Rejected {
+                        file,
+                        message: Some(e.to_string()),
+                    });
+                    self.files.insert(
+                        path,
+                        FileState {
+                            stamp: st,
+                            pods: old_pods,
+                            rejected: true,
+                        },
+                    );
+                }
+                Ok(pods) => {
+                    if self.files.get(&path).is_some_and(|f| f.rejected) {
+                        events.push(SourceEvent::Rejected {
+                            file: file.clone(),
+                            message: None,
+                        });
+                    }
+                    let pods: Vec<Arc<Pod>> = pods.into_iter().map(Arc::new).collect();
+                    let uid = |p: &Pod| p.metadata.uid.clone().unwrap_or_default();
+                    for old in &old_pods {
+                        if !pods.iter().any(|p| uid(p) == uid(old)) {
+                            events.push(SourceEvent::Pod(PodUpdate {
+                                op: PodOp::Delete,
+                                pod: old.clone(),
+                                source: file.clone(),
+                            }));
+                        }
+                    }
+                    for p in &pods {
+                        match old_pods.iter().find(|o| uid(o) == uid(p)) {
+                            Some(o) if o == p => {}
+                            Some(_) => events.push(SourceEvent::Pod(PodUpdate {
+                                op: PodOp::Update,
+                                pod: p.clone(),
+                                source: file.clone(),
+                            })),
+                            None => events.push(SourceEvent::Pod(PodUpdate {
+                                op: PodOp::Add,
+                                pod: p.clone(),
+                                source: file.clone(),
+                            })),
+                        }
+                    }
+                    self.files.insert(
+                        path,
+                        FileState {
+                            stamp: st,
+                            pods,
+                            rejected: false,
+                        },
+                    );
+                }
+            }
+        }
+        if !self.synced {
+            self.synced = true;
+            events.push(SourceEvent::Synced);
+        }
+        events
+    }
+
+    /// Refuses uids used twice in the file or already owned by another file.
+    fn check_uids(&self, path: &Path, pods: Vec<Pod>) -> Result<Vec<Pod>, SourceError> {
+        let owners = self.owners();
+        let mut seen: HashMap<String, usize> = HashMap::new();
+        for (i, p) in pods.iter().enumerate() {
+            let uid = p.metadata.uid.clone().unwrap_or_default();
+            if let Some(prev) = seen.insert(uid.clone(), i + 1) {
+                return Err(SourceError::DuplicateUid {
+                    file: path.to_path_buf(),
+                    doc: i + 1,
+                    uid,
+                    other: format!("document {prev} of the same file"),
+                });
+            }
+            if let Some(owner) = owners.get(&uid)
+                && owner != path
+            {
+                return Err(SourceError::DuplicateUid {
+                    file: path.to_path_buf(),
+                    doc: i + 1,
+                    uid,
+                    other: owner.display().to_string(),
+                });
+            }
+        }
+        Ok(pods)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: web, uid: u-1}\nspec:\n  containers: [{name: c, image: 'busybox:local'}]\n";
+
+    fn pods(ev: &[SourceEvent]) -> Vec<(PodOp, String)> {
+        ev.iter()
+            .filter_map(|e| match e {
+                SourceEvent::Pod(u) => Some((u.op, u.pod.metadata.uid.clone().unwrap_or_default())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn rejections(ev: &[SourceEvent]) -> Vec<String> {
+        ev.iter()
+            .filter_map(|e| match e {
+                SourceEvent::Rejected {
+                    message: Some(m), ..
+                } => Some(m.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn add_update_delete() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut src = ManifestDir::new(dir.path(), "node1");
+        assert_eq!(src.scan(), vec![SourceEvent::Synced]);
+        std::fs::write(dir.path().join("web.yaml"), POD).expect("write");
+        let ev = src.scan();
+        assert_eq!(pods(&ev), vec![(PodOp::Add, "u-1".to_owned())]);
+        let SourceEvent::Pod(u) = &ev[0] else {
+            panic!("{ev:?}")
+        };
+        assert_eq!(u.pod.metadata.name.as_deref(), Some("web-node1"));
+        assert_eq!(u.pod.metadata.namespace.as_deref(), Some("default"));
+        assert!(src.scan().is_empty());
+        std::fs::write(dir.path().join("web.yaml"), POD.replace("busybox:local", "busybox:x"))
+            .expect("write");
+        assert_eq!(pods(&src.scan()), vec![(PodOp::Update, "u-1".to_owned())]);
+        std::fs::remove_file(dir.path().join("web.yaml")).expect("rm");
+        assert_eq!(pods(&src.scan()), vec![(PodOp::Delete, "u-1".to_owned())]);
+    }
+
+    #[test]
+    fn static_uid_is_deterministic_and_follows_content() {
+        let text = POD.replace("uid: u-1", "namespace: ns");
+        let f = Path::new("/m/web.yaml");
+        let a = parse_manifest(f, &text, "n").expect("a");
+        let b = parse_manifest(f, &text, "n").expect("b");
+        assert_eq!(a[0].metadata.uid, b[0].metadata.uid);
+        let c = parse_manifest(Path::new("/m/other.yaml"), &text, "n").expect("c");
+        assert_ne!(a[0].metadata.uid, c[0].metadata.uid);
+        let d = parse_manifest(f, &text.replace("busybox:local", "busybox:2"), "n").expect("d");
+        assert_ne!(a[0].metadata.uid, d[0].metadata.uid);
+        assert!(is_valid_uid(a[0].metadata.uid.as_deref().unwrap_or("")));
+    }
+
+    #[test]
+    fn bad_files_are_rejected_clearly_and_touch_nothing_else() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut src = ManifestDir::new(dir.path(), "n");
+        std::fs::write(dir.path().join("good.yaml"), POD).expect("write");
+        assert_eq!(pods(&src.scan()), vec![(PodOp::Add, "u-1".to_owned())]);
+        let cases: &[(&str, String, &str)] = &[
+            ("yaml.yaml", "kind: Pod\n  bad: [".to_owned(), "invalid YAML"),
+            (
+                "types.yaml",
+                POD.replace("uid: u-1", "uid: u-2").replace("containers: [", "terminationGracePeriodSeconds: soon\n  containers: ["),
+                "spec.terminationGracePeriodSeconds",
+            ),
+            (
+                "empty.yaml",
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: e}\nspec: {containers: []}\n".to_owned(),
+                "at least one container",
+            ),
+            ("slash.yaml", POD.replace("name: web", "name: a/b").replace("u-1", "u-3"), "metadata.name"),
+            ("dots.yaml", POD.replace("name: web", "name: '..'").replace("u-1", "u-4"), "metadata.name"),
+            ("uid.yaml", POD.replace("uid: u-1", "uid: ../../x"), "metadata.uid"),
+            ("uidslash.yaml", POD.replace("uid: u-1", "uid: a/b"), "metadata.uid"),
+            ("dup.yaml", POD.replace("name: web", "name: other"), "already used by"),
+            (
+                "dup2.yaml",
+                format!("{}---\n{}", POD.replace("u-1", "u-9"), POD.replace("u-1", "u-9").replace("web", "w2")),
+                "document 1 of the same file",
+            ),
+            ("big.yaml", format!("{POD}# {}\n", "x".repeat(2 << 20)), "byte limit"),
+            ("kind.yaml", POD.replace("kind: Pod", "kind: Deployment"), "only Pod"),
+        ];
+        for (file, text, want) in cases {
+            std::fs::write(dir.path().join(file), text).expect("write");
+            let ev = src.scan();
+            assert!(pods(&ev).is_empty(), "{file}: {ev:?}");
+            let r = rejections(&ev);
+            assert_eq!(r.len(), 1, "{file}: {ev:?}");
+            assert!(r[0].contains(file), "{file}: {}", r[0]);
+            assert!(r[0].contains(want), "{file}: want {want:?} in {}", r[0]);
+            std::fs::remove_file(dir.path().join(file)).expect("rm");
+            assert!(pods(&src.scan()).is_empty(), "{file}");
+        }
+        // A good file that turns bad keeps its pods; fixed again, it is accepted.
+        std::fs::write(dir.path().join("good.yaml"), "::: nope").expect("write");
+        let ev = src.scan();
+        assert!(pods(&ev).is_empty());
+        assert_eq!(rejections(&ev).len(), 1);
+        std::fs::write(dir.path().join("good.yaml"), POD).expect("write");
+        let ev = src.scan();
+        assert!(pods(&ev).is_empty(), "{ev:?}");
+        assert!(ev.contains(&SourceEvent::Rejected {
+            file: dir.path().join("good.yaml").display().to_string(),
+            message: None
+        }));
+    }
+
+    #[test]
+    fn several_documents() {
+        let text = format!(
+            "{}---\n{}",
+            POD,
+            POD.replace("u-1", "u-2").replace("name: web", "name: db")
+        );
+        let got = parse_manifest(Path::new("/m/x.yaml"), &text, "").expect("parse");
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[1].metadata.name.as_deref(), Some("db"));
+    }
+}

@@ -1,0 +1,451 @@
+//! The status manager: the latest status of every pod, in kubelet's vocabulary (phase,
+//! conditions, container states with reasons and exit codes, restart counts, start times),
+//! written atomically to `<state dir>/pods.json` for `enforcer pods` and for recovery.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex},
+};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+/// The file `enforcer pods` reads.
+pub const PODS_FILE: &str = "pods.json";
+
+/// Errors of the status module.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Json {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// A container's state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ContainerState {
+    Waiting {
+        reason: String,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        message: String,
+    },
+    Running {
+        started_at: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    Terminated {
+        exit_code: i32,
+        reason: String,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        message: String,
+        started_at: String,
+        finished_at: String,
+    },
+}
+
+impl ContainerState {
+    /// `Running`, `Waiting` or `Terminated` with its reason, for the table.
+    #[must_use]
+    pub fn short(&self) -> String {
+        match self {
+            Self::Waiting { reason, .. } => reason.clone(),
+            Self::Running { .. } => "Running".to_owned(),
+            Self::Terminated {
+                reason, exit_code, ..
+            } => format!("{reason}({exit_code})"),
+        }
+    }
+}
+
+/// One container's status.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerRecord {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub container_id: String,
+    pub image: String,
+    pub ready: bool,
+    pub restart_count: u32,
+    pub state: ContainerState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_state: Option<ContainerState>,
+}
+
+/// A pod condition.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub status: String,
+}
+
+/// One pod's status as the status manager keeps it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodRecord {
+    pub uid: String,
+    pub name: String,
+    pub namespace: String,
+    /// Where the pod came from (manifest file path, or `api`).
+    pub source: String,
+    /// Pending, Running, Succeeded, Failed (or Terminating while being killed).
+    pub phase: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    pub qos_class: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub start_time: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sandbox_id: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cgroup: String,
+    pub conditions: Vec<Condition>,
+    pub init_container_statuses: Vec<ContainerRecord>,
+    pub container_statuses: Vec<ContainerRecord>,
+}
+
+/// A manifest the source refused.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejection {
+    pub file: String,
+    pub message: String,
+}
+
+/// What `pods.json` holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusFile {
+    pub pods: Vec<PodRecord>,
+    #[serde(default)]
+    pub rejected: Vec<Rejection>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    pods: BTreeMap<String, PodRecord>,
+    rejected: BTreeMap<String, Rejection>,
+    generation: u64,
+}
+
+/// Shared, cheap to clone; workers set, the writer task persists.
+#[derive(Clone, Debug, Default)]
+pub struct StatusManager {
+    inner: Arc<Mutex<Inner>>,
+    changed: Arc<Notify>,
+}
+
+impl StatusManager {
+    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
+        let mut g = match self.inner.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        f(&mut g)
+    }
+
+    /// Sets a pod's status (no-op when unchanged).
+    pub fn set(&self, record: PodRecord) {
+        let changed = self.with(|i| {
+            if i.pods.get(&record.uid) == Some(&record) {
+                return false;
+            }
+            i.pods.insert(record.uid.clone(), record);
+            i.generation += 1;
+            true
+        });
+        if changed {
+            self.changed.notify_one();
+        }
+    }
+
+    /// Forgets a pod (after it terminated).
+    pub fn remove(&self, uid: &str) {
+        if self.with(|i| {
+            i.generation += 1;
+            i.pods.remove(uid).is_some()
+        }) {
+            self.changed.notify_one();
+        }
+    }
+
+    /// Records (or clears, with `None`) the rejection of a manifest file.
+    pub fn set_rejection(&self, file: &str, message: Option<String>) {
+        self.with(|i| {
+            match message {
+                Some(message) => i.rejected.insert(
+                    file.to_owned(),
+                    Rejection {
+                        file: file.to_owned(),
+                        message,
+                    },
+                ),
+                None => i.rejected.remove(file),
+            };
+            i.generation += 1;
+        });
+        self.changed.notify_one();
+    }
+
+    /// One pod's status.
+    #[must_use]
+    pub fn get(&self, uid: &str) -> Option<PodRecord> {
+        self.with(|i| i.pods.get(uid).cloned())
+    }
+
+    /// Everything, as written to `pods.json`.
+    #[must_use]
+    pub fn snapshot(&self) -> (u64, StatusFile) {
+        self.with(|i| {
+            (
+                i.generation,
+                StatusFile {
+                    pods: i.pods.values().cloned().collect(),
+                    rejected: i.rejected.values().cloned().collect(),
+                },
+            )
+        })
+    }
+
+    /// Waits for the next change.
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+}
+
+/// Writes `file` atomically (temp file in the same directory, fsync, rename).
+pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), StatusError> {
+    use std::io::Write as _;
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| StatusError::Io { path: p, source }
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+    }
+    let tmp = path.with_extension("json.tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+    f.write_all(data).map_err(io(&tmp))?;
+    f.sync_all().map_err(io(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(io(path))
+}
+
+/// Persists the status on every change (at most every 100 ms) until `shutdown`.
+pub async fn writer(status: StatusManager, state_dir: PathBuf, shutdown: impl Future<Output = ()>) {
+    let path = state_dir.join(PODS_FILE);
+    let mut written = u64::MAX;
+    tokio::pin!(shutdown);
+    loop {
+        let (generation, file) = status.snapshot();
+        if generation != written {
+            match serde_json::to_vec_pretty(&file) {
+                Ok(data) => match write_atomic(&path, &data) {
+                    Ok(()) => written = generation,
+                    Err(e) => tracing::warn!(error = %e, "writing pod status"),
+                },
+                Err(e) => tracing::warn!(error = %e, "encoding pod status"),
+            }
+        }
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = status.changed() => {}
+            () = tokio::time::sleep(std::time::Duration::from_secs(5)) => {}
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // Final write so a restart starts from the latest status.
+    let (generation, file) = status.snapshot();
+    if generation != written
+        && let Ok(data) = serde_json::to_vec_pretty(&file)
+        && let Err(e) = write_atomic(&path, &data)
+    {
+        tracing::warn!(error = %e, "writing pod status");
+    }
+}
+
+/// Reads `pods.json` from a state directory.
+pub fn read(state_dir: &Path) -> Result<StatusFile, StatusError> {
+    let path = state_dir.join(PODS_FILE);
+    let text = std::fs::read(&path).map_err(|source| StatusError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    serde_json::from_slice(&text).map_err(|source| StatusError::Json { path, source })
+}
+
+/// `enforcer pods`: a table (or JSON) of the pods in a state directory.
+pub fn render(file: &StatusFile, json: bool) -> String {
+    if json {
+        return serde_json::to_string_pretty(file).unwrap_or_default();
+    }
+    let mut rows = vec![[
+        "NAMESPACE".to_owned(),
+        "NAME".to_owned(),
+        "READY".to_owned(),
+        "STATUS".to_owned(),
+        "RESTARTS".to_owned(),
+        "QOS".to_owned(),
+        "UID".to_owned(),
+    ]];
+    for p in &file.pods {
+        let ready = p.container_statuses.iter().filter(|c| c.ready).count();
+        let restarts: u32 = p.container_statuses.iter().map(|c| c.restart_count).sum();
+        // Like kubectl: a waiting or terminated container's reason wins over the phase.
+        let status = p
+            .container_statuses
+            .iter()
+            .chain(&p.init_container_statuses)
+            .find_map(|c| match &c.state {
+                ContainerState::Waiting { reason, .. }
+                    if !reason.is_empty() && reason != "ContainerCreating" =>
+                {
+                    Some(reason.clone())
+                }
+                ContainerState::Terminated { reason, .. } if p.phase != "Running" => {
+                    Some(reason.clone())
+                }
+                _ => None,
+            })
+            .or_else(|| (!p.reason.is_empty()).then(|| p.reason.clone()))
+            .unwrap_or_else(|| p.phase.clone());
+        rows.push([
+            p.namespace.clone(),
+            p.name.clone(),
+            format!("{ready}/{}", p.container_statuses.len()),
+            status,
+            restarts.to_string(),
+            p.qos_class.clone(),
+            p.uid.clone(),
+        ]);
+    }
+    let mut widths = [0usize; 7];
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let mut out = String::new();
+    for r in &rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(line.join("   ").trim_end());
+        out.push('\n');
+    }
+    for r in &file.rejected {
+        out.push_str(&format!("rejected {}: {}\n", r.file, r.message));
+    }
+    out
+}
+
+/// RFC 3339 (UTC, seconds) for nanoseconds since the Unix epoch; empty for 0.
+#[must_use]
+pub fn rfc3339(nanos: i64) -> String {
+    if nanos <= 0 {
+        return String::new();
+    }
+    let secs = nanos / 1_000_000_000;
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Now, as nanoseconds since the Unix epoch.
+#[must_use]
+pub fn now_nanos() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dates() {
+        assert_eq!(rfc3339(0), "");
+        assert_eq!(rfc3339(1_000_000_000), "1970-01-01T00:00:01Z");
+        assert_eq!(rfc3339(1_709_251_200 * 1_000_000_000), "2024-03-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400 * 1_000_000_000 + 1), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn table_and_json_round_trip() {
+        let rec = PodRecord {
+            uid: "u".into(),
+            name: "web".into(),
+            namespace: "default".into(),
+            source: "/m/web.yaml".into(),
+            phase: "Running".into(),
+            reason: String::new(),
+            message: String::new(),
+            qos_class: "BestEffort".into(),
+            start_time: rfc3339(1_000_000_000),
+            sandbox_id: "s".into(),
+            cgroup: String::new(),
+            conditions: vec![],
+            init_container_statuses: vec![],
+            container_statuses: vec![ContainerRecord {
+                name: "c".into(),
+                container_id: "x".into(),
+                image: "busybox:local".into(),
+                ready: false,
+                restart_count: 4,
+                state: ContainerState::Waiting {
+                    reason: "CrashLoopBackOff".into(),
+                    message: "back-off 40s".into(),
+                },
+                last_state: None,
+            }],
+        };
+        let file = StatusFile {
+            pods: vec![rec],
+            rejected: vec![Rejection {
+                file: "bad.yaml".into(),
+                message: "invalid".into(),
+            }],
+        };
+        let table = render(&file, false);
+        assert!(table.contains("CrashLoopBackOff"), "{table}");
+        assert!(table.contains("0/1"), "{table}");
+        assert!(table.contains("rejected bad.yaml: invalid"), "{table}");
+        let json = render(&file, true);
+        let back: StatusFile = serde_json::from_str(&json).expect("json");
+        assert_eq!(back, file);
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_atomic(&dir.path().join(PODS_FILE), json.as_bytes()).expect("write");
+        assert_eq!(read(dir.path()).expect("read"), file);
+    }
+}

@@ -1,0 +1,1082 @@
+//! Pod workers (kubelet's `pod_workers.go`): one task per pod uid, fed through its own channel,
+//! in the states syncing -> terminating -> terminated. A sync reads the pod's sandboxes and
+//! containers from the runtime and takes the next steps: pod cgroup, sandbox, image, init
+//! containers one at a time in order, app containers, restarts with crash backoff. Termination
+//! stops regular containers, then sidecars, then the sandbox, and removes everything including
+//! the pod cgroup. All decisions are re-derived from the runtime's state, so a restarted
+//! enforcer adopts what is running and never starts a second copy.
+
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    sync::Arc,
+    time::Duration,
+};
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use tokio::{sync::mpsc, task::JoinSet, time::Instant};
+
+use super::{
+    backoff::Backoff,
+    cri::{ContainerRuntime, CriError},
+    podcgroup::PodCgroups,
+    source::is_valid_uid,
+    spec::{self, ContainerKind, NodeFacts, PodIdent},
+    status::{Condition, ContainerRecord, ContainerState, PodRecord, StatusManager, rfc3339},
+};
+use crate::cgroup::CgroupError;
+
+/// Errors of one sync or kill; the worker retries with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("pod {uid}: {source}")]
+    Cri {
+        uid: String,
+        #[source]
+        source: CriError,
+    },
+    #[error("pod {uid}: pod cgroup: {source}")]
+    Cgroup {
+        uid: String,
+        #[source]
+        source: CgroupError,
+    },
+    #[error("pod {uid}: {path}: {source}")]
+    Io {
+        uid: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl WorkerError {
+    fn unavailable(&self) -> bool {
+        matches!(self, Self::Cri { source, .. } if source.is_unavailable())
+    }
+}
+
+/// What a pod worker is told.
+#[derive(Clone, Debug)]
+pub enum WorkUpdate {
+    /// The pod (new or changed spec).
+    Sync { pod: Arc<Pod>, source: String },
+    /// Delete the pod, with an optional shorter grace period in seconds.
+    Kill { grace: Option<i64> },
+    /// The runtime state of the pod changed (from the relister).
+    Relist,
+}
+
+/// What every worker shares.
+#[derive(Debug)]
+pub struct WorkerContext<R> {
+    pub runtime: Arc<R>,
+    pub cgroups: PodCgroups,
+    pub status: StatusManager,
+    pub node: NodeFacts,
+    /// Where container logs go (`<state dir>/pods`).
+    pub log_root: PathBuf,
+    /// Periodic resync when nothing else wakes the worker.
+    pub resync: Duration,
+}
+
+/// kubelet's pod phase (`getPhase`) from what the containers are doing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AppState {
+    /// Never started yet.
+    Waiting,
+    Running,
+    /// Exited, possibly waiting to restart.
+    Exited { code: i32 },
+}
+
+/// kubelet's `getPhase`.
+#[must_use]
+pub fn pod_phase(
+    restart_policy: &str,
+    init_failed: bool,
+    init_pending: bool,
+    apps: &[AppState],
+) -> &'static str {
+    if init_failed {
+        return "Failed";
+    }
+    if init_pending {
+        return "Pending";
+    }
+    let waiting = apps.iter().filter(|a| **a == AppState::Waiting).count();
+    let running = apps.iter().filter(|a| **a == AppState::Running).count();
+    let stopped = apps
+        .iter()
+        .filter(|a| matches!(a, AppState::Exited { .. }))
+        .count();
+    let succeeded = apps
+        .iter()
+        .filter(|a| matches!(a, AppState::Exited { code: 0 }))
+        .count();
+    if waiting > 0 {
+        "Pending"
+    } else if running > 0 {
+        "Running"
+    } else if stopped > 0 {
+        match restart_policy {
+            "Always" => "Running",
+            _ if stopped == succeeded => "Succeeded",
+            "Never" => "Failed",
+            _ => "Running",
+        }
+    } else {
+        "Pending"
+    }
+}
+
+fn label_filter(uid: &str) -> HashMap<String, String> {
+    HashMap::from([
+        (spec::POD_UID_LABEL.to_owned(), uid.to_owned()),
+        (spec::MANAGED_LABEL.to_owned(), "true".to_owned()),
+    ])
+}
+
+fn name_of(c: &cri::Container) -> &str {
+    c.labels
+        .get(spec::CONTAINER_NAME_LABEL)
+        .map_or("", String::as_str)
+}
+
+fn restart_count_of(c: &cri::Container) -> u32 {
+    c.annotations
+        .get(spec::CONTAINER_RESTART_COUNT_ANNOTATION)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+fn kind_of(c: &cri::Container) -> ContainerKind {
+    ContainerKind::parse(
+        c.annotations
+            .get(spec::CONTAINER_KIND_ANNOTATION)
+            .map_or("", String::as_str),
+    )
+}
+
+const RUNNING: i32 = cri::ContainerState::ContainerRunning as i32;
+const EXITED: i32 = cri::ContainerState::ContainerExited as i32;
+const SANDBOX_READY: i32 = cri::PodSandboxState::SandboxReady as i32;
+
+/// Stops the pod's containers (regular ones first, then init containers and sidecars, each
+/// with what is left of the grace period, never less than the runtime floor), then its
+/// sandboxes; with `remove`, removes them all too.
+pub async fn kill_pod<R: ContainerRuntime>(
+    runtime: &Arc<R>,
+    uid: &str,
+    grace: i64,
+    remove: bool,
+) -> Result<(), CriError> {
+    let started = Instant::now();
+    let containers = runtime
+        .list_containers(cri::ContainerFilter {
+            label_selector: label_filter(uid),
+            ..Default::default()
+        })
+        .await?;
+    let (regular, others): (Vec<&cri::Container>, Vec<&cri::Container>) = containers
+        .iter()
+        .filter(|c| c.state == RUNNING)
+        .partition(|c| kind_of(c) == ContainerKind::Regular);
+    for group in [regular, others] {
+        let elapsed = i64::try_from(started.elapsed().as_secs()).unwrap_or(i64::MAX);
+        let timeout = (grace - elapsed).max(spec::MIN_GRACE_SECONDS);
+        let mut set = JoinSet::new();
+        for c in group {
+            let rt = runtime.clone();
+            let id = c.id.clone();
+            set.spawn(async move { rt.stop_container(&id, timeout).await });
+        }
+        while let Some(r) = set.join_next().await {
+            match r {
+                Ok(Err(e)) if !e.is_not_found() => return Err(e),
+                _ => {}
+            }
+        }
+    }
+    let sandboxes = runtime
+        .list_pod_sandboxes(cri::PodSandboxFilter {
+            label_selector: label_filter(uid),
+            ..Default::default()
+        })
+        .await?;
+    for s in &sandboxes {
+        if s.state == SANDBOX_READY {
+            ignore_not_found(runtime.stop_pod_sandbox(&s.id).await)?;
+        }
+    }
+    if remove {
+        for c in &containers {
+            ignore_not_found(runtime.remove_container(&c.id).await)?;
+        }
+        for s in &sandboxes {
+            ignore_not_found(runtime.remove_pod_sandbox(&s.id).await)?;
+        }
+    }
+    Ok(())
+}
+
+fn ignore_not_found(r: Result<(), CriError>) -> Result<(), CriError> {
+    match r {
+        Err(e) if e.is_not_found() => Ok(()),
+        other => other,
+    }
+}
+
+/// One pod's worker.
+#[derive(Debug)]
+pub struct PodWorker<R> {
+    ctx: Arc<WorkerContext<R>>,
+    uid: String,
+    pod: Option<Arc<Pod>>,
+    source: String,
+    backoff: Backoff,
+    image_backoff: Backoff,
+    /// When each exited container was first seen exited (crash backoff counts from there).
+    exit_seen: HashMap<String, Instant>,
+    /// Container statuses by id (refreshed when the listed state changes).
+    statuses: HashMap<String, cri::ContainerStatus>,
+    /// Waiting reasons found in this sync, by container name.
+    waiting: HashMap<String, (String, String)>,
+    /// Pod-level message of the last sync (errors).
+    message: String,
+    terminal: bool,
+    start_time: String,
+    cgroup_for: Option<(String, String)>,
+}
+
+impl<R: ContainerRuntime> PodWorker<R> {
+    /// A worker for a pod from a source.
+    #[must_use]
+    pub fn new(ctx: Arc<WorkerContext<R>>, pod: Arc<Pod>, source: String) -> Self {
+        Self {
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            ctx,
+            pod: Some(pod),
+            source,
+            backoff: Backoff::default(),
+            image_backoff: Backoff::default(),
+            exit_seen: HashMap::new(),
+            statuses: HashMap::new(),
+            waiting: HashMap::new(),
+            message: String::new(),
+            terminal: false,
+            start_time: String::new(),
+            cgroup_for: None,
+        }
+    }
+
+    /// A worker that only removes what the runtime still holds of an unknown pod.
+    #[must_use]
+    pub fn orphan(ctx: Arc<WorkerContext<R>>, uid: String) -> Self {
+        Self {
+            uid,
+            ctx,
+            pod: None,
+            source: String::new(),
+            backoff: Backoff::default(),
+            image_backoff: Backoff::default(),
+            exit_seen: HashMap::new(),
+            statuses: HashMap::new(),
+            waiting: HashMap::new(),
+            message: String::new(),
+            terminal: false,
+            start_time: String::new(),
+            cgroup_for: None,
+        }
+    }
+
+    fn cri(&self) -> impl Fn(CriError) -> WorkerError + '_ {
+        |source| WorkerError::Cri {
+            uid: self.uid.clone(),
+            source,
+        }
+    }
+
+    /// Runs until the pod is terminated (reports its uid on `done`) or the channel closes
+    /// (enforcer shutdown: the pod keeps running for the next start to adopt).
+    pub async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<WorkUpdate>,
+        done: mpsc::UnboundedSender<String>,
+    ) {
+        let mut kill: Option<i64> = if self.pod.is_none() { Some(-1) } else { None };
+        let mut failures: u32 = 0;
+        loop {
+            if let Some(grace) = kill {
+                self.terminate(grace, &mut rx).await;
+                let _ = done.send(self.uid.clone());
+                return;
+            }
+            let mut wake = Instant::now() + self.ctx.resync;
+            if let Some(pod) = self.pod.clone()
+                && !self.terminal
+            {
+                match self.sync(&pod).await {
+                    Ok(next) => {
+                        failures = 0;
+                        if let Some(next) = next {
+                            wake = wake.min(next);
+                        }
+                    }
+                    Err(e) => {
+                        failures = failures.saturating_add(1);
+                        let delay = Duration::from_millis(500)
+                            .saturating_mul(1 << failures.min(5))
+                            .min(Duration::from_secs(10));
+                        if e.unavailable() {
+                            tracing::debug!(uid = %self.uid, error = %e, "runtime unavailable; retrying");
+                        } else {
+                            tracing::warn!(uid = %self.uid, error = %e, "pod sync failed; retrying");
+                        }
+                        self.message = e.to_string();
+                        self.publish_error(&pod);
+                        wake = Instant::now() + delay;
+                    }
+                }
+            }
+            tokio::select! {
+                u = rx.recv() => {
+                    let Some(u) = u else { return };
+                    self.apply(u, &mut kill);
+                    while let Ok(u) = rx.try_recv() {
+                        self.apply(u, &mut kill);
+                    }
+                }
+                () = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    fn apply(&mut self, u: WorkUpdate, kill: &mut Option<i64>) {
+        match u {
+            WorkUpdate::Sync { pod, source } => {
+                if kill.is_none() {
+                    self.pod = Some(pod);
+                    self.source = source;
+                }
+            }
+            WorkUpdate::Kill { grace } => {
+                let spec_grace = self.pod.as_deref().map_or(spec::DEFAULT_GRACE_SECONDS, spec::grace_seconds);
+                let g = grace.unwrap_or(spec_grace).max(1);
+                *kill = Some(kill.map_or(g, |k| k.min(g)));
+            }
+            WorkUpdate::Relist => {}
+        }
+    }
+
+    /// Grace period of a pod known only from the runtime (its containers' annotation).
+    async fn orphan_grace(&self) -> i64 {
+        let containers = self
+            .ctx
+            .runtime
+            .list_containers(cri::ContainerFilter {
+                label_selector: label_filter(&self.uid),
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_default();
+        containers
+            .iter()
+            .filter_map(|c| c.annotations.get(spec::GRACE_PERIOD_ANNOTATION))
+            .filter_map(|g| g.parse::<i64>().ok())
+            .max()
+            .unwrap_or(spec::DEFAULT_GRACE_SECONDS)
+    }
+
+    /// terminating -> terminated: kill with the grace period (a shorter one arriving meanwhile
+    /// takes over), remove containers and sandboxes, the pod cgroup and the log directory.
+    async fn terminate(&mut self, grace: i64, rx: &mut mpsc::UnboundedReceiver<WorkUpdate>) {
+        let mut grace = if grace < 0 {
+            self.orphan_grace().await
+        } else {
+            grace
+        };
+        tracing::info!(uid = %self.uid, grace, "killing pod");
+        if let Some(pod) = self.pod.clone()
+            && let Some(mut rec) = self.ctx.status.get(&self.uid)
+        {
+            rec.phase = "Terminating".to_owned();
+            rec.reason = String::new();
+            let _ = pod;
+            self.ctx.status.set(rec);
+        }
+        let mut failures = 0u32;
+        loop {
+            let runtime = self.ctx.runtime.clone();
+            let uid = self.uid.clone();
+            let kill = async move { kill_pod(&runtime, &uid, grace, true).await };
+            tokio::pin!(kill);
+            let result = loop {
+                tokio::select! {
+                    r = &mut kill => break Some(r),
+                    u = rx.recv() => match u {
+                        Some(WorkUpdate::Kill { grace: Some(g) }) if g.max(1) < grace => {
+                            grace = g.max(1);
+                            tracing::info!(uid = %self.uid, grace, "shorter grace period; killing again");
+                            break None;
+                        }
+                        Some(_) => {}
+                        None => {
+                            // Shutdown while killing: finish the kill anyway.
+                            break Some(kill.await);
+                        }
+                    },
+                }
+            };
+            match result {
+                None => continue,
+                Some(Ok(())) => break,
+                Some(Err(e)) => {
+                    failures = failures.saturating_add(1);
+                    tracing::warn!(uid = %self.uid, error = %e, "killing pod failed; retrying");
+                    tokio::time::sleep(
+                        Duration::from_millis(500)
+                            .saturating_mul(1 << failures.min(5))
+                            .min(Duration::from_secs(10)),
+                    )
+                    .await;
+                }
+            }
+        }
+        if let Err(e) = self.ctx.cgroups.remove(&self.uid).await {
+            tracing::warn!(uid = %self.uid, error = %e, "removing pod cgroup");
+        }
+        if is_valid_uid(&self.uid) {
+            let dir = self.ctx.log_root.join(&self.uid);
+            if let Err(e) = std::fs::remove_dir_all(&dir)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(uid = %self.uid, path = %dir.display(), error = %e, "removing pod logs");
+            }
+        }
+        self.ctx.status.remove(&self.uid);
+        tracing::info!(uid = %self.uid, "pod terminated");
+    }
+
+    /// A container's status (cached while the listed state is unchanged).
+    async fn status_of(&mut self, c: &cri::Container) -> Result<cri::ContainerStatus, WorkerError> {
+        if let Some(s) = self.statuses.get(&c.id)
+            && s.state == c.state
+        {
+            return Ok(s.clone());
+        }
+        let s = self
+            .ctx
+            .runtime
+            .container_status(&c.id)
+            .await
+            .map_err(self.cri())?;
+        self.statuses.insert(c.id.clone(), s.clone());
+        Ok(s)
+    }
+
+    /// One sync; returns when the worker wants to be woken next (backoff expiry).
+    async fn sync(&mut self, pod: &Pod) -> Result<Option<Instant>, WorkerError> {
+        let now = Instant::now();
+        let rt = self.ctx.runtime.clone();
+        let uid = self.uid.clone();
+        let id = PodIdent::of(pod);
+        let qos = spec::pod_qos(pod);
+        self.waiting.clear();
+        self.message.clear();
+        let spec_hash = spec::hash_of(pod);
+        // 1. The pod cgroup (created and limited before the sandbox, as kubelet does).
+        let cgroup = match &self.cgroup_for {
+            Some((h, path)) if *h == spec_hash && self.ctx.cgroups.exists(&uid) => path.clone(),
+            _ => {
+                let path = self
+                    .ctx
+                    .cgroups
+                    .ensure(&uid, qos, spec::pod_cgroup_values(pod, qos))
+                    .map_err(|source| WorkerError::Cgroup {
+                        uid: uid.clone(),
+                        source,
+                    })?;
+                self.cgroup_for = Some((spec_hash, path.clone()));
+                path
+            }
+        };
+        // 2. What the runtime holds for this pod.
+        let sandboxes = rt
+            .list_pod_sandboxes(cri::PodSandboxFilter {
+                label_selector: label_filter(&uid),
+                ..Default::default()
+            })
+            .await
+            .map_err(self.cri())?;
+        let mut containers = rt
+            .list_containers(cri::ContainerFilter {
+                label_selector: label_filter(&uid),
+                ..Default::default()
+            })
+            .await
+            .map_err(self.cri())?;
+        containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        let latest = sandboxes.iter().max_by_key(|s| s.created_at);
+        let want_hash = spec::sandbox_hash(pod);
+        let policy = spec::restart_policy(pod).to_owned();
+        let log_dir = self.ctx.log_root.join(&uid);
+        let log_dir_s = log_dir.display().to_string();
+
+        let current = latest.filter(|s| {
+            s.state == SANDBOX_READY
+                && s.annotations.get(spec::SANDBOX_HASH_ANNOTATION) == Some(&want_hash)
+        });
+        let sandbox_id = if let Some(s) = current {
+            s.id.clone()
+        } else {
+            // A pod that ran to its end is not started again (kubelet: restartPolicy Never with
+            // an attempt made, or every container done under OnFailure).
+            if let Some(old) = latest {
+                let in_old: Vec<&cri::Container> = containers
+                    .iter()
+                    .filter(|c| c.pod_sandbox_id == old.id)
+                    .collect();
+                let done = !in_old.is_empty()
+                    && old.annotations.get(spec::SANDBOX_HASH_ANNOTATION) == Some(&want_hash)
+                    && (policy == "Never"
+                        || (policy == "OnFailure" && self.all_succeeded(pod, &in_old).await?));
+                if done {
+                    self.terminal = true;
+                    self.publish(pod, qos, &cgroup, &old.id, &containers, true).await?;
+                    return Ok(None);
+                }
+                tracing::info!(uid = %uid, sandbox = %old.id, "sandbox changed or not ready; restarting the pod");
+                kill_pod(&rt, &uid, spec::grace_seconds(pod), true)
+                    .await
+                    .map_err(self.cri())?;
+                containers.clear();
+            }
+            let attempt = latest.map_or(0, |s| {
+                s.metadata.as_ref().map_or(0, |m| m.attempt.saturating_add(1))
+            });
+            std::fs::create_dir_all(&log_dir).map_err(|source| WorkerError::Io {
+                uid: uid.clone(),
+                path: log_dir.clone(),
+                source,
+            })?;
+            let config = spec::sandbox_config(pod, attempt, &cgroup, &log_dir_s);
+            let sid = rt.run_pod_sandbox(config).await.map_err(self.cri())?;
+            tracing::info!(uid = %uid, pod = %id.name, sandbox = %sid, "sandbox started");
+            if self.start_time.is_empty() {
+                self.start_time = rfc3339(super::status::now_nanos());
+            }
+            sid
+        };
+        if self.start_time.is_empty() {
+            self.start_time = latest
+                .map(|s| rfc3339(s.created_at))
+                .unwrap_or_default();
+        }
+        let sandbox_config = {
+            let attempt = sandboxes
+                .iter()
+                .find(|s| s.id == sandbox_id)
+                .and_then(|s| s.metadata.as_ref())
+                .map_or(0, |m| m.attempt);
+            spec::sandbox_config(pod, attempt, &cgroup, &log_dir_s)
+        };
+        let mine: Vec<cri::Container> = containers
+            .iter()
+            .filter(|c| c.pod_sandbox_id == sandbox_id)
+            .cloned()
+            .collect();
+
+        let mut wake: Option<Instant> = None;
+        let mut earliest = |at: Instant| {
+            wake = Some(wake.map_or(at, |w: Instant| w.min(at)));
+        };
+        let spec_ref = pod.spec.clone().unwrap_or_default();
+        // 3. Init containers, one at a time in order (sidecars keep running).
+        let mut init_done = true;
+        let mut init_failed = false;
+        for c in spec_ref.init_containers.iter().flatten() {
+            let sidecar = c.restart_policy.as_deref() == Some("Always");
+            let kind = if sidecar {
+                ContainerKind::Sidecar
+            } else {
+                ContainerKind::Init
+            };
+            let latest_c = mine.iter().find(|x| name_of(x) == c.name);
+            match latest_c {
+                Some(x) if x.state == RUNNING => {
+                    if sidecar {
+                        continue;
+                    }
+                    init_done = false;
+                    break;
+                }
+                Some(x) if x.state == EXITED => {
+                    let st = self.status_of(x).await?;
+                    if !sidecar && st.exit_code == 0 {
+                        continue;
+                    }
+                    if !sidecar && policy == "Never" {
+                        init_failed = true;
+                        init_done = false;
+                        break;
+                    }
+                    if let Some(at) =
+                        self.restart(pod, c, kind, x, &sandbox_id, &sandbox_config, &containers, now).await?
+                    {
+                        earliest(at);
+                    }
+                    init_done = false;
+                    break;
+                }
+                other => {
+                    if let Some(x) = other {
+                        ignore_not_found(rt.remove_container(&x.id).await).map_err(self.cri())?;
+                    }
+                    let count = Self::next_count(&containers, &c.name);
+                    self.start(pod, c, kind, count, &sandbox_id, &sandbox_config, now).await?;
+                    if !sidecar {
+                        init_done = false;
+                        break;
+                    }
+                }
+            }
+        }
+        // 4. App containers.
+        if init_done && !init_failed {
+            for c in &spec_ref.containers {
+                let latest_c = mine.iter().find(|x| name_of(x) == c.name);
+                match latest_c {
+                    Some(x) if x.state == RUNNING => {
+                        let hash = x.annotations.get(spec::CONTAINER_HASH_ANNOTATION);
+                        if hash.map(String::as_str) != Some(spec::container_hash(c).as_str()) {
+                            tracing::info!(uid = %uid, container = %c.name, "container definition changed; restarting it");
+                            ignore_not_found(
+                                rt.stop_container(
+                                    &x.id,
+                                    spec::grace_seconds(pod).max(spec::MIN_GRACE_SECONDS),
+                                )
+                                .await,
+                            )
+                            .map_err(self.cri())?;
+                            let count = Self::next_count(&containers, &c.name);
+                            self.start(pod, c, ContainerKind::Regular, count, &sandbox_id, &sandbox_config, now)
+                                .await?;
+                        }
+                    }
+                    Some(x) if x.state == EXITED => {
+                        let st = self.status_of(x).await?;
+                        let should = policy == "Always" || (policy == "OnFailure" && st.exit_code != 0);
+                        if should
+                            && let Some(at) = self
+                                .restart(pod, c, ContainerKind::Regular, x, &sandbox_id, &sandbox_config, &containers, now)
+                                .await?
+                        {
+                            earliest(at);
+                        }
+                    }
+                    other => {
+                        if let Some(x) = other {
+                            ignore_not_found(rt.remove_container(&x.id).await).map_err(self.cri())?;
+                        }
+                        let count = Self::next_count(&containers, &c.name);
+                        self.start(pod, c, ContainerKind::Regular, count, &sandbox_id, &sandbox_config, now)
+                            .await?;
+                    }
+                }
+            }
+        }
+        // 5. Status from a fresh listing.
+        let mut after = rt
+            .list_containers(cri::ContainerFilter {
+                label_selector: label_filter(&uid),
+                ..Default::default()
+            })
+            .await
+            .map_err(self.cri())?;
+        after.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        let phase = self
+            .publish(pod, qos, &cgroup, &sandbox_id, &after, init_failed)
+            .await?;
+        if phase == "Succeeded" || phase == "Failed" {
+            tracing::info!(uid = %uid, phase, "pod finished; stopping its sandbox");
+            self.terminal = true;
+            kill_pod(&rt, &uid, spec::grace_seconds(pod), false)
+                .await
+                .map_err(self.cri())?;
+        }
+        Ok(wake)
+    }
+
+    async fn all_succeeded(&mut self, pod: &Pod, in_old: &[&cri::Container]) -> Result<bool, WorkerError> {
+        for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
+            let Some(x) = in_old.iter().find(|x| name_of(x) == c.name) else {
+                return Ok(false);
+            };
+            if x.state != EXITED || self.status_of(x).await?.exit_code != 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    fn next_count(all: &[cri::Container], name: &str) -> u32 {
+        all.iter()
+            .filter(|x| name_of(x) == name)
+            .map(|x| restart_count_of(x).saturating_add(1))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Restarts an exited container unless it is in crash backoff; returns when to retry.
+    #[expect(clippy::too_many_arguments, reason = "one call site per container kind")]
+    async fn restart(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        kind: ContainerKind,
+        exited: &cri::Container,
+        sandbox_id: &str,
+        sandbox_config: &cri::PodSandboxConfig,
+        all: &[cri::Container],
+        now: Instant,
+    ) -> Result<Option<Instant>, WorkerError> {
+        let key = format!("{}/{}/{}", self.uid, c.name, spec::container_hash(c));
+        let seen = *self.exit_seen.entry(exited.id.clone()).or_insert(now);
+        if let Some(at) = self.backoff.retry_at(&key, seen, now) {
+            let delay = self.backoff.current(&key).unwrap_or_default();
+            self.waiting.insert(
+                c.name.clone(),
+                (
+                    "CrashLoopBackOff".to_owned(),
+                    format!(
+                        "back-off {}s restarting failed container={} pod={}_{}({})",
+                        delay.as_secs(),
+                        c.name,
+                        PodIdent::of(pod).name,
+                        PodIdent::of(pod).namespace,
+                        self.uid
+                    ),
+                ),
+            );
+            return Ok(Some(at));
+        }
+        self.backoff.next(&key, now);
+        let count = Self::next_count(all, &c.name);
+        self.start(pod, c, kind, count, sandbox_id, sandbox_config, now)
+            .await?;
+        // Keep the exited instance just replaced (last state); remove older ones.
+        let rt = self.ctx.runtime.clone();
+        for old in all
+            .iter()
+            .filter(|x| name_of(x) == c.name && x.id != exited.id && x.state == EXITED)
+        {
+            ignore_not_found(rt.remove_container(&old.id).await).map_err(self.cri())?;
+            self.statuses.remove(&old.id);
+            self.exit_seen.remove(&old.id);
+        }
+        Ok(None)
+    }
+
+    /// Makes sure the image is there (pull policy), creates and starts a container.
+    #[expect(clippy::too_many_arguments, reason = "the pieces of one CreateContainer")]
+    async fn start(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        kind: ContainerKind,
+        restart_count: u32,
+        sandbox_id: &str,
+        sandbox_config: &cri::PodSandboxConfig,
+        now: Instant,
+    ) -> Result<(), WorkerError> {
+        let Some(image_ref) = self.ensure_image(c, sandbox_config, now).await? else {
+            return Ok(());
+        };
+        let dir = self.ctx.log_root.join(&self.uid).join(&c.name);
+        std::fs::create_dir_all(&dir).map_err(|source| WorkerError::Io {
+            uid: self.uid.clone(),
+            path: dir.clone(),
+            source,
+        })?;
+        let config = spec::container_config(pod, c, kind, restart_count, &image_ref, self.ctx.node);
+        let rt = self.ctx.runtime.clone();
+        let id = rt
+            .create_container(sandbox_id, config, sandbox_config.clone())
+            .await
+            .map_err(self.cri())?;
+        if let Err(e) = rt.start_container(&id).await {
+            // The container is left exited; the next sync restarts it with backoff.
+            tracing::warn!(uid = %self.uid, container = %c.name, error = %e, "starting container failed");
+            self.waiting
+                .insert(c.name.clone(), ("RunContainerError".to_owned(), e.to_string()));
+            return Ok(());
+        }
+        tracing::info!(uid = %self.uid, container = %c.name, id = %id, restart_count, "container started");
+        Ok(())
+    }
+
+    /// The image reference to create from, or `None` (with a waiting reason) when it is not
+    /// there and cannot be pulled now.
+    async fn ensure_image(
+        &mut self,
+        c: &Container,
+        sandbox_config: &cri::PodSandboxConfig,
+        now: Instant,
+    ) -> Result<Option<String>, WorkerError> {
+        let image = c.image.clone().unwrap_or_default();
+        let policy = spec::pull_policy(c).to_owned();
+        let rt = self.ctx.runtime.clone();
+        let present = rt.image_status(&image).await.map_err(self.cri())?;
+        if let Some(img) = &present
+            && policy != "Always"
+        {
+            return Ok(Some(img.id.clone()));
+        }
+        if present.is_none() && policy == "Never" {
+            self.waiting.insert(
+                c.name.clone(),
+                (
+                    "ErrImageNeverPull".to_owned(),
+                    format!("Container image \"{image}\" is not present with pull policy of Never"),
+                ),
+            );
+            return Ok(None);
+        }
+        let key = format!("{}/{image}", self.uid);
+        if self.image_backoff.retry_at(&key, now, now).is_some() {
+            self.waiting.insert(
+                c.name.clone(),
+                (
+                    "ImagePullBackOff".to_owned(),
+                    format!("Back-off pulling image \"{image}\""),
+                ),
+            );
+            return Ok(None);
+        }
+        match rt.pull_image(&image, Some(sandbox_config.clone())).await {
+            Ok(r) => Ok(Some(r)),
+            Err(e) if e.is_unavailable() => Err(self.cri()(e)),
+            Err(e) => {
+                self.image_backoff.next(&key, now);
+                tracing::warn!(uid = %self.uid, container = %c.name, image = %image, error = %e, "image pull failed");
+                self.waiting
+                    .insert(c.name.clone(), ("ErrImagePull".to_owned(), e.to_string()));
+                Ok(None)
+            }
+        }
+    }
+
+    async fn record(
+        &mut self,
+        c: &Container,
+        instances: &[&cri::Container],
+    ) -> Result<(ContainerRecord, AppState), WorkerError> {
+        let image = c.image.clone().unwrap_or_default();
+        let Some(latest) = instances.first() else {
+            let (reason, message) = self
+                .waiting
+                .get(&c.name)
+                .cloned()
+                .unwrap_or_else(|| ("ContainerCreating".to_owned(), String::new()));
+            return Ok((
+                ContainerRecord {
+                    name: c.name.clone(),
+                    container_id: String::new(),
+                    image,
+                    ready: false,
+                    restart_count: 0,
+                    state: ContainerState::Waiting { reason, message },
+                    last_state: None,
+                },
+                AppState::Waiting,
+            ));
+        };
+        let st = self.status_of(latest).await?;
+        let term = |st: &cri::ContainerStatus| ContainerState::Terminated {
+            exit_code: st.exit_code,
+            reason: if st.reason.is_empty() {
+                if st.exit_code == 0 { "Completed" } else { "Error" }.to_owned()
+            } else {
+                st.reason.clone()
+            },
+            message: st.message.clone(),
+            started_at: rfc3339(st.started_at),
+            finished_at: rfc3339(st.finished_at),
+        };
+        let last_state = match instances.get(1) {
+            Some(prev) if prev.state == EXITED => Some(term(&self.status_of(prev).await?)),
+            _ => None,
+        };
+        let (state, app, last_state) = if latest.state == RUNNING {
+            (
+                ContainerState::Running {
+                    started_at: rfc3339(st.started_at),
+                },
+                AppState::Running,
+                last_state,
+            )
+        } else if latest.state == EXITED {
+            match self.waiting.get(&c.name) {
+                Some((reason, message)) => (
+                    ContainerState::Waiting {
+                        reason: reason.clone(),
+                        message: message.clone(),
+                    },
+                    AppState::Exited { code: st.exit_code },
+                    Some(term(&st)),
+                ),
+                None => (term(&st), AppState::Exited { code: st.exit_code }, last_state),
+            }
+        } else {
+            (
+                ContainerState::Waiting {
+                    reason: "ContainerCreating".to_owned(),
+                    message: String::new(),
+                },
+                AppState::Waiting,
+                last_state,
+            )
+        };
+        Ok((
+            ContainerRecord {
+                name: c.name.clone(),
+                container_id: format!("containerd://{}", latest.id),
+                image,
+                ready: app == AppState::Running,
+                restart_count: restart_count_of(latest),
+                state,
+                last_state,
+            },
+            app,
+        ))
+    }
+
+    /// Builds and publishes the pod status; returns the phase.
+    async fn publish(
+        &mut self,
+        pod: &Pod,
+        qos: spec::Qos,
+        cgroup: &str,
+        sandbox_id: &str,
+        all: &[cri::Container],
+        init_failed: bool,
+    ) -> Result<&'static str, WorkerError> {
+        let spec_ref = pod.spec.clone().unwrap_or_default();
+        let in_sandbox: Vec<&cri::Container> =
+            all.iter().filter(|c| c.pod_sandbox_id == sandbox_id).collect();
+        let mut inits = Vec::new();
+        let mut init_pending = false;
+        for c in spec_ref.init_containers.iter().flatten() {
+            let inst: Vec<&cri::Container> = in_sandbox
+                .iter()
+                .copied()
+                .filter(|x| name_of(x) == c.name)
+                .collect();
+            let (rec, st) = self.record(c, &inst).await?;
+            let sidecar = c.restart_policy.as_deref() == Some("Always");
+            let done = if sidecar {
+                st == AppState::Running
+            } else {
+                st == AppState::Exited { code: 0 }
+            };
+            init_pending |= !done;
+            inits.push(rec);
+        }
+        let mut apps = Vec::new();
+        let mut states = Vec::new();
+        for c in &spec_ref.containers {
+            let inst: Vec<&cri::Container> = in_sandbox
+                .iter()
+                .copied()
+                .filter(|x| name_of(x) == c.name)
+                .collect();
+            let (rec, st) = self.record(c, &inst).await?;
+            apps.push(rec);
+            states.push(st);
+        }
+        let policy = spec::restart_policy(pod);
+        let phase = pod_phase(policy, init_failed, init_pending, &states);
+        let ready = phase == "Running" && states.iter().all(|s| *s == AppState::Running);
+        let cond = |kind: &str, ok: bool| Condition {
+            kind: kind.to_owned(),
+            status: if ok { "True" } else { "False" }.to_owned(),
+        };
+        let id = PodIdent::of(pod);
+        let record = PodRecord {
+            uid: self.uid.clone(),
+            name: id.name,
+            namespace: id.namespace,
+            source: self.source.clone(),
+            phase: phase.to_owned(),
+            reason: String::new(),
+            message: self.message.clone(),
+            qos_class: qos.as_str().to_owned(),
+            start_time: self.start_time.clone(),
+            sandbox_id: sandbox_id.to_owned(),
+            cgroup: cgroup.to_owned(),
+            conditions: vec![
+                cond("PodReadyToStartContainers", !self.terminal),
+                cond("Initialized", !init_pending),
+                cond("ContainersReady", ready),
+                cond("Ready", ready),
+                cond("PodScheduled", true),
+            ],
+            init_container_statuses: inits,
+            container_statuses: apps,
+        };
+        self.ctx.status.set(record);
+        Ok(phase)
+    }
+
+    fn publish_error(&self, pod: &Pod) {
+        let id = PodIdent::of(pod);
+        let mut rec = self.ctx.status.get(&self.uid).unwrap_or_else(|| PodRecord {
+            uid: self.uid.clone(),
+            name: id.name.clone(),
+            namespace: id.namespace.clone(),
+            source: self.source.clone(),
+            phase: "Pending".to_owned(),
+            reason: String::new(),
+            message: String::new(),
+            qos_class: spec::pod_qos(pod).as_str().to_owned(),
+            start_time: String::new(),
+            sandbox_id: String::new(),
+            cgroup: String::new(),
+            conditions: Vec::new(),
+            init_container_statuses: Vec::new(),
+            container_statuses: Vec::new(),
+        });
+        rec.message = self.message.clone();
+        self.ctx.status.set(rec);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases() {
+        use AppState::*;
+        let cases: &[(&str, bool, bool, &[AppState], &str)] = &[
+            ("Always", false, true, &[Waiting], "Pending"),
+            ("Never", true, false, &[Waiting], "Failed"),
+            ("Always", false, false, &[Running, Waiting], "Pending"),
+            ("Always", false, false, &[Running, Exited { code: 1 }], "Running"),
+            ("Always", false, false, &[Exited { code: 0 }], "Running"),
+            ("OnFailure", false, false, &[Exited { code: 0 }], "Succeeded"),
+            ("OnFailure", false, false, &[Exited { code: 2 }], "Running"),
+            ("Never", false, false, &[Exited { code: 0 }, Exited { code: 0 }], "Succeeded"),
+            ("Never", false, false, &[Exited { code: 0 }, Exited { code: 137 }], "Failed"),
+        ];
+        for (policy, init_failed, init_pending, apps, want) in cases {
+            assert_eq!(
+                pod_phase(policy, *init_failed, *init_pending, apps),
+                *want,
+                "{policy} {apps:?}"
+            );
+        }
+    }
+}
