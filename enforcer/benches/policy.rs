@@ -8,8 +8,8 @@ use enforcer::{
     policy::{
         admission::{Admitter, Node, SecurityPolicy},
         eviction::{
-            ActivePod, EvictionConfig, Observation, Observations, PodStats, Signal, State, Threshold, ThresholdValue, rank::rank,
-            step,
+            ActivePod, EvictionConfig, Observation, Observations, PodStats, Signal, State,
+            Threshold, ThresholdValue, rank::rank, step,
         },
     },
     quantity::Quantity,
@@ -20,15 +20,29 @@ use k8s_openapi::{
 };
 
 fn pod(i: usize) -> Pod {
-    let requests: BTreeMap<String, K8sQuantity> =
-        [("cpu".to_owned(), K8sQuantity("10m".into())), ("memory".to_owned(), K8sQuantity(format!("{}Mi", 10 + i % 50)))].into();
+    let requests: BTreeMap<String, K8sQuantity> = [
+        ("cpu".to_owned(), K8sQuantity("10m".into())),
+        (
+            "memory".to_owned(),
+            K8sQuantity(format!("{}Mi", 10 + i % 50)),
+        ),
+    ]
+    .into();
     Pod {
-        metadata: ObjectMeta { name: Some(format!("pod-{i}")), namespace: Some("default".into()), uid: Some(format!("uid-{i}")), ..Default::default() },
+        metadata: ObjectMeta {
+            name: Some(format!("pod-{i}")),
+            namespace: Some("default".into()),
+            uid: Some(format!("uid-{i}")),
+            ..Default::default()
+        },
         spec: Some(PodSpec {
             priority: Some(i32::try_from(i % 7).unwrap_or(0)),
             containers: vec![Container {
                 name: "app".into(),
-                resources: Some(ResourceRequirements { requests: Some(requests), ..Default::default() }),
+                resources: Some(ResourceRequirements {
+                    requests: Some(requests),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }],
             ..Default::default()
@@ -39,38 +53,76 @@ fn pod(i: usize) -> Pod {
 
 fn stats(i: usize) -> PodStats {
     let mem = i64::try_from((i * 7919) % 100).unwrap_or(0) << 20;
-    PodStats { memory: Some(mem), ephemeral_storage: Some(mem), processes: Some(mem >> 20), ..Default::default() }
+    PodStats {
+        memory: Some(mem),
+        ephemeral_storage: Some(mem),
+        processes: Some(mem >> 20),
+        ..Default::default()
+    }
 }
 
 fn benches(c: &mut Criterion) {
     let pods: Vec<Pod> = (0..10_000).map(pod).collect();
     let stats: Vec<PodStats> = (0..10_000).map(stats).collect();
-    let active: Vec<ActivePod<'_>> = pods.iter().zip(&stats).map(|(pod, s)| ActivePod { pod, stats: Some(s) }).collect();
-    c.bench_function("rank 10000 pods (memory)", |b| b.iter(|| black_box(rank(Signal::MemoryAvailable, black_box(&active)))));
+    let active: Vec<ActivePod<'_>> = pods
+        .iter()
+        .zip(&stats)
+        .map(|(pod, s)| ActivePod {
+            pod,
+            stats: Some(s),
+        })
+        .collect();
+    c.bench_function("rank 10000 pods (memory)", |b| {
+        b.iter(|| black_box(rank(Signal::MemoryAvailable, black_box(&active))))
+    });
 
     let config = EvictionConfig {
         thresholds: vec![Threshold {
             signal: Signal::MemoryAvailable,
-            value: ThresholdValue::Quantity(Quantity::from_int(1 << 30, enforcer::quantity::Format::BinarySI)),
+            value: ThresholdValue::Quantity(Quantity::from_int(
+                1 << 30,
+                enforcer::quantity::Format::BinarySI,
+            )),
             grace_period: Duration::ZERO,
             min_reclaim: None,
         }],
         max_pod_grace_period_seconds: 30,
         pressure_transition_period: Duration::from_secs(300),
     };
-    let observations: Observations =
-        [(Signal::MemoryAvailable, Observation { available: 500 << 20, capacity: 64 << 30, time: Some(Duration::from_secs(10)) })].into();
+    let observations: Observations = [(
+        Signal::MemoryAvailable,
+        Observation {
+            available: 500 << 20,
+            capacity: 64 << 30,
+            time: Some(Duration::from_secs(10)),
+        },
+    )]
+    .into();
     let state = State::default();
     c.bench_function("eviction step over 10000 pods", |b| {
-        b.iter(|| black_box(step(&config, &state, black_box(&observations), black_box(&active), Duration::from_secs(10))));
+        b.iter(|| {
+            black_box(step(
+                &config,
+                &state,
+                black_box(&observations),
+                black_box(&active),
+                Duration::from_secs(10),
+            ))
+        });
     });
 
     let node = Node {
         name: "node".into(),
         allocatable: [
             ("cpu".to_owned(), Quantity::parse("64").unwrap_or_default()),
-            ("memory".to_owned(), Quantity::parse("256Gi").unwrap_or_default()),
-            ("pods".to_owned(), Quantity::parse("2000").unwrap_or_default()),
+            (
+                "memory".to_owned(),
+                Quantity::parse("256Gi").unwrap_or_default(),
+            ),
+            (
+                "pods".to_owned(),
+                Quantity::parse("2000").unwrap_or_default(),
+            ),
         ]
         .into(),
         ..Default::default()

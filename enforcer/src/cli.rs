@@ -43,22 +43,41 @@ pub enum CliError {
 
 impl CliError {
     fn invalid(path: &Path, place: impl Into<String>, message: impl ToString) -> Self {
-        Self::Invalid { path: path.to_owned(), place: place.into(), message: message.to_string() }
+        Self::Invalid {
+            path: path.to_owned(),
+            place: place.into(),
+            message: message.to_string(),
+        }
     }
 }
 
 fn read(path: &Path) -> Result<String, CliError> {
-    std::fs::read_to_string(path).map_err(|source| CliError::Read { path: path.to_owned(), source })
+    std::fs::read_to_string(path).map_err(|source| CliError::Read {
+        path: path.to_owned(),
+        source,
+    })
 }
 
-/// `serde_path_to_error` path, `.` for the root, with the YAML location when known.
+/// The place of a YAML error: serde_yaml's own path when its message starts with one (it
+/// names map keys that `serde_path_to_error` shows as `?`), else `serde_path_to_error`'s, else
+/// the line and column.
 fn yaml_error(path: &Path, e: serde_path_to_error::Error<serde_yaml::Error>) -> CliError {
     let place = e.path().to_string();
     let inner = e.into_inner();
-    let place = if place == "." {
-        inner.location().map_or(place, |l| format!("line {} column {}", l.line(), l.column()))
+    let message = inner.to_string();
+    if let Some((p, rest)) = message.split_once(": ")
+        && !p.contains(' ')
+        && p != "."
+    {
+        return CliError::invalid(path, p, rest);
+    }
+    let place = place.trim_end_matches(".?").to_owned();
+    let place = if place == "." || place == "?" {
+        inner.location().map_or(place, |l| {
+            format!("line {} column {}", l.line(), l.column())
+        })
     } else {
         place
     };
-    CliError::invalid(path, place, inner)
+    CliError::invalid(path, place, message)
 }

@@ -303,7 +303,12 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub cpu_cfs_quota: Option<bool>,
     /// Where pressure signals come from.
-    #[arg(long = "signal-source", value_enum, value_name = "SOURCE", id = "config_signal_source")]
+    #[arg(
+        long = "signal-source",
+        value_enum,
+        value_name = "SOURCE",
+        id = "config_signal_source"
+    )]
     pub signal_source: Option<SignalSource>,
     /// Housekeeping period (the eviction manager also runs on every signal).
     #[arg(long, value_name = "DURATION")]
@@ -456,18 +461,31 @@ pub struct LoadedConfig {
 
 /// Parses a KubeletConfiguration document from text; `name` names it in errors. Returns the
 /// document and the unknown-field warnings.
-pub fn parse_document(name: &str, text: &str) -> Result<(KubeletConfiguration, Vec<String>), ConfigError> {
+pub fn parse_document(
+    name: &str,
+    text: &str,
+) -> Result<(KubeletConfiguration, Vec<String>), ConfigError> {
     let value: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| ConfigError::Parse {
         path: name.to_owned(),
-        place: e.location().map_or_else(|| ".".to_owned(), |l| format!("line {} column {}", l.line(), l.column())),
+        place: e.location().map_or_else(
+            || ".".to_owned(),
+            |l| format!("line {} column {}", l.line(), l.column()),
+        ),
         message: e.to_string(),
     })?;
-    let value = if value.is_null() { serde_yaml::Value::Mapping(serde_yaml::Mapping::new()) } else { value };
+    let value = if value.is_null() {
+        serde_yaml::Value::Mapping(serde_yaml::Mapping::new())
+    } else {
+        value
+    };
     from_value(name, value)
 }
 
 /// Reads a KubeletConfiguration already parsed as YAML (e.g. a scenario's `config:`).
-pub fn from_value(name: &str, value: serde_yaml::Value) -> Result<(KubeletConfiguration, Vec<String>), ConfigError> {
+pub fn from_value(
+    name: &str,
+    value: serde_yaml::Value,
+) -> Result<(KubeletConfiguration, Vec<String>), ConfigError> {
     let mut warnings = Vec::new();
     if let serde_yaml::Value::Mapping(m) = &value {
         for k in m.keys() {
@@ -485,11 +503,12 @@ pub fn from_value(name: &str, value: serde_yaml::Value) -> Result<(KubeletConfig
             }
         }
     }
-    let doc: KubeletConfiguration = serde_path_to_error::deserialize(value).map_err(|e| ConfigError::Parse {
-        path: name.to_owned(),
-        place: e.path().to_string(),
-        message: e.into_inner().to_string(),
-    })?;
+    let doc: KubeletConfiguration =
+        serde_path_to_error::deserialize(value).map_err(|e| ConfigError::Parse {
+            path: name.to_owned(),
+            place: e.path().to_string(),
+            message: e.into_inner().to_string(),
+        })?;
     if let Some(kind) = doc.kind.as_deref()
         && kind != "KubeletConfiguration"
     {
@@ -498,7 +517,9 @@ pub fn from_value(name: &str, value: serde_yaml::Value) -> Result<(KubeletConfig
     if let Some(v) = doc.api_version.as_deref()
         && v != "kubelet.config.k8s.io/v1beta1"
     {
-        warnings.push(format!("{name}: apiVersion {v:?} is not kubelet.config.k8s.io/v1beta1"));
+        warnings.push(format!(
+            "{name}: apiVersion {v:?} is not kubelet.config.k8s.io/v1beta1"
+        ));
     }
     Ok((doc, warnings))
 }
@@ -507,12 +528,19 @@ pub fn from_value(name: &str, value: serde_yaml::Value) -> Result<(KubeletConfig
 pub fn load(args: &ConfigArgs) -> Result<LoadedConfig, ConfigError> {
     let (doc, name, warnings) = match args.config.as_deref() {
         Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_owned(),
+                source,
+            })?;
             let name = path.display().to_string();
             let (doc, w) = parse_document(&name, &text)?;
             (doc, name, w)
         }
-        None => (KubeletConfiguration::default(), "defaults".to_owned(), Vec::new()),
+        None => (
+            KubeletConfiguration::default(),
+            "defaults".to_owned(),
+            Vec::new(),
+        ),
     };
     let mut loaded = resolve(&name, &doc, args)?;
     let mut all = warnings;
@@ -527,10 +555,25 @@ struct Namer<'a> {
 }
 
 impl Namer<'_> {
-    fn err(&self, from_flag: bool, field: &str, flag: &str, value: impl Into<String>, reason: impl ToString) -> ConfigError {
+    fn err(
+        &self,
+        from_flag: bool,
+        field: &str,
+        flag: &str,
+        value: impl Into<String>,
+        reason: impl ToString,
+    ) -> ConfigError {
         ConfigError::Invalid {
-            source_name: if from_flag { "command line".to_owned() } else { self.file.to_owned() },
-            field: if from_flag { flag.to_owned() } else { field.to_owned() },
+            source_name: if from_flag {
+                "command line".to_owned()
+            } else {
+                self.file.to_owned()
+            },
+            field: if from_flag {
+                flag.to_owned()
+            } else {
+                field.to_owned()
+            },
             value: value.into(),
             reason: reason.to_string(),
         }
@@ -546,42 +589,96 @@ fn quantity_map(
 ) -> Result<BTreeMap<String, Quantity>, ConfigError> {
     let mut out = BTreeMap::new();
     for (k, v) in m {
-        let q = Quantity::parse(v.trim()).map_err(|e| n.err(from_flag, &format!("{field}.{k}"), flag, v.clone(), e))?;
+        let q = Quantity::parse(v.trim())
+            .map_err(|e| n.err(from_flag, &format!("{field}.{k}"), flag, v.clone(), e))?;
         if q.signum() < 0 {
-            return Err(n.err(from_flag, &format!("{field}.{k}"), flag, v.clone(), "must not be negative"));
+            return Err(n.err(
+                from_flag,
+                &format!("{field}.{k}"),
+                flag,
+                v.clone(),
+                "must not be negative",
+            ));
         }
         out.insert(k.clone(), q);
     }
     Ok(out)
 }
 
-fn non_negative(n: &Namer<'_>, from_flag: bool, field: &str, flag: &str, v: i32) -> Result<u32, ConfigError> {
-    u32::try_from(v).map_err(|_| n.err(from_flag, field, flag, v.to_string(), "must not be negative"))
+fn non_negative(
+    n: &Namer<'_>,
+    from_flag: bool,
+    field: &str,
+    flag: &str,
+    v: i32,
+) -> Result<u32, ConfigError> {
+    u32::try_from(v).map_err(|_| {
+        n.err(
+            from_flag,
+            field,
+            flag,
+            v.to_string(),
+            "must not be negative",
+        )
+    })
 }
 
 /// Applies `args` over `doc` (named `name` in errors) and validates.
-pub fn resolve(name: &str, doc: &KubeletConfiguration, args: &ConfigArgs) -> Result<LoadedConfig, ConfigError> {
+pub fn resolve(
+    name: &str,
+    doc: &KubeletConfiguration,
+    args: &ConfigArgs,
+) -> Result<LoadedConfig, ConfigError> {
     let n = Namer { file: name };
     let mut warnings = Vec::new();
-    let flag_map = |v: &Vec<String>, sep: char, flag: &str| -> Result<Option<BTreeMap<String, String>>, ConfigError> {
+    let flag_map = |v: &Vec<String>,
+                    sep: char,
+                    flag: &str|
+     -> Result<Option<BTreeMap<String, String>>, ConfigError> {
         if v.is_empty() {
             return Ok(None);
         }
-        flags::parse_map(v, sep).map(Some).map_err(|e| n.err(true, flag, flag, v.join(","), e))
+        flags::parse_map(v, sep)
+            .map(Some)
+            .map_err(|e| n.err(true, flag, flag, v.join(","), e))
     };
     // Maps: a flag replaces the file's map.
     let pick = |flag: Option<BTreeMap<String, String>>, file: Option<&ScalarMap>| match flag {
         Some(m) => (Some(m), true),
         None => (file.map(plain), false),
     };
-    let (hard, hard_flag) = pick(flag_map(&args.eviction_hard, '<', "--eviction-hard")?, doc.eviction_hard.as_ref());
-    let (soft, soft_flag) = pick(flag_map(&args.eviction_soft, '<', "--eviction-soft")?, doc.eviction_soft.as_ref());
-    let (grace, grace_flag) =
-        pick(flag_map(&args.eviction_soft_grace_period, '=', "--eviction-soft-grace-period")?, doc.eviction_soft_grace_period.as_ref());
-    let (reclaim, reclaim_flag) =
-        pick(flag_map(&args.eviction_minimum_reclaim, '=', "--eviction-minimum-reclaim")?, doc.eviction_minimum_reclaim.as_ref());
-    let (system_reserved, sr_flag) = pick(flag_map(&args.system_reserved, '=', "--system-reserved")?, doc.system_reserved.as_ref());
-    let (kube_reserved, kr_flag) = pick(flag_map(&args.kube_reserved, '=', "--kube-reserved")?, doc.kube_reserved.as_ref());
+    let (hard, hard_flag) = pick(
+        flag_map(&args.eviction_hard, '<', "--eviction-hard")?,
+        doc.eviction_hard.as_ref(),
+    );
+    let (soft, soft_flag) = pick(
+        flag_map(&args.eviction_soft, '<', "--eviction-soft")?,
+        doc.eviction_soft.as_ref(),
+    );
+    let (grace, grace_flag) = pick(
+        flag_map(
+            &args.eviction_soft_grace_period,
+            '=',
+            "--eviction-soft-grace-period",
+        )?,
+        doc.eviction_soft_grace_period.as_ref(),
+    );
+    let (reclaim, reclaim_flag) = pick(
+        flag_map(
+            &args.eviction_minimum_reclaim,
+            '=',
+            "--eviction-minimum-reclaim",
+        )?,
+        doc.eviction_minimum_reclaim.as_ref(),
+    );
+    let (system_reserved, sr_flag) = pick(
+        flag_map(&args.system_reserved, '=', "--system-reserved")?,
+        doc.system_reserved.as_ref(),
+    );
+    let (kube_reserved, kr_flag) = pick(
+        flag_map(&args.kube_reserved, '=', "--kube-reserved")?,
+        doc.kube_reserved.as_ref(),
+    );
     let hard = hard.unwrap_or_else(threshold::default_eviction_hard);
     let soft = soft.unwrap_or_default();
     let grace = grace.unwrap_or_default();
@@ -589,31 +686,80 @@ pub fn resolve(name: &str, doc: &KubeletConfiguration, args: &ConfigArgs) -> Res
 
     let (enforce, enforce_flag) = match args.enforce_node_allocatable.as_deref() {
         Some(v) => (flags::parse_list(v), true),
-        None => (doc.enforce_node_allocatable.clone().unwrap_or_else(|| vec!["pods".to_owned()]), false),
+        None => (
+            doc.enforce_node_allocatable
+                .clone()
+                .unwrap_or_else(|| vec!["pods".to_owned()]),
+            false,
+        ),
     };
     for k in &enforce {
-        if !["pods", "system-reserved", "kube-reserved", "system-reserved-compressible", "kube-reserved-compressible", "none"].contains(&k.as_str()) {
-            return Err(n.err(enforce_flag, "enforceNodeAllocatable", "--enforce-node-allocatable", k.clone(), "must be one of pods, system-reserved, kube-reserved, none"));
+        if ![
+            "pods",
+            "system-reserved",
+            "kube-reserved",
+            "system-reserved-compressible",
+            "kube-reserved-compressible",
+            "none",
+        ]
+        .contains(&k.as_str())
+        {
+            return Err(n.err(
+                enforce_flag,
+                "enforceNodeAllocatable",
+                "--enforce-node-allocatable",
+                k.clone(),
+                "must be one of pods, system-reserved, kube-reserved, none",
+            ));
         }
     }
     if enforce.len() > 1 && enforce.iter().any(|k| k == "none") {
-        return Err(n.err(enforce_flag, "enforceNodeAllocatable", "--enforce-node-allocatable", enforce.join(","), "\"none\" cannot be combined with other values"));
+        return Err(n.err(
+            enforce_flag,
+            "enforceNodeAllocatable",
+            "--enforce-node-allocatable",
+            enforce.join(","),
+            "\"none\" cannot be combined with other values",
+        ));
     }
 
     // Thresholds: each map checked on its own first so the error names the right field.
-    let check = |field: &str, flag: &str, from_flag: bool, r: Result<Vec<Threshold>, threshold::ThresholdError>, m: &BTreeMap<String, String>| {
+    let check = |field: &str,
+                 flag: &str,
+                 from_flag: bool,
+                 r: Result<Vec<Threshold>, threshold::ThresholdError>,
+                 m: &BTreeMap<String, String>| {
         r.map_err(|e| {
-            let value = m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",");
+            let value = m
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(",");
             n.err(from_flag, field, flag, value, e)
         })
     };
     let empty = BTreeMap::new();
-    check("evictionHard", "--eviction-hard", hard_flag, threshold::parse_threshold_config(&[], &hard, &empty, &empty, &empty), &hard)?;
+    check(
+        "evictionHard",
+        "--eviction-hard",
+        hard_flag,
+        threshold::parse_threshold_config(&[], &hard, &empty, &empty, &empty),
+        &hard,
+    )?;
     if let Err(e) = threshold::parse_threshold_config(&[], &empty, &soft, &grace, &empty) {
-        let grace_error = matches!(e, threshold::ThresholdError::NegativeGracePeriod(_) | threshold::ThresholdError::GracePeriod(..))
-            || (soft.is_empty() && matches!(e, threshold::ThresholdError::UnsupportedSignal(_)));
+        let grace_error = matches!(
+            e,
+            threshold::ThresholdError::NegativeGracePeriod(_)
+                | threshold::ThresholdError::GracePeriod(..)
+        ) || (soft.is_empty()
+            && matches!(e, threshold::ThresholdError::UnsupportedSignal(_)));
         let (field, flag, from, m) = if grace_error {
-            ("evictionSoftGracePeriod", "--eviction-soft-grace-period", grace_flag, &grace)
+            (
+                "evictionSoftGracePeriod",
+                "--eviction-soft-grace-period",
+                grace_flag,
+                &grace,
+            )
         } else {
             ("evictionSoft", "--eviction-soft", soft_flag, &soft)
         };
@@ -626,13 +772,23 @@ pub fn resolve(name: &str, doc: &KubeletConfiguration, args: &ConfigArgs) -> Res
         threshold::parse_threshold_config(&[], &empty, &empty, &empty, &reclaim),
         &reclaim,
     )?;
-    let thresholds = check("evictionHard", "--eviction-hard", hard_flag, threshold::parse_threshold_config(&enforce, &hard, &soft, &grace, &reclaim), &hard)?;
-    let hard_eviction_thresholds = threshold::parse_threshold_config(&[], &hard, &empty, &empty, &empty).unwrap_or_default();
+    let thresholds = check(
+        "evictionHard",
+        "--eviction-hard",
+        hard_flag,
+        threshold::parse_threshold_config(&enforce, &hard, &soft, &grace, &reclaim),
+        &hard,
+    )?;
+    let hard_eviction_thresholds =
+        threshold::parse_threshold_config(&[], &hard, &empty, &empty, &empty).unwrap_or_default();
     for t in &thresholds {
         if let ThresholdValue::Percentage(p) = t.value
             && p == 0.0
         {
-            warnings.push(format!("{name}: threshold {} at 0% can never be met", t.signal));
+            warnings.push(format!(
+                "{name}: threshold {} at 0% can never be met",
+                t.signal
+            ));
         }
     }
 
@@ -641,12 +797,25 @@ pub fn resolve(name: &str, doc: &KubeletConfiguration, args: &ConfigArgs) -> Res
         None => (doc.eviction_max_pod_grace_period.unwrap_or(0), false),
     };
     if max_grace < 0 {
-        return Err(n.err(mg_flag, "evictionMaxPodGracePeriod", "--eviction-max-pod-grace-period", max_grace.to_string(), "must not be negative"));
+        return Err(n.err(
+            mg_flag,
+            "evictionMaxPodGracePeriod",
+            "--eviction-max-pod-grace-period",
+            max_grace.to_string(),
+            "must not be negative",
+        ));
     }
-    let duration_of = |flag_v: Option<&String>, file_v: Option<&Scalar>, field: &str, flag: &str, default: Duration| -> Result<Duration, ConfigError> {
+    let duration_of = |flag_v: Option<&String>,
+                       file_v: Option<&Scalar>,
+                       field: &str,
+                       flag: &str,
+                       default: Duration|
+     -> Result<Duration, ConfigError> {
         match (flag_v, file_v) {
             (Some(v), _) => duration::parse(v).map_err(|e| n.err(true, field, flag, v.clone(), e)),
-            (None, Some(v)) => duration::parse(&v.0).map_err(|e| n.err(false, field, flag, v.0.clone(), e)),
+            (None, Some(v)) => {
+                duration::parse(&v.0).map_err(|e| n.err(false, field, flag, v.0.clone(), e))
+            }
             (None, None) => Ok(default),
         }
     };
@@ -657,53 +826,180 @@ pub fn resolve(name: &str, doc: &KubeletConfiguration, args: &ConfigArgs) -> Res
         "--eviction-pressure-transition-period",
         Duration::from_secs(300),
     )?;
-    let system_reserved = quantity_map(&n, sr_flag, "systemReserved", "--system-reserved", &system_reserved.unwrap_or_default())?;
-    let kube_reserved = quantity_map(&n, kr_flag, "kubeReserved", "--kube-reserved", &kube_reserved.unwrap_or_default())?;
-    for (field, flag, from, m) in [("systemReserved", "--system-reserved", sr_flag, &system_reserved), ("kubeReserved", "--kube-reserved", kr_flag, &kube_reserved)] {
+    let system_reserved = quantity_map(
+        &n,
+        sr_flag,
+        "systemReserved",
+        "--system-reserved",
+        &system_reserved.unwrap_or_default(),
+    )?;
+    let kube_reserved = quantity_map(
+        &n,
+        kr_flag,
+        "kubeReserved",
+        "--kube-reserved",
+        &kube_reserved.unwrap_or_default(),
+    )?;
+    for (field, flag, from, m) in [
+        (
+            "systemReserved",
+            "--system-reserved",
+            sr_flag,
+            &system_reserved,
+        ),
+        ("kubeReserved", "--kube-reserved", kr_flag, &kube_reserved),
+    ] {
         for k in m.keys() {
-            if !(["cpu", "memory", "ephemeral-storage", "pid"].contains(&k.as_str()) || k.starts_with("hugepages-")) {
-                return Err(n.err(from, &format!("{field}.{k}"), flag, k.clone(), "only cpu, memory, ephemeral-storage, pid and hugepages-* can be reserved"));
+            if !(["cpu", "memory", "ephemeral-storage", "pid"].contains(&k.as_str())
+                || k.starts_with("hugepages-"))
+            {
+                return Err(n.err(
+                    from,
+                    &format!("{field}.{k}"),
+                    flag,
+                    k.clone(),
+                    "only cpu, memory, ephemeral-storage, pid and hugepages-* can be reserved",
+                ));
             }
         }
     }
 
-    let cgroup_root = args.cgroup_root.clone().or_else(|| doc.cgroup_root.clone()).unwrap_or_else(|| "/".to_owned());
-    let cgroup_root = if cgroup_root.is_empty() { "/".to_owned() } else { cgroup_root };
+    let cgroup_root = args
+        .cgroup_root
+        .clone()
+        .or_else(|| doc.cgroup_root.clone())
+        .unwrap_or_else(|| "/".to_owned());
+    let cgroup_root = if cgroup_root.is_empty() {
+        "/".to_owned()
+    } else {
+        cgroup_root
+    };
     if !cgroup_root.starts_with('/') {
-        return Err(n.err(args.cgroup_root.is_some(), "cgroupRoot", "--cgroup-root", cgroup_root, "must be an absolute path"));
+        return Err(n.err(
+            args.cgroup_root.is_some(),
+            "cgroupRoot",
+            "--cgroup-root",
+            cgroup_root,
+            "must be an absolute path",
+        ));
     }
-    let cgroup_driver = args.cgroup_driver.clone().or_else(|| doc.cgroup_driver.clone()).unwrap_or_else(|| "cgroupfs".to_owned());
+    let cgroup_driver = args
+        .cgroup_driver
+        .clone()
+        .or_else(|| doc.cgroup_driver.clone())
+        .unwrap_or_else(|| "cgroupfs".to_owned());
     if cgroup_driver != "cgroupfs" {
-        return Err(n.err(args.cgroup_driver.is_some(), "cgroupDriver", "--cgroup-driver", cgroup_driver, "the enforcer supports only the cgroupfs driver"));
+        return Err(n.err(
+            args.cgroup_driver.is_some(),
+            "cgroupDriver",
+            "--cgroup-driver",
+            cgroup_driver,
+            "the enforcer supports only the cgroupfs driver",
+        ));
     }
-    let policy = args.cpu_manager_policy.clone().or_else(|| doc.cpu_manager_policy.clone()).unwrap_or_else(|| "none".to_owned());
+    let policy = args
+        .cpu_manager_policy
+        .clone()
+        .or_else(|| doc.cpu_manager_policy.clone())
+        .unwrap_or_else(|| "none".to_owned());
     let cpu_manager_policy = match policy.as_str() {
         "none" => CpuManagerPolicy::None,
         "static" => CpuManagerPolicy::Static,
-        _ => return Err(n.err(args.cpu_manager_policy.is_some(), "cpuManagerPolicy", "--cpu-manager-policy", policy, "must be none or static")),
+        _ => {
+            return Err(n.err(
+                args.cpu_manager_policy.is_some(),
+                "cpuManagerPolicy",
+                "--cpu-manager-policy",
+                policy,
+                "must be none or static",
+            ));
+        }
     };
-    let reserved_system_cpus = args.reserved_cpus.clone().or_else(|| doc.reserved_system_cpus.clone()).unwrap_or_default();
+    let reserved_system_cpus = args
+        .reserved_cpus
+        .clone()
+        .or_else(|| doc.reserved_system_cpus.clone())
+        .unwrap_or_default();
     if !reserved_system_cpus.trim().is_empty() && !valid_cpuset(&reserved_system_cpus) {
-        return Err(n.err(args.reserved_cpus.is_some(), "reservedSystemCPUs", "--reserved-cpus", reserved_system_cpus, "not a cpuset (e.g. 0-1,4)"));
+        return Err(n.err(
+            args.reserved_cpus.is_some(),
+            "reservedSystemCPUs",
+            "--reserved-cpus",
+            reserved_system_cpus,
+            "not a cpuset (e.g. 0-1,4)",
+        ));
     }
-    let reconcile = duration_of(None, doc.cpu_manager_reconcile_period.as_ref(), "cpuManagerReconcilePeriod", "cpuManagerReconcilePeriod", Duration::from_secs(10))?;
+    let reconcile = duration_of(
+        None,
+        doc.cpu_manager_reconcile_period.as_ref(),
+        "cpuManagerReconcilePeriod",
+        "cpuManagerReconcilePeriod",
+        Duration::from_secs(10),
+    )?;
 
-    let int = |flag_v: Option<i32>, file_v: Option<i32>, field: &str, flag: &str, default: i32| -> Result<u32, ConfigError> {
+    let int = |flag_v: Option<i32>,
+               file_v: Option<i32>,
+               field: &str,
+               flag: &str,
+               default: i32|
+     -> Result<u32, ConfigError> {
         match flag_v {
             Some(v) => non_negative(&n, true, field, flag, v),
             None => non_negative(&n, false, field, flag, file_v.unwrap_or(default)),
         }
     };
     let max_pods = int(args.max_pods, doc.max_pods, "maxPods", "--max-pods", 110)?;
-    let kube_api_qps = int(args.kube_api_qps, doc.kube_api_qps, "kubeAPIQPS", "--kube-api-qps", 50)?;
-    let kube_api_burst = int(args.kube_api_burst, doc.kube_api_burst, "kubeAPIBurst", "--kube-api-burst", 100)?;
-    let event_record_qps = int(args.event_qps, doc.event_record_qps, "eventRecordQPS", "--event-qps", 50)?;
-    let event_burst = int(args.event_burst, doc.event_burst, "eventBurst", "--event-burst", 100)?;
-    let registry_pull_qps = int(args.registry_qps, doc.registry_pull_qps, "registryPullQPS", "--registry-qps", 5)?;
-    let registry_burst = int(args.registry_burst, doc.registry_burst, "registryBurst", "--registry-burst", 10)?;
+    let kube_api_qps = int(
+        args.kube_api_qps,
+        doc.kube_api_qps,
+        "kubeAPIQPS",
+        "--kube-api-qps",
+        50,
+    )?;
+    let kube_api_burst = int(
+        args.kube_api_burst,
+        doc.kube_api_burst,
+        "kubeAPIBurst",
+        "--kube-api-burst",
+        100,
+    )?;
+    let event_record_qps = int(
+        args.event_qps,
+        doc.event_record_qps,
+        "eventRecordQPS",
+        "--event-qps",
+        50,
+    )?;
+    let event_burst = int(
+        args.event_burst,
+        doc.event_burst,
+        "eventBurst",
+        "--event-burst",
+        100,
+    )?;
+    let registry_pull_qps = int(
+        args.registry_qps,
+        doc.registry_pull_qps,
+        "registryPullQPS",
+        "--registry-qps",
+        5,
+    )?;
+    let registry_burst = int(
+        args.registry_burst,
+        doc.registry_burst,
+        "registryBurst",
+        "--registry-burst",
+        10,
+    )?;
     let factor = doc.memory_throttling_factor.unwrap_or(0.9);
     if !(factor > 0.0 && factor <= 1.0) {
-        return Err(n.err(false, "memoryThrottlingFactor", "memoryThrottlingFactor", factor.to_string(), "must be greater than 0 and less than or equal to 1.0"));
+        return Err(n.err(
+            false,
+            "memoryThrottlingFactor",
+            "memoryThrottlingFactor",
+            factor.to_string(),
+            "must be greater than 0 and less than or equal to 1.0",
+        ));
     }
 
     let e = doc.enforcer.clone().unwrap_or_default();
@@ -715,16 +1011,49 @@ pub fn resolve(name: &str, doc: &KubeletConfiguration, args: &ConfigArgs) -> Res
         Duration::from_secs(10),
     )?;
     if housekeeping_interval.is_zero() {
-        return Err(n.err(args.housekeeping_interval.is_some(), "enforcer.housekeepingInterval", "--housekeeping-interval", "0s", "must be greater than zero"));
+        return Err(n.err(
+            args.housekeeping_interval.is_some(),
+            "enforcer.housekeepingInterval",
+            "--housekeeping-interval",
+            "0s",
+            "must be greater than zero",
+        ));
     }
-    let (cap_map, cap_flag) = pick(flag_map(&args.node_capacity, '=', "--node-capacity")?, e.node_capacity.as_ref());
-    let node_capacity = quantity_map(&n, cap_flag, "enforcer.nodeCapacity", "--node-capacity", &cap_map.unwrap_or_default())?;
-    let http = args.http_address.clone().or(e.http_address.clone()).unwrap_or_else(|| "127.0.0.1:10255".to_owned());
-    let http_address: SocketAddr = http
-        .parse()
-        .map_err(|err| n.err(args.http_address.is_some(), "enforcer.httpAddress", "--http-address", http.clone(), err))?;
-    let path_of = |f: &Option<PathBuf>, d: &Option<PathBuf>, default: &str, field: &str, flag: &str| -> Result<PathBuf, ConfigError> {
-        let p = f.clone().or_else(|| d.clone()).unwrap_or_else(|| PathBuf::from(default));
+    let (cap_map, cap_flag) = pick(
+        flag_map(&args.node_capacity, '=', "--node-capacity")?,
+        e.node_capacity.as_ref(),
+    );
+    let node_capacity = quantity_map(
+        &n,
+        cap_flag,
+        "enforcer.nodeCapacity",
+        "--node-capacity",
+        &cap_map.unwrap_or_default(),
+    )?;
+    let http = args
+        .http_address
+        .clone()
+        .or(e.http_address.clone())
+        .unwrap_or_else(|| "127.0.0.1:10255".to_owned());
+    let http_address: SocketAddr = http.parse().map_err(|err| {
+        n.err(
+            args.http_address.is_some(),
+            "enforcer.httpAddress",
+            "--http-address",
+            http.clone(),
+            err,
+        )
+    })?;
+    let path_of = |f: &Option<PathBuf>,
+                   d: &Option<PathBuf>,
+                   default: &str,
+                   field: &str,
+                   flag: &str|
+     -> Result<PathBuf, ConfigError> {
+        let p = f
+            .clone()
+            .or_else(|| d.clone())
+            .unwrap_or_else(|| PathBuf::from(default));
         if p.as_os_str().is_empty() {
             return Err(n.err(f.is_some(), field, flag, "", "must not be empty"));
         }
@@ -735,13 +1064,40 @@ pub fn resolve(name: &str, doc: &KubeletConfiguration, args: &ConfigArgs) -> Res
         housekeeping_interval,
         node_capacity,
         http_address,
-        manifest_dir: path_of(&args.manifest_dir, &e.manifest_dir, "/etc/enforcer/manifests", "enforcer.manifestDir", "--manifest-dir")?,
-        state_dir: path_of(&args.state_dir, &e.state_dir, "/var/lib/enforcer", "enforcer.stateDir", "--state-dir")?,
-        cri_socket: path_of(&args.cri_socket, &e.cri_socket, "/run/containerd/containerd.sock", "enforcer.criSocket", "--cri-socket")?,
+        manifest_dir: path_of(
+            &args.manifest_dir,
+            &e.manifest_dir,
+            "/etc/enforcer/manifests",
+            "enforcer.manifestDir",
+            "--manifest-dir",
+        )?,
+        state_dir: path_of(
+            &args.state_dir,
+            &e.state_dir,
+            "/var/lib/enforcer",
+            "enforcer.stateDir",
+            "--state-dir",
+        )?,
+        cri_socket: path_of(
+            &args.cri_socket,
+            &e.cri_socket,
+            "/run/containerd/containerd.sock",
+            "enforcer.criSocket",
+            "--cri-socket",
+        )?,
         memory_qos: args.memory_qos.or(e.memory_qos).unwrap_or(false),
-        allow_privileged: args.allow_privileged.or(e.allow_privileged).unwrap_or(false),
-        allow_host_namespaces: args.allow_host_namespaces.or(e.allow_host_namespaces).unwrap_or(false),
-        allow_host_paths: args.allow_host_paths.or(e.allow_host_paths).unwrap_or(false),
+        allow_privileged: args
+            .allow_privileged
+            .or(e.allow_privileged)
+            .unwrap_or(false),
+        allow_host_namespaces: args
+            .allow_host_namespaces
+            .or(e.allow_host_namespaces)
+            .unwrap_or(false),
+        allow_host_paths: args
+            .allow_host_paths
+            .or(e.allow_host_paths)
+            .unwrap_or(false),
     };
 
     let config = Config {
@@ -771,7 +1127,10 @@ pub fn resolve(name: &str, doc: &KubeletConfiguration, args: &ConfigArgs) -> Res
         kube_api_burst,
         event_record_qps,
         event_burst,
-        serialize_image_pulls: args.serialize_image_pulls.or(doc.serialize_image_pulls).unwrap_or(true),
+        serialize_image_pulls: args
+            .serialize_image_pulls
+            .or(doc.serialize_image_pulls)
+            .unwrap_or(true),
         registry_pull_qps,
         registry_burst,
         cpu_cfs_quota: args.cpu_cfs_quota.or(doc.cpu_cfs_quota).unwrap_or(true),
@@ -779,7 +1138,9 @@ pub fn resolve(name: &str, doc: &KubeletConfiguration, args: &ConfigArgs) -> Res
         enforcer,
     };
     if !config.cgroups_per_qos {
-        warnings.push(format!("{name}: cgroupsPerQOS=false is not supported; the enforcer always uses QoS cgroups"));
+        warnings.push(format!(
+            "{name}: cgroupsPerQOS=false is not supported; the enforcer always uses QoS cgroups"
+        ));
     }
     Ok(LoadedConfig { config, warnings })
 }
@@ -797,7 +1158,12 @@ fn valid_cpuset(s: &str) -> bool {
 impl Config {
     /// The defaults (no file, no flags).
     pub fn defaults() -> Result<Self, ConfigError> {
-        resolve("defaults", &KubeletConfiguration::default(), &ConfigArgs::default()).map(|l| l.config)
+        resolve(
+            "defaults",
+            &KubeletConfiguration::default(),
+            &ConfigArgs::default(),
+        )
+        .map(|l| l.config)
     }
 
     /// A JSON view of the thresholds, resolved against `capacity` where a capacity is known.
@@ -809,7 +1175,9 @@ impl Config {
             .map(|t| {
                 let cap = match t.signal.resource() {
                     crate::policy::eviction::Resource::Memory => capacity.get("memory"),
-                    crate::policy::eviction::Resource::EphemeralStorage => capacity.get("ephemeral-storage"),
+                    crate::policy::eviction::Resource::EphemeralStorage => {
+                        capacity.get("ephemeral-storage")
+                    }
                     crate::policy::eviction::Resource::Pids => capacity.get("pids"),
                     crate::policy::eviction::Resource::Inodes => None,
                 };
@@ -834,7 +1202,10 @@ impl Config {
 
 /// Reads a file for a command, naming it in errors.
 pub fn read_file(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -850,7 +1221,10 @@ mod tests {
     fn defaults_are_kubelets() {
         let c = Config::defaults().unwrap();
         assert_eq!(c.eviction.thresholds.len(), 6); // 5 defaults + allocatable copy
-        assert_eq!(c.eviction.pressure_transition_period, Duration::from_secs(300));
+        assert_eq!(
+            c.eviction.pressure_transition_period,
+            Duration::from_secs(300)
+        );
         assert_eq!(c.max_pods, 110);
         assert_eq!(c.enforce_node_allocatable, ["pods"]);
         assert_eq!(c.cgroup_root, "/");
@@ -871,39 +1245,93 @@ mod tests {
         assert_eq!(l.config.max_pods, 20);
         assert!(l.config.enforcer.memory_qos);
         assert_eq!(l.config.enforcer.node_capacity["memory"].to_string(), "2Gi");
-        let (_, w) = parse_document("test.yaml", "somethingElse: 1\nenforcer: {bogus: 1}\n").unwrap();
+        let (_, w) =
+            parse_document("test.yaml", "somethingElse: 1\nenforcer: {bogus: 1}\n").unwrap();
         assert_eq!(w.len(), 2);
         // A flag replaces the file's map.
-        let args = ConfigArgs { eviction_hard: vec!["memory.available<500Mi,nodefs.available<10%".into()], max_pods: Some(30), ..Default::default() };
+        let args = ConfigArgs {
+            eviction_hard: vec!["memory.available<500Mi,nodefs.available<10%".into()],
+            max_pods: Some(30),
+            ..Default::default()
+        };
         let l = resolve("test.yaml", &d, &args).unwrap();
-        let hard: Vec<_> = l.config.eviction.thresholds.iter().filter(|t| t.is_hard()).map(|t| t.signal).collect();
-        assert_eq!(hard, [Signal::MemoryAvailable, Signal::NodeFsAvailable, Signal::AllocatableMemoryAvailable]);
+        let hard: Vec<_> = l
+            .config
+            .eviction
+            .thresholds
+            .iter()
+            .filter(|t| t.is_hard())
+            .map(|t| t.signal)
+            .collect();
+        assert_eq!(
+            hard,
+            [
+                Signal::MemoryAvailable,
+                Signal::NodeFsAvailable,
+                Signal::AllocatableMemoryAvailable
+            ]
+        );
         assert_eq!(l.config.max_pods, 30);
     }
 
     #[test]
     fn errors_name_field_and_value() {
-        let err = |yaml: &str, args: ConfigArgs| resolve("c.yaml", &doc(yaml), &args).unwrap_err().to_string();
-        let e = err("evictionHard: {memory.available: -1Gi}", ConfigArgs::default());
+        let err = |yaml: &str, args: ConfigArgs| {
+            resolve("c.yaml", &doc(yaml), &args)
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err(
+            "evictionHard: {memory.available: -1Gi}",
+            ConfigArgs::default(),
+        );
         assert!(e.contains("evictionHard") && e.contains("-1Gi"), "{e}");
-        let e = err("", ConfigArgs { eviction_hard: vec!["memory.available<abc".into()], ..Default::default() });
+        let e = err(
+            "",
+            ConfigArgs {
+                eviction_hard: vec!["memory.available<abc".into()],
+                ..Default::default()
+            },
+        );
         assert!(e.contains("--eviction-hard") && e.contains("abc"), "{e}");
-        let e = err("evictionSoft: {memory.available: 1Gi}", ConfigArgs::default());
-        assert!(e.contains("evictionSoft") && e.contains("grace period"), "{e}");
-        let e = err("evictionSoft: {memory.available: 1Gi}\nevictionSoftGracePeriod: {memory.available: -1s}", ConfigArgs::default());
+        let e = err(
+            "evictionSoft: {memory.available: 1Gi}",
+            ConfigArgs::default(),
+        );
+        assert!(
+            e.contains("evictionSoft") && e.contains("grace period"),
+            "{e}"
+        );
+        let e = err(
+            "evictionSoft: {memory.available: 1Gi}\nevictionSoftGracePeriod: {memory.available: -1s}",
+            ConfigArgs::default(),
+        );
         assert!(e.contains("evictionSoftGracePeriod"), "{e}");
         let e = err("maxPods: -1", ConfigArgs::default());
         assert!(e.contains("maxPods"), "{e}");
         let e = err("systemReserved: {memory: 1e30}", ConfigArgs::default());
         assert!(e.contains("systemReserved.memory"), "{e}");
-        let e = err("evictionPressureTransitionPeriod: 5x", ConfigArgs::default());
+        let e = err(
+            "evictionPressureTransitionPeriod: 5x",
+            ConfigArgs::default(),
+        );
         assert!(e.contains("evictionPressureTransitionPeriod"), "{e}");
         let e = err("cgroupDriver: systemd", ConfigArgs::default());
         assert!(e.contains("cgroupDriver"), "{e}");
-        assert!(parse_document("c.yaml", "maxPods: [1]").unwrap_err().to_string().contains("maxPods"));
+        assert!(
+            parse_document("c.yaml", "maxPods: [1]")
+                .unwrap_err()
+                .to_string()
+                .contains("maxPods")
+        );
         assert!(parse_document("c.yaml", "maxPods: 99999999999").is_err());
         assert!(parse_document("c.yaml", ": : :").is_err());
-        assert!(parse_document("c.yaml", "evictionHard: 3").unwrap_err().to_string().contains("evictionHard"));
+        assert!(
+            parse_document("c.yaml", "evictionHard: 3")
+                .unwrap_err()
+                .to_string()
+                .contains("evictionHard")
+        );
     }
 
     #[test]
@@ -929,7 +1357,13 @@ mod tests {
         assert_eq!(l.config.system_reserved["cpu"].milli_value(), 500);
         assert!(!l.config.serialize_image_pulls);
         assert!(l.config.enforcer.memory_qos);
-        let soft = l.config.eviction.thresholds.iter().find(|t| !t.is_hard()).unwrap();
+        let soft = l
+            .config
+            .eviction
+            .thresholds
+            .iter()
+            .find(|t| !t.is_hard())
+            .unwrap();
         assert_eq!(soft.grace_period, Duration::from_secs(90));
     }
 }

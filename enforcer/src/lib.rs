@@ -8,6 +8,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod kernel;
+pub mod node;
 pub mod policy;
 pub mod quantity;
 pub mod runtime;

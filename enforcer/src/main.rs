@@ -48,12 +48,14 @@ enum Command {
     /// Configuration commands.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// The pods the daemon runs (from its state directory): a table, or `-o json`.
+    Pods(enforcer::runtime::status::PodsArgs),
 }
 
 #[derive(Subcommand)]
 enum ConfigCommand {
     /// Validate the configuration (file and flags) and print the effective one.
-    Check(enforcer::config::ConfigArgs),
+    Check(Box<enforcer::config::ConfigArgs>),
 }
 
 #[derive(clap::Args)]
@@ -119,6 +121,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run(args),
         Command::Signals(args) => signals(args),
         Command::Probe => probe(),
+        Command::Pods(args) => return enforcer::runtime::status::pods_main(&args),
         Command::Simulate { scenario } => return print_lines(enforcer::cli::simulate(&scenario)),
         Command::Explain(args) => return print_lines(enforcer::cli::explain(&args)),
         Command::Config(ConfigCommand::Check(args)) => {

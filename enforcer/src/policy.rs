@@ -13,7 +13,7 @@
 //! - [`cpu`]: the CPU manager's static policy and its checkpoint.
 
 pub mod admission;
-
+pub mod cpu;
 pub mod eviction;
 pub mod oom;
 pub mod qos;

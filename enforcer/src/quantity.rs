@@ -420,14 +420,14 @@ impl fmt::Display for Quantity {
         let abs = self.nanos.unsigned_abs();
         let mut format = self.format;
         if format == Format::BinarySI
-            && (abs < 1024 * NANO.unsigned_abs() || abs % NANO.unsigned_abs() != 0)
+            && (abs < 1024 * NANO.unsigned_abs() || !abs.is_multiple_of(NANO.unsigned_abs()))
         {
             format = Format::DecimalSI;
         }
         if format == Format::BinarySI {
             let mut value = abs / NANO.unsigned_abs();
             let mut exp = 0;
-            while exp < 6 && value % 1024 == 0 {
+            while exp < 6 && value.is_multiple_of(1024) {
                 value /= 1024;
                 exp += 1;
             }
@@ -436,7 +436,7 @@ impl fmt::Display for Quantity {
         // Decimal: mantissa * 10^exp with exp a multiple of 3 and as large as possible.
         let mut mantissa = abs;
         let mut exp: i32 = -9;
-        while mantissa % 10 == 0 {
+        while mantissa.is_multiple_of(10) {
             mantissa /= 10;
             exp += 1;
         }

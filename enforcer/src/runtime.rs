@@ -167,9 +167,13 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         resync: opts.resync,
     });
     let (stop_writer_tx, stop_writer_rx) = tokio::sync::oneshot::channel::<()>();
-    let writer = tokio::spawn(status::writer(status.clone(), opts.state_dir.clone(), async {
-        let _ = stop_writer_rx.await;
-    }));
+    let writer = tokio::spawn(status::writer(
+        status.clone(),
+        opts.state_dir.clone(),
+        async {
+            let _ = stop_writer_rx.await;
+        },
+    ));
     let mut source = ManifestDir::new(&opts.manifest_dir, &opts.node_name);
     let mut workers: HashMap<String, Handle> = HashMap::new();
     let mut pending: HashMap<String, PodUpdate> = HashMap::new();
@@ -264,7 +268,10 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         // pending entries of workers that are syncing normally.
         pending.retain(|uid, _| workers.contains_key(uid));
     }
-    tracing::info!(pods = workers.len(), "pod runtime stopping; pods keep running");
+    tracing::info!(
+        pods = workers.len(),
+        "pod runtime stopping; pods keep running"
+    );
     drop(workers);
     while tasks.join_next().await.is_some() {}
     let _ = stop_writer_tx.send(());

@@ -3,6 +3,8 @@
 //!
 //! Everything here needs root and the real kernel; a missing piece fails loudly.
 
+pub mod containerd;
+
 use std::{
     fs,
     io::Write as _,

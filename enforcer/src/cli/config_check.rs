@@ -9,11 +9,16 @@ use crate::config::{self, ConfigArgs};
 pub fn config_check(args: &ConfigArgs) -> Result<(String, Vec<String>), CliError> {
     let loaded = config::load(args)?;
     let c = &loaded.config;
-    let mut value = serde_json::to_value(c).map_err(|e| CliError::invalid(std::path::Path::new("configuration"), ".", e))?;
+    let mut value = serde_json::to_value(c)
+        .map_err(|e| CliError::invalid(std::path::Path::new("configuration"), ".", e))?;
     if let Some(obj) = value.as_object_mut() {
-        obj.insert("thresholds".to_owned(), serde_json::Value::Array(c.thresholds_json(&c.enforcer.node_capacity)));
+        obj.insert(
+            "thresholds".to_owned(),
+            serde_json::Value::Array(c.thresholds_json(&c.enforcer.node_capacity)),
+        );
     }
-    let text = serde_json::to_string_pretty(&value).map_err(|e| CliError::invalid(std::path::Path::new("configuration"), ".", e))?;
+    let text = serde_json::to_string_pretty(&value)
+        .map_err(|e| CliError::invalid(std::path::Path::new("configuration"), ".", e))?;
     Ok((text, loaded.warnings))
 }
 
@@ -32,7 +37,15 @@ mod tests {
         assert!(warnings.is_empty());
         assert!(text.contains("\"quantity\": \"1Gi\""), "{text}");
         assert!(text.contains("allocatableMemory.available"));
-        let bad = ConfigArgs { eviction_hard: vec!["memory.available<-1".into()], ..ConfigArgs::default() };
-        assert!(config_check(&bad).unwrap_err().to_string().contains("--eviction-hard"));
+        let bad = ConfigArgs {
+            eviction_hard: vec!["memory.available<-1".into()],
+            ..ConfigArgs::default()
+        };
+        assert!(
+            config_check(&bad)
+                .unwrap_err()
+                .to_string()
+                .contains("--eviction-hard")
+        );
     }
 }

@@ -73,10 +73,19 @@ fn machine_memory() -> Option<i64> {
 
 /// This machine's cgroup version: 2 when `/sys/fs/cgroup` is the unified hierarchy.
 fn machine_cgroup_version() -> u8 {
-    if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() { 2 } else { 1 }
+    if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        2
+    } else {
+        1
+    }
 }
 
-fn capacity_arg(value: Option<&str>, flag: &str, default: impl FnOnce() -> Option<i64>, cpu: bool) -> Result<i64, CliError> {
+fn capacity_arg(
+    value: Option<&str>,
+    flag: &str,
+    default: impl FnOnce() -> Option<i64>,
+    cpu: bool,
+) -> Result<i64, CliError> {
     let invalid = |m: String| CliError::invalid(Path::new("command line"), flag, m);
     match value {
         Some(s) => {
@@ -86,24 +95,46 @@ fn capacity_arg(value: Option<&str>, flag: &str, default: impl FnOnce() -> Optio
             }
             Ok(if cpu { q.milli_value() } else { q.value() })
         }
-        None => default().ok_or_else(|| invalid("cannot read this machine's value; pass it".to_owned())),
+        None => {
+            default().ok_or_else(|| invalid("cannot read this machine's value; pass it".to_owned()))
+        }
     }
 }
 
 /// Explains every pod in `args.pod`; one JSON line per pod.
 pub fn explain(args: &ExplainArgs) -> Result<Vec<String>, CliError> {
-    let cfg = config::load(&ConfigArgs { config: args.config.clone(), ..ConfigArgs::default() })?.config;
-    let memory = capacity_arg(args.node_memory.as_deref(), "--node-memory", machine_memory, false)?;
+    let cfg = config::load(&ConfigArgs {
+        config: args.config.clone(),
+        ..ConfigArgs::default()
+    })?
+    .config;
+    let memory = capacity_arg(
+        args.node_memory.as_deref(),
+        "--node-memory",
+        machine_memory,
+        false,
+    )?;
     let _cpu_milli = capacity_arg(
         args.node_cpu.as_deref(),
         "--node-cpu",
-        || std::thread::available_parallelism().ok().and_then(|n| i64::try_from(n.get()).ok()).map(|n| n * 1000),
+        || {
+            std::thread::available_parallelism()
+                .ok()
+                .and_then(|n| i64::try_from(n.get()).ok())
+                .map(|n| n * 1000)
+        },
         true,
     )?;
     let version = match args.cgroup_version {
         None => machine_cgroup_version(),
         Some(v @ (1 | 2)) => v,
-        Some(v) => return Err(CliError::invalid(Path::new("command line"), "--cgroup-version", format!("{v} is not 1 or 2"))),
+        Some(v) => {
+            return Err(CliError::invalid(
+                Path::new("command line"),
+                "--cgroup-version",
+                format!("{v} is not 1 or 2"),
+            ));
+        }
     };
     let reserved = [&cfg.system_reserved, &cfg.kube_reserved]
         .iter()
@@ -130,16 +161,29 @@ pub fn explain(args: &ExplainArgs) -> Result<Vec<String>, CliError> {
         let mut pod: Pod = serde_path_to_error::deserialize(value).map_err(|e| {
             let inner = yaml_error(path, e);
             match inner {
-                CliError::Invalid { path, place, message } => CliError::Invalid { path, place: format!("document {}: {place}", i + 1), message },
+                CliError::Invalid {
+                    path,
+                    place,
+                    message,
+                } => CliError::Invalid {
+                    path,
+                    place: format!("document {}: {place}", i + 1),
+                    message,
+                },
                 other => other,
             }
         })?;
-        resources::validate_pod(&pod).map_err(|e| CliError::invalid(path, format!("document {}", i + 1), e))?;
+        resources::validate_pod(&pod)
+            .map_err(|e| CliError::invalid(path, format!("document {}", i + 1), e))?;
         resources::apply_defaults(&mut pod);
         let qos_class = qos::pod_qos(&pod);
         let mut containers = Vec::new();
-        for c in resources::init_containers(&pod).iter().chain(resources::containers(&pod)) {
-            let score = oom::container_oom_score_adj(&pod, c, memory).map_err(|e| CliError::invalid(Path::new("command line"), "--node-memory", e))?;
+        for c in resources::init_containers(&pod)
+            .iter()
+            .chain(resources::containers(&pod))
+        {
+            let score = oom::container_oom_score_adj(&pod, c, memory)
+                .map_err(|e| CliError::invalid(Path::new("command line"), "--node-memory", e))?;
             let v = cgroup::container_cgroup_values(c, &opts);
             containers.push(ContainerOut {
                 name: c.name.clone(),
@@ -158,7 +202,10 @@ pub fn explain(args: &ExplainArgs) -> Result<Vec<String>, CliError> {
             pod_cgroup: cgroup::pod_cgroup_values(&pod, &opts),
             containers,
         };
-        out.push(serde_json::to_string(&e).map_err(|err| CliError::invalid(path, format!("document {}", i + 1), err))?);
+        out.push(
+            serde_json::to_string(&e)
+                .map_err(|err| CliError::invalid(path, format!("document {}", i + 1), err))?,
+        );
     }
     Ok(out)
 }
@@ -176,13 +223,23 @@ mod tests {
             "metadata: {name: web, uid: 6f1c}\nspec:\n  containers:\n    - name: app\n      resources: {requests: {memory: 100Mi}, limits: {memory: 1Gi}}\n---\nmetadata: {name: g, uid: g1}\nspec: {containers: [{name: a, resources: {limits: {cpu: 1, memory: 1Gi}}}]}\n",
         )
         .unwrap();
-        let args = ExplainArgs { pod: p.clone(), node_cpu: Some("4".into()), node_memory: Some("8Gi".into()), cgroup_version: Some(2), config: None };
+        let args = ExplainArgs {
+            pod: p.clone(),
+            node_cpu: Some("4".into()),
+            node_memory: Some("8Gi".into()),
+            cgroup_version: Some(2),
+            config: None,
+        };
         let out = explain(&args).unwrap();
         assert_eq!(
             out[0],
             r#"{"pod":"web","qosClass":"Burstable","cgroupParent":"/kubepods/burstable/pod6f1c","podCgroup":{"cpuShares":2,"cpuWeight":1,"cpuQuotaMicros":null,"cpuPeriodMicros":100000,"memoryLimitBytes":1073741824},"containers":[{"name":"app","oomScoreAdj":988,"cpuShares":2,"cpuQuotaMicros":null,"memoryLimitBytes":1073741824}]}"#
         );
-        assert!(out[1].contains(r#""qosClass":"Guaranteed","cgroupParent":"/kubepods/podg1""#), "{}", out[1]);
+        assert!(
+            out[1].contains(r#""qosClass":"Guaranteed","cgroupParent":"/kubepods/podg1""#),
+            "{}",
+            out[1]
+        );
         assert!(out[1].contains(r#""oomScoreAdj":-997"#));
         std::fs::write(&p, "metadata: {name: x}\nspec: {containers: [{name: a, resources: {limits: {memory: lots}}}]}\n").unwrap();
         let e = explain(&args).unwrap_err().to_string();

@@ -11,7 +11,10 @@ use crate::{
     config::{self, ConfigArgs, Scalar, duration},
     policy::{
         admission::{self, Admitter, Node, SecurityPolicy},
-        eviction::{self, ActivePod, ContainerStats, NodeCondition, Observation, Observations, PodStats, Signal, State},
+        eviction::{
+            self, ActivePod, ContainerStats, NodeCondition, Observation, Observations, PodStats,
+            Signal, State,
+        },
         resources,
     },
     quantity::Quantity,
@@ -112,7 +115,11 @@ struct Active {
 
 fn prepare_pod(path: &Path, place: &str, mut pod: Pod) -> Result<Pod, CliError> {
     if resources::pod_name(&pod).is_empty() {
-        return Err(CliError::invalid(path, format!("{place}.metadata.name"), "a pod needs a name"));
+        return Err(CliError::invalid(
+            path,
+            format!("{place}.metadata.name"),
+            "a pod needs a name",
+        ));
     }
     resources::validate_pod(&pod).map_err(|e| CliError::invalid(path, place, e))?;
     resources::apply_defaults(&mut pod);
@@ -125,17 +132,25 @@ fn at_seconds(path: &Path, place: &str, at: &Scalar) -> Result<Duration, CliErro
         return Ok(Duration::from_secs(n));
     }
     if let Ok(f) = s.parse::<f64>() {
-        if f.is_finite() && f >= 0.0 && f < 1e12 {
+        if (0.0..1e12).contains(&f) {
             return Ok(Duration::from_secs_f64(f));
         }
-        return Err(CliError::invalid(path, place, format!("invalid time {s:?}: must be a non-negative number of seconds or a duration")));
+        return Err(CliError::invalid(
+            path,
+            place,
+            format!("invalid time {s:?}: must be a non-negative number of seconds or a duration"),
+        ));
     }
     duration::parse(s).map_err(|e| CliError::invalid(path, place, e))
 }
 
 fn to_bytes(path: &Path, place: &str, q: Option<Quantity>) -> Result<Option<i64>, CliError> {
     match q {
-        Some(q) if q.signum() < 0 => Err(CliError::invalid(path, place, format!("usage {q} must not be negative"))),
+        Some(q) if q.signum() < 0 => Err(CliError::invalid(
+            path,
+            place,
+            format!("usage {q} must not be negative"),
+        )),
         Some(q) => Ok(Some(q.value())),
         None => Ok(None),
     }
@@ -144,16 +159,26 @@ fn to_bytes(path: &Path, place: &str, q: Option<Quantity>) -> Result<Option<i64>
 fn stats_of(path: &Path, place: &str, pod: &Pod, usage: &Usage) -> Result<PodStats, CliError> {
     let mut containers = Vec::new();
     for name in usage.containers.keys() {
-        if !resources::containers(pod).iter().chain(resources::init_containers(pod)).any(|c| c.name == *name) {
+        if !resources::containers(pod)
+            .iter()
+            .chain(resources::init_containers(pod))
+            .any(|c| c.name == *name)
+        {
             return Err(CliError::invalid(
                 path,
                 format!("{place}.containers.{name}"),
-                format!("pod {:?} has no container {name:?}", resources::pod_name(pod)),
+                format!(
+                    "pod {:?} has no container {name:?}",
+                    resources::pod_name(pod)
+                ),
             ));
         }
     }
     // Spec order, as the runtime lists containers.
-    for c in resources::containers(pod).iter().chain(resources::init_containers(pod)) {
+    for c in resources::containers(pod)
+        .iter()
+        .chain(resources::init_containers(pod))
+    {
         if let Some(u) = usage.containers.get(&c.name) {
             let cp = format!("{place}.containers.{}", c.name);
             containers.push(ContainerStats {
@@ -169,20 +194,29 @@ fn stats_of(path: &Path, place: &str, pod: &Pod, usage: &Usage) -> Result<PodSta
     };
     Ok(PodStats {
         memory: to_bytes(path, place, usage.memory)?.or_else(|| sum(|c| c.memory)),
-        ephemeral_storage: to_bytes(path, place, usage.ephemeral_storage)?.or_else(|| sum(|c| c.ephemeral_storage)),
+        ephemeral_storage: to_bytes(path, place, usage.ephemeral_storage)?
+            .or_else(|| sum(|c| c.ephemeral_storage)),
         inodes: to_bytes(path, place, usage.inodes)?,
         processes: to_bytes(path, place, usage.pids)?,
         containers,
     })
 }
 
-fn capacity_of(signal: Signal, capacity: &BTreeMap<String, Quantity>, allocatable_memory: i64) -> i64 {
+fn capacity_of(
+    signal: Signal,
+    capacity: &BTreeMap<String, Quantity>,
+    allocatable_memory: i64,
+) -> i64 {
     let get = |k: &str| capacity.get(k).map_or(0, Quantity::value);
     match signal {
         Signal::MemoryAvailable => get("memory"),
         Signal::AllocatableMemoryAvailable => allocatable_memory,
-        Signal::NodeFsAvailable | Signal::ImageFsAvailable | Signal::ContainerFsAvailable => get("ephemeral-storage"),
-        Signal::NodeFsInodesFree | Signal::ImageFsInodesFree | Signal::ContainerFsInodesFree => get("inodes"),
+        Signal::NodeFsAvailable | Signal::ImageFsAvailable | Signal::ContainerFsAvailable => {
+            get("ephemeral-storage")
+        }
+        Signal::NodeFsInodesFree | Signal::ImageFsInodesFree | Signal::ContainerFsInodesFree => {
+            get("inodes")
+        }
         Signal::PidAvailable => get("pids"),
     }
 }
@@ -191,7 +225,8 @@ fn capacity_of(signal: Signal, capacity: &BTreeMap<String, Quantity>, allocatabl
 pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
     let text = read(path)?;
     let de = serde_yaml::Deserializer::from_str(&text);
-    let scenario: Scenario = serde_path_to_error::deserialize(de).map_err(|e| yaml_error(path, e))?;
+    let scenario: Scenario =
+        serde_path_to_error::deserialize(de).map_err(|e| yaml_error(path, e))?;
 
     // Configuration.
     let name = format!("{}: config", path.display());
@@ -208,26 +243,46 @@ pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
     let mut capacity = scenario.node.capacity.clone();
     for (k, v) in &capacity {
         if v.signum() < 0 {
-            return Err(CliError::invalid(path, format!("node.capacity.{k}"), format!("capacity {v} must not be negative")));
+            return Err(CliError::invalid(
+                path,
+                format!("node.capacity.{k}"),
+                format!("capacity {v} must not be negative"),
+            ));
         }
     }
     for (k, v) in &cfg.enforcer.node_capacity {
         capacity.insert(k.clone(), *v);
     }
-    capacity.entry("pods".to_owned()).or_insert_with(|| admission::pods_quantity(cfg.max_pods));
-    let allocatable = admission::allocatable(&capacity, &cfg.system_reserved, &cfg.kube_reserved, &cfg.hard_eviction_thresholds);
+    capacity
+        .entry("pods".to_owned())
+        .or_insert_with(|| admission::pods_quantity(cfg.max_pods));
+    let allocatable = admission::allocatable(
+        &capacity,
+        &cfg.system_reserved,
+        &cfg.kube_reserved,
+        &cfg.hard_eviction_thresholds,
+    );
     let reserved_memory = [&cfg.system_reserved, &cfg.kube_reserved]
         .iter()
         .filter_map(|m| m.get("memory"))
         .fold(0i64, |a, q| a.saturating_add(q.value()));
-    let kubepods_memory = capacity.get("memory").map_or(0, Quantity::value).saturating_sub(reserved_memory).max(0);
+    let kubepods_memory = capacity
+        .get("memory")
+        .map_or(0, Quantity::value)
+        .saturating_sub(reserved_memory)
+        .max(0);
     let node_name = scenario
         .node
         .name
         .clone()
         .or_else(|| scenario.node.labels.get("kubernetes.io/hostname").cloned())
         .unwrap_or_else(|| "node".to_owned());
-    let node = Node { name: node_name, labels: scenario.node.labels.clone(), taints: scenario.node.taints.clone(), allocatable };
+    let node = Node {
+        name: node_name,
+        labels: scenario.node.labels.clone(),
+        taints: scenario.node.taints.clone(),
+        allocatable,
+    };
     let security = SecurityPolicy {
         allow_privileged: cfg.enforcer.allow_privileged,
         allow_host_namespaces: cfg.enforcer.allow_host_namespaces,
@@ -239,8 +294,15 @@ pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
     for (i, pod) in scenario.pods.into_iter().enumerate() {
         let place = format!("pods[{i}]");
         let pod = prepare_pod(path, &place, pod)?;
-        if active.iter().any(|a| resources::pod_name(&a.pod) == resources::pod_name(&pod)) {
-            return Err(CliError::invalid(path, format!("{place}.metadata.name"), format!("duplicate pod name {:?}", resources::pod_name(&pod))));
+        if active
+            .iter()
+            .any(|a| resources::pod_name(&a.pod) == resources::pod_name(&pod))
+        {
+            return Err(CliError::invalid(
+                path,
+                format!("{place}.metadata.name"),
+                format!("duplicate pod name {:?}", resources::pod_name(&pod)),
+            ));
         }
         active.push(Active { pod, stats: None });
     }
@@ -254,13 +316,28 @@ pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
         let sp = format!("steps[{i}]");
         let at = at_seconds(path, &format!("{sp}.at"), &step.at)?;
         if at < last_at {
-            return Err(CliError::invalid(path, format!("{sp}.at"), format!("time {} goes backwards (previous step at {})", duration::format(at), duration::format(last_at))));
+            return Err(CliError::invalid(
+                path,
+                format!("{sp}.at"),
+                format!(
+                    "time {} goes backwards (previous step at {})",
+                    duration::format(at),
+                    duration::format(last_at)
+                ),
+            ));
         }
         last_at = at;
         // delete
         for (j, name) in step.delete.iter().enumerate() {
-            let Some(idx) = active.iter().position(|a| resources::pod_name(&a.pod) == name) else {
-                return Err(CliError::invalid(path, format!("{sp}.delete[{j}]"), format!("no active pod named {name:?}")));
+            let Some(idx) = active
+                .iter()
+                .position(|a| resources::pod_name(&a.pod) == name)
+            else {
+                return Err(CliError::invalid(
+                    path,
+                    format!("{sp}.delete[{j}]"),
+                    format!("no active pod named {name:?}"),
+                ));
             };
             let gone = active.remove(idx);
             admitter.remove(&gone.pod);
@@ -279,18 +356,36 @@ pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
         // usage
         for (name, usage) in &step.usage {
             let up = format!("{sp}.usage.{name}");
-            let Some(a) = active.iter_mut().find(|a| resources::pod_name(&a.pod) == name) else {
-                return Err(CliError::invalid(path, up, format!("no active pod named {name:?}")));
+            let Some(a) = active
+                .iter_mut()
+                .find(|a| resources::pod_name(&a.pod) == name)
+            else {
+                return Err(CliError::invalid(
+                    path,
+                    up,
+                    format!("no active pod named {name:?}"),
+                ));
             };
             a.stats = Some(stats_of(path, &up, &a.pod, usage)?);
         }
         // one eviction-manager step
-        let pods: Vec<ActivePod<'_>> = active.iter().map(|a| ActivePod { pod: &a.pod, stats: a.stats.as_ref() }).collect();
+        let pods: Vec<ActivePod<'_>> = active
+            .iter()
+            .map(|a| ActivePod {
+                pod: &a.pod,
+                stats: a.stats.as_ref(),
+            })
+            .collect();
         let (next, decision) = eviction::step(&cfg.eviction, &state, &observations, &pods, at);
         state = next;
         let mut evicted = Vec::new();
         if let Some(e) = decision.eviction {
-            evicted.push(Evicted { pod: e.name.clone(), signal: e.signal, grace_period_seconds: e.grace_period_seconds, message: e.message });
+            evicted.push(Evicted {
+                pod: e.name.clone(),
+                signal: e.signal,
+                grace_period_seconds: e.grace_period_seconds,
+                message: e.message,
+            });
             let gone = active.remove(e.index);
             admitter.remove(&gone.pod);
         }
@@ -301,24 +396,44 @@ pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
             let pod = prepare_pod(path, &place, pod)?;
             let name = resources::pod_name(&pod).to_owned();
             if active.iter().any(|a| resources::pod_name(&a.pod) == name) {
-                return Err(CliError::invalid(path, format!("{place}.metadata.name"), format!("a pod named {name:?} is already active")));
+                return Err(CliError::invalid(
+                    path,
+                    format!("{place}.metadata.name"),
+                    format!("a pod named {name:?} is already active"),
+                ));
             }
             let r = admitter.admit(&pod, &decision.conditions);
             if r.admitted {
                 admitter.add(&pod);
                 active.push(Active { pod, stats: None });
-                admissions.push(Admission { pod: name, admitted: true, reason: None, message: None });
+                admissions.push(Admission {
+                    pod: name,
+                    admitted: true,
+                    reason: None,
+                    message: None,
+                });
             } else {
-                admissions.push(Admission { pod: name, admitted: false, reason: Some(r.reason), message: Some(r.message) });
+                admissions.push(Admission {
+                    pod: name,
+                    admitted: false,
+                    reason: Some(r.reason),
+                    message: Some(r.message),
+                });
             }
         }
         let secs = at.as_secs_f64();
         let at_json = if at.subsec_nanos() == 0 {
             serde_json::Number::from(at.as_secs())
         } else {
-            serde_json::Number::from_f64(secs).unwrap_or_else(|| serde_json::Number::from(at.as_secs()))
+            serde_json::Number::from_f64(secs)
+                .unwrap_or_else(|| serde_json::Number::from(at.as_secs()))
         };
-        let line = StepOutput { at: at_json, conditions: decision.conditions, evicted, admission: admissions };
+        let line = StepOutput {
+            at: at_json,
+            conditions: decision.conditions,
+            evicted,
+            admission: admissions,
+        };
         out.push(serde_json::to_string(&line).map_err(|e| CliError::invalid(path, sp, e))?);
     }
     Ok(out)
@@ -363,7 +478,10 @@ steps:
         spec: {containers: [{name: c, image: busybox}]}
 "#)
         .unwrap();
-        assert_eq!(out[0], r#"{"at":0,"conditions":["MemoryPressure"],"evicted":[],"admission":[]}"#);
+        assert_eq!(
+            out[0],
+            r#"{"at":0,"conditions":["MemoryPressure"],"evicted":[],"admission":[]}"#
+        );
         assert_eq!(
             out[1],
             r#"{"at":120,"conditions":["MemoryPressure"],"evicted":[{"pod":"web","signal":"memory.available","gracePeriodSeconds":5,"message":"The node was low on resource: memory. Threshold quantity: 2Gi, available: 1500Mi. Container app was using 400Mi, request is 100Mi, has larger consumption of memory. "}],"admission":[{"pod":"batch","admitted":false,"reason":"Evicted","message":"The node had condition: [MemoryPressure]. "}]}"#
@@ -374,16 +492,45 @@ steps:
     fn malformed_inputs_name_the_place() {
         let base = "node: {capacity: {memory: 1Gi}}\n";
         for (yaml, place) in [
-            (format!("{base}steps: [{{at: 0s, observe: {{memory.available: abc}}}}]"), "steps[0].observe"),
-            (format!("{base}steps: [{{at: 0s, observe: {{bogus.signal: 1Gi}}}}]"), "steps[0].observe"),
-            (format!("{base}steps: [{{at: 5s}}, {{at: 1s}}]"), "steps[1].at"),
-            (format!("{base}steps: [{{at: 0s, usage: {{nope: {{memory: 1Mi}}}}}}]"), "steps[0].usage.nope"),
-            (format!("{base}steps: [{{at: 0s, delete: [x]}}]"), "steps[0].delete[0]"),
+            (
+                format!("{base}steps: [{{at: 0s, observe: {{memory.available: abc}}}}]"),
+                "steps[0].observe",
+            ),
+            (
+                format!("{base}steps: [{{at: 0s, observe: {{bogus.signal: 1Gi}}}}]"),
+                "steps[0].observe",
+            ),
+            (
+                format!("{base}steps: [{{at: 5s}}, {{at: 1s}}]"),
+                "steps[1].at",
+            ),
+            (
+                format!("{base}steps: [{{at: 0s, usage: {{nope: {{memory: 1Mi}}}}}}]"),
+                "steps[0].usage.nope",
+            ),
+            (
+                format!("{base}steps: [{{at: 0s, delete: [x]}}]"),
+                "steps[0].delete[0]",
+            ),
             (format!("{base}stepz: []"), "."),
-            (format!("{base}pods: [{{metadata: {{name: a}}, spec: {{containers: [{{name: c, resources: {{requests: {{cpu: 1e30}}}}}}]}}}}]"), "pods[0]"),
-            ("node: {capacity: {memory: -1Gi}}".to_owned(), "node.capacity.memory"),
-            ("config: {evictionHard: {memory.available: 200%}}\nnode: {capacity: {}}".to_owned(), "evictionHard"),
-            ("config: {maxPods: nope}\nnode: {capacity: {}}".to_owned(), "maxPods"),
+            (
+                format!(
+                    "{base}pods: [{{metadata: {{name: a}}, spec: {{containers: [{{name: c, resources: {{requests: {{cpu: 1e30}}}}}}]}}}}]"
+                ),
+                "pods[0]",
+            ),
+            (
+                "node: {capacity: {memory: -1Gi}}".to_owned(),
+                "node.capacity.memory",
+            ),
+            (
+                "config: {evictionHard: {memory.available: 200%}}\nnode: {capacity: {}}".to_owned(),
+                "evictionHard",
+            ),
+            (
+                "config: {maxPods: nope}\nnode: {capacity: {}}".to_owned(),
+                "maxPods",
+            ),
             ("node: [".to_owned(), "line"),
         ] {
             let e = run(&yaml).unwrap_err().to_string();

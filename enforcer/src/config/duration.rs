@@ -45,7 +45,9 @@ pub fn parse_signed(s: &str) -> Result<i64, DurationError> {
     }
     let mut total: u128 = 0;
     while !rest.is_empty() {
-        let int_end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let int_end = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let int = &rest[..int_end];
         rest = &rest[int_end..];
         let mut frac = "";
@@ -57,13 +59,18 @@ pub fn parse_signed(s: &str) -> Result<i64, DurationError> {
         if int.is_empty() && frac.is_empty() {
             return Err(invalid());
         }
-        let unit_end = rest.find(|c: char| c == '.' || c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit_end = rest
+            .find(|c: char| c == '.' || c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let u = unit(&rest[..unit_end]).ok_or_else(invalid)?;
         rest = &rest[unit_end..];
         let overflow = || DurationError::Overflow(s.to_owned());
         let mut v: u128 = 0;
         for b in int.bytes() {
-            v = v.checked_mul(10).and_then(|v| v.checked_add(u128::from(b - b'0'))).ok_or_else(overflow)?;
+            v = v
+                .checked_mul(10)
+                .and_then(|v| v.checked_add(u128::from(b - b'0')))
+                .ok_or_else(overflow)?;
             if v > u128::from(u64::MAX) {
                 return Err(overflow());
             }
@@ -171,7 +178,22 @@ mod tests {
         ] {
             assert_eq!(parse_signed(s), Ok(n), "{s}");
         }
-        for bad in ["", "3", "-", "s", ".", "-.", ".s", "+.s", "1d", "1.1.1s", "9223372036854775808ns", "100000000000000h", "5m ", "NaN"] {
+        for bad in [
+            "",
+            "3",
+            "-",
+            "s",
+            ".",
+            "-.",
+            ".s",
+            "+.s",
+            "1d",
+            "1.1.1s",
+            "9223372036854775808ns",
+            "100000000000000h",
+            "5m ",
+            "NaN",
+        ] {
             assert!(parse_signed(bad).is_err(), "{bad}");
         }
         assert!(parse("-1s").is_err());

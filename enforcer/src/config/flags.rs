@@ -18,7 +18,10 @@ pub enum FlagError {
 
 /// Parses `k<v,k2<v2` or `k=v,k2=v2` (kubelet's `MapStringString` / `LangleSeparatedMapStringString`).
 /// Repeated occurrences of a flag accumulate; the empty string gives an empty map.
-pub fn parse_map<'a>(values: impl IntoIterator<Item = &'a String>, sep: char) -> Result<BTreeMap<String, String>, FlagError> {
+pub fn parse_map<'a>(
+    values: impl IntoIterator<Item = &'a String>,
+    sep: char,
+) -> Result<BTreeMap<String, String>, FlagError> {
     let mut out = BTreeMap::new();
     for value in values {
         for pair in value.split(',') {
@@ -26,7 +29,10 @@ pub fn parse_map<'a>(values: impl IntoIterator<Item = &'a String>, sep: char) ->
             if pair.is_empty() {
                 continue;
             }
-            let (k, v) = pair.split_once(sep).ok_or_else(|| FlagError::Pair { pair: pair.to_owned(), sep })?;
+            let (k, v) = pair.split_once(sep).ok_or_else(|| FlagError::Pair {
+                pair: pair.to_owned(),
+                sep,
+            })?;
             out.insert(k.trim().to_owned(), v.trim().to_owned());
         }
     }
@@ -36,7 +42,12 @@ pub fn parse_map<'a>(values: impl IntoIterator<Item = &'a String>, sep: char) ->
 /// Parses a comma list (`pods,kube-reserved`).
 #[must_use]
 pub fn parse_list(value: &str) -> Vec<String> {
-    value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect()
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 #[cfg(test)]

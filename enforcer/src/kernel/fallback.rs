@@ -475,7 +475,9 @@ fn poll_loop(
         }
         next += interval;
         for (w, threshold) in watches.iter().zip(thresholds) {
-            let Ok(usage) = read_u64(&usage_file(&w.cgroup)) else { continue };
+            let Ok(usage) = read_u64(&usage_file(&w.cgroup)) else {
+                continue;
+            };
             if usage >= *threshold {
                 let mut s = Signal::new(SignalKind::MemoryThreshold, SourceKind::Poll);
                 s.detail.usage_bytes = Some(usage);

@@ -59,11 +59,19 @@ pub struct Node {
 /// (`memory.available` -> memory, `nodefs.available` -> ephemeral-storage; percentages of
 /// capacity), floored at zero. `hard` are the hard thresholds without allocatable copies.
 #[must_use]
-pub fn allocatable(capacity: &ResourceList, system_reserved: &ResourceList, kube_reserved: &ResourceList, hard: &[Threshold]) -> ResourceList {
+pub fn allocatable(
+    capacity: &ResourceList,
+    system_reserved: &ResourceList,
+    kube_reserved: &ResourceList,
+    hard: &[Threshold],
+) -> ResourceList {
     let mut reservation: ResourceList = ResourceList::new();
     for list in [system_reserved, kube_reserved] {
         for (k, v) in list {
-            reservation.entry(k.clone()).and_modify(|r| *r = r.saturating_add(*v)).or_insert(*v);
+            reservation
+                .entry(k.clone())
+                .and_modify(|r| *r = r.saturating_add(*v))
+                .or_insert(*v);
         }
     }
     let mut eviction = ResourceList::new();
@@ -77,13 +85,22 @@ pub fn allocatable(capacity: &ResourceList, system_reserved: &ResourceList, kube
         eviction.insert(resource.to_owned(), t.value.resolve(cap));
     }
     for (k, v) in eviction {
-        reservation.entry(k).and_modify(|r| *r = r.saturating_add(v)).or_insert(v);
+        reservation
+            .entry(k)
+            .and_modify(|r| *r = r.saturating_add(v))
+            .or_insert(v);
     }
     capacity
         .iter()
         .map(|(k, cap)| {
             let reserved = reservation.get(k).copied().unwrap_or_default();
-            let v = if reserved > *cap { Quantity::zero(cap.format()) } else { cap.saturating_add(Quantity::from_nanos(-reserved.nanos(), cap.format()).unwrap_or_default()) };
+            let v = if reserved > *cap {
+                Quantity::zero(cap.format())
+            } else {
+                cap.saturating_add(
+                    Quantity::from_nanos(-reserved.nanos(), cap.format()).unwrap_or_default(),
+                )
+            };
             (k.clone(), v)
         })
         .collect()
@@ -96,7 +113,9 @@ pub fn is_extended_resource(name: &str) -> bool {
 }
 
 fn is_scalar(name: &str) -> bool {
-    is_extended_resource(name) || name.starts_with("hugepages-") || name.starts_with("attachable-volumes-")
+    is_extended_resource(name)
+        || name.starts_with("hugepages-")
+        || name.starts_with("attachable-volumes-")
 }
 
 /// Requests summed the scheduler's way: milli-cpu, bytes, scalar values.
@@ -126,9 +145,13 @@ impl Requested {
     }
 
     fn add(&mut self, o: &Self, sign: i64) {
-        self.milli_cpu = self.milli_cpu.saturating_add(sign.saturating_mul(o.milli_cpu));
+        self.milli_cpu = self
+            .milli_cpu
+            .saturating_add(sign.saturating_mul(o.milli_cpu));
         self.memory = self.memory.saturating_add(sign.saturating_mul(o.memory));
-        self.ephemeral_storage = self.ephemeral_storage.saturating_add(sign.saturating_mul(o.ephemeral_storage));
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_add(sign.saturating_mul(o.ephemeral_storage));
         for (k, v) in &o.scalar {
             let e = self.scalar.entry(k.clone()).or_insert(0);
             *e = e.saturating_add(sign.saturating_mul(*v));
@@ -146,7 +169,11 @@ fn host_ports(pod: &Pod) -> Vec<(String, i32, String)> {
         .filter_map(|p| {
             let port = p.host_port.filter(|p| *p > 0)?;
             let proto = p.protocol.clone().unwrap_or_else(|| "TCP".to_owned());
-            let ip = p.host_ip.clone().filter(|s| !s.is_empty()).unwrap_or_else(|| "0.0.0.0".to_owned());
+            let ip = p
+                .host_ip
+                .clone()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "0.0.0.0".to_owned());
             Some((proto, port, ip))
         })
         .collect()
@@ -168,10 +195,22 @@ pub struct Admitter {
 impl Admitter {
     /// A node with `active` pods already admitted.
     #[must_use]
-    pub fn new<'a>(node: Node, security: SecurityPolicy, active: impl IntoIterator<Item = &'a Pod>) -> Self {
+    pub fn new<'a>(
+        node: Node,
+        security: SecurityPolicy,
+        active: impl IntoIterator<Item = &'a Pod>,
+    ) -> Self {
         let allocatable = Requested::of(&node.allocatable);
         let allowed_pods = node.allocatable.get("pods").map_or(0, Quantity::value);
-        let mut me = Self { node, security, allocatable, allowed_pods, requested: Requested::default(), pods: 0, ports: Ports::new() };
+        let mut me = Self {
+            node,
+            security,
+            allocatable,
+            allowed_pods,
+            requested: Requested::default(),
+            pods: 0,
+            ports: Ports::new(),
+        };
         for p in active {
             me.add(p);
         }
@@ -186,7 +225,8 @@ impl Admitter {
 
     /// Counts `pod` as admitted and active.
     pub fn add(&mut self, pod: &Pod) {
-        self.requested.add(&Requested::of(&resources::pod_requests(pod)), 1);
+        self.requested
+            .add(&Requested::of(&resources::pod_requests(pod)), 1);
         self.pods += 1;
         for (proto, port, ip) in host_ports(pod) {
             self.ports.entry((proto, port)).or_default().push(ip);
@@ -195,7 +235,8 @@ impl Admitter {
 
     /// Removes `pod` from the totals (it left the active set).
     pub fn remove(&mut self, pod: &Pod) {
-        self.requested.add(&Requested::of(&resources::pod_requests(pod)), -1);
+        self.requested
+            .add(&Requested::of(&resources::pod_requests(pod)), -1);
         self.pods -= 1;
         for (proto, port, ip) in host_ports(pod) {
             if let Some(ips) = self.ports.get_mut(&(proto.clone(), port)) {
@@ -229,7 +270,9 @@ impl Admitter {
         let insufficient = |name: &str, requested: i64, used: i64, capacity: i64| {
             Some(AdmitResult::reject(
                 format!("OutOf{name}"),
-                format!("Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}"),
+                format!(
+                    "Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}"
+                ),
             ))
         };
         if self.pods + 1 > self.allowed_pods {
@@ -237,7 +280,9 @@ impl Admitter {
         }
         let mut reqs = resources::pod_requests(pod);
         // removeMissingExtendedResources: extended resources the node does not have are ignored.
-        reqs.retain(|name, _| !is_extended_resource(name) || self.allocatable.scalar.contains_key(name));
+        reqs.retain(|name, _| {
+            !is_extended_resource(name) || self.allocatable.scalar.contains_key(name)
+        });
         let want = Requested::of(&reqs);
         let (a, u) = (&self.allocatable, &self.requested);
         if want.milli_cpu > 0 && want.milli_cpu > a.milli_cpu - u.milli_cpu {
@@ -246,8 +291,15 @@ impl Admitter {
         if want.memory > 0 && want.memory > a.memory - u.memory {
             return insufficient("memory", want.memory, u.memory, a.memory);
         }
-        if want.ephemeral_storage > 0 && want.ephemeral_storage > a.ephemeral_storage - u.ephemeral_storage {
-            return insufficient("ephemeral-storage", want.ephemeral_storage, u.ephemeral_storage, a.ephemeral_storage);
+        if want.ephemeral_storage > 0
+            && want.ephemeral_storage > a.ephemeral_storage - u.ephemeral_storage
+        {
+            return insufficient(
+                "ephemeral-storage",
+                want.ephemeral_storage,
+                u.ephemeral_storage,
+                a.ephemeral_storage,
+            );
         }
         for (name, v) in &want.scalar {
             if *v == 0 {
@@ -263,23 +315,44 @@ impl Admitter {
     }
 
     fn predicates(&self, pod: &Pod) -> Option<AdmitResult> {
-        let fail = |name: &str, reason: &str| Some(AdmitResult::reject(name, format!("Predicate {name} failed: {reason}")));
+        let fail = |name: &str, reason: &str| {
+            Some(AdmitResult::reject(
+                name,
+                format!("Predicate {name} failed: {reason}"),
+            ))
+        };
         if !node_affinity_matches(pod, &self.node) {
-            return fail("NodeAffinity", "node(s) didn't match Pod's node affinity/selector");
+            return fail(
+                "NodeAffinity",
+                "node(s) didn't match Pod's node affinity/selector",
+            );
         }
-        let node_name = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or("");
+        let node_name = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .unwrap_or("");
         if !node_name.is_empty() && node_name != self.node.name {
             return fail("NodeName", "node(s) didn't match the requested node name");
         }
         for (proto, port, ip) in host_ports(pod) {
             if let Some(ips) = self.ports.get(&(proto, port))
-                && ips.iter().any(|used| used == "0.0.0.0" || ip == "0.0.0.0" || *used == ip)
+                && ips
+                    .iter()
+                    .any(|used| used == "0.0.0.0" || ip == "0.0.0.0" || *used == ip)
             {
-                return fail("NodePorts", "node(s) didn't have free ports for the requested pod ports");
+                return fail(
+                    "NodePorts",
+                    "node(s) didn't have free ports for the requested pod ports",
+                );
             }
         }
         if !resources::is_static(pod) {
-            let tolerations = pod.spec.as_ref().and_then(|s| s.tolerations.as_deref()).unwrap_or(&[]);
+            let tolerations = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.tolerations.as_deref())
+                .unwrap_or(&[]);
             let untolerated = self
                 .node
                 .taints
@@ -287,7 +360,10 @@ impl Admitter {
                 .filter(|t| t.effect == "NoExecute")
                 .any(|t| !tolerations.iter().any(|tol| toleration_tolerates(tol, t)));
             if untolerated {
-                return fail("TaintToleration", "node(s) had taints that the pod didn't tolerate");
+                return fail(
+                    "TaintToleration",
+                    "node(s) had taints that the pod didn't tolerate",
+                );
             }
         }
         None
@@ -295,12 +371,26 @@ impl Admitter {
 
     fn security_check(&self, pod: &Pod) -> AdmitResult {
         let uid = resources::pod_uid(pod);
-        let Some(spec) = pod.spec.as_ref() else { return AdmitResult::admit() };
-        let reject = |what: &str| AdmitResult::reject(SECURITY_REASON, format!("pod with UID {uid:?} specified {what}, but is disallowed"));
+        let Some(spec) = pod.spec.as_ref() else {
+            return AdmitResult::admit();
+        };
+        let reject = |what: &str| {
+            AdmitResult::reject(
+                SECURITY_REASON,
+                format!("pod with UID {uid:?} specified {what}, but is disallowed"),
+            )
+        };
         if !self.security.allow_privileged {
-            let all = spec.containers.iter().chain(spec.init_containers.iter().flatten());
-            let privileged = all.clone().any(|c| c.security_context.as_ref().and_then(|s| s.privileged) == Some(true))
-                || spec.ephemeral_containers.iter().flatten().any(|c| c.security_context.as_ref().and_then(|s| s.privileged) == Some(true));
+            let all = spec
+                .containers
+                .iter()
+                .chain(spec.init_containers.iter().flatten());
+            let privileged =
+                all.clone()
+                    .any(|c| c.security_context.as_ref().and_then(|s| s.privileged) == Some(true))
+                    || spec.ephemeral_containers.iter().flatten().any(|c| {
+                        c.security_context.as_ref().and_then(|s| s.privileged) == Some(true)
+                    });
             if privileged {
                 return reject("privileged container");
             }
@@ -316,7 +406,9 @@ impl Admitter {
                 return reject("host ipc");
             }
         }
-        if !self.security.allow_host_paths && spec.volumes.iter().flatten().any(|v| v.host_path.is_some()) {
+        if !self.security.allow_host_paths
+            && spec.volumes.iter().flatten().any(|v| v.host_path.is_some())
+        {
             return reject("hostPath volume");
         }
         AdmitResult::admit()
@@ -331,9 +423,17 @@ fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool
         "Exists" => value.is_some(),
         "DoesNotExist" => value.is_none(),
         "Gt" | "Lt" => {
-            let (Some(v), [bound]) = (value.and_then(|v| v.parse::<i64>().ok()), values) else { return false };
-            let Ok(bound) = bound.parse::<i64>() else { return false };
-            if r.operator == "Gt" { v > bound } else { v < bound }
+            let (Some(v), [bound]) = (value.and_then(|v| v.parse::<i64>().ok()), values) else {
+                return false;
+            };
+            let Ok(bound) = bound.parse::<i64>() else {
+                return false;
+            };
+            if r.operator == "Gt" {
+                v > bound
+            } else {
+                v < bound
+            }
         }
         _ => false,
     }
@@ -345,14 +445,20 @@ fn term_matches(term: &NodeSelectorTerm, node: &Node) -> bool {
     if exprs.is_empty() && fields.is_empty() {
         return false;
     }
-    exprs.iter().all(|r| requirement_matches(r, node.labels.get(&r.key).map(String::as_str)))
-        && fields.iter().all(|r| r.key == "metadata.name" && requirement_matches(r, Some(node.name.as_str())))
+    exprs
+        .iter()
+        .all(|r| requirement_matches(r, node.labels.get(&r.key).map(String::as_str)))
+        && fields
+            .iter()
+            .all(|r| r.key == "metadata.name" && requirement_matches(r, Some(node.name.as_str())))
 }
 
 /// `GetRequiredNodeAffinity(pod).Match(node)`: nodeSelector and required node affinity.
 #[must_use]
 pub fn node_affinity_matches(pod: &Pod, node: &Node) -> bool {
-    let Some(spec) = pod.spec.as_ref() else { return true };
+    let Some(spec) = pod.spec.as_ref() else {
+        return true;
+    };
     if let Some(sel) = spec.node_selector.as_ref()
         && !sel.iter().all(|(k, v)| node.labels.get(k) == Some(v))
     {
@@ -362,7 +468,10 @@ pub fn node_affinity_matches(pod: &Pod, node: &Node) -> bool {
         .affinity
         .as_ref()
         .and_then(|a| a.node_affinity.as_ref())
-        .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref());
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        });
     required.is_none_or(|r| r.node_selector_terms.iter().any(|t| term_matches(t, node)))
 }
 
@@ -380,7 +489,9 @@ pub fn pods_quantity(max_pods: u32) -> Quantity {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{ContainerPort, HostPathVolumeSource, SecurityContext, Toleration, Volume};
+    use k8s_openapi::api::core::v1::{
+        ContainerPort, HostPathVolumeSource, SecurityContext, Toleration, Volume,
+    };
 
     use super::*;
     use crate::policy::{
@@ -389,7 +500,10 @@ mod tests {
     };
 
     fn list(s: &str) -> ResourceList {
-        s.split(',').map(|kv| kv.split_once('=').unwrap()).map(|(k, v)| (k.to_owned(), Quantity::parse(v).unwrap())).collect()
+        s.split(',')
+            .map(|kv| kv.split_once('=').unwrap())
+            .map(|(k, v)| (k.to_owned(), Quantity::parse(v).unwrap()))
+            .collect()
     }
 
     fn node() -> Node {
@@ -404,10 +518,25 @@ mod tests {
     #[test]
     fn allocatable_subtracts_reservations_and_hard_thresholds() {
         let hard = vec![
-            Threshold { signal: Signal::MemoryAvailable, value: ThresholdValue::Quantity(Quantity::parse("500Mi").unwrap()), grace_period: Default::default(), min_reclaim: None },
-            Threshold { signal: Signal::NodeFsAvailable, value: ThresholdValue::Percentage(0.1), grace_period: Default::default(), min_reclaim: None },
+            Threshold {
+                signal: Signal::MemoryAvailable,
+                value: ThresholdValue::Quantity(Quantity::parse("500Mi").unwrap()),
+                grace_period: Default::default(),
+                min_reclaim: None,
+            },
+            Threshold {
+                signal: Signal::NodeFsAvailable,
+                value: ThresholdValue::Percentage(0.1),
+                grace_period: Default::default(),
+                min_reclaim: None,
+            },
         ];
-        let a = allocatable(&list("cpu=4,memory=8Gi,ephemeral-storage=100Gi"), &list("cpu=500m,memory=1Gi"), &list("cpu=500m"), &hard);
+        let a = allocatable(
+            &list("cpu=4,memory=8Gi,ephemeral-storage=100Gi"),
+            &list("cpu=500m,memory=1Gi"),
+            &list("cpu=500m"),
+            &hard,
+        );
         assert_eq!(a["cpu"].milli_value(), 3000);
         assert_eq!(a["memory"].value(), (8 << 30) - (1 << 30) - (500 << 20));
         // 10% is float32(0.1) x capacity, as kubelet computes it.
@@ -423,7 +552,10 @@ mod tests {
         let big = pod("big", vec![container("a", "cpu=3", "")]);
         let r = a.admit(&big, &[]);
         assert_eq!(r.reason, "OutOfcpu");
-        assert_eq!(r.message, "Node didn't have enough resource: cpu, requested: 3000, used: 1500, capacity: 4000");
+        assert_eq!(
+            r.message,
+            "Node didn't have enough resource: cpu, requested: 3000, used: 1500, capacity: 4000"
+        );
         let mem = pod("mem", vec![container("a", "memory=8Gi", "")]);
         assert_eq!(a.admit(&mem, &[]).reason, "OutOfmemory");
         let gpu = pod("gpu", vec![container("a", "example.com/gpu=2", "")]);
@@ -434,11 +566,24 @@ mod tests {
         a.add(&pod("p2", vec![container("a", "", "")]));
         a.add(&pod("p3", vec![container("a", "", "")]));
         let r = a.admit(&pod("p4", vec![container("a", "", "")]), &[]);
-        assert_eq!((r.reason.as_str(), r.message.as_str()), ("OutOfpods", "Node didn't have enough resource: pods, requested: 1, used: 3, capacity: 3"));
+        assert_eq!(
+            (r.reason.as_str(), r.message.as_str()),
+            (
+                "OutOfpods",
+                "Node didn't have enough resource: pods, requested: 1, used: 3, capacity: 3"
+            )
+        );
         a.remove(&p1);
         assert!(a.admit(&big, &[]).admitted);
         // Eviction admission comes first.
-        assert_eq!(a.admit(&pod("be", vec![container("a", "", "")]), &[NodeCondition::MemoryPressure]).reason, "Evicted");
+        assert_eq!(
+            a.admit(
+                &pod("be", vec![container("a", "", "")]),
+                &[NodeCondition::MemoryPressure]
+            )
+            .reason,
+            "Evicted"
+        );
     }
 
     #[test]
@@ -447,38 +592,81 @@ mod tests {
         let mut p = pod("p", vec![container("a", "", "")]);
         p.spec.as_mut().unwrap().node_selector = Some([("zone".to_owned(), "b".to_owned())].into());
         let r = a.admit(&p, &[]);
-        assert_eq!((r.reason.as_str(), r.message.as_str()), ("NodeAffinity", "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"));
+        assert_eq!(
+            (r.reason.as_str(), r.message.as_str()),
+            (
+                "NodeAffinity",
+                "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
+            )
+        );
         let mut p = pod("p", vec![container("a", "", "")]);
         p.spec.as_mut().unwrap().node_name = Some("node-b".into());
         assert_eq!(a.admit(&p, &[]).reason, "NodeName");
         let mut web = pod("web", vec![container("a", "", "")]);
-        web.spec.as_mut().unwrap().containers[0].ports = Some(vec![ContainerPort { container_port: 80, host_port: Some(8080), ..Default::default() }]);
+        web.spec.as_mut().unwrap().containers[0].ports = Some(vec![ContainerPort {
+            container_port: 80,
+            host_port: Some(8080),
+            ..Default::default()
+        }]);
         assert!(a.admit(&web, &[]).admitted);
         a.add(&web);
         assert_eq!(a.admit(&web, &[]).reason, "NodePorts");
         let mut n = node();
-        n.taints = vec![Taint { key: "k".into(), value: Some("v".into()), effect: "NoExecute".into(), ..Default::default() }];
+        n.taints = vec![Taint {
+            key: "k".into(),
+            value: Some("v".into()),
+            effect: "NoExecute".into(),
+            ..Default::default()
+        }];
         let a = Admitter::new(n, SecurityPolicy::default(), []);
         let mut p = pod("p", vec![container("a", "", "")]);
         assert_eq!(a.admit(&p, &[]).reason, "TaintToleration");
-        p.spec.as_mut().unwrap().tolerations = Some(vec![Toleration { key: Some("k".into()), operator: Some("Exists".into()), ..Default::default() }]);
+        p.spec.as_mut().unwrap().tolerations = Some(vec![Toleration {
+            key: Some("k".into()),
+            operator: Some("Exists".into()),
+            ..Default::default()
+        }]);
         assert!(a.admit(&p, &[]).admitted);
     }
 
     #[test]
     fn pod_security() {
         let strict = Admitter::new(node(), SecurityPolicy::default(), []);
-        let lax = Admitter::new(node(), SecurityPolicy { allow_privileged: true, allow_host_namespaces: true, allow_host_paths: true }, []);
+        let lax = Admitter::new(
+            node(),
+            SecurityPolicy {
+                allow_privileged: true,
+                allow_host_namespaces: true,
+                allow_host_paths: true,
+            },
+            [],
+        );
         let mut p = pod("p", vec![container("a", "", "")]);
-        p.spec.as_mut().unwrap().containers[0].security_context = Some(SecurityContext { privileged: Some(true), ..Default::default() });
+        p.spec.as_mut().unwrap().containers[0].security_context = Some(SecurityContext {
+            privileged: Some(true),
+            ..Default::default()
+        });
         let r = strict.admit(&p, &[]);
-        assert_eq!((r.reason.as_str(), r.message.as_str()), ("PodSecurity", "pod with UID \"uid-p\" specified privileged container, but is disallowed"));
+        assert_eq!(
+            (r.reason.as_str(), r.message.as_str()),
+            (
+                "PodSecurity",
+                "pod with UID \"uid-p\" specified privileged container, but is disallowed"
+            )
+        );
         assert!(lax.admit(&p, &[]).admitted);
         let mut p = pod("p", vec![container("a", "", "")]);
         p.spec.as_mut().unwrap().host_network = Some(true);
         assert!(!strict.admit(&p, &[]).admitted);
         let mut p = pod("p", vec![container("a", "", "")]);
-        p.spec.as_mut().unwrap().volumes = Some(vec![Volume { name: "h".into(), host_path: Some(HostPathVolumeSource { path: "/".into(), ..Default::default() }), ..Default::default() }]);
+        p.spec.as_mut().unwrap().volumes = Some(vec![Volume {
+            name: "h".into(),
+            host_path: Some(HostPathVolumeSource {
+                path: "/".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]);
         assert!(!strict.admit(&p, &[]).admitted);
         assert!(lax.admit(&p, &[]).admitted);
     }

@@ -168,8 +168,12 @@ impl Signal {
     pub const fn resource(self) -> Resource {
         match self {
             Self::MemoryAvailable | Self::AllocatableMemoryAvailable => Resource::Memory,
-            Self::NodeFsAvailable | Self::ImageFsAvailable | Self::ContainerFsAvailable => Resource::EphemeralStorage,
-            Self::NodeFsInodesFree | Self::ImageFsInodesFree | Self::ContainerFsInodesFree => Resource::Inodes,
+            Self::NodeFsAvailable | Self::ImageFsAvailable | Self::ContainerFsAvailable => {
+                Resource::EphemeralStorage
+            }
+            Self::NodeFsInodesFree | Self::ImageFsInodesFree | Self::ContainerFsInodesFree => {
+                Resource::Inodes
+            }
             Self::PidAvailable => Resource::Pids,
         }
     }
@@ -187,14 +191,20 @@ impl Signal {
     /// A memory signal (acted on first).
     #[must_use]
     pub const fn is_memory(self) -> bool {
-        matches!(self, Self::MemoryAvailable | Self::AllocatableMemoryAvailable)
+        matches!(
+            self,
+            Self::MemoryAvailable | Self::AllocatableMemoryAvailable
+        )
     }
 
     /// A disk signal: kubelet reclaims node-level resources (dead containers, unused images)
     /// before evicting pods for it.
     #[must_use]
     pub const fn reclaims_node_level_first(self) -> bool {
-        matches!(self.resource(), Resource::EphemeralStorage | Resource::Inodes)
+        matches!(
+            self.resource(),
+            Resource::EphemeralStorage | Resource::Inodes
+        )
     }
 
     /// How kubelet formats observed values of this signal (bytes binary, counts decimal).

@@ -46,7 +46,9 @@ pub struct OomScore {
 }
 
 fn memory_request(c: &Container) -> i64 {
-    resources::container_requests(c).get("memory").map_or(0, crate::quantity::Quantity::value)
+    resources::container_requests(c)
+        .get("memory")
+        .map_or(0, crate::quantity::Quantity::value)
 }
 
 /// `remainingPodMemReqPerContainer`: pod-level memory request not given to containers,
@@ -69,14 +71,20 @@ fn remaining_per_container(pod: &Pod) -> i64 {
         spec.resources = None;
         spec.overhead = None;
     }
-    let aggregated = resources::pod_requests(&tmp).get("memory").map_or(0, crate::quantity::Quantity::value);
+    let aggregated = resources::pod_requests(&tmp)
+        .get("memory")
+        .map_or(0, crate::quantity::Quantity::value);
     pod_req.saturating_sub(aggregated) / n
 }
 
 fn pod_level_requests_set(pod: &Pod) -> bool {
-    resources::pod_level(pod).and_then(|r| r.requests.as_ref()).is_some_and(|r| {
-        r.iter().any(|(k, v)| resources::is_supported_pod_level_resource(k) && !resources::lenient(v).is_zero())
-    })
+    resources::pod_level(pod)
+        .and_then(|r| r.requests.as_ref())
+        .is_some_and(|r| {
+            r.iter().any(|(k, v)| {
+                resources::is_supported_pod_level_resource(k) && !resources::lenient(v).is_zero()
+            })
+        })
 }
 
 fn burstable_formula(request: i64, capacity: i64) -> i64 {
@@ -87,22 +95,49 @@ fn burstable_formula(request: i64, capacity: i64) -> i64 {
 
 /// `GetContainerOOMScoreAdjust` for `container` of `pod` on a node with `memory_capacity`
 /// bytes. The pod should be API-defaulted ([`resources::apply_defaults`]).
-pub fn container_oom_score_adj(pod: &Pod, container: &Container, memory_capacity: i64) -> Result<OomScore, OomError> {
+pub fn container_oom_score_adj(
+    pod: &Pod,
+    container: &Container,
+    memory_capacity: i64,
+) -> Result<OomScore, OomError> {
     if memory_capacity <= 0 {
         return Err(OomError::Capacity(memory_capacity));
     }
     if resources::is_node_critical(pod) {
-        return Ok(OomScore { value: GUARANTEED_OOM_SCORE_ADJ, reason: OomReason::NodeCritical });
+        return Ok(OomScore {
+            value: GUARANTEED_OOM_SCORE_ADJ,
+            reason: OomReason::NodeCritical,
+        });
     }
     match qos::pod_qos(pod) {
-        QosClass::Guaranteed => return Ok(OomScore { value: GUARANTEED_OOM_SCORE_ADJ, reason: OomReason::Guaranteed }),
-        QosClass::BestEffort => return Ok(OomScore { value: BESTEFFORT_OOM_SCORE_ADJ, reason: OomReason::BestEffort }),
+        QosClass::Guaranteed => {
+            return Ok(OomScore {
+                value: GUARANTEED_OOM_SCORE_ADJ,
+                reason: OomReason::Guaranteed,
+            });
+        }
+        QosClass::BestEffort => {
+            return Ok(OomScore {
+                value: BESTEFFORT_OOM_SCORE_ADJ,
+                reason: OomReason::BestEffort,
+            });
+        }
         QosClass::Burstable => {}
     }
     let pod_level = pod_level_requests_set(pod);
-    let remaining = if pod_level { remaining_per_container(pod) } else { 0 };
-    let mut adj = burstable_formula(memory_request(container).saturating_add(remaining), memory_capacity);
-    let is_sidecar = resources::init_containers(pod).iter().any(|c| c.name == container.name) && resources::is_sidecar(container);
+    let remaining = if pod_level {
+        remaining_per_container(pod)
+    } else {
+        0
+    };
+    let mut adj = burstable_formula(
+        memory_request(container).saturating_add(remaining),
+        memory_capacity,
+    );
+    let is_sidecar = resources::init_containers(pod)
+        .iter()
+        .any(|c| c.name == container.name)
+        && resources::is_sidecar(container);
     if is_sidecar && let Some(min) = resources::containers(pod).iter().map(memory_request).min() {
         let min_adj = burstable_formula(min.saturating_add(remaining), memory_capacity);
         adj = adj.min(min_adj);
@@ -114,7 +149,10 @@ pub fn container_oom_score_adj(pod: &Pod, container: &Container, memory_capacity
     } else {
         adj
     };
-    Ok(OomScore { value, reason: OomReason::Burstable })
+    Ok(OomScore {
+        value,
+        reason: OomReason::Burstable,
+    })
 }
 
 #[cfg(test)]
@@ -129,18 +167,28 @@ mod tests {
         // After pkg/kubelet/qos/policy_test.go (TestGetContainerOOMScoreAdjust), standardMemoryAmount = 8000000000.
         let cap = 8_000_000_000;
         let cases: Vec<(Vec<(&str, &str)>, i64)> = vec![
-            (vec![("", "")], 1000),                                               // best effort
-            (vec![("cpu=10,memory=10G", "cpu=10,memory=10G")], -997),             // guaranteed
-            (vec![("memory=4000000000", "memory=8000000000")], 500),                // burstable, half of node
-            (vec![("memory=1", "memory=8000000000")], 999),                         // nearly zero request -> 1000 -> 999
-            (vec![("memory=8000000000", "memory=9000000000")], 3),                  // whole node -> 0 -> 3
-            (vec![("cpu=1", "")], 999),                                           // no memory request
+            (vec![("", "")], 1000),                                   // best effort
+            (vec![("cpu=10,memory=10G", "cpu=10,memory=10G")], -997), // guaranteed
+            (vec![("memory=4000000000", "memory=8000000000")], 500),  // burstable, half of node
+            (vec![("memory=1", "memory=8000000000")], 999), // nearly zero request -> 1000 -> 999
+            (vec![("memory=8000000000", "memory=9000000000")], 3), // whole node -> 0 -> 3
+            (vec![("cpu=1", "")], 999),                     // no memory request
             (vec![("memory=7999999999", "memory=8000000000")], 3),
         ];
         for (i, (cs, want)) in cases.into_iter().enumerate() {
-            let containers: Vec<_> = cs.iter().enumerate().map(|(j, (r, l))| container(&format!("c{j}"), r, l)).collect();
+            let containers: Vec<_> = cs
+                .iter()
+                .enumerate()
+                .map(|(j, (r, l))| container(&format!("c{j}"), r, l))
+                .collect();
             let p = pod("p", containers.clone());
-            assert_eq!(container_oom_score_adj(&p, &containers[0], cap).unwrap().value, want, "case {i}");
+            assert_eq!(
+                container_oom_score_adj(&p, &containers[0], cap)
+                    .unwrap()
+                    .value,
+                want,
+                "case {i}"
+            );
         }
     }
 
@@ -153,7 +201,13 @@ mod tests {
         assert_eq!(container_oom_score_adj(&p, &c, CAP).unwrap().value, -997);
 
         // A sidecar requesting less than the smallest regular container gets the regular value.
-        let mut p = pod("p", vec![container("a", "memory=2G", "memory=3G"), container("b", "memory=1G", "")]);
+        let mut p = pod(
+            "p",
+            vec![
+                container("a", "memory=2G", "memory=3G"),
+                container("b", "memory=1G", ""),
+            ],
+        );
         let mut s = container("s", "memory=100M", "");
         s.restart_policy = Some("Always".into());
         p.spec.as_mut().unwrap().init_containers = Some(vec![s.clone()]);

@@ -61,7 +61,9 @@ fn accumulate(into: &mut BTreeMap<String, Quantity>, from: &ResourceList) -> (bo
         }
         cpu |= name == "cpu";
         mem |= name == "memory";
-        into.entry(name.clone()).and_modify(|v| *v = v.saturating_add(*q)).or_insert(*q);
+        into.entry(name.clone())
+            .and_modify(|v| *v = v.saturating_add(*q))
+            .or_insert(*q);
     }
     (cpu, mem)
 }
@@ -84,9 +86,16 @@ pub fn compute(pod: &Pod) -> QosClass {
     let mut limits = BTreeMap::new();
     let mut guaranteed = true;
     if let Some(pl) = resources::pod_level(pod) {
-        let reqs = pl.requests.as_ref().map(|m| m.iter().map(|(k, v)| (k.clone(), resources::lenient(v))).collect());
-        let lims: Option<ResourceList> =
-            pl.limits.as_ref().map(|m| m.iter().map(|(k, v)| (k.clone(), resources::lenient(v))).collect());
+        let reqs = pl.requests.as_ref().map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), resources::lenient(v)))
+                .collect()
+        });
+        let lims: Option<ResourceList> = pl.limits.as_ref().map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), resources::lenient(v)))
+                .collect()
+        });
         if let Some(reqs) = reqs.filter(|r: &ResourceList| !r.is_empty()) {
             accumulate(&mut requests, &reqs);
         }
@@ -97,7 +106,10 @@ pub fn compute(pod: &Pod) -> QosClass {
             }
         }
     } else {
-        for c in resources::containers(pod).iter().chain(resources::init_containers(pod)) {
+        for c in resources::containers(pod)
+            .iter()
+            .chain(resources::init_containers(pod))
+        {
             accumulate(&mut requests, &resources::container_requests(c));
             let (cpu, mem) = accumulate(&mut limits, &resources::container_limits(c));
             if !(cpu && mem) {
@@ -108,10 +120,18 @@ pub fn compute(pod: &Pod) -> QosClass {
     if requests.is_empty() && limits.is_empty() {
         return QosClass::BestEffort;
     }
-    if guaranteed && requests.iter().any(|(name, req)| limits.get(name) != Some(req)) {
+    if guaranteed
+        && requests
+            .iter()
+            .any(|(name, req)| limits.get(name) != Some(req))
+    {
         guaranteed = false;
     }
-    if guaranteed && requests.len() == limits.len() { QosClass::Guaranteed } else { QosClass::Burstable }
+    if guaranteed && requests.len() == limits.len() {
+        QosClass::Guaranteed
+    } else {
+        QosClass::Burstable
+    }
 }
 
 #[cfg(test)]
@@ -123,46 +143,87 @@ mod tests {
     fn kubelet_qos_cases() {
         // After pkg/apis/core/v1/helper/qos/qos_test.go (TestComputePodQOS).
         let cases: Vec<(Vec<(&str, &str)>, QosClass)> = vec![
-            (vec![("cpu=100m,memory=100Mi", "cpu=100m,memory=100Mi")], QosClass::Guaranteed),
-            (vec![("cpu=100m,memory=100Mi", "cpu=100m,memory=100Mi"); 2], QosClass::Guaranteed),
+            (
+                vec![("cpu=100m,memory=100Mi", "cpu=100m,memory=100Mi")],
+                QosClass::Guaranteed,
+            ),
+            (
+                vec![("cpu=100m,memory=100Mi", "cpu=100m,memory=100Mi"); 2],
+                QosClass::Guaranteed,
+            ),
             (vec![("", "")], QosClass::BestEffort),
             (vec![("", ""), ("", "")], QosClass::BestEffort),
             (vec![("", ""), ("cpu=100m", "")], QosClass::Burstable),
-            (vec![("cpu=100m,memory=100Mi", "cpu=100m,memory=100Mi"), ("", "")], QosClass::Burstable),
-            (vec![("cpu=100m,memory=100Mi", "cpu=200m,memory=100Mi")], QosClass::Burstable),
+            (
+                vec![("cpu=100m,memory=100Mi", "cpu=100m,memory=100Mi"), ("", "")],
+                QosClass::Burstable,
+            ),
+            (
+                vec![("cpu=100m,memory=100Mi", "cpu=200m,memory=100Mi")],
+                QosClass::Burstable,
+            ),
             (vec![("cpu=100m", "cpu=100m")], QosClass::Burstable),
-            (vec![("cpu=100m,memory=100Mi", "cpu=100m")], QosClass::Burstable),
+            (
+                vec![("cpu=100m,memory=100Mi", "cpu=100m")],
+                QosClass::Burstable,
+            ),
             // Zero values do not count.
             (vec![("cpu=0,memory=0", "")], QosClass::BestEffort),
             // Extended resources do not count.
-            (vec![("nvidia.com/gpu=1", "nvidia.com/gpu=1")], QosClass::BestEffort),
-            (vec![("cpu=100m,memory=100Mi,nvidia.com/gpu=1", "cpu=100m,memory=100Mi,nvidia.com/gpu=2")], QosClass::Guaranteed),
+            (
+                vec![("nvidia.com/gpu=1", "nvidia.com/gpu=1")],
+                QosClass::BestEffort,
+            ),
+            (
+                vec![(
+                    "cpu=100m,memory=100Mi,nvidia.com/gpu=1",
+                    "cpu=100m,memory=100Mi,nvidia.com/gpu=2",
+                )],
+                QosClass::Guaranteed,
+            ),
             // Requests summed across containers compared against summed limits.
-            (vec![("cpu=100m,memory=50Mi", "cpu=100m,memory=100Mi"), ("cpu=100m,memory=100Mi", "cpu=100m,memory=100Mi")], QosClass::Burstable),
+            (
+                vec![
+                    ("cpu=100m,memory=50Mi", "cpu=100m,memory=100Mi"),
+                    ("cpu=100m,memory=100Mi", "cpu=100m,memory=100Mi"),
+                ],
+                QosClass::Burstable,
+            ),
         ];
         for (i, (cs, want)) in cases.into_iter().enumerate() {
-            let containers = cs.iter().enumerate().map(|(j, (r, l))| container(&format!("c{j}"), r, l)).collect();
+            let containers = cs
+                .iter()
+                .enumerate()
+                .map(|(j, (r, l))| container(&format!("c{j}"), r, l))
+                .collect();
             assert_eq!(compute(&pod("p", containers)), want, "case {i}");
         }
     }
 
     #[test]
     fn init_containers_and_pod_level() {
-        let mut p = pod("p", vec![container("a", "cpu=1,memory=1Gi", "cpu=1,memory=1Gi")]);
+        let mut p = pod(
+            "p",
+            vec![container("a", "cpu=1,memory=1Gi", "cpu=1,memory=1Gi")],
+        );
         p.spec.as_mut().unwrap().init_containers = Some(vec![container("i", "cpu=1", "")]);
         assert_eq!(compute(&p), QosClass::Burstable);
         // Pod-level resources decide alone.
         let mut p = pod("p", vec![container("a", "", "")]);
-        p.spec.as_mut().unwrap().resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
-            requests: rl("cpu=1,memory=1Gi"),
-            limits: rl("cpu=1,memory=1Gi"),
-            ..Default::default()
-        });
+        p.spec.as_mut().unwrap().resources =
+            Some(k8s_openapi::api::core::v1::ResourceRequirements {
+                requests: rl("cpu=1,memory=1Gi"),
+                limits: rl("cpu=1,memory=1Gi"),
+                ..Default::default()
+            });
         assert_eq!(compute(&p), QosClass::Guaranteed);
         p.spec.as_mut().unwrap().resources.as_mut().unwrap().limits = None;
         assert_eq!(compute(&p), QosClass::Burstable);
         // status.qosClass wins.
-        p.status = Some(k8s_openapi::api::core::v1::PodStatus { qos_class: Some("BestEffort".into()), ..Default::default() });
+        p.status = Some(k8s_openapi::api::core::v1::PodStatus {
+            qos_class: Some("BestEffort".into()),
+            ..Default::default()
+        });
         assert_eq!(pod_qos(&p), QosClass::BestEffort);
     }
 }

@@ -50,7 +50,9 @@ pub enum ResourceError {
         value: String,
     },
     /// A request exceeds its limit.
-    #[error("pod {pod:?}: {place}: request {request} must be less than or equal to the limit {limit}")]
+    #[error(
+        "pod {pod:?}: {place}: request {request} must be less than or equal to the limit {limit}"
+    )]
     RequestAboveLimit {
         /// The pod's name.
         pod: String,
@@ -91,7 +93,11 @@ pub fn priority(pod: &Pod) -> i32 {
 }
 
 fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
-    pod.metadata.annotations.as_ref().and_then(|a| a.get(key)).map(String::as_str)
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
 }
 
 /// `IsStaticPod`: the source annotation is present and not `api`.
@@ -116,7 +122,11 @@ pub fn is_critical(pod: &Pod) -> bool {
 #[must_use]
 pub fn is_node_critical(pod: &Pod) -> bool {
     is_critical(pod)
-        && pod.spec.as_ref().and_then(|s| s.priority_class_name.as_deref()) == Some(SYSTEM_NODE_CRITICAL)
+        && pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.priority_class_name.as_deref())
+            == Some(SYSTEM_NODE_CRITICAL)
 }
 
 /// The pod's regular containers.
@@ -128,7 +138,10 @@ pub fn containers(pod: &Pod) -> &[Container] {
 /// The pod's init containers.
 #[must_use]
 pub fn init_containers(pod: &Pod) -> &[Container] {
-    pod.spec.as_ref().and_then(|s| s.init_containers.as_deref()).unwrap_or(&[])
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_deref())
+        .unwrap_or(&[])
 }
 
 /// A sidecar: an init container with `restartPolicy: Always`.
@@ -144,14 +157,22 @@ pub fn lenient(q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity) -> Q
     Quantity::from_k8s(q).unwrap_or_default()
 }
 
-fn list(map: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>) -> ResourceList {
-    map.map(|m| m.iter().map(|(k, v)| (k.clone(), lenient(v))).collect()).unwrap_or_default()
+fn list(
+    map: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+) -> ResourceList {
+    map.map(|m| m.iter().map(|(k, v)| (k.clone(), lenient(v))).collect())
+        .unwrap_or_default()
 }
 
 /// A container's requests.
 #[must_use]
 pub fn container_requests(container: &Container) -> ResourceList {
-    list(container.resources.as_ref().and_then(|r| r.requests.as_ref()))
+    list(
+        container
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref()),
+    )
 }
 
 /// A container's limits.
@@ -174,7 +195,9 @@ pub fn is_supported_pod_level_resource(name: &str) -> bool {
 
 fn add(into: &mut ResourceList, from: &ResourceList) {
     for (name, q) in from {
-        into.entry(name.clone()).and_modify(|v| *v = v.saturating_add(*q)).or_insert(*q);
+        into.entry(name.clone())
+            .and_modify(|v| *v = v.saturating_add(*q))
+            .or_insert(*q);
     }
 }
 
@@ -200,7 +223,13 @@ enum Kind {
 /// `AggregateContainerRequests` / `AggregateContainerLimits` with the sidecar rules;
 /// `each` sees every container's (cumulative for init containers) list, as `ContainerFn`.
 fn aggregate(pod: &Pod, kind: Kind, mut each: impl FnMut(&ResourceList)) -> ResourceList {
-    let get = |c: &Container| if kind == Kind::Requests { container_requests(c) } else { container_limits(c) };
+    let get = |c: &Container| {
+        if kind == Kind::Requests {
+            container_requests(c)
+        } else {
+            container_limits(c)
+        }
+    };
     let mut total = ResourceList::new();
     for c in containers(pod) {
         let l = get(c);
@@ -280,7 +309,9 @@ pub fn pod_request(pod: &Pod, resource: &str) -> Quantity {
         "memory" | "storage" | "ephemeral-storage" => Format::BinarySI,
         _ => Format::DecimalSI,
     };
-    pod_requests(pod).get(resource).map_or(Quantity::zero(format), |q| q.with_format(format))
+    pod_requests(pod)
+        .get(resource)
+        .map_or(Quantity::zero(format), |q| q.with_format(format))
 }
 
 /// The part of API defaulting that policy depends on (`SetDefaults_Pod`,
@@ -288,7 +319,9 @@ pub fn pod_request(pod: &Pod, resource: &str) -> Quantity {
 /// `terminationGracePeriodSeconds` to 30. Kubelet sees API-server pods already defaulted and
 /// defaults static pods read from files the same way.
 pub fn apply_defaults(pod: &mut Pod) {
-    let Some(spec) = pod.spec.as_mut() else { return };
+    let Some(spec) = pod.spec.as_mut() else {
+        return;
+    };
     let default_requests = |r: &mut ResourceRequirements| {
         if let Some(limits) = r.limits.clone() {
             let requests = r.requests.get_or_insert_with(BTreeMap::new);
@@ -297,7 +330,11 @@ pub fn apply_defaults(pod: &mut Pod) {
             }
         }
     };
-    for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+    for c in spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+    {
         if let Some(r) = c.resources.as_mut() {
             default_requests(r);
         }
@@ -321,7 +358,10 @@ pub fn validate_pod(pod: &Pod) -> Result<(), ResourceError> {
     }
     let check = |place: String, r: &ResourceRequirements| -> Result<(), ResourceError> {
         let mut parsed: [ResourceList; 2] = Default::default();
-        for (i, (kind, map)) in [("requests", &r.requests), ("limits", &r.limits)].into_iter().enumerate() {
+        for (i, (kind, map)) in [("requests", &r.requests), ("limits", &r.limits)]
+            .into_iter()
+            .enumerate()
+        {
             for (res, q) in map.iter().flatten() {
                 let at = format!("{place}.{kind}.{res}");
                 let v = Quantity::from_k8s(q).map_err(|source| ResourceError::Quantity {
@@ -330,7 +370,11 @@ pub fn validate_pod(pod: &Pod) -> Result<(), ResourceError> {
                     source,
                 })?;
                 if v.signum() < 0 {
-                    return Err(ResourceError::Negative { pod: name.clone(), place: at, value: q.0.clone() });
+                    return Err(ResourceError::Negative {
+                        pod: name.clone(),
+                        place: at,
+                        value: q.0.clone(),
+                    });
                 }
                 parsed[i].insert(res.clone(), v);
             }
@@ -349,7 +393,10 @@ pub fn validate_pod(pod: &Pod) -> Result<(), ResourceError> {
         }
         Ok(())
     };
-    for (field, list) in [("containers", Some(&spec.containers)), ("initContainers", spec.init_containers.as_ref())] {
+    for (field, list) in [
+        ("containers", Some(&spec.containers)),
+        ("initContainers", spec.init_containers.as_ref()),
+    ] {
         for (i, c) in list.into_iter().flatten().enumerate() {
             if let Some(r) = c.resources.as_ref() {
                 check(format!("spec.{field}[{i}].resources"), r)?;
@@ -367,7 +414,11 @@ pub fn validate_pod(pod: &Pod) -> Result<(), ResourceError> {
             source,
         })?;
         if v.signum() < 0 {
-            return Err(ResourceError::Negative { pod: name.clone(), place, value: q.0.clone() });
+            return Err(ResourceError::Negative {
+                pod: name.clone(),
+                place,
+                value: q.0.clone(),
+            });
         }
     }
     Ok(())
@@ -400,7 +451,11 @@ pub(crate) mod test_pods {
     pub fn container(name: &str, requests: &str, limits: &str) -> Container {
         Container {
             name: name.to_owned(),
-            resources: Some(ResourceRequirements { requests: rl(requests), limits: rl(limits), ..Default::default() }),
+            resources: Some(ResourceRequirements {
+                requests: rl(requests),
+                limits: rl(limits),
+                ..Default::default()
+            }),
             ..Default::default()
         }
     }
@@ -414,7 +469,10 @@ pub(crate) mod test_pods {
                 uid: Some(format!("uid-{name}")),
                 ..Default::default()
             },
-            spec: Some(PodSpec { containers, ..Default::default() }),
+            spec: Some(PodSpec {
+                containers,
+                ..Default::default()
+            }),
             status: None,
         }
     }
@@ -427,10 +485,17 @@ mod tests {
     #[test]
     fn requests_with_init_and_sidecars() {
         // Cases after component-helpers' TestPodRequestsAndLimits / sidecar KEP examples.
-        let mut p = pod("p", vec![container("a", "cpu=1,memory=1Gi", ""), container("b", "cpu=500m", "")]);
+        let mut p = pod(
+            "p",
+            vec![
+                container("a", "cpu=1,memory=1Gi", ""),
+                container("b", "cpu=500m", ""),
+            ],
+        );
         assert_eq!(pod_requests(&p)["cpu"].milli_value(), 1500);
         // A regular init container raises the request when bigger.
-        p.spec.as_mut().unwrap().init_containers = Some(vec![container("i", "cpu=2,memory=512Mi", "")]);
+        p.spec.as_mut().unwrap().init_containers =
+            Some(vec![container("i", "cpu=2,memory=512Mi", "")]);
         let r = pod_requests(&p);
         assert_eq!(r["cpu"].milli_value(), 2000);
         assert_eq!(r["memory"].value(), 1 << 30);
@@ -449,7 +514,10 @@ mod tests {
         let mut p = pod("p", vec![container("a", "", "cpu=1,memory=1Gi")]);
         apply_defaults(&mut p);
         assert_eq!(pod_requests(&p)["memory"].value(), 1 << 30);
-        assert_eq!(p.spec.as_ref().unwrap().termination_grace_period_seconds, Some(30));
+        assert_eq!(
+            p.spec.as_ref().unwrap().termination_grace_period_seconds,
+            Some(30)
+        );
         assert!(!is_critical(&p));
         p.spec.as_mut().unwrap().priority = Some(SYSTEM_CRITICAL_PRIORITY);
         assert!(is_critical(&p));
@@ -457,9 +525,11 @@ mod tests {
         p.spec.as_mut().unwrap().priority_class_name = Some(SYSTEM_NODE_CRITICAL.to_owned());
         assert!(is_node_critical(&p));
         let mut s = pod("s", vec![container("a", "", "")]);
-        s.metadata.annotations = Some([(CONFIG_SOURCE_ANNOTATION.to_owned(), "file".to_owned())].into());
+        s.metadata.annotations =
+            Some([(CONFIG_SOURCE_ANNOTATION.to_owned(), "file".to_owned())].into());
         assert!(is_critical(&s));
-        s.metadata.annotations = Some([(CONFIG_SOURCE_ANNOTATION.to_owned(), "api".to_owned())].into());
+        s.metadata.annotations =
+            Some([(CONFIG_SOURCE_ANNOTATION.to_owned(), "api".to_owned())].into());
         assert!(!is_critical(&s));
     }
 

@@ -49,8 +49,13 @@ impl CriError {
     /// The object was not there (already removed, never created).
     #[must_use]
     pub fn is_not_found(&self) -> bool {
-        matches!(self, Self::Status { code: tonic::Code::NotFound, .. })
-            || matches!(self, Self::Status { message, .. } if message.contains("not found"))
+        matches!(
+            self,
+            Self::Status {
+                code: tonic::Code::NotFound,
+                ..
+            }
+        ) || matches!(self, Self::Status { message, .. } if message.contains("not found"))
     }
 
     /// The runtime could not be reached (it may come back).
@@ -258,8 +263,10 @@ impl CriRuntime {
         match tokio::time::timeout(after, fut).await {
             Ok(Ok(resp)) => Ok(resp.into_inner()),
             Ok(Err(status)) => {
-                if matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown)
-                    && status.message().contains("transport")
+                if matches!(
+                    status.code(),
+                    tonic::Code::Unavailable | tonic::Code::Unknown
+                ) && status.message().contains("transport")
                     || status.code() == tonic::Code::Unavailable
                 {
                     self.forget_channel().await;
@@ -298,33 +305,48 @@ impl ContainerRuntime for CriRuntime {
             .map(|m| m.uid.clone())
             .unwrap_or_default();
         let resp = self
-            .call("RunPodSandbox", &id, Duration::from_secs(60), |mut r, _| async move {
-                r.run_pod_sandbox(cri::RunPodSandboxRequest {
-                    config: Some(config),
-                    runtime_handler: String::new(),
-                })
-                .await
-            })
+            .call(
+                "RunPodSandbox",
+                &id,
+                Duration::from_secs(60),
+                |mut r, _| async move {
+                    r.run_pod_sandbox(cri::RunPodSandboxRequest {
+                        config: Some(config),
+                        runtime_handler: String::new(),
+                    })
+                    .await
+                },
+            )
             .await?;
         Ok(resp.pod_sandbox_id)
     }
 
     async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
         let pod_sandbox_id = id.to_owned();
-        self.call("StopPodSandbox", id, Duration::from_secs(30), |mut r, _| async move {
-            r.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id })
-                .await
-        })
+        self.call(
+            "StopPodSandbox",
+            id,
+            Duration::from_secs(30),
+            |mut r, _| async move {
+                r.stop_pod_sandbox(cri::StopPodSandboxRequest { pod_sandbox_id })
+                    .await
+            },
+        )
         .await
         .map(drop)
     }
 
     async fn remove_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
         let pod_sandbox_id = id.to_owned();
-        self.call("RemovePodSandbox", id, Duration::from_secs(30), |mut r, _| async move {
-            r.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id })
-                .await
-        })
+        self.call(
+            "RemovePodSandbox",
+            id,
+            Duration::from_secs(30),
+            |mut r, _| async move {
+                r.remove_pod_sandbox(cri::RemovePodSandboxRequest { pod_sandbox_id })
+                    .await
+            },
+        )
         .await
         .map(drop)
     }
@@ -334,12 +356,17 @@ impl ContainerRuntime for CriRuntime {
         filter: cri::PodSandboxFilter,
     ) -> Result<Vec<cri::PodSandbox>, CriError> {
         let resp = self
-            .call("ListPodSandbox", "", Duration::ZERO, |mut r, _| async move {
-                r.list_pod_sandbox(cri::ListPodSandboxRequest {
-                    filter: Some(filter),
-                })
-                .await
-            })
+            .call(
+                "ListPodSandbox",
+                "",
+                Duration::ZERO,
+                |mut r, _| async move {
+                    r.list_pod_sandbox(cri::ListPodSandboxRequest {
+                        filter: Some(filter),
+                    })
+                    .await
+                },
+            )
             .await?;
         Ok(resp.items)
     }
@@ -357,25 +384,35 @@ impl ContainerRuntime for CriRuntime {
             .map(|m| format!("{sandbox_id}/{}", m.name))
             .unwrap_or_default();
         let resp = self
-            .call("CreateContainer", &name, Duration::from_secs(30), |mut r, _| async move {
-                r.create_container(cri::CreateContainerRequest {
-                    pod_sandbox_id,
-                    config: Some(config),
-                    // containerd 1.6.20 panics without it; it also carries the cgroup parent.
-                    sandbox_config: Some(sandbox_config),
-                })
-                .await
-            })
+            .call(
+                "CreateContainer",
+                &name,
+                Duration::from_secs(30),
+                |mut r, _| async move {
+                    r.create_container(cri::CreateContainerRequest {
+                        pod_sandbox_id,
+                        config: Some(config),
+                        // containerd 1.6.20 panics without it; it also carries the cgroup parent.
+                        sandbox_config: Some(sandbox_config),
+                    })
+                    .await
+                },
+            )
             .await?;
         Ok(resp.container_id)
     }
 
     async fn start_container(&self, id: &str) -> Result<(), CriError> {
         let container_id = id.to_owned();
-        self.call("StartContainer", id, Duration::from_secs(30), |mut r, _| async move {
-            r.start_container(cri::StartContainerRequest { container_id })
-                .await
-        })
+        self.call(
+            "StartContainer",
+            id,
+            Duration::from_secs(30),
+            |mut r, _| async move {
+                r.start_container(cri::StartContainerRequest { container_id })
+                    .await
+            },
+        )
         .await
         .map(drop)
     }
@@ -383,23 +420,33 @@ impl ContainerRuntime for CriRuntime {
     async fn stop_container(&self, id: &str, timeout_s: i64) -> Result<(), CriError> {
         let container_id = id.to_owned();
         let wait = Duration::from_secs(u64::try_from(timeout_s.max(0)).unwrap_or(0));
-        self.call("StopContainer", id, wait + Duration::from_secs(10), |mut r, _| async move {
-            r.stop_container(cri::StopContainerRequest {
-                container_id,
-                timeout: timeout_s,
-            })
-            .await
-        })
+        self.call(
+            "StopContainer",
+            id,
+            wait + Duration::from_secs(10),
+            |mut r, _| async move {
+                r.stop_container(cri::StopContainerRequest {
+                    container_id,
+                    timeout: timeout_s,
+                })
+                .await
+            },
+        )
         .await
         .map(drop)
     }
 
     async fn remove_container(&self, id: &str) -> Result<(), CriError> {
         let container_id = id.to_owned();
-        self.call("RemoveContainer", id, Duration::from_secs(30), |mut r, _| async move {
-            r.remove_container(cri::RemoveContainerRequest { container_id })
-                .await
-        })
+        self.call(
+            "RemoveContainer",
+            id,
+            Duration::from_secs(30),
+            |mut r, _| async move {
+                r.remove_container(cri::RemoveContainerRequest { container_id })
+                    .await
+            },
+        )
         .await
         .map(drop)
     }
@@ -409,12 +456,17 @@ impl ContainerRuntime for CriRuntime {
         filter: cri::ContainerFilter,
     ) -> Result<Vec<cri::Container>, CriError> {
         let resp = self
-            .call("ListContainers", "", Duration::ZERO, |mut r, _| async move {
-                r.list_containers(cri::ListContainersRequest {
-                    filter: Some(filter),
-                })
-                .await
-            })
+            .call(
+                "ListContainers",
+                "",
+                Duration::ZERO,
+                |mut r, _| async move {
+                    r.list_containers(cri::ListContainersRequest {
+                        filter: Some(filter),
+                    })
+                    .await
+                },
+            )
             .await?;
         Ok(resp.containers)
     }
@@ -422,13 +474,18 @@ impl ContainerRuntime for CriRuntime {
     async fn container_status(&self, id: &str) -> Result<cri::ContainerStatus, CriError> {
         let container_id = id.to_owned();
         let resp = self
-            .call("ContainerStatus", id, Duration::ZERO, |mut r, _| async move {
-                r.container_status(cri::ContainerStatusRequest {
-                    container_id,
-                    verbose: false,
-                })
-                .await
-            })
+            .call(
+                "ContainerStatus",
+                id,
+                Duration::ZERO,
+                |mut r, _| async move {
+                    r.container_status(cri::ContainerStatusRequest {
+                        container_id,
+                        verbose: false,
+                    })
+                    .await
+                },
+            )
             .await?;
         resp.status.ok_or_else(|| CriError::Missing {
             op: "ContainerStatus",
@@ -443,13 +500,18 @@ impl ContainerRuntime for CriRuntime {
             ..Default::default()
         };
         let resp = self
-            .call("ImageStatus", image, Duration::ZERO, |_, mut i| async move {
-                i.image_status(cri::ImageStatusRequest {
-                    image: Some(spec),
-                    verbose: false,
-                })
-                .await
-            })
+            .call(
+                "ImageStatus",
+                image,
+                Duration::ZERO,
+                |_, mut i| async move {
+                    i.image_status(cri::ImageStatusRequest {
+                        image: Some(spec),
+                        verbose: false,
+                    })
+                    .await
+                },
+            )
             .await?;
         Ok(resp.image)
     }
@@ -464,14 +526,19 @@ impl ContainerRuntime for CriRuntime {
             ..Default::default()
         };
         let resp = self
-            .call("PullImage", image, Duration::from_secs(120), |_, mut i| async move {
-                i.pull_image(cri::PullImageRequest {
-                    image: Some(spec),
-                    auth: None,
-                    sandbox_config,
-                })
-                .await
-            })
+            .call(
+                "PullImage",
+                image,
+                Duration::from_secs(120),
+                |_, mut i| async move {
+                    i.pull_image(cri::PullImageRequest {
+                        image: Some(spec),
+                        auth: None,
+                        sandbox_config,
+                    })
+                    .await
+                },
+            )
             .await?;
         Ok(resp.image_ref)
     }

@@ -127,7 +127,11 @@ impl ContainerRuntime for FakeRuntime {
     }
 
     async fn run_pod_sandbox(&self, config: cri::PodSandboxConfig) -> Result<String, CriError> {
-        let uid = config.metadata.as_ref().map(|m| m.uid.clone()).unwrap_or_default();
+        let uid = config
+            .metadata
+            .as_ref()
+            .map(|m| m.uid.clone())
+            .unwrap_or_default();
         self.log(format!("RunPodSandbox {uid}"))?;
         Ok(self.with(|s| {
             s.next += 1;
@@ -149,7 +153,8 @@ impl ContainerRuntime for FakeRuntime {
         self.log(format!("StopPodSandbox {id}"))?;
         self.with(|s| {
             for (c, st) in &mut s.containers {
-                if c.pod_sandbox_id == id && c.state == cri::ContainerState::ContainerRunning as i32 {
+                if c.pod_sandbox_id == id && c.state == cri::ContainerState::ContainerRunning as i32
+                {
                     c.state = cri::ContainerState::ContainerExited as i32;
                     st.state = c.state;
                     st.exit_code = 137;
@@ -194,7 +199,11 @@ impl ContainerRuntime for FakeRuntime {
         config: cri::ContainerConfig,
         _sandbox_config: cri::PodSandboxConfig,
     ) -> Result<String, CriError> {
-        let name = config.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
+        let name = config
+            .metadata
+            .as_ref()
+            .map(|m| m.name.clone())
+            .unwrap_or_default();
         self.log(format!("CreateContainer {name}"))?;
         Ok(self.with(|s| {
             s.next += 1;
@@ -233,15 +242,17 @@ impl ContainerRuntime for FakeRuntime {
                 .and_then(|(c, _)| c.metadata.as_ref().map(|m| m.name.clone()))
         });
         self.log(format!("StartContainer {}", name.unwrap_or_default()))?;
-        self.with(|s| match s.containers.iter_mut().find(|(c, _)| c.id == id) {
-            Some((c, st)) => {
-                c.state = cri::ContainerState::ContainerRunning as i32;
-                st.state = c.state;
-                st.started_at = 1;
-                Ok(())
-            }
-            None => Err(not_found("StartContainer", id)),
-        })
+        self.with(
+            |s| match s.containers.iter_mut().find(|(c, _)| c.id == id) {
+                Some((c, st)) => {
+                    c.state = cri::ContainerState::ContainerRunning as i32;
+                    st.state = c.state;
+                    st.started_at = 1;
+                    Ok(())
+                }
+                None => Err(not_found("StartContainer", id)),
+            },
+        )
     }
 
     async fn stop_container(&self, id: &str, timeout_s: i64) -> Result<(), CriError> {
@@ -251,7 +262,10 @@ impl ContainerRuntime for FakeRuntime {
                 .find(|(c, _)| c.id == id)
                 .and_then(|(c, _)| c.metadata.as_ref().map(|m| m.name.clone()))
         });
-        self.log(format!("StopContainer {} {timeout_s}", name.unwrap_or_default()))?;
+        self.log(format!(
+            "StopContainer {} {timeout_s}",
+            name.unwrap_or_default()
+        ))?;
         self.with(|s| {
             if let Some((c, st)) = s.containers.iter_mut().find(|(c, _)| c.id == id)
                 && c.state == cri::ContainerState::ContainerRunning as i32
@@ -280,7 +294,9 @@ impl ContainerRuntime for FakeRuntime {
                 .iter()
                 .map(|(c, _)| c)
                 .filter(|c| matches(&c.labels, &filter.label_selector))
-                .filter(|c| filter.pod_sandbox_id.is_empty() || c.pod_sandbox_id == filter.pod_sandbox_id)
+                .filter(|c| {
+                    filter.pod_sandbox_id.is_empty() || c.pod_sandbox_id == filter.pod_sandbox_id
+                })
                 .cloned()
                 .collect()
         }))

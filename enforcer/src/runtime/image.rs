@@ -148,7 +148,11 @@ fn oci_arch() -> &'static str {
 
 /// Builds the busybox OCI archive at `out` from the binary at `busybox` (normally
 /// `/bin/busybox` of `busybox-static`), naming the image `name`.
-pub fn build_busybox_image(busybox: &Path, name: &str, out: &Path) -> Result<BuiltImage, ImageError> {
+pub fn build_busybox_image(
+    busybox: &Path,
+    name: &str,
+    out: &Path,
+) -> Result<BuiltImage, ImageError> {
     let applets = applets(busybox)?;
     let layer_tar = layer(busybox, &applets)?;
     let diff_id = format!("sha256:{}", sha256_hex(&layer_tar));
@@ -262,6 +266,12 @@ mod tests {
             .filter_map(|e| e.path().ok().map(|p| p.display().to_string()))
             .collect();
         assert!(names.iter().any(|n| n == "index.json"), "{names:?}");
-        assert_eq!(names.iter().filter(|n| n.starts_with("blobs/sha256/")).count(), 3);
+        assert_eq!(
+            names
+                .iter()
+                .filter(|n| n.starts_with("blobs/sha256/"))
+                .count(),
+            3
+        );
     }
 }

@@ -68,7 +68,10 @@ pub struct PodUpdate {
 pub enum SourceEvent {
     Pod(PodUpdate),
     /// A file was refused (`Some(message)`), or is fine again (`None`).
-    Rejected { file: String, message: Option<String> },
+    Rejected {
+        file: String,
+        message: Option<String>,
+    },
     /// The source has delivered its complete initial state.
     Synced,
 }
@@ -156,7 +159,10 @@ pub fn validate(pod: &Pod) -> Result<(), String> {
             ));
         }
         if !seen.insert(c.name.clone()) {
-            return Err(format!("{field}[{:?}].name: duplicate container name", c.name));
+            return Err(format!(
+                "{field}[{:?}].name: duplicate container name",
+                c.name
+            ));
         }
         if c.image.as_deref().unwrap_or("").trim().is_empty() {
             return Err(format!("{field}[{:?}].image: required", c.name));
@@ -189,11 +195,7 @@ pub fn validate(pod: &Pod) -> Result<(), String> {
 /// Parses the documents of one manifest file into pods (kubelet's file source defaulting:
 /// namespace `default`, name `<name>-<node>`, a uid from node, path and content when unset,
 /// the config source and hash annotations).
-pub fn parse_manifest(
-    file: &Path,
-    text: &str,
-    node_name: &str,
-) -> Result<Vec<Pod>, SourceError> {
+pub fn parse_manifest(file: &Path, text: &str, node_name: &str) -> Result<Vec<Pod>, SourceError> {
     use serde::Deserialize as _;
     let mut pods = Vec::new();
     for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
@@ -214,7 +216,10 @@ pub fn parse_manifest(
         if kind != "Pod" {
             return Err(invalid(format!("kind {kind:?}: only Pod is supported")));
         }
-        let api = value.get("apiVersion").and_then(|k| k.as_str()).unwrap_or("");
+        let api = value
+            .get("apiVersion")
+            .and_then(|k| k.as_str())
+            .unwrap_or("");
         if api != "v1" {
             return Err(invalid(format!("apiVersion {api:?}: expected \"v1\"")));
         }
@@ -245,7 +250,12 @@ pub fn parse_manifest(
             h.update(file.as_os_str().as_encoded_bytes());
             h.update(serde_json::to_vec(&pod).unwrap_or_default());
             h.update(ns.as_bytes());
-            let hex: String = h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
+            let hex: String = h
+                .finalize()
+                .iter()
+                .take(16)
+                .map(|b| format!("{b:02x}"))
+                .collect();
             pod.metadata.uid = Some(hex);
         }
         let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -527,8 +537,11 @@ mod tests {
         assert_eq!(u.pod.metadata.name.as_deref(), Some("web-node1"));
         assert_eq!(u.pod.metadata.namespace.as_deref(), Some("default"));
         assert!(src.scan().is_empty());
-        std::fs::write(dir.path().join("web.yaml"), POD.replace("busybox:local", "busybox:x"))
-            .expect("write");
+        std::fs::write(
+            dir.path().join("web.yaml"),
+            POD.replace("busybox:local", "busybox:x"),
+        )
+        .expect("write");
         assert_eq!(pods(&src.scan()), vec![(PodOp::Update, "u-1".to_owned())]);
         std::fs::remove_file(dir.path().join("web.yaml")).expect("rm");
         assert_eq!(pods(&src.scan()), vec![(PodOp::Delete, "u-1".to_owned())]);
@@ -555,29 +568,69 @@ mod tests {
         std::fs::write(dir.path().join("good.yaml"), POD).expect("write");
         assert_eq!(pods(&src.scan()), vec![(PodOp::Add, "u-1".to_owned())]);
         let cases: &[(&str, String, &str)] = &[
-            ("yaml.yaml", "kind: Pod\n  bad: [".to_owned(), "invalid YAML"),
+            (
+                "yaml.yaml",
+                "kind: Pod\n  bad: [".to_owned(),
+                "invalid YAML",
+            ),
             (
                 "types.yaml",
-                POD.replace("uid: u-1", "uid: u-2").replace("containers: [", "terminationGracePeriodSeconds: soon\n  containers: ["),
+                POD.replace("uid: u-1", "uid: u-2").replace(
+                    "containers: [",
+                    "terminationGracePeriodSeconds: soon\n  containers: [",
+                ),
                 "spec.terminationGracePeriodSeconds",
             ),
             (
                 "empty.yaml",
-                "apiVersion: v1\nkind: Pod\nmetadata: {name: e}\nspec: {containers: []}\n".to_owned(),
+                "apiVersion: v1\nkind: Pod\nmetadata: {name: e}\nspec: {containers: []}\n"
+                    .to_owned(),
                 "at least one container",
             ),
-            ("slash.yaml", POD.replace("name: web", "name: a/b").replace("u-1", "u-3"), "metadata.name"),
-            ("dots.yaml", POD.replace("name: web", "name: '..'").replace("u-1", "u-4"), "metadata.name"),
-            ("uid.yaml", POD.replace("uid: u-1", "uid: ../../x"), "metadata.uid"),
-            ("uidslash.yaml", POD.replace("uid: u-1", "uid: a/b"), "metadata.uid"),
-            ("dup.yaml", POD.replace("name: web", "name: other"), "already used by"),
+            (
+                "slash.yaml",
+                POD.replace("name: web", "name: a/b").replace("u-1", "u-3"),
+                "metadata.name",
+            ),
+            (
+                "dots.yaml",
+                POD.replace("name: web", "name: '..'").replace("u-1", "u-4"),
+                "metadata.name",
+            ),
+            (
+                "uid.yaml",
+                POD.replace("uid: u-1", "uid: ../../x"),
+                "metadata.uid",
+            ),
+            (
+                "uidslash.yaml",
+                POD.replace("uid: u-1", "uid: a/b"),
+                "metadata.uid",
+            ),
+            (
+                "dup.yaml",
+                POD.replace("name: web", "name: other"),
+                "already used by",
+            ),
             (
                 "dup2.yaml",
-                format!("{}---\n{}", POD.replace("u-1", "u-9"), POD.replace("u-1", "u-9").replace("web", "w2")),
+                format!(
+                    "{}---\n{}",
+                    POD.replace("u-1", "u-9"),
+                    POD.replace("u-1", "u-9").replace("web", "w2")
+                ),
                 "document 1 of the same file",
             ),
-            ("big.yaml", format!("{POD}# {}\n", "x".repeat(2 << 20)), "byte limit"),
-            ("kind.yaml", POD.replace("kind: Pod", "kind: Deployment"), "only Pod"),
+            (
+                "big.yaml",
+                format!("{POD}# {}\n", "x".repeat(2 << 20)),
+                "byte limit",
+            ),
+            (
+                "kind.yaml",
+                POD.replace("kind: Pod", "kind: Deployment"),
+                "only Pod",
+            ),
         ];
         for (file, text, want) in cases {
             std::fs::write(dir.path().join(file), text).expect("write");

@@ -60,8 +60,7 @@ impl ContainerKind {
     }
 }
 
-/// QoS class (private copy until the decision core exports one).
-// TODO(policy): use crate::policy::qos::pod_qos once `policy` is wired into lib.rs.
+/// QoS class (the decision core's, as the runtime names cgroup tiers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Qos {
     Guaranteed,
@@ -104,28 +103,13 @@ fn all_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
     })
 }
 
-/// The pod's QoS class (`ComputePodQOS`, container-level resources).
+/// The pod's QoS class, from the decision core (`policy::qos::pod_qos`).
 #[must_use]
 pub fn pod_qos(pod: &Pod) -> Qos {
-    let mut any = false;
-    let mut guaranteed = true;
-    for c in all_containers(pod) {
-        for r in ["cpu", "memory"] {
-            let req = request(c, r).filter(|q| q.milli_value() > 0);
-            let lim = quantity(c, "limits", r).filter(|q| q.milli_value() > 0);
-            any |= req.is_some() || lim.is_some();
-            match (req, lim) {
-                (Some(q), Some(l)) if q.milli_value() == l.milli_value() => {}
-                _ => guaranteed = false,
-            }
-        }
-    }
-    if !any {
-        Qos::BestEffort
-    } else if guaranteed {
-        Qos::Guaranteed
-    } else {
-        Qos::Burstable
+    match crate::policy::qos::pod_qos(pod) {
+        crate::policy::qos::QosClass::Guaranteed => Qos::Guaranteed,
+        crate::policy::qos::QosClass::Burstable => Qos::Burstable,
+        crate::policy::qos::QosClass::BestEffort => Qos::BestEffort,
     }
 }
 
@@ -145,8 +129,8 @@ pub fn cpu_quota(milli: i64) -> Option<i64> {
     (milli > 0).then(|| (milli.saturating_mul(100_000) / 1000).max(1000))
 }
 
-/// `oom_score_adj` for a container (KUBELET.md; node-critical pods are not special-cased yet).
-// TODO(policy): use crate::policy::oom once it exists.
+/// `oom_score_adj` from a QoS class alone (the fallback when the decision core refuses the
+/// node's memory capacity); [`container_config`] uses `policy::oom::container_oom_score_adj`.
 #[must_use]
 pub fn oom_score_adj(qos: Qos, memory_request: i64, node_memory: i64, clamp_negative: bool) -> i64 {
     let v = match qos {
@@ -438,12 +422,7 @@ pub fn container_config(
         memory_limit_in_bytes: mem_lim.max(0),
         // No swap for pods (kubelet's NoSwap on cgroup v1).
         memory_swap_limit_in_bytes: mem_lim.max(0),
-        oom_score_adj: oom_score_adj(
-            qos,
-            mem_req,
-            node.memory_capacity,
-            !node.cap_sys_resource,
-        ),
+        oom_score_adj: oom_score_adj(qos, mem_req, node.memory_capacity, !node.cap_sys_resource),
         ..Default::default()
     };
     let envs = c
@@ -563,8 +542,14 @@ mod tests {
             "metadata: {name: web, namespace: ns, uid: u1, labels: {app: x}}\nspec: {hostNetwork: true, containers: [{name: c, image: 'busybox:local', command: [sleep], args: ['9'], env: [{name: A, value: b}]}]}",
         );
         let sb = sandbox_config(&p, 0, "/r/kubepods/besteffort/podu1", "/logs");
-        assert_eq!(sb.labels.get(POD_NAME_LABEL).map(String::as_str), Some("web"));
-        assert_eq!(sb.labels.get(POD_NAMESPACE_LABEL).map(String::as_str), Some("ns"));
+        assert_eq!(
+            sb.labels.get(POD_NAME_LABEL).map(String::as_str),
+            Some("web")
+        );
+        assert_eq!(
+            sb.labels.get(POD_NAMESPACE_LABEL).map(String::as_str),
+            Some("ns")
+        );
         assert_eq!(sb.labels.get(POD_UID_LABEL).map(String::as_str), Some("u1"));
         assert_eq!(sb.labels.get("app").map(String::as_str), Some("x"));
         let ns = sb
@@ -586,14 +571,22 @@ mod tests {
                 cap_sys_resource: false,
             },
         );
-        assert_eq!(cc.labels.get(CONTAINER_NAME_LABEL).map(String::as_str), Some("c"));
         assert_eq!(
-            cc.annotations.get(CONTAINER_RESTART_COUNT_ANNOTATION).map(String::as_str),
+            cc.labels.get(CONTAINER_NAME_LABEL).map(String::as_str),
+            Some("c")
+        );
+        assert_eq!(
+            cc.annotations
+                .get(CONTAINER_RESTART_COUNT_ANNOTATION)
+                .map(String::as_str),
             Some("3")
         );
         assert_eq!(cc.command, ["sleep"]);
         assert_eq!(cc.args, ["9"]);
-        assert_eq!(cc.envs.first().map(|e| (e.key.as_str(), e.value.as_str())), Some(("A", "b")));
+        assert_eq!(
+            cc.envs.first().map(|e| (e.key.as_str(), e.value.as_str())),
+            Some(("A", "b"))
+        );
         assert_eq!(cc.log_path, "c/3.log");
     }
 

@@ -354,6 +354,44 @@ pub fn render(file: &StatusFile, json: bool) -> String {
     out
 }
 
+/// `enforcer pods`: the pods the daemon runs, from its state directory.
+#[derive(Clone, Debug, clap::Args)]
+pub struct PodsArgs {
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = PodsOutput::Table)]
+    pub output: PodsOutput,
+    /// The daemon's state directory (where it writes pods.json).
+    #[arg(long, default_value = super::DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
+}
+
+/// `enforcer pods -o ...`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PodsOutput {
+    Table,
+    Json,
+}
+
+/// Runs `enforcer pods`: prints the table or JSON; exit code 2 when the state is unreadable.
+#[must_use]
+pub fn pods_main(args: &PodsArgs) -> std::process::ExitCode {
+    use std::io::Write as _;
+    match read(&args.state_dir) {
+        Ok(file) => {
+            let text = render(&file, args.output == PodsOutput::Json);
+            let mut out = std::io::stdout().lock();
+            if writeln!(out, "{}", text.trim_end()).is_err() {
+                return std::process::ExitCode::FAILURE;
+            }
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("enforcer: {e} (is the daemon running with this --state-dir?)");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
 /// RFC 3339 (UTC, seconds) for nanoseconds since the Unix epoch; empty for 0.
 #[must_use]
 pub fn rfc3339(nanos: i64) -> String {
@@ -397,8 +435,14 @@ mod tests {
     fn dates() {
         assert_eq!(rfc3339(0), "");
         assert_eq!(rfc3339(1_000_000_000), "1970-01-01T00:00:01Z");
-        assert_eq!(rfc3339(1_709_251_200 * 1_000_000_000), "2024-03-01T00:00:00Z");
-        assert_eq!(rfc3339(951_782_400 * 1_000_000_000 + 1), "2000-02-29T00:00:00Z");
+        assert_eq!(
+            rfc3339(1_709_251_200 * 1_000_000_000),
+            "2024-03-01T00:00:00Z"
+        );
+        assert_eq!(
+            rfc3339(951_782_400 * 1_000_000_000 + 1),
+            "2000-02-29T00:00:00Z"
+        );
     }
 
     #[test]

@@ -6,12 +6,7 @@
 //! the pod cgroup. All decisions are re-derived from the runtime's state, so a restarted
 //! enforcer adopts what is running and never starts a second copy.
 
-use std::{
-    collections::HashMap,
-    path::PathBuf,
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::HashMap, path::PathBuf, sync::Arc, time::Duration};
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -88,7 +83,9 @@ pub enum AppState {
     Waiting,
     Running,
     /// Exited, possibly waiting to restart.
-    Exited { code: i32 },
+    Exited {
+        code: i32,
+    },
 }
 
 /// kubelet's `getPhase`.
@@ -362,7 +359,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 }
             }
             WorkUpdate::Kill { grace } => {
-                let spec_grace = self.pod.as_deref().map_or(spec::DEFAULT_GRACE_SECONDS, spec::grace_seconds);
+                let spec_grace = self
+                    .pod
+                    .as_deref()
+                    .map_or(spec::DEFAULT_GRACE_SECONDS, spec::grace_seconds);
                 let g = grace.unwrap_or(spec_grace).max(1);
                 *kill = Some(kill.map_or(g, |k| k.min(g)));
             }
@@ -544,7 +544,8 @@ impl<R: ContainerRuntime> PodWorker<R> {
                         || (policy == "OnFailure" && self.all_succeeded(pod, &in_old).await?));
                 if done {
                     self.terminal = true;
-                    self.publish(pod, qos, &cgroup, &old.id, &containers, true).await?;
+                    self.publish(pod, qos, &cgroup, &old.id, &containers, true)
+                        .await?;
                     return Ok(None);
                 }
                 tracing::info!(uid = %uid, sandbox = %old.id, "sandbox changed or not ready; restarting the pod");
@@ -554,7 +555,9 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 containers.clear();
             }
             let attempt = latest.map_or(0, |s| {
-                s.metadata.as_ref().map_or(0, |m| m.attempt.saturating_add(1))
+                s.metadata
+                    .as_ref()
+                    .map_or(0, |m| m.attempt.saturating_add(1))
             });
             std::fs::create_dir_all(&log_dir).map_err(|source| WorkerError::Io {
                 uid: uid.clone(),
@@ -570,9 +573,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             sid
         };
         if self.start_time.is_empty() {
-            self.start_time = latest
-                .map(|s| rfc3339(s.created_at))
-                .unwrap_or_default();
+            self.start_time = latest.map(|s| rfc3339(s.created_at)).unwrap_or_default();
         }
         let sandbox_config = {
             let attempt = sandboxes
@@ -622,8 +623,18 @@ impl<R: ContainerRuntime> PodWorker<R> {
                         init_done = false;
                         break;
                     }
-                    if let Some(at) =
-                        self.restart(pod, c, kind, x, &sandbox_id, &sandbox_config, &containers, now).await?
+                    if let Some(at) = self
+                        .restart(
+                            pod,
+                            c,
+                            kind,
+                            x,
+                            &sandbox_id,
+                            &sandbox_config,
+                            &containers,
+                            now,
+                        )
+                        .await?
                     {
                         earliest(at);
                     }
@@ -635,7 +646,8 @@ impl<R: ContainerRuntime> PodWorker<R> {
                         ignore_not_found(rt.remove_container(&x.id).await).map_err(self.cri())?;
                     }
                     let count = Self::next_count(&containers, &c.name);
-                    self.start(pod, c, kind, count, &sandbox_id, &sandbox_config, now).await?;
+                    self.start(pod, c, kind, count, &sandbox_id, &sandbox_config, now)
+                        .await?;
                     if !sidecar {
                         init_done = false;
                         break;
@@ -661,16 +673,34 @@ impl<R: ContainerRuntime> PodWorker<R> {
                             )
                             .map_err(self.cri())?;
                             let count = Self::next_count(&containers, &c.name);
-                            self.start(pod, c, ContainerKind::Regular, count, &sandbox_id, &sandbox_config, now)
-                                .await?;
+                            self.start(
+                                pod,
+                                c,
+                                ContainerKind::Regular,
+                                count,
+                                &sandbox_id,
+                                &sandbox_config,
+                                now,
+                            )
+                            .await?;
                         }
                     }
                     Some(x) if x.state == EXITED => {
                         let st = self.status_of(x).await?;
-                        let should = policy == "Always" || (policy == "OnFailure" && st.exit_code != 0);
+                        let should =
+                            policy == "Always" || (policy == "OnFailure" && st.exit_code != 0);
                         if should
                             && let Some(at) = self
-                                .restart(pod, c, ContainerKind::Regular, x, &sandbox_id, &sandbox_config, &containers, now)
+                                .restart(
+                                    pod,
+                                    c,
+                                    ContainerKind::Regular,
+                                    x,
+                                    &sandbox_id,
+                                    &sandbox_config,
+                                    &containers,
+                                    now,
+                                )
                                 .await?
                         {
                             earliest(at);
@@ -678,11 +708,20 @@ impl<R: ContainerRuntime> PodWorker<R> {
                     }
                     other => {
                         if let Some(x) = other {
-                            ignore_not_found(rt.remove_container(&x.id).await).map_err(self.cri())?;
+                            ignore_not_found(rt.remove_container(&x.id).await)
+                                .map_err(self.cri())?;
                         }
                         let count = Self::next_count(&containers, &c.name);
-                        self.start(pod, c, ContainerKind::Regular, count, &sandbox_id, &sandbox_config, now)
-                            .await?;
+                        self.start(
+                            pod,
+                            c,
+                            ContainerKind::Regular,
+                            count,
+                            &sandbox_id,
+                            &sandbox_config,
+                            now,
+                        )
+                        .await?;
                     }
                 }
             }
@@ -709,7 +748,11 @@ impl<R: ContainerRuntime> PodWorker<R> {
         Ok(wake)
     }
 
-    async fn all_succeeded(&mut self, pod: &Pod, in_old: &[&cri::Container]) -> Result<bool, WorkerError> {
+    async fn all_succeeded(
+        &mut self,
+        pod: &Pod,
+        in_old: &[&cri::Container],
+    ) -> Result<bool, WorkerError> {
         for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
             let Some(x) = in_old.iter().find(|x| name_of(x) == c.name) else {
                 return Ok(false);
@@ -730,7 +773,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
     }
 
     /// Restarts an exited container unless it is in crash backoff; returns when to retry.
-    #[expect(clippy::too_many_arguments, reason = "one call site per container kind")]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one call site per container kind"
+    )]
     async fn restart(
         &mut self,
         pod: &Pod,
@@ -780,7 +826,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
     }
 
     /// Makes sure the image is there (pull policy), creates and starts a container.
-    #[expect(clippy::too_many_arguments, reason = "the pieces of one CreateContainer")]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the pieces of one CreateContainer"
+    )]
     async fn start(
         &mut self,
         pod: &Pod,
@@ -809,8 +858,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
         if let Err(e) = rt.start_container(&id).await {
             // The container is left exited; the next sync restarts it with backoff.
             tracing::warn!(uid = %self.uid, container = %c.name, error = %e, "starting container failed");
-            self.waiting
-                .insert(c.name.clone(), ("RunContainerError".to_owned(), e.to_string()));
+            self.waiting.insert(
+                c.name.clone(),
+                ("RunContainerError".to_owned(), e.to_string()),
+            );
             return Ok(());
         }
         tracing::info!(uid = %self.uid, container = %c.name, id = %id, restart_count, "container started");
@@ -897,7 +948,12 @@ impl<R: ContainerRuntime> PodWorker<R> {
         let term = |st: &cri::ContainerStatus| ContainerState::Terminated {
             exit_code: st.exit_code,
             reason: if st.reason.is_empty() {
-                if st.exit_code == 0 { "Completed" } else { "Error" }.to_owned()
+                if st.exit_code == 0 {
+                    "Completed"
+                } else {
+                    "Error"
+                }
+                .to_owned()
             } else {
                 st.reason.clone()
             },
@@ -927,7 +983,11 @@ impl<R: ContainerRuntime> PodWorker<R> {
                     AppState::Exited { code: st.exit_code },
                     Some(term(&st)),
                 ),
-                None => (term(&st), AppState::Exited { code: st.exit_code }, last_state),
+                None => (
+                    term(&st),
+                    AppState::Exited { code: st.exit_code },
+                    last_state,
+                ),
             }
         } else {
             (
@@ -964,8 +1024,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
         init_failed: bool,
     ) -> Result<&'static str, WorkerError> {
         let spec_ref = pod.spec.clone().unwrap_or_default();
-        let in_sandbox: Vec<&cri::Container> =
-            all.iter().filter(|c| c.pod_sandbox_id == sandbox_id).collect();
+        let in_sandbox: Vec<&cri::Container> = all
+            .iter()
+            .filter(|c| c.pod_sandbox_id == sandbox_id)
+            .collect();
         let mut inits = Vec::new();
         let mut init_pending = false;
         for c in spec_ref.init_containers.iter().flatten() {
@@ -1064,12 +1126,36 @@ mod tests {
             ("Always", false, true, &[Waiting], "Pending"),
             ("Never", true, false, &[Waiting], "Failed"),
             ("Always", false, false, &[Running, Waiting], "Pending"),
-            ("Always", false, false, &[Running, Exited { code: 1 }], "Running"),
+            (
+                "Always",
+                false,
+                false,
+                &[Running, Exited { code: 1 }],
+                "Running",
+            ),
             ("Always", false, false, &[Exited { code: 0 }], "Running"),
-            ("OnFailure", false, false, &[Exited { code: 0 }], "Succeeded"),
+            (
+                "OnFailure",
+                false,
+                false,
+                &[Exited { code: 0 }],
+                "Succeeded",
+            ),
             ("OnFailure", false, false, &[Exited { code: 2 }], "Running"),
-            ("Never", false, false, &[Exited { code: 0 }, Exited { code: 0 }], "Succeeded"),
-            ("Never", false, false, &[Exited { code: 0 }, Exited { code: 137 }], "Failed"),
+            (
+                "Never",
+                false,
+                false,
+                &[Exited { code: 0 }, Exited { code: 0 }],
+                "Succeeded",
+            ),
+            (
+                "Never",
+                false,
+                false,
+                &[Exited { code: 0 }, Exited { code: 137 }],
+                "Failed",
+            ),
         ];
         for (policy, init_failed, init_pending, apps, want) in cases {
             assert_eq!(
@@ -1078,5 +1164,181 @@ mod tests {
                 "{policy} {apps:?}"
             );
         }
+    }
+
+    use crate::{
+        cgroup::CgroupLayout,
+        runtime::{fake::FakeRuntime, podcgroup::PodCgroups},
+    };
+
+    struct Harness {
+        fake: FakeRuntime,
+        status: StatusManager,
+        tx: mpsc::UnboundedSender<WorkUpdate>,
+        done: mpsc::UnboundedReceiver<String>,
+        _dir: tempfile::TempDir,
+    }
+
+    fn harness(yaml: &str) -> Harness {
+        let fake = FakeRuntime::with_images(&["busybox:local"]);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let status = StatusManager::default();
+        let ctx = Arc::new(WorkerContext {
+            runtime: Arc::new(fake.clone()),
+            cgroups: PodCgroups::new("/t", CgroupLayout::default()),
+            status: status.clone(),
+            node: NodeFacts {
+                memory_capacity: 1 << 30,
+                cap_sys_resource: false,
+            },
+            log_root: dir.path().to_path_buf(),
+            resync: Duration::from_secs(60),
+        });
+        let pod: Pod = serde_yaml::from_str(yaml).expect("pod");
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (done_tx, done) = mpsc::unbounded_channel();
+        let w = PodWorker::new(ctx, Arc::new(pod), "test".to_owned());
+        tokio::spawn(w.run(rx, done_tx));
+        Harness {
+            fake,
+            status,
+            tx,
+            done,
+            _dir: dir,
+        }
+    }
+
+    fn starts(f: &FakeRuntime, name: &str) -> usize {
+        f.calls()
+            .iter()
+            .filter(|c| *c == &format!("StartContainer {name}"))
+            .count()
+    }
+
+    async fn settle() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn crash_backoff_on_the_paused_clock() {
+        let h = harness(
+            "metadata: {name: p, uid: u1}\nspec: {containers: [{name: c, image: 'busybox:local'}]}",
+        );
+        settle().await;
+        assert_eq!(starts(&h.fake, "c"), 1);
+        // First crash: restarted at once.
+        assert!(h.fake.exit("c", 1, "Error"));
+        let _ = h.tx.send(WorkUpdate::Relist);
+        settle().await;
+        assert_eq!(starts(&h.fake, "c"), 2);
+        // Second crash: 10 s of CrashLoopBackOff.
+        assert!(h.fake.exit("c", 1, "Error"));
+        let _ = h.tx.send(WorkUpdate::Relist);
+        settle().await;
+        let rec = h.status.get("u1").expect("status");
+        assert!(
+            matches!(&rec.container_statuses[0].state, ContainerState::Waiting { reason, .. } if reason == "CrashLoopBackOff"),
+            "{rec:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        assert_eq!(starts(&h.fake, "c"), 2);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(starts(&h.fake, "c"), 3);
+        // Third crash: 20 s.
+        assert!(h.fake.exit("c", 1, "Error"));
+        let _ = h.tx.send(WorkUpdate::Relist);
+        tokio::time::sleep(Duration::from_secs(19)).await;
+        assert_eq!(starts(&h.fake, "c"), 3);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(starts(&h.fake, "c"), 4);
+        let rec = h.status.get("u1").expect("status");
+        assert_eq!(rec.container_statuses[0].restart_count, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn init_containers_one_at_a_time_then_apps() {
+        let h = harness(
+            "metadata: {name: p, uid: u2}\nspec:\n  initContainers: [{name: i1, image: 'busybox:local'}, {name: i2, image: 'busybox:local'}]\n  containers: [{name: app, image: 'busybox:local'}]",
+        );
+        settle().await;
+        assert_eq!(
+            (
+                starts(&h.fake, "i1"),
+                starts(&h.fake, "i2"),
+                starts(&h.fake, "app")
+            ),
+            (1, 0, 0)
+        );
+        assert_eq!(
+            h.status.get("u2").map(|r| r.phase),
+            Some("Pending".to_owned())
+        );
+        h.fake.exit("i1", 0, "Completed");
+        let _ = h.tx.send(WorkUpdate::Relist);
+        settle().await;
+        assert_eq!((starts(&h.fake, "i2"), starts(&h.fake, "app")), (1, 0));
+        h.fake.exit("i2", 0, "Completed");
+        let _ = h.tx.send(WorkUpdate::Relist);
+        settle().await;
+        assert_eq!(starts(&h.fake, "app"), 1);
+        assert_eq!(
+            h.status.get("u2").map(|r| r.phase),
+            Some("Running".to_owned())
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn kill_stops_regular_containers_before_sidecars_then_the_sandbox() {
+        let mut h = harness(
+            "metadata: {name: p, uid: u3}\nspec:\n  terminationGracePeriodSeconds: 30\n  initContainers: [{name: side, image: 'busybox:local', restartPolicy: Always}]\n  containers: [{name: app, image: 'busybox:local'}]",
+        );
+        settle().await;
+        assert_eq!(h.fake.running().len(), 2, "{:?}", h.fake.calls());
+        let _ = h.tx.send(WorkUpdate::Kill { grace: Some(5) });
+        let uid = tokio::time::timeout(Duration::from_secs(5), h.done.recv())
+            .await
+            .expect("terminated");
+        assert_eq!(uid.as_deref(), Some("u3"));
+        let calls = h.fake.calls();
+        let pos = |p: &str| {
+            calls
+                .iter()
+                .position(|c| c.starts_with(p))
+                .unwrap_or(usize::MAX)
+        };
+        assert!(
+            pos("StopContainer app 5") < pos("StopContainer side"),
+            "{calls:?}"
+        );
+        assert!(
+            pos("StopContainer side") < pos("StopPodSandbox"),
+            "{calls:?}"
+        );
+        assert!(pos("StopPodSandbox") < pos("RemovePodSandbox"), "{calls:?}");
+        assert_eq!(h.fake.counts(), (0, 0));
+        assert!(h.status.get("u3").is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn missing_image_never_and_pull_failure_are_clear_statuses() {
+        let h = harness(
+            "metadata: {name: p, uid: u4}\nspec:\n  containers:\n  - {name: never, image: 'nothere:1', imagePullPolicy: Never}\n  - {name: pull, image: 'nothere:2'}",
+        );
+        settle().await;
+        let rec = h.status.get("u4").expect("status");
+        let reason = |i: usize| match &rec.container_statuses[i].state {
+            ContainerState::Waiting { reason, .. } => reason.clone(),
+            other => format!("{other:?}"),
+        };
+        assert_eq!(reason(0), "ErrImageNeverPull");
+        assert_eq!(reason(1), "ErrImagePull");
+        let _ = h.tx.send(WorkUpdate::Relist);
+        settle().await;
+        let rec = h.status.get("u4").expect("status");
+        assert!(
+            matches!(&rec.container_statuses[1].state, ContainerState::Waiting { reason, .. } if reason == "ImagePullBackOff"),
+            "{rec:?}"
+        );
+        assert_eq!(rec.phase, "Pending");
     }
 }

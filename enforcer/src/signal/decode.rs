@@ -120,4 +120,19 @@ mod tests {
         let r = decode(&bytes).expect("decodes");
         assert_eq!(r.path().len(), PATH_LEN);
     }
+
+    proptest::proptest! {
+        /// Any bytes: a record or an error, never a panic; the error matches the defect.
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
+            match decode(&bytes) {
+                Ok(r) => {
+                    proptest::prop_assert_eq!(bytes.len(), RECORD_SIZE);
+                    proptest::prop_assert!(r.path().len() <= PATH_LEN);
+                }
+                Err(DecodeError::WrongSize { len }) => proptest::prop_assert_ne!(len, RECORD_SIZE),
+                Err(_) => proptest::prop_assert_eq!(bytes.len(), RECORD_SIZE),
+            }
+        }
+    }
 }

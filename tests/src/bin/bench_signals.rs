@@ -47,7 +47,10 @@ fn arg(name: &str, default: u64) -> u64 {
 async fn main() -> anyhow::Result<()> {
     require_root();
     if !memhog().exists() {
-        bail!("{} is missing: build the enforcer-tests binaries first", memhog().display());
+        bail!(
+            "{} is missing: build the enforcer-tests binaries first",
+            memhog().display()
+        );
     }
     let trials = arg("--trials", 10);
     let poll10 = arg("--poll10", 1) == 1;
@@ -95,7 +98,14 @@ async fn latency(trials: u64, poll10: bool) -> anyhow::Result<()> {
     let name = unique_name("bench");
     let mem = TestCgroup::create(mem_mount, &name);
     let v1 = mem.dir.join("memory.limit_in_bytes").exists();
-    mem.write(if v1 { "memory.limit_in_bytes" } else { "memory.max" }, &LIMIT.to_string());
+    mem.write(
+        if v1 {
+            "memory.limit_in_bytes"
+        } else {
+            "memory.max"
+        },
+        &LIMIT.to_string(),
+    );
     let uni = l.unified.as_deref().map(|u| TestCgroup::create(u, &name));
     let psi_dir = uni.as_ref().map_or(mem.dir.clone(), |u| u.dir.clone());
     let start = |source: SourceKind, watches: Vec<Watch>, interval: Duration| {
@@ -107,32 +117,68 @@ async fn latency(trials: u64, poll10: bool) -> anyhow::Result<()> {
         };
         kernel::start(&opts, &caps, &l)
     };
-    let w = |dir: &Path, t: u64| vec![Watch { cgroup: dir.to_path_buf(), threshold_bytes: Some(t) }];
-    let mut pipes = vec![(Src::Ebpf, start(SourceKind::Ebpf, vec![], Duration::from_secs(1))?)];
+    let w = |dir: &Path, t: u64| {
+        vec![Watch {
+            cgroup: dir.to_path_buf(),
+            threshold_bytes: Some(t),
+        }]
+    };
+    let mut pipes = vec![(
+        Src::Ebpf,
+        start(SourceKind::Ebpf, vec![], Duration::from_secs(1))?,
+    )];
     if v1 {
-        pipes.push((Src::Eventfd, start(SourceKind::Eventfd, w(&mem.dir, LIMIT - MIB), Duration::from_secs(1))?));
+        pipes.push((
+            Src::Eventfd,
+            start(
+                SourceKind::Eventfd,
+                w(&mem.dir, LIMIT - MIB),
+                Duration::from_secs(1),
+            )?,
+        ));
     }
-    pipes.push((Src::Psi, start(SourceKind::Psi, w(&psi_dir, 0), Duration::from_secs(1))?));
-    pipes.push((Src::Poll1, start(SourceKind::Poll, w(&mem.dir, LIMIT - 2 * MIB), Duration::from_secs(1))?));
+    pipes.push((
+        Src::Psi,
+        start(SourceKind::Psi, w(&psi_dir, 0), Duration::from_secs(1))?,
+    ));
+    pipes.push((
+        Src::Poll1,
+        start(
+            SourceKind::Poll,
+            w(&mem.dir, LIMIT - 2 * MIB),
+            Duration::from_secs(1),
+        )?,
+    ));
     if poll10 {
-        pipes.push((Src::Poll10, start(SourceKind::Poll, w(&mem.dir, LIMIT - 2 * MIB), Duration::from_secs(10))?));
+        pipes.push((
+            Src::Poll10,
+            start(
+                SourceKind::Poll,
+                w(&mem.dir, LIMIT - 2 * MIB),
+                Duration::from_secs(10),
+            )?,
+        ));
     }
     let mem_rel = mem.rel();
     let uni_rel = uni.as_ref().map(TestCgroup::rel);
     let hold_ms: u64 = if poll10 { 11_500 } else { 3_000 };
-    let mut delays: Vec<(Src, Vec<i64>, u64)> = pipes.iter().map(|(s, _)| (*s, Vec::new(), 0)).collect();
+    let mut delays: Vec<(Src, Vec<i64>, u64)> =
+        pipes.iter().map(|(s, _)| (*s, Vec::new(), 0)).collect();
     let mut groups = vec![mem.dir.clone()];
     if let Some(u) = &uni {
         groups.push(u.dir.clone());
     }
-    eprintln!("latency: {trials} trials of a {hold_ms} ms reclaim storm in a 64 MiB memcg ({mem_rel})");
+    eprintln!(
+        "latency: {trials} trials of a {hold_ms} ms reclaim storm in a 64 MiB memcg ({mem_rel})"
+    );
     for trial in 0..trials {
         for (_, p) in &mut pipes {
             while p.signals.try_recv().is_ok() {}
         }
         let file = format!("/var/tmp/{name}.dat");
         let mut cmd = Command::new(memhog());
-        cmd.args(["--file", &file, "256", &hold_ms.to_string()]).stdout(Stdio::null());
+        cmd.args(["--file", &file, "256", &hold_ms.to_string()])
+            .stdout(Stdio::null());
         let refs: Vec<&Path> = groups.iter().map(PathBuf::as_path).collect();
         let trial_start = monotonic_ns();
         let mut child = spawn_in(cmd, &refs);
@@ -146,8 +192,14 @@ async fn latency(trials: u64, poll10: bool) -> anyhow::Result<()> {
                         continue;
                     }
                     let mine = match src {
-                        Src::Ebpf => s.kind == SignalKind::MemcgReclaim && s.cgroup.as_deref() == Some(mem_rel.as_str()),
-                        Src::Psi => s.kind == SignalKind::MemoryPressure && s.cgroup == uni_rel.clone().or(Some(mem_rel.clone())),
+                        Src::Ebpf => {
+                            s.kind == SignalKind::MemcgReclaim
+                                && s.cgroup.as_deref() == Some(mem_rel.as_str())
+                        }
+                        Src::Psi => {
+                            s.kind == SignalKind::MemoryPressure
+                                && s.cgroup == uni_rel.clone().or(Some(mem_rel.clone()))
+                        }
                         _ => s.kind == SignalKind::MemoryThreshold,
                     };
                     if !mine {
@@ -190,7 +242,9 @@ async fn latency(trials: u64, poll10: bool) -> anyhow::Result<()> {
         v.sort_unstable();
         v.get(v.len() / 2).map(|x| *x as f64)
     });
-    println!("\n### Signal delay, kernel event (or crossing) -> daemon, {trials} trials, microseconds\n");
+    println!(
+        "\n### Signal delay, kernel event (or crossing) -> daemon, {trials} trials, microseconds\n"
+    );
     println!("| source | min | median | p99 | max | median vs eBPF | trials without a signal |");
     println!("|---|---|---|---|---|---|---|");
     for (src, v, missed) in delays {
@@ -201,7 +255,10 @@ async fn latency(trials: u64, poll10: bool) -> anyhow::Result<()> {
             Src::Poll1 => "poll 1 s",
             Src::Poll10 => "poll 10 s (kubelet housekeeping)",
         };
-        println!("{}", summary(name, v, if src == Src::Ebpf { None } else { base }, missed));
+        println!(
+            "{}",
+            summary(name, v, if src == Src::Ebpf { None } else { base }, missed)
+        );
     }
     drop(pipes);
     Ok(())
@@ -211,9 +268,16 @@ async fn throughput() -> anyhow::Result<()> {
     let l = layout();
     let caps = Capabilities::probe(&l);
     println!("\n### Pipeline throughput (probe records: one per getppid(), no folding)\n");
-    println!("| requested rate/s | achieved rate/s | records | received | lost in kernel (ring full) | dropped in daemon |");
+    println!(
+        "| requested rate/s | achieved rate/s | records | received | lost in kernel (ring full) | dropped in daemon |"
+    );
     println!("|---|---|---|---|---|---|");
-    for (count, rate) in [(200_000u64, 100_000u64), (400_000, 200_000), (1_000_000, 500_000), (2_000_000, 0)] {
+    for (count, rate) in [
+        (200_000u64, 100_000u64),
+        (400_000, 200_000),
+        (1_000_000, 500_000),
+        (2_000_000, 0),
+    ] {
         let mut child = Command::new(memhog())
             .args(["--getppid", &count.to_string(), &rate.to_string()])
             .stdin(Stdio::piped())
@@ -252,12 +316,22 @@ async fn throughput() -> anyhow::Result<()> {
             stdin.write_all(b"go\n")?;
         }
         let out = child.wait_with_output()?;
-        let elapsed_ns: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(1.0);
+        let elapsed_ns: f64 = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or(1.0);
         let (received, p) = counter.await?;
-        let full = p.stats.kernel_ring_full.load(std::sync::atomic::Ordering::Relaxed);
+        let full = p
+            .stats
+            .kernel_ring_full
+            .load(std::sync::atomic::Ordering::Relaxed);
         let dropped = p.stats.dropped.load(std::sync::atomic::Ordering::Relaxed);
         let achieved = count as f64 / (elapsed_ns / 1e9);
-        let req = if rate == 0 { "max".to_owned() } else { rate.to_string() };
+        let req = if rate == 0 {
+            "max".to_owned()
+        } else {
+            rate.to_string()
+        };
         println!("| {req} | {achieved:.0} | {count} | {received} | {full} | {dropped} |");
     }
     Ok(())
@@ -281,7 +355,9 @@ fn proc_rss_kib(pid: u32, key: &str) -> u64 {
 }
 
 fn metric(addr: &str, name: &str) -> u64 {
-    let Ok(mut s) = TcpStream::connect(addr) else { return 0 };
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return 0;
+    };
     let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
     let mut body = String::new();
     let _ = s.read_to_string(&mut body);
@@ -293,7 +369,10 @@ fn metric(addr: &str, name: &str) -> u64 {
 async fn daemon_resources() -> anyhow::Result<()> {
     let exe = std::env::current_exe()?.with_file_name("enforcer");
     if !exe.exists() {
-        bail!("{} is missing: `cargo build --release -p enforcer` first", exe.display());
+        bail!(
+            "{} is missing: `cargo build --release -p enforcer` first",
+            exe.display()
+        );
     }
     let addr = "127.0.0.1:10299";
     let mut daemon = Command::new(&exe)
@@ -318,11 +397,19 @@ async fn daemon_resources() -> anyhow::Result<()> {
     let name = unique_name("storm");
     let mem = TestCgroup::create(mem_mount, &name);
     let v1 = mem.dir.join("memory.limit_in_bytes").exists();
-    mem.write(if v1 { "memory.limit_in_bytes" } else { "memory.max" }, &LIMIT.to_string());
+    mem.write(
+        if v1 {
+            "memory.limit_in_bytes"
+        } else {
+            "memory.max"
+        },
+        &LIMIT.to_string(),
+    );
     let seen0 = metric(addr, "enforcer_kernel_events_seen_total ");
     let file = format!("/var/tmp/{name}.dat");
     let mut cmd = Command::new(memhog());
-    cmd.args(["--file", &file, "256", "10000"]).stdout(Stdio::null());
+    cmd.args(["--file", &file, "256", "10000"])
+        .stdout(Stdio::null());
     let t1 = proc_cpu_ticks(pid);
     let started = Instant::now();
     let mut child = spawn_in(cmd, &[mem.dir.as_path()]);
@@ -341,7 +428,10 @@ async fn daemon_resources() -> anyhow::Result<()> {
     println!("\n### The daemon (`enforcer run`, eBPF source)\n");
     println!("| state | CPU (% of one core) | RSS (MiB) |");
     println!("|---|---|---|");
-    println!("| idle, 10 s | {idle_cpu:.2} | {:.1} |", idle_rss as f64 / 1024.0);
+    println!(
+        "| idle, 10 s | {idle_cpu:.2} | {:.1} |",
+        idle_rss as f64 / 1024.0
+    );
     println!(
         "| reclaim storm, {:.1} s, {seen} kernel events, {sent} records decoded | {storm_cpu:.2} | {:.1} (peak {:.1}) |",
         took.as_secs_f64(),

@@ -49,7 +49,13 @@ fn file_storm(args: &[String]) {
         std::process::exit(2);
     };
     let (mib, hold_ms) = (num(args, 2, 256), num(args, 3, 5000));
-    let mut f = match OpenOptions::new().create(true).truncate(true).read(true).write(true).open(path) {
+    let mut f = match OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(path)
+    {
         Ok(f) => f,
         Err(e) => {
             eprintln!("{path}: {e}");

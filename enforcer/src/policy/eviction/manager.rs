@@ -98,8 +98,20 @@ pub struct StepDecision {
     pub skipped_critical: Vec<String>,
 }
 
-fn met(config: &EvictionConfig, indices: impl Iterator<Item = usize>, obs: &Observations, enforce: bool) -> Vec<usize> {
-    indices.filter(|&i| config.thresholds.get(i).is_some_and(|t| t.is_met(obs, enforce))).collect()
+fn met(
+    config: &EvictionConfig,
+    indices: impl Iterator<Item = usize>,
+    obs: &Observations,
+    enforce: bool,
+) -> Vec<usize> {
+    indices
+        .filter(|&i| {
+            config
+                .thresholds
+                .get(i)
+                .is_some_and(|t| t.is_met(obs, enforce))
+        })
+        .collect()
 }
 
 /// One round of the eviction manager (`synchronize`), at time `now`.
@@ -114,14 +126,21 @@ pub fn step(
 ) -> (State, StepDecision) {
     // 1. thresholds met ignoring grace periods, plus last round's not yet reclaimed.
     let mut thresholds = met(config, 0..config.thresholds.len(), observations, false);
-    for i in met(config, state.thresholds_met.iter().copied(), observations, true) {
+    for i in met(
+        config,
+        state.thresholds_met.iter().copied(),
+        observations,
+        true,
+    ) {
         if !thresholds.contains(&i) {
             thresholds.push(i);
         }
     }
     // 2. first observed.
-    let first_observed: BTreeMap<usize, Duration> =
-        thresholds.iter().map(|&i| (i, state.first_observed.get(&i).copied().unwrap_or(now))).collect();
+    let first_observed: BTreeMap<usize, Duration> = thresholds
+        .iter()
+        .map(|&i| (i, state.first_observed.get(&i).copied().unwrap_or(now)))
+        .collect();
     // 3. node conditions, last observed, and the transition period.
     let mut last_observed = state.conditions_last_observed.clone();
     for &i in &thresholds {
@@ -139,7 +158,12 @@ pub fn step(
     // 4. grace periods.
     let grace_met: Vec<usize> = first_observed
         .iter()
-        .filter(|(i, at)| config.thresholds.get(**i).is_some_and(|t| now.saturating_sub(**at) >= t.grace_period))
+        .filter(|(i, at)| {
+            config
+                .thresholds
+                .get(**i)
+                .is_some_and(|t| now.saturating_sub(**at) >= t.grace_period)
+        })
         .map(|(i, _)| *i)
         .collect();
     // 5. observation freshness.
@@ -147,8 +171,12 @@ pub fn step(
         .iter()
         .copied()
         .filter(|&i| {
-            let Some(t) = config.thresholds.get(i) else { return false };
-            let Some(obs) = observations.get(&t.signal) else { return false };
+            let Some(t) = config.thresholds.get(i) else {
+                return false;
+            };
+            let Some(obs) = observations.get(&t.signal) else {
+                return false;
+            };
             match (obs.time, state.last_observations.get(&t.signal)) {
                 (None, _) | (_, None) => true,
                 (Some(at), Some(last)) => last.time.is_none_or(|l| at > l),
@@ -162,15 +190,22 @@ pub fn step(
         conditions: conditions.clone(),
         last_observations: observations.clone(),
     };
-    let mut decision = StepDecision { conditions, ..StepDecision::default() };
+    let mut decision = StepDecision {
+        conditions,
+        ..StepDecision::default()
+    };
     if updated.is_empty() {
         return (new_state, decision);
     }
     // 6. eviction priority: memory signals first; hard before soft; then signal order.
-    let mut ordered: Vec<(usize, &Threshold)> =
-        updated.iter().filter_map(|&i| config.thresholds.get(i).map(|t| (i, t))).collect();
+    let mut ordered: Vec<(usize, &Threshold)> = updated
+        .iter()
+        .filter_map(|&i| config.thresholds.get(i).map(|t| (i, t)))
+        .collect();
     ordered.sort_by_key(|(i, t)| (!t.signal.is_memory(), !t.is_hard(), t.signal, *i));
-    let Some(&(_, to_reclaim)) = ordered.first() else { return (new_state, decision) };
+    let Some(&(_, to_reclaim)) = ordered.first() else {
+        return (new_state, decision);
+    };
     let signal = to_reclaim.signal;
     let resource = signal.resource();
     decision.reclaim = Some((signal, resource));
@@ -182,20 +217,29 @@ pub fn step(
     // 7. rank and evict one non-critical pod.
     let sorted_thresholds: Vec<&Threshold> = ordered.iter().map(|(_, t)| *t).collect();
     for index in rank(signal, pods) {
-        let Some(active) = pods.get(index) else { continue };
+        let Some(active) = pods.get(index) else {
+            continue;
+        };
         let pod = active.pod;
         if resources::is_critical(pod) {
-            decision.skipped_critical.push(resources::pod_name(pod).to_owned());
+            decision
+                .skipped_critical
+                .push(resources::pod_name(pod).to_owned());
             continue;
         }
         let grace_period_seconds = if to_reclaim.is_hard() {
             IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS
         } else {
             let max = config.max_pod_grace_period_seconds;
-            let g = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds).map_or(max, |t| max.min(t));
+            let g = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.termination_grace_period_seconds)
+                .map_or(max, |t| max.min(t));
             g.max(1)
         };
-        let (message, annotations) = eviction_message(resource, active, &sorted_thresholds, observations);
+        let (message, annotations) =
+            eviction_message(resource, active, &sorted_thresholds, observations);
         decision.eviction = Some(Eviction {
             index,
             namespace: resources::pod_namespace(pod).to_owned(),
@@ -238,15 +282,26 @@ pub fn eviction_message(
     {
         let quantity = t.value.resolve(obs.capacity);
         let available = Quantity::from_int(obs.available, t.signal.format());
-        let _ = write!(message, "Threshold quantity: {quantity}, available: {available}. ");
+        let _ = write!(
+            message,
+            "Threshold quantity: {quantity}, available: {available}. "
+        );
     }
     let mut annotations = BTreeMap::new();
-    let Some(stats) = pod.stats else { return (message, annotations) };
+    let Some(stats) = pod.stats else {
+        return (message, annotations);
+    };
     let mut offending = Vec::new();
     let mut usages = Vec::new();
     for cs in &stats.containers {
-        for c in resources::containers(pod.pod).iter().filter(|c| c.name == cs.name) {
-            let request = resources::container_requests(c).get(resource.as_str()).copied().unwrap_or_default();
+        for c in resources::containers(pod.pod)
+            .iter()
+            .filter(|c| c.name == cs.name)
+        {
+            let request = resources::container_requests(c)
+                .get(resource.as_str())
+                .copied()
+                .unwrap_or_default();
             let usage = match resource {
                 Resource::Memory => cs.memory,
                 Resource::EphemeralStorage => cs.ephemeral_storage,
@@ -287,11 +342,19 @@ pub struct AdmitResult {
 impl AdmitResult {
     /// Admitted.
     pub fn admit() -> Self {
-        Self { admitted: true, reason: String::new(), message: String::new() }
+        Self {
+            admitted: true,
+            reason: String::new(),
+            message: String::new(),
+        }
     }
     /// Rejected.
     pub fn reject(reason: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { admitted: false, reason: reason.into(), message: message.into() }
+        Self {
+            admitted: false,
+            reason: reason.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -333,13 +396,20 @@ pub fn admit(conditions: &[NodeCondition], pod: &Pod) -> AdmitResult {
             effect: "NoSchedule".to_owned(),
             ..Taint::default()
         };
-        let tolerations = pod.spec.as_ref().and_then(|s| s.tolerations.as_deref()).unwrap_or(&[]);
+        let tolerations = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_deref())
+            .unwrap_or(&[]);
         if tolerates(tolerations, &taint) {
             return AdmitResult::admit();
         }
     }
     let names: Vec<&str> = conditions.iter().map(|c| c.as_str()).collect();
-    AdmitResult::reject(REASON, format!("The node had condition: [{}]. ", names.join(" ")))
+    AdmitResult::reject(
+        REASON,
+        format!("The node had condition: [{}]. ", names.join(" ")),
+    )
 }
 
 #[cfg(test)]
@@ -354,10 +424,23 @@ mod tests {
         Quantity::parse(s).unwrap()
     }
     fn obs(signal: Signal, avail: &str, cap: &str, at: u64) -> Observations {
-        [(signal, Observation { available: q(avail).value(), capacity: q(cap).value(), time: Some(Duration::from_secs(at)) })].into()
+        [(
+            signal,
+            Observation {
+                available: q(avail).value(),
+                capacity: q(cap).value(),
+                time: Some(Duration::from_secs(at)),
+            },
+        )]
+        .into()
     }
     fn hard(signal: Signal, v: &str) -> Threshold {
-        Threshold { signal, value: ThresholdValue::Quantity(q(v)), grace_period: Duration::ZERO, min_reclaim: None }
+        Threshold {
+            signal,
+            value: ThresholdValue::Quantity(q(v)),
+            grace_period: Duration::ZERO,
+            min_reclaim: None,
+        }
     }
     fn secs(s: u64) -> Duration {
         Duration::from_secs(s)
@@ -372,43 +455,104 @@ mod tests {
             pressure_transition_period: Duration::from_secs(300),
         };
         let be = pod("best-effort-high", vec![container("a", "", "")]);
-        let mut bu = pod("burstable-below", vec![container("a", "memory=100Mi", "memory=1Gi")]);
+        let mut bu = pod(
+            "burstable-below",
+            vec![container("a", "memory=100Mi", "memory=1Gi")],
+        );
         bu.spec.as_mut().unwrap().termination_grace_period_seconds = Some(30);
-        let s_be = PodStats { memory: Some(400 << 20), ..Default::default() };
-        let s_bu = PodStats {
-            memory: Some(300 << 20),
-            containers: vec![super::super::ContainerStats { name: "a".into(), memory: Some(300 << 20), ephemeral_storage: None }],
+        let s_be = PodStats {
+            memory: Some(400 << 20),
             ..Default::default()
         };
-        let pods = [ActivePod { pod: &be, stats: Some(&s_be) }, ActivePod { pod: &bu, stats: Some(&s_bu) }];
+        let s_bu = PodStats {
+            memory: Some(300 << 20),
+            containers: vec![super::super::ContainerStats {
+                name: "a".into(),
+                memory: Some(300 << 20),
+                ephemeral_storage: None,
+            }],
+            ..Default::default()
+        };
+        let pods = [
+            ActivePod {
+                pod: &be,
+                stats: Some(&s_be),
+            },
+            ActivePod {
+                pod: &bu,
+                stats: Some(&s_bu),
+            },
+        ];
         let state = State::default();
         // No pressure.
-        let (state, d) = step(&config, &state, &obs(Signal::MemoryAvailable, "2Gi", "8Gi", 0), &pods, secs(0));
+        let (state, d) = step(
+            &config,
+            &state,
+            &obs(Signal::MemoryAvailable, "2Gi", "8Gi", 0),
+            &pods,
+            secs(0),
+        );
         assert!(d.conditions.is_empty() && d.eviction.is_none());
         // Pressure: evict the best-effort pod (exceeds its zero request, larger usage over request).
-        let (state, d) = step(&config, &state, &obs(Signal::MemoryAvailable, "500Mi", "8Gi", 10), &pods, secs(10));
+        let (state, d) = step(
+            &config,
+            &state,
+            &obs(Signal::MemoryAvailable, "500Mi", "8Gi", 10),
+            &pods,
+            secs(10),
+        );
         assert_eq!(d.conditions, [NodeCondition::MemoryPressure]);
         let e = d.eviction.unwrap();
         assert_eq!(e.name, "best-effort-high");
         assert_eq!(e.grace_period_seconds, 1);
-        assert_eq!(e.message, "The node was low on resource: memory. Threshold quantity: 1Gi, available: 500Mi. ");
-        assert_eq!(d.node_event.as_deref(), Some("Attempting to reclaim memory"));
+        assert_eq!(
+            e.message,
+            "The node was low on resource: memory. Threshold quantity: 1Gi, available: 500Mi. "
+        );
+        assert_eq!(
+            d.node_event.as_deref(),
+            Some("Attempting to reclaim memory")
+        );
         // Stale stats: no second eviction.
-        let (state, d) = step(&config, &state, &obs(Signal::MemoryAvailable, "500Mi", "8Gi", 10), &pods[1..], secs(20));
+        let (state, d) = step(
+            &config,
+            &state,
+            &obs(Signal::MemoryAvailable, "500Mi", "8Gi", 10),
+            &pods[1..],
+            secs(20),
+        );
         assert!(d.eviction.is_none());
         assert_eq!(d.conditions, [NodeCondition::MemoryPressure]);
         // Fresh stats: the burstable pod goes, with a container sentence.
-        let (state, d) = step(&config, &state, &obs(Signal::MemoryAvailable, "500Mi", "8Gi", 30), &pods[1..], secs(30));
+        let (state, d) = step(
+            &config,
+            &state,
+            &obs(Signal::MemoryAvailable, "500Mi", "8Gi", 30),
+            &pods[1..],
+            secs(30),
+        );
         let e = d.eviction.unwrap();
         assert_eq!(
             e.message,
             "The node was low on resource: memory. Threshold quantity: 1Gi, available: 500Mi. Container a was using 300Mi, request is 100Mi, has larger consumption of memory. "
         );
         // Pressure gone, but the condition stays for the transition period.
-        let (state, d) = step(&config, &state, &obs(Signal::MemoryAvailable, "2Gi", "8Gi", 40), &pods[1..], secs(40));
+        let (state, d) = step(
+            &config,
+            &state,
+            &obs(Signal::MemoryAvailable, "2Gi", "8Gi", 40),
+            &pods[1..],
+            secs(40),
+        );
         assert_eq!(d.conditions, [NodeCondition::MemoryPressure]);
         assert!(d.eviction.is_none());
-        let (_, d) = step(&config, &state, &obs(Signal::MemoryAvailable, "2Gi", "8Gi", 400), &pods[1..], secs(400));
+        let (_, d) = step(
+            &config,
+            &state,
+            &obs(Signal::MemoryAvailable, "2Gi", "8Gi", 400),
+            &pods[1..],
+            secs(400),
+        );
         assert!(d.conditions.is_empty());
     }
 
@@ -418,45 +562,126 @@ mod tests {
         soft.grace_period = secs(120);
         let mut h = hard(Signal::MemoryAvailable, "1Gi");
         h.min_reclaim = Some(ThresholdValue::Quantity(q("500Mi")));
-        let config = EvictionConfig { thresholds: vec![h, soft], max_pod_grace_period_seconds: 5, pressure_transition_period: secs(300) };
+        let config = EvictionConfig {
+            thresholds: vec![h, soft],
+            max_pod_grace_period_seconds: 5,
+            pressure_transition_period: secs(300),
+        };
         let p = pod("p", vec![container("a", "", "")]);
-        let s = PodStats { memory: Some(1), ..Default::default() };
-        let pods = [ActivePod { pod: &p, stats: Some(&s) }];
+        let s = PodStats {
+            memory: Some(1),
+            ..Default::default()
+        };
+        let pods = [ActivePod {
+            pod: &p,
+            stats: Some(&s),
+        }];
         // Soft met: condition at once, no eviction before the grace period.
-        let (st, d) = step(&config, &State::default(), &obs(Signal::MemoryAvailable, "1500Mi", "8Gi", 0), &pods, secs(0));
+        let (st, d) = step(
+            &config,
+            &State::default(),
+            &obs(Signal::MemoryAvailable, "1500Mi", "8Gi", 0),
+            &pods,
+            secs(0),
+        );
         assert_eq!(d.conditions, [NodeCondition::MemoryPressure]);
         assert!(d.eviction.is_none());
-        let (st, d) = step(&config, &st, &obs(Signal::MemoryAvailable, "1500Mi", "8Gi", 60), &pods, secs(60));
+        let (st, d) = step(
+            &config,
+            &st,
+            &obs(Signal::MemoryAvailable, "1500Mi", "8Gi", 60),
+            &pods,
+            secs(60),
+        );
         assert!(d.eviction.is_none());
-        let (st, d) = step(&config, &st, &obs(Signal::MemoryAvailable, "1500Mi", "8Gi", 120), &pods, secs(120));
+        let (st, d) = step(
+            &config,
+            &st,
+            &obs(Signal::MemoryAvailable, "1500Mi", "8Gi", 120),
+            &pods,
+            secs(120),
+        );
         assert_eq!(d.eviction.as_ref().unwrap().grace_period_seconds, 5);
         // Hard met, then above the threshold but below threshold + min reclaim: still met.
-        let (st, d) = step(&config, &st, &obs(Signal::MemoryAvailable, "900Mi", "8Gi", 130), &pods, secs(130));
+        let (st, d) = step(
+            &config,
+            &st,
+            &obs(Signal::MemoryAvailable, "900Mi", "8Gi", 130),
+            &pods,
+            secs(130),
+        );
         assert_eq!(d.eviction.as_ref().unwrap().grace_period_seconds, 1);
-        let (st, d) = step(&config, &st, &obs(Signal::MemoryAvailable, "1100Mi", "8Gi", 140), &pods, secs(140));
-        assert_eq!(d.eviction.as_ref().unwrap().threshold.value, ThresholdValue::Quantity(q("1Gi")));
+        let (st, d) = step(
+            &config,
+            &st,
+            &obs(Signal::MemoryAvailable, "1100Mi", "8Gi", 140),
+            &pods,
+            secs(140),
+        );
+        assert_eq!(
+            d.eviction.as_ref().unwrap().threshold.value,
+            ThresholdValue::Quantity(q("1Gi"))
+        );
         // Past min reclaim (1.5Gi) the hard threshold is resolved; the soft one, met since
         // t=0, acts with its grace period.
-        let (_, d) = step(&config, &st, &obs(Signal::MemoryAvailable, "1600Mi", "8Gi", 150), &pods, secs(150));
+        let (_, d) = step(
+            &config,
+            &st,
+            &obs(Signal::MemoryAvailable, "1600Mi", "8Gi", 150),
+            &pods,
+            secs(150),
+        );
         assert_eq!(d.eviction.as_ref().unwrap().grace_period_seconds, 5);
     }
 
     #[test]
     fn critical_pods_are_skipped() {
-        let config = EvictionConfig { thresholds: vec![hard(Signal::PidAvailable, "100")], pressure_transition_period: secs(60), ..EvictionConfig::default() };
+        let config = EvictionConfig {
+            thresholds: vec![hard(Signal::PidAvailable, "100")],
+            pressure_transition_period: secs(60),
+            ..EvictionConfig::default()
+        };
         let mut crit = pod("critical", vec![container("a", "", "")]);
         crit.spec.as_mut().unwrap().priority = Some(-5);
-        crit.metadata.annotations = Some([(resources::CONFIG_SOURCE_ANNOTATION.into(), "file".into())].into());
+        crit.metadata.annotations =
+            Some([(resources::CONFIG_SOURCE_ANNOTATION.into(), "file".into())].into());
         let other = pod("other", vec![container("a", "", "")]);
-        let s = PodStats { processes: Some(50), ..Default::default() };
-        let pods = [ActivePod { pod: &crit, stats: Some(&s) }, ActivePod { pod: &other, stats: Some(&s) }];
-        let (_, d) = step(&config, &State::default(), &obs(Signal::PidAvailable, "10", "1000", 1), &pods, secs(1));
+        let s = PodStats {
+            processes: Some(50),
+            ..Default::default()
+        };
+        let pods = [
+            ActivePod {
+                pod: &crit,
+                stats: Some(&s),
+            },
+            ActivePod {
+                pod: &other,
+                stats: Some(&s),
+            },
+        ];
+        let (_, d) = step(
+            &config,
+            &State::default(),
+            &obs(Signal::PidAvailable, "10", "1000", 1),
+            &pods,
+            secs(1),
+        );
         assert_eq!(d.skipped_critical, ["critical"]);
         let e = d.eviction.unwrap();
         assert_eq!(e.name, "other");
-        assert_eq!(e.message, "The node was low on resource: pids. Threshold quantity: 100, available: 10. ");
+        assert_eq!(
+            e.message,
+            "The node was low on resource: pids. Threshold quantity: 100, available: 10. "
+        );
         assert_eq!(d.conditions, [NodeCondition::PidPressure]);
-        let (_, d) = step(&config, &State::default(), &obs(Signal::PidAvailable, "10", "1000", 1), &pods[..1], secs(1));
+        let (_, d) = step(
+            &config,
+            &State::default(),
+            &obs(Signal::PidAvailable, "10", "1000", 1),
+            &pods[..1],
+            secs(1),
+        );
         assert!(d.eviction.is_none());
     }
 
@@ -468,7 +693,14 @@ mod tests {
         assert!(admit(&[], &be).admitted);
         assert!(admit(&[NodeCondition::MemoryPressure], &bu).admitted);
         let r = admit(&[NodeCondition::MemoryPressure], &be);
-        assert_eq!((r.admitted, r.reason.as_str(), r.message.as_str()), (false, "Evicted", "The node had condition: [MemoryPressure]. "));
+        assert_eq!(
+            (r.admitted, r.reason.as_str(), r.message.as_str()),
+            (
+                false,
+                "Evicted",
+                "The node had condition: [MemoryPressure]. "
+            )
+        );
         let mut tol = be.clone();
         tol.spec.as_mut().unwrap().tolerations = Some(vec![Toleration {
             key: Some("node.kubernetes.io/memory-pressure".into()),
@@ -479,11 +711,120 @@ mod tests {
         assert!(admit(&[NodeCondition::MemoryPressure], &tol).admitted);
         assert!(!admit(&[NodeCondition::DiskPressure], &bu).admitted);
         assert_eq!(
-            admit(&[NodeCondition::DiskPressure, NodeCondition::MemoryPressure], &tol).message,
+            admit(
+                &[NodeCondition::DiskPressure, NodeCondition::MemoryPressure],
+                &tol
+            )
+            .message,
             "The node had condition: [DiskPressure MemoryPressure]. "
         );
         let mut crit = be;
         crit.spec.as_mut().unwrap().priority = Some(2_000_000_000);
         assert!(admit(&[NodeCondition::DiskPressure], &crit).admitted);
+    }
+}
+
+#[cfg(test)]
+mod props {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::policy::{
+        eviction::{Observation, ThresholdValue},
+        resources::test_pods::{container, pod},
+    };
+
+    /// (priority, critical, memory request MiB, usage MiB or no stats)
+    fn pods_strategy() -> impl Strategy<Value = Vec<(i32, bool, u32, Option<u32>)>> {
+        prop::collection::vec(
+            (
+                -5i32..5,
+                any::<bool>(),
+                0u32..64,
+                prop::option::of(0u32..128),
+            ),
+            0..24,
+        )
+    }
+
+    fn build(spec: &[(i32, bool, u32, Option<u32>)]) -> (Vec<Pod>, Vec<Option<PodStats>>) {
+        let pods = spec
+            .iter()
+            .enumerate()
+            .map(|(i, (prio, critical, req, _))| {
+                let mut p = pod(
+                    &format!("p{i}"),
+                    vec![container("c", &format!("memory={req}Mi"), "")],
+                );
+                p.spec.as_mut().unwrap().priority =
+                    Some(if *critical { 2_000_000_000 } else { *prio });
+                p
+            })
+            .collect();
+        let stats = spec
+            .iter()
+            .map(|(.., usage)| {
+                usage.map(|u| PodStats {
+                    memory: Some(i64::from(u) << 20),
+                    processes: Some(i64::from(u)),
+                    ..Default::default()
+                })
+            })
+            .collect();
+        (pods, stats)
+    }
+
+    proptest! {
+        #[test]
+        fn ranking_is_input_order_independent(spec in pods_strategy(), seed in any::<u64>(), pids in any::<bool>()) {
+            let (pods, stats) = build(&spec);
+            let signal = if pids { Signal::PidAvailable } else { Signal::MemoryAvailable };
+            let active: Vec<ActivePod<'_>> = pods.iter().zip(&stats).map(|(p, s)| ActivePod { pod: p, stats: s.as_ref() }).collect();
+            let names = |a: &[ActivePod<'_>]| -> Vec<String> {
+                crate::policy::eviction::rank::rank(signal, a).into_iter().map(|i| resources::pod_name(a[i].pod).to_owned()).collect()
+            };
+            let first = names(&active);
+            // A deterministic shuffle from the seed.
+            let mut shuffled = active.clone();
+            let mut x = seed | 1;
+            for i in (1..shuffled.len()).rev() {
+                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                shuffled.swap(i, usize::try_from(x % (i as u64 + 1)).unwrap());
+            }
+            prop_assert_eq!(&first, &names(&shuffled));
+            prop_assert_eq!(first.len(), active.len());
+        }
+
+        #[test]
+        fn step_never_evicts_critical_nor_more_than_one(
+            spec in pods_strategy(),
+            avail in prop::collection::vec(0i64..4096, 1..6),
+        ) {
+            let (pods, stats) = build(&spec);
+            let active: Vec<ActivePod<'_>> = pods.iter().zip(&stats).map(|(p, s)| ActivePod { pod: p, stats: s.as_ref() }).collect();
+            let config = EvictionConfig {
+                thresholds: vec![
+                    Threshold { signal: Signal::MemoryAvailable, value: ThresholdValue::Quantity(Quantity::from_int(1 << 30, crate::quantity::Format::BinarySI)), grace_period: Duration::ZERO, min_reclaim: None },
+                    Threshold { signal: Signal::MemoryAvailable, value: ThresholdValue::Percentage(0.5), grace_period: Duration::from_secs(20), min_reclaim: None },
+                ],
+                max_pod_grace_period_seconds: 10,
+                pressure_transition_period: Duration::from_secs(30),
+            };
+            let mut state = State::default();
+            for (i, a) in avail.iter().enumerate() {
+                let now = Duration::from_secs(10 * i as u64);
+                let obs: Observations = [(Signal::MemoryAvailable, Observation { available: a << 20, capacity: 4 << 30, time: Some(now) })].into();
+                let (next, d) = step(&config, &state, &obs, &active, now);
+                state = next;
+                if let Some(e) = &d.eviction {
+                    prop_assert!(!resources::is_critical(active[e.index].pod));
+                    prop_assert!(e.grace_period_seconds >= 1);
+                }
+                let non_critical = active.iter().filter(|a| !resources::is_critical(a.pod)).count();
+                if d.reclaim.is_some() && non_critical > 0 {
+                    prop_assert!(d.eviction.is_some());
+                }
+            }
+        }
     }
 }

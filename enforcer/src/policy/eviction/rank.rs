@@ -44,11 +44,18 @@ fn key<'a>(index: usize, pod: &ActivePod<'a>, resource: Resource) -> Key<'a> {
             let request_for_exceeds = resources::pod_request(pod.pod, r.as_str()).nanos();
             // kubelet's disk() subtracts the ephemeral-storage request also for inodes.
             let request_for_order = match r {
-                Resource::Inodes => resources::pod_request(pod.pod, Resource::EphemeralStorage.as_str()).nanos(),
+                Resource::Inodes => {
+                    resources::pod_request(pod.pod, Resource::EphemeralStorage.as_str()).nanos()
+                }
                 _ => request_for_exceeds,
             };
             let exceeds = used > request_for_exceeds;
-            (1, i64::from(!exceeds), priority, Reverse(used - request_for_order))
+            (
+                1,
+                i64::from(!exceeds),
+                priority,
+                Reverse(used - request_for_order),
+            )
         }
     };
     Key {
@@ -65,7 +72,11 @@ fn key<'a>(index: usize, pod: &ActivePod<'a>, resource: Resource) -> Key<'a> {
 #[must_use]
 pub fn rank(signal: Signal, pods: &[ActivePod<'_>]) -> Vec<usize> {
     let resource = signal.resource();
-    let mut keyed: Vec<Key<'_>> = pods.iter().enumerate().map(|(i, p)| key(i, p, resource)).collect();
+    let mut keyed: Vec<Key<'_>> = pods
+        .iter()
+        .enumerate()
+        .map(|(i, p)| key(i, p, resource))
+        .collect();
     keyed.sort_unstable();
     keyed.into_iter().map(|k| k.index).collect()
 }
@@ -79,7 +90,12 @@ mod tests {
     };
 
     fn stats(memory: i64) -> PodStats {
-        PodStats { memory: Some(memory), ephemeral_storage: Some(memory), processes: Some(memory), ..Default::default() }
+        PodStats {
+            memory: Some(memory),
+            ephemeral_storage: Some(memory),
+            processes: Some(memory),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -90,7 +106,10 @@ mod tests {
         let mut below = pod("below-requests", vec![container("a", "memory=200Mi", "")]);
         below.spec.as_mut().unwrap().priority = Some(-10);
         let exceeds = pod("exceeds-requests", vec![container("a", "memory=100Mi", "")]);
-        let mut high = pod("high-priority-exceeds", vec![container("a", "memory=10Mi", "")]);
+        let mut high = pod(
+            "high-priority-exceeds",
+            vec![container("a", "memory=10Mi", "")],
+        );
         high.spec.as_mut().unwrap().priority = Some(100);
         let nostats = pod("no-stats", vec![container("a", "", "")]);
         let big = pod("exceeds-more", vec![container("a", "memory=100Mi", "")]);
@@ -99,14 +118,41 @@ mod tests {
         let s_high = stats(500 * mi);
         let s_big = stats(300 * mi);
         let pods = vec![
-            ActivePod { pod: &below, stats: Some(&s_below) },
-            ActivePod { pod: &high, stats: Some(&s_high) },
-            ActivePod { pod: &exceeds, stats: Some(&s_exceeds) },
-            ActivePod { pod: &nostats, stats: None },
-            ActivePod { pod: &big, stats: Some(&s_big) },
+            ActivePod {
+                pod: &below,
+                stats: Some(&s_below),
+            },
+            ActivePod {
+                pod: &high,
+                stats: Some(&s_high),
+            },
+            ActivePod {
+                pod: &exceeds,
+                stats: Some(&s_exceeds),
+            },
+            ActivePod {
+                pod: &nostats,
+                stats: None,
+            },
+            ActivePod {
+                pod: &big,
+                stats: Some(&s_big),
+            },
         ];
-        let order: Vec<_> = rank(Signal::MemoryAvailable, &pods).into_iter().map(|i| resources::pod_name(pods[i].pod)).collect();
-        assert_eq!(order, ["no-stats", "exceeds-more", "exceeds-requests", "high-priority-exceeds", "below-requests"]);
+        let order: Vec<_> = rank(Signal::MemoryAvailable, &pods)
+            .into_iter()
+            .map(|i| resources::pod_name(pods[i].pod))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                "no-stats",
+                "exceeds-more",
+                "exceeds-requests",
+                "high-priority-exceeds",
+                "below-requests"
+            ]
+        );
     }
 
     #[test]
@@ -119,12 +165,27 @@ mod tests {
         let (sl, sa, sb) = (stats(1), stats(10), stats(20));
         let nostats = pod("n", vec![container("a", "", "")]);
         let pods = vec![
-            ActivePod { pod: &a, stats: Some(&sa) },
-            ActivePod { pod: &b, stats: Some(&sb) },
-            ActivePod { pod: &low, stats: Some(&sl) },
-            ActivePod { pod: &nostats, stats: None },
+            ActivePod {
+                pod: &a,
+                stats: Some(&sa),
+            },
+            ActivePod {
+                pod: &b,
+                stats: Some(&sb),
+            },
+            ActivePod {
+                pod: &low,
+                stats: Some(&sl),
+            },
+            ActivePod {
+                pod: &nostats,
+                stats: None,
+            },
         ];
-        let order: Vec<_> = rank(Signal::PidAvailable, &pods).into_iter().map(|i| resources::pod_name(pods[i].pod)).collect();
+        let order: Vec<_> = rank(Signal::PidAvailable, &pods)
+            .into_iter()
+            .map(|i| resources::pod_name(pods[i].pod))
+            .collect();
         assert_eq!(order, ["low", "n", "b", "a"]);
     }
 }

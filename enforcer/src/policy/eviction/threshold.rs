@@ -65,7 +65,11 @@ impl ThresholdValue {
         match *self {
             Self::Quantity(q) => q,
             Self::Percentage(p) => {
-                #[expect(clippy::cast_precision_loss, clippy::cast_possible_truncation, reason = "kubelet's float arithmetic, reproduced")]
+                #[expect(
+                    clippy::cast_precision_loss,
+                    clippy::cast_possible_truncation,
+                    reason = "kubelet's float arithmetic, reproduced"
+                )]
                 let v = (capacity as f64 * f64::from(p)) as i64;
                 Quantity::from_int(v, Format::BinarySI)
             }
@@ -107,7 +111,9 @@ impl Threshold {
     /// A signal without observation is not met.
     #[must_use]
     pub fn is_met(&self, observations: &Observations, enforce_min_reclaim: bool) -> bool {
-        let Some(obs) = observations.get(&self.signal) else { return false };
+        let Some(obs) = observations.get(&self.signal) else {
+            return false;
+        };
         let mut quantity = self.value.resolve(obs.capacity).nanos();
         if enforce_min_reclaim && let Some(min) = self.min_reclaim {
             quantity = quantity.saturating_add(min.resolve(obs.capacity).nanos());
@@ -119,8 +125,14 @@ impl Threshold {
 fn parse_percentage(signal: Signal, val: &str) -> Result<f32, ThresholdError> {
     // strconv.ParseFloat(strings.TrimRight(input, "%"), 32), then float32(value) / 100.
     let number = val.trim_end_matches('%');
-    let v: f32 = number.parse().map_err(|_| ThresholdError::Percent(signal, val.to_owned()))?;
-    if !v.is_finite() || number.chars().any(|c| c.is_ascii_alphabetic() && c != 'e' && c != 'E') {
+    let v: f32 = number
+        .parse()
+        .map_err(|_| ThresholdError::Percent(signal, val.to_owned()))?;
+    if !v.is_finite()
+        || number
+            .chars()
+            .any(|c| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
+    {
         return Err(ThresholdError::Percent(signal, val.to_owned()));
     }
     Ok(v / 100.0)
@@ -131,7 +143,10 @@ fn signal(name: &str) -> Result<Signal, ThresholdError> {
 }
 
 /// `parseThresholdStatement`: `None` for the silently ignored `0%` and `100%`.
-pub fn parse_threshold_statement(name: &str, val: &str) -> Result<Option<Threshold>, ThresholdError> {
+pub fn parse_threshold_statement(
+    name: &str,
+    val: &str,
+) -> Result<Option<Threshold>, ThresholdError> {
     let signal = signal(name)?;
     let value = if val.ends_with('%') {
         if val == "0%" || val == "100%" {
@@ -146,13 +161,19 @@ pub fn parse_threshold_statement(name: &str, val: &str) -> Result<Option<Thresho
         }
         ThresholdValue::Percentage(p)
     } else {
-        let q = Quantity::parse(val).map_err(|e| ThresholdError::Quantity(signal, val.to_owned(), e))?;
+        let q = Quantity::parse(val)
+            .map_err(|e| ThresholdError::Quantity(signal, val.to_owned(), e))?;
         if q.signum() <= 0 {
             return Err(ThresholdError::NotPositive(signal, q.to_string()));
         }
         ThresholdValue::Quantity(q)
     };
-    Ok(Some(Threshold { signal, value, grace_period: Duration::ZERO, min_reclaim: None }))
+    Ok(Some(Threshold {
+        signal,
+        value,
+        grace_period: Duration::ZERO,
+        min_reclaim: None,
+    }))
 }
 
 fn parse_min_reclaim(name: &str, val: &str) -> Result<(Signal, ThresholdValue), ThresholdError> {
@@ -164,7 +185,8 @@ fn parse_min_reclaim(name: &str, val: &str) -> Result<(Signal, ThresholdValue), 
         }
         return Ok((signal, ThresholdValue::Percentage(p)));
     }
-    let q = Quantity::parse(val).map_err(|e| ThresholdError::Quantity(signal, val.to_owned(), e))?;
+    let q =
+        Quantity::parse(val).map_err(|e| ThresholdError::Quantity(signal, val.to_owned(), e))?;
     if q.signum() < 0 {
         return Err(ThresholdError::NegativeMinReclaim(signal));
     }
@@ -173,11 +195,15 @@ fn parse_min_reclaim(name: &str, val: &str) -> Result<(Signal, ThresholdValue), 
 
 fn parse_grace_period(name: &str, val: &str) -> Result<(Signal, Duration), ThresholdError> {
     let signal = signal(name)?;
-    let d = duration::parse_signed(val).map_err(|e| ThresholdError::GracePeriod(signal, val.to_owned(), e.to_string()))?;
+    let d = duration::parse_signed(val)
+        .map_err(|e| ThresholdError::GracePeriod(signal, val.to_owned(), e.to_string()))?;
     if d < 0 {
         return Err(ThresholdError::NegativeGracePeriod(val.to_owned()));
     }
-    Ok((signal, Duration::from_nanos(u64::try_from(d).unwrap_or(u64::MAX))))
+    Ok((
+        signal,
+        Duration::from_nanos(u64::try_from(d).unwrap_or(u64::MAX)),
+    ))
 }
 
 /// `ParseThresholdConfig`: hard thresholds, then soft ones (each needs a grace period), minimum
@@ -210,7 +236,9 @@ pub fn parse_threshold_config(
         reclaims.insert(s, r);
     }
     for t in &mut softs {
-        t.grace_period = *grace.get(&t.signal).ok_or(ThresholdError::MissingGracePeriod(t.signal))?;
+        t.grace_period = *grace
+            .get(&t.signal)
+            .ok_or(ThresholdError::MissingGracePeriod(t.signal))?;
     }
     results.extend(softs);
     for t in &mut results {
@@ -220,7 +248,10 @@ pub fn parse_threshold_config(
         let copies: Vec<_> = results
             .iter()
             .filter(|t| t.signal == Signal::MemoryAvailable && t.is_hard())
-            .map(|t| Threshold { signal: Signal::AllocatableMemoryAvailable, ..t.clone() })
+            .map(|t| Threshold {
+                signal: Signal::AllocatableMemoryAvailable,
+                ..t.clone()
+            })
             .collect();
         results.extend(copies);
     }
@@ -248,7 +279,10 @@ mod tests {
     use crate::policy::eviction::Observation;
 
     fn m(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
     }
     fn q(s: &str) -> ThresholdValue {
         ThresholdValue::Quantity(Quantity::parse(s).unwrap())
@@ -259,7 +293,11 @@ mod tests {
         // After helpers_test.go TestParseThresholdConfig.
         let pods = vec!["pods".to_owned()];
         // no values
-        assert!(parse_threshold_config(&[], &m(&[]), &m(&[]), &m(&[]), &m(&[])).unwrap().is_empty());
+        assert!(
+            parse_threshold_config(&[], &m(&[]), &m(&[]), &m(&[]), &m(&[]))
+                .unwrap()
+                .is_empty()
+        );
         // all memory flag values
         let t = parse_threshold_config(
             &[],
@@ -275,7 +313,14 @@ mod tests {
         assert_eq!(t[0].min_reclaim, Some(q("0")));
         assert_eq!(t[1].grace_period, Duration::from_secs(30));
         // allocatable copy
-        let t = parse_threshold_config(&pods, &m(&[("memory.available", "150Mi")]), &m(&[]), &m(&[]), &m(&[])).unwrap();
+        let t = parse_threshold_config(
+            &pods,
+            &m(&[("memory.available", "150Mi")]),
+            &m(&[]),
+            &m(&[]),
+            &m(&[]),
+        )
+        .unwrap();
         assert_eq!(t.len(), 2);
         assert_eq!(t[1].signal, Signal::AllocatableMemoryAvailable);
         assert_eq!(t[1].value, q("150Mi"));
@@ -291,24 +336,73 @@ mod tests {
         assert_eq!(t[0].value, ThresholdValue::Percentage(0.1));
         assert_eq!(t[0].min_reclaim, Some(ThresholdValue::Percentage(0.05)));
         // 0% and 100% are ignored
-        let t = parse_threshold_config(&[], &m(&[("memory.available", "0%"), ("nodefs.available", "100%")]), &m(&[]), &m(&[]), &m(&[])).unwrap();
+        let t = parse_threshold_config(
+            &[],
+            &m(&[("memory.available", "0%"), ("nodefs.available", "100%")]),
+            &m(&[]),
+            &m(&[]),
+            &m(&[]),
+        )
+        .unwrap();
         assert!(t.is_empty());
         // errors
-        let err = |h: &[(&str, &str)], s: &[(&str, &str)], g: &[(&str, &str)], r: &[(&str, &str)]| {
-            parse_threshold_config(&[], &m(h), &m(s), &m(g), &m(r)).unwrap_err()
-        };
-        assert_eq!(err(&[("mem.available", "150Mi")], &[], &[], &[]), ThresholdError::UnsupportedSignal("mem.available".into()));
-        assert!(matches!(err(&[("memory.available", "-150Mi")], &[], &[], &[]), ThresholdError::NotPositive(..)));
-        assert!(matches!(err(&[("memory.available", "0")], &[], &[], &[]), ThresholdError::NotPositive(..)));
-        assert!(matches!(err(&[("memory.available", "-15%")], &[], &[], &[]), ThresholdError::PercentBelowZero(..)));
-        assert!(matches!(err(&[("memory.available", "115%")], &[], &[], &[]), ThresholdError::PercentAboveHundred(..)));
-        assert!(matches!(err(&[("memory.available", "NaN%")], &[], &[], &[]), ThresholdError::Percent(..)));
-        assert!(matches!(err(&[("memory.available", "1e30")], &[], &[], &[]), ThresholdError::Quantity(..)));
-        assert_eq!(err(&[], &[("memory.available", "150Mi")], &[], &[]), ThresholdError::MissingGracePeriod(Signal::MemoryAvailable));
-        assert!(matches!(err(&[], &[("memory.available", "150Mi")], &[("memory.available", "-30s")], &[]), ThresholdError::NegativeGracePeriod(..)));
-        assert!(matches!(err(&[], &[], &[], &[("memory.available", "-300Mi")]), ThresholdError::NegativeMinReclaim(..)));
-        assert!(matches!(err(&[], &[], &[], &[("memory.available", "-15%")]), ThresholdError::MinReclaimPercent(..)));
-        assert!(matches!(err(&[], &[], &[("memory.available", "abc")], &[]), ThresholdError::GracePeriod(..)));
+        let err =
+            |h: &[(&str, &str)], s: &[(&str, &str)], g: &[(&str, &str)], r: &[(&str, &str)]| {
+                parse_threshold_config(&[], &m(h), &m(s), &m(g), &m(r)).unwrap_err()
+            };
+        assert_eq!(
+            err(&[("mem.available", "150Mi")], &[], &[], &[]),
+            ThresholdError::UnsupportedSignal("mem.available".into())
+        );
+        assert!(matches!(
+            err(&[("memory.available", "-150Mi")], &[], &[], &[]),
+            ThresholdError::NotPositive(..)
+        ));
+        assert!(matches!(
+            err(&[("memory.available", "0")], &[], &[], &[]),
+            ThresholdError::NotPositive(..)
+        ));
+        assert!(matches!(
+            err(&[("memory.available", "-15%")], &[], &[], &[]),
+            ThresholdError::PercentBelowZero(..)
+        ));
+        assert!(matches!(
+            err(&[("memory.available", "115%")], &[], &[], &[]),
+            ThresholdError::PercentAboveHundred(..)
+        ));
+        assert!(matches!(
+            err(&[("memory.available", "NaN%")], &[], &[], &[]),
+            ThresholdError::Percent(..)
+        ));
+        assert!(matches!(
+            err(&[("memory.available", "1e30")], &[], &[], &[]),
+            ThresholdError::Quantity(..)
+        ));
+        assert_eq!(
+            err(&[], &[("memory.available", "150Mi")], &[], &[]),
+            ThresholdError::MissingGracePeriod(Signal::MemoryAvailable)
+        );
+        assert!(matches!(
+            err(
+                &[],
+                &[("memory.available", "150Mi")],
+                &[("memory.available", "-30s")],
+                &[]
+            ),
+            ThresholdError::NegativeGracePeriod(..)
+        ));
+        assert!(matches!(
+            err(&[], &[], &[], &[("memory.available", "-300Mi")]),
+            ThresholdError::NegativeMinReclaim(..)
+        ));
+        assert!(matches!(
+            err(&[], &[], &[], &[("memory.available", "-15%")]),
+            ThresholdError::MinReclaimPercent(..)
+        ));
+        assert!(matches!(
+            err(&[], &[], &[("memory.available", "abc")], &[]),
+            ThresholdError::GracePeriod(..)
+        ));
         assert_eq!(
             err(&[("memory.available", "-150Mi")], &[], &[], &[]).to_string(),
             "eviction threshold memory.available must be positive: -150Mi"
@@ -325,8 +419,15 @@ mod tests {
             min_reclaim: Some(q("500Mi")),
         };
         let obs = |avail: &str| -> Observations {
-            [(Signal::MemoryAvailable, Observation { available: Quantity::parse(avail).unwrap().value(), capacity: 3 << 30, time: None })]
-                .into()
+            [(
+                Signal::MemoryAvailable,
+                Observation {
+                    available: Quantity::parse(avail).unwrap().value(),
+                    capacity: 3 << 30,
+                    time: None,
+                },
+            )]
+            .into()
         };
         assert!(!t.is_met(&obs("2Gi"), false));
         assert!(t.is_met(&obs("500Mi"), false));
@@ -340,9 +441,25 @@ mod tests {
     fn percent_resolution() {
         // After helpers_test.go TestGetThresholdQuantity: float32 arithmetic, truncation.
         let p = |s: &str| parse_percentage(Signal::MemoryAvailable, s).unwrap();
-        assert_eq!(ThresholdValue::Percentage(p("50%")).resolve(1000).value(), 500);
-        assert_eq!(ThresholdValue::Percentage(p("10%")).resolve(1 << 30).value(), 107_374_184); // float32(0.1) * 2^30, truncated
-        assert_eq!(ThresholdValue::Percentage(p("10.5%")).resolve(100).value(), 10);
-        assert_eq!(ThresholdValue::Percentage(p("100%")).resolve(1 << 30).to_string(), "1Gi");
+        assert_eq!(
+            ThresholdValue::Percentage(p("50%")).resolve(1000).value(),
+            500
+        );
+        assert_eq!(
+            ThresholdValue::Percentage(p("10%"))
+                .resolve(1 << 30)
+                .value(),
+            107_374_184
+        ); // float32(0.1) * 2^30, truncated
+        assert_eq!(
+            ThresholdValue::Percentage(p("10.5%")).resolve(100).value(),
+            10
+        );
+        assert_eq!(
+            ThresholdValue::Percentage(p("100%"))
+                .resolve(1 << 30)
+                .to_string(),
+            "1Gi"
+        );
     }
 }

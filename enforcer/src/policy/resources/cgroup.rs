@@ -29,7 +29,9 @@ pub fn milli_cpu_to_shares(milli_cpu: i64) -> u64 {
         return MIN_SHARES;
     }
     let shares = i128::from(milli_cpu) * 1024 / 1000;
-    u64::try_from(shares).unwrap_or(MAX_SHARES).clamp(MIN_SHARES, MAX_SHARES)
+    u64::try_from(shares)
+        .unwrap_or(MAX_SHARES)
+        .clamp(MIN_SHARES, MAX_SHARES)
 }
 
 /// `MilliCPUToQuota`: `None` (unset) for 0 millicores, else at least 1000 us.
@@ -39,7 +41,11 @@ pub fn milli_cpu_to_quota(milli_cpu: i64, period_us: u64) -> Option<i64> {
         return None;
     }
     let quota = i128::from(milli_cpu) * i128::from(period_us) / 1000;
-    Some(i64::try_from(quota).unwrap_or(i64::MAX).max(MIN_QUOTA_PERIOD_US))
+    Some(
+        i64::try_from(quota)
+            .unwrap_or(i64::MAX)
+            .max(MIN_QUOTA_PERIOD_US),
+    )
 }
 
 /// `CpuSharesToCpuWeight` (cgroup v2 `cpu.weight`).
@@ -110,7 +116,6 @@ impl Default for CgroupOptions {
 }
 
 /// `ResourceConfigForPod` for the pod's own cgroup.
-#[must_use]
 pub fn pod_cgroup_values(pod: &Pod, opts: &CgroupOptions) -> PodCgroupValues {
     let reqs = pod_requests(pod);
     let mut cpu_limits_declared = true;
@@ -127,7 +132,10 @@ pub fn pod_cgroup_values(pod: &Pod, opts: &CgroupOptions) -> PodCgroupValues {
         if pl.get("cpu").is_some_and(|q| !super::lenient(q).is_zero()) {
             cpu_limits_declared = true;
         }
-        if pl.get("memory").is_some_and(|q| !super::lenient(q).is_zero()) {
+        if pl
+            .get("memory")
+            .is_some_and(|q| !super::lenient(q).is_zero())
+        {
             memory_limits_declared = true;
         }
     }
@@ -135,7 +143,11 @@ pub fn pod_cgroup_values(pod: &Pod, opts: &CgroupOptions) -> PodCgroupValues {
     let cpu_limits = limits.get("cpu").map_or(0, |q| q.milli_value());
     let memory_limits = limits.get("memory").map_or(0, |q| q.value());
     let shares = milli_cpu_to_shares(cpu_requests);
-    let quota = if opts.enforce_cpu_limits { milli_cpu_to_quota(cpu_limits, opts.cpu_period_us) } else { None };
+    let quota = if opts.enforce_cpu_limits {
+        milli_cpu_to_quota(cpu_limits, opts.cpu_period_us)
+    } else {
+        None
+    };
     let qos = qos::pod_qos(pod);
     let (cpu_shares, cpu_quota, cpu_period, memory) = match qos {
         QosClass::Guaranteed => (shares, quota, Some(opts.cpu_period_us), Some(memory_limits)),
@@ -147,8 +159,11 @@ pub fn pod_cgroup_values(pod: &Pod, opts: &CgroupOptions) -> PodCgroupValues {
         ),
         QosClass::BestEffort => (MIN_SHARES, None, None, None),
     };
-    let memory_min =
-        if opts.v2 && opts.memory_qos { reqs.get("memory").map(|q| q.value()).filter(|v| *v > 0) } else { None };
+    let memory_min = if opts.v2 && opts.memory_qos {
+        reqs.get("memory").map(|q| q.value()).filter(|v| *v > 0)
+    } else {
+        None
+    };
     PodCgroupValues {
         cpu_shares,
         cpu_weight: opts.v2.then(|| shares_to_weight(cpu_shares)),
@@ -180,8 +195,10 @@ pub struct ContainerCgroupValues {
 }
 
 /// `calculateLinuxResources` for one container, plus Memory QoS values when enabled.
-#[must_use]
-pub fn container_cgroup_values(container: &Container, opts: &CgroupOptions) -> ContainerCgroupValues {
+pub fn container_cgroup_values(
+    container: &Container,
+    opts: &CgroupOptions,
+) -> ContainerCgroupValues {
     let reqs = container_requests(container);
     let lims = container_limits(container);
     let cpu_limit = lims.get("cpu").map_or(0, |q| q.milli_value());
@@ -190,7 +207,11 @@ pub fn container_cgroup_values(container: &Container, opts: &CgroupOptions) -> C
         r => milli_cpu_to_shares(r.map_or(0, |q| q.milli_value())),
     };
     let memory_limit = lims.get("memory").map_or(0, |q| q.value());
-    let cpu_quota = if opts.enforce_cpu_limits { milli_cpu_to_quota(cpu_limit, opts.cpu_period_us) } else { None };
+    let cpu_quota = if opts.enforce_cpu_limits {
+        milli_cpu_to_quota(cpu_limit, opts.cpu_period_us)
+    } else {
+        None
+    };
     let (mut memory_min, mut memory_high) = (None, None);
     if opts.v2 && opts.memory_qos {
         let request = reqs.get("memory").map_or(0, |q| q.value());
@@ -198,10 +219,19 @@ pub fn container_cgroup_values(container: &Container, opts: &CgroupOptions) -> C
             memory_min = Some(request);
         }
         if request != memory_limit {
-            let base = if memory_limit != 0 { memory_limit } else { opts.allocatable_memory };
+            let base = if memory_limit != 0 {
+                memory_limit
+            } else {
+                opts.allocatable_memory
+            };
             if base > 0 {
-                #[expect(clippy::cast_precision_loss, clippy::cast_possible_truncation, reason = "kubelet computes memory.high in float64")]
-                let high = ((request as f64 + (base as f64 - request as f64) * opts.memory_throttling_factor)
+                #[expect(
+                    clippy::cast_precision_loss,
+                    clippy::cast_possible_truncation,
+                    reason = "kubelet computes memory.high in float64"
+                )]
+                let high = ((request as f64
+                    + (base as f64 - request as f64) * opts.memory_throttling_factor)
                     / PAGE_SIZE as f64)
                     .floor() as i64
                     * PAGE_SIZE;
@@ -246,10 +276,25 @@ mod tests {
     #[test]
     fn shares_quota_weight() {
         // After pkg/kubelet/cm/helpers_linux_test.go.
-        for (m, s) in [(0, 2), (1, 2), (2, 2), (100, 102), (1000, 1024), (500, 512), (300_000, 262_144)] {
+        for (m, s) in [
+            (0, 2),
+            (1, 2),
+            (2, 2),
+            (100, 102),
+            (1000, 1024),
+            (500, 512),
+            (300_000, 262_144),
+        ] {
             assert_eq!(milli_cpu_to_shares(m), s, "{m}");
         }
-        for (m, q) in [(0, None), (5, Some(1000)), (9, Some(1000)), (10, Some(1000)), (200, Some(20000)), (500, Some(50000))] {
+        for (m, q) in [
+            (0, None),
+            (5, Some(1000)),
+            (9, Some(1000)),
+            (10, Some(1000)),
+            (200, Some(20000)),
+            (500, Some(50000)),
+        ] {
             assert_eq!(milli_cpu_to_quota(m, QUOTA_PERIOD_US), q, "{m}");
         }
         assert_eq!(shares_to_weight(2), 1);
@@ -260,18 +305,39 @@ mod tests {
     #[test]
     fn pod_values_by_qos() {
         let opts = CgroupOptions::default();
-        let g = pod("g", vec![container("a", "cpu=1,memory=1Gi", "cpu=1,memory=1Gi")]);
+        let g = pod(
+            "g",
+            vec![container("a", "cpu=1,memory=1Gi", "cpu=1,memory=1Gi")],
+        );
         let v = pod_cgroup_values(&g, &opts);
-        assert_eq!((v.cpu_shares, v.cpu_quota_micros, v.memory_limit_bytes), (1024, Some(100_000), Some(1 << 30)));
-        let b = pod("b", vec![container("a", "memory=100Mi", "memory=1Gi"), container("b", "cpu=200m", "")]);
+        assert_eq!(
+            (v.cpu_shares, v.cpu_quota_micros, v.memory_limit_bytes),
+            (1024, Some(100_000), Some(1 << 30))
+        );
+        let b = pod(
+            "b",
+            vec![
+                container("a", "memory=100Mi", "memory=1Gi"),
+                container("b", "cpu=200m", ""),
+            ],
+        );
         let v = pod_cgroup_values(&b, &opts);
-        assert_eq!((v.cpu_shares, v.cpu_quota_micros, v.memory_limit_bytes), (204, None, None));
+        assert_eq!(
+            (v.cpu_shares, v.cpu_quota_micros, v.memory_limit_bytes),
+            (204, None, None)
+        );
         let be = pod("e", vec![container("a", "", "")]);
         assert_eq!(pod_cgroup_values(&be, &opts).cpu_shares, 2);
         assert_eq!(cgroup_parent_of(&b, "/"), "/kubepods/burstable/poduid-b");
         assert_eq!(cgroup_parent_of(&g, "/"), "/kubepods/poduid-g");
         let c = container("a", "memory=100Mi", "memory=1Gi");
-        let v = container_cgroup_values(&c, &CgroupOptions { memory_qos: true, ..opts });
+        let v = container_cgroup_values(
+            &c,
+            &CgroupOptions {
+                memory_qos: true,
+                ..opts
+            },
+        );
         assert_eq!(v.memory_min_bytes, Some(100 << 20));
         // floor((100Mi + 0.9 * (1Gi - 100Mi)) / 4096) * 4096
         assert_eq!(v.memory_high_bytes, Some(976_850_944));

@@ -1,0 +1,317 @@
+//! Observations of the node for the eviction manager: memory working sets from cgroup files
+//! (not MemAvailable), filesystems by statvfs, pids from the kernel's limits, and per-pod usage
+//! from the pod cgroups. Reading only; no decisions.
+
+use std::{
+    ffi::CString,
+    fs,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use crate::{
+    cgroup::{CgroupLayout, CgroupVersion, join_inside},
+    policy::eviction::{Observation, Observations, PodStats, Signal},
+};
+
+/// Errors of the node observer; each names the file it concerns.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {what}")]
+    Parse { path: PathBuf, what: String },
+    #[error("no memory controller is mounted")]
+    NoMemoryController,
+    #[error(transparent)]
+    Cgroup(#[from] crate::cgroup::CgroupError),
+}
+
+fn read(path: &Path) -> Result<String, NodeError> {
+    fs::read_to_string(path).map_err(|source| NodeError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn read_i64(path: &Path) -> Result<i64, NodeError> {
+    let text = read(path)?;
+    let t = text.trim();
+    if t == "max" {
+        return Ok(i64::MAX);
+    }
+    t.parse().map_err(|_| NodeError::Parse {
+        path: path.to_path_buf(),
+        what: format!("not a number: {t:?}"),
+    })
+}
+
+/// A value from a `memory.stat`-style `key value` file.
+#[must_use]
+pub fn stat_value(text: &str, key: &str) -> Option<i64> {
+    text.lines().find_map(|l| {
+        let mut f = l.split_whitespace();
+        (f.next() == Some(key))
+            .then(|| f.next().and_then(|v| v.parse().ok()))
+            .flatten()
+    })
+}
+
+/// Memory working set of a cgroup directory: usage - inactive_file, floored at 0 (kubelet's
+/// and cAdvisor's definition). v1: `memory.usage_in_bytes` and `total_inactive_file`; v2:
+/// `memory.current` and `inactive_file`.
+pub fn working_set(dir: &Path) -> Result<i64, NodeError> {
+    let v1 = dir.join("memory.usage_in_bytes");
+    let (usage, stat, key) = if v1.exists() {
+        (
+            read_i64(&v1)?,
+            read(&dir.join("memory.stat"))?,
+            "total_inactive_file",
+        )
+    } else {
+        (
+            read_i64(&dir.join("memory.current"))?,
+            read(&dir.join("memory.stat"))?,
+            "inactive_file",
+        )
+    };
+    let inactive = stat_value(&stat, key).unwrap_or(0);
+    Ok(usage.saturating_sub(inactive).max(0))
+}
+
+/// statvfs of a path: (available bytes, capacity bytes, free inodes, inode capacity).
+pub fn statvfs(path: &Path) -> Result<(i64, i64, i64, i64), NodeError> {
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| NodeError::Parse {
+        path: path.to_path_buf(),
+        what: "path contains NUL".into(),
+    })?;
+    // SAFETY: zeroed statvfs is a valid out-parameter; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(NodeError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    let frsize = i64::try_from(st.f_frsize).unwrap_or(4096);
+    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    Ok((
+        n(st.f_bavail).saturating_mul(frsize),
+        n(st.f_blocks).saturating_mul(frsize),
+        n(st.f_ffree),
+        n(st.f_files),
+    ))
+}
+
+/// MemTotal from /proc/meminfo, in bytes.
+pub fn machine_memory() -> Result<i64, NodeError> {
+    let path = Path::new("/proc/meminfo");
+    let text = read(path)?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| {
+            v.split_whitespace()
+                .next()
+                .and_then(|k| k.parse::<i64>().ok())
+        })
+        .map(|kib| kib * 1024)
+        .ok_or_else(|| NodeError::Parse {
+            path: path.to_path_buf(),
+            what: "no MemTotal".into(),
+        })
+}
+
+/// The pid limit and the number of processes (kubelet's `rlimit.Stats`).
+pub fn pids() -> Result<(i64, i64), NodeError> {
+    let pid_max = read_i64(Path::new("/proc/sys/kernel/pid_max"))?;
+    let threads_max = read_i64(Path::new("/proc/sys/kernel/threads-max"))?;
+    // SAFETY: zeroed sysinfo is a valid out-parameter.
+    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::sysinfo(&mut info) } != 0 {
+        return Err(NodeError::Io {
+            path: "sysinfo(2)".into(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok((pid_max.min(threads_max), i64::from(info.procs)))
+}
+
+/// Where the observer looks.
+#[derive(Clone, Debug)]
+pub struct NodeObserver {
+    pub layout: CgroupLayout,
+    /// cgroupRoot + `/kubepods`, relative to each hierarchy's root.
+    pub kubepods: String,
+    /// Machine memory, or the configured capacity override.
+    pub memory_capacity: i64,
+    /// Whether `memory_capacity` is an override: then memory.available is computed against the
+    /// kubepods cgroup instead of the root cgroup.
+    pub capacity_override: bool,
+    /// Allocatable memory (capacity - reservations), for allocatableMemory.available.
+    pub memory_allocatable: i64,
+    /// The kubelet root dir's filesystem (nodefs).
+    pub nodefs: PathBuf,
+    /// The runtime's image filesystem (imagefs), if observed.
+    pub imagefs: Option<PathBuf>,
+}
+
+impl NodeObserver {
+    fn memory_dir(&self, rel: &str) -> Result<PathBuf, NodeError> {
+        let (mount, _) = self
+            .layout
+            .controller("memory")
+            .ok_or(NodeError::NoMemoryController)?;
+        Ok(join_inside(mount, rel)?)
+    }
+
+    /// One round of observations at `now` (monotonic time of the caller's clock).
+    pub fn observe(&self, now: Duration) -> Result<Observations, NodeError> {
+        let mut obs = Observations::new();
+        let at = Some(now);
+        let kubepods_ws = working_set(&self.memory_dir(&self.kubepods)?).unwrap_or(0);
+        let node_ws = if self.capacity_override {
+            kubepods_ws
+        } else {
+            let (mount, version) = self
+                .layout
+                .controller("memory")
+                .ok_or(NodeError::NoMemoryController)?;
+            match version {
+                CgroupVersion::V1 => working_set(mount)?,
+                // The v2 root has no memory.current: use /proc/meminfo minus inactive file.
+                CgroupVersion::V2 => root_working_set_v2()?,
+            }
+        };
+        obs.insert(
+            Signal::MemoryAvailable,
+            Observation {
+                available: self.memory_capacity - node_ws,
+                capacity: self.memory_capacity,
+                time: at,
+            },
+        );
+        obs.insert(
+            Signal::AllocatableMemoryAvailable,
+            Observation {
+                available: self.memory_allocatable - kubepods_ws,
+                capacity: self.memory_allocatable,
+                time: at,
+            },
+        );
+        if let Ok((avail, cap, ifree, icap)) = statvfs(&self.nodefs) {
+            obs.insert(
+                Signal::NodeFsAvailable,
+                Observation {
+                    available: avail,
+                    capacity: cap,
+                    time: at,
+                },
+            );
+            obs.insert(
+                Signal::NodeFsInodesFree,
+                Observation {
+                    available: ifree,
+                    capacity: icap,
+                    time: at,
+                },
+            );
+        }
+        if let Some(imagefs) = &self.imagefs
+            && let Ok((avail, cap, ifree, icap)) = statvfs(imagefs)
+        {
+            obs.insert(
+                Signal::ImageFsAvailable,
+                Observation {
+                    available: avail,
+                    capacity: cap,
+                    time: at,
+                },
+            );
+            obs.insert(
+                Signal::ImageFsInodesFree,
+                Observation {
+                    available: ifree,
+                    capacity: icap,
+                    time: at,
+                },
+            );
+        }
+        let (max, procs) = pids()?;
+        obs.insert(
+            Signal::PidAvailable,
+            Observation {
+                available: max - procs,
+                capacity: max,
+                time: at,
+            },
+        );
+        Ok(obs)
+    }
+
+    /// Usage of one pod from its cgroup (`pod_rel`: the pod cgroup's path relative to the
+    /// hierarchy roots). `None` when the pod cgroup is gone (no stats).
+    #[must_use]
+    pub fn pod_stats(&self, pod_rel: &str) -> Option<PodStats> {
+        let mem_dir = self.memory_dir(pod_rel).ok()?;
+        let memory = working_set(&mem_dir).ok()?;
+        let processes = self
+            .layout
+            .controller("pids")
+            .and_then(|(m, _)| join_inside(m, pod_rel).ok())
+            .and_then(|d| read_i64(&d.join("pids.current")).ok());
+        Some(PodStats {
+            memory: Some(memory),
+            processes,
+            ..PodStats::default()
+        })
+    }
+}
+
+fn root_working_set_v2() -> Result<i64, NodeError> {
+    let path = Path::new("/proc/meminfo");
+    let text = read(path)?;
+    let kib = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| {
+                v.split_whitespace()
+                    .next()
+                    .and_then(|k| k.parse::<i64>().ok())
+            })
+            .unwrap_or(0)
+            * 1024
+    };
+    let used = kib("MemTotal:") - kib("MemFree:");
+    Ok((used - kib("Inactive(file):")).max(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_values() {
+        let text = "cache 10\ntotal_inactive_file 4096\ninactive_file 7\n";
+        assert_eq!(stat_value(text, "total_inactive_file"), Some(4096));
+        assert_eq!(stat_value(text, "inactive_file"), Some(7));
+        assert_eq!(stat_value(text, "missing"), None);
+        assert_eq!(stat_value("inactive_file x", "inactive_file"), None);
+    }
+
+    #[test]
+    fn host_readings_are_sane() {
+        let mem = machine_memory().expect("meminfo");
+        assert!(mem > 0);
+        let (max, procs) = pids().expect("pids");
+        assert!(max > procs && procs > 0);
+        let (avail, cap, _, icap) = statvfs(Path::new("/")).expect("statvfs /");
+        assert!(cap > 0 && avail <= cap && icap >= 0);
+        assert!(statvfs(Path::new("/no/such/dir")).is_err());
+    }
+}

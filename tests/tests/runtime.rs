@@ -1,0 +1,718 @@
+//! Black-box runtime tests: the enforcer's pod runtime against a private containerd (real
+//! runc containers, real cgroups under a test-owned cgroup root). Needs root, containerd, runc
+//! and busybox-static; fails loudly without them.
+
+use std::{
+    collections::HashMap,
+    path::{Path, PathBuf},
+    time::{Duration, Instant},
+};
+
+use enforcer::{
+    kernel::Capabilities,
+    runtime::{
+        ContainerRuntime as _, CriRuntime, NodeFacts, RunPodsOptions, StatusManager, run_pods_with,
+        status::{self, ContainerState, PodRecord, StatusFile},
+    },
+};
+use enforcer_tests::{containerd::Containerd, layout};
+use k8s_cri::v1 as cri;
+use tokio::{sync::oneshot, task::JoinHandle};
+
+const NODE: &str = "testnode";
+
+/// The enforcer's pod runtime, in process, against the fixture's containerd.
+struct Enforcer {
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+fn opts(cd: &Containerd) -> RunPodsOptions {
+    let layout = layout();
+    let caps = Capabilities::probe(&layout);
+    RunPodsOptions {
+        cri_socket: cd.socket.clone(),
+        cri_timeout: Duration::from_secs(5),
+        cgroup_root: cd.cgroup_root.clone(),
+        layout,
+        manifest_dir: manifests(cd),
+        state_dir: state(cd),
+        node_name: NODE.to_owned(),
+        node: NodeFacts {
+            memory_capacity: enforcer::runtime::memory_capacity(),
+            cap_sys_resource: caps.cap_sys_resource,
+        },
+        poll: Duration::from_millis(200),
+        relist: Duration::from_millis(200),
+        resync: Duration::from_secs(2),
+    }
+}
+
+fn manifests(cd: &Containerd) -> PathBuf {
+    cd.dir.join("manifests")
+}
+
+fn state(cd: &Containerd) -> PathBuf {
+    cd.dir.join("enforcer-state")
+}
+
+impl Enforcer {
+    fn start(cd: &Containerd) -> Self {
+        std::fs::create_dir_all(manifests(cd)).expect("manifest dir");
+        let (tx, rx) = oneshot::channel();
+        let rt = std::sync::Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(5)));
+        let o = opts(cd);
+        let task = tokio::spawn(async move {
+            run_pods_with(rt, o, StatusManager::default(), async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("run_pods");
+        });
+        Self {
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    async fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(60), t)
+                .await
+                .expect("enforcer stops within 60 s")
+                .expect("enforcer task");
+        }
+    }
+}
+
+fn write_manifest(cd: &Containerd, file: &str, text: &str) {
+    let dir = manifests(cd);
+    let tmp = dir.join(format!(".{file}.tmp"));
+    std::fs::write(&tmp, text).expect("write manifest");
+    std::fs::rename(&tmp, dir.join(file)).expect("rename manifest");
+}
+
+fn read_status(cd: &Containerd) -> StatusFile {
+    status::read(&state(cd)).unwrap_or_default()
+}
+
+async fn wait_status(
+    cd: &Containerd,
+    timeout: Duration,
+    what: &str,
+    mut pred: impl FnMut(&StatusFile) -> bool,
+) -> StatusFile {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let s = read_status(cd);
+        if pred(&s) {
+            return s;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "no {what} within {timeout:?}; last status:\n{}\ncontainerd log tail:\n{}",
+                serde_json::to_string_pretty(&s).unwrap_or_default(),
+                cd.log()
+                    .lines()
+                    .rev()
+                    .take(20)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn pod<'a>(s: &'a StatusFile, uid: &str) -> Option<&'a PodRecord> {
+    s.pods.iter().find(|p| p.uid == uid)
+}
+
+fn running(s: &StatusFile, uid: &str) -> bool {
+    pod(s, uid).is_some_and(|p| {
+        p.phase == "Running"
+            && p.container_statuses
+                .iter()
+                .all(|c| matches!(c.state, ContainerState::Running { .. }))
+    })
+}
+
+fn container_id(s: &StatusFile, uid: &str, name: &str) -> String {
+    pod(s, uid)
+        .and_then(|p| p.container_statuses.iter().find(|c| c.name == name))
+        .map(|c| c.container_id.clone())
+        .unwrap_or_default()
+}
+
+async fn cri_for(cd: &Containerd, uid: &str) -> (Vec<cri::PodSandbox>, Vec<cri::Container>) {
+    let rt = CriRuntime::new(&cd.socket, Duration::from_secs(5));
+    let sel = HashMap::from([("io.kubernetes.pod.uid".to_owned(), uid.to_owned())]);
+    let s = rt
+        .list_pod_sandboxes(cri::PodSandboxFilter {
+            label_selector: sel.clone(),
+            ..Default::default()
+        })
+        .await
+        .expect("list sandboxes");
+    let c = rt
+        .list_containers(cri::ContainerFilter {
+            label_selector: sel,
+            ..Default::default()
+        })
+        .await
+        .expect("list containers");
+    (s, c)
+}
+
+fn pod_yaml(name: &str, uid: &str, extra_spec: &str, containers: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  uid: {uid}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 2\n{extra_spec}  containers:\n{containers}"
+    )
+}
+
+fn sleeper(name: &str, arg: &str) -> String {
+    format!(
+        "  - name: {name}\n    image: busybox:local\n    command: [/bin/sleep]\n    args: ['{arg}']\n"
+    )
+}
+
+async fn finish(mut e: Enforcer, mut cd: Containerd) {
+    e.stop().await;
+    cd.remove_all_pods().await;
+    cd.teardown();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manifest_runs_edit_restarts_changed_removal_cleans_up() {
+    let cd = Containerd::start("rt-life");
+    let e = Enforcer::start(&cd);
+    let uid = "life-1";
+    let two = format!("{}{}", sleeper("a", "3600"), sleeper("b", "3600"));
+    write_manifest(&cd, "life.yaml", &pod_yaml("life", uid, "", &two));
+    let s = wait_status(&cd, Duration::from_secs(30), "running pod", |s| {
+        running(s, uid)
+    })
+    .await;
+    let p = pod(&s, uid).expect("pod");
+    assert_eq!(p.name, format!("life-{NODE}"));
+    assert_eq!(p.qos_class, "BestEffort");
+    let (a0, b0) = (container_id(&s, uid, "a"), container_id(&s, uid, "b"));
+    // Labels as kubelet writes them, readable by crictl.
+    let (sandboxes, containers) = cri_for(&cd, uid).await;
+    assert_eq!(sandboxes.len(), 1);
+    let l = &sandboxes[0].labels;
+    assert_eq!(
+        l.get("io.kubernetes.pod.name").map(String::as_str),
+        Some(p.name.as_str())
+    );
+    assert_eq!(
+        l.get("io.kubernetes.pod.namespace").map(String::as_str),
+        Some("default")
+    );
+    assert_eq!(containers.len(), 2);
+    assert!(
+        containers
+            .iter()
+            .all(|c| c.labels.contains_key("io.kubernetes.container.name"))
+    );
+    // The pod cgroup exists below the test's cgroup root, and the container cgroups below it.
+    let cgroups = cd.pod_cgroups();
+    assert!(
+        cgroups
+            .iter()
+            .any(|c| c.ends_with(format!("kubepods/besteffort/pod{uid}"))),
+        "{cgroups:?}"
+    );
+    let memory_pod = PathBuf::from("/sys/fs/cgroup/memory")
+        .join(cd.cgroup_root.trim_start_matches('/'))
+        .join(format!("kubepods/besteffort/pod{uid}"));
+    if memory_pod.parent().is_some_and(Path::exists) {
+        let cid = a0.trim_start_matches("containerd://");
+        assert!(
+            memory_pod.join(cid).is_dir(),
+            "{} has no {cid}",
+            memory_pod.display()
+        );
+    }
+
+    // Edit: only b changes, only b restarts.
+    let two = format!("{}{}", sleeper("a", "3600"), sleeper("b", "7200"));
+    write_manifest(&cd, "life.yaml", &pod_yaml("life", uid, "", &two));
+    let s = wait_status(&cd, Duration::from_secs(30), "b restarted", |s| {
+        running(s, uid) && !container_id(s, uid, "b").is_empty() && container_id(s, uid, "b") != b0
+    })
+    .await;
+    assert_eq!(container_id(&s, uid, "a"), a0, "a must not restart");
+
+    // Removal: stopped, removed, cgroup gone.
+    std::fs::remove_file(manifests(&cd).join("life.yaml")).expect("rm");
+    wait_status(&cd, Duration::from_secs(30), "pod gone", |s| {
+        pod(s, uid).is_none()
+    })
+    .await;
+    let (sandboxes, containers) = cri_for(&cd, uid).await;
+    assert!(
+        sandboxes.is_empty() && containers.is_empty(),
+        "{sandboxes:?} {containers:?}"
+    );
+    let left = cd.pod_cgroups();
+    assert!(left.is_empty(), "pod cgroups left: {left:?}");
+    finish(e, cd).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_containers_in_order_and_failing_init_fails_the_pod() {
+    let cd = Containerd::start("rt-init");
+    let e = Enforcer::start(&cd);
+    let init = "  initContainers:\n  - {name: i1, image: 'busybox:local', command: [sleep, '1']}\n  - {name: i2, image: 'busybox:local', command: [sleep, '1']}\n";
+    write_manifest(
+        &cd,
+        "init.yaml",
+        &pod_yaml("init", "init-1", init, &sleeper("app", "3600")),
+    );
+    let bad = "  restartPolicy: Never\n  initContainers:\n  - {name: boom, image: 'busybox:local', command: [sh, -c, 'exit 7']}\n";
+    write_manifest(
+        &cd,
+        "bad.yaml",
+        &pod_yaml("bad", "init-2", bad, &sleeper("app", "3600")),
+    );
+    let s = wait_status(
+        &cd,
+        Duration::from_secs(40),
+        "init pod running, bad pod failed",
+        |s| running(s, "init-1") && pod(s, "init-2").is_some_and(|p| p.phase == "Failed"),
+    )
+    .await;
+    let ok = pod(&s, "init-1").expect("pod");
+    assert!(
+        ok.init_container_statuses
+            .iter()
+            .all(|c| matches!(c.state, ContainerState::Terminated { exit_code: 0, .. }))
+    );
+    // Order from the runtime's own timestamps: i1 finished before i2 started, i2 before app.
+    let rt = CriRuntime::new(&cd.socket, Duration::from_secs(5));
+    let (_, containers) = cri_for(&cd, "init-1").await;
+    let mut times = HashMap::new();
+    for c in &containers {
+        let st = rt.container_status(&c.id).await.expect("status");
+        let name = c
+            .labels
+            .get("io.kubernetes.container.name")
+            .cloned()
+            .unwrap_or_default();
+        times.insert(name, (st.started_at, st.finished_at));
+    }
+    let (i1, i2, app) = (times["i1"], times["i2"], times["app"]);
+    assert!(i1.1 <= i2.0 && i2.1 <= app.0, "{times:?}");
+    let bad = pod(&s, "init-2").expect("bad pod");
+    assert!(
+        matches!(
+            bad.init_container_statuses[0].state,
+            ContainerState::Terminated { exit_code: 7, .. }
+        ),
+        "{bad:?}"
+    );
+    let (_, containers) = cri_for(&cd, "init-2").await;
+    assert!(
+        containers.iter().all(|c| c
+            .labels
+            .get("io.kubernetes.container.name")
+            .map(String::as_str)
+            != Some("app")),
+        "the app container of a pod whose init failed must never be created"
+    );
+    finish(e, cd).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_backoff_grows_and_never_does_not_restart() {
+    let cd = Containerd::start("rt-crash");
+    let e = Enforcer::start(&cd);
+    let crash = "  - {name: crash, image: 'busybox:local', command: [sh, -c, 'exit 3']}\n";
+    write_manifest(&cd, "crash.yaml", &pod_yaml("crash", "crash-1", "", crash));
+    write_manifest(
+        &cd,
+        "once.yaml",
+        &pod_yaml("once", "crash-2", "  restartPolicy: Never\n", crash),
+    );
+    let restarts = |s: &StatusFile, uid: &str| {
+        pod(s, uid)
+            .and_then(|p| p.container_statuses.first())
+            .map_or(0, |c| c.restart_count)
+    };
+    wait_status(&cd, Duration::from_secs(30), "first restart", |s| {
+        restarts(s, "crash-1") >= 1
+    })
+    .await;
+    let t1 = Instant::now();
+    let s = wait_status(&cd, Duration::from_secs(30), "CrashLoopBackOff", |s| {
+        pod(s, "crash-1")
+            .and_then(|p| p.container_statuses.first())
+            .is_some_and(|c| matches!(&c.state, ContainerState::Waiting { reason, .. } if reason == "CrashLoopBackOff"))
+    })
+    .await;
+    let c = &pod(&s, "crash-1").expect("pod").container_statuses[0];
+    assert!(
+        matches!(&c.last_state, Some(ContainerState::Terminated { exit_code: 3, reason, .. }) if reason == "Error"),
+        "{c:?}"
+    );
+    wait_status(&cd, Duration::from_secs(30), "second restart", |s| {
+        restarts(s, "crash-1") >= 2
+    })
+    .await;
+    let gap = t1.elapsed();
+    assert!(
+        gap >= Duration::from_secs(9),
+        "second restart after {gap:?}, want the 10 s backoff"
+    );
+    let s = read_status(&cd);
+    let once = pod(&s, "crash-2").expect("never pod");
+    assert_eq!(once.phase, "Failed");
+    assert_eq!(restarts(&s, "crash-2"), 0);
+    finish(e, cd).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_the_memory_limit_is_oom_killed() {
+    let cd = Containerd::start("rt-oom");
+    let e = Enforcer::start(&cd);
+    let hog = "  - name: hog\n    image: busybox:local\n    command: [dd, if=/dev/zero, of=/dev/null, bs=96M, count=1]\n    resources: {limits: {memory: 32Mi}}\n";
+    write_manifest(
+        &cd,
+        "oom.yaml",
+        &pod_yaml("oom", "oom-1", "  restartPolicy: Never\n", hog),
+    );
+    let s = wait_status(&cd, Duration::from_secs(30), "OOMKilled", |s| {
+        pod(s, "oom-1").and_then(|p| p.container_statuses.first()).is_some_and(|c| {
+            matches!(&c.state, ContainerState::Terminated { reason, .. } if reason == "OOMKilled")
+        })
+    })
+    .await;
+    let p = pod(&s, "oom-1").expect("pod");
+    assert_eq!(p.qos_class, "Burstable");
+    assert!(
+        matches!(
+            p.container_statuses[0].state,
+            ContainerState::Terminated { exit_code: 137, .. }
+        ),
+        "{p:?}"
+    );
+    assert_eq!(p.phase, "Failed");
+    finish(e, cd).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_sends_sigterm_then_sigkill_after_the_grace_period() {
+    let cd = Containerd::start("rt-grace");
+    let e = Enforcer::start(&cd);
+    let stubborn = "  - {name: stubborn, image: 'busybox:local', command: [sh, -c, 'trap \"\" TERM; while true; do sleep 0.2; done']}\n";
+    let polite = "  - {name: polite, image: 'busybox:local', command: [sh, -c, 'trap \"exit 0\" TERM; while true; do sleep 0.2; done']}\n";
+    let grace = "  terminationGracePeriodSeconds: 4\n";
+    let y = |name: &str, uid: &str, c: &str| {
+        pod_yaml(name, uid, grace, c).replace("  terminationGracePeriodSeconds: 2\n", "")
+    };
+    write_manifest(&cd, "stubborn.yaml", &y("stubborn", "grace-1", stubborn));
+    write_manifest(&cd, "polite.yaml", &y("polite", "grace-2", polite));
+    wait_status(&cd, Duration::from_secs(30), "both running", |s| {
+        running(s, "grace-1") && running(s, "grace-2")
+    })
+    .await;
+    let t = Instant::now();
+    std::fs::remove_file(manifests(&cd).join("polite.yaml")).expect("rm");
+    wait_status(&cd, Duration::from_secs(30), "polite gone", |s| {
+        pod(s, "grace-2").is_none()
+    })
+    .await;
+    let polite_took = t.elapsed();
+    let t = Instant::now();
+    std::fs::remove_file(manifests(&cd).join("stubborn.yaml")).expect("rm");
+    wait_status(&cd, Duration::from_secs(30), "stubborn gone", |s| {
+        pod(s, "grace-1").is_none()
+    })
+    .await;
+    let stubborn_took = t.elapsed();
+    assert!(
+        polite_took < Duration::from_secs(3),
+        "SIGTERM handled, yet the kill took {polite_took:?}"
+    );
+    assert!(
+        stubborn_took >= Duration::from_secs(4) && stubborn_took < Duration::from_secs(12),
+        "SIGTERM ignored: SIGKILL must come after the 4 s grace period, took {stubborn_took:?}"
+    );
+    assert!(cd.pod_cgroups().is_empty());
+    finish(e, cd).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_restart_reconnects_and_loses_no_pod() {
+    let mut cd = Containerd::start("rt-crestart");
+    let e = Enforcer::start(&cd);
+    write_manifest(
+        &cd,
+        "one.yaml",
+        &pod_yaml("one", "cr-1", "", &sleeper("c", "3600")),
+    );
+    let s = wait_status(&cd, Duration::from_secs(30), "running", |s| {
+        running(s, "cr-1")
+    })
+    .await;
+    let c0 = container_id(&s, "cr-1", "c");
+    cd.stop();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A pod added while containerd is down starts once it is back.
+    write_manifest(
+        &cd,
+        "two.yaml",
+        &pod_yaml("two", "cr-2", "", &sleeper("c", "3600")),
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cd.launch();
+    let s = wait_status(&cd, Duration::from_secs(40), "both running", |s| {
+        running(s, "cr-1") && running(s, "cr-2")
+    })
+    .await;
+    assert_eq!(
+        container_id(&s, "cr-1", "c"),
+        c0,
+        "the pod must survive, not restart"
+    );
+    let p = pod(&s, "cr-1").expect("pod");
+    assert_eq!(p.container_statuses[0].restart_count, 0);
+    let (sandboxes, _) = cri_for(&cd, "cr-1").await;
+    assert_eq!(sandboxes.len(), 1);
+    finish(e, cd).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enforcer_restart_adopts_runs_nothing_twice_and_cleans_deleted_pods() {
+    let cd = Containerd::start("rt-erestart");
+    let mut e = Enforcer::start(&cd);
+    write_manifest(
+        &cd,
+        "keep.yaml",
+        &pod_yaml("keep", "er-1", "", &sleeper("c", "3600")),
+    );
+    write_manifest(
+        &cd,
+        "gone.yaml",
+        &pod_yaml("gone", "er-2", "", &sleeper("c", "3600")),
+    );
+    let s = wait_status(&cd, Duration::from_secs(30), "running", |s| {
+        running(s, "er-1") && running(s, "er-2")
+    })
+    .await;
+    let c0 = container_id(&s, "er-1", "c");
+    e.stop().await;
+    std::fs::remove_file(manifests(&cd).join("gone.yaml")).expect("rm");
+    let e = Enforcer::start(&cd);
+    let s = wait_status(
+        &cd,
+        Duration::from_secs(40),
+        "adopted, deleted pod removed",
+        |s| running(s, "er-1") && pod(s, "er-2").is_none(),
+    )
+    .await;
+    assert_eq!(container_id(&s, "er-1", "c"), c0, "adopted, not restarted");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (sandboxes, containers) = cri_for(&cd, "er-1").await;
+    assert_eq!(
+        (sandboxes.len(), containers.len()),
+        (1, 1),
+        "nothing runs twice"
+    );
+    let gone_deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (s2, c2) = cri_for(&cd, "er-2").await;
+        let cg = cd.pod_cgroups();
+        if s2.is_empty() && c2.is_empty() && !cg.iter().any(|p| p.ends_with("poder-2")) {
+            break;
+        }
+        assert!(
+            Instant::now() < gone_deadline,
+            "deleted pod left: {s2:?} {c2:?} {cg:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    finish(e, cd).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_manifests_are_rejected_clearly_and_affect_no_other_pod() {
+    let cd = Containerd::start("rt-bad");
+    let e = Enforcer::start(&cd);
+    write_manifest(
+        &cd,
+        "good.yaml",
+        &pod_yaml("good", "bad-0", "", &sleeper("c", "3600")),
+    );
+    wait_status(&cd, Duration::from_secs(30), "good pod", |s| {
+        running(s, "bad-0")
+    })
+    .await;
+    let good = pod_yaml("x", "bad-1", "", &sleeper("c", "3600"));
+    let cases: Vec<(&str, String, &str)> = vec![
+        ("yaml.yaml", "kind: [Pod\n".to_owned(), "invalid YAML"),
+        (
+            "types.yaml",
+            good.replace("hostNetwork: true", "hostNetwork: maybe"),
+            "spec.hostNetwork",
+        ),
+        (
+            "nocontainers.yaml",
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: n, uid: bad-2}\nspec: {containers: []}\n"
+                .to_owned(),
+            "at least one container",
+        ),
+        (
+            "slash.yaml",
+            good.replace("name: x", "name: a/b"),
+            "metadata.name",
+        ),
+        (
+            "dots.yaml",
+            good.replace("name: x", "name: '..'"),
+            "metadata.name",
+        ),
+        (
+            "uid.yaml",
+            good.replace("uid: bad-1", "uid: ../../../etc"),
+            "metadata.uid",
+        ),
+        (
+            "big.yaml",
+            format!("{good}# {}\n", "x".repeat(10 << 20)),
+            "byte limit",
+        ),
+        (
+            "dup.yaml",
+            good.replace("uid: bad-1", "uid: bad-0"),
+            "already used by",
+        ),
+    ];
+    for (file, text, _) in &cases {
+        write_manifest(&cd, file, text);
+    }
+    let s = wait_status(&cd, Duration::from_secs(20), "all rejections", |s| {
+        s.rejected.len() == cases.len()
+    })
+    .await;
+    for (file, _, want) in &cases {
+        let r = s
+            .rejected
+            .iter()
+            .find(|r| r.file.ends_with(file))
+            .expect("rejection");
+        assert!(
+            r.message.contains(file) && r.message.contains(want),
+            "{file}: {}",
+            r.message
+        );
+    }
+    let s = read_status(&cd);
+    assert_eq!(s.pods.len(), 1, "only the good pod: {:?}", s.pods);
+    assert!(running(&s, "bad-0"));
+    let cgroups = cd.pod_cgroups();
+    assert_eq!(
+        cgroups.iter().filter(|p| p.ends_with("podbad-0")).count(),
+        cgroups.len(),
+        "{cgroups:?}"
+    );
+    // `enforcer pods` shows them.
+    let table = status::render(&s, false);
+    assert!(
+        table.contains("good-testnode") && table.contains("rejected"),
+        "{table}"
+    );
+    finish(e, cd).await;
+}
+
+/// Pods per second, 20 pods started and stopped through direct CRI calls and through the
+/// enforcer (run with `--ignored --nocapture`; `cargo xtask bench pods` is the full benchmark).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run explicitly"]
+async fn bench_pods_direct_cri_vs_enforcer() {
+    use enforcer::runtime::spec;
+    const N: usize = 20;
+    let cd = Containerd::start("rt-bench");
+    let rt = CriRuntime::new(&cd.socket, Duration::from_secs(10));
+    let image = rt
+        .image_status("busybox:local")
+        .await
+        .expect("image status")
+        .expect("image present")
+        .id;
+    let layout = layout();
+    let cgroups = enforcer::runtime::podcgroup::PodCgroups::new(&cd.cgroup_root, layout);
+    let t = Instant::now();
+    let mut ids = Vec::new();
+    for i in 0..N {
+        let uid = format!("direct-{i}");
+        let text = pod_yaml(&format!("d{i}"), &uid, "", &sleeper("c", "3600"));
+        let pod = enforcer::runtime::source::parse_manifest(Path::new("/bench.yaml"), &text, "")
+            .expect("bench manifest")
+            .remove(0);
+        let cg = cgroups
+            .ensure(&uid, spec::Qos::BestEffort, Default::default())
+            .expect("cgroup");
+        let sb = spec::sandbox_config(&pod, 0, &cg, "");
+        let sid = rt.run_pod_sandbox(sb.clone()).await.expect("sandbox");
+        let c = &pod.spec.as_ref().expect("spec").containers[0];
+        let mut cc = spec::container_config(
+            &pod,
+            c,
+            spec::ContainerKind::Regular,
+            0,
+            &image,
+            NodeFacts {
+                memory_capacity: 1 << 30,
+                cap_sys_resource: false,
+            },
+        );
+        cc.log_path.clear();
+        let cid = rt.create_container(&sid, cc, sb).await.expect("create");
+        rt.start_container(&cid).await.expect("start");
+        ids.push((uid, sid));
+    }
+    for (uid, sid) in &ids {
+        rt.stop_pod_sandbox(sid).await.expect("stop");
+        rt.remove_pod_sandbox(sid).await.expect("remove");
+        cgroups.remove(uid).await.expect("cgroup rm");
+    }
+    let direct = t.elapsed();
+
+    let e = Enforcer::start(&cd);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t = Instant::now();
+    for i in 0..N {
+        let text = pod_yaml(
+            &format!("e{i}"),
+            &format!("enf-{i}"),
+            "",
+            &sleeper("c", "3600"),
+        );
+        write_manifest(&cd, &format!("e{i}.yaml"), &text);
+    }
+    wait_status(&cd, Duration::from_secs(120), "all running", |s| {
+        (0..N).all(|i| running(s, &format!("enf-{i}")))
+    })
+    .await;
+    for i in 0..N {
+        std::fs::remove_file(manifests(&cd).join(format!("e{i}.yaml"))).expect("rm");
+    }
+    wait_status(&cd, Duration::from_secs(120), "all gone", |s| {
+        s.pods.is_empty()
+    })
+    .await;
+    let via = t.elapsed();
+    let pps = |d: Duration| N as f64 / d.as_secs_f64();
+    println!(
+        "pods: {N}; direct CRI (sequential): {:.2} pods/s ({direct:?}); via enforcer: {:.2} pods/s ({via:?}); ratio {:.2}",
+        pps(direct),
+        pps(via),
+        via.as_secs_f64() / direct.as_secs_f64()
+    );
+    finish(e, cd).await;
+}
