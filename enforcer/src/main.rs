@@ -1,6 +1,6 @@
 //! The `enforcer` command line.
 
-use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
+use std::{path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -50,6 +50,8 @@ enum Command {
     Config(ConfigCommand),
     /// The pods the daemon runs (from its state directory): a table, or `-o json`.
     Pods(enforcer::runtime::status::PodsArgs),
+    /// A private containerd with the local busybox image (standalone runs, `cargo xtask run`).
+    LocalContainerd(enforcer::runtime::local::LocalArgs),
 }
 
 #[derive(Subcommand)]
@@ -83,11 +85,19 @@ impl SourceArgs {
 
 #[derive(clap::Args)]
 struct RunArgs {
+    /// Configuration: `--config FILE` (a KubeletConfiguration) and kubelet-style flags.
     #[command(flatten)]
-    source: SourceArgs,
-    /// Address of the metrics / health endpoint.
-    #[arg(long, default_value = "127.0.0.1:10255")]
-    http_address: SocketAddr,
+    config: enforcer::config::ConfigArgs,
+    /// Extra memory cgroup directories the fallback signal sources watch.
+    #[arg(long = "watch")]
+    watches: Vec<PathBuf>,
+    /// Do not run pods: signals and eviction decisions only.
+    #[arg(long)]
+    no_pods: bool,
+    /// Treat manifest-directory pods as kubelet static pods (critical: always admitted, never
+    /// evicted), as kubelet does.
+    #[arg(long)]
+    static_pods: bool,
 }
 
 #[derive(clap::Args)]
@@ -122,6 +132,7 @@ fn main() -> ExitCode {
         Command::Signals(args) => signals(args),
         Command::Probe => probe(),
         Command::Pods(args) => return enforcer::runtime::status::pods_main(&args),
+        Command::LocalContainerd(args) => return enforcer::runtime::local::local_main(&args),
         Command::Simulate { scenario } => return print_lines(enforcer::cli::simulate(&scenario)),
         Command::Explain(args) => return print_lines(enforcer::cli::explain(&args)),
         Command::Config(ConfigCommand::Check(args)) => {
@@ -184,11 +195,22 @@ async fn shutdown_signal() {
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
+    let loaded = match enforcer::config::load(&args.config) {
+        Ok(l) => l,
+        Err(e) => {
+            // An invalid configuration is the operator's input: a clear message, exit 2.
+            eprintln!("enforcer: {e}");
+            std::process::exit(2);
+        }
+    };
+    for w in &loaded.warnings {
+        tracing::warn!("configuration: {w}");
+    }
     let opts = enforcer::daemon::DaemonOptions {
-        source: args.source.choice(),
-        watches: args.source.watches.clone(),
-        http_address: args.http_address,
-        poll_interval: Duration::from_millis(args.source.poll_interval_ms),
+        config: loaded.config,
+        watches: args.watches,
+        run_pods: !args.no_pods,
+        static_pods: args.static_pods,
     };
     runtime()?.block_on(enforcer::daemon::run(opts, shutdown_signal()))?;
     Ok(())

@@ -311,11 +311,10 @@ fn parse(input: &str) -> Result<Quantity, QuantityError> {
     // Significant digits and the power of ten of the last one.
     let int_trim = int_part.trim_start_matches('0');
     let frac_trim = frac_part.trim_end_matches('0');
-    let digits: Vec<u8> = int_trim
-        .bytes()
-        .chain(frac_trim.bytes())
-        .map(|b| b - b'0')
-        .collect();
+    let digits = Digits {
+        int: int_trim.as_bytes(),
+        frac: frac_trim.as_bytes(),
+    };
     // value = D * 10^(-frac_len), D = the digits as an integer.
     let frac_len =
         i64::try_from(frac_trim.len()).map_err(|_| QuantityError::Format(input.to_owned()))?;
@@ -347,19 +346,42 @@ fn parse(input: &str) -> Result<Quantity, QuantityError> {
     Ok(Quantity { nanos, format })
 }
 
+/// The significant digits of a number: integer part then fraction, without copying.
+struct Digits<'a> {
+    int: &'a [u8],
+    frac: &'a [u8],
+}
+
+impl Digits<'_> {
+    fn len(&self) -> usize {
+        self.int.len() + self.frac.len()
+    }
+    fn get(&self, i: usize) -> u8 {
+        let b = if i < self.int.len() {
+            self.int[i]
+        } else {
+            self.frac[i - self.int.len()]
+        };
+        b - b'0'
+    }
+}
+
 /// `D * 10^shift` in nano-units, rounding up what falls below one nano-unit. None on overflow.
-fn decimal_nanos(digits: &[u8], shift: i64) -> Option<i128> {
-    if digits.is_empty() {
+fn decimal_nanos(digits: &Digits<'_>, shift: i64) -> Option<i128> {
+    let n = digits.len();
+    if n == 0 {
         return Some(0);
     }
-    let len = i64::try_from(digits.len()).ok()?;
+    let len = i64::try_from(n).ok()?;
     // Digit i has the power (len - 1 - i) + shift: keep those with a power >= 0.
     let keep = usize::try_from((len.checked_add(shift)?).clamp(0, len)).ok()?;
     let mut value: i128 = 0;
-    for &digit in &digits[..keep] {
-        value = value.checked_mul(10)?.checked_add(i128::from(digit))?;
+    for i in 0..keep {
+        value = value
+            .checked_mul(10)?
+            .checked_add(i128::from(digits.get(i)))?;
     }
-    let sticky = digits[keep..].iter().any(|&d| d != 0);
+    let sticky = (keep..n).any(|i| digits.get(i) != 0);
     let remaining = len - i64::try_from(keep).ok()? + shift;
     let value = if remaining > 0 {
         apply_shift(value, remaining)?

@@ -9,11 +9,14 @@
 //! - [`podcgroup`]: pod cgroups below the cgroup root.
 //! - [`status`]: the status manager, `pods.json`, `enforcer pods`.
 //! - [`image`]: the local busybox OCI image (tests, `cargo xtask run`).
+//! - [`local`]: a private containerd with that image (`enforcer local-containerd`, tests).
 
 pub mod backoff;
 pub mod cri;
 pub mod fake;
 pub mod image;
+pub mod link;
+pub mod local;
 pub mod podcgroup;
 pub mod source;
 pub mod spec;
@@ -31,12 +34,20 @@ use k8s_cri::v1 as cri_api;
 use tokio::{sync::mpsc, task::JoinSet};
 
 pub use cri::{ContainerRuntime, CriError, CriRuntime};
+pub use link::{ActiveEntry, Evict, NodeLink};
 pub use source::{ManifestDir, PodOp, PodUpdate, SourceEvent};
 pub use spec::NodeFacts;
 pub use status::StatusManager;
 pub use worker::{PodWorker, WorkUpdate, WorkerContext};
 
-use crate::{cgroup::CgroupLayout, kernel::Capabilities};
+use crate::{
+    cgroup::CgroupLayout,
+    kernel::Capabilities,
+    policy::admission::{self, Admitter, SecurityPolicy},
+    policy::eviction::manager::AdmitResult,
+};
+use k8s_openapi::api::core::v1::Pod;
+use status::PodRecord;
 
 /// Default manifest directory.
 pub const DEFAULT_MANIFEST_DIR: &str = "/etc/enforcer/manifests";
@@ -78,6 +89,93 @@ pub struct RunPodsOptions {
     pub relist: Duration,
     /// Periodic resync of each pod worker.
     pub resync: Duration,
+    /// Treat manifest-directory pods as kubelet static pods (critical: always admitted, never
+    /// evicted). Off by default in standalone mode, where they are the node's workload.
+    pub static_pods: bool,
+    /// Admission (the node and its pod-security rules); `None` admits every pod.
+    pub admission: Option<Admission>,
+    /// Node conditions in; active pods and evictions out.
+    pub link: NodeLink,
+}
+
+/// What pod admission needs to know about the node.
+#[derive(Clone, Debug)]
+pub struct Admission {
+    pub node: admission::Node,
+    pub security: SecurityPolicy,
+}
+
+/// The annotation manifest pods carry instead of `kubernetes.io/config.source` when they are
+/// not treated as static pods.
+pub const WORKLOAD_SOURCE_ANNOTATION: &str = "enforcer.io/config.source";
+
+/// A manifest pod as a workload pod: not static, so admission and eviction apply to it.
+fn as_workload(mut u: PodUpdate) -> PodUpdate {
+    let has = u
+        .pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(source::CONFIG_SOURCE_ANNOTATION));
+    if has {
+        let mut pod = (*u.pod).clone();
+        if let Some(a) = pod.metadata.annotations.as_mut()
+            && let Some(v) = a.remove(source::CONFIG_SOURCE_ANNOTATION)
+        {
+            a.insert(WORKLOAD_SOURCE_ANNOTATION.to_owned(), v);
+        }
+        u.pod = Arc::new(pod);
+    }
+    u
+}
+
+/// The status of a pod admission rejected or the eviction manager evicted: phase Failed.
+fn failed_record(pod: &Pod, source: &str, reason: &str, message: String) -> PodRecord {
+    let id = spec::PodIdent::of(pod);
+    PodRecord {
+        uid: id.uid,
+        name: id.name,
+        namespace: id.namespace,
+        source: source.to_owned(),
+        phase: "Failed".to_owned(),
+        reason: reason.to_owned(),
+        message,
+        qos_class: spec::pod_qos(pod).as_str().to_owned(),
+        start_time: String::new(),
+        sandbox_id: String::new(),
+        cgroup: String::new(),
+        conditions: Vec::new(),
+        init_container_statuses: Vec::new(),
+        container_statuses: Vec::new(),
+    }
+}
+
+/// Admission state of the runtime loop: the admitter's totals and the pods counted in them.
+struct Admissions {
+    admitter: Option<Admitter>,
+    admitted: HashMap<String, Arc<Pod>>,
+}
+
+impl Admissions {
+    fn try_admit(&mut self, uid: &str, pod: &Arc<Pod>, link: &NodeLink) -> Result<(), AdmitResult> {
+        if let Some(a) = &mut self.admitter {
+            let r = a.admit(pod, &link.conditions());
+            if !r.admitted {
+                return Err(r);
+            }
+            a.add(pod);
+        }
+        self.admitted.insert(uid.to_owned(), pod.clone());
+        Ok(())
+    }
+
+    fn release(&mut self, uid: &str) {
+        if let Some(pod) = self.admitted.remove(uid)
+            && let Some(a) = &mut self.admitter
+        {
+            a.remove(&pod);
+        }
+    }
 }
 
 impl RunPodsOptions {
@@ -100,6 +198,9 @@ impl RunPodsOptions {
             poll: Duration::from_secs(1),
             relist: Duration::from_secs(1),
             resync: Duration::from_secs(10),
+            static_pods: false,
+            admission: None,
+            link: NodeLink::default(),
         }
     }
 }
@@ -185,6 +286,17 @@ pub async fn run_pods_with<R: ContainerRuntime>(
     let mut relist = tokio::time::interval(opts.relist);
     relist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut orphans_pending = true;
+    let link = opts.link.clone();
+    let mut admissions = Admissions {
+        admitter: opts
+            .admission
+            .clone()
+            .map(|a| Admitter::new(a.node, a.security, std::iter::empty())),
+        admitted: HashMap::new(),
+    };
+    // Pods the eviction manager evicted: their Failed status stays until their source
+    // deletes them; updates are ignored meanwhile (phase Failed is terminal).
+    let mut evicted: HashMap<String, PodRecord> = HashMap::new();
     tracing::info!(dir = %opts.manifest_dir.display(), socket = %opts.cri_socket.display(), cgroup_root = %opts.cgroup_root, "pod runtime started");
     tokio::pin!(shutdown);
 
@@ -207,23 +319,41 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                         SourceEvent::Rejected { file, message } => status.set_rejection(&file, message),
                         SourceEvent::Synced => {}
                         SourceEvent::Pod(u) => {
+                            let u = if opts.static_pods { u } else { as_workload(u) };
                             let uid = u.pod.metadata.uid.clone().unwrap_or_default();
+                            if u.op != PodOp::Delete && evicted.contains_key(&uid) {
+                                continue;
+                            }
                             tracing::info!(uid = %uid, op = ?u.op, source = %u.source, "pod update");
                             match (u.op, workers.get(&uid)) {
                                 (PodOp::Delete, Some(h)) => {
                                     pending.remove(&uid);
                                     let _ = h.tx.send(WorkUpdate::Kill { grace: None });
                                 }
-                                (PodOp::Delete, None) => { pending.remove(&uid); }
+                                (PodOp::Delete, None) => {
+                                    pending.remove(&uid);
+                                    evicted.remove(&uid);
+                                    status.remove(&uid);
+                                }
                                 (_, Some(h)) => {
                                     // A terminating worker ignores it; it is re-added when done.
                                     pending.insert(uid.clone(), u.clone());
                                     let _ = h.tx.send(WorkUpdate::Sync { pod: u.pod, source: u.source });
                                 }
-                                (_, None) => {
-                                    let w = PodWorker::new(ctx.clone(), u.pod, u.source);
-                                    spawn(&mut tasks, &mut workers, w, uid, done_tx.clone());
-                                }
+                                (_, None) => match admissions.try_admit(&uid, &u.pod, &link) {
+                                    Ok(()) => {
+                                        if let Ok(cgroup) = ctx.cgroups.pod_path(&uid, spec::pod_qos(&u.pod)) {
+                                            link.set_active(&uid, ActiveEntry { pod: u.pod.clone(), cgroup });
+                                        }
+                                        let w = PodWorker::new(ctx.clone(), u.pod, u.source);
+                                        spawn(&mut tasks, &mut workers, w, uid, done_tx.clone());
+                                    }
+                                    Err(r) => {
+                                        let message = admission::rejected_status_message(&r);
+                                        tracing::warn!(uid = %uid, reason = %r.reason, message = %message, "pod rejected by admission");
+                                        status.set(failed_record(&u.pod, &u.source, &r.reason, message));
+                                    }
+                                },
                             }
                         }
                     }
@@ -256,11 +386,39 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             }
             Some(uid) = done_rx.recv() => {
                 workers.remove(&uid);
-                if let Some(u) = pending.remove(&uid)
+                admissions.release(&uid);
+                link.remove_active(&uid);
+                if let Some(rec) = evicted.get(&uid) {
+                    status.set(rec.clone());
+                    pending.remove(&uid);
+                } else if let Some(u) = pending.remove(&uid)
                     && u.op != PodOp::Delete
                 {
-                    let w = PodWorker::new(ctx.clone(), u.pod, u.source);
-                    spawn(&mut tasks, &mut workers, w, uid, done_tx.clone());
+                    match admissions.try_admit(&uid, &u.pod, &link) {
+                        Ok(()) => {
+                            if let Ok(cgroup) = ctx.cgroups.pod_path(&uid, spec::pod_qos(&u.pod)) {
+                                link.set_active(&uid, ActiveEntry { pod: u.pod.clone(), cgroup });
+                            }
+                            let w = PodWorker::new(ctx.clone(), u.pod, u.source);
+                            spawn(&mut tasks, &mut workers, w, uid, done_tx.clone());
+                        }
+                        Err(r) => {
+                            let message = admission::rejected_status_message(&r);
+                            status.set(failed_record(&u.pod, &u.source, &r.reason, message));
+                        }
+                    }
+                }
+            }
+            () = link.evictions_pending() => {
+                for e in link.take_evictions() {
+                    let Some(h) = workers.get(&e.uid) else { continue };
+                    let Some(pod) = admissions.admitted.get(&e.uid).cloned() else { continue };
+                    tracing::warn!(uid = %e.uid, grace = e.grace_seconds, message = %e.message, "evicting pod");
+                    let rec = failed_record(&pod, "", crate::policy::eviction::manager::REASON, e.message.clone());
+                    let rec = PodRecord { source: status.get(&e.uid).map(|r| r.source).unwrap_or_default(), ..rec };
+                    evicted.insert(e.uid.clone(), rec);
+                    pending.remove(&e.uid);
+                    let _ = h.tx.send(WorkUpdate::Kill { grace: Some(e.grace_seconds) });
                 }
             }
         }

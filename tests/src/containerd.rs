@@ -5,29 +5,20 @@
 
 use std::{
     fs,
-    os::unix::process::CommandExt as _,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
-use enforcer::runtime::image::{LOCAL_IMAGE, build_busybox_image};
+use enforcer::runtime::local::{CniBridge, LocalContainerd};
 
 /// Paths of the tools the fixture needs; a missing one fails the test loudly.
 pub fn require_tools() {
-    for tool in ["/usr/bin/containerd", "/usr/bin/ctr", "/bin/busybox"] {
-        assert!(
-            Path::new(tool).exists(),
-            "{tool} is missing: install containerd and busybox-static (apt-get install containerd runc busybox-static)"
-        );
+    if let Err(e) = enforcer::runtime::local::require_tools() {
+        panic!("{e}");
     }
-    assert!(
-        Path::new("/usr/sbin/runc").exists() || Path::new("/usr/bin/runc").exists(),
-        "runc is missing: apt-get install runc"
-    );
 }
 
-/// A private containerd and the test's cgroup root.
+/// A private containerd ([`LocalContainerd`]) and the test's cgroup root.
 #[derive(Debug)]
 pub struct Containerd {
     /// The temp dir holding everything (root, state, socket, config, image, manifests).
@@ -36,169 +27,73 @@ pub struct Containerd {
     pub config: PathBuf,
     /// The cgroup root for pods (relative to every hierarchy), e.g. `/enforcer-test-1-2-x`.
     pub cgroup_root: String,
-    child: Option<Child>,
+    /// The pod network, when started with [`Containerd::start_with_cni`].
+    pub network: Option<CniBridge>,
+    local: LocalContainerd,
     torn_down: bool,
 }
 
-fn config_toml(dir: &Path, socket: &Path) -> String {
-    let d = dir.display();
-    format!(
-        r#"version = 2
-root = "{d}/root"
-state = "{d}/state"
-oom_score = 0
-
-[grpc]
-  address = "{socket}"
-
-[ttrpc]
-  address = "{socket}.ttrpc"
-
-[debug]
-  address = ""
-  level = "warn"
-
-[metrics]
-  address = ""
-
-[plugins."io.containerd.internal.v1.opt"]
-  path = "{d}/opt"
-
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "{LOCAL_IMAGE}"
-  restrict_oom_score_adj = true
-  disable_apparmor = true
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        Root = "{d}/runc"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "{d}/cni"
-"#,
-        socket = socket.display()
-    )
-}
-
 impl Containerd {
-    /// Builds the image, starts containerd, imports the image.
+    /// Builds the image, starts containerd, imports the image (host-network pods only).
     pub fn start(tag: &str) -> Self {
+        Self::start_inner(tag, false)
+    }
+
+    /// As [`Containerd::start`], with containerd inside a network namespace of the test's own
+    /// holding a bridge + host-local CNI network (unique bridge name, a 10.x/24 subnet), so
+    /// pods without `hostNetwork` get an IP; all of it goes with the namespace at teardown.
+    pub fn start_with_cni(tag: &str) -> Self {
+        Self::start_inner(tag, true)
+    }
+
+    fn start_inner(tag: &str, cni: bool) -> Self {
         crate::require_root();
         require_tools();
         let name = crate::unique_name(tag);
         let dir = std::env::temp_dir().join(&name);
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
-        let socket = dir.join("containerd.sock");
-        let config = dir.join("config.toml");
-        fs::write(&config, config_toml(&dir, &socket)).expect("write containerd config");
-        let mut me = Self {
-            dir,
-            socket,
-            config,
+        let network = cni.then(|| {
+            // A subnet per process and fixture: 10.(pid % 200 + 50).(seq).0/24.
+            let pid = std::process::id();
+            let seq = name
+                .split('-')
+                .nth(3)
+                .and_then(|s| s.parse::<u32>().ok())
+                .unwrap_or(0);
+            let a = u8::try_from(pid % 200 + 50).unwrap_or(50);
+            let b = u8::try_from(seq % 250).unwrap_or(0);
+            CniBridge::new(&format!("{}-{}", pid % 100_000, seq), a, b)
+                .unwrap_or_else(|e| panic!("CNI network: {e}"))
+        });
+        let local = LocalContainerd::start(&dir, network.clone())
+            .unwrap_or_else(|e| panic!("starting a private containerd in {}: {e}", dir.display()));
+        Self {
+            dir: local.dir().to_path_buf(),
+            socket: local.socket().to_path_buf(),
+            config: local.config().to_path_buf(),
             cgroup_root: format!("/{name}"),
-            child: None,
+            network,
+            local,
             torn_down: false,
-        };
-        me.launch();
-        let archive = me.dir.join("busybox.tar");
-        let built = build_busybox_image(Path::new("/bin/busybox"), LOCAL_IMAGE, &archive)
-            .unwrap_or_else(|e| panic!("building the busybox image: {e}"));
-        let out = Command::new("ctr")
-            .arg("-a")
-            .arg(&me.socket)
-            .args(["-n", "k8s.io", "images", "import"])
-            .arg(&built.archive)
-            .output()
-            .expect("running ctr");
-        assert!(
-            out.status.success(),
-            "ctr images import failed: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        me
+        }
     }
 
     /// Starts (again) the containerd process and waits for its socket.
     pub fn launch(&mut self) {
-        assert!(self.child.is_none(), "containerd already running");
-        let log = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join("containerd.log"))
-            .expect("containerd log");
-        let log2 = log.try_clone().expect("log fd");
-        let mut cmd = Command::new("containerd");
-        cmd.arg("-c")
-            .arg(&self.config)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2);
-        // SAFETY: setsid is async-signal-safe; the child gets its own session (`setsid containerd`).
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::setsid();
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().expect("starting containerd");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
-                // The CRI plugin needs a moment after the socket answers.
-                std::thread::sleep(Duration::from_millis(300));
-                return;
-            }
-            if let Some(c) = self.child.as_mut()
-                && let Ok(Some(status)) = c.try_wait()
-            {
-                panic!(
-                    "containerd exited ({status}); log:\n{}",
-                    fs::read_to_string(self.dir.join("containerd.log")).unwrap_or_default()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "containerd socket {} did not answer in 20 s",
-                self.socket.display()
-            );
-            std::thread::sleep(Duration::from_millis(50));
+        if let Err(e) = self.local.launch() {
+            panic!("{e}");
         }
     }
 
     /// Stops the containerd process (SIGTERM, then SIGKILL after 10 s); containers keep
     /// running under their shims.
     pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let pid = i32::try_from(child.id()).unwrap_or(0);
-        if pid > 0 {
-            // SAFETY: kill on the PID of the containerd this fixture started.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
+        self.local.stop();
     }
 
     /// The containerd log so far (for assertion messages).
     #[must_use]
     pub fn log(&self) -> String {
-        fs::read_to_string(self.dir.join("containerd.log")).unwrap_or_default()
+        self.local.log()
     }
 
     /// The `pod<uid>` cgroup directories of the test's cgroup root that exist, in any
@@ -231,22 +126,10 @@ impl Containerd {
             let root = mount.join(self.cgroup_root.trim_start_matches('/'));
             walk_dirs(&root, &mut |p| kill_procs_in(p));
         }
-        // 2. The shims of this containerd (found by their -address argument), then containerd.
-        for pid in shims_of(&self.socket) {
-            // SAFETY: kill on the PID of a shim serving this fixture's containerd.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-        self.stop();
-        // 3. Mounts below the temp dir, deepest first.
-        let mut mounts = mounts_under(&self.dir);
-        mounts.sort_by_key(|m| std::cmp::Reverse(m.as_os_str().len()));
-        for m in mounts {
-            if let Ok(c) = std::ffi::CString::new(m.as_os_str().as_encoded_bytes()) {
-                // SAFETY: umount2 on a mount point below this fixture's own temp dir.
-                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-            }
-        }
-        // 4. The cgroup root in every hierarchy (after the processes are gone).
+        // 2. The shims of this containerd (by PID), containerd, the mounts below the temp
+        //    dir, and the test's network namespace (with its bridge).
+        self.local.teardown();
+        // 3. The cgroup root in every hierarchy (after the processes are gone).
         for mount in hierarchy_mounts() {
             let root = mount.join(self.cgroup_root.trim_start_matches('/'));
             let deadline = Instant::now() + Duration::from_secs(5);
@@ -258,7 +141,7 @@ impl Containerd {
                 }
             }
         }
-        // 5. The temp dir.
+        // 4. The temp dir.
         if let Err(e) = fs::remove_dir_all(&self.dir) {
             eprintln!("removing {}: {e}", self.dir.display());
         }
@@ -314,55 +197,9 @@ fn remove_cgroup_tree(dir: &Path) {
     let _ = fs::remove_dir(dir);
 }
 
-/// PIDs of containerd shims started for the containerd at `socket`.
-fn shims_of(socket: &Path) -> Vec<i32> {
-    let want = socket.as_os_str().as_encoded_bytes().to_vec();
-    let mut out = Vec::new();
-    let Ok(rd) = fs::read_dir("/proc") else {
-        return out;
-    };
-    for e in rd.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
-        let Ok(cmd) = fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
-        let is_shim = args
-            .first()
-            .is_some_and(|a| a.windows(14).any(|w| w == b"containerd-shi"));
-        let ours = args
-            .windows(2)
-            .any(|w| w[0] == b"-address" && w[1] == want.as_slice());
-        if is_shim && ours {
-            out.push(pid);
-        }
-    }
-    out
-}
-
-/// Mount points at or below `dir` (from /proc/self/mountinfo).
-fn mounts_under(dir: &Path) -> Vec<PathBuf> {
-    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    text.lines()
-        .filter_map(|l| l.split_whitespace().nth(4))
-        .map(|m| PathBuf::from(m.replace("\\040", " ")))
-        .filter(|m| m.starts_with(dir))
-        .collect()
-}
-
 impl Containerd {
     /// Stops and removes every sandbox through CRI (clean shim exits); call before drop.
     pub async fn remove_all_pods(&self) {
-        use enforcer::runtime::{ContainerRuntime as _, CriRuntime};
-        let rt = CriRuntime::new(&self.socket, Duration::from_secs(10));
-        let Ok(sandboxes) = rt.list_pod_sandboxes(Default::default()).await else {
-            return;
-        };
-        for s in sandboxes {
-            let _ = rt.stop_pod_sandbox(&s.id).await;
-            let _ = rt.remove_pod_sandbox(&s.id).await;
-        }
+        self.local.remove_all_pods().await;
     }
 }

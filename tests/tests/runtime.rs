@@ -45,6 +45,9 @@ fn opts(cd: &Containerd) -> RunPodsOptions {
         poll: Duration::from_millis(200),
         relist: Duration::from_millis(200),
         resync: Duration::from_secs(2),
+        static_pods: true,
+        admission: None,
+        link: enforcer::runtime::NodeLink::default(),
     }
 }
 

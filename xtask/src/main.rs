@@ -178,16 +178,153 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The CRI socket `enforcer run` uses by default.
+const DEFAULT_CRI_SOCKET: &str = "/run/containerd/containerd.sock";
+
+/// The value of `--flag VALUE` or `--flag=VALUE` in `args`.
+fn flag_value(args: &[String], flag: &str) -> Option<String> {
+    let eq = format!("{flag}=");
+    args.iter().enumerate().find_map(|(i, a)| {
+        if a == flag {
+            args.get(i + 1).cloned()
+        } else {
+            a.strip_prefix(&eq).map(str::to_owned)
+        }
+    })
+}
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from)
+}
+
+/// The PID of the `enforcer run` child, for the signal handler to forward to.
+static CHILD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+/// Set when `run` was asked to stop.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn forward_signal(_sig: libc::c_int) {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+    let pid = CHILD.load(std::sync::atomic::Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe; the PID is the enforcer this task started.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+}
+
+/// Ctrl-C, SIGTERM and SIGHUP stop the enforcer child and let `run` clean up after it
+/// (a handler, not SIG_IGN, so the child gets the default disposition back at exec).
+fn forward_signals_to_child() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: installs an async-signal-safe handler (an atomic load and kill).
+        unsafe {
+            libc::signal(sig, forward_signal as *const () as libc::sighandler_t);
+        }
+    }
+}
+
+/// Standalone mode: when nothing answers on the CRI socket, a private containerd (with the
+/// local busybox image) is started in `<target>/local-containerd` and stopped, by PID, when the
+/// enforcer exits; the example manifests run unless `--manifest-dir` is given.
 fn run(args: &[String]) -> anyhow::Result<()> {
     setup()?;
     sh(cargo().args(["build", "--release", "--package", "enforcer"]))?;
-    let bin = PathBuf::from("target/release/enforcer");
+    let bin = target_dir().join("release/enforcer");
+    let mut extra: Vec<String> = Vec::new();
+    let socket = flag_value(args, "--cri-socket")
+        .or_else(|| flag_value(args, "--container-runtime-endpoint"))
+        .unwrap_or_else(|| DEFAULT_CRI_SOCKET.to_owned());
+    let socket = socket.strip_prefix("unix://").unwrap_or(&socket).to_owned();
+    let mut local_dir = None;
+    forward_signals_to_child();
+    if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+        say(format!("using the containerd answering on {socket}"));
+    } else {
+        let dir = std::env::current_dir()?
+            .join(target_dir())
+            .join("local-containerd");
+        say(format!(
+            "nothing answers on {socket}: starting a private containerd in {}",
+            dir.display()
+        ));
+        let out = Command::new(&bin)
+            .args(["local-containerd", "start", "--dir"])
+            .arg(&dir)
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .with_context(|| format!("running {}", bin.display()))?;
+        if !out.status.success() || INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+            stop_local_containerd(&bin, &dir);
+            bail!(
+                "starting the private containerd failed or was interrupted: {}",
+                out.status
+            );
+        }
+        let private = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        say(format!("private containerd on {private}"));
+        if flag_value(args, "--cri-socket").is_none()
+            && flag_value(args, "--container-runtime-endpoint").is_none()
+        {
+            extra.extend(["--cri-socket".to_owned(), private]);
+        } else {
+            say(format!(
+                "warning: --cri-socket {socket} was given but nothing answers there; \
+                 the private containerd is not used"
+            ));
+        }
+        local_dir = Some(dir);
+    }
+    if flag_value(args, "--manifest-dir").is_none() {
+        let manifests = std::env::current_dir()?.join("examples/manifests");
+        say(format!(
+            "running the example manifests in {}",
+            manifests.display()
+        ));
+        extra.extend(["--manifest-dir".to_owned(), manifests.display().to_string()]);
+    }
     let mut cmd = Command::new(&bin);
-    cmd.arg("run").args(args);
+    cmd.arg("run").args(&extra).args(args);
     if std::env::var_os("RUST_LOG").is_none() {
         cmd.env("RUST_LOG", "info");
     }
-    sh(&mut cmd)
+    say(format!("running {cmd:?}"));
+    let status = match cmd.spawn() {
+        Ok(mut child) => {
+            CHILD.store(
+                i32::try_from(child.id()).unwrap_or(0),
+                std::sync::atomic::Ordering::SeqCst,
+            );
+            let status = child.wait();
+            CHILD.store(0, std::sync::atomic::Ordering::SeqCst);
+            status.with_context(|| format!("waiting for {cmd:?}"))
+        }
+        Err(e) => Err(anyhow::Error::new(e).context(format!("starting {cmd:?}"))),
+    };
+    if let Some(dir) = &local_dir {
+        stop_local_containerd(&bin, dir);
+    }
+    let status = status?;
+    // 130/143: stopped by Ctrl-C / SIGTERM, which is how a standalone run ends.
+    if !status.success() && !matches!(status.code(), Some(130 | 143) | None) {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+/// `enforcer local-containerd stop`: its pods, shims and containerd, by PID.
+fn stop_local_containerd(bin: &Path, dir: &Path) {
+    say(format!(
+        "stopping the private containerd in {}",
+        dir.display()
+    ));
+    match Command::new(bin)
+        .args(["local-containerd", "stop", "--dir"])
+        .arg(dir)
+        .status()
+    {
+        Ok(s) if s.success() => {}
+        Ok(s) => say(format!("warning: stopping the private containerd: {s}")),
+        Err(e) => say(format!("warning: stopping the private containerd: {e}")),
+    }
 }
 
 fn bench(what: &str, args: &[String]) -> anyhow::Result<()> {

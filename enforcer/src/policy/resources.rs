@@ -301,17 +301,67 @@ pub fn pod_limits(pod: &Pod) -> ResourceList {
     pod_limits_with(pod, |_| {})
 }
 
-/// `GetResourceRequestQuantity`: the pod's request for one resource (zero when none), in
-/// nano-units.
+/// One resource of a container's requests.
+fn container_request(container: &Container, resource: &str) -> i128 {
+    container
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get(resource))
+        .map_or(0, |q| lenient(q).nanos())
+}
+
+/// [`pod_requests`] for a single resource, in nano-units, without building the maps (the
+/// eviction ranking computes it for every pod).
+#[must_use]
+pub fn pod_request_nanos(pod: &Pod, resource: &str) -> i128 {
+    if is_supported_pod_level_resource(resource)
+        && let Some(q) = pod_level(pod)
+            .and_then(|r| r.requests.as_ref())
+            .and_then(|r| r.get(resource))
+    {
+        return lenient(q)
+            .nanos()
+            .saturating_add(overhead_nanos(pod, resource));
+    }
+    let mut total: i128 = containers(pod)
+        .iter()
+        .map(|c| container_request(c, resource))
+        .fold(0, i128::saturating_add);
+    let mut sidecars: i128 = 0;
+    let mut init_max: i128 = 0;
+    for c in init_containers(pod) {
+        let r = container_request(c, resource);
+        let effective = if is_sidecar(c) {
+            total = total.saturating_add(r);
+            sidecars = sidecars.saturating_add(r);
+            sidecars
+        } else {
+            r.saturating_add(sidecars)
+        };
+        init_max = init_max.max(effective);
+    }
+    total
+        .max(init_max)
+        .saturating_add(overhead_nanos(pod, resource))
+}
+
+fn overhead_nanos(pod: &Pod, resource: &str) -> i128 {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.overhead.as_ref())
+        .and_then(|o| o.get(resource))
+        .map_or(0, |q| lenient(q).nanos())
+}
+
+/// `GetResourceRequestQuantity`: the pod's request for one resource (zero when none).
 #[must_use]
 pub fn pod_request(pod: &Pod, resource: &str) -> Quantity {
     let format = match resource {
         "memory" | "storage" | "ephemeral-storage" => Format::BinarySI,
         _ => Format::DecimalSI,
     };
-    pod_requests(pod)
-        .get(resource)
-        .map_or(Quantity::zero(format), |q| q.with_format(format))
+    Quantity::from_nanos(pod_request_nanos(pod, resource), format).unwrap_or(Quantity::zero(format))
 }
 
 /// The part of API defaulting that policy depends on (`SetDefaults_Pod`,
@@ -507,6 +557,9 @@ mod tests {
         // Overhead is added.
         p.spec.as_mut().unwrap().overhead = rl("cpu=250m");
         assert_eq!(pod_requests(&p)["cpu"].milli_value(), 3250);
+        assert_eq!(pod_request(&p, "cpu").milli_value(), 3250);
+        assert_eq!(pod_request(&p, "memory").value(), 1 << 30);
+        assert_eq!(pod_request(&p, "example.com/gpu"), Quantity::zero(Format::DecimalSI));
     }
 
     #[test]

@@ -188,8 +188,8 @@ pub fn validate(pod: &Pod) -> Result<(), String> {
             "spec.terminationGracePeriodSeconds: must be >= 0, got {g}"
         ));
     }
-    // TODO(policy): also run crate::policy::resources::validate_pod (quantities) once wired.
-    Ok(())
+    // Quantities, requests <= limits (the decision core's validation).
+    crate::policy::resources::validate_pod(pod).map_err(|e| e.to_string())
 }
 
 /// Parses the documents of one manifest file into pods (kubelet's file source defaulting:
@@ -226,6 +226,7 @@ pub fn parse_manifest(file: &Path, text: &str, node_name: &str) -> Result<Vec<Po
         let mut pod: Pod = serde_path_to_error::deserialize(value)
             .map_err(|e| invalid(format!("{}: {}", e.path(), e.inner())))?;
         validate(&pod).map_err(invalid)?;
+        crate::policy::resources::apply_defaults(&mut pod);
         // Static pod defaulting, as kubelet's file source does it.
         let ns = pod
             .metadata

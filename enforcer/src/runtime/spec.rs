@@ -94,19 +94,13 @@ fn request(c: &Container, resource: &str) -> Option<Quantity> {
     quantity(c, "requests", resource).or_else(|| quantity(c, "limits", resource))
 }
 
-fn all_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
-    let spec = pod.spec.as_ref();
-    spec.into_iter().flat_map(|s| {
-        s.containers
-            .iter()
-            .chain(s.init_containers.iter().flatten())
-    })
-}
-
 /// The pod's QoS class, from the decision core (`policy::qos::pod_qos`).
 #[must_use]
 pub fn pod_qos(pod: &Pod) -> Qos {
-    match crate::policy::qos::pod_qos(pod) {
+    // The decision core expects API-defaulted pods (a missing request takes the limit).
+    let mut defaulted = pod.clone();
+    crate::policy::resources::apply_defaults(&mut defaulted);
+    match crate::policy::qos::pod_qos(&defaulted) {
         crate::policy::qos::QosClass::Guaranteed => Qos::Guaranteed,
         crate::policy::qos::QosClass::Burstable => Qos::Burstable,
         crate::policy::qos::QosClass::BestEffort => Qos::BestEffort,

@@ -41,11 +41,11 @@ fn key<'a>(index: usize, pod: &ActivePod<'a>, resource: Resource) -> Key<'a> {
         (None, _) => (0, 0, priority, Reverse(0)),
         (Some(s), r) => {
             let used = i128::from(usage(s, r)) * 1_000_000_000;
-            let request_for_exceeds = resources::pod_request(pod.pod, r.as_str()).nanos();
+            let request_for_exceeds = resources::pod_request_nanos(pod.pod, r.as_str());
             // kubelet's disk() subtracts the ephemeral-storage request also for inodes.
             let request_for_order = match r {
                 Resource::Inodes => {
-                    resources::pod_request(pod.pod, Resource::EphemeralStorage.as_str()).nanos()
+                    resources::pod_request_nanos(pod.pod, Resource::EphemeralStorage.as_str())
                 }
                 _ => request_for_exceeds,
             };

@@ -1,0 +1,143 @@
+//! The link between the pod runtime and the eviction manager: node conditions flow to
+//! admission, the active pods flow to the eviction manager, and evictions flow back to the
+//! pod workers. Cheap to clone; every side holds the same state.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex, RwLock},
+};
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::Notify;
+
+use crate::policy::eviction::NodeCondition;
+
+/// A pod the runtime runs (admitted and not being evicted).
+#[derive(Clone, Debug)]
+pub struct ActiveEntry {
+    pub pod: Arc<Pod>,
+    /// The pod cgroup, relative to the hierarchy roots (`<root>/kubepods/.../pod<uid>`).
+    pub cgroup: String,
+}
+
+/// An eviction the eviction manager decided.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Evict {
+    pub uid: String,
+    /// Grace period in seconds for the orderly stop.
+    pub grace_seconds: i64,
+    /// The pod status message (kubelet's text).
+    pub message: String,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    conditions: RwLock<Vec<NodeCondition>>,
+    active: RwLock<BTreeMap<String, ActiveEntry>>,
+    evictions: Mutex<Vec<Evict>>,
+    notify: Notify,
+}
+
+/// Shared between the runtime loop and the eviction manager.
+#[derive(Clone, Debug, Default)]
+pub struct NodeLink(Arc<Inner>);
+
+fn read<T: Clone>(l: &RwLock<T>) -> T {
+    match l.read() {
+        Ok(g) => g.clone(),
+        Err(p) => p.into_inner().clone(),
+    }
+}
+
+fn write<T>(l: &RwLock<T>, f: impl FnOnce(&mut T)) {
+    match l.write() {
+        Ok(mut g) => f(&mut g),
+        Err(p) => f(&mut p.into_inner()),
+    }
+}
+
+impl NodeLink {
+    /// The node conditions now reported (sorted by name).
+    #[must_use]
+    pub fn conditions(&self) -> Vec<NodeCondition> {
+        read(&self.0.conditions)
+    }
+
+    /// Sets the node conditions; returns whether they changed.
+    pub fn set_conditions(&self, c: Vec<NodeCondition>) -> bool {
+        let mut changed = false;
+        write(&self.0.conditions, |cur| {
+            changed = *cur != c;
+            *cur = c;
+        });
+        changed
+    }
+
+    /// The active pods, by uid.
+    #[must_use]
+    pub fn active(&self) -> BTreeMap<String, ActiveEntry> {
+        read(&self.0.active)
+    }
+
+    /// Marks a pod active (admitted and running).
+    pub fn set_active(&self, uid: &str, entry: ActiveEntry) {
+        write(&self.0.active, |a| {
+            a.insert(uid.to_owned(), entry);
+        });
+    }
+
+    /// The pod left the active set (terminating, evicted or gone).
+    pub fn remove_active(&self, uid: &str) {
+        write(&self.0.active, |a| {
+            a.remove(uid);
+        });
+    }
+
+    /// Asks the runtime to evict a pod; it leaves the active set at once.
+    pub fn evict(&self, e: Evict) {
+        self.remove_active(&e.uid);
+        match self.0.evictions.lock() {
+            Ok(mut g) => g.push(e),
+            Err(p) => p.into_inner().push(e),
+        }
+        self.0.notify.notify_one();
+    }
+
+    /// Evictions asked for since the last call.
+    #[must_use]
+    pub fn take_evictions(&self) -> Vec<Evict> {
+        match self.0.evictions.lock() {
+            Ok(mut g) => std::mem::take(&mut *g),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        }
+    }
+
+    /// Resolves when an eviction was asked for.
+    pub async fn evictions_pending(&self) {
+        self.0.notify.notified().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn evictions_wake_the_runtime_and_leave_the_active_set() {
+        let link = NodeLink::default();
+        link.set_active("u1", ActiveEntry { pod: Arc::new(Pod::default()), cgroup: "/kubepods/podu1".into() });
+        assert_eq!(link.active().len(), 1);
+        let other = link.clone();
+        let waiter = tokio::spawn(async move {
+            other.evictions_pending().await;
+            other.take_evictions()
+        });
+        link.evict(Evict { uid: "u1".into(), grace_seconds: 1, message: "m".into() });
+        let got = waiter.await.expect("join");
+        assert_eq!(got, vec![Evict { uid: "u1".into(), grace_seconds: 1, message: "m".into() }]);
+        assert!(link.active().is_empty());
+        assert!(link.set_conditions(vec![NodeCondition::MemoryPressure]));
+        assert!(!link.set_conditions(vec![NodeCondition::MemoryPressure]));
+        assert_eq!(link.conditions(), vec![NodeCondition::MemoryPressure]);
+    }
+}
