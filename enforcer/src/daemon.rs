@@ -22,7 +22,7 @@ use crate::{
         eviction::{ActivePod, Signal as EvictionSignal, State, step},
     },
     quantity::{Format, Quantity},
-    runtime::{self, Admission, Evict, NodeLink, RunPodsOptions},
+    runtime::{self, Admission, CriRuntime, Evict, NodeLink, RunPodsOptions, StatusManager},
     server,
     signal::{Signal, SignalKind, SourceKind},
 };
@@ -137,6 +137,22 @@ pub async fn run(
             .find(|t| t.signal == EvictionSignal::MemoryAvailable)
             .map(|t| t.value.resolve(memory_capacity).value());
         let threshold = hard_mem.map(|h| u64::try_from(memory_capacity - h).unwrap_or(0)).filter(|t| *t > 0);
+        // Node allocatable enforcement (`pods`): kubepods is limited to capacity minus the
+        // reservations, as kubelet does (hard eviction thresholds are not subtracted).
+        if config.enforce_node_allocatable.iter().any(|e| e == "pods") {
+            let reserved = |l: &BTreeMap<String, Quantity>| l.get("memory").map_or(0, Quantity::value);
+            let limit = memory_capacity - reserved(&config.system_reserved) - reserved(&config.kube_reserved);
+            let (file, value) = match layout.controller("memory") {
+                Some((_, CgroupVersion::V2)) => ("memory.max", limit.to_string()),
+                _ => ("memory.limit_in_bytes", limit.to_string()),
+            };
+            if limit > 0 {
+                match std::fs::write(dir.join(file), &value) {
+                    Ok(()) => tracing::info!(cgroup = %kubepods, limit, "kubepods memory limit set"),
+                    Err(e) => tracing::warn!(path = %dir.join(file).display(), error = %e, "setting the kubepods memory limit"),
+                }
+            }
+        }
         watches.push(Watch { cgroup: dir, threshold_bytes: threshold });
     }
     watches.extend(opts.watches.iter().map(|c| Watch { cgroup: c.clone(), threshold_bytes: None }));
@@ -174,6 +190,7 @@ pub async fn run(
         }
     };
 
+    let status = StatusManager::default();
     let mut pods_task = None;
     if opts.run_pods {
         let mut ro = RunPodsOptions::for_node(layout.clone(), &caps);
@@ -197,13 +214,15 @@ pub async fn run(
                 allow_host_paths: config.enforcer.allow_host_paths,
             },
         });
-        pods_task = Some(tokio::spawn(runtime::run_pods(ro, stopped())));
+        let cri = Arc::new(CriRuntime::new(ro.cri_socket.clone(), ro.cri_timeout));
+        pods_task = Some(tokio::spawn(runtime::run_pods_with(cri, ro, status.clone(), stopped())));
     }
 
     let manager = EvictionManager {
         config: config.clone(),
         observer,
         link,
+        status,
         housekeeping: config.enforcer.housekeeping_interval,
     };
     let eviction = tokio::spawn(manager.run(pipeline, stopped()));
@@ -255,6 +274,8 @@ struct EvictionManager {
     config: Config,
     observer: NodeObserver,
     link: NodeLink,
+    /// Container names and ids of the running pods (for per-container usage).
+    status: StatusManager,
     housekeeping: Duration,
 }
 
@@ -310,7 +331,27 @@ impl EvictionManager {
             }
         };
         let active = self.link.active();
-        let stats: Vec<_> = active.values().map(|e| self.observer.pod_stats(&e.cgroup)).collect();
+        let stats: Vec<_> = active
+            .iter()
+            .map(|(uid, e)| {
+                let containers: Vec<(String, String)> = self
+                    .status
+                    .get(uid)
+                    .map(|r| {
+                        r.container_statuses
+                            .iter()
+                            .filter(|c| !c.container_id.is_empty())
+                            .map(|c| {
+                                // kubelet's form `<runtime>://<id>`; the cgroup is named by the id.
+                                let id = c.container_id.rsplit("://").next().unwrap_or_default();
+                                (c.name.clone(), id.to_owned())
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                self.observer.pod_stats(&e.cgroup, &containers)
+            })
+            .collect();
         let pods: Vec<ActivePod<'_>> = active
             .values()
             .zip(&stats)

@@ -111,16 +111,18 @@ pub struct Pipeline {
     _guard: Guard,
 }
 
-enum Guard {
-    Ebpf(tokio::task::JoinHandle<()>),
-    Threads(fallback::Stop),
+struct Guard {
+    task: Option<tokio::task::JoinHandle<()>>,
+    threads: Option<fallback::Stop>,
 }
 
 impl Drop for Pipeline {
     fn drop(&mut self) {
-        match &self._guard {
-            Guard::Ebpf(h) => h.abort(),
-            Guard::Threads(stop) => stop.stop(),
+        if let Some(h) = &self._guard.task {
+            h.abort();
+        }
+        if let Some(stop) = &self._guard.threads {
+            stop.stop();
         }
     }
 }
@@ -133,44 +135,50 @@ pub fn start(
 ) -> Result<Pipeline, KernelError> {
     let stats = Arc::new(PipelineStats::default());
     let (tx, rx) = mpsc::channel(opts.channel_capacity.max(1));
-    let fallback_kind = || fallback::best_for(layout, caps);
+    let pipeline = |source, reason, task, threads| Pipeline {
+        source,
+        reason,
+        stats: stats.clone(),
+        signals: rx,
+        _guard: Guard { task, threads },
+    };
     let (source, reason) = match opts.source {
-        SourceChoice::Only(SourceKind::Ebpf) => (SourceKind::Ebpf, "requested".to_owned()),
         SourceChoice::Only(k) => (k, "requested".to_owned()),
         SourceChoice::Auto => (SourceKind::Ebpf, "eBPF preferred".to_owned()),
     };
-    if source == SourceKind::Ebpf {
-        match ebpf::start(opts, layout, tx.clone(), stats.clone()) {
-            Ok(handle) => {
-                return Ok(Pipeline {
-                    source,
-                    reason,
-                    stats,
-                    signals: rx,
-                    _guard: Guard::Ebpf(handle),
-                });
-            }
-            Err(e) if opts.source == SourceChoice::Auto => {
-                let k = fallback_kind();
-                let reason = format!("eBPF unavailable ({e}); falling back to {k:?}");
-                let stop = fallback::start(k, opts, caps, layout, tx, stats.clone())?;
-                return Ok(Pipeline {
-                    source: k,
-                    reason,
-                    stats,
-                    signals: rx,
-                    _guard: Guard::Threads(stop),
-                });
-            }
-            Err(e) => return Err(e),
-        }
+    if source != SourceKind::Ebpf {
+        let stop = fallback::start(source, opts, caps, layout, tx, stats.clone())?;
+        return Ok(pipeline(source, reason, None, Some(stop)));
     }
-    let stop = fallback::start(source, opts, caps, layout, tx, stats.clone())?;
-    Ok(Pipeline {
-        source,
-        reason,
-        stats,
-        signals: rx,
-        _guard: Guard::Threads(stop),
-    })
+    match ebpf::start(opts, layout, tx.clone(), stats.clone()) {
+        Ok(handle) => {
+            // Kernel events mark limits (reclaim) and OOM kills; a threshold *below* a limit
+            // (an eviction threshold) has no tracepoint, so on cgroup v1 the watched cgroups
+            // with a threshold also get usage-threshold eventfds, feeding the same stream.
+            let watches: Vec<Watch> =
+                opts.watches.iter().filter(|w| w.threshold_bytes.is_some()).cloned().collect();
+            let threads = if !watches.is_empty() && fallback::best_for(layout, caps) == SourceKind::Eventfd {
+                let o = PipelineOptions { watches, ..opts.clone() };
+                match fallback::start(SourceKind::Eventfd, &o, caps, layout, tx, stats.clone()) {
+                    Ok(stop) => Some(stop),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "threshold eventfds beside eBPF could not be armed");
+                        None
+                    }
+                }
+            } else {
+                None
+            };
+            let reason =
+                if threads.is_some() { format!("{reason}; with usage-threshold eventfds") } else { reason };
+            Ok(pipeline(source, reason, Some(handle), threads))
+        }
+        Err(e) if opts.source == SourceChoice::Auto => {
+            let k = fallback::best_for(layout, caps);
+            let reason = format!("eBPF unavailable ({e}); falling back to {k:?}");
+            let stop = fallback::start(k, opts, caps, layout, tx, stats.clone())?;
+            Ok(pipeline(k, reason, None, Some(stop)))
+        }
+        Err(e) => Err(e),
+    }
 }

@@ -11,7 +11,7 @@ use std::{
 
 use crate::{
     cgroup::{CgroupLayout, CgroupVersion, join_inside},
-    policy::eviction::{Observation, Observations, PodStats, Signal},
+    policy::eviction::{ContainerStats, Observation, Observations, PodStats, Signal},
 };
 
 /// Errors of the node observer; each names the file it concerns.
@@ -256,10 +256,18 @@ impl NodeObserver {
 
     /// Usage of one pod from its cgroup (`pod_rel`: the pod cgroup's path relative to the
     /// hierarchy roots). `None` when the pod cgroup is gone (no stats).
+    /// `containers` are (name, runtime id) pairs: a container's cgroup is `<pod>/<id>`.
     #[must_use]
-    pub fn pod_stats(&self, pod_rel: &str) -> Option<PodStats> {
+    pub fn pod_stats(&self, pod_rel: &str, containers: &[(String, String)]) -> Option<PodStats> {
         let mem_dir = self.memory_dir(pod_rel).ok()?;
         let memory = working_set(&mem_dir).ok()?;
+        let containers: Vec<ContainerStats> = containers
+            .iter()
+            .filter_map(|(name, id)| {
+                let dir = join_inside(&mem_dir, id).ok()?;
+                Some(ContainerStats { name: name.clone(), memory: working_set(&dir).ok(), ephemeral_storage: None })
+            })
+            .collect();
         let processes = self
             .layout
             .controller("pids")
@@ -268,6 +276,7 @@ impl NodeObserver {
         Some(PodStats {
             memory: Some(memory),
             processes,
+            containers,
             ..PodStats::default()
         })
     }

@@ -45,9 +45,10 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Benchmarks: `signals` (kernel -> daemon latency and throughput), `policy` (criterion).
+    /// Benchmarks: `signals` (kernel -> daemon latency and throughput), `policy` (criterion),
+    /// `pods` (pods/s through the enforcer vs direct CRI, daemon RSS with 100 pods).
     Bench {
-        #[arg(value_parser = ["signals", "policy"])]
+        #[arg(value_parser = ["signals", "policy", "pods"])]
         what: String,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -342,6 +343,20 @@ fn bench(what: &str, args: &[String]) -> anyhow::Result<()> {
                     "--",
                 ])
                 .args(args))
+        }
+        "pods" => {
+            setup()?;
+            // The daemon (for its RSS with pods running) and the benchmark, both release.
+            sh(cargo().args(["build", "--release", "--package", "enforcer"]))?;
+            sh(cargo().args([
+                "build",
+                "--release",
+                "--package",
+                "enforcer-tests",
+                "--bin",
+                "bench_pods",
+            ]))?;
+            sh(Command::new(target_dir().join("release/bench_pods")).args(args))
         }
         "policy" => sh(cargo()
             .args(["bench", "--package", "enforcer", "--bench", "policy", "--"])

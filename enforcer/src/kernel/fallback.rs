@@ -270,6 +270,11 @@ fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), KernelErro
         .map_err(io("spawning a signal thread"))
 }
 
+/// Thresholds registered per watched cgroup (the first at the threshold).
+pub const LADDER_RUNGS: u64 = 16;
+/// Distance between two rungs of the threshold ladder.
+pub const LADDER_STEP: u64 = 4 << 20;
+
 fn eventfd_slots(watches: &[Watch]) -> Result<Vec<Slot>, KernelError> {
     let mut slots = Vec::new();
     for (i, w) in watches.iter().enumerate() {
@@ -282,11 +287,15 @@ fn eventfd_slots(watches: &[Watch]) -> Result<Vec<Slot>, KernelError> {
             .write(true)
             .open(&control)
             .map_err(io(control.display().to_string()))?;
-        // One write(2) per command: cgroup.event_control rejects a command split in pieces.
-        ctl.write_all(
-            format!("{} {} {}", efd.as_raw_fd(), usage.as_raw_fd(), threshold).as_bytes(),
-        )
-        .map_err(io(control.display().to_string()))?;
+        // A ladder of thresholds: the first at the threshold, then every LADDER_STEP above
+        // it, so a usage that keeps climbing past the threshold keeps signalling (a v1
+        // threshold fires once per crossing). One write(2) per command: cgroup.event_control
+        // rejects a command split in pieces.
+        for rung in 0..LADDER_RUNGS {
+            let t = threshold.saturating_add(rung * LADDER_STEP);
+            ctl.write_all(format!("{} {} {}", efd.as_raw_fd(), usage.as_raw_fd(), t).as_bytes())
+                .map_err(io(control.display().to_string()))?;
+        }
         slots.push(Slot::Threshold {
             watch: i,
             efd,
