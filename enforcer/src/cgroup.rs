@@ -1,6 +1,7 @@
 //! cgroup hierarchies: discovery of the v1 / v2 layout, path arithmetic that never escapes a
 //! root, and the kubepods naming (`kubepods/<tier>/pod<uid>`).
 
+pub mod kubepods;
 pub mod layout;
 pub mod paths;
 
@@ -20,6 +21,13 @@ pub enum CgroupError {
     },
     #[error("{path}: {what}")]
     Invalid { path: PathBuf, what: String },
+    /// A controller write (through `cgroups-rs`) failed.
+    #[error("{path}: {source}")]
+    Controller {
+        path: PathBuf,
+        #[source]
+        source: cgroups_rs::fs::error::Error,
+    },
     #[error("cgroup path component {component:?} is not allowed (it could escape {root})")]
     Escape { root: PathBuf, component: String },
 }

@@ -19,10 +19,15 @@ use crate::{
     node::{self, NodeObserver},
     policy::{
         admission::{self, SecurityPolicy},
-        eviction::{ActivePod, Signal as EvictionSignal, State, step},
+        eviction::{
+            ActivePod, NodeCondition, Signal as EvictionSignal, State, manager::next_deadline, step,
+        },
     },
     quantity::{Format, Quantity},
-    runtime::{self, Admission, CriRuntime, Evict, NodeLink, RunPodsOptions, StatusManager},
+    runtime::{
+        self, Admission, CriRuntime, Evict, NodeLink, RunPodsOptions, StatusManager,
+        status::{Condition as StatusCondition, NodeRecord},
+    },
     server,
     signal::{Signal, SignalKind, SourceKind},
 };
@@ -50,6 +55,8 @@ pub enum DaemonError {
     Node(#[from] node::NodeError),
     #[error(transparent)]
     Runtime(#[from] runtime::RuntimeError),
+    #[error(transparent)]
+    Enforce(#[from] runtime::enforce::EnforceError),
     #[error("HTTP server on {addr}: {source}")]
     Http {
         addr: SocketAddr,
@@ -63,13 +70,21 @@ fn capacity(config: &Config) -> BTreeMap<String, Quantity> {
     let mut cap = BTreeMap::new();
     let machine_memory = node::machine_memory().unwrap_or(0);
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    cap.insert("memory".to_owned(), Quantity::from_int(machine_memory, Format::BinarySI));
+    cap.insert(
+        "memory".to_owned(),
+        Quantity::from_int(machine_memory, Format::BinarySI),
+    );
     cap.insert(
         "cpu".to_owned(),
         Quantity::from_int(i64::try_from(cpus).unwrap_or(1), Format::DecimalSI),
     );
-    if let Ok((_, bytes, _, _)) = node::statvfs(&config.enforcer.state_dir).or_else(|_| node::statvfs(Path::new("/"))) {
-        cap.insert("ephemeral-storage".to_owned(), Quantity::from_int(bytes, Format::BinarySI));
+    if let Ok((_, bytes, _, _)) =
+        node::statvfs(&config.enforcer.state_dir).or_else(|_| node::statvfs(Path::new("/")))
+    {
+        cap.insert(
+            "ephemeral-storage".to_owned(),
+            Quantity::from_int(bytes, Format::BinarySI),
+        );
     }
     cap.insert("pods".to_owned(), admission::pods_quantity(config.max_pods));
     for (k, v) in &config.enforcer.node_capacity {
@@ -101,8 +116,12 @@ pub async fn run(
     let caps = Capabilities::probe(&layout);
     tracing::info!(capabilities = %caps.summary(), "kernel probed");
     if !caps.cap_sys_resource {
-        tracing::warn!("no CAP_SYS_RESOURCE: negative oom_score_adj values are clamped to 0 and PSI windows widened to 2 s");
+        tracing::warn!(
+            "no CAP_SYS_RESOURCE: negative oom_score_adj values are clamped to 0 and PSI windows widened to 2 s"
+        );
     }
+    // kubelet's own score, or the lowest this node allows (logged).
+    runtime::enforce::set_own_oom_score_adj(caps.cap_sys_resource);
 
     // The node: capacity (or its override), allocatable, and where the observer looks.
     let capacity = capacity(&config);
@@ -119,11 +138,27 @@ pub async fn run(
         kubepods: kubepods.clone(),
         memory_capacity,
         capacity_override: config.enforcer.node_capacity.contains_key("memory"),
-        memory_allocatable: allocatable.get("memory").map_or(memory_capacity, Quantity::value),
+        memory_allocatable: allocatable
+            .get("memory")
+            .map_or(memory_capacity, Quantity::value),
         nodefs: config.enforcer.state_dir.clone(),
         imagefs: Some(PathBuf::from("/var/lib/containerd")).filter(|p| p.exists()),
+        pid_capacity: config
+            .enforcer
+            .node_capacity
+            .get("pids")
+            .map(Quantity::value),
     };
-    // The kubepods cgroup exists before anything watches it.
+    // The kubepods cgroup (allocatable: capacity minus reservations when `pods` is enforced)
+    // and its QoS tiers exist before anything watches them (runtime::enforce).
+    let enforcer = runtime::enforce::Enforcer::from_config(&config, &layout, &capacity);
+    // The CPU manager only where the enforcer runs the pods (beside a kubelet, kubelet owns it).
+    let enforcer = Arc::new(if opts.run_pods {
+        enforcer.with_cpu_manager(&config)?
+    } else {
+        enforcer
+    });
+    enforcer.sync_node_logged(std::iter::empty());
     let mut watches = Vec::new();
     if let Some((mount, _)) = layout.controller("memory") {
         let dir = join_inside(mount, &kubepods)?;
@@ -136,26 +171,35 @@ pub async fn run(
             .iter()
             .find(|t| t.signal == EvictionSignal::MemoryAvailable)
             .map(|t| t.value.resolve(memory_capacity).value());
-        let threshold = hard_mem.map(|h| u64::try_from(memory_capacity - h).unwrap_or(0)).filter(|t| *t > 0);
-        // Node allocatable enforcement (`pods`): kubepods is limited to capacity minus the
-        // reservations, as kubelet does (hard eviction thresholds are not subtracted).
-        if config.enforce_node_allocatable.iter().any(|e| e == "pods") {
-            let reserved = |l: &BTreeMap<String, Quantity>| l.get("memory").map_or(0, Quantity::value);
-            let limit = memory_capacity - reserved(&config.system_reserved) - reserved(&config.kube_reserved);
-            let (file, value) = match layout.controller("memory") {
-                Some((_, CgroupVersion::V2)) => ("memory.max", limit.to_string()),
-                _ => ("memory.limit_in_bytes", limit.to_string()),
-            };
-            if limit > 0 {
-                match std::fs::write(dir.join(file), &value) {
-                    Ok(()) => tracing::info!(cgroup = %kubepods, limit, "kubepods memory limit set"),
-                    Err(e) => tracing::warn!(path = %dir.join(file).display(), error = %e, "setting the kubepods memory limit"),
-                }
+        let threshold = hard_mem
+            .map(|h| u64::try_from(memory_capacity - h).unwrap_or(0))
+            .filter(|t| *t > 0);
+        // Soft memory.available thresholds get their own usage-threshold watch, so their
+        // condition is raised (and the grace period starts) at the crossing.
+        for t in config
+            .eviction
+            .thresholds
+            .iter()
+            .filter(|t| !t.is_hard() && t.signal == EvictionSignal::MemoryAvailable)
+        {
+            let at = u64::try_from(memory_capacity - t.value.resolve(memory_capacity).value())
+                .unwrap_or(0);
+            if at > 0 && Some(at) != threshold {
+                watches.push(Watch {
+                    cgroup: dir.clone(),
+                    threshold_bytes: Some(at),
+                });
             }
         }
-        watches.push(Watch { cgroup: dir, threshold_bytes: threshold });
+        watches.push(Watch {
+            cgroup: dir,
+            threshold_bytes: threshold,
+        });
     }
-    watches.extend(opts.watches.iter().map(|c| Watch { cgroup: c.clone(), threshold_bytes: None }));
+    watches.extend(opts.watches.iter().map(|c| Watch {
+        cgroup: c.clone(),
+        threshold_bytes: None,
+    }));
 
     let pipeline_opts = PipelineOptions {
         source: source_choice(config.enforcer.signal_source),
@@ -179,7 +223,10 @@ pub async fn run(
     });
     let (addr, _server) = server::serve(config.enforcer.http_address, pages)
         .await
-        .map_err(|source| DaemonError::Http { addr: config.enforcer.http_address, source })?;
+        .map_err(|source| DaemonError::Http {
+            addr: config.enforcer.http_address,
+            source,
+        })?;
     tracing::info!(%addr, "serving /metrics, /healthz, /capabilities");
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -192,6 +239,7 @@ pub async fn run(
 
     let status = StatusManager::default();
     let mut pods_task = None;
+    let mut node_reclaim = None;
     if opts.run_pods {
         let mut ro = RunPodsOptions::for_node(layout.clone(), &caps);
         ro.cri_socket = config.enforcer.cri_socket.clone();
@@ -200,11 +248,15 @@ pub async fn run(
         ro.state_dir = config.enforcer.state_dir.clone();
         ro.node.memory_capacity = memory_capacity;
         ro.static_pods = opts.static_pods;
+        ro.enforce = enforcer.clone();
         ro.link = link.clone();
         ro.admission = Some(Admission {
             node: admission::Node {
                 name: ro.node_name.clone(),
-                labels: BTreeMap::from([("kubernetes.io/hostname".to_owned(), ro.node_name.clone())]),
+                labels: BTreeMap::from([(
+                    "kubernetes.io/hostname".to_owned(),
+                    ro.node_name.clone(),
+                )]),
                 taints: Vec::new(),
                 allocatable: allocatable.clone(),
             },
@@ -215,7 +267,13 @@ pub async fn run(
             },
         });
         let cri = Arc::new(CriRuntime::new(ro.cri_socket.clone(), ro.cri_timeout));
-        pods_task = Some(tokio::spawn(runtime::run_pods_with(cri, ro, status.clone(), stopped())));
+        node_reclaim = Some(cri.clone());
+        pods_task = Some(tokio::spawn(runtime::run_pods_with(
+            cri,
+            ro,
+            status.clone(),
+            stopped(),
+        )));
     }
 
     let manager = EvictionManager {
@@ -224,6 +282,7 @@ pub async fn run(
         link,
         status,
         housekeeping: config.enforcer.housekeeping_interval,
+        node_reclaim,
     };
     let eviction = tokio::spawn(manager.run(pipeline, stopped()));
 
@@ -246,9 +305,33 @@ fn render_conditions(link: &NodeLink) -> String {
     );
     for c in ["DiskPressure", "MemoryPressure", "PIDPressure"] {
         let on = conds.iter().any(|x| x.as_str() == c);
-        out.push_str(&format!("enforcer_node_condition{{condition=\"{c}\"}} {}\n", u8::from(on)));
+        out.push_str(&format!(
+            "enforcer_node_condition{{condition=\"{c}\"}} {}\n",
+            u8::from(on)
+        ));
     }
     out
+}
+
+/// The node's pressure conditions for the status file: each `True` or `False`.
+fn node_record(conditions: &[NodeCondition]) -> NodeRecord {
+    let conditions = [
+        NodeCondition::MemoryPressure,
+        NodeCondition::DiskPressure,
+        NodeCondition::PidPressure,
+    ]
+    .into_iter()
+    .map(|c| StatusCondition {
+        kind: c.as_str().to_owned(),
+        status: if conditions.contains(&c) {
+            "True"
+        } else {
+            "False"
+        }
+        .to_owned(),
+    })
+    .collect();
+    NodeRecord { conditions }
 }
 
 /// Whether a signal should wake the eviction manager.
@@ -266,31 +349,69 @@ pub fn is_pressure(s: &Signal) -> bool {
     )
 }
 
+/// What the run loop remembers between steps besides the decision core's state.
+#[derive(Debug, Default)]
+struct Memo {
+    /// When node-level reclaim last ran.
+    last_reclaim: Option<Duration>,
+    /// The last evicted pod (uid, pod cgroup, when) until it is cleaned up.
+    cleanup: Option<(String, String, Duration)>,
+}
+
+/// kubelet's `podCleanupTimeout`: the longest the manager waits for an evicted pod to be
+/// cleaned up before it may evict another.
+const POD_CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Minimum time between two node-level reclaims (and so between two disk-pressure evictions);
+/// kubelet's is its 10 s housekeeping period.
+const NODE_RECLAIM_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Minimum time between two eviction-manager steps driven by signals: enough to coalesce a
 /// burst of records into one step, far below any grace period.
 const MIN_STEP_INTERVAL: Duration = Duration::from_millis(2);
 
-struct EvictionManager {
-    config: Config,
-    observer: NodeObserver,
-    link: NodeLink,
+/// The eviction manager of the daemon: kubelet's `synchronize`, run on every pressure signal
+/// (coalesced) and on the housekeeping tick, acting through the [`NodeLink`].
+#[derive(Debug)]
+pub struct EvictionManager {
+    pub config: Config,
+    pub observer: NodeObserver,
+    pub link: NodeLink,
     /// Container names and ids of the running pods (for per-container usage).
-    status: StatusManager,
-    housekeeping: Duration,
+    pub status: StatusManager,
+    pub housekeeping: Duration,
+    /// The runtime for node-level reclaim before disk-pressure evictions (`None`: no pods run).
+    pub node_reclaim: Option<Arc<CriRuntime>>,
 }
 
 impl EvictionManager {
-    async fn run(self, mut pipeline: kernel::Pipeline, stop: impl std::future::Future<Output = ()>) {
+    /// Runs until `stop` resolves.
+    pub async fn run(
+        self,
+        mut pipeline: kernel::Pipeline,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
         let start = Instant::now();
         let mut state = State::default();
         let mut tick = tokio::time::interval(self.housekeeping);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_step = Instant::now() - MIN_STEP_INTERVAL;
+        // A soft threshold's grace period or a condition's transition period ending: a step
+        // is due then even if no signal comes.
+        let mut due: Option<tokio::time::Instant> = None;
+        let mut memo = Memo::default();
         tokio::pin!(stop);
         loop {
+            let deadline = async {
+                match due {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
             let trigger = tokio::select! {
                 () = &mut stop => break,
                 _ = tick.tick() => "housekeeping",
+                () = deadline => "deadline",
                 s = pipeline.signals.recv() => match s {
                     None => {
                         tracing::error!("signal pipeline ended; housekeeping continues");
@@ -302,12 +423,11 @@ impl EvictionManager {
                         if !is_pressure(&s) {
                             continue;
                         }
-                        if s.kind == SignalKind::OomKill && let Some(uid) = &s.pod_uid {
-                            tracing::warn!(uid, pid = s.pid, "kernel OOM kill in a pod");
-                        }
+                        self.poke_oom_killed(&s);
                         // Coalesce the rest of the burst.
                         while let Ok(more) = pipeline.signals.try_recv() {
                             log_signal(&more);
+                            self.poke_oom_killed(&more);
                         }
                         let since = last_step.elapsed();
                         if since < MIN_STEP_INTERVAL {
@@ -318,11 +438,80 @@ impl EvictionManager {
                 },
             };
             last_step = Instant::now();
-            state = self.step(state, start.elapsed(), trigger);
+            state = self.step(state, start.elapsed(), trigger, &mut memo).await;
+            due = next_deadline(&self.config.eviction, &state, start.elapsed())
+                .map(|d| tokio::time::Instant::from_std(start + d));
         }
     }
 
-    fn step(&self, state: State, now: Duration, trigger: &str) -> State {
+    /// Whether an evicted pod is cleaned up: its memory cgroup removed, or its final status
+    /// written (the worker removes the cgroup last but one).
+    fn cleaned_up(&self, uid: &str, cgroup: &str) -> bool {
+        let gone = self
+            .observer
+            .layout
+            .controller("memory")
+            .and_then(|(m, _)| join_inside(m, cgroup).ok())
+            .is_none_or(|d| !d.exists());
+        gone || self.status.get(uid).is_some_and(|r| r.phase == "Failed")
+    }
+
+    /// Disk pressure: dead containers, then unused images, through CRI; then re-observe.
+    /// Returns true when no threshold is met any more (no pod needs to be evicted).
+    async fn node_level_reclaim(&self, now: Duration) -> bool {
+        let Some(rt) = &self.node_reclaim else {
+            return false;
+        };
+        let active = self.link.active();
+        let status = self.status.clone();
+        let running = move |uid: &str| {
+            active.contains_key(uid)
+                && status
+                    .get(uid)
+                    .is_none_or(|r| r.phase != "Succeeded" && r.phase != "Failed")
+        };
+        match runtime::gc::reclaim_node_level(rt.as_ref(), &running).await {
+            Ok(r) => tracing::info!(
+                containers = r.containers,
+                log_bytes = r.log_bytes,
+                images = r.images,
+                "node-level reclaim"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "node-level reclaim failed");
+                return false;
+            }
+        }
+        match self.observer.observe(now) {
+            Ok(obs) => {
+                let resolved = crate::policy::eviction::manager::resolved_after_node_reclaim(
+                    &self.config.eviction,
+                    &obs,
+                );
+                if resolved {
+                    tracing::info!("able to reduce resource pressure without evicting pods");
+                }
+                resolved
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "observing the node after reclaim failed");
+                false
+            }
+        }
+    }
+
+    /// A kernel OOM kill inside a pod: its worker resyncs now, so the container's `OOMKilled`
+    /// shows at once instead of on the next relist.
+    fn poke_oom_killed(&self, s: &Signal) {
+        if s.kind == SignalKind::OomKill
+            && let Some(uid) = &s.pod_uid
+        {
+            tracing::warn!(uid, pid = s.pid, "kernel OOM kill in a pod");
+            self.link.poke(uid);
+        }
+    }
+
+    async fn step(&self, state: State, now: Duration, trigger: &str, memo: &mut Memo) -> State {
         let observations = match self.observer.observe(now) {
             Ok(o) => o,
             Err(e) => {
@@ -349,31 +538,76 @@ impl EvictionManager {
                             .collect()
                     })
                     .unwrap_or_default();
-                self.observer.pod_stats(&e.cgroup, &containers)
+                let mut stats = self.observer.pod_stats(&e.cgroup, &containers);
+                // Ephemeral storage: the pod's container logs on nodefs.
+                if let Some(s) = stats.as_mut()
+                    && let Some((total, per_container)) = self.observer.pod_log_usage(uid)
+                {
+                    s.ephemeral_storage = Some(total);
+                    for c in &mut s.containers {
+                        c.ephemeral_storage = per_container
+                            .iter()
+                            .find(|(n, _)| *n == c.name)
+                            .map(|(_, b)| *b);
+                    }
+                }
+                stats
             })
             .collect();
         let pods: Vec<ActivePod<'_>> = active
             .values()
             .zip(&stats)
-            .map(|(e, s)| ActivePod { pod: &e.pod, stats: s.as_ref() })
+            .map(|(e, s)| ActivePod {
+                pod: &e.pod,
+                stats: s.as_ref(),
+            })
             .collect();
         let before = state.conditions.clone();
         let (state, decision) = step(&self.config.eviction, &state, &observations, &pods, now);
         if self.link.set_conditions(decision.conditions.clone()) || before != decision.conditions {
             tracing::info!(conditions = ?decision.conditions, trigger, "node conditions changed");
         }
+        self.status.set_node(node_record(&decision.conditions));
         if let Some(text) = &decision.node_event {
             tracing::warn!(event = "EvictionThresholdMet", message = %text, trigger, "eviction threshold met");
         }
-        if let Some(ev) = decision.eviction {
+        let mut eviction = decision.eviction;
+        // kubelet's waitForPodsCleanup: no further eviction until the last evicted pod is gone
+        // (its processes and cgroup), at most POD_CLEANUP_TIMEOUT.
+        if let Some((uid, cgroup, at)) = &memo.cleanup
+            && (self.cleaned_up(uid, cgroup) || now.saturating_sub(*at) >= POD_CLEANUP_TIMEOUT)
+        {
+            memo.cleanup = None;
+        }
+        if memo.cleanup.is_some() {
+            eviction = None;
+        } else if decision.node_level_reclaim_first && decision.reclaim.is_some() {
+            // At most one node-level reclaim per NODE_RECLAIM_INTERVAL (signal bursts must not
+            // turn into CRI storms); a step in between evicts nobody for disk.
+            if memo
+                .last_reclaim
+                .is_some_and(|at| now.saturating_sub(at) < NODE_RECLAIM_INTERVAL)
+            {
+                eviction = None;
+            } else {
+                memo.last_reclaim = Some(now);
+                if self.node_level_reclaim(now).await {
+                    eviction = None;
+                }
+            }
+        }
+        if let Some(ev) = eviction {
             let entry = active.get(&ev.uid);
             let hard = ev.threshold.is_hard();
             // A hard memory threshold frees the victim's memory now: SIGKILL to every process
             // of the pod cgroup, then the orderly stop through the pod worker.
-            if hard && ev.signal.resource() == crate::policy::eviction::Resource::Memory
+            let mut sigkill_ns = None;
+            if hard
+                && ev.signal.resource() == crate::policy::eviction::Resource::Memory
                 && let Some(e) = entry
             {
                 let killed = kill_pod_cgroup(&self.observer.layout, &e.cgroup);
+                sigkill_ns = Some(crate::signal::monotonic_ns());
                 tracing::warn!(uid = %ev.uid, killed, "hard memory threshold: SIGKILL sent to the pod's processes");
             }
             tracing::warn!(
@@ -385,10 +619,14 @@ impl EvictionManager {
                 message = %ev.message,
                 "eviction"
             );
+            if let Some(e) = entry {
+                memo.cleanup = Some((ev.uid.clone(), e.cgroup.clone(), now));
+            }
             self.link.evict(Evict {
                 uid: ev.uid.clone(),
                 grace_seconds: ev.grace_period_seconds,
                 message: ev.message.clone(),
+                sigkill_ns,
             });
         }
         state
@@ -399,8 +637,12 @@ impl EvictionManager {
 /// hierarchy; `cgroup.kill` where cgroup v2 offers it. Returns how many processes were signalled
 /// (1 for cgroup.kill).
 pub fn kill_pod_cgroup(layout: &CgroupLayout, rel: &str) -> usize {
-    let Some((mount, version)) = layout.controller("memory") else { return 0 };
-    let Ok(dir) = join_inside(mount, rel) else { return 0 };
+    let Some((mount, version)) = layout.controller("memory") else {
+        return 0;
+    };
+    let Ok(dir) = join_inside(mount, rel) else {
+        return 0;
+    };
     if version == CgroupVersion::V2 && std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
         return 1;
     }
@@ -408,7 +650,11 @@ pub fn kill_pod_cgroup(layout: &CgroupLayout, rel: &str) -> usize {
     let mut stack = vec![dir];
     while let Some(d) = stack.pop() {
         if let Ok(text) = std::fs::read_to_string(d.join("cgroup.procs")) {
-            for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()).filter(|p| *p > 1) {
+            for pid in text
+                .lines()
+                .filter_map(|l| l.trim().parse::<i32>().ok())
+                .filter(|p| *p > 1)
+            {
                 // SAFETY: kill(2) on a pid listed in the pod's own cgroup.
                 if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
                     killed += 1;
@@ -416,7 +662,12 @@ pub fn kill_pod_cgroup(layout: &CgroupLayout, rel: &str) -> usize {
             }
         }
         if let Ok(entries) = std::fs::read_dir(&d) {
-            stack.extend(entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()));
+            stack.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
         }
     }
     killed

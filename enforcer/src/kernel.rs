@@ -155,10 +155,19 @@ pub fn start(
             // Kernel events mark limits (reclaim) and OOM kills; a threshold *below* a limit
             // (an eviction threshold) has no tracepoint, so on cgroup v1 the watched cgroups
             // with a threshold also get usage-threshold eventfds, feeding the same stream.
-            let watches: Vec<Watch> =
-                opts.watches.iter().filter(|w| w.threshold_bytes.is_some()).cloned().collect();
-            let threads = if !watches.is_empty() && fallback::best_for(layout, caps) == SourceKind::Eventfd {
-                let o = PipelineOptions { watches, ..opts.clone() };
+            let watches: Vec<Watch> = opts
+                .watches
+                .iter()
+                .filter(|w| w.threshold_bytes.is_some())
+                .cloned()
+                .collect();
+            let threads = if !watches.is_empty()
+                && fallback::best_for(layout, caps) == SourceKind::Eventfd
+            {
+                let o = PipelineOptions {
+                    watches,
+                    ..opts.clone()
+                };
                 match fallback::start(SourceKind::Eventfd, &o, caps, layout, tx, stats.clone()) {
                     Ok(stop) => Some(stop),
                     Err(e) => {
@@ -169,8 +178,11 @@ pub fn start(
             } else {
                 None
             };
-            let reason =
-                if threads.is_some() { format!("{reason}; with usage-threshold eventfds") } else { reason };
+            let reason = if threads.is_some() {
+                format!("{reason}; with usage-threshold eventfds")
+            } else {
+                reason
+            };
             Ok(pipeline(source, reason, Some(handle), threads))
         }
         Err(e) if opts.source == SourceChoice::Auto => {

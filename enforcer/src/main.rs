@@ -33,7 +33,7 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Run the daemon on this node.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print decoded signals as JSON lines, live (an operator's tcpdump for pressure).
     Signals(SignalsArgs),
     /// Print what the kernel offers (the capability probe) as JSON.
@@ -128,7 +128,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.log_format);
     let result = match cli.command {
-        Command::Run(args) => run(args),
+        Command::Run(args) => run(*args),
         Command::Signals(args) => signals(args),
         Command::Probe => probe(),
         Command::Pods(args) => return enforcer::runtime::status::pods_main(&args),

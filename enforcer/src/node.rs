@@ -159,6 +159,9 @@ pub struct NodeObserver {
     pub nodefs: PathBuf,
     /// The runtime's image filesystem (imagefs), if observed.
     pub imagefs: Option<PathBuf>,
+    /// A pid capacity override (`nodeCapacity: {pids: N}`): pid.available is then this minus
+    /// the tasks of the kubepods cgroup (pids controller), as memory is with its override.
+    pub pid_capacity: Option<i64>,
 }
 
 impl NodeObserver {
@@ -242,7 +245,10 @@ impl NodeObserver {
                 },
             );
         }
-        let (max, procs) = pids()?;
+        let (max, procs) = match self.pid_capacity {
+            Some(cap) => (cap, self.kubepods_tasks()),
+            None => pids()?,
+        };
         obs.insert(
             Signal::PidAvailable,
             Observation {
@@ -252,6 +258,34 @@ impl NodeObserver {
             },
         );
         Ok(obs)
+    }
+
+    /// Tasks in the kubepods cgroup (`pids.current`, hierarchical); 0 before any pod ran.
+    fn kubepods_tasks(&self) -> i64 {
+        self.layout
+            .controller("pids")
+            .and_then(|(m, _)| join_inside(m, &self.kubepods).ok())
+            .and_then(|d| read_i64(&d.join("pids.current")).ok())
+            .unwrap_or(0)
+    }
+
+    /// Ephemeral storage of one pod as far as the node sees it: its container logs under
+    /// `<nodefs>/pods/<uid>/<container>/` (bytes allocated, like `du`). Returns the pod total
+    /// and the per-container amounts; `None` when the pod has no log directory.
+    #[must_use]
+    pub fn pod_log_usage(&self, uid: &str) -> Option<(i64, Vec<(String, i64)>)> {
+        let dir = join_inside(&self.nodefs.join("pods"), uid).ok()?;
+        let entries = fs::read_dir(&dir).ok()?;
+        let mut total = 0;
+        let mut per_container = Vec::new();
+        for e in entries.flatten() {
+            let used = disk_usage(&e.path());
+            total += used;
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                per_container.push((e.file_name().to_string_lossy().into_owned(), used));
+            }
+        }
+        Some((total, per_container))
     }
 
     /// Usage of one pod from its cgroup (`pod_rel`: the pod cgroup's path relative to the
@@ -265,7 +299,11 @@ impl NodeObserver {
             .iter()
             .filter_map(|(name, id)| {
                 let dir = join_inside(&mem_dir, id).ok()?;
-                Some(ContainerStats { name: name.clone(), memory: working_set(&dir).ok(), ephemeral_storage: None })
+                Some(ContainerStats {
+                    name: name.clone(),
+                    memory: working_set(&dir).ok(),
+                    ephemeral_storage: None,
+                })
             })
             .collect();
         let processes = self
@@ -280,6 +318,28 @@ impl NodeObserver {
             ..PodStats::default()
         })
     }
+}
+
+/// Bytes allocated to a file or directory tree (st_blocks x 512), symlinks not followed.
+#[must_use]
+pub fn disk_usage(path: &Path) -> i64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let Ok(meta) = fs::symlink_metadata(path) else {
+        return 0;
+    };
+    let own = i64::try_from(meta.blocks())
+        .unwrap_or(i64::MAX)
+        .saturating_mul(512);
+    if !meta.is_dir() {
+        return own;
+    }
+    fs::read_dir(path)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| disk_usage(&e.path()))
+                .fold(own, i64::saturating_add)
+        })
+        .unwrap_or(own)
 }
 
 fn root_working_set_v2() -> Result<i64, NodeError> {
@@ -322,5 +382,30 @@ mod tests {
         let (avail, cap, _, icap) = statvfs(Path::new("/")).expect("statvfs /");
         assert!(cap > 0 && avail <= cap && icap >= 0);
         assert!(statvfs(Path::new("/no/such/dir")).is_err());
+    }
+
+    #[test]
+    fn log_usage_of_a_pod() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let logs = dir.path().join("pods/u1/app");
+        fs::create_dir_all(&logs).expect("mkdir");
+        fs::write(logs.join("0.log"), vec![b'x'; 64 * 1024]).expect("write");
+        let observer = NodeObserver {
+            layout: CgroupLayout::default(),
+            kubepods: "/kubepods".into(),
+            memory_capacity: 0,
+            capacity_override: true,
+            memory_allocatable: 0,
+            nodefs: dir.path().to_path_buf(),
+            imagefs: None,
+            pid_capacity: Some(100),
+        };
+        let (total, per) = observer.pod_log_usage("u1").expect("usage");
+        assert!(total >= 64 * 1024, "{total}");
+        assert_eq!(per.len(), 1);
+        assert_eq!(per[0].0, "app");
+        assert!(per[0].1 >= 64 * 1024 && per[0].1 <= total);
+        assert!(observer.pod_log_usage("u2").is_none());
+        assert!(observer.pod_log_usage("../u1").is_none());
     }
 }

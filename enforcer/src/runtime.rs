@@ -3,7 +3,9 @@
 //!
 //! - [`cri`]: the [`ContainerRuntime`] trait and its CRI implementation (timeouts, reconnect).
 //! - [`fake`]: a recording runtime for pipeline tests.
+//! - [`gc`]: node-level reclaim (dead containers, unused images) before disk-pressure evictions.
 //! - [`source`]: the manifest directory (static pods), polled.
+//! - [`apiserver`]: the API-server source (this node's pods, watched with `kube`).
 //! - [`worker`]: pod workers (syncing -> terminating -> terminated), crash backoff, kill.
 //! - [`spec`]: Pod -> CRI configs, kubelet's labels and annotations.
 //! - [`podcgroup`]: pod cgroups below the cgroup root.
@@ -11,9 +13,12 @@
 //! - [`image`]: the local busybox OCI image (tests, `cargo xtask run`).
 //! - [`local`]: a private containerd with that image (`enforcer local-containerd`, tests).
 
+pub mod apiserver;
 pub mod backoff;
 pub mod cri;
+pub mod enforce;
 pub mod fake;
+pub mod gc;
 pub mod image;
 pub mod link;
 pub mod local;
@@ -96,6 +101,10 @@ pub struct RunPodsOptions {
     pub admission: Option<Admission>,
     /// Node conditions in; active pods and evictions out.
     pub link: NodeLink,
+    /// The API-server pod source: this node's pods, watched with this kubeconfig.
+    pub kubeconfig: Option<PathBuf>,
+    /// kubepods / QoS tier cgroups, cgroup options, `oom_score_adj` verification.
+    pub enforce: Arc<enforce::Enforcer>,
 }
 
 /// What pod admission needs to know about the node.
@@ -201,6 +210,8 @@ impl RunPodsOptions {
             static_pods: false,
             admission: None,
             link: NodeLink::default(),
+            kubeconfig: None,
+            enforce: Arc::default(),
         }
     }
 }
@@ -238,6 +249,11 @@ pub async fn run_pods(
     run_pods_with(runtime, opts, StatusManager::default(), shutdown).await
 }
 
+/// Relist period right after a poke.
+const FAST_RELIST: Duration = Duration::from_millis(20);
+/// How long relisting stays fast after a poke.
+const FAST_RELIST_WINDOW: Duration = Duration::from_secs(2);
+
 struct Handle {
     tx: mpsc::UnboundedSender<WorkUpdate>,
 }
@@ -261,7 +277,9 @@ pub async fn run_pods_with<R: ContainerRuntime>(
     }
     let ctx = Arc::new(WorkerContext {
         runtime: runtime.clone(),
-        cgroups: podcgroup::PodCgroups::new(&opts.cgroup_root, opts.layout.clone()),
+        cgroups: podcgroup::PodCgroups::new(&opts.cgroup_root, opts.layout.clone())
+            .with_options(opts.enforce.cgroup_options()),
+        enforce: opts.enforce.clone(),
         status: status.clone(),
         node: opts.node,
         log_root,
@@ -286,6 +304,9 @@ pub async fn run_pods_with<R: ContainerRuntime>(
     let mut relist = tokio::time::interval(opts.relist);
     relist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut orphans_pending = true;
+    // After a poke (kernel OOM kill) the runtime is relisted every FAST_RELIST for a moment,
+    // so the container's exit shows in its status as soon as the runtime reports it.
+    let mut fast_relist_until: Option<tokio::time::Instant> = None;
     let link = opts.link.clone();
     let mut admissions = Admissions {
         admitter: opts
@@ -298,6 +319,14 @@ pub async fn run_pods_with<R: ContainerRuntime>(
     // deletes them; updates are ignored meanwhile (phase Failed is terminal).
     let mut evicted: HashMap<String, PodRecord> = HashMap::new();
     tracing::info!(dir = %opts.manifest_dir.display(), socket = %opts.cri_socket.display(), cgroup_root = %opts.cgroup_root, "pod runtime started");
+    // kubepods and the QoS tiers: kept in step with the admitted pods, re-checked every 10 s.
+    opts.enforce.sync_node_logged(std::iter::empty());
+    let mut reconcile = tokio::time::interval(enforce::RECONCILE_PERIOD);
+    reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut api_source = opts
+        .kubeconfig
+        .clone()
+        .map(|k| ApiFeed::start(k, &opts.node_name));
     tokio::pin!(shutdown);
 
     let spawn = |tasks: &mut JoinSet<()>,
@@ -313,8 +342,8 @@ pub async fn run_pods_with<R: ContainerRuntime>(
     loop {
         tokio::select! {
             () = &mut shutdown => break,
-            _ = poll.tick() => {
-                for ev in source.scan() {
+            events = next_pod_events(&mut poll, &mut source, &mut api_source) => {
+                for ev in events {
                     match ev {
                         SourceEvent::Rejected { file, message } => status.set_rejection(&file, message),
                         SourceEvent::Synced => {}
@@ -342,6 +371,9 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                                 }
                                 (_, None) => match admissions.try_admit(&uid, &u.pod, &link) {
                                     Ok(()) => {
+                                        opts.enforce.admit_cpus(&u.pod);
+                                        opts.enforce.sync_node_logged(admissions.admitted.values().map(|p| &**p));
+                                        spawn_cpu_reconcile(&opts.enforce, &runtime);
                                         if let Ok(cgroup) = ctx.cgroups.pod_path(&uid, spec::pod_qos(&u.pod)) {
                                             link.set_active(&uid, ActiveEntry { pod: u.pod.clone(), cgroup });
                                         }
@@ -362,7 +394,8 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             _ = relist.tick() => {
                 match relist_runtime(runtime.as_ref()).await {
                     Ok(now) => {
-                        if orphans_pending {
+                        // Pods of a source that has not listed yet are not orphans.
+                        if orphans_pending && api_source.as_ref().is_none_or(|a| a.synced) {
                             orphans_pending = false;
                             for uid in now.keys() {
                                 if !workers.contains_key(uid) {
@@ -383,10 +416,32 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                     }
                     Err(e) => tracing::debug!(error = %e, "relist failed"),
                 }
+                match fast_relist_until {
+                    Some(until) if tokio::time::Instant::now() < until => relist.reset_after(FAST_RELIST),
+                    Some(_) => fast_relist_until = None,
+                    None => {}
+                }
+            }
+            () = link.pokes_pending() => {
+                for uid in link.take_pokes() {
+                    if let Some(h) = workers.get(&uid) {
+                        tracing::debug!(uid = %uid, "pod poked; resyncing its worker");
+                        let _ = h.tx.send(WorkUpdate::Relist);
+                    }
+                }
+                fast_relist_until = Some(tokio::time::Instant::now() + FAST_RELIST_WINDOW);
+                relist.reset_immediately();
+            }
+            _ = reconcile.tick() => {
+                opts.enforce.sync_node_logged(admissions.admitted.values().map(|p| &**p));
+                spawn_cpu_reconcile(&opts.enforce, &runtime);
             }
             Some(uid) = done_rx.recv() => {
                 workers.remove(&uid);
                 admissions.release(&uid);
+                opts.enforce.release_cpus(&uid);
+                opts.enforce.sync_node_logged(admissions.admitted.values().map(|p| &**p));
+                spawn_cpu_reconcile(&opts.enforce, &runtime);
                 link.remove_active(&uid);
                 if let Some(rec) = evicted.get(&uid) {
                     status.set(rec.clone());
@@ -396,6 +451,8 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                 {
                     match admissions.try_admit(&uid, &u.pod, &link) {
                         Ok(()) => {
+                            opts.enforce.admit_cpus(&u.pod);
+                            opts.enforce.sync_node_logged(admissions.admitted.values().map(|p| &**p));
                             if let Ok(cgroup) = ctx.cgroups.pod_path(&uid, spec::pod_qos(&u.pod)) {
                                 link.set_active(&uid, ActiveEntry { pod: u.pod.clone(), cgroup });
                             }
@@ -437,7 +494,67 @@ pub async fn run_pods_with<R: ContainerRuntime>(
     Ok(())
 }
 
+/// The CPU manager's reconcile (cpusets through CRI), off the runtime loop.
+fn spawn_cpu_reconcile<R: ContainerRuntime>(enforce: &Arc<enforce::Enforcer>, runtime: &Arc<R>) {
+    if enforce.cpu_manager_enabled() {
+        let (e, r) = (enforce.clone(), runtime.clone());
+        tokio::spawn(async move { e.reconcile_cpusets(r.as_ref()).await });
+    }
+}
+
 /// Lists the managed sandboxes and containers: per pod uid, a fingerprint of their states.
+/// The API-server source as the pod loop holds it.
+struct ApiFeed {
+    rx: mpsc::UnboundedReceiver<SourceEvent>,
+    /// Its first complete list arrived (orphan removal waits for it).
+    synced: bool,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl ApiFeed {
+    fn start(kubeconfig: PathBuf, node_name: &str) -> Self {
+        let (rx, task) = apiserver::spawn(kubeconfig, node_name.to_owned());
+        Self {
+            rx,
+            synced: false,
+            _task: task,
+        }
+    }
+}
+
+/// The next batch of pod source events: a manifest-directory scan at each poll tick, or what
+/// the API-server source sent meanwhile. Cancel-safe.
+async fn next_pod_events(
+    poll: &mut tokio::time::Interval,
+    dir: &mut ManifestDir,
+    api: &mut Option<ApiFeed>,
+) -> Vec<SourceEvent> {
+    let from_api = async {
+        match api.as_mut() {
+            Some(feed) => feed.rx.recv().await,
+            None => std::future::pending().await,
+        }
+    };
+    let first = tokio::select! {
+        _ = poll.tick() => return dir.scan(),
+        ev = from_api => ev,
+    };
+    let Some(feed) = api.as_mut() else {
+        return Vec::new();
+    };
+    let Some(first) = first else {
+        tracing::warn!("the API-server pod source stopped");
+        *api = None;
+        return Vec::new();
+    };
+    let mut out = vec![first];
+    while let Ok(ev) = feed.rx.try_recv() {
+        out.push(ev);
+    }
+    feed.synced |= out.iter().any(|e| matches!(e, SourceEvent::Synced));
+    out
+}
+
 async fn relist_runtime<R: ContainerRuntime>(
     runtime: &R,
 ) -> Result<HashMap<String, String>, CriError> {

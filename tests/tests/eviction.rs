@@ -42,7 +42,10 @@ fn find<'a>(recs: &'a [PodRecord], prefix: &str) -> Option<&'a PodRecord> {
 async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     let deadline = tokio::time::Instant::now() + timeout;
     while !f() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -52,7 +55,10 @@ fn oom_kills(kubepods: &Path) -> u64 {
         .or_else(|_| std::fs::read_to_string(kubepods.join("memory.events")))
         .unwrap_or_default()
         .lines()
-        .find_map(|l| l.strip_prefix("oom_kill ").and_then(|v| v.trim().parse().ok()))
+        .find_map(|l| {
+            l.strip_prefix("oom_kill ")
+                .and_then(|v| v.trim().parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -65,18 +71,33 @@ async fn hard_memory_threshold_evicts_the_besteffort_pod_before_the_kernel_oom_k
     let sleep = "trap 'exit 0' TERM; sleep 3600 & wait";
     std::fs::write(
         manifests.join("guaranteed.yaml"),
-        pod("guaranteed", "aaaaaaaa-0000-0000-0000-000000000001", "    resources: {limits: {cpu: 100m, memory: 32Mi}}", sleep),
+        pod(
+            "guaranteed",
+            "aaaaaaaa-0000-0000-0000-000000000001",
+            "    resources: {limits: {cpu: 100m, memory: 32Mi}}",
+            sleep,
+        ),
     )
     .expect("write");
     std::fs::write(
         manifests.join("burstable.yaml"),
-        pod("burstable", "aaaaaaaa-0000-0000-0000-000000000002", "    resources: {requests: {memory: 32Mi}}", sleep),
+        pod(
+            "burstable",
+            "aaaaaaaa-0000-0000-0000-000000000002",
+            "    resources: {requests: {memory: 32Mi}}",
+            sleep,
+        ),
     )
     .expect("write");
     // Grows by about 20 MiB/s up to 600 MiB: past the threshold and, if nothing acted, past
     // the kubepods limit into the kernel OOM killer.
     let grow = "(i=0; while [ $i -lt 600 ]; do head -c 1048576 /dev/zero; i=$((i+1)); sleep 0.05; done) | tail -c 600m >/dev/null; sleep 3600";
-    let besteffort = pod("besteffort", "aaaaaaaa-0000-0000-0000-000000000003", "", grow);
+    let besteffort = pod(
+        "besteffort",
+        "aaaaaaaa-0000-0000-0000-000000000003",
+        "",
+        grow,
+    );
 
     let args = ConfigArgs {
         eviction_hard: vec!["memory.available<150Mi".to_owned()],
@@ -93,47 +114,83 @@ async fn hard_memory_threshold_evicts_the_besteffort_pod_before_the_kernel_oom_k
     let config = enforcer::config::load(&args).expect("configuration").config;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let daemon = tokio::spawn(run(
-        DaemonOptions { config, watches: vec![], run_pods: true, static_pods: false },
+        DaemonOptions {
+            config,
+            watches: vec![],
+            run_pods: true,
+            static_pods: false,
+        },
         async {
             let _ = stopped.await;
         },
     ));
 
-    wait_until("guaranteed and burstable running", Duration::from_secs(30), || {
-        let r = records(&state);
-        ["guaranteed", "burstable"].iter().all(|p| find(&r, p).is_some_and(|x| x.phase == "Running"))
-    })
+    wait_until(
+        "guaranteed and burstable running",
+        Duration::from_secs(30),
+        || {
+            let r = records(&state);
+            ["guaranteed", "burstable"]
+                .iter()
+                .all(|p| find(&r, p).is_some_and(|x| x.phase == "Running"))
+        },
+    )
     .await;
     let l = layout();
     let (mem_mount, _) = l.controller("memory").expect("memory controller");
-    let kubepods = mem_mount.join(cd.cgroup_root.trim_start_matches('/')).join("kubepods");
+    let kubepods = mem_mount
+        .join(cd.cgroup_root.trim_start_matches('/'))
+        .join("kubepods");
     let limit = std::fs::read_to_string(kubepods.join("memory.limit_in_bytes"))
         .or_else(|_| std::fs::read_to_string(kubepods.join("memory.max")))
         .expect("kubepods limit");
-    assert_eq!(limit.trim(), (400 * MIB).to_string(), "kubepods limited to the node's capacity");
+    assert_eq!(
+        limit.trim(),
+        (400 * MIB).to_string(),
+        "kubepods limited to the node's capacity"
+    );
     let ooms_before = oom_kills(&kubepods);
 
     std::fs::write(manifests.join("besteffort.yaml"), besteffort).expect("write");
-    wait_until("the BestEffort pod evicted", Duration::from_secs(60), || {
-        find(&records(&state), "besteffort").is_some_and(|x| x.reason == "Evicted")
-    })
+    wait_until(
+        "the BestEffort pod evicted",
+        Duration::from_secs(60),
+        || find(&records(&state), "besteffort").is_some_and(|x| x.reason == "Evicted"),
+    )
     .await;
     let recs = records(&state);
     let be = find(&recs, "besteffort").expect("record");
     assert_eq!(be.phase, "Failed");
     assert!(
-        be.message.starts_with("The node was low on resource: memory. Threshold quantity: 150Mi, available: "),
+        be.message.starts_with(
+            "The node was low on resource: memory. Threshold quantity: 150Mi, available: "
+        ),
         "kubelet's message: {}",
         be.message
     );
-    assert!(be.message.contains("Container app was using"), "names the container over its request: {}", be.message);
+    assert!(
+        be.message.contains("Container app was using"),
+        "names the container over its request: {}",
+        be.message
+    );
     for p in ["guaranteed", "burstable"] {
-        assert_eq!(find(&recs, p).map(|x| x.phase.as_str()), Some("Running"), "{p} keeps running");
+        assert_eq!(
+            find(&recs, p).map(|x| x.phase.as_str()),
+            Some("Running"),
+            "{p} keeps running"
+        );
     }
-    assert_eq!(oom_kills(&kubepods), ooms_before, "the kernel OOM killer never fired");
+    assert_eq!(
+        oom_kills(&kubepods),
+        ooms_before,
+        "the kernel OOM killer never fired"
+    );
     // The evicted pod stays evicted (phase Failed is terminal): still so a little later.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(find(&records(&state), "besteffort").map(|x| x.reason.clone()), Some("Evicted".to_owned()));
+    assert_eq!(
+        find(&records(&state), "besteffort").map(|x| x.reason.clone()),
+        Some("Evicted".to_owned())
+    );
 
     let _ = stop.send(());
     daemon.await.expect("join").expect("daemon ran");

@@ -48,6 +48,8 @@ fn opts(cd: &Containerd) -> RunPodsOptions {
         static_pods: true,
         admission: None,
         link: enforcer::runtime::NodeLink::default(),
+        enforce: std::sync::Arc::default(),
+        kubeconfig: None,
     }
 }
 
@@ -658,7 +660,11 @@ async fn bench_pods_direct_cri_vs_enforcer() {
             .expect("bench manifest")
             .remove(0);
         let cg = cgroups
-            .ensure(&uid, spec::Qos::BestEffort, Default::default())
+            .ensure(
+                &uid,
+                spec::Qos::BestEffort,
+                &spec::pod_cgroup_values(&pod, cgroups.options()),
+            )
             .expect("cgroup");
         let sb = spec::sandbox_config(&pod, 0, &cg, "");
         let sid = rt.run_pod_sandbox(sb.clone()).await.expect("sandbox");
@@ -718,4 +724,63 @@ async fn bench_pods_direct_cri_vs_enforcer() {
         via.as_secs_f64() / direct.as_secs_f64()
     );
     finish(e, cd).await;
+}
+
+/// A pod without `hostNetwork` gets an address from the fixture's bridge + host-local CNI
+/// network, which lives in a network namespace the fixture created (unique bridge name, a
+/// 10.x/24 subnet) and goes away with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_without_host_network_gets_an_ip_on_the_test_bridge() {
+    let cd = Containerd::start_with_cni("rt-cni");
+    let net = cd.network.clone().expect("CNI network");
+    let e = Enforcer::start(&cd);
+    write_manifest(
+        &cd,
+        "net.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: net\n  uid: net-1\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: busybox:local\n    command: [/bin/sh, -c]\n    args: [\"ip -4 addr show eth0; trap 'exit 0' TERM; sleep 3600 & wait\"]\n",
+    );
+    wait_status(
+        &cd,
+        Duration::from_secs(40),
+        "pod network pod running",
+        |s| running(s, "net-1"),
+    )
+    .await;
+    // The container saw an address of the bridge's subnet on its eth0.
+    let prefix = net.subnet.trim_end_matches("0/24").to_owned();
+    let log = state(&cd).join("pods/net-1/c/0.log");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains(&format!("inet {prefix}")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {prefix}x address in {}: {text:?}",
+            log.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The bridge exists in the fixture's namespace only, not on the host.
+    let inside = std::process::Command::new("ip")
+        .args(["-n", &net.netns, "link", "show", &net.bridge])
+        .output()
+        .expect("ip");
+    assert!(
+        inside.status.success(),
+        "bridge {} missing in netns {}: {}",
+        net.bridge,
+        net.netns,
+        String::from_utf8_lossy(&inside.stderr)
+    );
+    assert!(
+        !Path::new("/sys/class/net").join(&net.bridge).exists(),
+        "the bridge must not be on the host"
+    );
+    finish(e, cd).await;
+    assert!(
+        !Path::new("/run/netns").join(&net.netns).exists(),
+        "the network namespace (and its bridge) must be gone"
+    );
 }

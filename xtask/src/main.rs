@@ -48,7 +48,7 @@ enum Task {
     /// Benchmarks: `signals` (kernel -> daemon latency and throughput), `policy` (criterion),
     /// `pods` (pods/s through the enforcer vs direct CRI, daemon RSS with 100 pods).
     Bench {
-        #[arg(value_parser = ["signals", "policy", "pods"])]
+        #[arg(value_parser = ["signals", "eviction", "policy", "pods"])]
         what: String,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -330,19 +330,19 @@ fn stop_local_containerd(bin: &Path, dir: &Path) {
 
 fn bench(what: &str, args: &[String]) -> anyhow::Result<()> {
     match what {
-        "signals" => {
+        "signals" | "eviction" => {
             setup()?;
-            sh(cargo()
-                .args([
-                    "run",
-                    "--release",
-                    "--package",
-                    "enforcer-tests",
-                    "--bin",
-                    "bench-signals",
-                    "--",
-                ])
-                .args(args))
+            // The daemon (measured idle and in a storm) and the benchmark binaries, release.
+            sh(cargo().args([
+                "build",
+                "--release",
+                "--package",
+                "enforcer",
+                "--package",
+                "enforcer-tests",
+                "--bins",
+            ]))?;
+            sh(Command::new(target_dir().join(format!("release/bench_{what}"))).args(args))
         }
         "pods" => {
             setup()?;

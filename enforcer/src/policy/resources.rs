@@ -559,7 +559,10 @@ mod tests {
         assert_eq!(pod_requests(&p)["cpu"].milli_value(), 3250);
         assert_eq!(pod_request(&p, "cpu").milli_value(), 3250);
         assert_eq!(pod_request(&p, "memory").value(), 1 << 30);
-        assert_eq!(pod_request(&p, "example.com/gpu"), Quantity::zero(Format::DecimalSI));
+        assert_eq!(
+            pod_request(&p, "example.com/gpu"),
+            Quantity::zero(Format::DecimalSI)
+        );
     }
 
     #[test]

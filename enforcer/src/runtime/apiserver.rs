@@ -48,12 +48,11 @@ pub enum ApiSourceError {
 
 /// A kube client for the cluster (and user) of the kubeconfig's current context.
 pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, ApiSourceError> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|source| {
-        ApiSourceError::Kubeconfig {
+    let kubeconfig =
+        kube::config::Kubeconfig::read_from(path).map_err(|source| ApiSourceError::Kubeconfig {
             path: path.to_path_buf(),
             source,
-        }
-    })?;
+        })?;
     let config = kube::Config::from_custom_kubeconfig(
         kubeconfig,
         &kube::config::KubeConfigOptions::default(),
@@ -354,10 +353,7 @@ mod tests {
             s.step(watcher::Event::InitApply(pod("a", "u1", "busybox")))
                 .is_empty()
         );
-        assert_eq!(
-            ops(&s.step(watcher::Event::InitDone)),
-            ["Add u1", "Synced"]
-        );
+        assert_eq!(ops(&s.step(watcher::Event::InitDone)), ["Add u1", "Synced"]);
         // Only the resource version / status changed: nothing.
         let mut same = pod("a", "u1", "busybox");
         same.metadata.resource_version = Some("2".to_owned());
@@ -396,13 +392,11 @@ mod tests {
         s.step(watcher::Event::InitApply(pod("b", "u2", "busybox")));
         assert_eq!(ops(&s.step(watcher::Event::InitDone)), ["Delete u1"]);
         let mut deleting = pod("b", "u2", "busybox");
-        deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-        ));
-        assert_eq!(
-            ops(&s.step(watcher::Event::Apply(deleting))),
-            ["Delete u2"]
-        );
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert_eq!(ops(&s.step(watcher::Event::Apply(deleting))), ["Delete u2"]);
         let mut done = pod("c", "u3", "busybox");
         done.status = Some(PodStatus {
             phase: Some("Succeeded".to_owned()),

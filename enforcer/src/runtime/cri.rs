@@ -121,6 +121,30 @@ pub trait ContainerRuntime: Send + Sync + 'static {
         image: &str,
         sandbox_config: Option<cri::PodSandboxConfig>,
     ) -> impl Future<Output = Result<String, CriError>> + Send;
+    /// The images on the node (node-level reclaim). A runtime without images lists none.
+    fn list_images(&self) -> impl Future<Output = Result<Vec<cri::Image>, CriError>> + Send {
+        async { Ok(Vec::new()) }
+    }
+    /// Removes an image by id (node-level reclaim).
+    fn remove_image(&self, id: &str) -> impl Future<Output = Result<(), CriError>> + Send {
+        let _ = id;
+        async { Ok(()) }
+    }
+    /// The runtime's sandbox (pause) image, when it says (containerd: `sandboxImage` in the
+    /// verbose CRI status); image reclaim never removes it.
+    fn sandbox_image(&self) -> impl Future<Output = Result<Option<String>, CriError>> + Send {
+        async { Ok(None) }
+    }
+    /// `UpdateContainerResources` (the CPU manager's cpusets). A runtime without it accepts
+    /// and ignores the update.
+    fn update_container_resources(
+        &self,
+        id: &str,
+        resources: cri::LinuxContainerResources,
+    ) -> impl Future<Output = Result<(), CriError>> + Send {
+        let _ = (id, resources);
+        async { Ok(()) }
+    }
 }
 
 #[derive(Debug)]
@@ -541,6 +565,70 @@ impl ContainerRuntime for CriRuntime {
             )
             .await?;
         Ok(resp.image_ref)
+    }
+
+    async fn list_images(&self) -> Result<Vec<cri::Image>, CriError> {
+        let resp = self
+            .call("ListImages", "", Duration::ZERO, |_, mut i| async move {
+                i.list_images(cri::ListImagesRequest { filter: None }).await
+            })
+            .await?;
+        Ok(resp.images)
+    }
+
+    async fn sandbox_image(&self) -> Result<Option<String>, CriError> {
+        let resp = self
+            .call("Status", "", Duration::ZERO, |mut r, _| async move {
+                r.status(cri::StatusRequest { verbose: true }).await
+            })
+            .await?;
+        Ok(resp
+            .info
+            .get("config")
+            .and_then(|c| serde_json::from_str::<serde_json::Value>(c).ok())
+            .and_then(|v| v.get("sandboxImage")?.as_str().map(str::to_owned)))
+    }
+
+    async fn update_container_resources(
+        &self,
+        id: &str,
+        resources: cri::LinuxContainerResources,
+    ) -> Result<(), CriError> {
+        let container_id = id.to_owned();
+        self.call(
+            "UpdateContainerResources",
+            id,
+            Duration::from_secs(10),
+            |mut r, _| async move {
+                r.update_container_resources(cri::UpdateContainerResourcesRequest {
+                    container_id,
+                    linux: Some(resources),
+                    windows: None,
+                    annotations: std::collections::HashMap::new(),
+                })
+                .await
+            },
+        )
+        .await
+        .map(drop)
+    }
+
+    async fn remove_image(&self, id: &str) -> Result<(), CriError> {
+        let spec = cri::ImageSpec {
+            image: id.to_owned(),
+            ..Default::default()
+        };
+        self.call(
+            "RemoveImage",
+            id,
+            Duration::from_secs(30),
+            |_, mut i| async move {
+                i.remove_image(cri::RemoveImageRequest { image: Some(spec) })
+                    .await
+            },
+        )
+        .await
+        .map(drop)
     }
 }
 

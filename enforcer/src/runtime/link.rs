@@ -28,6 +28,8 @@ pub struct Evict {
     pub grace_seconds: i64,
     /// The pod status message (kubelet's text).
     pub message: String,
+    /// CLOCK_MONOTONIC ns when SIGKILL went to the pod's processes (hard memory thresholds).
+    pub sigkill_ns: Option<u64>,
 }
 
 #[derive(Debug, Default)]
@@ -36,6 +38,10 @@ struct Inner {
     active: RwLock<BTreeMap<String, ActiveEntry>>,
     evictions: Mutex<Vec<Evict>>,
     notify: Notify,
+    /// Pods whose runtime state changed in a way the relister has not seen yet (a kernel OOM
+    /// kill): their workers resync at once.
+    pokes: Mutex<std::collections::BTreeSet<String>>,
+    poked: Notify,
 }
 
 /// Shared between the runtime loop and the eviction manager.
@@ -116,6 +122,31 @@ impl NodeLink {
     pub async fn evictions_pending(&self) {
         self.0.notify.notified().await;
     }
+
+    /// Asks the runtime to resync a pod's worker now (and to relist the runtime quickly for a
+    /// moment), e.g. after a kernel OOM kill inside the pod.
+    pub fn poke(&self, uid: &str) {
+        match self.0.pokes.lock() {
+            Ok(mut g) => g.insert(uid.to_owned()),
+            Err(p) => p.into_inner().insert(uid.to_owned()),
+        };
+        self.0.poked.notify_one();
+    }
+
+    /// Pods poked since the last call.
+    #[must_use]
+    pub fn take_pokes(&self) -> Vec<String> {
+        let set = match self.0.pokes.lock() {
+            Ok(mut g) => std::mem::take(&mut *g),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        };
+        set.into_iter().collect()
+    }
+
+    /// Resolves when a pod was poked.
+    pub async fn pokes_pending(&self) {
+        self.0.poked.notified().await;
+    }
 }
 
 #[cfg(test)]
@@ -125,19 +156,49 @@ mod tests {
     #[tokio::test]
     async fn evictions_wake_the_runtime_and_leave_the_active_set() {
         let link = NodeLink::default();
-        link.set_active("u1", ActiveEntry { pod: Arc::new(Pod::default()), cgroup: "/kubepods/podu1".into() });
+        link.set_active(
+            "u1",
+            ActiveEntry {
+                pod: Arc::new(Pod::default()),
+                cgroup: "/kubepods/podu1".into(),
+            },
+        );
         assert_eq!(link.active().len(), 1);
         let other = link.clone();
         let waiter = tokio::spawn(async move {
             other.evictions_pending().await;
             other.take_evictions()
         });
-        link.evict(Evict { uid: "u1".into(), grace_seconds: 1, message: "m".into() });
+        link.evict(Evict {
+            uid: "u1".into(),
+            grace_seconds: 1,
+            message: "m".into(),
+            sigkill_ns: None,
+        });
         let got = waiter.await.expect("join");
-        assert_eq!(got, vec![Evict { uid: "u1".into(), grace_seconds: 1, message: "m".into() }]);
+        assert_eq!(
+            got,
+            vec![Evict {
+                uid: "u1".into(),
+                grace_seconds: 1,
+                message: "m".into(),
+                sigkill_ns: None
+            }]
+        );
         assert!(link.active().is_empty());
         assert!(link.set_conditions(vec![NodeCondition::MemoryPressure]));
         assert!(!link.set_conditions(vec![NodeCondition::MemoryPressure]));
         assert_eq!(link.conditions(), vec![NodeCondition::MemoryPressure]);
+    }
+
+    #[tokio::test]
+    async fn pokes_wake_the_runtime_once_per_pod() {
+        let link = NodeLink::default();
+        link.poke("u2");
+        link.poke("u1");
+        link.poke("u2");
+        link.pokes_pending().await;
+        assert_eq!(link.take_pokes(), vec!["u1".to_owned(), "u2".to_owned()]);
+        assert!(link.take_pokes().is_empty());
     }
 }

@@ -4,9 +4,15 @@
 
 use std::{io, path::PathBuf, time::Duration};
 
-use crate::cgroup::{CgroupError, CgroupLayout, CgroupVersion, WithPath as _, join_inside};
+use crate::{
+    cgroup::{
+        CgroupError, CgroupLayout, CgroupVersion, WithPath as _, join_inside,
+        kubepods::{self, Kubepods},
+    },
+    policy::resources::cgroup::{CgroupOptions, PodCgroupValues},
+};
 
-use super::spec::{PodCgroupValues, Qos};
+use super::spec::Qos;
 
 /// The pod cgroups below one cgroup root on this node's hierarchies.
 #[derive(Clone, Debug)]
@@ -14,6 +20,8 @@ pub struct PodCgroups {
     /// The cgroup root, relative to each hierarchy (`/` or e.g. `/enforcer-test-1`).
     root: String,
     layout: CgroupLayout,
+    kubepods: Kubepods,
+    options: CgroupOptions,
 }
 
 fn tier(qos: Qos) -> &'static str {
@@ -28,7 +36,16 @@ impl PodCgroups {
     #[must_use]
     pub fn new(root: &str, layout: CgroupLayout) -> Self {
         let root = format!("/{}", root.trim_matches('/'));
-        Self { root, layout }
+        let options = CgroupOptions {
+            v2: matches!(layout.controller("memory"), Some((_, CgroupVersion::V2))),
+            ..CgroupOptions::default()
+        };
+        Self {
+            kubepods: Kubepods::new(&root, layout.clone()),
+            root,
+            layout,
+            options,
+        }
     }
 
     /// The relative pod cgroup path (the CRI `cgroup_parent`); refuses a uid that could escape.
@@ -63,86 +80,38 @@ impl PodCgroups {
         out
     }
 
-    /// Creates the pod cgroup where its limits are set (memory and cpu) and writes them.
-    /// Returns the relative path.
+    /// The options the decision core computes pod and container values with.
+    #[must_use]
+    pub fn options(&self) -> &CgroupOptions {
+        &self.options
+    }
+
+    /// Replaces the cgroup options (`cpuCFSQuota`, Memory QoS, ...); `v2` follows the memory
+    /// hierarchy of this node's layout.
+    #[must_use]
+    pub fn with_options(mut self, options: CgroupOptions) -> Self {
+        let v2 = self.options.v2;
+        self.options = CgroupOptions { v2, ..options };
+        self
+    }
+
+    /// The kubepods hierarchy these pod cgroups live in.
+    #[must_use]
+    pub fn kubepods(&self) -> &Kubepods {
+        &self.kubepods
+    }
+
+    /// Creates the pod cgroup where its limits are set (memory and cpu) and writes the decision
+    /// core's values (`policy::resources::cgroup::pod_cgroup_values`). Returns the relative path.
     pub fn ensure(
         &self,
         uid: &str,
         qos: Qos,
-        values: PodCgroupValues,
+        values: &PodCgroupValues,
     ) -> Result<String, CgroupError> {
         let rel = self.pod_path(uid, qos)?;
-        let mut done_v2 = false;
-        for ctrl in ["memory", "cpu"] {
-            let Some((mount, version)) = self.layout.controller(ctrl) else {
-                continue;
-            };
-            let dir = join_inside(mount, &rel)?;
-            if version == CgroupVersion::V2 {
-                if !done_v2 {
-                    self.create_v2(mount, &rel)?;
-                    done_v2 = true;
-                }
-            } else {
-                std::fs::create_dir_all(&dir).with_path(&dir)?;
-            }
-            let writes: Vec<(&str, String)> = match (ctrl, version) {
-                ("memory", CgroupVersion::V1) => values
-                    .memory_limit
-                    .map(|m| vec![("memory.limit_in_bytes", m.to_string())])
-                    .unwrap_or_default(),
-                ("memory", CgroupVersion::V2) => vec![(
-                    "memory.max",
-                    values
-                        .memory_limit
-                        .map_or_else(|| "max".to_owned(), |m| m.to_string()),
-                )],
-                ("cpu", CgroupVersion::V1) => vec![
-                    ("cpu.shares", values.cpu_shares.to_string()),
-                    (
-                        "cpu.cfs_quota_us",
-                        values.cpu_quota.unwrap_or(-1).to_string(),
-                    ),
-                ],
-                ("cpu", CgroupVersion::V2) => vec![
-                    (
-                        "cpu.weight",
-                        (1 + ((values.cpu_shares - 2) * 9999) / 262_142).to_string(),
-                    ),
-                    (
-                        "cpu.max",
-                        values
-                            .cpu_quota
-                            .map_or_else(|| "max 100000".to_owned(), |q| format!("{q} 100000")),
-                    ),
-                ],
-                _ => Vec::new(),
-            };
-            for (file, value) in writes {
-                let path = dir.join(file);
-                std::fs::write(&path, &value).with_path(&path)?;
-            }
-        }
+        self.kubepods.apply(&rel, &kubepods::pod_values(values))?;
         Ok(rel)
-    }
-
-    fn create_v2(&self, mount: &std::path::Path, rel: &str) -> Result<(), CgroupError> {
-        let mut dir = mount.to_path_buf();
-        let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
-        for (i, part) in parts.iter().enumerate() {
-            dir = join_inside(&dir, part)?;
-            if !dir.exists() {
-                std::fs::create_dir(&dir).with_path(&dir)?;
-            }
-            if i + 1 < parts.len() {
-                // Delegate the controllers the children need (best effort: some may be absent).
-                let ctl = dir.join("cgroup.subtree_control");
-                for c in ["+cpu", "+memory", "+pids"] {
-                    let _ = std::fs::write(&ctl, c);
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Whether the pod cgroup exists in any hierarchy (any tier).

@@ -7,7 +7,10 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use sha2::{Digest as _, Sha256};
 
-use crate::quantity::Quantity;
+use crate::{
+    policy::resources::cgroup::{self, CgroupOptions, PodCgroupValues},
+    quantity::Quantity,
+};
 
 pub const POD_NAME_LABEL: &str = "io.kubernetes.pod.name";
 pub const POD_NAMESPACE_LABEL: &str = "io.kubernetes.pod.namespace";
@@ -107,22 +110,6 @@ pub fn pod_qos(pod: &Pod) -> Qos {
     }
 }
 
-/// kubelet's cpu.shares for a number of millicores.
-#[must_use]
-pub fn cpu_shares(milli: i64) -> i64 {
-    if milli <= 0 {
-        2
-    } else {
-        (milli.saturating_mul(1024) / 1000).clamp(2, 262_144)
-    }
-}
-
-/// CFS quota for a cpu limit in millicores (period 100 ms); `None` when unlimited.
-#[must_use]
-pub fn cpu_quota(milli: i64) -> Option<i64> {
-    (milli > 0).then(|| (milli.saturating_mul(100_000) / 1000).max(1000))
-}
-
 /// `oom_score_adj` from a QoS class alone (the fallback when the decision core refuses the
 /// node's memory capacity); [`container_config`] uses `policy::oom::container_oom_score_adj`.
 #[must_use]
@@ -145,50 +132,52 @@ pub fn oom_score_adj(qos: Qos, memory_request: i64, node_memory: i64, clamp_nega
     if clamp_negative { v.max(0) } else { v }
 }
 
-/// Values for the pod cgroup.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PodCgroupValues {
-    pub cpu_shares: i64,
-    pub cpu_quota: Option<i64>,
-    pub memory_limit: Option<i64>,
+/// The pod cgroup's values: the decision core's (`policy::resources::cgroup`) for the
+/// API-defaulted pod.
+pub fn pod_cgroup_values(pod: &Pod, opts: &CgroupOptions) -> PodCgroupValues {
+    let mut defaulted = pod.clone();
+    crate::policy::resources::apply_defaults(&mut defaulted);
+    cgroup::pod_cgroup_values(&defaulted, opts)
 }
 
-/// The pod cgroup's values (kubelet's `ResourceConfigForPod`, container-level resources).
-// TODO(policy): use crate::policy::resources::cgroup once wired.
-#[must_use]
-pub fn pod_cgroup_values(pod: &Pod, qos: Qos) -> PodCgroupValues {
-    if qos == Qos::BestEffort {
-        return PodCgroupValues {
-            cpu_shares: 2,
-            ..Default::default()
-        };
-    }
-    let app: Vec<&Container> = pod
+/// The container as the API would default it (a missing request takes the limit), found by
+/// name in the defaulted pod; the container itself when it is not in the pod.
+fn defaulted_container(pod: &Pod, c: &Container) -> (Pod, Container) {
+    let mut defaulted = pod.clone();
+    crate::policy::resources::apply_defaults(&mut defaulted);
+    let found = defaulted
         .spec
         .as_ref()
-        .map(|s| s.containers.iter().collect())
-        .unwrap_or_default();
-    let sum = |f: &dyn Fn(&Container) -> Option<Quantity>, milli: bool| -> (i64, bool) {
-        let mut total = 0_i64;
-        let mut all = true;
-        for c in &app {
-            match f(c) {
-                Some(q) => {
-                    total = total.saturating_add(if milli { q.milli_value() } else { q.value() });
-                }
-                None => all = false,
-            }
-        }
-        (total, all)
-    };
-    let (cpu_req, _) = sum(&|c| request(c, "cpu"), true);
-    let (cpu_lim, all_cpu) = sum(&|c| quantity(c, "limits", "cpu"), true);
-    let (mem_lim, all_mem) = sum(&|c| quantity(c, "limits", "memory"), false);
-    PodCgroupValues {
-        cpu_shares: cpu_shares(cpu_req),
-        cpu_quota: if all_cpu { cpu_quota(cpu_lim) } else { None },
-        memory_limit: (all_mem && mem_lim > 0).then_some(mem_lim),
-    }
+        .and_then(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+                .find(|x| x.name == c.name)
+        })
+        .cloned()
+        .unwrap_or_else(|| c.clone());
+    (defaulted, found)
+}
+
+/// The decision core's `oom_score_adj` for a container (`policy::oom`), before any clamp; the
+/// QoS-only fallback when the node's memory capacity is unknown.
+#[must_use]
+pub fn decided_oom_score_adj(pod: &Pod, c: &Container, memory_capacity: i64) -> i64 {
+    let (defaulted, dc) = defaulted_container(pod, c);
+    crate::policy::oom::container_oom_score_adj(&defaulted, &dc, memory_capacity).map_or_else(
+        |_| {
+            let mem_req = request(c, "memory").map_or(0, |q| q.value());
+            oom_score_adj(pod_qos(pod), mem_req, memory_capacity, false)
+        },
+        |s| s.value,
+    )
+}
+
+/// The lowest `oom_score_adj` this node lets a process set: -1000 with CAP_SYS_RESOURCE, else
+/// 0 (a negative value needs the capability; see `runtime::enforce`).
+#[must_use]
+pub fn oom_score_adj_floor(cap_sys_resource: bool) -> i64 {
+    if cap_sys_resource { -1000 } else { 0 }
 }
 
 /// Hex sha256 of a serializable value (its JSON form), first 16 hex digits.
@@ -370,7 +359,16 @@ pub struct NodeFacts {
     pub cap_sys_resource: bool,
 }
 
-/// The container config (kubelet's `generateContainerConfig`).
+/// What a container's linux resources depend on beyond the pod and the node.
+#[derive(Clone, Debug, Default)]
+pub struct ResourceOptions {
+    /// cgroup options (`cpuCFSQuota`, Memory QoS on cgroup v2, ...).
+    pub cgroup: CgroupOptions,
+    /// The CPU manager's cpuset for this container (static policy), if any.
+    pub cpuset: Option<String>,
+}
+
+/// The container config (kubelet's `generateContainerConfig`) with default resource options.
 #[must_use]
 pub fn container_config(
     pod: &Pod,
@@ -380,8 +378,67 @@ pub fn container_config(
     image_ref: &str,
     node: NodeFacts,
 ) -> cri::ContainerConfig {
+    let opts = ResourceOptions {
+        cgroup: CgroupOptions {
+            v2: false,
+            ..CgroupOptions::default()
+        },
+        cpuset: None,
+    };
+    container_config_with(pod, c, kind, restart_count, image_ref, node, &opts)
+}
+
+/// The linux resources of a container: the decision core's values
+/// (`calculateLinuxResources`, Memory QoS in `unified`), its `oom_score_adj` clamped to what
+/// the node allows, and the CPU manager's cpuset.
+#[must_use]
+pub fn linux_resources(
+    pod: &Pod,
+    c: &Container,
+    node: NodeFacts,
+    opts: &ResourceOptions,
+) -> cri::LinuxContainerResources {
+    let (_, dc) = defaulted_container(pod, c);
+    let v = cgroup::container_cgroup_values(&dc, &opts.cgroup);
+    let mem_lim = v.memory_limit_bytes.unwrap_or(0).max(0);
+    let mut unified = HashMap::new();
+    if let Some(min) = v.memory_min_bytes {
+        unified.insert("memory.min".to_owned(), min.to_string());
+    }
+    if let Some(high) = v.memory_high_bytes {
+        unified.insert("memory.high".to_owned(), high.to_string());
+    }
+    let decided = decided_oom_score_adj(pod, c, node.memory_capacity);
+    cri::LinuxContainerResources {
+        cpu_period: if v.cpu_quota_micros.is_some() {
+            i64::try_from(opts.cgroup.cpu_period_us).unwrap_or(100_000)
+        } else {
+            0
+        },
+        cpu_quota: v.cpu_quota_micros.unwrap_or(0),
+        cpu_shares: i64::try_from(v.cpu_shares).unwrap_or(2),
+        memory_limit_in_bytes: mem_lim,
+        // No swap for pods (kubelet's NoSwap on cgroup v1).
+        memory_swap_limit_in_bytes: mem_lim,
+        oom_score_adj: decided.max(oom_score_adj_floor(node.cap_sys_resource)),
+        cpuset_cpus: opts.cpuset.clone().unwrap_or_default(),
+        unified,
+        ..Default::default()
+    }
+}
+
+/// The container config (kubelet's `generateContainerConfig`).
+#[must_use]
+pub fn container_config_with(
+    pod: &Pod,
+    c: &Container,
+    kind: ContainerKind,
+    restart_count: u32,
+    image_ref: &str,
+    node: NodeFacts,
+    opts: &ResourceOptions,
+) -> cri::ContainerConfig {
     let id = PodIdent::of(pod);
-    let qos = pod_qos(pod);
     let mut labels = pod_labels(&id);
     labels.insert(CONTAINER_NAME_LABEL.to_owned(), c.name.clone());
     let annotations = HashMap::from([
@@ -405,20 +462,7 @@ pub fn container_config(
             kind.as_str().to_owned(),
         ),
     ]);
-    let cpu_req = request(c, "cpu").map_or(0, |q| q.milli_value());
-    let cpu_lim = quantity(c, "limits", "cpu").map_or(0, |q| q.milli_value());
-    let mem_req = request(c, "memory").map_or(0, |q| q.value());
-    let mem_lim = quantity(c, "limits", "memory").map_or(0, |q| q.value());
-    let resources = cri::LinuxContainerResources {
-        cpu_period: if cpu_lim > 0 { 100_000 } else { 0 },
-        cpu_quota: cpu_quota(cpu_lim).unwrap_or(0),
-        cpu_shares: cpu_shares(cpu_req),
-        memory_limit_in_bytes: mem_lim.max(0),
-        // No swap for pods (kubelet's NoSwap on cgroup v1).
-        memory_swap_limit_in_bytes: mem_lim.max(0),
-        oom_score_adj: oom_score_adj(qos, mem_req, node.memory_capacity, !node.cap_sys_resource),
-        ..Default::default()
-    };
+    let resources = linux_resources(pod, c, node, opts);
     let envs = c
         .env
         .iter()
@@ -500,13 +544,10 @@ mod tests {
             "metadata: {name: a}\nspec: {containers: [{name: c, resources: {limits: {cpu: 500m, memory: 64Mi}}}]}",
         );
         assert_eq!(pod_qos(&g), Qos::Guaranteed);
+        let v = pod_cgroup_values(&g, &CgroupOptions::default());
         assert_eq!(
-            pod_cgroup_values(&g, Qos::Guaranteed),
-            PodCgroupValues {
-                cpu_shares: 512,
-                cpu_quota: Some(50_000),
-                memory_limit: Some(64 << 20)
-            }
+            (v.cpu_shares, v.cpu_quota_micros, v.memory_limit_bytes),
+            (512, Some(50_000), Some(64 << 20))
         );
         let b = pod(
             "metadata: {name: a}\nspec: {containers: [{name: c, resources: {requests: {memory: 1Gi}}}]}",
@@ -520,14 +561,54 @@ mod tests {
     }
 
     #[test]
-    fn shares_and_quota() {
-        assert_eq!(cpu_shares(0), 2);
-        assert_eq!(cpu_shares(1), 2);
-        assert_eq!(cpu_shares(1000), 1024);
-        assert_eq!(cpu_shares(10_000_000), 262_144);
-        assert_eq!(cpu_quota(0), None);
-        assert_eq!(cpu_quota(5), Some(1000));
-        assert_eq!(cpu_quota(250), Some(25_000));
+    fn container_resources_from_the_decision_core() {
+        let node = NodeFacts {
+            memory_capacity: 4 << 30,
+            cap_sys_resource: false,
+        };
+        let b = pod(
+            "metadata: {name: a}\nspec: {containers: [{name: c, resources: {requests: {cpu: 250m, memory: 1Gi}, limits: {memory: 2Gi}}}]}",
+        );
+        let c = &b.spec.as_ref().expect("spec").containers[0];
+        let opts = ResourceOptions {
+            cgroup: CgroupOptions {
+                memory_qos: true,
+                ..CgroupOptions::default()
+            },
+            cpuset: Some("1".into()),
+        };
+        let r = linux_resources(&b, c, node, &opts);
+        assert_eq!((r.cpu_shares, r.cpu_quota, r.cpu_period), (256, 0, 0));
+        assert_eq!(r.memory_limit_in_bytes, 2 << 30);
+        assert_eq!(r.oom_score_adj, 750);
+        assert_eq!(r.cpuset_cpus, "1");
+        assert_eq!(
+            r.unified.get("memory.min").map(String::as_str),
+            Some("1073741824")
+        );
+        assert!(r.unified.contains_key("memory.high"));
+        // A Guaranteed container: -997, clamped to 0 without CAP_SYS_RESOURCE.
+        let g = pod(
+            "metadata: {name: a}\nspec: {containers: [{name: c, resources: {limits: {cpu: 500m, memory: 64Mi}}}]}",
+        );
+        let c = &g.spec.as_ref().expect("spec").containers[0];
+        assert_eq!(decided_oom_score_adj(&g, c, 4 << 30), -997);
+        let r = linux_resources(&g, c, node, &ResourceOptions::default());
+        assert_eq!(
+            (r.oom_score_adj, r.cpu_quota, r.cpu_period),
+            (0, 50_000, 100_000)
+        );
+        let r = linux_resources(
+            &g,
+            c,
+            NodeFacts {
+                cap_sys_resource: true,
+                ..node
+            },
+            &ResourceOptions::default(),
+        );
+        assert_eq!(r.oom_score_adj, -997);
+        assert!(r.unified.is_empty());
     }
 
     #[test]

@@ -81,6 +81,12 @@ pub struct ContainerRecord {
     pub state: ContainerState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_state: Option<ContainerState>,
+    /// The `oom_score_adj` the container's processes have (read in /proc).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_score_adj: Option<i64>,
+    /// The decision core's value, when the node made it differ (clamped).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oom_score_adj_decided: Option<i64>,
 }
 
 /// A pod condition.
@@ -126,6 +132,27 @@ pub struct Rejection {
     pub message: String,
 }
 
+/// The node's status as the eviction manager reports it: kubelet's pressure conditions
+/// (`MemoryPressure`, `DiskPressure`, `PIDPressure`), each `True` or `False`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRecord {
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+impl NodeRecord {
+    /// The conditions whose status is `True`.
+    #[must_use]
+    pub fn true_conditions(&self) -> Vec<&str> {
+        self.conditions
+            .iter()
+            .filter(|c| c.status == "True")
+            .map(|c| c.kind.as_str())
+            .collect()
+    }
+}
+
 /// What `pods.json` holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -133,12 +160,15 @@ pub struct StatusFile {
     pub pods: Vec<PodRecord>,
     #[serde(default)]
     pub rejected: Vec<Rejection>,
+    #[serde(default)]
+    pub node: NodeRecord,
 }
 
 #[derive(Debug, Default)]
 struct Inner {
     pods: BTreeMap<String, PodRecord>,
     rejected: BTreeMap<String, Rejection>,
+    node: NodeRecord,
     generation: u64,
 }
 
@@ -201,6 +231,21 @@ impl StatusManager {
         self.changed.notify_one();
     }
 
+    /// Sets the node's status (no-op when unchanged).
+    pub fn set_node(&self, node: NodeRecord) {
+        let changed = self.with(|i| {
+            if i.node == node {
+                return false;
+            }
+            i.node = node;
+            i.generation += 1;
+            true
+        });
+        if changed {
+            self.changed.notify_one();
+        }
+    }
+
     /// One pod's status.
     #[must_use]
     pub fn get(&self, uid: &str) -> Option<PodRecord> {
@@ -216,6 +261,7 @@ impl StatusManager {
                 StatusFile {
                     pods: i.pods.values().cloned().collect(),
                     rejected: i.rejected.values().cloned().collect(),
+                    node: i.node.clone(),
                 },
             )
         })
@@ -351,6 +397,10 @@ pub fn render(file: &StatusFile, json: bool) -> String {
     for r in &file.rejected {
         out.push_str(&format!("rejected {}: {}\n", r.file, r.message));
     }
+    let pressure = file.node.true_conditions();
+    if !pressure.is_empty() {
+        out.push_str(&format!("node conditions: {}\n", pressure.join(", ")));
+    }
     out
 }
 
@@ -472,6 +522,8 @@ mod tests {
                     message: "back-off 40s".into(),
                 },
                 last_state: None,
+                oom_score_adj: None,
+                oom_score_adj_decided: None,
             }],
         };
         let file = StatusFile {
@@ -480,8 +532,24 @@ mod tests {
                 file: "bad.yaml".into(),
                 message: "invalid".into(),
             }],
+            node: NodeRecord {
+                conditions: vec![
+                    Condition {
+                        kind: "MemoryPressure".into(),
+                        status: "True".into(),
+                    },
+                    Condition {
+                        kind: "DiskPressure".into(),
+                        status: "False".into(),
+                    },
+                ],
+            },
         };
         let table = render(&file, false);
+        assert!(
+            table.contains("node conditions: MemoryPressure\n"),
+            "{table}"
+        );
         assert!(table.contains("CrashLoopBackOff"), "{table}");
         assert!(table.contains("0/1"), "{table}");
         assert!(table.contains("rejected bad.yaml: invalid"), "{table}");

@@ -68,6 +68,8 @@ pub enum WorkUpdate {
 pub struct WorkerContext<R> {
     pub runtime: Arc<R>,
     pub cgroups: PodCgroups,
+    /// `oom_score_adj` verification (and the node-level enforcement).
+    pub enforce: Arc<super::enforce::Enforcer>,
     pub status: StatusManager,
     pub node: NodeFacts,
     /// Where container logs go (`<state dir>/pods`).
@@ -244,7 +246,8 @@ pub struct PodWorker<R> {
     message: String,
     terminal: bool,
     start_time: String,
-    cgroup_for: Option<(String, String)>,
+    /// Container id -> (decided, actual) `oom_score_adj`, from the last check in /proc.
+    oom: HashMap<String, (i64, Option<i64>)>,
 }
 
 impl<R: ContainerRuntime> PodWorker<R> {
@@ -264,7 +267,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             message: String::new(),
             terminal: false,
             start_time: String::new(),
-            cgroup_for: None,
+            oom: HashMap::new(),
         }
     }
 
@@ -284,7 +287,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             message: String::new(),
             terminal: false,
             start_time: String::new(),
-            cgroup_for: None,
+            oom: HashMap::new(),
         }
     }
 
@@ -485,23 +488,17 @@ impl<R: ContainerRuntime> PodWorker<R> {
         let qos = spec::pod_qos(pod);
         self.waiting.clear();
         self.message.clear();
-        let spec_hash = spec::hash_of(pod);
-        // 1. The pod cgroup (created and limited before the sandbox, as kubelet does).
-        let cgroup = match &self.cgroup_for {
-            Some((h, path)) if *h == spec_hash && self.ctx.cgroups.exists(&uid) => path.clone(),
-            _ => {
-                let path = self
-                    .ctx
-                    .cgroups
-                    .ensure(&uid, qos, spec::pod_cgroup_values(pod, qos))
-                    .map_err(|source| WorkerError::Cgroup {
-                        uid: uid.clone(),
-                        source,
-                    })?;
-                self.cgroup_for = Some((spec_hash, path.clone()));
-                path
-            }
-        };
+        // 1. The pod cgroup (created and limited before the sandbox, as kubelet does), its
+        //    values re-written on every sync so they stay as decided.
+        let values = spec::pod_cgroup_values(pod, self.ctx.cgroups.options());
+        let cgroup = self
+            .ctx
+            .cgroups
+            .ensure(&uid, qos, &values)
+            .map_err(|source| WorkerError::Cgroup {
+                uid: uid.clone(),
+                source,
+            })?;
         // 2. What the runtime holds for this pod.
         let sandboxes = rt
             .list_pod_sandboxes(cri::PodSandboxFilter {
@@ -735,6 +732,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             .await
             .map_err(self.cri())?;
         after.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        self.check_oom(pod, &cgroup, &sandbox_id, &after);
         let phase = self
             .publish(pod, qos, &cgroup, &sandbox_id, &after, init_failed)
             .await?;
@@ -746,6 +744,36 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 .map_err(self.cri())?;
         }
         Ok(wake)
+    }
+
+    /// Verifies the `oom_score_adj` of the running containers' processes (corrects it when
+    /// the runtime did not set the decided value, clamped where the node forbids it).
+    fn check_oom(&mut self, pod: &Pod, cgroup: &str, sandbox_id: &str, all: &[cri::Container]) {
+        let floor = spec::oom_score_adj_floor(self.ctx.node.cap_sys_resource);
+        let spec_ref = pod.spec.as_ref();
+        let defs = spec_ref.into_iter().flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        });
+        let mut seen = HashMap::new();
+        for def in defs {
+            let Some(c) = all.iter().find(|x| {
+                x.pod_sandbox_id == sandbox_id && x.state == RUNNING && name_of(x) == def.name
+            }) else {
+                continue;
+            };
+            let decided = spec::decided_oom_score_adj(pod, def, self.ctx.node.memory_capacity);
+            let got = self.ctx.enforce.verify_oom(
+                self.ctx.cgroups.kubepods(),
+                cgroup,
+                &c.id,
+                decided,
+                floor,
+            );
+            seen.insert(c.id.clone(), (decided, got));
+        }
+        self.oom = seen;
     }
 
     async fn all_succeeded(
@@ -849,12 +877,27 @@ impl<R: ContainerRuntime> PodWorker<R> {
             path: dir.clone(),
             source,
         })?;
-        let config = spec::container_config(pod, c, kind, restart_count, &image_ref, self.ctx.node);
+        let resources = spec::ResourceOptions {
+            cgroup: *self.ctx.cgroups.options(),
+            cpuset: self.ctx.enforce.cpuset(&self.uid, &c.name),
+        };
+        let config = spec::container_config_with(
+            pod,
+            c,
+            kind,
+            restart_count,
+            &image_ref,
+            self.ctx.node,
+            &resources,
+        );
         let rt = self.ctx.runtime.clone();
         let id = rt
             .create_container(sandbox_id, config, sandbox_config.clone())
             .await
             .map_err(self.cri())?;
+        if let Some(cpus) = &resources.cpuset {
+            self.ctx.enforce.created_with(&id, cpus);
+        }
         if let Err(e) = rt.start_container(&id).await {
             // The container is left exited; the next sync restarts it with backoff.
             tracing::warn!(uid = %self.uid, container = %c.name, error = %e, "starting container failed");
@@ -940,6 +983,8 @@ impl<R: ContainerRuntime> PodWorker<R> {
                     restart_count: 0,
                     state: ContainerState::Waiting { reason, message },
                     last_state: None,
+                    oom_score_adj: None,
+                    oom_score_adj_decided: None,
                 },
                 AppState::Waiting,
             ));
@@ -1008,6 +1053,12 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 restart_count: restart_count_of(latest),
                 state,
                 last_state,
+                oom_score_adj: self.oom.get(&latest.id).and_then(|(_, got)| *got),
+                oom_score_adj_decided: self
+                    .oom
+                    .get(&latest.id)
+                    .filter(|(decided, got)| Some(*decided) != *got)
+                    .map(|(decided, _)| *decided),
             },
             app,
         ))
@@ -1186,6 +1237,7 @@ mod tests {
         let ctx = Arc::new(WorkerContext {
             runtime: Arc::new(fake.clone()),
             cgroups: PodCgroups::new("/t", CgroupLayout::default()),
+            enforce: Arc::default(),
             status: status.clone(),
             node: NodeFacts {
                 memory_capacity: 1 << 30,

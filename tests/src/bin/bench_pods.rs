@@ -90,9 +90,11 @@ impl Direct {
     async fn start_one(&self, pod: &Pod) -> anyhow::Result<(String, String, String)> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let qos = spec::pod_qos(pod);
-        let cg = self
-            .cgroups
-            .ensure(&uid, qos, spec::pod_cgroup_values(pod, qos))?;
+        let cg = self.cgroups.ensure(
+            &uid,
+            qos,
+            &spec::pod_cgroup_values(pod, self.cgroups.options()),
+        )?;
         let c = pod
             .spec
             .as_ref()

@@ -3,6 +3,9 @@
 //! - `memhog --file <path> <MiB> <hold_ms>`: writes a file of that size (synced every 8 MiB),
 //!   then re-reads it, dropping its own cached pages before each pass, until hold_ms pass: a
 //!   sustained page-cache reclaim storm in a small memory cgroup, with no OOM.
+//! - `memhog --report <fast_MiB> <total_MiB> <step_us>`: waits for a line on stdin, touches
+//!   fast_MiB at once, then one MiB every step_us up to total_MiB, printing `<MiB> <monotonic
+//!   ns>` after each MiB; then holds until killed.
 //! - `memhog --getppid <count> <rate_per_s>`: waits for a line on stdin, then calls getppid()
 //!   `count` times at about that rate (0 = as fast as possible): the pipeline probe's load.
 
@@ -22,6 +25,7 @@ fn main() {
     match args.first().map(String::as_str) {
         Some("--file") => file_storm(&args),
         Some("--getppid") => getppid_storm(&args),
+        Some("--report") => report(&args),
         _ => anon(&args),
     }
 }
@@ -106,4 +110,37 @@ fn getppid_storm(args: &[String]) {
         }
     }
     println!("{}", start.elapsed().as_nanos());
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn report(args: &[String]) {
+    let (fast, total, step_us) = (num(args, 1, 0), num(args, 2, 100), num(args, 3, 1000));
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    let mut out = std::io::stdout().lock();
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
+    for i in 0..total {
+        let mut chunk = vec![0u8; 1 << 20];
+        for j in (0..chunk.len()).step_by(4096) {
+            chunk[j] = 1;
+        }
+        chunks.push(chunk);
+        if i >= fast {
+            let _ = writeln!(out, "{} {}", i + 1, monotonic_ns());
+            let _ = out.flush();
+            std::thread::sleep(Duration::from_micros(step_us));
+        }
+    }
+    loop {
+        std::thread::sleep(Duration::from_secs(3600));
+    }
 }

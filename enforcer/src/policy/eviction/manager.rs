@@ -264,6 +264,22 @@ pub fn resolved_after_node_reclaim(config: &EvictionConfig, observations: &Obser
     met(config, 0..config.thresholds.len(), observations, true).is_empty()
 }
 
+/// When the manager next needs a step even if no signal arrives (kubelet would find out on its
+/// next housekeeping round): a met soft threshold's grace period ending, or a reported node
+/// condition's pressure-transition period ending. Only instants strictly after `now`.
+#[must_use]
+pub fn next_deadline(config: &EvictionConfig, state: &State, now: Duration) -> Option<Duration> {
+    let grace = state.first_observed.iter().filter_map(|(i, at)| {
+        let t = config.thresholds.get(*i)?;
+        (!t.is_hard()).then(|| at.saturating_add(t.grace_period))
+    });
+    let transition = state
+        .conditions_last_observed
+        .values()
+        .map(|at| at.saturating_add(config.pressure_transition_period));
+    grace.chain(transition).filter(|d| *d > now).min()
+}
+
 /// `evictionMessage`: `The node was low on resource: memory. Threshold quantity: 2Gi,
 /// available: 1500Mi. Container app was using 700Mi, request is 100Mi, has larger consumption
 /// of memory. ` and the event annotations.
@@ -586,6 +602,10 @@ mod tests {
         );
         assert_eq!(d.conditions, [NodeCondition::MemoryPressure]);
         assert!(d.eviction.is_none());
+        // The next step is due when the grace period ends (before the condition's transition).
+        assert_eq!(next_deadline(&config, &st, secs(0)), Some(secs(120)));
+        assert_eq!(next_deadline(&config, &st, secs(120)), Some(secs(300)));
+        assert_eq!(next_deadline(&config, &st, secs(300)), None);
         let (st, d) = step(
             &config,
             &st,

@@ -11,16 +11,9 @@ use std::cmp::Reverse;
 use super::{PodStats, Resource, Signal, manager::ActivePod};
 use crate::policy::resources;
 
-/// The sort key of one pod for one resource: a tuple compared lexicographically, then the
-/// tie-break.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct Key<'a> {
-    primary: (i64, i64, i64, Reverse<i128>),
-    namespace: &'a str,
-    name: &'a str,
-    uid: &'a str,
-    index: usize,
-}
+/// The sort key of one pod for one resource, compared lexicographically; complete ties are
+/// broken by (namespace, name, uid, input index).
+type Key = (i64, i64, i64, Reverse<i128>);
 
 fn usage(stats: &PodStats, resource: Resource) -> i64 {
     match resource {
@@ -31,9 +24,9 @@ fn usage(stats: &PodStats, resource: Resource) -> i64 {
     }
 }
 
-fn key<'a>(index: usize, pod: &ActivePod<'a>, resource: Resource) -> Key<'a> {
+fn key(pod: &ActivePod<'_>, resource: Resource) -> Key {
     let priority = i64::from(resources::priority(pod.pod));
-    let primary = match (pod.stats, resource) {
+    match (pod.stats, resource) {
         // orderedBy(priority, process): lower priority, then no stats, then more processes.
         (None, Resource::Pids) => (priority, 0, 0, Reverse(0)),
         (Some(s), Resource::Pids) => (priority, 1, 0, Reverse(i128::from(usage(s, resource)))),
@@ -57,14 +50,15 @@ fn key<'a>(index: usize, pod: &ActivePod<'a>, resource: Resource) -> Key<'a> {
                 Reverse(used - request_for_order),
             )
         }
-    };
-    Key {
-        primary,
-        namespace: resources::pod_namespace(pod.pod),
-        name: resources::pod_name(pod.pod),
-        uid: resources::pod_uid(pod.pod),
-        index,
     }
+}
+
+fn identity<'a>(pod: &ActivePod<'a>) -> (&'a str, &'a str, &'a str) {
+    (
+        resources::pod_namespace(pod.pod),
+        resources::pod_name(pod.pod),
+        resources::pod_uid(pod.pod),
+    )
 }
 
 /// Ranks `pods` for the resource `signal` starves: the first is evicted first. Returns the
@@ -72,13 +66,19 @@ fn key<'a>(index: usize, pod: &ActivePod<'a>, resource: Resource) -> Key<'a> {
 #[must_use]
 pub fn rank(signal: Signal, pods: &[ActivePod<'_>]) -> Vec<usize> {
     let resource = signal.resource();
-    let mut keyed: Vec<Key<'_>> = pods
+    let mut keyed: Vec<(Key, usize)> = pods
         .iter()
         .enumerate()
-        .map(|(i, p)| key(i, p, resource))
+        .map(|(i, p)| (key(p, resource), i))
         .collect();
-    keyed.sort_unstable();
-    keyed.into_iter().map(|k| k.index).collect()
+    keyed.sort_unstable_by(|a, b| {
+        a.0.cmp(&b.0)
+            .then_with(|| match (pods.get(a.1), pods.get(b.1)) {
+                (Some(x), Some(y)) => identity(x).cmp(&identity(y)).then(a.1.cmp(&b.1)),
+                _ => a.1.cmp(&b.1),
+            })
+    });
+    keyed.into_iter().map(|(_, i)| i).collect()
 }
 
 #[cfg(test)]

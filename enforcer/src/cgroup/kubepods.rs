@@ -1,0 +1,477 @@
+//! The kubepods hierarchy below the configured cgroup root (cgroupfs driver, kubelet's
+//! `qos_container_manager_linux.go` and `node_container_manager_linux.go`):
+//!
+//! ```text
+//! <root>/kubepods                 cpu.shares from allocatable cpu, memory limit = allocatable
+//! <root>/kubepods/burstable       cpu.shares = shares(sum of Burstable cpu requests)
+//! <root>/kubepods/besteffort      cpu.shares = 2
+//! <root>/kubepods[/<tier>]/pod<uid>   the decision core's pod values
+//! ```
+//!
+//! The values are computed by pure functions ([`kubepods_values`], [`qos_tier_values`],
+//! [`pod_values`]); [`Kubepods::apply`] creates the directories (memory and cpu hierarchies, v1
+//! or v2) and writes the values through `cgroups-rs` controllers. Every path is joined with
+//! [`join_inside`]; nothing outside the configured root is created or written (on cgroup v2
+//! the controllers are delegated only from the root down).
+
+use std::path::{Path, PathBuf};
+
+use cgroups_rs::fs::{
+    MaxValue,
+    cpu::CpuController,
+    memory::{MemController, SetMemory},
+};
+use k8s_openapi::api::core::v1::Pod;
+
+use super::{CgroupError, CgroupLayout, CgroupVersion, QosTier, WithPath as _, join_inside};
+use crate::policy::{
+    qos::{self, QosClass},
+    resources::{
+        self,
+        cgroup::{PodCgroupValues, burstable_tier_shares, milli_cpu_to_shares, shares_to_weight},
+    },
+};
+
+/// What to write to one cgroup; `None` leaves a value as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CgroupValues {
+    /// cgroup v1 `cpu.shares` (v2: `cpu.weight` derived from it).
+    pub cpu_shares: Option<u64>,
+    /// CFS quota in microseconds; `Some(None)` is unlimited.
+    pub cpu_quota: Option<Option<i64>>,
+    /// CFS period in microseconds (written with the quota).
+    pub cpu_period: Option<u64>,
+    /// Memory limit in bytes; `Some(None)` is unlimited.
+    pub memory_limit: Option<Option<i64>>,
+    /// Memory QoS `memory.min` (cgroup v2 only; ignored on v1).
+    pub memory_min: Option<i64>,
+}
+
+/// The node's numbers the `kubepods` cgroup is sized from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeResources {
+    /// cpu capacity in millicores.
+    pub cpu_milli: i64,
+    /// memory capacity in bytes (the capacity override when configured).
+    pub memory: i64,
+    /// cpu reserved (kubeReserved + systemReserved) in millicores.
+    pub reserved_cpu_milli: i64,
+    /// memory reserved (kubeReserved + systemReserved) in bytes.
+    pub reserved_memory: i64,
+    /// `enforceNodeAllocatable` contains `pods`.
+    pub enforce_pods: bool,
+}
+
+/// Values of the `kubepods` cgroup (`createNodeAllocatableCgroups`): the allocatable amounts
+/// (capacity minus reservations) when `pods` is enforced, else the capacity.
+pub fn kubepods_values(node: &NodeResources) -> CgroupValues {
+    let (cpu, memory) = if node.enforce_pods {
+        (
+            node.cpu_milli.saturating_sub(node.reserved_cpu_milli),
+            node.memory.saturating_sub(node.reserved_memory),
+        )
+    } else {
+        (node.cpu_milli, node.memory)
+    };
+    CgroupValues {
+        cpu_shares: Some(milli_cpu_to_shares(cpu)),
+        memory_limit: (memory > 0).then_some(Some(memory)),
+        ..CgroupValues::default()
+    }
+}
+
+/// The QoS-tier values kubelet keeps in step with the pods (`UpdateCgroups`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TierValues {
+    pub burstable: CgroupValues,
+    pub besteffort: CgroupValues,
+    /// `memory.min` of `kubepods` itself under Memory QoS (Guaranteed + Burstable requests).
+    pub kubepods_memory_min: Option<i64>,
+}
+
+/// `burstable` shares = shares(sum of Burstable cpu requests), `besteffort` shares 2; with
+/// Memory QoS (cgroup v2), `memory.min` of burstable = sum of Burstable memory requests and of
+/// kubepods = that plus the Guaranteed requests (`setMemoryQoS`). Pods are API-defaulted here.
+pub fn qos_tier_values<'a>(
+    pods: impl IntoIterator<Item = &'a Pod>,
+    memory_qos: bool,
+) -> TierValues {
+    let pods: Vec<Pod> = pods
+        .into_iter()
+        .map(|p| {
+            let mut p = p.clone();
+            resources::apply_defaults(&mut p);
+            p
+        })
+        .collect();
+    let memory_of = |class: QosClass| -> i64 {
+        pods.iter()
+            .filter(|p| qos::pod_qos(p) == class)
+            .map(|p| {
+                resources::pod_requests(p)
+                    .get("memory")
+                    .map_or(0, crate::quantity::Quantity::value)
+            })
+            .fold(0, i64::saturating_add)
+    };
+    let (burstable_min, kubepods_min) = if memory_qos {
+        let b = memory_of(QosClass::Burstable);
+        (
+            Some(b),
+            Some(b.saturating_add(memory_of(QosClass::Guaranteed))),
+        )
+    } else {
+        (None, None)
+    };
+    TierValues {
+        burstable: CgroupValues {
+            cpu_shares: Some(burstable_tier_shares(&pods)),
+            memory_min: burstable_min,
+            ..CgroupValues::default()
+        },
+        besteffort: CgroupValues {
+            cpu_shares: Some(milli_cpu_to_shares(0)),
+            memory_min: memory_qos.then_some(0),
+            ..CgroupValues::default()
+        },
+        kubepods_memory_min: kubepods_min,
+    }
+}
+
+/// What a pod cgroup gets from the decision core's [`PodCgroupValues`]: shares, quota (or
+/// unlimited), period, memory limit (or unlimited), and `memory.min` under Memory QoS.
+pub fn pod_values(v: &PodCgroupValues) -> CgroupValues {
+    CgroupValues {
+        cpu_shares: Some(v.cpu_shares),
+        cpu_quota: Some(v.cpu_quota_micros),
+        cpu_period: v.cpu_period_micros,
+        memory_limit: Some(v.memory_limit_bytes),
+        memory_min: v.memory_min_bytes,
+    }
+}
+
+/// The kubepods hierarchy below one cgroup root on this node's hierarchies.
+#[derive(Clone, Debug)]
+pub struct Kubepods {
+    /// The cgroup root, relative to each hierarchy (`/` or e.g. `/enforcer-test-1`).
+    root: String,
+    layout: CgroupLayout,
+}
+
+impl Kubepods {
+    #[must_use]
+    pub fn new(root: &str, layout: CgroupLayout) -> Self {
+        let root = format!("/{}", root.trim_matches('/'));
+        Self { root, layout }
+    }
+
+    #[must_use]
+    pub fn layout(&self) -> &CgroupLayout {
+        &self.layout
+    }
+
+    /// `<root>/kubepods`.
+    #[must_use]
+    pub fn kubepods_path(&self) -> String {
+        format!("{}/kubepods", self.root.trim_end_matches('/'))
+    }
+
+    /// The relative path of a QoS tier cgroup (`kubepods` itself for Guaranteed).
+    #[must_use]
+    pub fn tier_path(&self, tier: QosTier) -> String {
+        match tier {
+            QosTier::Guaranteed => self.kubepods_path(),
+            QosTier::Burstable => format!("{}/burstable", self.kubepods_path()),
+            QosTier::BestEffort => format!("{}/besteffort", self.kubepods_path()),
+        }
+    }
+
+    /// The version of the memory hierarchy (v2 values such as `memory.min` need it).
+    #[must_use]
+    pub fn memory_version(&self) -> Option<CgroupVersion> {
+        self.layout.controller("memory").map(|(_, v)| v)
+    }
+
+    /// Creates `rel` (below the root) where the memory and cpu controllers live and writes
+    /// `values` there.
+    pub fn apply(&self, rel: &str, values: &CgroupValues) -> Result<(), CgroupError> {
+        for ctrl in ["memory", "cpu"] {
+            let Some((mount, version)) = self.layout.controller(ctrl) else {
+                continue;
+            };
+            let dir = self.create(mount, version, rel)?;
+            match ctrl {
+                "memory" => write_memory(&dir, mount, version, values)?,
+                _ => write_cpu(&dir, mount, version, values)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the kubepods cgroup and both QoS tiers.
+    pub fn apply_node(
+        &self,
+        kubepods: &CgroupValues,
+        tiers: &TierValues,
+    ) -> Result<(), CgroupError> {
+        let mut top = kubepods.clone();
+        if tiers.kubepods_memory_min.is_some() {
+            top.memory_min = tiers.kubepods_memory_min;
+        }
+        self.apply(&self.kubepods_path(), &top)?;
+        self.apply(&self.tier_path(QosTier::Burstable), &tiers.burstable)?;
+        self.apply(&self.tier_path(QosTier::BestEffort), &tiers.besteffort)
+    }
+
+    /// Creates every missing directory of `rel` in one hierarchy; on v2 delegates the cpu and
+    /// memory controllers from the configured root down (never above it).
+    fn create(
+        &self,
+        mount: &Path,
+        version: CgroupVersion,
+        rel: &str,
+    ) -> Result<PathBuf, CgroupError> {
+        let root_depth = self.root.split('/').filter(|p| !p.is_empty()).count();
+        let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
+        let mut dir = mount.to_path_buf();
+        for (i, part) in parts.iter().enumerate() {
+            if version == CgroupVersion::V2 && i >= root_depth {
+                // `dir` is the parent of the next component, at or below the root.
+                let ctl = dir.join("cgroup.subtree_control");
+                for c in ["+cpu", "+memory", "+pids"] {
+                    // Best effort: a controller the parent lacks cannot be delegated.
+                    let _ = std::fs::write(&ctl, c);
+                }
+            }
+            dir = join_inside(&dir, part)?;
+            match std::fs::create_dir(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                    return Err(e).with_path(&dir);
+                }
+                _ => {}
+            }
+        }
+        Ok(dir)
+    }
+}
+
+fn controller_err(
+    dir: &Path,
+    file: &str,
+) -> impl FnOnce(cgroups_rs::fs::error::Error) -> CgroupError {
+    let path = dir.join(file);
+    move |source| CgroupError::Controller { path, source }
+}
+
+fn write_memory(
+    dir: &Path,
+    mount: &Path,
+    version: CgroupVersion,
+    v: &CgroupValues,
+) -> Result<(), CgroupError> {
+    match version {
+        CgroupVersion::V1 => {
+            if let Some(limit) = v.memory_limit {
+                MemController::new(dir.to_path_buf(), mount.to_path_buf(), false)
+                    .set_limit(limit.unwrap_or(-1))
+                    .map_err(controller_err(dir, "memory.limit_in_bytes"))?;
+            }
+        }
+        CgroupVersion::V2 => {
+            let max = v
+                .memory_limit
+                .map(|l| l.map_or(MaxValue::Max, MaxValue::Value));
+            let min = v.memory_min.map(MaxValue::Value);
+            if max.is_some() || min.is_some() {
+                MemController::new(dir.to_path_buf(), mount.to_path_buf(), true)
+                    .set_mem(SetMemory {
+                        low: None,
+                        high: None,
+                        min,
+                        max,
+                    })
+                    .map_err(controller_err(dir, "memory.max"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn write_cpu(
+    dir: &Path,
+    mount: &Path,
+    version: CgroupVersion,
+    v: &CgroupValues,
+) -> Result<(), CgroupError> {
+    let v2 = version == CgroupVersion::V2;
+    let cpu = CpuController::new(dir.to_path_buf(), mount.to_path_buf(), v2);
+    if let Some(shares) = v.cpu_shares {
+        let (file, value) = if v2 {
+            ("cpu.weight", shares_to_weight(shares))
+        } else {
+            ("cpu.shares", shares)
+        };
+        cpu.set_shares(value).map_err(controller_err(dir, file))?;
+    }
+    if let Some(quota) = v.cpu_quota {
+        let file = if v2 { "cpu.max" } else { "cpu.cfs_quota_us" };
+        cpu.set_cfs_quota_and_period(Some(quota.unwrap_or(-1)), v.cpu_period)
+            .map_err(controller_err(dir, file))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::resources::cgroup::{CgroupOptions, pod_cgroup_values};
+    use crate::policy::resources::test_pods::{container, pod};
+
+    fn read(p: &Path) -> String {
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    }
+
+    #[test]
+    fn kubepods_from_allocatable_or_capacity() {
+        let node = NodeResources {
+            cpu_milli: 2000,
+            memory: 400 << 20,
+            reserved_cpu_milli: 500,
+            reserved_memory: 100 << 20,
+            enforce_pods: true,
+        };
+        let v = kubepods_values(&node);
+        assert_eq!(v.cpu_shares, Some(1536));
+        assert_eq!(v.memory_limit, Some(Some(300 << 20)));
+        let v = kubepods_values(&NodeResources {
+            enforce_pods: false,
+            ..node
+        });
+        assert_eq!(
+            (v.cpu_shares, v.memory_limit),
+            (Some(2048), Some(Some(400 << 20)))
+        );
+    }
+
+    #[test]
+    fn tiers_follow_the_pods() {
+        let g = pod(
+            "g",
+            vec![container("a", "cpu=1,memory=1Gi", "cpu=1,memory=1Gi")],
+        );
+        let b1 = pod("b1", vec![container("a", "cpu=200m,memory=100Mi", "")]);
+        let b2 = pod("b2", vec![container("a", "cpu=300m", "cpu=1")]);
+        let be = pod("e", vec![container("a", "", "")]);
+        let t = qos_tier_values([&g, &b1, &b2, &be], false);
+        assert_eq!(t.burstable.cpu_shares, Some(512));
+        assert_eq!(t.besteffort.cpu_shares, Some(2));
+        assert_eq!(
+            (t.burstable.memory_min, t.kubepods_memory_min),
+            (None, None)
+        );
+        let t = qos_tier_values([&g, &b1], true);
+        assert_eq!(t.burstable.memory_min, Some(100 << 20));
+        assert_eq!(t.kubepods_memory_min, Some((100 << 20) + (1 << 30)));
+        // No Burstable pods: the minimum shares.
+        assert_eq!(qos_tier_values([&g], false).burstable.cpu_shares, Some(2));
+    }
+
+    /// A fake hierarchy in a temp dir: plain files, so what the controllers write is visible.
+    fn fake_layout(root: &Path, v2: bool) -> CgroupLayout {
+        if v2 {
+            CgroupLayout {
+                v1: Vec::new(),
+                unified: Some(root.to_path_buf()),
+                unified_controllers: vec!["cpu".into(), "memory".into()],
+            }
+        } else {
+            let mount = |c: &str| super::super::V1Mount {
+                mount: root.join(c),
+                controllers: vec![c.to_owned()],
+                hierarchy_id: Some(1),
+            };
+            CgroupLayout {
+                v1: vec![mount("memory"), mount("cpu")],
+                unified: None,
+                unified_controllers: Vec::new(),
+            }
+        }
+    }
+
+    #[test]
+    fn writes_v1_and_v2_files_inside_the_root() {
+        let g = pod(
+            "g",
+            vec![container(
+                "a",
+                "cpu=500m,memory=64Mi",
+                "cpu=500m,memory=64Mi",
+            )],
+        );
+        let dir = tempfile::tempdir().unwrap();
+        // cgroup v1
+        for m in ["memory", "cpu"] {
+            std::fs::create_dir_all(dir.path().join(m)).unwrap();
+        }
+        let k = Kubepods::new("/r", fake_layout(dir.path(), false));
+        let rel = "/r/kubepods/podg";
+        let v = pod_cgroup_values(
+            &g,
+            &CgroupOptions {
+                v2: false,
+                ..CgroupOptions::default()
+            },
+        );
+        k.apply(rel, &pod_values(&v)).unwrap();
+        let mem = dir.path().join("memory/r/kubepods/podg");
+        let cpu = dir.path().join("cpu/r/kubepods/podg");
+        assert_eq!(
+            read(&mem.join("memory.limit_in_bytes")),
+            (64 << 20).to_string()
+        );
+        assert_eq!(read(&cpu.join("cpu.shares")), "512");
+        assert_eq!(read(&cpu.join("cpu.cfs_quota_us")), "50000");
+        assert_eq!(read(&cpu.join("cpu.cfs_period_us")), "100000");
+        // cgroup v2, with Memory QoS
+        let dir2 = tempfile::tempdir().unwrap();
+        let k = Kubepods::new("/r", fake_layout(dir2.path(), true));
+        let cg = dir2.path().join("r/kubepods/podg");
+        std::fs::create_dir_all(&cg).unwrap();
+        std::fs::write(cg.join("cpu.max"), "max 100000\n").unwrap();
+        let v = pod_cgroup_values(
+            &g,
+            &CgroupOptions {
+                memory_qos: true,
+                ..CgroupOptions::default()
+            },
+        );
+        k.apply(rel, &pod_values(&v)).unwrap();
+        assert_eq!(read(&cg.join("memory.max")), (64 << 20).to_string());
+        assert_eq!(read(&cg.join("memory.min")), (64 << 20).to_string());
+        assert_eq!(
+            read(&cg.join("cpu.weight")),
+            shares_to_weight(512).to_string()
+        );
+        assert_eq!(read(&cg.join("cpu.max")), "50000 100000");
+        // Controllers are delegated from the root down, never above it.
+        assert!(dir2.path().join("r/cgroup.subtree_control").exists());
+        assert!(!dir2.path().join("cgroup.subtree_control").exists());
+        // Unlimited is written as such.
+        k.apply(
+            rel,
+            &CgroupValues {
+                memory_limit: Some(None),
+                cpu_quota: Some(None),
+                ..CgroupValues::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(read(&cg.join("memory.max")), "max");
+        assert!(read(&cg.join("cpu.max")).starts_with("max"));
+        // Escapes are refused.
+        assert!(k.apply("/r/../x", &CgroupValues::default()).is_err());
+    }
+}

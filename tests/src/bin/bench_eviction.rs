@@ -1,0 +1,377 @@
+//! `cargo xtask bench eviction`: the headline number. N trials of the pressure scenario per
+//! signal mode, in one run: a "node" of 512 MiB (a capacity override; kubepods limited to it),
+//! a hard threshold `memory.available<100Mi`, and a BestEffort pod whose process grows its
+//! memory 1 MiB at a time (~100 MiB/s) past the threshold towards the limit. Measured: from
+//! the threshold crossing (the growing process's own timestamp of the MiB that crossed it) to
+//! SIGKILL sent by the eviction manager, and to the process's memory being released (its exit
+//! reaped); and how many trials ended with a kernel OOM kill instead.
+//!
+//! The eviction manager is the daemon's own (`enforcer::daemon::EvictionManager`), fed by the
+//! daemon's signal pipeline in each mode; pods are plain cgroups with the growing process
+//! (no containerd: the runtime is not what is measured here).
+
+use std::{
+    io::{BufRead as _, BufReader, Write as _},
+    process::{Command, Stdio},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use enforcer::{
+    config::{ConfigArgs, SignalSource},
+    daemon::EvictionManager,
+    kernel::{self, Capabilities, PipelineOptions, SourceChoice, Watch},
+    node::NodeObserver,
+    runtime::{ActiveEntry, NodeLink, StatusManager},
+    signal::{SourceKind, monotonic_ns},
+};
+use enforcer_tests::{TestCgroup, layout, require_root, spawn_in, unique_name};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+
+const MIB: u64 = 1 << 20;
+const CAPACITY_MIB: u64 = 512;
+const THRESHOLD_MIB: u64 = 100;
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn besteffort(uid: &str) -> Pod {
+    let mut p = Pod::default();
+    p.metadata.name = Some("hog".into());
+    p.metadata.namespace = Some("default".into());
+    p.metadata.uid = Some(uid.into());
+    p.spec = Some(PodSpec {
+        containers: vec![Container {
+            name: "app".into(),
+            image: Some("busybox".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    p
+}
+
+fn oom_kills(dir: &std::path::Path) -> u64 {
+    std::fs::read_to_string(dir.join("memory.oom_control"))
+        .or_else(|_| std::fs::read_to_string(dir.join("memory.events")))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("oom_kill ")
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+struct ModeResult {
+    name: &'static str,
+    to_kill: Vec<u64>,
+    to_free: Vec<u64>,
+    oom: u64,
+    neither: u64,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    require_root();
+    let trials = arg("--trials", 20);
+    let hog = std::env::current_exe()?.with_file_name("memhog");
+    if !hog.exists() {
+        bail!("{} is missing", hog.display());
+    }
+    let modes: [(&'static str, SignalSource, Duration); 4] = [
+        (
+            "eBPF (+ v1 threshold eventfds)",
+            SignalSource::Ebpf,
+            Duration::from_secs(10),
+        ),
+        (
+            "memcg eventfd",
+            SignalSource::Eventfd,
+            Duration::from_secs(10),
+        ),
+        ("PSI trigger", SignalSource::Psi, Duration::from_secs(10)),
+        (
+            "10 s housekeeping poll (kubelet)",
+            SignalSource::Poll,
+            Duration::from_secs(10),
+        ),
+    ];
+    let mut results = Vec::new();
+    let only = std::env::args()
+        .position(|a| a == "--mode")
+        .and_then(|i| std::env::args().nth(i + 1));
+    for (name, source, housekeeping) in modes {
+        if only
+            .as_deref()
+            .is_some_and(|o| !name.to_lowercase().contains(&o.to_lowercase()))
+        {
+            continue;
+        }
+        eprintln!("mode {name}: {trials} trials");
+        results.push(run_mode(name, source, housekeeping, trials, &hog).await?);
+    }
+    println!(
+        "\n### Eviction: threshold crossing -> SIGKILL / memory released, {trials} trials per mode, milliseconds\n"
+    );
+    println!(
+        "| mode | to SIGKILL p50 | p99 | max | to memory released p50 | p99 | max | p50 vs eBPF | kernel OOM kills | neither |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let base = results.first().and_then(|r| pct(&r.to_kill, 0.5));
+    for r in &results {
+        let f = |v: Option<u64>| v.map_or("-".to_owned(), |ns| format!("{:.2}", ns as f64 / 1e6));
+        let ratio = match (pct(&r.to_kill, 0.5), base) {
+            (Some(a), Some(b)) if b > 0 => format!("{:.1}x", a as f64 / b as f64),
+            _ => "-".to_owned(),
+        };
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {ratio} | {} | {} |",
+            r.name,
+            f(pct(&r.to_kill, 0.5)),
+            f(pct(&r.to_kill, 0.99)),
+            f(pct(&r.to_kill, 1.0)),
+            f(pct(&r.to_free, 0.5)),
+            f(pct(&r.to_free, 0.99)),
+            f(pct(&r.to_free, 1.0)),
+            r.oom,
+            r.neither
+        );
+    }
+    Ok(())
+}
+
+fn pct(v: &[u64], q: f64) -> Option<u64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    Some(v[((v.len() - 1) as f64 * q).round() as usize])
+}
+
+async fn run_mode(
+    name: &'static str,
+    source: SignalSource,
+    housekeeping: Duration,
+    trials: u64,
+    hog: &std::path::Path,
+) -> anyhow::Result<ModeResult> {
+    let l = layout();
+    let caps = Capabilities::probe(&l);
+    let (mem_mount, _) = l.controller("memory").context("memory controller")?;
+    let root = format!("/{}", unique_name("bench-evict"));
+    let kubepods_rel = format!("{root}/kubepods");
+    let kubepods = TestCgroup::create(mem_mount, &kubepods_rel);
+    let v1 = kubepods.dir.join("memory.limit_in_bytes").exists();
+    kubepods.write(
+        if v1 {
+            "memory.limit_in_bytes"
+        } else {
+            "memory.max"
+        },
+        &(CAPACITY_MIB * MIB).to_string(),
+    );
+
+    let args = ConfigArgs {
+        eviction_hard: vec![format!("memory.available<{THRESHOLD_MIB}Mi")],
+        node_capacity: vec![format!("memory={CAPACITY_MIB}Mi")],
+        cgroup_root: Some(root.clone()),
+        housekeeping_interval: Some(format!("{}s", housekeeping.as_secs())),
+        http_address: Some("127.0.0.1:0".into()),
+        ..ConfigArgs::default()
+    };
+    let config = enforcer::config::load(&args)
+        .context("configuration")?
+        .config;
+    let observer = NodeObserver {
+        layout: l.clone(),
+        kubepods: kubepods_rel.clone(),
+        memory_capacity: i64::try_from(CAPACITY_MIB * MIB)?,
+        capacity_override: true,
+        memory_allocatable: i64::try_from(CAPACITY_MIB * MIB)?,
+        nodefs: "/".into(),
+        imagefs: None,
+        pid_capacity: None,
+    };
+    let choice = match source {
+        SignalSource::Ebpf => SourceChoice::Only(SourceKind::Ebpf),
+        SignalSource::Eventfd => SourceChoice::Only(SourceKind::Eventfd),
+        SignalSource::Psi => SourceChoice::Only(SourceKind::Psi),
+        _ => SourceChoice::Only(SourceKind::Poll),
+    };
+    let threshold_usage = (CAPACITY_MIB - THRESHOLD_MIB) * MIB;
+    let pipeline = kernel::start(
+        &PipelineOptions {
+            source: choice,
+            watches: vec![Watch {
+                cgroup: kubepods.dir.clone(),
+                threshold_bytes: Some(threshold_usage),
+            }],
+            poll_interval: housekeeping,
+            ..PipelineOptions::default()
+        },
+        &caps,
+        &l,
+    )?;
+    let link = NodeLink::default();
+    let manager = EvictionManager {
+        config,
+        observer,
+        link: link.clone(),
+        status: StatusManager::default(),
+        housekeeping,
+        node_reclaim: None,
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(manager.run(pipeline, async {
+        let _ = stop_rx.await;
+    }));
+
+    let mut res = ModeResult {
+        name,
+        to_kill: Vec::new(),
+        to_free: Vec::new(),
+        oom: 0,
+        neither: 0,
+    };
+    for trial in 0..trials {
+        // A new pod each trial, as a new BestEffort pod would be (the manager waits for an
+        // evicted pod's cleanup before evicting again, kubelet's rule).
+        let uid = format!("bbbbbbbb-0000-0000-0000-{trial:012}");
+        let pod_rel = format!("{kubepods_rel}/besteffort/pod{uid}");
+        let pod = Arc::new(besteffort(&uid));
+        let ctr = TestCgroup::create(mem_mount, &format!("{pod_rel}/ctr"));
+        let _ = link.take_evictions();
+        link.set_active(
+            &uid,
+            ActiveEntry {
+                pod: pod.clone(),
+                cgroup: pod_rel.clone(),
+            },
+        );
+        let ooms = oom_kills(&kubepods.dir);
+        let mut cmd = Command::new(hog);
+        // Grow fast to 40 MiB under the threshold, then 1 MiB per ms (with the page faults,
+        // about 100-200 MiB/s) up to 600 MiB: past the limit if nothing acts.
+        let fast = (threshold_usage / MIB).saturating_sub(40);
+        cmd.args(["--report", &fast.to_string(), "600", "1000"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        let mut child = spawn_in(cmd, &[ctr.dir.as_path()]);
+        // What is charged before the process grows (its binary and stack), as the eviction
+        // manager measures it: the working set.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let baseline =
+            u64::try_from(enforcer::node::working_set(&kubepods.dir).unwrap_or(0)).unwrap_or(0);
+        let stamps: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
+        let reader = {
+            let stamps = stamps.clone();
+            let out = child.stdout.take().context("hog stdout")?;
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    let mut f = line.split_whitespace();
+                    if let (Some(m), Some(t)) = (
+                        f.next().and_then(|v| v.parse().ok()),
+                        f.next().and_then(|v| v.parse().ok()),
+                    ) && let Ok(mut g) = stamps.lock()
+                    {
+                        g.push((m, t));
+                    }
+                }
+            })
+        };
+        if let Some(stdin) = child.stdin.as_mut()
+            && let Err(e) = stdin.write_all(b"go\n")
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e.into());
+        }
+        let started = Instant::now();
+        let status = loop {
+            if let Some(st) = child.try_wait()? {
+                break Some(st);
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                let _ = child.kill();
+                break child.wait().ok();
+            }
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        };
+        let freed_ns = monotonic_ns();
+        let _ = reader.join();
+        let exit = status.map(|st| format!("{st:?}")).unwrap_or_default();
+        let evictions = link.take_evictions();
+        let oom = oom_kills(&kubepods.dir) > ooms;
+        // The MiB at which the working set crossed the threshold (the baseline is what was
+        // charged before the process grew: its binary, stack and the fast part).
+        // The growth is known MiB by MiB (the process's stamps); what else is charged (its
+        // binary, page tables, the kernel's charge batching) is taken from the eviction
+        // decision itself: the working set it observed minus the MiB touched by then.
+        let decided = evictions.iter().find_map(|e| {
+            let avail = e.message.split("available: ").nth(1)?.split(". ").next()?;
+            let avail = enforcer::quantity::Quantity::parse(avail.trim())
+                .ok()?
+                .value();
+            Some((
+                e.sigkill_ns?,
+                CAPACITY_MIB * MIB - u64::try_from(avail).ok()?,
+            ))
+        });
+        let crossing = stamps.lock().ok().and_then(|g| {
+            let overhead = match decided {
+                Some((k, ws)) => {
+                    let m = g
+                        .iter()
+                        .filter(|(_, t)| *t <= k)
+                        .map(|(m, _)| *m)
+                        .max()
+                        .unwrap_or(0);
+                    ws.saturating_sub(m * MIB)
+                }
+                None => baseline,
+            };
+            g.iter()
+                .find(|(m, _)| overhead + m * MIB > threshold_usage)
+                .map(|(_, t)| *t)
+        });
+        match (evictions.iter().find_map(|e| e.sigkill_ns), crossing, oom) {
+            (Some(k), Some(c), false) => {
+                res.to_kill.push(k.saturating_sub(c));
+                res.to_free.push(freed_ns.saturating_sub(c));
+                eprintln!(
+                    "  trial {trial}: SIGKILL {:.3} ms after the crossing, memory freed at {:.3} ms",
+                    (k.saturating_sub(c)) as f64 / 1e6,
+                    (freed_ns.saturating_sub(c)) as f64 / 1e6
+                );
+            }
+            (_, _, true) => {
+                res.oom += 1;
+                eprintln!("  trial {trial}: kernel OOM kill");
+            }
+            _ => {
+                res.neither += 1;
+                eprintln!(
+                    "  trial {trial}: no eviction and no OOM kill (crossing seen: {}, evictions {:?}, exit {exit}, stamps {})",
+                    crossing.is_some(),
+                    evictions,
+                    stamps.lock().map(|g| g.len()).unwrap_or(0)
+                );
+            }
+        }
+        drop(ctr);
+        // Let the manager see the node recover before the next trial.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let _ = stop_tx.send(());
+    let _ = task.await;
+    Ok(res)
+}

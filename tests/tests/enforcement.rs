@@ -1,0 +1,492 @@
+//! Enforcement on the real kernel, cgroups and containerd: the daemon (`enforcer::daemon::run`)
+//! runs a Guaranteed, a Burstable and a BestEffort pod under a test-owned cgroup root; their
+//! pod cgroups hold exactly what `enforcer explain` says, the QoS tiers and kubepods are sized
+//! as kubelet sizes them, every container process has the decided `oom_score_adj` (clamped
+//! where the node forbids negative values, as here), the daemon runs at -999 (or the lowest
+//! allowed), and a deleted pod's cgroups are removed.
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use enforcer::{
+    cli::explain::{ExplainArgs, explain},
+    config::ConfigArgs,
+    daemon::{DaemonOptions, run},
+    kernel::Capabilities,
+    runtime::status::{self, PodRecord},
+};
+use enforcer_tests::{containerd::Containerd, layout};
+
+const MIB: i64 = 1 << 20;
+
+thread_local! {
+    /// The state directory of the running test (status dumped on a timeout).
+    static STATE: std::cell::RefCell<Option<PathBuf>> = const { std::cell::RefCell::new(None) };
+}
+
+fn pod(name: &str, uid: &str, resources: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, uid: {uid}}}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: app\n    image: busybox:local\n    imagePullPolicy: Never\n    command: [/bin/sleep, '3600']\n{resources}"
+    )
+}
+
+fn records(state: &Path) -> Vec<PodRecord> {
+    status::read(state).map(|f| f.pods).unwrap_or_default()
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !f() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}; pods: {}",
+            STATE.with(|s| s
+                .borrow()
+                .as_ref()
+                .map(|p| serde_json::to_string_pretty(&records(p)).unwrap_or_default())
+                .unwrap_or_default())
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .trim()
+        .to_owned()
+}
+
+fn read_i64(p: &Path) -> i64 {
+    read(p)
+        .parse()
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// `<mount of controller>/<rel>`.
+fn dir_of(controller: &str, rel: &str) -> PathBuf {
+    let l = layout();
+    let (mount, _) = l
+        .controller(controller)
+        .unwrap_or_else(|| panic!("no {controller} controller"));
+    mount.join(rel.trim_start_matches('/'))
+}
+
+fn is_v2(controller: &str) -> bool {
+    matches!(
+        layout().controller(controller),
+        Some((_, enforcer::cgroup::CgroupVersion::V2))
+    )
+}
+
+/// memory limit of a cgroup in bytes, `None` when unlimited.
+fn memory_limit(rel: &str) -> Option<i64> {
+    let dir = dir_of("memory", rel);
+    if is_v2("memory") {
+        let v = read(&dir.join("memory.max"));
+        (v != "max").then(|| v.parse().unwrap_or(-1))
+    } else {
+        let v = read_i64(&dir.join("memory.limit_in_bytes"));
+        // v1 reports "unlimited" as the page-rounded maximum.
+        (v < (1 << 62)).then_some(v)
+    }
+}
+
+/// (cpu.shares or the weight it maps to, CFS quota or None).
+fn cpu_values(rel: &str) -> (i64, Option<i64>) {
+    let dir = dir_of("cpu", rel);
+    if is_v2("cpu") {
+        let max = read(&dir.join("cpu.max"));
+        let quota = max.split_whitespace().next().and_then(|q| q.parse().ok());
+        (read_i64(&dir.join("cpu.weight")), quota)
+    } else {
+        let q = read_i64(&dir.join("cpu.cfs_quota_us"));
+        (read_i64(&dir.join("cpu.shares")), (q > 0).then_some(q))
+    }
+}
+
+fn shares_as_written(shares: i64) -> i64 {
+    if is_v2("cpu") {
+        let s = u64::try_from(shares).unwrap_or(2);
+        i64::try_from(enforcer::policy::resources::cgroup::shares_to_weight(s)).unwrap_or(0)
+    } else {
+        shares
+    }
+}
+
+fn pids_of(rel: &str) -> Vec<u32> {
+    std::fs::read_to_string(dir_of("memory", rel).join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+fn oom_score_adj(pid: u32) -> i64 {
+    read_i64(&PathBuf::from(format!("/proc/{pid}/oom_score_adj")))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cgroups_and_oom_scores_match_explain_and_follow_the_pods() {
+    let cd = Containerd::start("enforce");
+    let manifests = cd.dir.join("manifests");
+    let state = cd.dir.join("state");
+    STATE.with(|s| *s.borrow_mut() = Some(state.clone()));
+    std::fs::create_dir_all(&manifests).expect("manifest dir");
+    let caps = Capabilities::probe(&layout());
+    // One configuration for the daemon and for `enforcer explain`.
+    let config_file = cd.dir.join("kubelet.yaml");
+    std::fs::write(
+        &config_file,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupRoot: {}\nsystemReserved: {{cpu: 500m, memory: 100Mi}}\n",
+            cd.cgroup_root
+        ),
+    )
+    .expect("config");
+    let node_memory = 2048 * MIB;
+    let pods = [
+        (
+            "guaranteed",
+            "eeeeeeee-0000-0000-0000-000000000001",
+            "    resources: {limits: {cpu: 500m, memory: 64Mi}}\n",
+        ),
+        (
+            "burstable",
+            "eeeeeeee-0000-0000-0000-000000000002",
+            "    resources: {requests: {cpu: 200m, memory: 512Mi}, limits: {memory: 1Gi}}\n",
+        ),
+        ("besteffort", "eeeeeeee-0000-0000-0000-000000000003", ""),
+    ];
+    for (name, uid, res) in &pods {
+        std::fs::write(manifests.join(format!("{name}.yaml")), pod(name, uid, res)).expect("write");
+    }
+
+    let args = ConfigArgs {
+        config: Some(config_file.clone()),
+        node_capacity: vec!["memory=2Gi".to_owned()],
+        cri_socket: Some(cd.socket.clone()),
+        manifest_dir: Some(manifests.clone()),
+        state_dir: Some(state.clone()),
+        http_address: Some("127.0.0.1:0".to_owned()),
+        allow_host_namespaces: Some(true),
+        // Only a memory threshold: this test is not about pressure, and a build machine's
+        // disk may well be under kubelet's default nodefs/imagefs thresholds.
+        eviction_hard: vec!["memory.available<100Mi".to_owned()],
+        ..ConfigArgs::default()
+    };
+    let config = enforcer::config::load(&args).expect("configuration").config;
+    assert_eq!(config.cgroup_root, cd.cgroup_root);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(run(
+        DaemonOptions {
+            config,
+            watches: vec![],
+            run_pods: true,
+            static_pods: false,
+        },
+        async {
+            let _ = stopped.await;
+        },
+    ));
+
+    wait_until("three pods running", Duration::from_secs(60), || {
+        let r = records(&state);
+        pods.iter().all(|(n, ..)| {
+            r.iter().any(|x| {
+                x.name.starts_with(n)
+                    && x.phase == "Running"
+                    && x.container_statuses
+                        .iter()
+                        .all(|c| c.oom_score_adj.is_some())
+            })
+        })
+    })
+    .await;
+
+    // The daemon's own score: kubelet's -999, or the lowest this node allows (0 here).
+    let own = read_i64(Path::new("/proc/self/oom_score_adj"));
+    assert_eq!(
+        own,
+        if caps.cap_sys_resource { -999 } else { 0 },
+        "the daemon's oom_score_adj"
+    );
+
+    let floor = if caps.cap_sys_resource { -1000 } else { 0 };
+    let recs = records(&state);
+    for (name, _, _) in &pods {
+        let out = explain(&ExplainArgs {
+            pod: manifests.join(format!("{name}.yaml")),
+            node_cpu: None,
+            node_memory: Some(format!("{node_memory}")),
+            cgroup_version: None,
+            config: Some(config_file.clone()),
+        })
+        .expect("explain");
+        let e: serde_json::Value = serde_json::from_str(&out[0]).expect("explain json");
+        let parent = e["cgroupParent"].as_str().expect("cgroupParent").to_owned();
+        let pc = &e["podCgroup"];
+        // Pod cgroup values exactly as explained.
+        assert_eq!(
+            memory_limit(&parent),
+            pc["memoryLimitBytes"].as_i64(),
+            "{name} memory limit"
+        );
+        let (shares, quota) = cpu_values(&parent);
+        assert_eq!(
+            shares,
+            shares_as_written(pc["cpuShares"].as_i64().expect("shares")),
+            "{name} cpu shares"
+        );
+        assert_eq!(quota, pc["cpuQuotaMicros"].as_i64(), "{name} cpu quota");
+        // Every container process has the decided score, clamped to what the node allows.
+        let rec = recs
+            .iter()
+            .find(|r| r.name.starts_with(name))
+            .expect("record");
+        assert_eq!(rec.cgroup, parent, "{name} status names the pod cgroup");
+        let decided = e["containers"][0]["oomScoreAdj"]
+            .as_i64()
+            .expect("oomScoreAdj");
+        let want = decided.max(floor);
+        let c = &rec.container_statuses[0];
+        let id = c.container_id.rsplit("://").next().expect("container id");
+        let pids = pids_of(&format!("{parent}/{id}"));
+        assert!(
+            !pids.is_empty(),
+            "{name}: no processes in the container cgroup"
+        );
+        for pid in pids {
+            assert_eq!(
+                oom_score_adj(pid),
+                want,
+                "{name}: pid {pid} (decided {decided})"
+            );
+        }
+        assert_eq!(c.oom_score_adj, Some(want), "{name} status");
+        assert_eq!(
+            c.oom_score_adj_decided,
+            (want != decided).then_some(decided),
+            "{name} clamp reported"
+        );
+    }
+    // The classes keep their order: Guaranteed < Burstable < BestEffort.
+    let score = |n: &str| {
+        recs.iter()
+            .find(|r| r.name.starts_with(n))
+            .and_then(|r| r.container_statuses[0].oom_score_adj)
+            .expect("score")
+    };
+    assert!(score("guaranteed") < score("burstable") && score("burstable") < score("besteffort"));
+
+    // kubepods: allocatable (capacity minus systemReserved); the QoS tiers.
+    let root = cd.cgroup_root.trim_end_matches('/').to_owned();
+    let kubepods = format!("{root}/kubepods");
+    assert_eq!(
+        memory_limit(&kubepods),
+        Some(node_memory - 100 * MIB),
+        "kubepods memory limit"
+    );
+    let cpus =
+        i64::try_from(std::thread::available_parallelism().map_or(1, |n| n.get())).unwrap_or(1);
+    assert_eq!(
+        cpu_values(&kubepods).0,
+        shares_as_written((cpus * 1000 - 500) * 1024 / 1000),
+        "kubepods shares"
+    );
+    assert_eq!(
+        cpu_values(&format!("{kubepods}/besteffort")).0,
+        shares_as_written(2),
+        "besteffort tier"
+    );
+    assert_eq!(
+        cpu_values(&format!("{kubepods}/burstable")).0,
+        shares_as_written(204),
+        "burstable tier"
+    );
+
+    // A deleted pod: its cgroups are removed in every hierarchy, the tier follows.
+    std::fs::remove_file(manifests.join("burstable.yaml")).expect("delete");
+    wait_until(
+        "burstable pod cgroup removed",
+        Duration::from_secs(30),
+        || {
+            !cd.pod_cgroups()
+                .iter()
+                .any(|p| p.ends_with(format!("pod{}", pods[1].1)))
+        },
+    )
+    .await;
+    wait_until(
+        "burstable tier back to 2 shares",
+        Duration::from_secs(15),
+        || cpu_values(&format!("{kubepods}/burstable")).0 == shares_as_written(2),
+    )
+    .await;
+
+    let _ = stop.send(());
+    daemon.await.expect("join").expect("daemon ran");
+    cd.remove_all_pods().await;
+    drop(cd);
+}
+
+/// The cpuset a container runs on (its cgroup in the cpuset hierarchy, v1 or v2).
+fn cpuset_of(parent: &str, id: &str) -> String {
+    let dir = dir_of("cpuset", &format!("{parent}/{id}"));
+    let eff = dir.join("cpuset.cpus.effective");
+    let p = if is_v2("cpuset") && eff.exists() {
+        eff
+    } else {
+        dir.join("cpuset.cpus")
+    };
+    read(&p)
+}
+
+fn container_of(recs: &[PodRecord], name: &str) -> Option<(String, String)> {
+    let r = recs
+        .iter()
+        .find(|r| r.name.starts_with(name) && r.phase == "Running")?;
+    let id = r
+        .container_statuses
+        .first()?
+        .container_id
+        .rsplit("://")
+        .next()?
+        .to_owned();
+    (!id.is_empty()).then(|| (r.cgroup.clone(), id))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpu_manager_static_gives_an_exclusive_cpu_and_restores_it() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert!(cpus >= 2, "this test needs 2 cpus, the machine has {cpus}");
+    let cd = Containerd::start("cpuman");
+    let manifests = cd.dir.join("manifests");
+    let state = cd.dir.join("state");
+    STATE.with(|s| *s.borrow_mut() = Some(state.clone()));
+    std::fs::create_dir_all(&manifests).expect("manifest dir");
+    let config_file = cd.dir.join("kubelet.yaml");
+    std::fs::write(
+        &config_file,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupRoot: {}\ncpuManagerPolicy: static\nreservedSystemCPUs: '0'\n",
+            cd.cgroup_root
+        ),
+    )
+    .expect("config");
+    let shared_uid = "cccccccc-0000-0000-0000-000000000001";
+    let pinned_uid = "cccccccc-0000-0000-0000-000000000002";
+    std::fs::write(manifests.join("shared.yaml"), pod("shared", shared_uid, "")).expect("write");
+    let args = ConfigArgs {
+        config: Some(config_file.clone()),
+        cri_socket: Some(cd.socket.clone()),
+        manifest_dir: Some(manifests.clone()),
+        state_dir: Some(state.clone()),
+        http_address: Some("127.0.0.1:0".to_owned()),
+        allow_host_namespaces: Some(true),
+        // Only a memory threshold: this test is not about pressure, and a build machine's
+        // disk may well be under kubelet's default nodefs/imagefs thresholds.
+        eviction_hard: vec!["memory.available<100Mi".to_owned()],
+        ..ConfigArgs::default()
+    };
+    let config = enforcer::config::load(&args).expect("configuration").config;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(run(
+        DaemonOptions {
+            config: config.clone(),
+            watches: vec![],
+            run_pods: true,
+            static_pods: false,
+        },
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let all = format!("0-{}", cpus - 1);
+    wait_until("shared pod on every cpu", Duration::from_secs(60), || {
+        container_of(&records(&state), "shared").is_some_and(|(p, id)| cpuset_of(&p, &id) == all)
+    })
+    .await;
+
+    // A Guaranteed pod with cpu 1: cpu 1 is its alone (cpu 0 is reserved), the shared pool
+    // loses it, and the checkpoint says so in kubelet's format.
+    std::fs::write(
+        manifests.join("pinned.yaml"),
+        pod(
+            "pinned",
+            pinned_uid,
+            "    resources: {limits: {cpu: '1', memory: 64Mi}}\n",
+        ),
+    )
+    .expect("write");
+    wait_until("pinned pod on cpu 1", Duration::from_secs(60), || {
+        container_of(&records(&state), "pinned").is_some_and(|(p, id)| cpuset_of(&p, &id) == "1")
+    })
+    .await;
+    let shared_pool = if cpus == 2 {
+        "0".to_owned()
+    } else {
+        format!("0,2-{}", cpus - 1)
+    };
+    wait_until("shared pod off cpu 1", Duration::from_secs(30), || {
+        container_of(&records(&state), "shared")
+            .is_some_and(|(p, id)| cpuset_of(&p, &id) == shared_pool)
+    })
+    .await;
+    let cp_path = state.join("cpu_manager_state");
+    let cp = enforcer::policy::cpu::Checkpoint::from_json(&read(&cp_path)).expect("checkpoint");
+    assert_eq!(cp.policy_name, "static");
+    assert_eq!(cp.default_cpu_set, shared_pool);
+    assert_eq!(
+        cp.entries
+            .as_ref()
+            .and_then(|e| e.get(pinned_uid))
+            .and_then(|m| m.get("app"))
+            .map(String::as_str),
+        Some("1")
+    );
+
+    // Deleted: cpu 1 goes back to the shared pool.
+    std::fs::remove_file(manifests.join("pinned.yaml")).expect("delete");
+    wait_until(
+        "shared pod back on every cpu",
+        Duration::from_secs(60),
+        || {
+            container_of(&records(&state), "shared")
+                .is_some_and(|(p, id)| cpuset_of(&p, &id) == all)
+        },
+    )
+    .await;
+    let cp = enforcer::policy::cpu::Checkpoint::from_json(&read(&cp_path)).expect("checkpoint");
+    assert_eq!(
+        (cp.default_cpu_set.as_str(), cp.entries.map(|e| e.len())),
+        (all.as_str(), Some(0))
+    );
+
+    let _ = stop.send(());
+    daemon.await.expect("join").expect("daemon ran");
+
+    // A policy change against the checkpoint refuses to start.
+    let mut none = config;
+    none.cpu_manager_policy = enforcer::config::CpuManagerPolicy::None;
+    let refused = run(
+        DaemonOptions {
+            config: none,
+            watches: vec![],
+            run_pods: true,
+            static_pods: false,
+        },
+        async {},
+    )
+    .await;
+    let e = refused.expect_err("a policy change is refused").to_string();
+    assert!(
+        e.contains("cpu_manager_state") && e.contains("differs"),
+        "{e}"
+    );
+
+    cd.remove_all_pods().await;
+    drop(cd);
+}

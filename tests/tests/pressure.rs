@@ -1,0 +1,617 @@
+//! Pressure scenarios beyond the hard memory threshold, on the real kernel, cgroups and
+//! containerd, with the daemon run in-process: a soft memory threshold with its grace period,
+//! node conditions and admission under pressure; kernel OOM kills reported at once; PID
+//! pressure; disk pressure with node-level reclaim first.
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use enforcer::{
+    config::ConfigArgs,
+    daemon::{DaemonOptions, run},
+    runtime::{
+        ContainerRuntime as _, CriRuntime,
+        status::{self, ContainerState, PodRecord},
+    },
+};
+use enforcer_tests::{containerd::Containerd, layout};
+use tokio::time::Instant;
+
+/// The scenarios measure seconds-long periods: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A manifest: `extra_spec` and `resources` are YAML lines at spec / container level.
+fn pod(name: &str, uid: &str, extra_spec: &str, resources: &str, script: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, uid: {uid}}}
+spec:
+  hostNetwork: true
+{extra_spec}  containers:
+  - name: app
+    image: busybox:local
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "{script}"]
+{resources}"#
+    )
+}
+
+fn status_file(state: &Path) -> status::StatusFile {
+    status::read(state).unwrap_or_default()
+}
+
+fn find<'a>(recs: &'a [PodRecord], prefix: &str) -> Option<&'a PodRecord> {
+    recs.iter().find(|r| r.name.starts_with(prefix))
+}
+
+fn phase(state: &Path, prefix: &str) -> Option<String> {
+    find(&status_file(state).pods, prefix).map(|r| r.phase.clone())
+}
+
+fn pressure(state: &Path, condition: &str) -> bool {
+    status_file(state)
+        .node
+        .true_conditions()
+        .contains(&condition)
+}
+
+async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Instant {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Instant::now()
+}
+
+/// A private containerd, the manifest and state directories, and the daemon running with
+/// `args` (socket, directories, cgroup root and HTTP address filled in).
+struct Node {
+    cd: Containerd,
+    manifests: PathBuf,
+    state: PathBuf,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    daemon: Option<tokio::task::JoinHandle<Result<(), enforcer::daemon::DaemonError>>>,
+}
+
+impl Node {
+    fn start(tag: &str, args: ConfigArgs, state: Option<PathBuf>) -> Self {
+        let cd = Containerd::start(tag);
+        Self::start_on(cd, args, state)
+    }
+
+    fn start_on(cd: Containerd, args: ConfigArgs, state: Option<PathBuf>) -> Self {
+        let manifests = cd.dir.join("manifests");
+        let state = state.unwrap_or_else(|| cd.dir.join("state"));
+        std::fs::create_dir_all(&manifests).expect("manifest dir");
+        let args = ConfigArgs {
+            cgroup_root: Some(cd.cgroup_root.clone()),
+            cri_socket: Some(cd.socket.clone()),
+            manifest_dir: Some(manifests.clone()),
+            state_dir: Some(state.clone()),
+            http_address: Some("127.0.0.1:0".to_owned()),
+            allow_host_namespaces: Some(true),
+            ..args
+        };
+        let config = enforcer::config::load(&args).expect("configuration").config;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let daemon = tokio::spawn(run(
+            DaemonOptions {
+                config,
+                watches: vec![],
+                run_pods: true,
+                static_pods: false,
+            },
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        Self {
+            cd,
+            manifests,
+            state,
+            stop: Some(stop),
+            daemon: Some(daemon),
+        }
+    }
+
+    fn submit(&self, file: &str, manifest: &str) {
+        std::fs::write(self.manifests.join(file), manifest).expect("write manifest");
+    }
+
+    /// Stops the daemon, removes the pods through CRI and tears containerd down.
+    async fn shutdown(mut self) -> Containerd {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(d) = self.daemon.take() {
+            d.await.expect("join").expect("daemon ran");
+        }
+        self.cd.remove_all_pods().await;
+        self.cd
+    }
+}
+
+fn base_args() -> ConfigArgs {
+    ConfigArgs {
+        node_capacity: vec!["memory=400Mi".to_owned()],
+        ..ConfigArgs::default()
+    }
+}
+
+const SLEEP: &str = "trap 'exit 0' TERM; sleep 3600 & wait";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn soft_memory_threshold_evicts_after_its_grace_period_and_admission_rejects_besteffort_meanwhile()
+ {
+    let _serial = SERIAL.lock().await;
+    let args = ConfigArgs {
+        eviction_hard: vec!["memory.available<30Mi".to_owned()],
+        eviction_soft: vec!["memory.available<250Mi".to_owned()],
+        eviction_soft_grace_period: vec!["memory.available=4s".to_owned()],
+        eviction_max_pod_grace_period: Some(3),
+        eviction_pressure_transition_period: Some("4s".to_owned()),
+        // Nothing rests on the housekeeping tick: signals and due steps only.
+        housekeeping_interval: Some("120s".to_owned()),
+        ..base_args()
+    };
+    let node = Node::start("soft", args, None);
+    let state = node.state.clone();
+    node.submit(
+        "steady.yaml",
+        &pod(
+            "steady",
+            "bbbbbbbb-0000-0000-0000-000000000001",
+            "",
+            "    resources: {requests: {memory: 16Mi}}",
+            SLEEP,
+        ),
+    );
+    wait_until("the steady pod running", Duration::from_secs(30), || {
+        phase(&state, "steady").as_deref() == Some("Running")
+    })
+    .await;
+
+    // Holds 200 MiB (past the soft threshold, short of the hard one) and ignores SIGTERM, so
+    // its stop lasts exactly the eviction's grace period: min(evictionMaxPodGracePeriod 3,
+    // terminationGracePeriodSeconds 30) = 3 s.
+    let hog = "trap '' TERM; (i=0; while [ $i -lt 200 ]; do head -c 1048576 /dev/zero; i=$((i+1)); sleep 0.02; done; sleep 3600) | tail -c 200m >/dev/null; sleep 3600";
+    node.submit(
+        "hog.yaml",
+        &pod(
+            "hog",
+            "bbbbbbbb-0000-0000-0000-000000000002",
+            "  terminationGracePeriodSeconds: 30\n",
+            "",
+            hog,
+        ),
+    );
+    let raised = wait_until("MemoryPressure raised", Duration::from_secs(60), || {
+        pressure(&state, "MemoryPressure")
+    })
+    .await;
+    assert_eq!(
+        phase(&state, "hog").as_deref(),
+        Some("Running"),
+        "no eviction before the grace period"
+    );
+
+    // Admission under MemoryPressure: BestEffort rejected, Burstable admitted.
+    node.submit(
+        "late-besteffort.yaml",
+        &pod(
+            "late-besteffort",
+            "bbbbbbbb-0000-0000-0000-000000000003",
+            "",
+            "",
+            SLEEP,
+        ),
+    );
+    node.submit(
+        "late-burstable.yaml",
+        &pod(
+            "late-burstable",
+            "bbbbbbbb-0000-0000-0000-000000000004",
+            "",
+            "    resources: {requests: {memory: 8Mi}}",
+            SLEEP,
+        ),
+    );
+    wait_until(
+        "the late BestEffort pod rejected",
+        Duration::from_secs(10),
+        || phase(&state, "late-besteffort").is_some(),
+    )
+    .await;
+    let file = status_file(&state);
+    let rejected = find(&file.pods, "late-besteffort").expect("record");
+    assert_eq!(
+        (rejected.phase.as_str(), rejected.reason.as_str()),
+        ("Failed", "Evicted")
+    );
+    assert_eq!(
+        rejected.message,
+        "Pod was rejected: The node had condition: [MemoryPressure]. "
+    );
+
+    let terminating = wait_until("the hog pod being evicted", Duration::from_secs(20), || {
+        phase(&state, "hog").as_deref() == Some("Terminating")
+    })
+    .await;
+    let waited = terminating - raised;
+    assert!(
+        waited >= Duration::from_millis(3500) && waited < Duration::from_secs(8),
+        "evicted {waited:?} after the condition was raised; the grace period is 4 s"
+    );
+    let evicted = wait_until("the hog pod evicted", Duration::from_secs(40), || {
+        find(&status_file(&state).pods, "hog").is_some_and(|r| r.reason == "Evicted")
+    })
+    .await;
+    let stop = evicted - terminating;
+    assert!(
+        stop >= Duration::from_millis(2500) && stop < Duration::from_secs(8),
+        "the stop took {stop:?}; the eviction's grace period is min(3, 30) = 3 s"
+    );
+    let file = status_file(&state);
+    let hog = find(&file.pods, "hog").expect("record");
+    assert_eq!(hog.phase, "Failed");
+    assert!(
+        hog.message.starts_with(
+            "The node was low on resource: memory. Threshold quantity: 250Mi, available: "
+        ),
+        "kubelet's message: {}",
+        hog.message
+    );
+    assert!(
+        hog.message.contains("Container app was using"),
+        "names the container: {}",
+        hog.message
+    );
+
+    // The condition outlives the pressure by the transition period (4 s after the last step
+    // that saw the threshold met, at the latest the kill), then clears without any tick.
+    let cleared = wait_until("MemoryPressure cleared", Duration::from_secs(15), || {
+        !pressure(&state, "MemoryPressure")
+    })
+    .await;
+    let after = cleared - terminating;
+    assert!(
+        after >= Duration::from_millis(3500) && after <= stop + Duration::from_secs(6),
+        "cleared {after:?} after the eviction started (transition period 4 s)"
+    );
+    for p in ["steady", "late-burstable"] {
+        assert_eq!(
+            phase(&state, p).as_deref(),
+            Some("Running"),
+            "{p} keeps running"
+        );
+    }
+    drop(node.shutdown().await);
+}
+
+/// Sum of the `oom_kill` counters below a memory cgroup directory (v1 counts the kill in the
+/// cgroup whose limit was hit).
+fn oom_kills_below(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let text = std::fs::read_to_string(d.join("memory.oom_control"))
+            .or_else(|_| std::fs::read_to_string(d.join("memory.events")))
+            .unwrap_or_default();
+        total += text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("oom_kill ")
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            })
+            .unwrap_or(0);
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            stack.extend(
+                rd.flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    total
+}
+
+fn oom_killed(state: &Path, prefix: &str) -> bool {
+    find(&status_file(state).pods, prefix).is_some_and(|r| {
+        r.container_statuses.iter().any(|c| {
+            matches!(&c.state, ContainerState::Terminated { reason, .. } if reason == "OOMKilled")
+                || matches!(&c.last_state, Some(ContainerState::Terminated { reason, .. }) if reason == "OOMKilled")
+        })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kernel_oom_kill_inside_a_pod_shows_oomkilled_at_once() {
+    let _serial = SERIAL.lock().await;
+    let args = ConfigArgs {
+        eviction_hard: vec!["memory.available<30Mi".to_owned()],
+        ..base_args()
+    };
+    let node = Node::start("oom", args, None);
+    let state = node.state.clone();
+    let uid = "bbbbbbbb-0000-0000-0000-000000000010";
+    // The container's main process goes over its 32Mi limit two seconds after starting: the
+    // kernel OOM killer acts in the container's cgroup (no node pressure: 400Mi capacity).
+    let script = "sleep 2; exec tail -c 104857600 /dev/zero";
+    node.submit(
+        "oom.yaml",
+        &pod(
+            "oom",
+            uid,
+            "  restartPolicy: Never\n",
+            "    resources: {limits: {memory: 32Mi}}",
+            script,
+        ),
+    );
+    wait_until("the pod running", Duration::from_secs(30), || {
+        phase(&state, "oom").as_deref() == Some("Running")
+    })
+    .await;
+    let l = layout();
+    let (mem_mount, _) = l.controller("memory").expect("memory controller");
+    let pod_dir = mem_mount
+        .join(node.cd.cgroup_root.trim_start_matches('/'))
+        .join("kubepods/burstable")
+        .join(format!("pod{uid}"));
+    assert!(pod_dir.is_dir(), "pod cgroup {}", pod_dir.display());
+    let before = oom_kills_below(&pod_dir);
+    let killed = wait_until("the kernel OOM kill", Duration::from_secs(20), || {
+        oom_kills_below(&pod_dir) > before
+    })
+    .await;
+    // containerd itself takes a while (0.5-1.5 s here) to report the exit; measure from then.
+    let cri = CriRuntime::new(node.cd.socket.clone(), Duration::from_secs(5));
+    let filter = k8s_cri::v1::ContainerFilter {
+        label_selector: std::collections::HashMap::from([(
+            "io.kubernetes.pod.uid".to_owned(),
+            uid.to_owned(),
+        )]),
+        ..Default::default()
+    };
+    let exited_state = k8s_cri::v1::ContainerState::ContainerExited as i32;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let reported = loop {
+        let cs = cri
+            .list_containers(filter.clone())
+            .await
+            .expect("ListContainers");
+        if cs.iter().any(|c| c.state == exited_state) {
+            break Instant::now();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "containerd never reported the exit"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let shown = wait_until(
+        "OOMKilled in the pod status",
+        Duration::from_secs(10),
+        || oom_killed(&state, "oom"),
+    )
+    .await;
+    let delay = shown.saturating_duration_since(reported);
+    eprintln!(
+        "OOM kill -> exit reported by containerd: {:?}; -> OOMKilled in pods.json: {delay:?}",
+        reported - killed
+    );
+    // The relister alone (every 1 s) would take 0-1 s after containerd, plus the status write.
+    assert!(
+        delay < Duration::from_millis(300),
+        "OOMKilled shown {delay:?} after containerd reported the exit"
+    );
+    drop(node.shutdown().await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pid_pressure_evicts_the_fork_heavy_pod() {
+    let _serial = SERIAL.lock().await;
+    let args = ConfigArgs {
+        eviction_hard: vec!["pid.available<40".to_owned()],
+        // 100 pids for the pods: pid.available = 100 - tasks of kubepods (pids controller).
+        node_capacity: vec!["memory=400Mi".to_owned(), "pids=100".to_owned()],
+        // Fork signals wake the eviction manager; the tick is only a safety net.
+        housekeeping_interval: Some("60s".to_owned()),
+        ..ConfigArgs::default()
+    };
+    let node = Node::start("pids", args, None);
+    let state = node.state.clone();
+    node.submit(
+        "quiet.yaml",
+        &pod(
+            "quiet",
+            "bbbbbbbb-0000-0000-0000-000000000020",
+            "",
+            "    resources: {requests: {memory: 8Mi}}",
+            SLEEP,
+        ),
+    );
+    wait_until("the quiet pod running", Duration::from_secs(30), || {
+        phase(&state, "quiet").as_deref() == Some("Running")
+    })
+    .await;
+    let uid = "bbbbbbbb-0000-0000-0000-000000000021";
+    // 80 processes, one every 50 ms.
+    let forker = "i=0; while [ $i -lt 80 ]; do sleep 3600 & i=$((i+1)); sleep 0.05; done; wait";
+    node.submit("forker.yaml", &pod("forker", uid, "", "", forker));
+    wait_until("the forker running", Duration::from_secs(30), || {
+        phase(&state, "forker").as_deref() == Some("Running")
+    })
+    .await;
+    let running = Instant::now();
+    // The pod's processes are counted by the pids controller (v1 here): the pod cgroup exists
+    // there for pods the runtime created.
+    let l = layout();
+    let (pids_mount, _) = l.controller("pids").expect("pids controller");
+    let pod_dir = pids_mount
+        .join(node.cd.cgroup_root.trim_start_matches('/'))
+        .join("kubepods/besteffort")
+        .join(format!("pod{uid}"));
+    let current = std::fs::read_to_string(pod_dir.join("pids.current"));
+    assert!(
+        current.is_ok() || !pod_dir.exists(),
+        "pids.current of {}: {current:?}",
+        pod_dir.display()
+    );
+    let evicted = wait_until("the forker evicted", Duration::from_secs(30), || {
+        find(&status_file(&state).pods, "forker").is_some_and(|r| r.reason == "Evicted")
+    })
+    .await;
+    eprintln!("forker running to evicted: {:?}", evicted - running);
+    let file = status_file(&state);
+    let rec = find(&file.pods, "forker").expect("record");
+    assert_eq!(rec.phase, "Failed");
+    assert!(
+        rec.message
+            .starts_with("The node was low on resource: pids. Threshold quantity: 40, available: "),
+        "kubelet's message: {}",
+        rec.message
+    );
+    assert_eq!(
+        phase(&state, "quiet").as_deref(),
+        Some("Running"),
+        "the quiet pod keeps running"
+    );
+    assert!(
+        file.node.true_conditions().contains(&"PIDPressure"),
+        "PIDPressure reported: {:?}",
+        file.node
+    );
+    drop(node.shutdown().await);
+}
+
+/// A tmpfs mounted by the test (the node's state filesystem), unmounted on drop.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(path: &Path, size: &str) -> Self {
+        std::fs::create_dir_all(path).expect("mount point");
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(path)
+            .status()
+            .expect("running mount");
+        assert!(ok.success(), "mounting a tmpfs on {}", path.display());
+        Self(path.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_pressure_reclaims_dead_containers_first_then_evicts_the_biggest_writer() {
+    let _serial = SERIAL.lock().await;
+    let cd = Containerd::start("disk");
+    let state = cd.dir.join("state");
+    let tmpfs = Tmpfs::mount(&state, "64m");
+    let args = ConfigArgs {
+        eviction_hard: vec!["nodefs.available<20Mi".to_owned()],
+        // Disk has no kernel trigger here: the housekeeping tick observes it.
+        housekeeping_interval: Some("1s".to_owned()),
+        ..base_args()
+    };
+    let node = Node::start_on(cd, args, Some(state.clone()));
+    node.submit(
+        "quiet.yaml",
+        &pod(
+            "quiet",
+            "bbbbbbbb-0000-0000-0000-000000000030",
+            "",
+            "    resources: {requests: {memory: 8Mi}}",
+            SLEEP,
+        ),
+    );
+    // A finished pod whose dead container left a 20 MiB log.
+    let done_uid = "bbbbbbbb-0000-0000-0000-000000000031";
+    node.submit(
+        "done.yaml",
+        &pod(
+            "done",
+            done_uid,
+            "  restartPolicy: Never\n",
+            "",
+            "head -c 20971520 /dev/zero",
+        ),
+    );
+    wait_until("the finished pod", Duration::from_secs(30), || {
+        phase(&state, "done").as_deref() == Some("Succeeded")
+    })
+    .await;
+    wait_until("the quiet pod running", Duration::from_secs(30), || {
+        phase(&state, "quiet").as_deref() == Some("Running")
+    })
+    .await;
+    let done_log = state.join("pods").join(done_uid).join("app/0.log");
+    assert!(
+        std::fs::metadata(&done_log).is_ok_and(|m| m.len() >= 20 << 20),
+        "the finished pod's log {}",
+        done_log.display()
+    );
+    // Writes 5 MiB/s to its log up to 50 MiB: first past the threshold with the dead
+    // container's log still there (reclaim resolves it), then past it on its own.
+    let writer = "i=0; while [ $i -lt 50 ]; do head -c 1048576 /dev/zero; i=$((i+1)); sleep 0.2; done; sleep 3600";
+    node.submit(
+        "writer.yaml",
+        &pod(
+            "writer",
+            "bbbbbbbb-0000-0000-0000-000000000032",
+            "",
+            "",
+            writer,
+        ),
+    );
+    wait_until(
+        "the dead container reclaimed",
+        Duration::from_secs(30),
+        || !done_log.exists(),
+    )
+    .await;
+    assert_eq!(
+        phase(&state, "writer").as_deref(),
+        Some("Running"),
+        "node-level reclaim first: nobody evicted yet"
+    );
+    let evicted = wait_until("the writer evicted", Duration::from_secs(40), || {
+        find(&status_file(&state).pods, "writer").is_some_and(|r| r.reason == "Evicted")
+    })
+    .await;
+    let file = status_file(&state);
+    let rec = find(&file.pods, "writer").expect("record");
+    assert_eq!(rec.phase, "Failed");
+    assert!(
+        rec.message.starts_with(
+            "The node was low on resource: ephemeral-storage. Threshold quantity: 20Mi, available: "
+        ),
+        "kubelet's message: {}",
+        rec.message
+    );
+    assert!(
+        rec.message.contains("Container app was using"),
+        "names the container: {}",
+        rec.message
+    );
+    assert_eq!(
+        phase(&state, "quiet").as_deref(),
+        Some("Running"),
+        "the quiet pod keeps running"
+    );
+    let _ = evicted;
+    let cd = node.shutdown().await;
+    drop(tmpfs);
+    drop(cd);
+}
