@@ -274,7 +274,11 @@ async fn run_mode(
         let stamps: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
         let reader = {
             let stamps = stamps.clone();
-            let out = child.stdout.take().context("hog stdout")?;
+            let Some(out) = child.stdout.take() else {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!("the hog has no stdout");
+            };
             std::thread::spawn(move || {
                 for line in BufReader::new(out).lines().map_while(Result::ok) {
                     let mut f = line.split_whitespace();
