@@ -314,7 +314,9 @@ async fn run_mode(
         let _ = reader.join();
         let exit = status.map(|st| format!("{st:?}")).unwrap_or_default();
         let evictions = link.take_evictions();
-        let oom = oom_kills(&kubepods.dir) > ooms;
+        // On cgroup v1 the kill is counted in the victim's own memory cgroup, on v2 also up
+        // the tree: look at both.
+        let oom = oom_kills(&kubepods.dir) > ooms || oom_kills(&ctr.dir) > 0;
         // The MiB at which the working set crossed the threshold (the baseline is what was
         // charged before the process grew: its binary, stack and the fast part).
         // The growth is known MiB by MiB (the process's stamps); what else is charged (its
