@@ -282,6 +282,12 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         ));
         extra.extend(["--manifest-dir".to_owned(), manifests.display().to_string()]);
     }
+    if !args.iter().any(|a| a.starts_with("--allow-host-namespaces")) {
+        // The example pods use the host network (pods need no CNI that way); the default
+        // pod-security rules refuse host namespaces, so this standalone run allows them.
+        say("allowing host namespaces for the example pods (--allow-host-namespaces=true)");
+        extra.push("--allow-host-namespaces=true".to_owned());
+    }
     let mut cmd = Command::new(&bin);
     cmd.arg("run").args(&extra).args(args);
     if std::env::var_os("RUST_LOG").is_none() {
