@@ -282,7 +282,10 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         ));
         extra.extend(["--manifest-dir".to_owned(), manifests.display().to_string()]);
     }
-    if !args.iter().any(|a| a.starts_with("--allow-host-namespaces")) {
+    if !args
+        .iter()
+        .any(|a| a.starts_with("--allow-host-namespaces"))
+    {
         // The example pods use the host network (pods need no CNI that way); the default
         // pod-security rules refuse host namespaces, so this standalone run allows them.
         say("allowing host namespaces for the example pods (--allow-host-namespaces=true)");

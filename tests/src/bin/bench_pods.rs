@@ -37,6 +37,10 @@ use k8s_openapi::api::core::v1::Pod;
 use tokio::task::JoinSet;
 
 const NODE: &str = "benchnode";
+/// The stop timeout on both sides (the pods' `terminationGracePeriodSeconds`). The containers
+/// exit on SIGTERM, except one stopped before its shell installed the trap (PID 1 ignores an
+/// unhandled SIGTERM): that one costs this long on either side.
+const GRACE_SECONDS: i64 = 2;
 
 fn arg(name: &str, default: u64) -> u64 {
     let args: Vec<String> = std::env::args().collect();
@@ -49,7 +53,7 @@ fn arg(name: &str, default: u64) -> u64 {
 
 fn pod_yaml(name: &str, uid: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  uid: {uid}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 10\n  containers:\n  - name: c\n    image: busybox:local\n    imagePullPolicy: IfNotPresent\n    command: [/bin/sh, -c]\n    args: [\"trap 'exit 0' TERM; sleep 3600 & wait\"]\n"
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  uid: {uid}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: busybox:local\n    imagePullPolicy: IfNotPresent\n    command: [/bin/sh, -c]\n    args: [\"trap 'exit 0' TERM; sleep 3600 & wait\"]\n"
     )
 }
 
@@ -116,7 +120,7 @@ impl Direct {
     }
 
     async fn stop_one(&self, uid: &str, sid: &str, cid: &str) -> anyhow::Result<()> {
-        self.rt.stop_container(cid, 10).await?;
+        self.rt.stop_container(cid, GRACE_SECONDS).await?;
         self.rt.stop_pod_sandbox(sid).await?;
         self.rt.remove_container(cid).await?;
         self.rt.remove_pod_sandbox(sid).await?;
@@ -312,6 +316,8 @@ async fn daemon_rss(cd: &Containerd, n: usize) -> anyhow::Result<DaemonFigures> 
         .arg(&state)
         .arg("--cgroup-root")
         .arg(&cd.cgroup_root)
+        // The benchmark pods use the host network (no CNI needed).
+        .arg("--allow-host-namespaces")
         .arg("--http-address")
         .arg(format!("127.0.0.1:{}", free_port()))
         .env("RUST_LOG", "info")
@@ -344,6 +350,14 @@ async fn daemon_rss(cd: &Containerd, n: usize) -> anyhow::Result<DaemonFigures> 
             }
             if let Ok(Some(st)) = daemon.try_wait() {
                 bail!("the daemon exited ({st}) while starting pods");
+            }
+            if let Some(p) = s.pods.iter().find(|p| p.phase == "Failed") {
+                bail!(
+                    "the daemon failed pod {}: {} {}",
+                    p.uid,
+                    p.reason,
+                    p.message
+                );
             }
             if Instant::now() > deadline {
                 bail!(
