@@ -42,6 +42,8 @@ pub struct DaemonOptions {
     pub run_pods: bool,
     /// Treat manifest pods as kubelet static pods (critical: never evicted).
     pub static_pods: bool,
+    /// Watch the API server for this node's pods too (kubeconfig file).
+    pub kubeconfig: Option<PathBuf>,
 }
 
 /// Errors that stop the daemon at start.
@@ -248,6 +250,7 @@ pub async fn run(
         ro.state_dir = config.enforcer.state_dir.clone();
         ro.node.memory_capacity = memory_capacity;
         ro.static_pods = opts.static_pods;
+        ro.kubeconfig = opts.kubeconfig.clone();
         ro.enforce = enforcer.clone();
         ro.link = link.clone();
         ro.admission = Some(Admission {

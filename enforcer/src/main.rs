@@ -98,6 +98,9 @@ struct RunArgs {
     /// evicted), as kubelet does.
     #[arg(long)]
     static_pods: bool,
+    /// Also run the pods the API server assigns to this node (watched with this kubeconfig).
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -211,6 +214,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         watches: args.watches,
         run_pods: !args.no_pods,
         static_pods: args.static_pods,
+        kubeconfig: args.kubeconfig,
     };
     runtime()?.block_on(enforcer::daemon::run(opts, shutdown_signal()))?;
     Ok(())

@@ -186,6 +186,7 @@ async fn cgroups_and_oom_scores_match_explain_and_follow_the_pods() {
             watches: vec![],
             run_pods: true,
             static_pods: false,
+            kubeconfig: None,
         },
         async {
             let _ = stopped.await;
@@ -399,6 +400,7 @@ async fn cpu_manager_static_gives_an_exclusive_cpu_and_restores_it() {
             watches: vec![],
             run_pods: true,
             static_pods: false,
+            kubeconfig: None,
         },
         async {
             let _ = stopped.await;
@@ -477,6 +479,7 @@ async fn cpu_manager_static_gives_an_exclusive_cpu_and_restores_it() {
             watches: vec![],
             run_pods: true,
             static_pods: false,
+            kubeconfig: None,
         },
         async {},
     )

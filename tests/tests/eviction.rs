@@ -121,6 +121,7 @@ async fn hard_memory_threshold_evicts_the_besteffort_pod_before_the_kernel_oom_k
             watches: vec![],
             run_pods: true,
             static_pods: false,
+            kubeconfig: None,
         },
         async {
             let _ = stopped.await;

@@ -104,6 +104,7 @@ impl Node {
                 watches: vec![],
                 run_pods: true,
                 static_pods: false,
+                kubeconfig: None,
             },
             async {
                 let _ = stopped.await;
