@@ -140,15 +140,25 @@ fn as_workload(mut u: PodUpdate) -> PodUpdate {
 
 /// The status of a pod admission rejected or the eviction manager evicted: phase Failed.
 fn failed_record(pod: &Pod, source: &str, reason: &str, message: String) -> PodRecord {
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    PodRecord {
+        reason: reason.to_owned(),
+        message,
+        ..blank_record(pod, &uid, source, "Failed")
+    }
+}
+
+/// A pod's status record with only its identity, source, QoS class and phase set.
+pub(crate) fn blank_record(pod: &Pod, uid: &str, source: &str, phase: &str) -> PodRecord {
     let id = spec::PodIdent::of(pod);
     PodRecord {
-        uid: id.uid,
+        uid: uid.to_owned(),
         name: id.name,
         namespace: id.namespace,
         source: source.to_owned(),
-        phase: "Failed".to_owned(),
-        reason: reason.to_owned(),
-        message,
+        phase: phase.to_owned(),
+        reason: String::new(),
+        message: String::new(),
         qos_class: spec::pod_qos(pod).as_str().to_owned(),
         start_time: String::new(),
         sandbox_id: String::new(),

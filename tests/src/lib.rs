@@ -192,3 +192,14 @@ pub fn append(path: &Path, line: &str) {
         .expect("open");
     writeln!(f, "{line}").expect("write");
 }
+
+/// The number after `name` on the command line of a benchmark binary, or `default`.
+#[must_use]
+pub fn arg_u64(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}

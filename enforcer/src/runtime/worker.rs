@@ -1144,22 +1144,8 @@ impl<R: ContainerRuntime> PodWorker<R> {
     }
 
     fn publish_error(&self, pod: &Pod) {
-        let id = PodIdent::of(pod);
-        let mut rec = self.ctx.status.get(&self.uid).unwrap_or_else(|| PodRecord {
-            uid: self.uid.clone(),
-            name: id.name.clone(),
-            namespace: id.namespace.clone(),
-            source: self.source.clone(),
-            phase: "Pending".to_owned(),
-            reason: String::new(),
-            message: String::new(),
-            qos_class: spec::pod_qos(pod).as_str().to_owned(),
-            start_time: String::new(),
-            sandbox_id: String::new(),
-            cgroup: String::new(),
-            conditions: Vec::new(),
-            init_container_statuses: Vec::new(),
-            container_statuses: Vec::new(),
+        let mut rec = self.ctx.status.get(&self.uid).unwrap_or_else(|| {
+            crate::runtime::blank_record(pod, &self.uid, &self.source, "Pending")
         });
         rec.message = self.message.clone();
         self.ctx.status.set(rec);

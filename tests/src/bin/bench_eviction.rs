@@ -34,12 +34,7 @@ const CAPACITY_MIB: u64 = 512;
 const THRESHOLD_MIB: u64 = 100;
 
 fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    enforcer_tests::arg_u64(name, default)
 }
 
 fn besteffort(uid: &str) -> Pod {

@@ -43,12 +43,7 @@ const NODE: &str = "benchnode";
 const GRACE_SECONDS: i64 = 2;
 
 fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    enforcer_tests::arg_u64(name, default)
 }
 
 fn pod_yaml(name: &str, uid: &str) -> String {

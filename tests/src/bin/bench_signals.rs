@@ -35,12 +35,7 @@ fn memhog() -> PathBuf {
 }
 
 fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    enforcer_tests::arg_u64(name, default)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
