@@ -404,8 +404,12 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             _ = relist.tick() => {
                 match relist_runtime(runtime.as_ref()).await {
                     Ok(now) => {
-                        // Pods of a source that has not listed yet are not orphans.
-                        if orphans_pending && api_source.as_ref().is_none_or(|a| a.synced) {
+                        // Pods of a source that has not listed yet are not orphans: both
+                        // timers fire at once on start, and the relist may win the race.
+                        if orphans_pending
+                            && source.synced()
+                            && api_source.as_ref().is_none_or(|a| a.synced)
+                        {
                             orphans_pending = false;
                             for uid in now.keys() {
                                 if !workers.contains_key(uid) {
@@ -605,4 +609,73 @@ async fn relist_runtime<R: ContainerRuntime>(
             (uid, v.join(","))
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::fake::FakeRuntime;
+    use std::path::Path;
+
+    fn options(dir: &Path) -> RunPodsOptions {
+        RunPodsOptions {
+            cri_socket: dir.join("none.sock"),
+            cri_timeout: Duration::from_secs(1),
+            cgroup_root: "/".to_owned(),
+            layout: CgroupLayout::default(),
+            manifest_dir: dir.join("manifests"),
+            state_dir: dir.join("state"),
+            node_name: "n1".to_owned(),
+            node: NodeFacts {
+                memory_capacity: 1 << 30,
+                cap_sys_resource: false,
+            },
+            poll: Duration::from_secs(1),
+            relist: Duration::from_secs(1),
+            resync: Duration::from_secs(60),
+            static_pods: true,
+            admission: None,
+            link: NodeLink::default(),
+            kubeconfig: None,
+            enforce: Arc::default(),
+        }
+    }
+
+    /// A restarted loop must not take the pods it is about to read from its manifest
+    /// directory for orphans: the first relist and the first scan fire together.
+    #[tokio::test(start_paused = true)]
+    async fn restarts_adopt_running_pods_and_never_kill_them_as_orphans() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = options(dir.path());
+        std::fs::create_dir_all(&opts.manifest_dir).expect("mkdir");
+        std::fs::write(
+            opts.manifest_dir.join("p.yaml"),
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: u1}\nspec: {containers: [{name: c, image: 'busybox:local'}]}",
+        )
+        .expect("manifest");
+        let fake = FakeRuntime::with_images(&["busybox:local"]);
+        let status = StatusManager::default();
+        for _ in 0..12 {
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let run = tokio::spawn(run_pods_with(
+                Arc::new(fake.clone()),
+                options(dir.path()),
+                status.clone(),
+                async {
+                    let _ = stopped.await;
+                },
+            ));
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let _ = stop.send(());
+            run.await.expect("join").expect("run");
+        }
+        let calls = fake.calls();
+        let snapshot = status.snapshot();
+        let count = |op: &str| calls.iter().filter(|c| c.starts_with(op)).count();
+        assert_eq!(count("RunPodSandbox"), 1, "{calls:?} {snapshot:?}");
+        assert_eq!(count("StartContainer"), 1, "{calls:?}");
+        assert_eq!(count("StopContainer"), 0, "{calls:?}");
+        assert_eq!(count("StopPodSandbox"), 0, "{calls:?}");
+        assert_eq!(fake.running(), ["c"]);
+    }
 }

@@ -311,6 +311,13 @@ impl ManifestDir {
         }
     }
 
+    /// Whether the directory has been read once (only then are running pods it does not
+    /// list orphans).
+    #[must_use]
+    pub fn synced(&self) -> bool {
+        self.synced
+    }
+
     /// The uids currently owned, with the file owning each.
     fn owners(&self) -> HashMap<String, PathBuf> {
         let mut out = HashMap::new();
