@@ -9,7 +9,9 @@ use enforcer::{
         admission::{Admitter, Node, SecurityPolicy},
         eviction::{
             ActivePod, EvictionConfig, Observation, Observations, PodStats, Signal, State,
-            Threshold, ThresholdValue, rank::rank, step,
+            Threshold, ThresholdValue,
+            rank::{PodFacts, rank},
+            step,
         },
     },
     quantity::Quantity,
@@ -64,16 +66,25 @@ fn stats(i: usize) -> PodStats {
 fn benches(c: &mut Criterion) {
     let pods: Vec<Pod> = (0..10_000).map(pod).collect();
     let stats: Vec<PodStats> = (0..10_000).map(stats).collect();
+    // The daemon keeps each pod's facts (priority, critical, requests) from its admission;
+    // ranking with facts parsed from the spec at every step is the baseline.
+    let facts: Vec<PodFacts> = pods.iter().map(PodFacts::of).collect();
     let active: Vec<ActivePod<'_>> = pods
         .iter()
         .zip(&stats)
-        .map(|(pod, s)| ActivePod {
-            pod,
-            stats: Some(s),
-        })
+        .zip(&facts)
+        .map(|((pod, s), f)| ActivePod::new(pod, Some(s)).with_facts(f))
+        .collect();
+    let parsing: Vec<ActivePod<'_>> = pods
+        .iter()
+        .zip(&stats)
+        .map(|(pod, s)| ActivePod::new(pod, Some(s)))
         .collect();
     c.bench_function("rank 10000 pods (memory)", |b| {
         b.iter(|| black_box(rank(Signal::MemoryAvailable, black_box(&active))))
+    });
+    c.bench_function("rank 10000 pods (memory), specs parsed each time", |b| {
+        b.iter(|| black_box(rank(Signal::MemoryAvailable, black_box(&parsing))))
     });
 
     let config = EvictionConfig {

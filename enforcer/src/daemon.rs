@@ -560,10 +560,7 @@ impl EvictionManager {
         let pods: Vec<ActivePod<'_>> = active
             .values()
             .zip(&stats)
-            .map(|(e, s)| ActivePod {
-                pod: &e.pod,
-                stats: s.as_ref(),
-            })
+            .map(|(e, s)| ActivePod::new(&e.pod, s.as_ref()).with_facts(&e.facts))
             .collect();
         let before = state.conditions.clone();
         let (state, decision) = step(&self.config.eviction, &state, &observations, &pods, now);

@@ -385,7 +385,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                                         opts.enforce.sync_node_logged(admissions.admitted.values().map(|p| &**p));
                                         spawn_cpu_reconcile(&opts.enforce, &runtime);
                                         if let Ok(cgroup) = ctx.cgroups.pod_path(&uid, spec::pod_qos(&u.pod)) {
-                                            link.set_active(&uid, ActiveEntry { pod: u.pod.clone(), cgroup });
+                                            link.set_active(&uid, ActiveEntry::new(u.pod.clone(), cgroup));
                                         }
                                         let w = PodWorker::new(ctx.clone(), u.pod, u.source);
                                         spawn(&mut tasks, &mut workers, w, uid, done_tx.clone());
@@ -468,7 +468,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                             opts.enforce.admit_cpus(&u.pod);
                             opts.enforce.sync_node_logged(admissions.admitted.values().map(|p| &**p));
                             if let Ok(cgroup) = ctx.cgroups.pod_path(&uid, spec::pod_qos(&u.pod)) {
-                                link.set_active(&uid, ActiveEntry { pod: u.pod.clone(), cgroup });
+                                link.set_active(&uid, ActiveEntry::new(u.pod.clone(), cgroup));
                             }
                             let w = PodWorker::new(ctx.clone(), u.pod, u.source);
                             spawn(&mut tasks, &mut workers, w, uid, done_tx.clone());

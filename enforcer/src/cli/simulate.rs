@@ -371,10 +371,7 @@ pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
         // one eviction-manager step
         let pods: Vec<ActivePod<'_>> = active
             .iter()
-            .map(|a| ActivePod {
-                pod: &a.pod,
-                stats: a.stats.as_ref(),
-            })
+            .map(|a| ActivePod::new(&a.pod, a.stats.as_ref()))
             .collect();
         let (next, decision) = eviction::step(&cfg.eviction, &state, &observations, &pods, at);
         state = next;

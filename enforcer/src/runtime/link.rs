@@ -10,7 +10,7 @@ use std::{
 use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::Notify;
 
-use crate::policy::eviction::NodeCondition;
+use crate::policy::eviction::{NodeCondition, rank::PodFacts};
 
 /// A pod the runtime runs (admitted and not being evicted).
 #[derive(Clone, Debug)]
@@ -18,6 +18,17 @@ pub struct ActiveEntry {
     pub pod: Arc<Pod>,
     /// The pod cgroup, relative to the hierarchy roots (`<root>/kubepods/.../pod<uid>`).
     pub cgroup: String,
+    /// What eviction ranking reads from the spec, parsed once here, not at every step.
+    pub facts: PodFacts,
+}
+
+impl ActiveEntry {
+    /// The entry of `pod` in `cgroup`, its facts computed now.
+    #[must_use]
+    pub fn new(pod: Arc<Pod>, cgroup: String) -> Self {
+        let facts = PodFacts::of(&pod);
+        Self { pod, cgroup, facts }
+    }
 }
 
 /// An eviction the eviction manager decided.
@@ -158,10 +169,7 @@ mod tests {
         let link = NodeLink::default();
         link.set_active(
             "u1",
-            ActiveEntry {
-                pod: Arc::new(Pod::default()),
-                cgroup: "/kubepods/podu1".into(),
-            },
+            ActiveEntry::new(Arc::new(Pod::default()), "/kubepods/podu1".into()),
         );
         assert_eq!(link.active().len(), 1);
         let other = link.clone();

@@ -245,13 +245,7 @@ async fn run_mode(
         let pod = Arc::new(besteffort(&uid));
         let ctr = TestCgroup::create(mem_mount, &format!("{pod_rel}/ctr"));
         let _ = link.take_evictions();
-        link.set_active(
-            &uid,
-            ActiveEntry {
-                pod: pod.clone(),
-                cgroup: pod_rel.clone(),
-            },
-        );
+        link.set_active(&uid, ActiveEntry::new(pod.clone(), pod_rel.clone()));
         let ooms = oom_kills(&kubepods.dir);
         let mut cmd = Command::new(hog);
         // Grow fast to 40 MiB under the threshold, then 1 MiB per ms (with the page faults,

@@ -5,7 +5,10 @@ use std::{collections::BTreeMap, fmt::Write as _, time::Duration};
 
 use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
 
-use super::{NodeCondition, Observations, PodStats, Resource, Signal, Threshold, rank::rank};
+use super::{
+    NodeCondition, Observations, PodStats, Resource, Signal, Threshold,
+    rank::{PodFacts, first_eligible},
+};
 use crate::{
     policy::{qos, resources},
     quantity::Quantity,
@@ -50,6 +53,35 @@ pub struct ActivePod<'a> {
     pub pod: &'a Pod,
     /// Its usage.
     pub stats: Option<&'a PodStats>,
+    /// What ranking reads from the spec, when the caller keeps it per pod (computed from
+    /// `pod` at every step otherwise); it must be [`PodFacts::of`] this pod.
+    pub facts: Option<&'a PodFacts>,
+}
+
+impl<'a> ActivePod<'a> {
+    /// A pod and its usage; its facts are read from the spec when needed.
+    #[must_use]
+    pub fn new(pod: &'a Pod, stats: Option<&'a PodStats>) -> Self {
+        Self {
+            pod,
+            stats,
+            facts: None,
+        }
+    }
+
+    /// With the pod's facts computed ahead (when it was admitted).
+    #[must_use]
+    pub fn with_facts(mut self, facts: &'a PodFacts) -> Self {
+        self.facts = Some(facts);
+        self
+    }
+
+    /// `IsCriticalPod`.
+    #[must_use]
+    pub fn is_critical(&self) -> bool {
+        self.facts
+            .map_or_else(|| resources::is_critical(self.pod), |f| f.critical)
+    }
 }
 
 /// A pod eviction decided by the step.
@@ -216,17 +248,14 @@ pub fn step(
     }
     // 7. rank and evict one non-critical pod.
     let sorted_thresholds: Vec<&Threshold> = ordered.iter().map(|(_, t)| *t).collect();
-    for index in rank(signal, pods) {
-        let Some(active) = pods.get(index) else {
-            continue;
-        };
+    let (first, critical) = first_eligible(signal, pods, |a| !a.is_critical());
+    decision.skipped_critical = critical
+        .into_iter()
+        .filter_map(|i| pods.get(i))
+        .map(|a| resources::pod_name(a.pod).to_owned())
+        .collect();
+    if let Some((index, active)) = first.and_then(|i| pods.get(i).map(|a| (i, a))) {
         let pod = active.pod;
-        if resources::is_critical(pod) {
-            decision
-                .skipped_critical
-                .push(resources::pod_name(pod).to_owned());
-            continue;
-        }
         let grace_period_seconds = if to_reclaim.is_hard() {
             IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS
         } else {
@@ -251,7 +280,6 @@ pub fn step(
             message,
             annotations,
         });
-        break;
     }
     (new_state, decision)
 }
@@ -490,14 +518,8 @@ mod tests {
             ..Default::default()
         };
         let pods = [
-            ActivePod {
-                pod: &be,
-                stats: Some(&s_be),
-            },
-            ActivePod {
-                pod: &bu,
-                stats: Some(&s_bu),
-            },
+            ActivePod::new(&be, Some(&s_be)),
+            ActivePod::new(&bu, Some(&s_bu)),
         ];
         let state = State::default();
         // No pressure.
@@ -588,10 +610,7 @@ mod tests {
             memory: Some(1),
             ..Default::default()
         };
-        let pods = [ActivePod {
-            pod: &p,
-            stats: Some(&s),
-        }];
+        let pods = [ActivePod::new(&p, Some(&s))];
         // Soft met: condition at once, no eviction before the grace period.
         let (st, d) = step(
             &config,
@@ -671,14 +690,8 @@ mod tests {
             ..Default::default()
         };
         let pods = [
-            ActivePod {
-                pod: &crit,
-                stats: Some(&s),
-            },
-            ActivePod {
-                pod: &other,
-                stats: Some(&s),
-            },
+            ActivePod::new(&crit, Some(&s)),
+            ActivePod::new(&other, Some(&s)),
         ];
         let (_, d) = step(
             &config,
@@ -799,7 +812,7 @@ mod props {
         fn ranking_is_input_order_independent(spec in pods_strategy(), seed in any::<u64>(), pids in any::<bool>()) {
             let (pods, stats) = build(&spec);
             let signal = if pids { Signal::PidAvailable } else { Signal::MemoryAvailable };
-            let active: Vec<ActivePod<'_>> = pods.iter().zip(&stats).map(|(p, s)| ActivePod { pod: p, stats: s.as_ref() }).collect();
+            let active: Vec<ActivePod<'_>> = pods.iter().zip(&stats).map(|(p, s)| ActivePod::new(p, s.as_ref())).collect();
             let names = |a: &[ActivePod<'_>]| -> Vec<String> {
                 crate::policy::eviction::rank::rank(signal, a).into_iter().map(|i| resources::pod_name(a[i].pod).to_owned()).collect()
             };
@@ -813,6 +826,23 @@ mod props {
             }
             prop_assert_eq!(&first, &names(&shuffled));
             prop_assert_eq!(first.len(), active.len());
+            // Facts kept per pod rank exactly as facts read from the spec.
+            let facts: Vec<PodFacts> = pods.iter().map(PodFacts::of).collect();
+            let kept: Vec<ActivePod<'_>> = active.iter().zip(&facts).map(|(a, f)| a.with_facts(f)).collect();
+            prop_assert_eq!(&first, &names(&kept));
+        }
+
+        #[test]
+        fn first_eligible_is_the_first_of_the_ranking(spec in pods_strategy(), pids in any::<bool>()) {
+            let (pods, stats) = build(&spec);
+            let signal = if pids { Signal::PidAvailable } else { Signal::MemoryAvailable };
+            let active: Vec<ActivePod<'_>> = pods.iter().zip(&stats).map(|(p, s)| ActivePod::new(p, s.as_ref())).collect();
+            let ranked = crate::policy::eviction::rank::rank(signal, &active);
+            let eligible = |a: &ActivePod<'_>| !resources::is_critical(a.pod);
+            let at = ranked.iter().position(|&i| eligible(&active[i]));
+            let (first, skipped) = first_eligible(signal, &active, eligible);
+            prop_assert_eq!(first, at.map(|p| ranked[p]));
+            prop_assert_eq!(&skipped[..], &ranked[..at.unwrap_or(ranked.len())]);
         }
 
         #[test]
@@ -821,7 +851,7 @@ mod props {
             avail in prop::collection::vec(0i64..4096, 1..6),
         ) {
             let (pods, stats) = build(&spec);
-            let active: Vec<ActivePod<'_>> = pods.iter().zip(&stats).map(|(p, s)| ActivePod { pod: p, stats: s.as_ref() }).collect();
+            let active: Vec<ActivePod<'_>> = pods.iter().zip(&stats).map(|(p, s)| ActivePod::new(p, s.as_ref())).collect();
             let config = EvictionConfig {
                 thresholds: vec![
                     Threshold { signal: Signal::MemoryAvailable, value: ThresholdValue::Quantity(Quantity::from_int(1 << 30, crate::quantity::Format::BinarySI)), grace_period: Duration::ZERO, min_reclaim: None },
