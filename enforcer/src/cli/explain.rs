@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{CliError, read, yaml_error};
 use crate::{
-    config::{self, ConfigArgs},
+    config::{self, ConfigArgs, CpuManagerPolicy},
     policy::{
+        cpu::{CpuSet, StaticPolicy, Topology},
         oom,
         qos::{self, QosClass},
         resources::{
@@ -61,6 +62,10 @@ struct ContainerOut {
     memory_min_bytes: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     memory_high_bytes: Option<i64>,
+    /// The CPUs the container runs on under the static CPU manager policy (its exclusive
+    /// CPUs, or the shared pool); absent under `none`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpuset: Option<String>,
 }
 
 /// This machine's memory (`MemTotal`, as cAdvisor's `MemoryCapacity`), in bytes.
@@ -101,6 +106,60 @@ fn capacity_arg(
     }
 }
 
+/// The static CPU manager the node would run, when `cpuManagerPolicy` is `static`: over
+/// `--node-cpu` CPUs (one socket, one thread per core) when given, else this machine's
+/// topology; reserved CPUs from `reservedSystemCPUs` or the reserved cpu. The pods of the
+/// file are allocated in order, as the node would admit them.
+fn static_cpu_manager(
+    args: &ExplainArgs,
+    cfg: &config::Config,
+    cpu_milli: i64,
+) -> Result<Option<StaticPolicy>, CliError> {
+    if cfg.cpu_manager_policy != CpuManagerPolicy::Static {
+        return Ok(None);
+    }
+    let config_path = args
+        .config
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("command line"));
+    let topology = match args.node_cpu {
+        Some(_) => {
+            let cpus = u32::try_from(cpu_milli / 1000)
+                .unwrap_or(u32::MAX)
+                .min(4096);
+            if cpus == 0 {
+                return Err(CliError::invalid(
+                    Path::new("command line"),
+                    "--node-cpu",
+                    "the static CPU manager policy needs at least one whole CPU",
+                ));
+            }
+            Topology::uniform(1, cpus, 1)
+        }
+        None => Topology::from_sysfs(Path::new("/sys")).map_err(|e| {
+            CliError::invalid(
+                Path::new("/sys/devices/system/cpu"),
+                "topology",
+                format!("{e}; pass --node-cpu"),
+            )
+        })?,
+    };
+    let reserved = match cfg.reserved_system_cpus.trim() {
+        "" => None,
+        r => Some(
+            CpuSet::parse(r)
+                .map_err(|e| CliError::invalid(&config_path, "reservedSystemCPUs", e))?,
+        ),
+    };
+    let reserved_milli = [&cfg.system_reserved, &cfg.kube_reserved]
+        .iter()
+        .filter_map(|m| m.get("cpu"))
+        .fold(0i64, |a, q| a.saturating_add(q.milli_value()));
+    StaticPolicy::new(topology, reserved.as_ref(), reserved_milli, None)
+        .map(Some)
+        .map_err(|e| CliError::invalid(&config_path, "cpuManagerPolicy", e))
+}
+
 /// Explains every pod in `args.pod`; one JSON line per pod.
 pub fn explain(args: &ExplainArgs) -> Result<Vec<String>, CliError> {
     let cfg = config::load(&ConfigArgs {
@@ -114,7 +173,7 @@ pub fn explain(args: &ExplainArgs) -> Result<Vec<String>, CliError> {
         machine_memory,
         false,
     )?;
-    let _cpu_milli = capacity_arg(
+    let cpu_milli = capacity_arg(
         args.node_cpu.as_deref(),
         "--node-cpu",
         || {
@@ -125,6 +184,7 @@ pub fn explain(args: &ExplainArgs) -> Result<Vec<String>, CliError> {
         },
         true,
     )?;
+    let mut cpu_manager = static_cpu_manager(args, &cfg, cpu_milli)?;
     let version = match args.cgroup_version {
         None => machine_cgroup_version(),
         Some(v @ (1 | 2)) => v,
@@ -185,6 +245,22 @@ pub fn explain(args: &ExplainArgs) -> Result<Vec<String>, CliError> {
             let score = oom::container_oom_score_adj(&pod, c, memory)
                 .map_err(|e| CliError::invalid(Path::new("command line"), "--node-memory", e))?;
             let v = cgroup::container_cgroup_values(c, &opts);
+            let cpuset = match cpu_manager.as_mut() {
+                Some(m) => {
+                    let set = m.allocate(&pod, c).map_err(|e| {
+                        CliError::invalid(
+                            path,
+                            format!("document {}: container {:?}", i + 1, c.name),
+                            format!("cpu manager (static policy): {e}"),
+                        )
+                    })?;
+                    Some(
+                        set.unwrap_or_else(|| m.state().default_cpu_set.clone())
+                            .to_string(),
+                    )
+                }
+                None => None,
+            };
             containers.push(ContainerOut {
                 name: c.name.clone(),
                 oom_score_adj: score.value,
@@ -193,6 +269,7 @@ pub fn explain(args: &ExplainArgs) -> Result<Vec<String>, CliError> {
                 memory_limit_bytes: v.memory_limit_bytes,
                 memory_min_bytes: v.memory_min_bytes,
                 memory_high_bytes: v.memory_high_bytes,
+                cpuset,
             });
         }
         let e = Explained {
@@ -247,5 +324,53 @@ mod tests {
         std::fs::write(&p, "metadata: {name: x}\nspec: {containers: 3}\n").unwrap();
         let e = explain(&args).unwrap_err().to_string();
         assert!(e.contains("spec.containers"), "{e}");
+    }
+
+    #[test]
+    fn node_cpu_sizes_the_static_cpu_manager() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("kubelet.yaml");
+        std::fs::write(
+            &cfg,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\n",
+        )
+        .unwrap();
+        let p = dir.path().join("pods.yaml");
+        let guaranteed = |name: &str, cpu: &str| {
+            format!(
+                "metadata: {{name: {name}, uid: {name}}}\nspec: {{containers: [{{name: a, resources: {{limits: {{cpu: '{cpu}', memory: 1Gi}}}}}}]}}\n"
+            )
+        };
+        std::fs::write(
+            &p,
+            [
+                guaranteed("two", "2"),
+                guaranteed("half", "500m"),
+                guaranteed("three", "3"),
+            ]
+            .join("---\n"),
+        )
+        .unwrap();
+        let args = |cpu: &str| ExplainArgs {
+            pod: p.clone(),
+            node_cpu: Some(cpu.into()),
+            node_memory: Some("8Gi".into()),
+            cgroup_version: Some(2),
+            config: Some(cfg.clone()),
+        };
+        // 8 CPUs, cpu 0 reserved: 1-2 for "two", 3-5 for "three"; "half" shares the pool.
+        let out = explain(&args("8")).unwrap();
+        assert!(out[0].contains(r#""cpuset":"1-2""#), "{}", out[0]);
+        assert!(out[1].contains(r#""cpuset":"0,3-7""#), "{}", out[1]);
+        assert!(out[2].contains(r#""cpuset":"3-5""#), "{}", out[2]);
+        // 4 CPUs: "three" no longer fits, and the error names the pod's document and container.
+        let e = explain(&args("4")).unwrap_err().to_string();
+        assert!(e.contains("document 3") && e.contains("\"a\""), "{e}");
+        // Without the static policy there is no cpuset.
+        let none = ExplainArgs {
+            config: None,
+            ..args("4")
+        };
+        assert!(!explain(&none).unwrap()[0].contains("cpuset"));
     }
 }
