@@ -352,6 +352,14 @@ pub fn is_pressure(s: &Signal) -> bool {
     )
 }
 
+/// Whether a signal calls for a step at once, without the [`MIN_STEP_INTERVAL`] floor: a
+/// usage threshold crossed or a kernel OOM kill. Reclaim and fork records come in bursts and
+/// are coalesced; a crossing comes once and is the moment to act.
+#[must_use]
+pub fn is_urgent(s: &Signal) -> bool {
+    matches!(s.kind, SignalKind::MemoryThreshold | SignalKind::OomKill)
+}
+
 /// What the run loop remembers between steps besides the decision core's state.
 #[derive(Debug, Default)]
 struct Memo {
@@ -369,8 +377,9 @@ const POD_CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// kubelet's is its 10 s housekeeping period.
 const NODE_RECLAIM_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Minimum time between two eviction-manager steps driven by signals: enough to coalesce a
-/// burst of records into one step, far below any grace period.
+/// Minimum time between two eviction-manager steps driven by reclaim or fork records: enough
+/// to coalesce a burst of records into one step, far below any grace period. Urgent signals
+/// ([`is_urgent`]) do not wait for it.
 const MIN_STEP_INTERVAL: Duration = Duration::from_millis(2);
 
 /// The eviction manager of the daemon: kubelet's `synchronize`, run on every pressure signal
@@ -427,13 +436,15 @@ impl EvictionManager {
                             continue;
                         }
                         self.poke_oom_killed(&s);
+                        let mut urgent = is_urgent(&s);
                         // Coalesce the rest of the burst.
                         while let Ok(more) = pipeline.signals.try_recv() {
                             log_signal(&more);
                             self.poke_oom_killed(&more);
+                            urgent |= is_urgent(&more);
                         }
                         let since = last_step.elapsed();
-                        if since < MIN_STEP_INTERVAL {
+                        if !urgent && since < MIN_STEP_INTERVAL {
                             tokio::time::sleep(MIN_STEP_INTERVAL - since).await;
                         }
                         "signal"
