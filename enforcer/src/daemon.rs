@@ -26,7 +26,7 @@ use crate::{
     quantity::{Format, Quantity},
     runtime::{
         self, Admission, CriRuntime, Evict, NodeLink, RunPodsOptions, StatusManager,
-        status::{Condition as StatusCondition, NodeRecord},
+        status::{Condition as StatusCondition, NodeRecord, PodRecord},
     },
     server,
     signal::{Signal, SignalKind, SourceKind},
@@ -367,6 +367,22 @@ struct Memo {
     last_reclaim: Option<Duration>,
     /// The last evicted pod (uid, pod cgroup, when) until it is cleaned up.
     cleanup: Option<(String, String, Duration)>,
+    /// When the runtime was last asked for its image filesystem, and whether it answered.
+    imagefs_asked: Option<Duration>,
+    imagefs_known: bool,
+}
+
+/// How often the runtime is asked for its image filesystem until it answers.
+const IMAGEFS_RETRY: Duration = Duration::from_secs(10);
+
+/// The imagefs mountpoint from a CRI `ImageFsInfo` answer: the first absolute path that exists.
+#[must_use]
+pub fn imagefs_mountpoint(filesystems: &[k8s_cri::v1::FilesystemUsage]) -> Option<PathBuf> {
+    filesystems
+        .iter()
+        .filter_map(|f| f.fs_id.as_ref())
+        .map(|id| PathBuf::from(&id.mountpoint))
+        .find(|p| p.is_absolute() && p.exists())
 }
 
 /// kubelet's `podCleanupTimeout`: the longest the manager waits for an evicted pod to be
@@ -399,7 +415,7 @@ pub struct EvictionManager {
 impl EvictionManager {
     /// Runs until `stop` resolves.
     pub async fn run(
-        self,
+        mut self,
         mut pipeline: kernel::Pipeline,
         stop: impl std::future::Future<Output = ()>,
     ) {
@@ -452,9 +468,46 @@ impl EvictionManager {
                 },
             };
             last_step = Instant::now();
+            if trigger == "housekeeping" {
+                // Off the signal path: a slow runtime never delays a signal-driven step.
+                self.learn_imagefs(start.elapsed(), &mut memo).await;
+            }
             state = self.step(state, start.elapsed(), trigger, &mut memo).await;
             due = next_deadline(&self.config.eviction, &state, start.elapsed())
                 .map(|d| tokio::time::Instant::from_std(start + d));
+        }
+    }
+
+    /// kubelet's imagefs is where the runtime keeps its images (CRI `ImageFsInfo`); until the
+    /// runtime answers (or without a runtime) the observer keeps its default.
+    async fn learn_imagefs(&mut self, now: Duration, memo: &mut Memo) {
+        let Some(rt) = &self.node_reclaim else {
+            return;
+        };
+        if memo.imagefs_known
+            || memo
+                .imagefs_asked
+                .is_some_and(|t| now.saturating_sub(t) < IMAGEFS_RETRY)
+        {
+            return;
+        }
+        memo.imagefs_asked = Some(now);
+        match rt.image_fs_info().await {
+            Ok(fs) => {
+                memo.imagefs_known = true;
+                match imagefs_mountpoint(&fs) {
+                    Some(p) => {
+                        tracing::info!(path = %p.display(), "imagefs from the runtime's ImageFsInfo");
+                        self.observer.imagefs = Some(p);
+                    }
+                    None => tracing::warn!(
+                        answer = ?fs,
+                        kept = ?self.observer.imagefs,
+                        "ImageFsInfo named no existing mountpoint; keeping the default imagefs"
+                    ),
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "ImageFsInfo: the runtime did not answer yet"),
         }
     }
 
@@ -533,12 +586,22 @@ impl EvictionManager {
                 return state;
             }
         };
-        let active = self.link.active();
+        // kubelet's active pods: a pod that ran to its end (Succeeded or Failed, e.g.
+        // restartPolicy Never) holds no memory worth reclaiming and is not ranked.
+        let mut active = self.link.active();
+        let records: BTreeMap<String, PodRecord> = active
+            .keys()
+            .filter_map(|uid| self.status.get(uid).map(|r| (uid.clone(), r)))
+            .collect();
+        active.retain(|uid, _| {
+            records
+                .get(uid)
+                .is_none_or(|r| r.phase != "Succeeded" && r.phase != "Failed")
+        });
         let stats: Vec<_> = active
             .iter()
             .map(|(uid, e)| {
-                let containers: Vec<(String, String)> = self
-                    .status
+                let containers: Vec<(String, String)> = records
                     .get(uid)
                     .map(|r| {
                         r.container_statuses
@@ -706,5 +769,32 @@ fn log_signal(s: &Signal) {
             delay_us = s.delay_ns().map(|d| d / 1000),
             "signal"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_cri::v1 as cri;
+
+    use super::*;
+
+    #[test]
+    fn imagefs_is_the_first_existing_absolute_mountpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = |m: &str| cri::FilesystemUsage {
+            fs_id: Some(cri::FilesystemIdentifier {
+                mountpoint: m.to_owned(),
+            }),
+            ..Default::default()
+        };
+        let here = dir.path().display().to_string();
+        let answer = [
+            fs("relative/path"),
+            fs("/does/not/exist/enforcer"),
+            fs(&here),
+        ];
+        assert_eq!(imagefs_mountpoint(&answer), Some(dir.path().to_path_buf()));
+        assert_eq!(imagefs_mountpoint(&answer[..2]), None);
+        assert_eq!(imagefs_mountpoint(&[]), None);
     }
 }

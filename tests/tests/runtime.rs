@@ -634,98 +634,6 @@ async fn bad_manifests_are_rejected_clearly_and_affect_no_other_pod() {
     finish(e, cd).await;
 }
 
-/// Pods per second, 20 pods started and stopped through direct CRI calls and through the
-/// enforcer (run with `--ignored --nocapture`; `cargo xtask bench pods` is the full benchmark).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "benchmark: run explicitly"]
-async fn bench_pods_direct_cri_vs_enforcer() {
-    use enforcer::runtime::spec;
-    const N: usize = 20;
-    let cd = Containerd::start("rt-bench");
-    let rt = CriRuntime::new(&cd.socket, Duration::from_secs(10));
-    let image = rt
-        .image_status("busybox:local")
-        .await
-        .expect("image status")
-        .expect("image present")
-        .id;
-    let layout = layout();
-    let cgroups = enforcer::runtime::podcgroup::PodCgroups::new(&cd.cgroup_root, layout);
-    let t = Instant::now();
-    let mut ids = Vec::new();
-    for i in 0..N {
-        let uid = format!("direct-{i}");
-        let text = pod_yaml(&format!("d{i}"), &uid, "", &sleeper("c", "3600"));
-        let pod = enforcer::runtime::source::parse_manifest(Path::new("/bench.yaml"), &text, "")
-            .expect("bench manifest")
-            .remove(0);
-        let cg = cgroups
-            .ensure(
-                &uid,
-                spec::Qos::BestEffort,
-                &spec::pod_cgroup_values(&pod, cgroups.options()),
-            )
-            .expect("cgroup");
-        let sb = spec::sandbox_config(&pod, 0, &cg, "");
-        let sid = rt.run_pod_sandbox(sb.clone()).await.expect("sandbox");
-        let c = &pod.spec.as_ref().expect("spec").containers[0];
-        let mut cc = spec::container_config(
-            &pod,
-            c,
-            spec::ContainerKind::Regular,
-            0,
-            &image,
-            NodeFacts {
-                memory_capacity: 1 << 30,
-                cap_sys_resource: false,
-            },
-        );
-        cc.log_path.clear();
-        let cid = rt.create_container(&sid, cc, sb).await.expect("create");
-        rt.start_container(&cid).await.expect("start");
-        ids.push((uid, sid));
-    }
-    for (uid, sid) in &ids {
-        rt.stop_pod_sandbox(sid).await.expect("stop");
-        rt.remove_pod_sandbox(sid).await.expect("remove");
-        cgroups.remove(uid).await.expect("cgroup rm");
-    }
-    let direct = t.elapsed();
-
-    let e = Enforcer::start(&cd);
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let t = Instant::now();
-    for i in 0..N {
-        let text = pod_yaml(
-            &format!("e{i}"),
-            &format!("enf-{i}"),
-            "",
-            &sleeper("c", "3600"),
-        );
-        write_manifest(&cd, &format!("e{i}.yaml"), &text);
-    }
-    wait_status(&cd, Duration::from_secs(120), "all running", |s| {
-        (0..N).all(|i| running(s, &format!("enf-{i}")))
-    })
-    .await;
-    for i in 0..N {
-        std::fs::remove_file(manifests(&cd).join(format!("e{i}.yaml"))).expect("rm");
-    }
-    wait_status(&cd, Duration::from_secs(120), "all gone", |s| {
-        s.pods.is_empty()
-    })
-    .await;
-    let via = t.elapsed();
-    let pps = |d: Duration| N as f64 / d.as_secs_f64();
-    println!(
-        "pods: {N}; direct CRI (sequential): {:.2} pods/s ({direct:?}); via enforcer: {:.2} pods/s ({via:?}); ratio {:.2}",
-        pps(direct),
-        pps(via),
-        via.as_secs_f64() / direct.as_secs_f64()
-    );
-    finish(e, cd).await;
-}
-
 /// A pod without `hostNetwork` gets an address from the fixture's bridge + host-local CNI
 /// network, which lives in a network namespace the fixture created (unique bridge name, a
 /// 10.x/24 subnet) and goes away with it.
@@ -783,4 +691,27 @@ async fn pod_without_host_network_gets_an_ip_on_the_test_bridge() {
         !Path::new("/run/netns").join(&net.netns).exists(),
         "the network namespace (and its bridge) must be gone"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_fs_info_names_the_runtime_image_filesystem() {
+    let mut cd = Containerd::start("rt-imagefs");
+    let rt = CriRuntime::new(&cd.socket, Duration::from_secs(5));
+    let fs = rt.image_fs_info().await.expect("ImageFsInfo");
+    let p = enforcer::daemon::imagefs_mountpoint(&fs)
+        .unwrap_or_else(|| panic!("no existing mountpoint in {fs:?}"));
+    assert!(
+        p.starts_with(&cd.dir),
+        "imagefs {} is not under the private containerd's {}",
+        p.display(),
+        cd.dir.display()
+    );
+    // The image the fixture imported is counted on it.
+    assert!(
+        fs.iter()
+            .filter_map(|f| f.used_bytes.as_ref())
+            .any(|u| u.value > 0),
+        "{fs:?}"
+    );
+    cd.teardown();
 }

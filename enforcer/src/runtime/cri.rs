@@ -207,6 +207,16 @@ impl CriRuntime {
         &self.socket
     }
 
+    /// `ImageFsInfo`: the filesystems holding the runtime's images (kubelet's imagefs).
+    pub async fn image_fs_info(&self) -> Result<Vec<cri::FilesystemUsage>, CriError> {
+        let resp = self
+            .call("ImageFsInfo", "", Duration::ZERO, |_, mut i| async move {
+                i.image_fs_info(cri::ImageFsInfoRequest {}).await
+            })
+            .await?;
+        Ok(resp.image_filesystems)
+    }
+
     async fn channel(&self) -> Result<Channel, CriError> {
         let mut conn = self.conn.lock().await;
         if let Some(ch) = &conn.channel {
