@@ -463,8 +463,11 @@ async fn cpu_manager_static_gives_an_exclusive_cpu_and_restores_it() {
     .await;
     let cp = enforcer::policy::cpu::Checkpoint::from_json(&read(&cp_path)).expect("checkpoint");
     assert_eq!(
-        (cp.default_cpu_set.as_str(), cp.entries.map(|e| e.len())),
-        (all.as_str(), Some(0))
+        (
+            cp.default_cpu_set.as_str(),
+            cp.entries.unwrap_or_default().len()
+        ),
+        (all.as_str(), 0)
     );
 
     let _ = stop.send(());

@@ -550,10 +550,15 @@ pub struct Checkpoint {
     #[serde(rename = "defaultCpuSet")]
     pub default_cpu_set: String,
     /// pod uid -> container -> cpuset.
-    #[serde(rename = "entries", default, skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "entries", default, skip_serializing_if = "no_entries")]
     pub entries: Option<BTreeMap<String, BTreeMap<String, String>>>,
     /// FNV-32a of the checkpoint as Go's spew prints it, with checksum 0.
     pub checksum: u64,
+}
+
+/// Go's `omitempty` on the entries map: absent when empty.
+fn no_entries(e: &Option<BTreeMap<String, BTreeMap<String, String>>>) -> bool {
+    e.as_ref().is_none_or(BTreeMap::is_empty)
 }
 
 impl Checkpoint {
@@ -580,12 +585,14 @@ impl Checkpoint {
         cp
     }
 
-    /// The text kubelet hashes: `spew` `%#v` of `*state.CPUManagerCheckpointV2` (sorted keys,
-    /// map values untyped), with the checksum field 0.
+    /// The text kubelet hashes: `spew` `%#v` of `*state.CPUManagerCheckpoint` (its v2 format;
+    /// `CPUManagerCheckpointV2` is an alias, so reflection names it so), sorted keys, map
+    /// values untyped, the checksum field 0. Kubelet's entries map is never nil (it reads into
+    /// a checkpoint made with an empty map), so absent entries hash as `map[]`.
     #[must_use]
     pub fn spew(&self) -> String {
         let entries = match &self.entries {
-            None => "<nil>".to_owned(),
+            None => "map[]".to_owned(),
             Some(e) => {
                 let inner: Vec<String> = e
                     .iter()
@@ -598,7 +605,7 @@ impl Checkpoint {
             }
         };
         format!(
-            "(*state.CPUManagerCheckpointV2){{PolicyName:(string){} DefaultCPUSet:(string){} Entries:(map[string]map[string]string){} Checksum:(checksum.Checksum)0}}",
+            "(*state.CPUManagerCheckpoint){{PolicyName:(string){} DefaultCPUSet:(string){} Entries:(map[string]map[string]string){} Checksum:(checksum.Checksum)0}}",
             self.policy_name, self.default_cpu_set, entries
         )
     }
@@ -778,5 +785,36 @@ mod tests {
         let topo = Topology::from_sysfs(dir.path()).unwrap();
         assert_eq!(topo.cpus[&2], CpuInfo { socket: 1, core: 2 });
         assert!(Topology::from_sysfs(&dir.path().join("nope")).is_err());
+    }
+
+    #[test]
+    fn checksums_of_checkpoints_a_kubelet_wrote() {
+        // A cpu_manager_state file written by a real kubelet (quoted in public notes on the
+        // CPU manager): our spew + FNV-32a gives its checksum, and a changed byte is refused.
+        let text = r#"{"policyName":"static","defaultCpuSet":"0,2-12,14-23","entries":{"235148fe-393f-47a8-a17d-bd55bc1a836b":{"cgroup1-0":"1,13"}},"checksum":1552716370}"#;
+        let cp = Checkpoint::from_json(text).unwrap();
+        assert_eq!(cp.checksum, 1_552_716_370);
+        let state = cp.to_state().unwrap();
+        assert_eq!(
+            Checkpoint::from_state("static", &state).checksum,
+            1_552_716_370
+        );
+        assert!(Checkpoint::from_json(&text.replace("1,13", "1,14")).is_err());
+        // Without entries (kubelet's none policy writes none): hashed as an empty map, the
+        // same as written with an empty map.
+        let empty = Checkpoint::from_state(
+            "none",
+            &CpuState {
+                default_cpu_set: CpuSet::default(),
+                assignments: BTreeMap::new(),
+            },
+        );
+        let json = format!(
+            r#"{{"policyName":"none","defaultCpuSet":"","checksum":{}}}"#,
+            empty.checksum
+        );
+        assert!(Checkpoint::from_json(&json).is_ok(), "{json}");
+        // Written as kubelet writes it: an empty map is omitted.
+        assert_eq!(empty.to_json(), json);
     }
 }
