@@ -179,46 +179,31 @@ pub fn rank(signal: Signal, pods: &[ActivePod<'_>]) -> Vec<usize> {
         .map(|(i, p)| (key(p, resource), i))
         .collect();
     keyed.sort_unstable();
-    let mut start = 0;
-    while let Some(&(k, _)) = keyed.get(start) {
-        let end = keyed
-            .get(start..)
-            .and_then(|rest| rest.iter().position(|e| e.0 != k))
-            .map_or(keyed.len(), |n| start + n);
-        if end - start > 1
-            && let Some(run) = keyed.get_mut(start..end)
-        {
-            // Each pod's identity is read once per run, and compared as an integer prefix;
-            // strings are compared only where prefixes tie.
-            let mut ids: Vec<(u128, usize)> = run
-                .iter()
-                .map(|&(_, i)| {
-                    let prefix = pods.get(i).map_or(0, |p| {
-                        p.facts
-                            .map_or_else(|| identity_prefix(p.pod), |f| f.identity_prefix)
-                    });
-                    (prefix, i)
-                })
-                .collect();
-            ids.sort_unstable();
-            let mut at = 0;
-            while let Some(&(p, _)) = ids.get(at) {
-                let to = ids
-                    .get(at..)
-                    .and_then(|rest| rest.iter().position(|e| e.0 != p))
-                    .map_or(ids.len(), |n| at + n);
-                if to - at > 1
-                    && let Some(same) = ids.get_mut(at..to)
-                {
-                    same.sort_unstable_by(|a, b| tie(pods, a.1, b.1));
-                }
-                at = to;
-            }
-            for (slot, (_, i)) in run.iter_mut().zip(ids) {
-                slot.1 = i;
+    for run in keyed.chunk_by_mut(|a, b| a.0 == b.0) {
+        if run.len() < 2 {
+            continue;
+        }
+        // Each pod's identity is read once per run, and compared as an integer prefix;
+        // strings are compared only where prefixes tie.
+        let mut ids: Vec<(u128, usize)> = run
+            .iter()
+            .map(|&(_, i)| {
+                let prefix = pods.get(i).map_or(0, |p| {
+                    p.facts
+                        .map_or_else(|| identity_prefix(p.pod), |f| f.identity_prefix)
+                });
+                (prefix, i)
+            })
+            .collect();
+        ids.sort_unstable();
+        for same in ids.chunk_by_mut(|a, b| a.0 == b.0) {
+            if same.len() > 1 {
+                same.sort_unstable_by(|a, b| tie(pods, a.1, b.1));
             }
         }
-        start = end;
+        for (slot, (_, i)) in run.iter_mut().zip(ids) {
+            slot.1 = i;
+        }
     }
     keyed.into_iter().map(|(_, i)| i).collect()
 }
