@@ -5,6 +5,7 @@
 //! manifest-directory parser. Every mutant must give `Ok` or a clear error: never a panic. The
 //! generator is a fixed-seed xorshift, so a failure names a mutant that can be replayed.
 
+use enforcer_tests::yaml_files;
 use std::{
     fs,
     panic::{AssertUnwindSafe, catch_unwind},
@@ -105,18 +106,6 @@ fn repo() -> PathBuf {
         .to_path_buf()
 }
 
-fn yaml_in(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "no inputs in {}", dir.display());
-    files
-}
-
 /// Runs `f` on mutants of every file; panics (failing the test) naming the first mutant that
 /// made `f` panic. Returns how many mutants were accepted and how many refused.
 fn fuzz(files: &[PathBuf], seed: u64, f: impl Fn(&Path) -> bool) -> (usize, usize) {
@@ -144,7 +133,7 @@ fn fuzz(files: &[PathBuf], seed: u64, f: impl Fn(&Path) -> bool) -> (usize, usiz
 
 #[test]
 fn mutated_scenarios_never_panic_simulate() {
-    let files = yaml_in(&repo().join("tests/scenarios"));
+    let files = yaml_files(&repo().join("tests/scenarios"));
     let (ok, refused) = fuzz(&files, 0x5eed_0001, |p| match simulate(p) {
         Ok(_) => true,
         Err(e) => {
@@ -158,7 +147,7 @@ fn mutated_scenarios_never_panic_simulate() {
 
 #[test]
 fn mutated_manifests_never_panic_explain_or_the_manifest_source() {
-    let files = yaml_in(&repo().join("examples/manifests"));
+    let files = yaml_files(&repo().join("examples/manifests"));
     let (ok, refused) = fuzz(&files, 0x5eed_0002, |p| {
         let text = fs::read_to_string(p).expect("read mutant");
         let source = parse_manifest(p, &text, "node-1");

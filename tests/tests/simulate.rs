@@ -3,6 +3,7 @@
 //! message containing `invalid/NAME.error`, without a panic. The scenarios run in-process
 //! through `enforcer::cli::simulate` and once more through the built binary, as a black box.
 
+use enforcer_tests::yaml_files;
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -11,18 +12,6 @@ use std::{
 
 fn scenarios_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios")
-}
-
-fn yaml_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "no scenarios in {}", dir.display());
-    files
 }
 
 fn expected(path: &Path, ext: &str) -> String {

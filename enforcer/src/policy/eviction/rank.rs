@@ -348,12 +348,14 @@ mod tests {
             ActivePod::new(&max, Some(&s_max)),
             ActivePod::new(&low, Some(&s_small)),
         ];
-        let order: Vec<_> = rank(Signal::MemoryAvailable, &pods)
-            .into_iter()
-            .map(|i| resources::pod_name(pods[i].pod))
-            .collect();
+        let names = |signal| -> Vec<&str> {
+            rank(signal, &pods)
+                .into_iter()
+                .map(|i| resources::pod_name(pods[i].pod))
+                .collect()
+        };
         assert_eq!(
-            order,
+            names(Signal::MemoryAvailable),
             [
                 "low-priority",
                 "max-usage",
@@ -362,12 +364,8 @@ mod tests {
                 "huge-request"
             ]
         );
-        let order: Vec<_> = rank(Signal::PidAvailable, &pods)
-            .into_iter()
-            .map(|i| resources::pod_name(pods[i].pod))
-            .collect();
         assert_eq!(
-            order,
+            names(Signal::PidAvailable),
             [
                 "low-priority",
                 "max-usage",
