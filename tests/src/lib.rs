@@ -217,3 +217,36 @@ pub fn yaml_files(dir: &Path) -> Vec<PathBuf> {
     assert!(!files.is_empty(), "no .yaml files in {}", dir.display());
     files
 }
+
+/// The daemon (`enforcer::daemon::run`) in-process, running pods, until [`Daemon::stop`].
+pub struct Daemon {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), enforcer::daemon::DaemonError>>,
+}
+
+impl Daemon {
+    /// Starts the daemon with `config` (no extra watches, pods as workloads, no API server).
+    #[must_use]
+    pub fn start(config: enforcer::config::Config) -> Self {
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(enforcer::daemon::run(
+            enforcer::daemon::DaemonOptions {
+                config,
+                watches: vec![],
+                run_pods: true,
+                static_pods: false,
+                kubeconfig: None,
+            },
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        Self { stop, task }
+    }
+
+    /// Stops it and fails the test if it ended with an error.
+    pub async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.expect("join").expect("daemon ran");
+    }
+}

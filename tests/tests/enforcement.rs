@@ -17,7 +17,7 @@ use enforcer::{
     kernel::Capabilities,
     runtime::status::{self, PodRecord},
 };
-use enforcer_tests::{containerd::Containerd, layout};
+use enforcer_tests::{Daemon, containerd::Containerd, layout};
 
 const MIB: i64 = 1 << 20;
 
@@ -179,19 +179,7 @@ async fn cgroups_and_oom_scores_match_explain_and_follow_the_pods() {
     };
     let config = enforcer::config::load(&args).expect("configuration").config;
     assert_eq!(config.cgroup_root, cd.cgroup_root);
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(run(
-        DaemonOptions {
-            config,
-            watches: vec![],
-            run_pods: true,
-            static_pods: false,
-            kubeconfig: None,
-        },
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let daemon = Daemon::start(config);
 
     wait_until("three pods running", Duration::from_secs(60), || {
         let r = records(&state);
@@ -327,8 +315,7 @@ async fn cgroups_and_oom_scores_match_explain_and_follow_the_pods() {
     )
     .await;
 
-    let _ = stop.send(());
-    daemon.await.expect("join").expect("daemon ran");
+    daemon.stop().await;
     cd.remove_all_pods().await;
     drop(cd);
 }
@@ -393,19 +380,7 @@ async fn cpu_manager_static_gives_an_exclusive_cpu_and_restores_it() {
         ..ConfigArgs::default()
     };
     let config = enforcer::config::load(&args).expect("configuration").config;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(run(
-        DaemonOptions {
-            config: config.clone(),
-            watches: vec![],
-            run_pods: true,
-            static_pods: false,
-            kubeconfig: None,
-        },
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let daemon = Daemon::start(config.clone());
     let all = format!("0-{}", cpus - 1);
     wait_until("shared pod on every cpu", Duration::from_secs(60), || {
         container_of(&records(&state), "shared").is_some_and(|(p, id)| cpuset_of(&p, &id) == all)
@@ -470,8 +445,7 @@ async fn cpu_manager_static_gives_an_exclusive_cpu_and_restores_it() {
         (all.as_str(), 0)
     );
 
-    let _ = stop.send(());
-    daemon.await.expect("join").expect("daemon ran");
+    daemon.stop().await;
 
     // A policy change against the checkpoint refuses to start.
     let mut none = config;

@@ -7,10 +7,9 @@ use std::{path::Path, time::Duration};
 
 use enforcer::{
     config::ConfigArgs,
-    daemon::{DaemonOptions, run},
     runtime::status::{self, PodRecord},
 };
-use enforcer_tests::{containerd::Containerd, layout};
+use enforcer_tests::{Daemon, containerd::Containerd, layout};
 
 const MIB: u64 = 1 << 20;
 
@@ -114,19 +113,7 @@ async fn hard_memory_threshold_evicts_the_besteffort_pod_before_the_kernel_oom_k
         ..ConfigArgs::default()
     };
     let config = enforcer::config::load(&args).expect("configuration").config;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(run(
-        DaemonOptions {
-            config,
-            watches: vec![],
-            run_pods: true,
-            static_pods: false,
-            kubeconfig: None,
-        },
-        async {
-            let _ = stopped.await;
-        },
-    ));
+    let daemon = Daemon::start(config);
 
     wait_until(
         "guaranteed and burstable running",
@@ -195,7 +182,6 @@ async fn hard_memory_threshold_evicts_the_besteffort_pod_before_the_kernel_oom_k
         Some("Evicted".to_owned())
     );
 
-    let _ = stop.send(());
-    daemon.await.expect("join").expect("daemon ran");
+    daemon.stop().await;
     drop(cd);
 }

@@ -10,13 +10,12 @@ use std::{
 
 use enforcer::{
     config::ConfigArgs,
-    daemon::{DaemonOptions, run},
     runtime::{
         ContainerRuntime as _, CriRuntime,
         status::{self, ContainerState, PodRecord},
     },
 };
-use enforcer_tests::{containerd::Containerd, layout};
+use enforcer_tests::{Daemon, containerd::Containerd, layout};
 use tokio::time::Instant;
 
 /// The scenarios measure seconds-long periods: one at a time.
@@ -73,8 +72,7 @@ struct Node {
     cd: Containerd,
     manifests: PathBuf,
     state: PathBuf,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    daemon: Option<tokio::task::JoinHandle<Result<(), enforcer::daemon::DaemonError>>>,
+    daemon: Option<Daemon>,
 }
 
 impl Node {
@@ -97,24 +95,11 @@ impl Node {
             ..args
         };
         let config = enforcer::config::load(&args).expect("configuration").config;
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let daemon = tokio::spawn(run(
-            DaemonOptions {
-                config,
-                watches: vec![],
-                run_pods: true,
-                static_pods: false,
-                kubeconfig: None,
-            },
-            async {
-                let _ = stopped.await;
-            },
-        ));
+        let daemon = Daemon::start(config);
         Self {
             cd,
             manifests,
             state,
-            stop: Some(stop),
             daemon: Some(daemon),
         }
     }
@@ -125,11 +110,8 @@ impl Node {
 
     /// Stops the daemon, removes the pods through CRI and tears containerd down.
     async fn shutdown(mut self) -> Containerd {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
         if let Some(d) = self.daemon.take() {
-            d.await.expect("join").expect("daemon ran");
+            d.stop().await;
         }
         self.cd.remove_all_pods().await;
         self.cd
