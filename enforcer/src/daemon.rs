@@ -10,8 +10,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tokio::sync::mpsc;
-
 use crate::{
     cgroup::{CgroupLayout, CgroupVersion, join_inside},
     config::{Config, SignalSource},
@@ -20,7 +18,9 @@ use crate::{
     policy::{
         admission::{self, SecurityPolicy},
         eviction::{
-            ActivePod, NodeCondition, Signal as EvictionSignal, State, manager::next_deadline, step,
+            ActivePod, NodeCondition, Signal as EvictionSignal, State,
+            manager::{Cleanup, CleanupWait, next_deadline},
+            step,
         },
     },
     quantity::{Format, Quantity},
@@ -134,23 +134,8 @@ pub async fn run(
         &config.hard_eviction_thresholds,
     );
     let memory_capacity = capacity.get("memory").map_or(0, Quantity::value);
-    let kubepods = format!("{}/kubepods", config.cgroup_root.trim_end_matches('/'));
-    let observer = NodeObserver {
-        layout: layout.clone(),
-        kubepods: kubepods.clone(),
-        memory_capacity,
-        capacity_override: config.enforcer.node_capacity.contains_key("memory"),
-        memory_allocatable: allocatable
-            .get("memory")
-            .map_or(memory_capacity, Quantity::value),
-        nodefs: config.enforcer.state_dir.clone(),
-        imagefs: Some(PathBuf::from("/var/lib/containerd")).filter(|p| p.exists()),
-        pid_capacity: config
-            .enforcer
-            .node_capacity
-            .get("pids")
-            .map(Quantity::value),
-    };
+    let observer = NodeObserver::for_node(&config, &layout, &capacity);
+    let kubepods = observer.kubepods.clone();
     // The kubepods cgroup (allocatable: capacity minus reservations when `pods` is enforced)
     // and its QoS tiers exist before anything watches them (runtime::enforce).
     let enforcer = runtime::enforce::Enforcer::from_config(&config, &layout, &capacity);
@@ -324,15 +309,7 @@ fn node_record(conditions: &[NodeCondition]) -> NodeRecord {
         NodeCondition::PidPressure,
     ]
     .into_iter()
-    .map(|c| StatusCondition {
-        kind: c.as_str().to_owned(),
-        status: if conditions.contains(&c) {
-            "True"
-        } else {
-            "False"
-        }
-        .to_owned(),
-    })
+    .map(|c| StatusCondition::new(c.as_str(), conditions.contains(&c)))
     .collect();
     NodeRecord { conditions }
 }
@@ -365,8 +342,8 @@ pub fn is_urgent(s: &Signal) -> bool {
 struct Memo {
     /// When node-level reclaim last ran.
     last_reclaim: Option<Duration>,
-    /// The last evicted pod (uid, pod cgroup, when) until it is cleaned up.
-    cleanup: Option<(String, String, Duration)>,
+    /// The last evicted pod and its pod cgroup, until its resources are released.
+    cleanup: Option<(CleanupWait, String)>,
     /// When the runtime was last asked for its image filesystem, and whether it answered.
     imagefs_asked: Option<Duration>,
     imagefs_known: bool,
@@ -385,9 +362,9 @@ pub fn imagefs_mountpoint(filesystems: &[k8s_cri::v1::FilesystemUsage]) -> Optio
         .find(|p| p.is_absolute() && p.exists())
 }
 
-/// kubelet's `podCleanupTimeout`: the longest the manager waits for an evicted pod to be
-/// cleaned up before it may evict another.
-const POD_CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often the manager looks whether an evicted pod's resources were released (kubelet's
+/// `podCleanupPollFreq` is 1 s).
+const CLEANUP_POLL: Duration = Duration::from_millis(100);
 
 /// Minimum time between two node-level reclaims (and so between two disk-pressure evictions);
 /// kubelet's is its 10 s housekeeping period.
@@ -428,6 +405,7 @@ impl EvictionManager {
         // is due then even if no signal comes.
         let mut due: Option<tokio::time::Instant> = None;
         let mut memo = Memo::default();
+        let mut signals_open = true;
         tokio::pin!(stop);
         loop {
             let deadline = async {
@@ -440,10 +418,10 @@ impl EvictionManager {
                 () = &mut stop => break,
                 _ = tick.tick() => "housekeeping",
                 () = deadline => "deadline",
-                s = pipeline.signals.recv() => match s {
+                s = pipeline.signals.recv(), if signals_open => match s {
                     None => {
                         tracing::error!("signal pipeline ended; housekeeping continues");
-                        pipeline.signals = mpsc::channel(1).1;
+                        signals_open = false;
                         continue;
                     }
                     Some(s) => {
@@ -475,6 +453,11 @@ impl EvictionManager {
             state = self.step(state, start.elapsed(), trigger, &mut memo).await;
             due = next_deadline(&self.config.eviction, &state, start.elapsed())
                 .map(|d| tokio::time::Instant::from_std(start + d));
+            // Waiting for an evicted pod's cleanup: look again soon, as kubelet polls it.
+            if memo.cleanup.is_some() {
+                let soon = tokio::time::Instant::now() + CLEANUP_POLL;
+                due = Some(due.map_or(soon, |d| d.min(soon)));
+            }
         }
     }
 
@@ -511,16 +494,16 @@ impl EvictionManager {
         }
     }
 
-    /// Whether an evicted pod is cleaned up: its memory cgroup removed, or its final status
-    /// written (the worker removes the cgroup last but one).
-    fn cleaned_up(&self, uid: &str, cgroup: &str) -> bool {
+    /// Whether an evicted pod's resources are released: its worker finished (containers
+    /// stopped and removed, logs and pod cgroup removed) and its memory cgroup is gone.
+    fn released(&self, uid: &str, cgroup: &str) -> bool {
         let gone = self
             .observer
             .layout
             .controller("memory")
             .and_then(|(m, _)| join_inside(m, cgroup).ok())
             .is_none_or(|d| !d.exists());
-        gone || self.status.get(uid).is_some_and(|r| r.phase == "Failed")
+        gone && self.link.take_released(uid)
     }
 
     /// Disk pressure: dead containers, then unused images, through CRI; then re-observe.
@@ -579,6 +562,21 @@ impl EvictionManager {
     }
 
     async fn step(&self, state: State, now: Duration, trigger: &str, memo: &mut Memo) -> State {
+        // kubelet's waitForPodsCleanup, checked before observing: the step that sees the
+        // victim released observes what it freed.
+        if let Some((wait, cgroup)) = &memo.cleanup {
+            match wait.check(now, self.released(&wait.uid, cgroup)) {
+                Cleanup::Waiting => {}
+                Cleanup::Released => {
+                    tracing::info!(uid = %wait.uid, after_ms = now.saturating_sub(wait.since).as_millis(), "evicted pod's resources released");
+                    memo.cleanup = None;
+                }
+                Cleanup::TimedOut => {
+                    tracing::warn!(uid = %wait.uid, "timed out waiting for the evicted pod to be cleaned up");
+                    memo.cleanup = None;
+                }
+            }
+        }
         let observations = match self.observer.observe(now) {
             Ok(o) => o,
             Err(e) => {
@@ -646,13 +644,6 @@ impl EvictionManager {
             tracing::warn!(event = "EvictionThresholdMet", message = %text, trigger, "eviction threshold met");
         }
         let mut eviction = decision.eviction;
-        // kubelet's waitForPodsCleanup: no further eviction until the last evicted pod is gone
-        // (its processes and cgroup), at most POD_CLEANUP_TIMEOUT.
-        if let Some((uid, cgroup, at)) = &memo.cleanup
-            && (self.cleaned_up(uid, cgroup) || now.saturating_sub(*at) >= POD_CLEANUP_TIMEOUT)
-        {
-            memo.cleanup = None;
-        }
         if memo.cleanup.is_some() {
             eviction = None;
         } else if decision.node_level_reclaim_first && decision.reclaim.is_some() {
@@ -694,7 +685,13 @@ impl EvictionManager {
                 "eviction"
             );
             if let Some(e) = entry {
-                memo.cleanup = Some((ev.uid.clone(), e.cgroup.clone(), now));
+                memo.cleanup = Some((
+                    CleanupWait {
+                        uid: ev.uid.clone(),
+                        since: now,
+                    },
+                    e.cgroup.clone(),
+                ));
             }
             self.link.evict(Evict {
                 uid: ev.uid.clone(),

@@ -153,8 +153,10 @@ pub struct NodeObserver {
     /// Whether `memory_capacity` is an override: then memory.available is computed against the
     /// kubepods cgroup instead of the root cgroup.
     pub capacity_override: bool,
-    /// Allocatable memory (capacity - reservations), for allocatableMemory.available.
-    pub memory_allocatable: i64,
+    /// The kubepods cgroup's memory limit (capacity - systemReserved - kubeReserved, without
+    /// the eviction threshold: [`crate::policy::admission::kubepods_memory_limit`]), against
+    /// which allocatableMemory.available is measured.
+    pub kubepods_memory_limit: i64,
     /// The kubelet root dir's filesystem (nodefs).
     pub nodefs: PathBuf,
     /// The runtime's image filesystem (imagefs), if observed.
@@ -165,6 +167,67 @@ pub struct NodeObserver {
 }
 
 impl NodeObserver {
+    /// The observer of this node: `capacity` is the node's (with any override), `config` gives
+    /// the reservations and the state directory (nodefs).
+    #[must_use]
+    pub fn for_node(
+        config: &crate::config::Config,
+        layout: &CgroupLayout,
+        capacity: &crate::policy::resources::ResourceList,
+    ) -> Self {
+        let memory_capacity = capacity
+            .get("memory")
+            .map_or(0, crate::quantity::Quantity::value);
+        Self {
+            layout: layout.clone(),
+            kubepods: format!("{}/kubepods", config.cgroup_root.trim_end_matches('/')),
+            memory_capacity,
+            capacity_override: config.enforcer.node_capacity.contains_key("memory"),
+            kubepods_memory_limit: crate::policy::admission::kubepods_memory_limit(
+                capacity,
+                &config.system_reserved,
+                &config.kube_reserved,
+            ),
+            nodefs: config.enforcer.state_dir.clone(),
+            imagefs: Some(PathBuf::from("/var/lib/containerd")).filter(|p| p.exists()),
+            pid_capacity: config
+                .enforcer
+                .node_capacity
+                .get("pids")
+                .map(crate::quantity::Quantity::value),
+        }
+    }
+
+    /// kubelet's two memory signals from the working sets of the node (or, with a capacity
+    /// override, of kubepods) and of kubepods: `memory.available` against the node's
+    /// capacity, `allocatableMemory.available` against the kubepods limit.
+    #[must_use]
+    pub fn memory_observations(
+        &self,
+        node_ws: i64,
+        kubepods_ws: i64,
+        time: Option<Duration>,
+    ) -> [(Signal, Observation); 2] {
+        [
+            (
+                Signal::MemoryAvailable,
+                Observation {
+                    available: self.memory_capacity - node_ws,
+                    capacity: self.memory_capacity,
+                    time,
+                },
+            ),
+            (
+                Signal::AllocatableMemoryAvailable,
+                Observation {
+                    available: self.kubepods_memory_limit - kubepods_ws,
+                    capacity: self.kubepods_memory_limit,
+                    time,
+                },
+            ),
+        ]
+    }
+
     fn memory_dir(&self, rel: &str) -> Result<PathBuf, NodeError> {
         let (mount, _) = self
             .layout
@@ -191,22 +254,7 @@ impl NodeObserver {
                 CgroupVersion::V2 => root_working_set_v2()?,
             }
         };
-        obs.insert(
-            Signal::MemoryAvailable,
-            Observation {
-                available: self.memory_capacity - node_ws,
-                capacity: self.memory_capacity,
-                time: at,
-            },
-        );
-        obs.insert(
-            Signal::AllocatableMemoryAvailable,
-            Observation {
-                available: self.memory_allocatable - kubepods_ws,
-                capacity: self.memory_allocatable,
-                time: at,
-            },
-        );
+        obs.extend(self.memory_observations(node_ws, kubepods_ws, at));
         if let Ok((avail, cap, ifree, icap)) = statvfs(&self.nodefs) {
             obs.insert(
                 Signal::NodeFsAvailable,
@@ -384,6 +432,58 @@ mod tests {
         assert!(statvfs(Path::new("/no/such/dir")).is_err());
     }
 
+    /// kubelet measures allocatableMemory.available against the kubepods limit (capacity -
+    /// reservations, without the threshold); the copied hard threshold then fires once the
+    /// pods' working set passes allocatable. The e2e setting (kubeReserved = capacity - 300Mi,
+    /// threshold 250Mi) must not be under pressure with no pod running.
+    #[test]
+    fn allocatable_memory_is_measured_against_the_kubepods_limit() {
+        const MI: i64 = 1 << 20;
+        // (capacity, kubeReserved, hard memory.available, kubepods working set, met)
+        let cases = [
+            ("2Gi", Some("1748Mi"), "250Mi", 0, false),
+            ("2Gi", Some("1748Mi"), "250Mi", 40 * MI, false),
+            ("2Gi", Some("1748Mi"), "250Mi", 60 * MI, true),
+            ("1Gi", None, "100Mi", 180 * MI, false),
+            ("1Gi", None, "100Mi", 600 * MI, false),
+            ("1Gi", None, "100Mi", 920 * MI, false),
+            ("1Gi", None, "100Mi", 930 * MI, true),
+            ("1Gi", Some("200Mi"), "100Mi", 720 * MI, false),
+            ("1Gi", Some("200Mi"), "100Mi", 730 * MI, true),
+        ];
+        for (capacity, kube_reserved, threshold, ws, met) in cases {
+            let args = crate::config::ConfigArgs {
+                node_capacity: vec![format!("memory={capacity}")],
+                kube_reserved: kube_reserved
+                    .map(|r| vec![format!("memory={r}")])
+                    .unwrap_or_default(),
+                eviction_hard: vec![format!("memory.available<{threshold}")],
+                ..Default::default()
+            };
+            let config = crate::config::load(&args).expect("config").config;
+            let caps = config.enforcer.node_capacity.clone();
+            let observer = NodeObserver::for_node(&config, &CgroupLayout::default(), &caps);
+            let obs: Observations = observer
+                .memory_observations(ws, ws, Some(Duration::ZERO))
+                .into_iter()
+                .collect();
+            let t = config
+                .eviction
+                .thresholds
+                .iter()
+                .find(|t| t.signal == Signal::AllocatableMemoryAvailable)
+                .expect("the hard threshold is copied for allocatable");
+            assert_eq!(
+                t.is_met(&obs, false),
+                met,
+                "capacity {capacity}, kubeReserved {kube_reserved:?}, threshold {threshold}, \
+                 pods' working set {} MiB: {:?}",
+                ws / MI,
+                obs.get(&Signal::AllocatableMemoryAvailable)
+            );
+        }
+    }
+
     #[test]
     fn log_usage_of_a_pod() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -395,7 +495,7 @@ mod tests {
             kubepods: "/kubepods".into(),
             memory_capacity: 0,
             capacity_override: true,
-            memory_allocatable: 0,
+            kubepods_memory_limit: 0,
             nodefs: dir.path().to_path_buf(),
             imagefs: None,
             pid_capacity: Some(100),

@@ -43,7 +43,7 @@ pub use link::{ActiveEntry, Evict, NodeLink};
 pub use source::{ManifestDir, PodOp, PodUpdate, SourceEvent};
 pub use spec::NodeFacts;
 pub use status::StatusManager;
-pub use worker::{PodWorker, WorkUpdate, WorkerContext};
+pub use worker::{PodWorker, Terminated, WorkUpdate, WorkerContext};
 
 use crate::{
     cgroup::CgroupLayout,
@@ -146,6 +146,48 @@ fn failed_record(pod: &Pod, source: &str, reason: &str, message: String) -> PodR
         message,
         ..blank_record(pod, &uid, source, "Failed")
     }
+}
+
+/// kubelet's `DisruptionTarget` condition reason for a pod the node evicted.
+pub const DISRUPTION_TARGET_REASON: &str = "TerminationByKubelet";
+
+/// The status kubelet leaves on a pod it evicted: `evicted` (phase `Failed`, reason `Evicted`,
+/// the eviction message) with the containers' terminated states of the pod's `last` status
+/// kept, nothing ready, and the `DisruptionTarget` condition (reason `TerminationByKubelet`,
+/// the eviction message).
+#[must_use]
+pub fn evicted_status(evicted: PodRecord, last: Option<PodRecord>) -> PodRecord {
+    let mut rec = evicted;
+    if let Some(last) = last {
+        rec.start_time = last.start_time;
+        rec.sandbox_id = last.sandbox_id;
+        rec.cgroup = last.cgroup;
+        rec.init_container_statuses = last.init_container_statuses;
+        rec.container_statuses = last.container_statuses;
+        rec.conditions = last.conditions;
+    }
+    for c in rec
+        .container_statuses
+        .iter_mut()
+        .chain(rec.init_container_statuses.iter_mut())
+    {
+        c.ready = false;
+    }
+    rec.conditions.retain(|c| c.kind != "DisruptionTarget");
+    for c in &mut rec.conditions {
+        if matches!(
+            c.kind.as_str(),
+            "Ready" | "ContainersReady" | "PodReadyToStartContainers"
+        ) {
+            c.status = "False".to_owned();
+        }
+    }
+    rec.conditions.push(status::Condition {
+        reason: DISRUPTION_TARGET_REASON.to_owned(),
+        message: rec.message.clone(),
+        ..status::Condition::new("DisruptionTarget", true)
+    });
+    rec
 }
 
 /// A pod's status record with only its identity, source, QoS class and phase set.
@@ -307,7 +349,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
     let mut workers: HashMap<String, Handle> = HashMap::new();
     let mut pending: HashMap<String, PodUpdate> = HashMap::new();
     let mut tasks = JoinSet::new();
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<String>();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Terminated>();
     let mut fingerprints: HashMap<String, String> = HashMap::new();
     let mut poll = tokio::time::interval(opts.poll);
     poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -343,7 +385,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                  workers: &mut HashMap<String, Handle>,
                  worker: PodWorker<R>,
                  uid: String,
-                 done: mpsc::UnboundedSender<String>| {
+                 done: mpsc::UnboundedSender<Terminated>| {
         let (tx, rx) = mpsc::unbounded_channel();
         workers.insert(uid, Handle { tx });
         tasks.spawn(worker.run(rx, done));
@@ -450,16 +492,18 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                 opts.enforce.sync_node_logged(admissions.admitted.values().map(|p| &**p));
                 spawn_cpu_reconcile(&opts.enforce, &runtime);
             }
-            Some(uid) = done_rx.recv() => {
+            Some(Terminated { uid, last }) = done_rx.recv() => {
                 workers.remove(&uid);
                 admissions.release(&uid);
                 opts.enforce.release_cpus(&uid);
                 opts.enforce.sync_node_logged(admissions.admitted.values().map(|p| &**p));
                 spawn_cpu_reconcile(&opts.enforce, &runtime);
                 link.remove_active(&uid);
-                if let Some(rec) = evicted.get(&uid) {
+                if let Some(rec) = evicted.get_mut(&uid) {
+                    *rec = evicted_status(rec.clone(), last);
                     status.set(rec.clone());
                     pending.remove(&uid);
+                    link.mark_released(&uid);
                 } else if let Some(u) = pending.remove(&uid)
                     && u.op != PodOp::Delete
                 {
@@ -639,6 +683,90 @@ mod tests {
             kubeconfig: None,
             enforce: Arc::default(),
         }
+    }
+
+    /// kubelet's evicted pod status: Failed/Evicted with the message, the containers'
+    /// terminated states kept (not emptied), nothing ready, and DisruptionTarget.
+    #[test]
+    fn evicted_status_keeps_container_states_and_adds_disruption_target() {
+        let pod: Pod = serde_yaml::from_str(
+            "metadata: {name: p, uid: u1}\nspec: {containers: [{name: app, image: 'busybox:local'}]}",
+        )
+        .expect("pod");
+        let evicted = failed_record(
+            &pod,
+            "f.yaml",
+            "Evicted",
+            "The node was low on resource: memory. ".to_owned(),
+        );
+        let terminated = status::ContainerState::Terminated {
+            exit_code: 137,
+            reason: "Error".to_owned(),
+            message: String::new(),
+            started_at: "t0".to_owned(),
+            finished_at: "t1".to_owned(),
+        };
+        let last = PodRecord {
+            phase: "Terminating".to_owned(),
+            start_time: "t0".to_owned(),
+            conditions: vec![
+                status::Condition::new("Initialized", true),
+                status::Condition::new("Ready", true),
+                status::Condition::new("ContainersReady", true),
+                status::Condition::new("PodScheduled", true),
+            ],
+            container_statuses: vec![status::ContainerRecord {
+                name: "app".to_owned(),
+                container_id: "containerd://abc".to_owned(),
+                image: "busybox:local".to_owned(),
+                ready: true,
+                restart_count: 0,
+                state: terminated.clone(),
+                last_state: None,
+                oom_score_adj: None,
+                oom_score_adj_decided: None,
+            }],
+            ..blank_record(&pod, "u1", "f.yaml", "Running")
+        };
+        let rec = evicted_status(evicted.clone(), Some(last));
+        assert_eq!(
+            (rec.phase.as_str(), rec.reason.as_str()),
+            ("Failed", "Evicted")
+        );
+        assert_eq!(rec.message, "The node was low on resource: memory. ");
+        assert_eq!(rec.start_time, "t0");
+        assert_eq!(rec.container_statuses.len(), 1);
+        assert_eq!(rec.container_statuses[0].state, terminated);
+        assert!(!rec.container_statuses[0].ready);
+        let cond = |k: &str| rec.conditions.iter().find(|c| c.kind == k).cloned();
+        assert_eq!(cond("Ready").map(|c| c.status).as_deref(), Some("False"));
+        assert_eq!(
+            cond("ContainersReady").map(|c| c.status).as_deref(),
+            Some("False")
+        );
+        assert_eq!(
+            cond("Initialized").map(|c| c.status).as_deref(),
+            Some("True")
+        );
+        let dt = cond("DisruptionTarget").expect("DisruptionTarget");
+        assert_eq!(
+            (dt.status.as_str(), dt.reason.as_str(), dt.message.as_str()),
+            (
+                "True",
+                "TerminationByKubelet",
+                "The node was low on resource: memory. "
+            )
+        );
+        // Without a last status (the worker could not read it) the condition is still there,
+        // and applying it twice keeps one DisruptionTarget.
+        let bare = evicted_status(evicted_status(evicted, None), None);
+        assert_eq!(
+            bare.conditions
+                .iter()
+                .filter(|c| c.kind == "DisruptionTarget")
+                .count(),
+            1
+        );
     }
 
     /// A restarted loop must not take the pods it is about to read from its manifest

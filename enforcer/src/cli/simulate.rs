@@ -262,15 +262,8 @@ pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
         &cfg.kube_reserved,
         &cfg.hard_eviction_thresholds,
     );
-    let reserved_memory = [&cfg.system_reserved, &cfg.kube_reserved]
-        .iter()
-        .filter_map(|m| m.get("memory"))
-        .fold(0i64, |a, q| a.saturating_add(q.value()));
-    let kubepods_memory = capacity
-        .get("memory")
-        .map_or(0, Quantity::value)
-        .saturating_sub(reserved_memory)
-        .max(0);
+    let kubepods_memory =
+        admission::kubepods_memory_limit(&capacity, &cfg.system_reserved, &cfg.kube_reserved);
     let node_name = scenario
         .node
         .name

@@ -55,6 +55,28 @@ pub struct Node {
     pub allocatable: ResourceList,
 }
 
+/// kubelet's `getNodeAllocatableAbsolute` for memory: the kubepods cgroup's memory limit,
+/// `capacity - systemReserved - kubeReserved`, floored at zero. It does NOT subtract the hard
+/// eviction threshold: `allocatableMemory.available` is this limit minus the pods' working
+/// set, and the copied hard `memory.available` threshold then fires when the pods' working
+/// set passes [`allocatable`]'s memory. Subtracting the threshold here too counts it twice.
+#[must_use]
+pub fn kubepods_memory_limit(
+    capacity: &ResourceList,
+    system_reserved: &ResourceList,
+    kube_reserved: &ResourceList,
+) -> i64 {
+    let reserved = [system_reserved, kube_reserved]
+        .iter()
+        .filter_map(|m| m.get("memory"))
+        .fold(0i64, |a, q| a.saturating_add(q.value()));
+    capacity
+        .get("memory")
+        .map_or(0, Quantity::value)
+        .saturating_sub(reserved)
+        .max(0)
+}
+
 /// `allocatable = capacity - kubeReserved - systemReserved - hard eviction thresholds`
 /// (`memory.available` -> memory, `nodefs.available` -> ephemeral-storage; percentages of
 /// capacity), floored at zero. `hard` are the hard thresholds without allocatable copies.

@@ -395,6 +395,25 @@ pub fn apply_defaults(pod: &mut Pod) {
     if spec.termination_grace_period_seconds.is_none() {
         spec.termination_grace_period_seconds = Some(DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS);
     }
+    // The API server's Priority admission resolves the built-in priority classes; pods read
+    // from files (no API server) get the same value, so `system-node-critical` is critical.
+    if spec.priority.is_none() {
+        spec.priority = spec
+            .priority_class_name
+            .as_deref()
+            .and_then(builtin_priority);
+    }
+}
+
+/// The value of a built-in priority class (`system-node-critical` 2000001000,
+/// `system-cluster-critical` 2000000000), as the API server defines them.
+#[must_use]
+pub fn builtin_priority(class: &str) -> Option<i32> {
+    match class {
+        SYSTEM_NODE_CRITICAL => Some(SYSTEM_CRITICAL_PRIORITY + 1000),
+        "system-cluster-critical" => Some(SYSTEM_CRITICAL_PRIORITY),
+        _ => None,
+    }
 }
 
 /// Checks every quantity in a pod: parseable, not negative, request <= limit.
@@ -587,6 +606,22 @@ mod tests {
         s.metadata.annotations =
             Some([(CONFIG_SOURCE_ANNOTATION.to_owned(), "api".to_owned())].into());
         assert!(!is_critical(&s));
+        // Built-in priority classes resolve as the API server resolves them; a given
+        // priority and other classes are left alone.
+        for (class, given, want) in [
+            ("system-node-critical", None, Some(2_000_001_000)),
+            ("system-cluster-critical", None, Some(2_000_000_000)),
+            ("high", None, None),
+            ("system-node-critical", Some(5), Some(5)),
+        ] {
+            let mut c = pod("c", vec![container("a", "", "")]);
+            let spec = c.spec.as_mut().unwrap();
+            spec.priority_class_name = Some(class.to_owned());
+            spec.priority = given;
+            apply_defaults(&mut c);
+            assert_eq!(c.spec.as_ref().unwrap().priority, want, "{class} {given:?}");
+            assert_eq!(is_critical(&c), want.is_some_and(|p| p >= 2_000_000_000));
+        }
     }
 
     #[test]

@@ -53,6 +53,9 @@ struct Inner {
     /// kill): their workers resync at once.
     pokes: Mutex<std::collections::BTreeSet<String>>,
     poked: Notify,
+    /// Evicted pods whose worker finished: containers stopped and removed, logs and pod
+    /// cgroup removed (the eviction manager's cleanup wait reads and clears it).
+    released: Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// Shared between the runtime loop and the eviction manager.
@@ -152,6 +155,23 @@ impl NodeLink {
             Err(p) => std::mem::take(&mut *p.into_inner()),
         };
         set.into_iter().collect()
+    }
+
+    /// An evicted pod's worker has finished: what the pod held is released.
+    pub fn mark_released(&self, uid: &str) {
+        match self.0.released.lock() {
+            Ok(mut g) => g.insert(uid.to_owned()),
+            Err(p) => p.into_inner().insert(uid.to_owned()),
+        };
+    }
+
+    /// Whether an evicted pod was released ([`Self::mark_released`]); forgets it when so.
+    #[must_use]
+    pub fn take_released(&self, uid: &str) -> bool {
+        match self.0.released.lock() {
+            Ok(mut g) => g.remove(uid),
+            Err(p) => p.into_inner().remove(uid),
+        }
     }
 
     /// Resolves when a pod was poked.

@@ -96,6 +96,23 @@ pub struct Condition {
     #[serde(rename = "type")]
     pub kind: String,
     pub status: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+impl Condition {
+    /// A condition with only its type and status (`True` / `False`).
+    #[must_use]
+    pub fn new(kind: &str, ok: bool) -> Self {
+        Self {
+            kind: kind.to_owned(),
+            status: if ok { "True" } else { "False" }.to_owned(),
+            reason: String::new(),
+            message: String::new(),
+        }
+    }
 }
 
 /// One pod's status as the status manager keeps it.
@@ -534,14 +551,8 @@ mod tests {
             }],
             node: NodeRecord {
                 conditions: vec![
-                    Condition {
-                        kind: "MemoryPressure".into(),
-                        status: "True".into(),
-                    },
-                    Condition {
-                        kind: "DiskPressure".into(),
-                        status: "False".into(),
-                    },
+                    Condition::new("MemoryPressure", true),
+                    Condition::new("DiskPressure", false),
                 ],
             },
         };

@@ -227,6 +227,14 @@ fn ignore_not_found(r: Result<(), CriError>) -> Result<(), CriError> {
     }
 }
 
+/// What a worker reports when its pod is terminated: the uid and the pod's last status (its
+/// containers' terminated states, read before they were removed), `None` for an orphan.
+#[derive(Debug, Clone)]
+pub struct Terminated {
+    pub uid: String,
+    pub last: Option<PodRecord>,
+}
+
 /// One pod's worker.
 #[derive(Debug)]
 pub struct PodWorker<R> {
@@ -303,14 +311,17 @@ impl<R: ContainerRuntime> PodWorker<R> {
     pub async fn run(
         mut self,
         mut rx: mpsc::UnboundedReceiver<WorkUpdate>,
-        done: mpsc::UnboundedSender<String>,
+        done: mpsc::UnboundedSender<Terminated>,
     ) {
         let mut kill: Option<i64> = if self.pod.is_none() { Some(-1) } else { None };
         let mut failures: u32 = 0;
         loop {
             if let Some(grace) = kill {
-                self.terminate(grace, &mut rx).await;
-                let _ = done.send(self.uid.clone());
+                let last = self.terminate(grace, &mut rx).await;
+                let _ = done.send(Terminated {
+                    uid: self.uid.clone(),
+                    last,
+                });
                 return;
             }
             let mut wake = Instant::now() + self.ctx.resync;
@@ -393,58 +404,69 @@ impl<R: ContainerRuntime> PodWorker<R> {
     }
 
     /// terminating -> terminated: kill with the grace period (a shorter one arriving meanwhile
-    /// takes over), remove containers and sandboxes, the pod cgroup and the log directory.
-    async fn terminate(&mut self, grace: i64, rx: &mut mpsc::UnboundedReceiver<WorkUpdate>) {
+    /// takes over), read the containers' final states, then remove containers and sandboxes,
+    /// the pod cgroup and the log directory. Returns the pod's last status (kubelet keeps the
+    /// terminated container states in the status of a pod it stopped).
+    async fn terminate(
+        &mut self,
+        grace: i64,
+        rx: &mut mpsc::UnboundedReceiver<WorkUpdate>,
+    ) -> Option<PodRecord> {
         let mut grace = if grace < 0 {
             self.orphan_grace().await
         } else {
             grace
         };
         tracing::info!(uid = %self.uid, grace, "killing pod");
-        if let Some(pod) = self.pod.clone()
+        if self.pod.is_some()
             && let Some(mut rec) = self.ctx.status.get(&self.uid)
         {
             rec.phase = "Terminating".to_owned();
             rec.reason = String::new();
-            let _ = pod;
             self.ctx.status.set(rec);
         }
-        let mut failures = 0u32;
-        loop {
-            let runtime = self.ctx.runtime.clone();
-            let uid = self.uid.clone();
-            let kill = async move { kill_pod(&runtime, &uid, grace, true).await };
-            tokio::pin!(kill);
-            let result = loop {
-                tokio::select! {
-                    r = &mut kill => break Some(r),
-                    u = rx.recv() => match u {
-                        Some(WorkUpdate::Kill { grace: Some(g) }) if g.max(1) < grace => {
-                            grace = g.max(1);
-                            tracing::info!(uid = %self.uid, grace, "shorter grace period; killing again");
-                            break None;
-                        }
-                        Some(_) => {}
-                        None => {
-                            // Shutdown while killing: finish the kill anyway.
-                            break Some(kill.await);
-                        }
-                    },
+        // Stop everything (kept, so its final state can be read), then remove it.
+        for remove in [false, true] {
+            let mut failures = 0u32;
+            loop {
+                let runtime = self.ctx.runtime.clone();
+                let uid = self.uid.clone();
+                let kill = async move { kill_pod(&runtime, &uid, grace, remove).await };
+                tokio::pin!(kill);
+                let result = loop {
+                    tokio::select! {
+                        r = &mut kill => break Some(r),
+                        u = rx.recv() => match u {
+                            Some(WorkUpdate::Kill { grace: Some(g) }) if g.max(1) < grace => {
+                                grace = g.max(1);
+                                tracing::info!(uid = %self.uid, grace, "shorter grace period; killing again");
+                                break None;
+                            }
+                            Some(_) => {}
+                            None => {
+                                // Shutdown while killing: finish the kill anyway.
+                                break Some(kill.await);
+                            }
+                        },
+                    }
+                };
+                match result {
+                    None => continue,
+                    Some(Ok(())) => break,
+                    Some(Err(e)) => {
+                        failures = failures.saturating_add(1);
+                        tracing::warn!(uid = %self.uid, error = %e, "killing pod failed; retrying");
+                        tokio::time::sleep(
+                            Duration::from_millis(500)
+                                .saturating_mul(1 << failures.min(5))
+                                .min(Duration::from_secs(10)),
+                        )
+                        .await;
+                    }
                 }
-            };
-            match result {
-                None => continue,
-                Some(Ok(())) => break,
-                Some(Err(e)) => {
-                    failures = failures.saturating_add(1);
-                    tracing::warn!(uid = %self.uid, error = %e, "killing pod failed; retrying");
-                    tokio::time::sleep(
-                        Duration::from_millis(500)
-                            .saturating_mul(1 << failures.min(5))
-                            .min(Duration::from_secs(10)),
-                    )
-                    .await;
-                }
+            }
+            if !remove {
+                self.publish_final().await;
             }
         }
         if let Err(e) = self.ctx.cgroups.remove(&self.uid).await {
@@ -458,8 +480,60 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 tracing::warn!(uid = %self.uid, path = %dir.display(), error = %e, "removing pod logs");
             }
         }
+        let last = self
+            .pod
+            .as_ref()
+            .and_then(|_| self.ctx.status.get(&self.uid));
         self.ctx.status.remove(&self.uid);
         tracing::info!(uid = %self.uid, "pod terminated");
+        last
+    }
+
+    /// The stopped pod's status with its containers' final states (best effort: a runtime
+    /// that does not answer leaves the last published status).
+    async fn publish_final(&mut self) {
+        let Some(pod) = self.pod.clone() else {
+            return;
+        };
+        let Some(rec) = self.ctx.status.get(&self.uid) else {
+            return;
+        };
+        let all = match self
+            .ctx
+            .runtime
+            .list_containers(cri::ContainerFilter {
+                label_selector: label_filter(&self.uid),
+                ..Default::default()
+            })
+            .await
+        {
+            Ok(all) => all,
+            Err(e) => {
+                tracing::debug!(uid = %self.uid, error = %e, "final container states");
+                return;
+            }
+        };
+        let qos = spec::pod_qos(&pod);
+        let sandbox = if rec.sandbox_id.is_empty() {
+            all.first()
+                .map(|c| c.pod_sandbox_id.clone())
+                .unwrap_or_default()
+        } else {
+            rec.sandbox_id.clone()
+        };
+        match self
+            .publish(&pod, qos, &rec.cgroup, &sandbox, &all, false)
+            .await
+        {
+            Ok(_) => {
+                // Still terminating until the runtime loop publishes the terminal status.
+                if let Some(mut r) = self.ctx.status.get(&self.uid) {
+                    r.phase = "Terminating".to_owned();
+                    self.ctx.status.set(r);
+                }
+            }
+            Err(e) => tracing::debug!(uid = %self.uid, error = %e, "final container states"),
+        }
     }
 
     /// A container's status (cached while the listed state is unchanged).
@@ -1112,10 +1186,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
         let policy = spec::restart_policy(pod);
         let phase = pod_phase(policy, init_failed, init_pending, &states);
         let ready = phase == "Running" && states.iter().all(|s| *s == AppState::Running);
-        let cond = |kind: &str, ok: bool| Condition {
-            kind: kind.to_owned(),
-            status: if ok { "True" } else { "False" }.to_owned(),
-        };
+        let cond = Condition::new;
         let id = PodIdent::of(pod);
         let record = PodRecord {
             uid: self.uid.clone(),
@@ -1212,7 +1283,7 @@ mod tests {
         fake: FakeRuntime,
         status: StatusManager,
         tx: mpsc::UnboundedSender<WorkUpdate>,
-        done: mpsc::UnboundedReceiver<String>,
+        done: mpsc::UnboundedReceiver<Terminated>,
         _dir: tempfile::TempDir,
     }
 
@@ -1336,7 +1407,7 @@ mod tests {
         let uid = tokio::time::timeout(Duration::from_secs(5), h.done.recv())
             .await
             .expect("terminated");
-        assert_eq!(uid.as_deref(), Some("u3"));
+        assert_eq!(uid.map(|t| t.uid).as_deref(), Some("u3"));
         let calls = h.fake.calls();
         let pos = |p: &str| {
             calls

@@ -191,7 +191,7 @@ async fn run_mode(
         kubepods: kubepods_rel.clone(),
         memory_capacity: i64::try_from(CAPACITY_MIB * MIB)?,
         capacity_override: true,
-        memory_allocatable: i64::try_from(CAPACITY_MIB * MIB)?,
+        kubepods_memory_limit: i64::try_from(CAPACITY_MIB * MIB)?,
         nodefs: "/".into(),
         imagefs: None,
         pid_capacity: None,

@@ -44,6 +44,10 @@ pub struct State {
     pub conditions: Vec<NodeCondition>,
     /// The last step's observations.
     pub last_observations: Observations,
+    /// The actionable thresholds the node event `EvictionThresholdMet` was last emitted for;
+    /// emptied when no threshold is met (the episode ends). The event is emitted once per
+    /// episode and again whenever this set changes, not at every step.
+    pub announced: Vec<usize>,
 }
 
 /// A pod the manager may evict: the pod and its usage (`None`: no stats).
@@ -215,12 +219,19 @@ pub fn step(
             }
         })
         .collect();
-    let new_state = State {
+    let mut episode = grace_met.clone();
+    episode.sort_unstable();
+    let mut new_state = State {
         thresholds_met: grace_met,
         first_observed,
         conditions_last_observed: last_observed,
         conditions: conditions.clone(),
         last_observations: observations.clone(),
+        announced: if thresholds.is_empty() {
+            Vec::new()
+        } else {
+            state.announced.clone()
+        },
     };
     let mut decision = StepDecision {
         conditions,
@@ -241,7 +252,10 @@ pub fn step(
     let signal = to_reclaim.signal;
     let resource = signal.resource();
     decision.reclaim = Some((signal, resource));
-    decision.node_event = Some(format!("Attempting to reclaim {resource}"));
+    if new_state.announced != episode {
+        decision.node_event = Some(format!("Attempting to reclaim {resource}"));
+        new_state.announced = episode;
+    }
     decision.node_level_reclaim_first = signal.reclaims_node_level_first();
     if pods.is_empty() {
         return (new_state, decision);
@@ -282,6 +296,48 @@ pub fn step(
         });
     }
     (new_state, decision)
+}
+
+/// kubelet's `podCleanupTimeout`: the longest the manager waits for an evicted pod's
+/// resources to be released before it may evict another.
+pub const POD_CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// kubelet's `waitForPodsCleanup` as state: after an eviction no further pod is evicted until
+/// the victim's resources are released (its worker finished: containers, logs and pod cgroup
+/// removed) or [`POD_CLEANUP_TIMEOUT`] passed. kubelet blocks its loop in that wait; stepping
+/// on kernel signals, the enforcer keeps stepping (conditions stay current) but holds back
+/// evictions, and the step after the release observes anew, so what the victim freed is seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CleanupWait {
+    /// The evicted pod.
+    pub uid: String,
+    /// When it was evicted.
+    pub since: Duration,
+}
+
+/// What a [`CleanupWait`] says at a step.
+#[must_use]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cleanup {
+    /// Still waiting: no eviction in this step.
+    Waiting,
+    /// The victim's resources were released: observe anew, then evictions may resume.
+    Released,
+    /// The wait timed out (kubelet logs and goes on).
+    TimedOut,
+}
+
+impl CleanupWait {
+    /// Whether the wait is over at `now`, given whether the victim's resources are released.
+    pub fn check(&self, now: Duration, released: bool) -> Cleanup {
+        if released {
+            Cleanup::Released
+        } else if now.saturating_sub(self.since) >= POD_CLEANUP_TIMEOUT {
+            Cleanup::TimedOut
+        } else {
+            Cleanup::Waiting
+        }
+    }
 }
 
 /// After node-level reclaim for a disk signal: true when, with the new observations, no
@@ -561,7 +617,8 @@ mod tests {
         );
         assert!(d.eviction.is_none());
         assert_eq!(d.conditions, [NodeCondition::MemoryPressure]);
-        // Fresh stats: the burstable pod goes, with a container sentence.
+        // Fresh stats: the burstable pod goes, with a container sentence; the node event was
+        // emitted once for this episode, not again.
         let (state, d) = step(
             &config,
             &state,
@@ -569,6 +626,7 @@ mod tests {
             &pods[1..],
             secs(30),
         );
+        assert_eq!(d.node_event, None, "EvictionThresholdMet once per episode");
         let e = d.eviction.unwrap();
         assert_eq!(
             e.message,
@@ -584,6 +642,19 @@ mod tests {
         );
         assert_eq!(d.conditions, [NodeCondition::MemoryPressure]);
         assert!(d.eviction.is_none());
+        assert!(state.announced.is_empty(), "the episode ended");
+        // A new episode announces again.
+        let (state, d) = step(
+            &config,
+            &state,
+            &obs(Signal::MemoryAvailable, "500Mi", "8Gi", 50),
+            &pods[1..],
+            secs(50),
+        );
+        assert_eq!(
+            d.node_event.as_deref(),
+            Some("Attempting to reclaim memory")
+        );
         let (_, d) = step(
             &config,
             &state,
@@ -592,6 +663,27 @@ mod tests {
             secs(400),
         );
         assert!(d.conditions.is_empty());
+    }
+
+    #[test]
+    fn cleanup_wait_holds_evictions_until_released_or_timed_out() {
+        let w = CleanupWait {
+            uid: "u".into(),
+            since: secs(10),
+        };
+        for (now, released, want) in [
+            (10, false, Cleanup::Waiting),
+            (39, false, Cleanup::Waiting),
+            (40, false, Cleanup::TimedOut),
+            (11, true, Cleanup::Released),
+            (100, true, Cleanup::Released),
+        ] {
+            assert_eq!(
+                w.check(secs(now), released),
+                want,
+                "at {now} s, released {released}"
+            );
+        }
     }
 
     #[test]
