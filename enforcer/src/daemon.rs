@@ -152,36 +152,21 @@ pub async fn run(
         if let Err(e) = std::fs::create_dir_all(&dir) {
             tracing::warn!(path = %dir.display(), error = %e, "creating the kubepods cgroup");
         }
-        // Fallback sources fire where memory.available would cross the hard threshold.
-        let hard_mem = config
-            .hard_eviction_thresholds
-            .iter()
-            .find(|t| t.signal == EvictionSignal::MemoryAvailable)
-            .map(|t| t.value.resolve(memory_capacity).value());
-        let threshold = hard_mem
-            .map(|h| u64::try_from(memory_capacity - h).unwrap_or(0))
-            .filter(|t| *t > 0);
-        // Soft memory.available thresholds get their own usage-threshold watch, so their
-        // condition is raised (and the grace period starts) at the crossing.
-        for t in config
-            .eviction
-            .thresholds
-            .iter()
-            .filter(|t| !t.is_hard() && t.signal == EvictionSignal::MemoryAvailable)
-        {
-            let at = u64::try_from(memory_capacity - t.value.resolve(memory_capacity).value())
-                .unwrap_or(0);
-            if at > 0 && Some(at) != threshold {
-                watches.push(Watch {
-                    cgroup: dir.clone(),
-                    threshold_bytes: Some(at),
-                });
-            }
+        // Usage-threshold watches on kubepods where each memory threshold (hard and soft,
+        // memory.available and allocatableMemory.available) is crossed, so the crossing
+        // itself wakes the manager (condition raised, grace period started, eviction).
+        let crossings = memory_crossings(&config, &observer);
+        if crossings.is_empty() {
+            watches.push(Watch {
+                cgroup: dir,
+                threshold_bytes: None,
+            });
+        } else {
+            watches.extend(crossings.into_iter().map(|at| Watch {
+                cgroup: dir.clone(),
+                threshold_bytes: Some(at),
+            }));
         }
-        watches.push(Watch {
-            cgroup: dir,
-            threshold_bytes: threshold,
-        });
     }
     watches.extend(opts.watches.iter().map(|c| Watch {
         cgroup: c.clone(),
@@ -284,6 +269,31 @@ pub async fn run(
         tracing::error!(error = %e, "pod runtime");
     }
     Ok(())
+}
+
+/// The kubepods memory usages at which the memory thresholds are crossed, lowest first:
+/// `memory.available` at capacity - threshold (exact with a capacity override, where it is
+/// measured on kubepods), `allocatableMemory.available` at the kubepods limit - threshold.
+#[must_use]
+pub fn memory_crossings(config: &Config, observer: &NodeObserver) -> Vec<u64> {
+    let mut out: Vec<u64> = config
+        .eviction
+        .thresholds
+        .iter()
+        .filter_map(|t| {
+            let base = match t.signal {
+                EvictionSignal::MemoryAvailable => observer.memory_capacity,
+                EvictionSignal::AllocatableMemoryAvailable => observer.kubepods_memory_limit,
+                _ => return None,
+            };
+            u64::try_from(base - t.value.resolve(base).value())
+                .ok()
+                .filter(|at| *at > 0)
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 fn render_conditions(link: &NodeLink) -> String {
@@ -774,6 +784,41 @@ mod tests {
     use k8s_cri::v1 as cri;
 
     use super::*;
+
+    /// Each memory threshold gets a crossing on kubepods usage; allocatable's is measured
+    /// against the kubepods limit (below memory.available's when reservations exist).
+    #[test]
+    fn memory_crossings_cover_allocatable_and_soft_thresholds() {
+        const MI: u64 = 1 << 20;
+        let args = crate::config::ConfigArgs {
+            node_capacity: vec!["memory=1Gi".to_owned()],
+            kube_reserved: vec!["memory=358Mi".to_owned()],
+            eviction_hard: vec!["memory.available<250Mi".to_owned()],
+            eviction_soft: vec!["memory.available<300Mi".to_owned()],
+            eviction_soft_grace_period: vec!["memory.available=10s".to_owned()],
+            ..Default::default()
+        };
+        let config = crate::config::load(&args).expect("config").config;
+        let caps = config.enforcer.node_capacity.clone();
+        let observer = NodeObserver::for_node(&config, &CgroupLayout::default(), &caps);
+        assert_eq!(
+            memory_crossings(&config, &observer),
+            [
+                (1024 - 358 - 250) * MI,
+                (1024 - 300) * MI,
+                (1024 - 250) * MI
+            ]
+        );
+        let plain = crate::config::load(&crate::config::ConfigArgs {
+            node_capacity: vec!["memory=1Gi".to_owned()],
+            eviction_hard: vec!["memory.available<0%".to_owned()],
+            ..Default::default()
+        })
+        .expect("config")
+        .config;
+        let observer = NodeObserver::for_node(&plain, &CgroupLayout::default(), &caps);
+        assert!(memory_crossings(&plain, &observer).is_empty());
+    }
 
     #[test]
     fn imagefs_is_the_first_existing_absolute_mountpoint() {

@@ -4,6 +4,7 @@
 //! Everything here needs root and the real kernel; a missing piece fails loudly.
 
 pub mod containerd;
+pub mod node;
 
 use std::{
     fs,

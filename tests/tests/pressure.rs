@@ -3,120 +3,24 @@
 //! node conditions and admission under pressure; kernel OOM kills reported at once; PID
 //! pressure; disk pressure with node-level reclaim first.
 
-use std::{
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::time::Duration;
 
 use enforcer::{
     config::ConfigArgs,
-    runtime::{
-        ContainerRuntime as _, CriRuntime,
-        status::{self, ContainerState, PodRecord},
+    runtime::{ContainerRuntime as _, CriRuntime},
+};
+use enforcer_tests::{
+    containerd::Containerd,
+    layout,
+    node::{
+        Node, Tmpfs, find, oom_killed, oom_kills_below, phase, pod, pressure, status_file,
+        wait_until,
     },
 };
-use enforcer_tests::{Daemon, containerd::Containerd, layout};
 use tokio::time::Instant;
 
 /// The scenarios measure seconds-long periods: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// A manifest: `extra_spec` and `resources` are YAML lines at spec / container level.
-fn pod(name: &str, uid: &str, extra_spec: &str, resources: &str, script: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, uid: {uid}}}
-spec:
-  hostNetwork: true
-{extra_spec}  containers:
-  - name: app
-    image: busybox:local
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "{script}"]
-{resources}"#
-    )
-}
-
-fn status_file(state: &Path) -> status::StatusFile {
-    status::read(state).unwrap_or_default()
-}
-
-fn find<'a>(recs: &'a [PodRecord], prefix: &str) -> Option<&'a PodRecord> {
-    recs.iter().find(|r| r.name.starts_with(prefix))
-}
-
-fn phase(state: &Path, prefix: &str) -> Option<String> {
-    find(&status_file(state).pods, prefix).map(|r| r.phase.clone())
-}
-
-fn pressure(state: &Path, condition: &str) -> bool {
-    status_file(state)
-        .node
-        .true_conditions()
-        .contains(&condition)
-}
-
-async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Instant {
-    let deadline = Instant::now() + timeout;
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Instant::now()
-}
-
-/// A private containerd, the manifest and state directories, and the daemon running with
-/// `args` (socket, directories, cgroup root and HTTP address filled in).
-struct Node {
-    cd: Containerd,
-    manifests: PathBuf,
-    state: PathBuf,
-    daemon: Option<Daemon>,
-}
-
-impl Node {
-    fn start(tag: &str, args: ConfigArgs, state: Option<PathBuf>) -> Self {
-        let cd = Containerd::start(tag);
-        Self::start_on(cd, args, state)
-    }
-
-    fn start_on(cd: Containerd, args: ConfigArgs, state: Option<PathBuf>) -> Self {
-        let manifests = cd.dir.join("manifests");
-        let state = state.unwrap_or_else(|| cd.dir.join("state"));
-        std::fs::create_dir_all(&manifests).expect("manifest dir");
-        let args = ConfigArgs {
-            cgroup_root: Some(cd.cgroup_root.clone()),
-            cri_socket: Some(cd.socket.clone()),
-            manifest_dir: Some(manifests.clone()),
-            state_dir: Some(state.clone()),
-            http_address: Some("127.0.0.1:0".to_owned()),
-            allow_host_namespaces: Some(true),
-            ..args
-        };
-        let config = enforcer::config::load(&args).expect("configuration").config;
-        let daemon = Daemon::start(config);
-        Self {
-            cd,
-            manifests,
-            state,
-            daemon: Some(daemon),
-        }
-    }
-
-    fn submit(&self, file: &str, manifest: &str) {
-        std::fs::write(self.manifests.join(file), manifest).expect("write manifest");
-    }
-
-    /// Stops the daemon, removes the pods through CRI and tears containerd down.
-    async fn shutdown(mut self) -> Containerd {
-        if let Some(d) = self.daemon.take() {
-            d.stop().await;
-        }
-        self.cd.remove_all_pods().await;
-        self.cd
-    }
-}
 
 fn base_args() -> ConfigArgs {
     ConfigArgs {
@@ -273,42 +177,6 @@ async fn soft_memory_threshold_evicts_after_its_grace_period_and_admission_rejec
         );
     }
     drop(node.shutdown().await);
-}
-
-/// Sum of the `oom_kill` counters below a memory cgroup directory (v1 counts the kill in the
-/// cgroup whose limit was hit).
-fn oom_kills_below(dir: &Path) -> u64 {
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let text = std::fs::read_to_string(d.join("memory.oom_control"))
-            .or_else(|_| std::fs::read_to_string(d.join("memory.events")))
-            .unwrap_or_default();
-        total += text
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("oom_kill ")
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-            })
-            .unwrap_or(0);
-        if let Ok(rd) = std::fs::read_dir(&d) {
-            stack.extend(
-                rd.flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path()),
-            );
-        }
-    }
-    total
-}
-
-fn oom_killed(state: &Path, prefix: &str) -> bool {
-    find(&status_file(state).pods, prefix).is_some_and(|r| {
-        r.container_statuses.iter().any(|c| {
-            matches!(&c.state, ContainerState::Terminated { reason, .. } if reason == "OOMKilled")
-                || matches!(&c.last_state, Some(ContainerState::Terminated { reason, .. }) if reason == "OOMKilled")
-        })
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -470,37 +338,12 @@ async fn pid_pressure_evicts_the_fork_heavy_pod() {
     drop(node.shutdown().await);
 }
 
-/// A tmpfs mounted by the test (the node's state filesystem), unmounted on drop.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(path: &Path, size: &str) -> Self {
-        std::fs::create_dir_all(path).expect("mount point");
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(path)
-            .status()
-            .expect("running mount");
-        assert!(ok.success(), "mounting a tmpfs on {}", path.display());
-        Self(path.to_path_buf())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn disk_pressure_reclaims_dead_containers_first_then_evicts_the_biggest_writer() {
     let _serial = SERIAL.lock().await;
     let cd = Containerd::start("disk");
     let state = cd.dir.join("state");
-    let tmpfs = Tmpfs::mount(&state, "64m");
+    let tmpfs = Tmpfs::mount(&state, "size=64m");
     let args = ConfigArgs {
         eviction_hard: vec!["nodefs.available<20Mi".to_owned()],
         // Disk has no kernel trigger here: the housekeeping tick observes it.

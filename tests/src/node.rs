@@ -1,0 +1,225 @@
+//! A small node for the pressure and e2e tiers: a private containerd, a manifest directory,
+//! a state directory and the daemon in-process; manifests in, `pods.json` out.
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use enforcer::{
+    config::ConfigArgs,
+    runtime::status::{self, ContainerState, PodRecord},
+};
+use tokio::time::Instant;
+
+use crate::{Daemon, containerd::Containerd};
+
+/// A busybox pod manifest running `script` under `sh -c` in container `app`; `extra_spec`
+/// and `resources` are YAML lines at spec / container level (each ending in a newline).
+#[must_use]
+pub fn pod(name: &str, uid: &str, extra_spec: &str, resources: &str, script: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, uid: {uid}}}
+spec:
+  hostNetwork: true
+{extra_spec}  containers:
+  - name: app
+    image: busybox:local
+    imagePullPolicy: Never
+    command: ["/bin/sh", "-c", "{script}"]
+{resources}"#
+    )
+}
+
+/// The status file (empty before the first write).
+#[must_use]
+pub fn status_file(state: &Path) -> status::StatusFile {
+    status::read(state).unwrap_or_default()
+}
+
+/// The record whose (node-suffixed) name starts with `prefix`.
+#[must_use]
+pub fn find<'a>(recs: &'a [PodRecord], prefix: &str) -> Option<&'a PodRecord> {
+    recs.iter().find(|r| r.name.starts_with(prefix))
+}
+
+/// The phase of the pod named `prefix...`.
+#[must_use]
+pub fn phase(state: &Path, prefix: &str) -> Option<String> {
+    find(&status_file(state).pods, prefix).map(|r| r.phase.clone())
+}
+
+/// Whether the node reports `condition` (`MemoryPressure`, ...) as `True`.
+#[must_use]
+pub fn pressure(state: &Path, condition: &str) -> bool {
+    status_file(state)
+        .node
+        .true_conditions()
+        .contains(&condition)
+}
+
+/// Polls `f` every 20 ms until it holds; fails the test naming `what` after `timeout`.
+pub async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Instant {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Instant::now()
+}
+
+/// Whether a container of the pod ended `OOMKilled` (now or as its last state).
+#[must_use]
+pub fn oom_killed(state: &Path, prefix: &str) -> bool {
+    find(&status_file(state).pods, prefix).is_some_and(|r| {
+        r.container_statuses
+            .iter()
+            .chain(&r.init_container_statuses)
+            .any(|c| {
+                matches!(&c.state, ContainerState::Terminated { reason, .. } if reason == "OOMKilled")
+                || matches!(&c.last_state, Some(ContainerState::Terminated { reason, .. }) if reason == "OOMKilled")
+            })
+    })
+}
+
+/// Sum of the `oom_kill` counters below a memory cgroup directory (v1 counts the kill in the
+/// cgroup whose limit was hit; v2 in `memory.events`).
+#[must_use]
+pub fn oom_kills_below(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let text = std::fs::read_to_string(d.join("memory.oom_control"))
+            .or_else(|_| std::fs::read_to_string(d.join("memory.events")))
+            .unwrap_or_default();
+        total += text
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("oom_kill ")
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            })
+            .unwrap_or(0);
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            stack.extend(
+                rd.flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    total
+}
+
+/// The node's kernel OOM kills (`/proc/vmstat`).
+#[must_use]
+pub fn node_oom_kills() -> u64 {
+    std::fs::read_to_string("/proc/vmstat")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("oom_kill ")
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .expect("/proc/vmstat has oom_kill")
+}
+
+/// A private containerd, the manifest and state directories, and the daemon running with
+/// `args` (socket, directories, cgroup root and HTTP address filled in).
+pub struct Node {
+    pub cd: Containerd,
+    pub manifests: PathBuf,
+    pub state: PathBuf,
+    daemon: Option<Daemon>,
+}
+
+impl Node {
+    /// A new containerd and the daemon on it.
+    #[must_use]
+    pub fn start(tag: &str, args: ConfigArgs, state: Option<PathBuf>) -> Self {
+        let cd = Containerd::start(tag);
+        Self::start_on(cd, args, state)
+    }
+
+    /// The daemon on `cd`, with its state in `state` (default: under the containerd dir).
+    #[must_use]
+    pub fn start_on(cd: Containerd, args: ConfigArgs, state: Option<PathBuf>) -> Self {
+        let manifests = cd.dir.join("manifests");
+        let state = state.unwrap_or_else(|| cd.dir.join("state"));
+        std::fs::create_dir_all(&manifests).expect("manifest dir");
+        let args = ConfigArgs {
+            cgroup_root: Some(cd.cgroup_root.clone()),
+            cri_socket: Some(cd.socket.clone()),
+            manifest_dir: Some(manifests.clone()),
+            state_dir: Some(state.clone()),
+            http_address: Some("127.0.0.1:0".to_owned()),
+            allow_host_namespaces: Some(true),
+            ..args
+        };
+        let config = enforcer::config::load(&args).expect("configuration").config;
+        let daemon = Daemon::start(config);
+        Self {
+            cd,
+            manifests,
+            state,
+            daemon: Some(daemon),
+        }
+    }
+
+    /// Writes a manifest file.
+    pub fn submit(&self, file: &str, manifest: &str) {
+        std::fs::write(self.manifests.join(file), manifest).expect("write manifest");
+    }
+
+    /// Deletes a manifest file (the pod is deleted).
+    pub fn delete(&self, file: &str) {
+        std::fs::remove_file(self.manifests.join(file)).expect("remove manifest");
+    }
+
+    /// The memory cgroup directory of the node's kubepods.
+    #[must_use]
+    pub fn kubepods_memory_dir(&self) -> PathBuf {
+        let l = crate::layout();
+        let (mount, _) = l.controller("memory").expect("memory controller");
+        mount
+            .join(self.cd.cgroup_root.trim_start_matches('/'))
+            .join("kubepods")
+    }
+
+    /// Stops the daemon, removes the pods through CRI and tears containerd down.
+    pub async fn shutdown(mut self) -> Containerd {
+        if let Some(d) = self.daemon.take() {
+            d.stop().await;
+        }
+        self.cd.remove_all_pods().await;
+        self.cd
+    }
+}
+
+/// A tmpfs mounted by the test (a small node filesystem), unmounted on drop.
+pub struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `options` (`size=64m`, `size=64m,nr_inodes=2000`) on `path`.
+    #[must_use]
+    pub fn mount(path: &Path, options: &str) -> Self {
+        std::fs::create_dir_all(path).expect("mount point");
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
+            .arg(path)
+            .status()
+            .expect("running mount");
+        assert!(ok.success(), "mounting a tmpfs on {}", path.display());
+        Self(path.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
