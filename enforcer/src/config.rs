@@ -137,8 +137,14 @@ pub struct EnforcerSection {
     pub memory_qos: Option<bool>,
     /// Allow privileged containers, default false.
     pub allow_privileged: Option<bool>,
-    /// Allow hostNetwork / hostPID / hostIPC, default false.
+    /// Allow hostNetwork, default false.
     pub allow_host_namespaces: Option<bool>,
+    /// Allow hostPID, default false.
+    #[serde(rename = "allowHostPID")]
+    pub allow_host_pid: Option<bool>,
+    /// Allow hostIPC, default false.
+    #[serde(rename = "allowHostIPC")]
+    pub allow_host_ipc: Option<bool>,
     /// Allow hostPath volumes, default false.
     pub allow_host_paths: Option<bool>,
 }
@@ -154,6 +160,8 @@ const ENFORCER_FIELDS: &[&str] = &[
     "memoryQoS",
     "allowPrivileged",
     "allowHostNamespaces",
+    "allowHostPID",
+    "allowHostIPC",
     "allowHostPaths",
 ];
 
@@ -334,9 +342,15 @@ pub struct ConfigArgs {
     /// Allow privileged containers.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub allow_privileged: Option<bool>,
-    /// Allow host namespaces.
+    /// Allow the host network namespace (hostNetwork).
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub allow_host_namespaces: Option<bool>,
+    /// Allow hostPID.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub allow_host_pid: Option<bool>,
+    /// Allow hostIPC.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub allow_host_ipc: Option<bool>,
     /// Allow hostPath volumes.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub allow_host_paths: Option<bool>,
@@ -442,6 +456,10 @@ pub struct EnforcerConfig {
     pub memory_qos: bool,
     pub allow_privileged: bool,
     pub allow_host_namespaces: bool,
+    #[serde(rename = "allowHostPID")]
+    pub allow_host_pid: bool,
+    #[serde(rename = "allowHostIPC")]
+    pub allow_host_ipc: bool,
     pub allow_host_paths: bool,
 }
 
@@ -1094,6 +1112,8 @@ pub fn resolve(
             .allow_host_namespaces
             .or(e.allow_host_namespaces)
             .unwrap_or(false),
+        allow_host_pid: args.allow_host_pid.or(e.allow_host_pid).unwrap_or(false),
+        allow_host_ipc: args.allow_host_ipc.or(e.allow_host_ipc).unwrap_or(false),
         allow_host_paths: args
             .allow_host_paths
             .or(e.allow_host_paths)

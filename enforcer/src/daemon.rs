@@ -13,6 +13,7 @@ use std::{
 use crate::{
     cgroup::{CgroupLayout, CgroupVersion, join_inside},
     config::{Config, SignalSource},
+    health::Health,
     kernel::{self, Capabilities, PipelineOptions, SourceChoice, Watch},
     node::{self, NodeObserver},
     policy::{
@@ -105,12 +106,37 @@ fn source_choice(s: SignalSource) -> SourceChoice {
     }
 }
 
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (systemd gives services 1024 soft), so
+/// descriptors are not what runs out first; logs what it got.
+fn raise_nofile_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let lim = getrlimit(Resource::Nofile);
+    if lim.current < lim.maximum {
+        let raised = rustix::process::Rlimit {
+            current: lim.maximum,
+            maximum: lim.maximum,
+        };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => {
+                tracing::info!(from = ?lim.current, to = ?lim.maximum, "raised the open-files limit")
+            }
+            Err(e) => tracing::warn!(error = %e, "could not raise the open-files limit"),
+        }
+    }
+}
+
 /// Runs until `shutdown` resolves.
 pub async fn run(
     opts: DaemonOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), DaemonError> {
     let config = opts.config;
+    raise_nofile_limit();
+    let health = Arc::new(Health::default());
+    if let Err(e) = crate::health::probe_writable(&config.enforcer.state_dir) {
+        tracing::error!(error = %e, "the pod status and uid ownership cannot be persisted; /healthz reports it");
+        health.set_state(Some(e));
+    }
     let layout = CgroupLayout::discover()?;
     if let Err(e) = kernel::ebpf::ensure_tracefs() {
         tracing::warn!(error = %e, "tracefs is not mounted and could not be mounted");
@@ -192,8 +218,9 @@ pub async fn run(
             out
         }),
         capabilities: serde_json::to_string(&caps).unwrap_or_default(),
+        health: health.clone(),
     });
-    let (addr, _server) = server::serve(config.enforcer.http_address, pages)
+    let (addr, server_task) = server::serve(config.enforcer.http_address, pages)
         .await
         .map_err(|source| DaemonError::Http {
             addr: config.enforcer.http_address,
@@ -223,6 +250,7 @@ pub async fn run(
         ro.kubeconfig = opts.kubeconfig.clone();
         ro.enforce = enforcer.clone();
         ro.link = link.clone();
+        ro.health = health.clone();
         ro.admission = Some(Admission {
             node: admission::Node {
                 name: ro.node_name.clone(),
@@ -236,6 +264,8 @@ pub async fn run(
             security: SecurityPolicy {
                 allow_privileged: config.enforcer.allow_privileged,
                 allow_host_namespaces: config.enforcer.allow_host_namespaces,
+                allow_host_pid: config.enforcer.allow_host_pid,
+                allow_host_ipc: config.enforcer.allow_host_ipc,
                 allow_host_paths: config.enforcer.allow_host_paths,
             },
         });
@@ -249,6 +279,7 @@ pub async fn run(
         )));
     }
 
+    health.expect_steps_within(config.enforcer.housekeeping_interval.saturating_mul(2));
     let manager = EvictionManager {
         config: config.clone(),
         observer,
@@ -256,6 +287,7 @@ pub async fn run(
         status,
         housekeeping: config.enforcer.housekeeping_interval,
         node_reclaim,
+        health: health.clone(),
     };
     let eviction = tokio::spawn(manager.run(pipeline, stopped()));
 
@@ -268,6 +300,7 @@ pub async fn run(
     {
         tracing::error!(error = %e, "pod runtime");
     }
+    server_task.abort();
     Ok(())
 }
 
@@ -397,6 +430,8 @@ pub struct EvictionManager {
     pub housekeeping: Duration,
     /// The runtime for node-level reclaim before disk-pressure evictions (`None`: no pods run).
     pub node_reclaim: Option<Arc<CriRuntime>>,
+    /// Told of every completed step and of the signal pipeline ending (`/healthz`).
+    pub health: Arc<Health>,
 }
 
 impl EvictionManager {
@@ -431,6 +466,7 @@ impl EvictionManager {
                 s = pipeline.signals.recv(), if signals_open => match s {
                     None => {
                         tracing::error!("signal pipeline ended; housekeeping continues");
+                        self.health.set_pipeline(false);
                         signals_open = false;
                         continue;
                     }
@@ -461,6 +497,7 @@ impl EvictionManager {
                 self.learn_imagefs(start.elapsed(), &mut memo).await;
             }
             state = self.step(state, start.elapsed(), trigger, &mut memo).await;
+            self.health.step_done();
             due = next_deadline(&self.config.eviction, &state, start.elapsed())
                 .map(|d| tokio::time::Instant::from_std(start + d));
             // Waiting for an evicted pod's cleanup: look again soon, as kubelet polls it.

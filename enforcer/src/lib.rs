@@ -7,6 +7,7 @@ pub mod cgroup;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod health;
 pub mod kernel;
 pub mod node;
 pub mod policy;

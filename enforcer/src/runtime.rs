@@ -105,6 +105,8 @@ pub struct RunPodsOptions {
     pub kubeconfig: Option<PathBuf>,
     /// kubepods / QoS tier cgroups, cgroup options, `oom_score_adj` verification.
     pub enforce: Arc<enforce::Enforcer>,
+    /// Where the runtime's reachability and the state directory's writes are reported.
+    pub health: Arc<crate::health::Health>,
 }
 
 /// What pod admission needs to know about the node.
@@ -264,6 +266,7 @@ impl RunPodsOptions {
             link: NodeLink::default(),
             kubeconfig: None,
             enforce: Arc::default(),
+            health: Arc::default(),
         }
     }
 }
@@ -341,18 +344,21 @@ pub async fn run_pods_with<R: ContainerRuntime>(
     let writer = tokio::spawn(status::writer(
         status.clone(),
         opts.state_dir.clone(),
+        opts.health.clone(),
         async {
             let _ = stop_writer_rx.await;
         },
     ));
-    let mut source = ManifestDir::new(&opts.manifest_dir, &opts.node_name);
+    let mut source = DirFeed::start(
+        ManifestDir::new(&opts.manifest_dir, &opts.node_name)
+            .with_ownership_file(opts.state_dir.join(source::UID_OWNERS_FILE)),
+        opts.poll,
+    );
     let mut workers: HashMap<String, Handle> = HashMap::new();
     let mut pending: HashMap<String, PodUpdate> = HashMap::new();
     let mut tasks = JoinSet::new();
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Terminated>();
     let mut fingerprints: HashMap<String, String> = HashMap::new();
-    let mut poll = tokio::time::interval(opts.poll);
-    poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut relist = tokio::time::interval(opts.relist);
     relist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut orphans_pending = true;
@@ -394,7 +400,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
     loop {
         tokio::select! {
             () = &mut shutdown => break,
-            events = next_pod_events(&mut poll, &mut source, &mut api_source) => {
+            events = next_pod_events(&mut source, &mut api_source) => {
                 for ev in events {
                     match ev {
                         SourceEvent::Rejected { file, message } => status.set_rejection(&file, message),
@@ -444,12 +450,19 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                 }
             }
             _ = relist.tick() => {
-                match relist_runtime(runtime.as_ref()).await {
+                let relisted = relist_runtime(runtime.as_ref()).await;
+                if opts.health.set_runtime(relisted.is_ok()) {
+                    match &relisted {
+                        Ok(_) => tracing::info!(socket = %opts.cri_socket.display(), "the container runtime answers"),
+                        Err(e) => tracing::warn!(socket = %opts.cri_socket.display(), error = %e, "lost the container runtime; pods keep running, retrying"),
+                    }
+                }
+                match relisted {
                     Ok(now) => {
                         // Pods of a source that has not listed yet are not orphans: both
                         // timers fire at once on start, and the relist may win the race.
                         if orphans_pending
-                            && source.synced()
+                            && source.synced
                             && api_source.as_ref().is_none_or(|a| a.synced)
                         {
                             orphans_pending = false;
@@ -546,11 +559,34 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         "pod runtime stopping; pods keep running"
     );
     drop(workers);
-    while tasks.join_next().await.is_some() {}
+    // Bounded: a worker whose kill keeps failing (runtime gone, a stuck container) does not
+    // hold the shutdown; what it leaves stays `Terminating` in the status file, and the next
+    // start finishes it (the pod is no longer in any source: an orphan).
+    let bound = tokio::time::sleep(SHUTDOWN_TIMEOUT);
+    tokio::pin!(bound);
+    loop {
+        tokio::select! {
+            r = tasks.join_next() => if r.is_none() { break },
+            () = &mut bound => {
+                let left = status.uids_in_phase("Terminating");
+                tracing::warn!(
+                    workers = tasks.len(),
+                    terminating = ?left,
+                    "shutdown: pod workers still killing after {SHUTDOWN_TIMEOUT:?}; leaving them to the next start"
+                );
+                tasks.abort_all();
+                while tasks.join_next().await.is_some() {}
+                break;
+            }
+        }
+    }
     let _ = stop_writer_tx.send(());
     let _ = writer.await;
     Ok(())
 }
+
+/// The longest the pod runtime waits for its workers when it stops.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The CPU manager's reconcile (cpusets through CRI), off the runtime loop.
 fn spawn_cpu_reconcile<R: ContainerRuntime>(enforce: &Arc<enforce::Enforcer>, runtime: &Arc<R>) {
@@ -580,13 +616,55 @@ impl ApiFeed {
     }
 }
 
-/// The next batch of pod source events: a manifest-directory scan at each poll tick, or what
-/// the API-server source sent meanwhile. Cancel-safe.
-async fn next_pod_events(
-    poll: &mut tokio::time::Interval,
-    dir: &mut ManifestDir,
-    api: &mut Option<ApiFeed>,
-) -> Vec<SourceEvent> {
+/// The manifest directory as the pod loop holds it: scanned (read and parsed) by its own task,
+/// on the blocking pool, every poll period; whatever one file holds, the pod loop only
+/// receives finished batches of events.
+struct DirFeed {
+    rx: mpsc::Receiver<Vec<SourceEvent>>,
+    /// Its first complete scan arrived (orphan removal waits for it).
+    synced: bool,
+    /// The scanning task still runs.
+    open: bool,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl DirFeed {
+    fn start(dir: ManifestDir, poll: Duration) -> Self {
+        let (tx, rx) = mpsc::channel(4);
+        let task = tokio::spawn(async move {
+            let mut dir = Some(dir);
+            let mut tick = tokio::time::interval(poll);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(mut d) = dir.take() else { return };
+                let Ok((d, events)) = tokio::task::spawn_blocking(move || {
+                    let events = d.scan();
+                    (d, events)
+                })
+                .await
+                else {
+                    tracing::error!("the manifest directory scan panicked; the source stops");
+                    return;
+                };
+                dir = Some(d);
+                if (!events.is_empty() && tx.send(events).await.is_err()) || tx.is_closed() {
+                    return;
+                }
+            }
+        });
+        Self {
+            rx,
+            synced: false,
+            open: true,
+            _task: task,
+        }
+    }
+}
+
+/// The next batch of pod source events: a manifest-directory scan, or what the API-server
+/// source sent meanwhile. Cancel-safe (both are channel receives).
+async fn next_pod_events(dir: &mut DirFeed, api: &mut Option<ApiFeed>) -> Vec<SourceEvent> {
     let from_api = async {
         match api.as_mut() {
             Some(feed) => feed.rx.recv().await,
@@ -594,7 +672,15 @@ async fn next_pod_events(
         }
     };
     let first = tokio::select! {
-        _ = poll.tick() => return dir.scan(),
+        events = dir.rx.recv(), if dir.open => {
+            let Some(events) = events else {
+                tracing::error!("the manifest directory source stopped");
+                dir.open = false;
+                return Vec::new();
+            };
+            dir.synced |= events.iter().any(|e| matches!(e, SourceEvent::Synced));
+            return events;
+        }
         ev = from_api => ev,
     };
     let Some(feed) = api.as_mut() else {
@@ -682,6 +768,7 @@ mod tests {
             link: NodeLink::default(),
             kubeconfig: None,
             enforce: Arc::default(),
+            health: Arc::default(),
         }
     }
 

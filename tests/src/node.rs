@@ -131,6 +131,7 @@ pub struct Node {
     pub cd: Containerd,
     pub manifests: PathBuf,
     pub state: PathBuf,
+    config: enforcer::config::Config,
     daemon: Option<Daemon>,
 }
 
@@ -158,12 +159,27 @@ impl Node {
             ..args
         };
         let config = enforcer::config::load(&args).expect("configuration").config;
-        let daemon = Daemon::start(config);
+        let daemon = Daemon::start(config.clone());
         Self {
             cd,
             manifests,
             state,
+            config,
             daemon: Some(daemon),
+        }
+    }
+
+    /// Stops the daemon (the pods keep running) and starts it again with the same
+    /// configuration, as a restart of the service would.
+    pub async fn restart(&mut self) {
+        self.stop_daemon().await;
+        self.daemon = Some(Daemon::start(self.config.clone()));
+    }
+
+    /// Stops the daemon only; the pods keep running.
+    pub async fn stop_daemon(&mut self) {
+        if let Some(d) = self.daemon.take() {
+            d.stop().await;
         }
     }
 

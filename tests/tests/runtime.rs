@@ -50,6 +50,7 @@ fn opts(cd: &Containerd) -> RunPodsOptions {
         link: enforcer::runtime::NodeLink::default(),
         enforce: std::sync::Arc::default(),
         kubeconfig: None,
+        health: std::sync::Arc::default(),
     }
 }
 

@@ -55,44 +55,9 @@ fn invalid_scenarios_in_process() {
     }
 }
 
-/// The `enforcer` binary next to this test's target directory, built if needed.
-fn enforcer_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test's own path");
-    // target/<profile>/deps/simulate-<hash>
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>")
-        .to_owned();
-    let target_dir = profile_dir.parent().expect("target dir").to_owned();
-    let bin = profile_dir.join("enforcer");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let mut build = Command::new(cargo);
-    build
-        .args([
-            "build",
-            "-p",
-            "enforcer",
-            "--bin",
-            "enforcer",
-            "--target-dir",
-        ])
-        .arg(&target_dir);
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        build.arg("--release");
-    }
-    let status = build
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("running cargo build");
-    assert!(status.success(), "cargo build -p enforcer failed");
-    assert!(bin.exists(), "{} missing after the build", bin.display());
-    bin
-}
-
 #[test]
 fn scenarios_black_box() {
-    let bin = enforcer_binary();
+    let bin = enforcer_tests::enforcer_binary();
     for path in yaml_files(&scenarios_dir()) {
         let out = Command::new(&bin)
             .arg("simulate")

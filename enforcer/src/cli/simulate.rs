@@ -279,6 +279,8 @@ pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
     let security = SecurityPolicy {
         allow_privileged: cfg.enforcer.allow_privileged,
         allow_host_namespaces: cfg.enforcer.allow_host_namespaces,
+        allow_host_pid: cfg.enforcer.allow_host_pid,
+        allow_host_ipc: cfg.enforcer.allow_host_ipc,
         allow_host_paths: cfg.enforcer.allow_host_paths,
     };
 

@@ -30,14 +30,38 @@ pub enum AdmissionError {
 /// Reason of a pod-security rejection.
 pub const SECURITY_REASON: &str = "PodSecurity";
 
-/// The node's pod-security rules (Pod Security "baseline": privileged containers, host
-/// namespaces, hostPath volumes), each refused unless allowed.
+/// The capabilities Pod Security "baseline" lets a container add; any other is refused
+/// unless privileged containers are allowed.
+pub const BASELINE_CAPABILITIES: &[&str] = &[
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
+/// The node's pod-security rules (Pod Security "baseline": privileged containers and added
+/// capabilities beyond baseline's list, each host namespace, hostPath volumes), each refused
+/// unless allowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SecurityPolicy {
-    /// Allow `securityContext.privileged: true`.
+    /// Allow `securityContext.privileged: true` and capabilities beyond
+    /// [`BASELINE_CAPABILITIES`].
     pub allow_privileged: bool,
-    /// Allow `hostNetwork`, `hostPID`, `hostIPC`.
+    /// Allow `hostNetwork`.
     pub allow_host_namespaces: bool,
+    /// Allow `hostPID`.
+    pub allow_host_pid: bool,
+    /// Allow `hostIPC`.
+    pub allow_host_ipc: bool,
     /// Allow `hostPath` volumes.
     pub allow_host_paths: bool,
 }
@@ -416,17 +440,33 @@ impl Admitter {
             if privileged {
                 return reject("privileged container");
             }
+            let added = all
+                .filter_map(|c| c.security_context.as_ref())
+                .filter_map(|s| s.capabilities.as_ref())
+                .filter_map(|c| c.add.as_ref())
+                .flatten()
+                .chain(
+                    spec.ephemeral_containers
+                        .iter()
+                        .flatten()
+                        .filter_map(|c| c.security_context.as_ref())
+                        .filter_map(|s| s.capabilities.as_ref())
+                        .filter_map(|c| c.add.as_ref())
+                        .flatten(),
+                )
+                .find(|cap| !BASELINE_CAPABILITIES.contains(&cap.as_str()));
+            if let Some(cap) = added {
+                return reject(&format!("capability {cap}"));
+            }
         }
-        if !self.security.allow_host_namespaces {
-            if spec.host_network == Some(true) {
-                return reject("host networking");
-            }
-            if spec.host_pid == Some(true) {
-                return reject("host PID");
-            }
-            if spec.host_ipc == Some(true) {
-                return reject("host ipc");
-            }
+        if !self.security.allow_host_namespaces && spec.host_network == Some(true) {
+            return reject("host networking");
+        }
+        if !self.security.allow_host_pid && spec.host_pid == Some(true) {
+            return reject("host PID");
+        }
+        if !self.security.allow_host_ipc && spec.host_ipc == Some(true) {
+            return reject("host ipc");
         }
         if !self.security.allow_host_paths
             && spec.volumes.iter().flatten().any(|v| v.host_path.is_some())
@@ -659,6 +699,8 @@ mod tests {
             SecurityPolicy {
                 allow_privileged: true,
                 allow_host_namespaces: true,
+                allow_host_pid: true,
+                allow_host_ipc: true,
                 allow_host_paths: true,
             },
             [],
@@ -680,6 +722,53 @@ mod tests {
         let mut p = pod("p", vec![container("a", "", "")]);
         p.spec.as_mut().unwrap().host_network = Some(true);
         assert!(!strict.admit(&p, &[]).admitted);
+        // Host network allowed does not allow hostPID or hostIPC.
+        let host_net = Admitter::new(
+            node(),
+            SecurityPolicy {
+                allow_host_namespaces: true,
+                ..SecurityPolicy::default()
+            },
+            [],
+        );
+        assert!(host_net.admit(&p, &[]).admitted);
+        for (pid, ipc, what) in [(true, false, "host PID"), (false, true, "host ipc")] {
+            let mut q = p.clone();
+            q.spec.as_mut().unwrap().host_pid = Some(pid);
+            q.spec.as_mut().unwrap().host_ipc = Some(ipc);
+            let r = host_net.admit(&q, &[]);
+            assert_eq!(
+                r.message,
+                format!("pod with UID \"uid-p\" specified {what}, but is disallowed")
+            );
+            assert!(lax.admit(&q, &[]).admitted);
+        }
+        // Capabilities: baseline's list may be added, anything else is privileged.
+        let caps = |add: &[&str]| {
+            let mut q = pod("p", vec![container("a", "", "")]);
+            q.spec.as_mut().unwrap().containers[0].security_context = Some(SecurityContext {
+                capabilities: Some(k8s_openapi::api::core::v1::Capabilities {
+                    add: Some(add.iter().map(|s| (*s).to_owned()).collect()),
+                    drop: Some(vec!["ALL".to_owned()]),
+                }),
+                ..Default::default()
+            });
+            q
+        };
+        assert!(
+            strict
+                .admit(&caps(&["NET_BIND_SERVICE", "CHOWN"]), &[])
+                .admitted
+        );
+        let r = strict.admit(&caps(&["NET_BIND_SERVICE", "SYS_ADMIN"]), &[]);
+        assert_eq!(
+            (r.reason.as_str(), r.message.as_str()),
+            (
+                "PodSecurity",
+                "pod with UID \"uid-p\" specified capability SYS_ADMIN, but is disallowed"
+            )
+        );
+        assert!(lax.admit(&caps(&["SYS_ADMIN"]), &[]).admitted);
         let mut p = pod("p", vec![container("a", "", "")]);
         p.spec.as_mut().unwrap().volumes = Some(vec![Volume {
             name: "h".into(),

@@ -17,6 +17,12 @@ use sha2::{Digest as _, Sha256};
 
 /// Largest manifest file accepted.
 pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+/// Deepest nesting of flow collections (`{`, `[`) accepted before parsing: a pod is a dozen
+/// levels deep; a deeply nested file would cost the parser time quadratic in its depth.
+pub const MAX_MANIFEST_DEPTH: usize = 64;
+/// Which manifest file owns each pod uid, kept in the state directory so that ownership
+/// survives a restart (a later file claiming a running pod's uid never wins by sorting first).
+pub const UID_OWNERS_FILE: &str = "manifest-uids.json";
 /// kubelet's `kubernetes.io/config.source`.
 pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
 /// kubelet's `kubernetes.io/config.hash`.
@@ -29,6 +35,12 @@ pub enum SourceError {
     Read { file: PathBuf, message: String },
     #[error("{file}: {size} bytes is larger than the {max} byte limit")]
     TooLarge { file: PathBuf, size: u64, max: u64 },
+    #[error("{file}: line {line}: nested deeper than {max} levels")]
+    TooDeep {
+        file: PathBuf,
+        line: usize,
+        max: usize,
+    },
     #[error("{file}: invalid YAML: {message}")]
     Yaml { file: PathBuf, message: String },
     #[error("{file}: document {doc}: {message}")]
@@ -90,6 +102,60 @@ pub struct ManifestDir {
     node_name: String,
     files: BTreeMap<PathBuf, FileState>,
     synced: bool,
+    /// Where uid ownership is persisted ([`UID_OWNERS_FILE`]), and what it held at start.
+    owners_file: Option<PathBuf>,
+    persisted: BTreeMap<String, PathBuf>,
+    /// Entries with a manifest name that cannot be read as a file (a FIFO, a device, a
+    /// symlink loop or a dangling link), reported once each, with why.
+    unreadable: BTreeMap<PathBuf, String>,
+}
+
+/// The first line at which flow collections (`{`, `[`) nest deeper than `max`, outside quoted
+/// strings and comments; checked before the YAML parser sees the text.
+#[must_use]
+pub fn too_deep(text: &str, max: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut line = 1usize;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    let mut comment = false;
+    let mut prev = '\n';
+    for c in text.chars() {
+        if c == '\n' {
+            line += 1;
+            comment = false;
+            prev = c;
+            continue;
+        }
+        if comment {
+            continue;
+        }
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if q == '"' && c == '\\' {
+                    escaped = true;
+                } else if c == q {
+                    quote = None;
+                }
+            }
+            None => match c {
+                '"' | '\'' if !prev.is_alphanumeric() => quote = Some(c),
+                '#' if prev.is_whitespace() => comment = true,
+                '{' | '[' => {
+                    depth += 1;
+                    if depth > max {
+                        return Some(line);
+                    }
+                }
+                '}' | ']' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+        }
+        prev = c;
+    }
+    None
 }
 
 fn is_dns_label(s: &str, max: usize) -> bool {
@@ -308,6 +374,51 @@ impl ManifestDir {
             node_name: node_name.to_owned(),
             files: BTreeMap::new(),
             synced: false,
+            owners_file: None,
+            persisted: BTreeMap::new(),
+            unreadable: BTreeMap::new(),
+        }
+    }
+
+    /// Persists which file owns each uid in `path` (read now, rewritten when it changes): after
+    /// a restart a uid stays with the file that had it while that file still claims it.
+    #[must_use]
+    pub fn with_ownership_file(mut self, path: PathBuf) -> Self {
+        match std::fs::read(&path) {
+            Ok(bytes) => match serde_json::from_slice(&bytes) {
+                Ok(map) => self.persisted = map,
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "ignoring an unreadable uid ownership file")
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "reading the uid ownership file")
+            }
+        }
+        self.owners_file = Some(path);
+        self
+    }
+
+    /// Writes the current ownership when it differs from what is persisted.
+    fn persist_owners(&mut self) {
+        let Some(path) = &self.owners_file else {
+            return;
+        };
+        let now: BTreeMap<String, PathBuf> = self.owners().into_iter().collect();
+        if now == self.persisted {
+            return;
+        }
+        let written = serde_json::to_vec_pretty(&now)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| {
+                crate::runtime::status::write_atomic(path, &bytes).map_err(|e| e.to_string())
+            });
+        match written {
+            Ok(()) => self.persisted = now,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "writing the uid ownership file")
+            }
         }
     }
 
@@ -335,6 +446,7 @@ impl ManifestDir {
     pub fn scan(&mut self) -> Vec<SourceEvent> {
         let mut events = Vec::new();
         let mut present: BTreeMap<PathBuf, std::fs::Metadata> = BTreeMap::new();
+        let mut unreadable: BTreeMap<PathBuf, String> = BTreeMap::new();
         match std::fs::read_dir(&self.dir) {
             Ok(rd) => {
                 for e in rd.flatten() {
@@ -348,12 +460,40 @@ impl ManifestDir {
                         path.extension().and_then(|x| x.to_str()),
                         Some("yaml" | "yml" | "json")
                     );
-                    // Follow symlinks (ConfigMap-style layouts), skip directories.
-                    if let Ok(meta) = std::fs::metadata(&path)
-                        && meta.is_file()
-                        && ext_ok
-                    {
-                        present.insert(path, meta);
+                    if !ext_ok {
+                        continue;
+                    }
+                    // Follow symlinks (ConfigMap-style layouts), skip directories; anything
+                    // else with a manifest name is reported, never opened (a FIFO would block).
+                    match std::fs::metadata(&path) {
+                        Ok(meta) if meta.is_file() => {
+                            present.insert(path, meta);
+                        }
+                        Ok(meta) if meta.is_dir() => {}
+                        Ok(meta) => {
+                            use std::os::unix::fs::FileTypeExt as _;
+                            let t = meta.file_type();
+                            let kind = if t.is_fifo() {
+                                "a FIFO"
+                            } else if t.is_block_device() || t.is_char_device() {
+                                "a device"
+                            } else if t.is_socket() {
+                                "a socket"
+                            } else {
+                                "not a regular file"
+                            };
+                            unreadable.insert(path, format!("{kind}, not a manifest file"));
+                        }
+                        Err(e) => {
+                            let why = if e.raw_os_error() == Some(libc::ELOOP) {
+                                "a symlink loop".to_owned()
+                            } else if e.kind() == std::io::ErrorKind::NotFound {
+                                "a dangling symlink".to_owned()
+                            } else {
+                                e.to_string()
+                            };
+                            unreadable.insert(path, format!("cannot be read: {why}"));
+                        }
                     }
                 }
             }
@@ -363,6 +503,27 @@ impl ManifestDir {
                 return events;
             }
         }
+        // Entries that cannot be manifests: reported when they appear or change, cleared
+        // when they go.
+        for (path, why) in &unreadable {
+            if self.unreadable.get(path) != Some(why) {
+                let file = path.display().to_string();
+                tracing::warn!(file = %file, problem = %why, "manifest directory entry skipped");
+                events.push(SourceEvent::Rejected {
+                    file: file.clone(),
+                    message: Some(format!("{file}: {why}")),
+                });
+            }
+        }
+        for path in self.unreadable.keys() {
+            if !unreadable.contains_key(path) {
+                events.push(SourceEvent::Rejected {
+                    file: path.display().to_string(),
+                    message: None,
+                });
+            }
+        }
+        self.unreadable = unreadable;
         // Deleted files: their pods go.
         let gone: Vec<PathBuf> = self
             .files
@@ -388,8 +549,9 @@ impl ManifestDir {
                 }
             }
         }
-        for (path, meta) in present {
-            let st = stamp(&meta);
+        for (path, meta) in &present {
+            let path = path.clone();
+            let st = stamp(meta);
             if self.files.get(&path).is_some_and(|f| f.stamp == st) {
                 continue;
             }
@@ -406,9 +568,18 @@ impl ManifestDir {
                     max: MAX_MANIFEST_BYTES,
                 })
             } else {
-                read_limited(&path).and_then(|text| parse_manifest(&path, &text, &self.node_name))
+                read_limited(&path).and_then(|text| {
+                    if let Some(line) = too_deep(&text, MAX_MANIFEST_DEPTH) {
+                        return Err(SourceError::TooDeep {
+                            file: path.clone(),
+                            line,
+                            max: MAX_MANIFEST_DEPTH,
+                        });
+                    }
+                    parse_manifest(&path, &text, &self.node_name)
+                })
             };
-            let parsed = parsed.and_then(|pods| self.check_uids(&path, pods));
+            let parsed = parsed.and_then(|pods| self.check_uids(&path, pods, &present));
             match parsed {
                 Err(e) => {
                     tracing::warn!(file = %file, error = %e, "manifest rejected; its previous pods (if any) are kept");
@@ -473,11 +644,17 @@ impl ManifestDir {
             self.synced = true;
             events.push(SourceEvent::Synced);
         }
+        self.persist_owners();
         events
     }
 
     /// Refuses uids used twice in the file or already owned by another file.
-    fn check_uids(&self, path: &Path, pods: Vec<Pod>) -> Result<Vec<Pod>, SourceError> {
+    fn check_uids(
+        &self,
+        path: &Path,
+        pods: Vec<Pod>,
+        present: &BTreeMap<PathBuf, std::fs::Metadata>,
+    ) -> Result<Vec<Pod>, SourceError> {
         let owners = self.owners();
         let mut seen: HashMap<String, usize> = HashMap::new();
         for (i, p) in pods.iter().enumerate() {
@@ -498,6 +675,20 @@ impl ManifestDir {
                     doc: i + 1,
                     uid,
                     other: owner.display().to_string(),
+                });
+            }
+            // Ownership from before a restart holds while its file is still there and not
+            // yet re-read (files are read in name order; the owner may come later).
+            if let Some(owner) = self.persisted.get(&uid)
+                && owner != path
+                && !self.files.contains_key(owner)
+                && present.contains_key(owner)
+            {
+                return Err(SourceError::DuplicateUid {
+                    file: path.to_path_buf(),
+                    doc: i + 1,
+                    uid,
+                    other: format!("{} (its owner before the restart)", owner.display()),
                 });
             }
         }
@@ -553,6 +744,128 @@ mod tests {
         assert_eq!(pods(&src.scan()), vec![(PodOp::Update, "u-1".to_owned())]);
         std::fs::remove_file(dir.path().join("web.yaml")).expect("rm");
         assert_eq!(pods(&src.scan()), vec![(PodOp::Delete, "u-1".to_owned())]);
+    }
+
+    #[test]
+    fn nesting_depth_is_bounded_before_parsing() {
+        for (text, max, want) in [
+            ("a: {b: [1, 2]}\n", 2, None),
+            ("a: {b: [1, 2]}\n", 1, Some(1)),
+            ("a: 1\nb: {c: {d: {}}}\n", 2, Some(2)),
+            ("a: '{{{{{{'\nb: \"[[[[[\\\"[[\"\n", 1, None),
+            ("a: x # {{{{{{\n", 1, None),
+            ("a: don't{\n", 1, None),
+        ] {
+            assert_eq!(too_deep(text, max), want, "{text:?} max {max}");
+        }
+        // kubelet-sized pods pass; 100,000 levels are refused at once.
+        let mut deep = String::new();
+        for _ in 0..100_000 {
+            deep.push_str("{\"a\":");
+        }
+        let started = std::time::Instant::now();
+        assert_eq!(too_deep(&deep, MAX_MANIFEST_DEPTH), Some(1));
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        assert_eq!(too_deep(POD, MAX_MANIFEST_DEPTH), None);
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("deep.json"), &deep).expect("write");
+        let mut src = ManifestDir::new(dir.path(), "n");
+        let ev = src.scan();
+        assert_eq!(
+            rejections(&ev),
+            [format!(
+                "{}: line 1: nested deeper than 64 levels",
+                dir.path().join("deep.json").display()
+            )]
+        );
+    }
+
+    /// A file claiming a running pod's uid is refused, also after a restart, where files are
+    /// read in name order and the squatter would come first.
+    #[test]
+    fn uid_ownership_survives_a_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = tempfile::tempdir().expect("state");
+        let owners = state.path().join(UID_OWNERS_FILE);
+        std::fs::write(dir.path().join("canary.yaml"), POD).expect("write");
+        let mut first = ManifestDir::new(dir.path(), "n").with_ownership_file(owners.clone());
+        assert_eq!(pods(&first.scan()), [(PodOp::Add, "u-1".to_owned())]);
+        let hijack = POD.replace("name: web", "name: hijack");
+        std::fs::write(dir.path().join("0-hijack.yaml"), &hijack).expect("write");
+        let ev = first.scan();
+        assert!(pods(&ev).is_empty(), "{ev:?}");
+        assert_eq!(rejections(&ev).len(), 1, "{ev:?}");
+        // Restart.
+        let mut second = ManifestDir::new(dir.path(), "n").with_ownership_file(owners.clone());
+        let ev = second.scan();
+        let added: Vec<_> = ev
+            .iter()
+            .filter_map(|e| match e {
+                SourceEvent::Pod(u) => Some((u.source.clone(), u.pod.metadata.uid.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            added,
+            [(
+                dir.path().join("canary.yaml").display().to_string(),
+                Some("u-1".to_owned())
+            )]
+        );
+        let r = rejections(&ev);
+        assert!(
+            r.len() == 1 && r[0].contains("0-hijack.yaml") && r[0].contains("canary.yaml"),
+            "{r:?}"
+        );
+        // The owner's file goes: the uid is free for the other file on its next change.
+        std::fs::remove_file(dir.path().join("canary.yaml")).expect("rm");
+        std::fs::write(dir.path().join("0-hijack.yaml"), hijack + "\n").expect("touch");
+        let ev = second.scan();
+        assert!(
+            pods(&ev).contains(&(PodOp::Add, "u-1".to_owned())),
+            "{ev:?}"
+        );
+    }
+
+    #[test]
+    fn fifos_and_symlink_loops_are_reported_not_opened() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("pipe.yaml");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo");
+        assert!(made.success());
+        std::os::unix::fs::symlink("loop.yaml", dir.path().join("loop.yaml")).expect("symlink");
+        std::os::unix::fs::symlink("nowhere", dir.path().join("dangling.yaml")).expect("symlink");
+        let mut src = ManifestDir::new(dir.path(), "n");
+        let r = rejections(&src.scan());
+        assert_eq!(r.len(), 3, "{r:?}");
+        assert!(
+            r.iter()
+                .any(|m| m.contains("pipe.yaml") && m.contains("a FIFO")),
+            "{r:?}"
+        );
+        assert!(
+            r.iter()
+                .any(|m| m.contains("loop.yaml") && m.contains("symlink loop")),
+            "{r:?}"
+        );
+        assert!(
+            r.iter()
+                .any(|m| m.contains("dangling.yaml") && m.contains("dangling")),
+            "{r:?}"
+        );
+        assert!(src.scan().is_empty(), "reported once");
+        std::fs::remove_file(&fifo).expect("rm");
+        let ev = src.scan();
+        assert!(
+            ev.contains(&SourceEvent::Rejected {
+                file: fifo.display().to_string(),
+                message: None
+            }),
+            "{ev:?}"
+        );
     }
 
     #[test]

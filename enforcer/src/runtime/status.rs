@@ -269,6 +269,18 @@ impl StatusManager {
         self.with(|i| i.pods.get(uid).cloned())
     }
 
+    /// The uids of the pods whose status is in `phase`.
+    #[must_use]
+    pub fn uids_in_phase(&self, phase: &str) -> Vec<String> {
+        self.with(|i| {
+            i.pods
+                .values()
+                .filter(|r| r.phase == phase)
+                .map(|r| r.uid.clone())
+                .collect()
+        })
+    }
+
     /// Everything, as written to `pods.json`.
     #[must_use]
     pub fn snapshot(&self) -> (u64, StatusFile) {
@@ -290,7 +302,8 @@ impl StatusManager {
     }
 }
 
-/// Writes `file` atomically (temp file in the same directory, fsync, rename).
+/// Writes `file` atomically (temp file in the same directory, fsync, rename, fsync of the
+/// directory so the rename itself survives a crash).
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), StatusError> {
     use std::io::Write as _;
     let io = |p: &Path| {
@@ -304,11 +317,27 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), StatusError> {
     let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
     f.write_all(data).map_err(io(&tmp))?;
     f.sync_all().map_err(io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io(path))
+    std::fs::rename(&tmp, path).map_err(io(path))?;
+    if let Some(dir) = path.parent() {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io(dir))?;
+    }
+    Ok(())
 }
 
 /// Persists the status on every change (at most every 100 ms) until `shutdown`.
-pub async fn writer(status: StatusManager, state_dir: PathBuf, shutdown: impl Future<Output = ()>) {
+pub async fn writer(
+    status: StatusManager,
+    state_dir: PathBuf,
+    health: Arc<crate::health::Health>,
+    shutdown: impl Future<Output = ()>,
+) {
     let path = state_dir.join(PODS_FILE);
     let mut written = u64::MAX;
     tokio::pin!(shutdown);
@@ -317,8 +346,14 @@ pub async fn writer(status: StatusManager, state_dir: PathBuf, shutdown: impl Fu
         if generation != written {
             match serde_json::to_vec_pretty(&file) {
                 Ok(data) => match write_atomic(&path, &data) {
-                    Ok(()) => written = generation,
-                    Err(e) => tracing::warn!(error = %e, "writing pod status"),
+                    Ok(()) => {
+                        written = generation;
+                        health.set_state(None);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "writing pod status");
+                        health.set_state(Some(format!("writing pod status: {e}")));
+                    }
                 },
                 Err(e) => tracing::warn!(error = %e, "encoding pod status"),
             }

@@ -224,6 +224,7 @@ async fn run_mode(
         status: StatusManager::default(),
         housekeeping,
         node_reclaim: None,
+        health: std::sync::Arc::default(),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(manager.run(pipeline, async {

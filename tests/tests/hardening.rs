@@ -1,0 +1,387 @@
+//! Drills: what hostile input and faults did to the daemon, each one a test that failed before
+//! the fix. Real kernel, cgroups and a private containerd.
+//!
+//! - descriptor exhaustion: 1,100 idle connections to the HTTP port under `ulimit -n 1024`;
+//! - a deeply nested manifest (100,000 levels) beside pods that must keep being handled;
+//! - a file squatting a running pod's uid, across a daemon restart;
+//! - shutdown while a pod's kill keeps failing because containerd is gone.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpStream},
+    path::Path,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use enforcer::{
+    config::ConfigArgs,
+    runtime::{ContainerRuntime as _, CriRuntime},
+};
+use enforcer_tests::{
+    containerd::Containerd,
+    node::{Node, find, phase, pod, status_file, wait_until},
+};
+use tokio::time::Instant;
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const SLEEP: &str = "trap 'exit 0' TERM; sleep 3600 & wait";
+
+fn args() -> ConfigArgs {
+    ConfigArgs {
+        node_capacity: vec!["memory=1Gi".to_owned()],
+        ..ConfigArgs::default()
+    }
+}
+
+fn uid(n: u32) -> String {
+    format!("d0000000-0000-0000-0000-{n:012}")
+}
+
+/// GET `path` with a short timeout: the status line, or `None`.
+fn http_get(addr: SocketAddr, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    out.lines().next().map(str::to_owned)
+}
+
+fn open_fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count)
+}
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 of stat; `after` starts at field 3.
+    f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+}
+
+/// Raises this test process's own descriptor limit (it opens 1,100 sockets).
+fn raise_own_nofile() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local rlimit.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut lim), 0);
+        lim.rlim_cur = lim.rlim_max.max(4096).min(lim.rlim_max);
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &raw const lim), 0);
+    }
+    assert!(
+        lim.rlim_cur >= 2048,
+        "the test needs 2048 descriptors: {lim:?}"
+    );
+}
+
+/// kubelet's default service limit for descriptors is 1024 (systemd's soft limit); with the
+/// hard limit at 1024 too the daemon cannot raise it. 1,100 idle connections must not
+/// exhaust its descriptors: the eviction manager keeps observing, a new manifest starts,
+/// the accept loop does not spin, and `/healthz` answers once the connections go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_under_a_1024_descriptor_limit_do_not_blind_the_daemon() {
+    let _serial = SERIAL.lock().await;
+    raise_own_nofile();
+    let bin = enforcer_tests::enforcer_binary();
+    let cd = Containerd::start("fds");
+    let manifests = cd.dir.join("manifests");
+    let state = cd.dir.join("state");
+    std::fs::create_dir_all(&manifests).expect("manifests");
+    let addr: SocketAddr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("port");
+        l.local_addr().expect("addr")
+    };
+    let log_path = cd.dir.join("enforcer.log");
+    let log = std::fs::File::create(&log_path).expect("log");
+    let mut daemon = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -n 1024 && exec \"$@\"")
+        .arg("sh")
+        .arg(&bin)
+        .args([
+            "run",
+            "--housekeeping-interval=1s",
+            "--node-capacity=memory=1Gi",
+        ])
+        .arg(format!("--http-address={addr}"))
+        .arg(format!("--cri-socket={}", cd.socket.display()))
+        .arg(format!("--manifest-dir={}", manifests.display()))
+        .arg(format!("--state-dir={}", state.display()))
+        .arg(format!("--cgroup-root={}", cd.cgroup_root))
+        .arg("--allow-host-namespaces")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("enforcer run");
+    let pid = daemon.id();
+    let log_text = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    wait_until("the daemon answering", Duration::from_secs(60), || {
+        http_get(addr, "/healthz").is_some()
+    })
+    .await;
+    let limit = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap_or_default();
+    assert!(
+        limit
+            .lines()
+            .any(|l| l.starts_with("Max open files") && l.contains("1024")),
+        "{limit}"
+    );
+    std::fs::write(
+        manifests.join("before.yaml"),
+        pod("before", &uid(1), "", "", SLEEP),
+    )
+    .expect("manifest");
+    wait_until("the first pod running", Duration::from_secs(60), || {
+        phase(&state, "before").as_deref() == Some("Running")
+    })
+    .await;
+
+    // The flood: 1,100 idle connections, held open.
+    let mut held = Vec::new();
+    for _ in 0..1100 {
+        if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+            held.push(s);
+        }
+    }
+    let ticks_before = cpu_ticks(pid);
+    let t0 = std::time::Instant::now();
+    std::fs::write(
+        manifests.join("during.yaml"),
+        pod("during", &uid(2), "", "", SLEEP),
+    )
+    .expect("manifest");
+    let mut max_fds = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while phase(&state, "during").as_deref() != Some("Running") {
+        max_fds = max_fds.max(open_fds(pid));
+        assert!(
+            Instant::now() < deadline,
+            "no pod started during the flood; log:\n{}",
+            log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Watch a few seconds more with the connections still held.
+    let watch_until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < watch_until {
+        max_fds = max_fds.max(open_fds(pid));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+        .unwrap_or(100)
+        .max(1);
+    let cpu = (cpu_ticks(pid) - ticks_before) as f64 / hz as f64;
+    let wall = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "held {} connections; daemon peak {max_fds} descriptors; CPU {cpu:.2} s in {wall:.1} s",
+        held.len()
+    );
+    assert!(
+        held.len() >= 1000,
+        "the flood opened {} connections",
+        held.len()
+    );
+    assert!(
+        max_fds < 1024 - 64,
+        "the daemon used {max_fds} of its 1024 descriptors"
+    );
+    assert!(
+        cpu < wall * 0.5,
+        "the daemon used {cpu:.2} s of CPU in {wall:.1} s: the accept loop spins"
+    );
+    let text = log_text();
+    for bad in ["observing the node failed", "Too many open files"] {
+        assert!(!text.contains(bad), "{bad:?} in the log:\n{text}");
+    }
+    drop(held);
+    wait_until("/healthz after the flood", Duration::from_secs(20), || {
+        http_get(addr, "/healthz").is_some_and(|l| l.contains("200"))
+    })
+    .await;
+
+    // SAFETY: kill on the daemon we started.
+    unsafe { libc::kill(i32::try_from(pid).expect("pid"), libc::SIGTERM) };
+    let _ = daemon.wait();
+    cd.remove_all_pods().await;
+    drop(cd);
+}
+
+/// 100,000 levels of `{"a":` (0.6 MB) are refused before the parser sees them, and the pod
+/// loop keeps handling the other manifests meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deeply_nested_manifest_is_refused_and_blocks_nothing() {
+    let _serial = SERIAL.lock().await;
+    let mut node = Node::start("deep", args(), None);
+    node.submit("canary.yaml", &pod("canary", &uid(11), "", "", SLEEP));
+    wait_until("canary running", Duration::from_secs(60), || {
+        phase(&node.state, "canary").as_deref() == Some("Running")
+    })
+    .await;
+    let mut deep = String::with_capacity(600_000);
+    for _ in 0..100_000 {
+        deep.push_str("{\"a\":");
+    }
+    node.submit("deep.json", &deep);
+    let t0 = Instant::now();
+    node.submit("after.yaml", &pod("after", &uid(12), "", "", SLEEP));
+    wait_until(
+        "the pod after the deep file",
+        Duration::from_secs(20),
+        || phase(&node.state, "after").as_deref() == Some("Running"),
+    )
+    .await;
+    eprintln!("pod after the deep manifest running in {:?}", t0.elapsed());
+    let file = status_file(&node.state);
+    let rejected = file
+        .rejected
+        .iter()
+        .find(|r| r.file.ends_with("deep.json"))
+        .unwrap_or_else(|| panic!("deep.json listed as rejected: {:?}", file.rejected));
+    assert!(
+        rejected.message.contains("nested deeper than 64 levels"),
+        "{rejected:?}"
+    );
+    // A restart adopts the running pods at once, the deep file notwithstanding.
+    node.restart().await;
+    let t0 = Instant::now();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_until(
+        "pods adopted after the restart",
+        Duration::from_secs(15),
+        || {
+            ["canary", "after"]
+                .iter()
+                .all(|p| phase(&node.state, p).as_deref() == Some("Running"))
+        },
+    )
+    .await;
+    eprintln!("adopted after the restart in {:?}", t0.elapsed());
+    drop(node.shutdown().await);
+}
+
+fn container_id(state: &Path, prefix: &str) -> Option<String> {
+    find(&status_file(state).pods, prefix)
+        .and_then(|r| r.container_statuses.first().map(|c| c.container_id.clone()))
+        .filter(|id| !id.is_empty())
+}
+
+/// `0-hijack.yaml` claims the uid of the running `canary.yaml`: refused, and still refused
+/// after a restart, where it is read first; the canary keeps its container.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_uid_squatter_never_wins_across_a_restart() {
+    let _serial = SERIAL.lock().await;
+    let mut node = Node::start("squat", args(), None);
+    let u = uid(21);
+    node.submit("canary.yaml", &pod("canary", &u, "", "", SLEEP));
+    wait_until("canary running", Duration::from_secs(60), || {
+        phase(&node.state, "canary").as_deref() == Some("Running")
+    })
+    .await;
+    let id = container_id(&node.state, "canary").expect("canary's container");
+    node.submit(
+        "0-hijack.yaml",
+        &pod("hijack", &u, "", "", "echo hijacked; sleep 3600"),
+    );
+    let refused = |state: &Path| {
+        status_file(state)
+            .rejected
+            .iter()
+            .any(|r| r.file.ends_with("0-hijack.yaml") && r.message.contains("canary.yaml"))
+    };
+    wait_until("the squatter refused", Duration::from_secs(10), || {
+        refused(&node.state)
+    })
+    .await;
+    node.restart().await;
+    wait_until(
+        "the squatter refused after the restart",
+        Duration::from_secs(20),
+        || refused(&node.state),
+    )
+    .await;
+    // Give a wrong adoption time to show.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let recs = status_file(&node.state).pods;
+    assert!(
+        find(&recs, "hijack").is_none(),
+        "the squatter runs: {recs:?}"
+    );
+    assert_eq!(
+        phase(&node.state, "canary").as_deref(),
+        Some("Running"),
+        "{recs:?}"
+    );
+    assert_eq!(
+        container_id(&node.state, "canary").as_deref(),
+        Some(id.as_str()),
+        "the canary's container was replaced"
+    );
+    drop(node.shutdown().await);
+}
+
+/// containerd goes away while a pod is being deleted: the kill keeps failing, yet stopping
+/// the daemon finishes within its bound, leaving the pod `Terminating` in the status file for
+/// the next start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_is_bounded_while_a_kill_keeps_failing() {
+    let _serial = SERIAL.lock().await;
+    let mut node = Node::start("shutdown", args(), None);
+    node.submit("victim.yaml", &pod("victim", &uid(31), "", "", SLEEP));
+    wait_until("victim running", Duration::from_secs(60), || {
+        phase(&node.state, "victim").as_deref() == Some("Running")
+    })
+    .await;
+    node.cd.stop();
+    node.delete("victim.yaml");
+    wait_until("victim terminating", Duration::from_secs(10), || {
+        phase(&node.state, "victim").as_deref() == Some("Terminating")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let t0 = Instant::now();
+    tokio::time::timeout(Duration::from_secs(30), node.stop_daemon())
+        .await
+        .expect("the daemon stopped within 30 s with containerd gone");
+    let took = t0.elapsed();
+    eprintln!("stopped in {took:?} with a kill failing");
+    assert_eq!(
+        phase(&node.state, "victim").as_deref(),
+        Some("Terminating"),
+        "what it left is recorded"
+    );
+    // The next start, with containerd back, finishes the deletion.
+    node.cd.launch();
+    node.restart().await;
+    let cri = CriRuntime::new(node.cd.socket.clone(), Duration::from_secs(5));
+    let filter = k8s_cri::v1::PodSandboxFilter {
+        label_selector: std::collections::HashMap::from([(
+            "io.kubernetes.pod.uid".to_owned(),
+            uid(31),
+        )]),
+        ..Default::default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = cri
+            .list_pod_sandboxes(filter.clone())
+            .await
+            .unwrap_or_default();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the next start did not remove the victim: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(node.shutdown().await);
+}
