@@ -143,10 +143,11 @@ async fn idle_connections_under_a_1024_descriptor_limit_do_not_blind_the_daemon(
     })
     .await;
 
-    // The flood: 1,100 idle connections, held open.
+    // The flood: 1,100 idle connections, held open. Beyond the daemon's cap they wait in
+    // the listen backlog; beyond the backlog the kernel stops answering (a short timeout).
     let mut held = Vec::new();
     for _ in 0..1100 {
-        if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+        if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(50)) {
             held.push(s);
         }
     }
@@ -185,8 +186,8 @@ async fn idle_connections_under_a_1024_descriptor_limit_do_not_blind_the_daemon(
         held.len()
     );
     assert!(
-        held.len() >= 1000,
-        "the flood opened {} connections",
+        held.len() > 2 * enforcer::server::MAX_CONNECTIONS,
+        "the flood opened only {} connections",
         held.len()
     );
     assert!(
