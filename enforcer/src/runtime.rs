@@ -20,6 +20,7 @@ pub mod enforce;
 pub mod fake;
 pub mod gc;
 pub mod image;
+pub mod limit;
 pub mod link;
 pub mod local;
 pub mod podcgroup;

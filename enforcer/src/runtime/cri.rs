@@ -160,6 +160,8 @@ pub struct CriRuntime {
     socket: PathBuf,
     timeout: Duration,
     conn: Mutex<Conn>,
+    /// Pod-creating calls in flight ([`super::limit`]).
+    starts: super::limit::AdaptiveLimit,
 }
 
 /// First reconnection delay; doubles per failure up to [`RECONNECT_MAX`].
@@ -198,7 +200,30 @@ impl CriRuntime {
                 failures: 0,
                 next_attempt: None,
             }),
+            starts: super::limit::AdaptiveLimit::default(),
         }
+    }
+
+    /// How many pod-creating calls may run at once now.
+    #[must_use]
+    pub fn start_limit(&self) -> usize {
+        self.starts.limit()
+    }
+
+    /// Runs a pod-creating call within the adaptive limit, and feeds its latency back.
+    async fn limited<T>(
+        &self,
+        call: impl Future<Output = Result<T, CriError>>,
+    ) -> Result<T, CriError> {
+        let _slot = self.starts.acquire().await;
+        let t0 = Instant::now();
+        let r = call.await;
+        match &r {
+            Ok(_) => self.starts.record(t0.elapsed(), false),
+            Err(CriError::Timeout { .. }) => self.starts.record(t0.elapsed(), true),
+            Err(_) => {}
+        }
+        r
     }
 
     /// The socket this client talks to.
@@ -339,7 +364,7 @@ impl ContainerRuntime for CriRuntime {
             .map(|m| m.uid.clone())
             .unwrap_or_default();
         let resp = self
-            .call(
+            .limited(self.call(
                 "RunPodSandbox",
                 &id,
                 Duration::from_secs(60),
@@ -350,7 +375,7 @@ impl ContainerRuntime for CriRuntime {
                     })
                     .await
                 },
-            )
+            ))
             .await?;
         Ok(resp.pod_sandbox_id)
     }
@@ -418,7 +443,7 @@ impl ContainerRuntime for CriRuntime {
             .map(|m| format!("{sandbox_id}/{}", m.name))
             .unwrap_or_default();
         let resp = self
-            .call(
+            .limited(self.call(
                 "CreateContainer",
                 &name,
                 Duration::from_secs(30),
@@ -431,14 +456,14 @@ impl ContainerRuntime for CriRuntime {
                     })
                     .await
                 },
-            )
+            ))
             .await?;
         Ok(resp.container_id)
     }
 
     async fn start_container(&self, id: &str) -> Result<(), CriError> {
         let container_id = id.to_owned();
-        self.call(
+        self.limited(self.call(
             "StartContainer",
             id,
             Duration::from_secs(30),
@@ -446,7 +471,7 @@ impl ContainerRuntime for CriRuntime {
                 r.start_container(cri::StartContainerRequest { container_id })
                     .await
             },
-        )
+        ))
         .await
         .map(drop)
     }

@@ -18,6 +18,8 @@ struct State {
     calls: Vec<String>,
     images: Vec<String>,
     down: bool,
+    /// StartContainer calls still to fail (as a runtime timing out would).
+    failing_starts: u32,
 }
 
 /// The recording runtime. Clone shares the state.
@@ -73,6 +75,11 @@ impl FakeRuntime {
     #[must_use]
     pub fn calls(&self) -> Vec<String> {
         self.with(|s| s.calls.clone())
+    }
+
+    /// Makes the next `n` StartContainer calls fail, leaving the containers created.
+    pub fn fail_starts(&self, n: u32) {
+        self.with(|s| s.failing_starts = n);
     }
 
     /// Makes every call fail as if the runtime were gone (or brings it back).
@@ -242,6 +249,18 @@ impl ContainerRuntime for FakeRuntime {
                 .and_then(|(c, _)| c.metadata.as_ref().map(|m| m.name.clone()))
         });
         self.log(format!("StartContainer {}", name.unwrap_or_default()))?;
+        let fail = self.with(|s| {
+            let fail = s.failing_starts > 0;
+            s.failing_starts = s.failing_starts.saturating_sub(1);
+            fail
+        });
+        if fail {
+            return Err(CriError::Timeout {
+                op: "StartContainer",
+                id: id.to_owned(),
+                after: std::time::Duration::from_secs(30),
+            });
+        }
         self.with(
             |s| match s.containers.iter_mut().find(|(c, _)| c.id == id) {
                 Some((c, st)) => {

@@ -160,6 +160,7 @@ fn kind_of(c: &cri::Container) -> ContainerKind {
 
 const RUNNING: i32 = cri::ContainerState::ContainerRunning as i32;
 const EXITED: i32 = cri::ContainerState::ContainerExited as i32;
+const CREATED: i32 = cri::ContainerState::ContainerCreated as i32;
 const SANDBOX_READY: i32 = cri::PodSandboxState::SandboxReady as i32;
 
 /// Stops the pod's containers (regular ones first, then init containers and sidecars, each
@@ -713,12 +714,18 @@ impl<R: ContainerRuntime> PodWorker<R> {
                     break;
                 }
                 other => {
-                    if let Some(x) = other {
+                    if let Some(x) = other
+                        && !self.start_created(c, x).await?
+                    {
                         ignore_not_found(rt.remove_container(&x.id).await).map_err(self.cri())?;
+                        let count = Self::next_count(&containers, &c.name);
+                        self.start(pod, c, kind, count, &sandbox_id, &sandbox_config, now)
+                            .await?;
+                    } else if other.is_none() {
+                        let count = Self::next_count(&containers, &c.name);
+                        self.start(pod, c, kind, count, &sandbox_id, &sandbox_config, now)
+                            .await?;
                     }
-                    let count = Self::next_count(&containers, &c.name);
-                    self.start(pod, c, kind, count, &sandbox_id, &sandbox_config, now)
-                        .await?;
                     if !sidecar {
                         init_done = false;
                         break;
@@ -777,6 +784,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
                             earliest(at);
                         }
                     }
+                    Some(x) if self.start_created(c, x).await? => {}
                     other => {
                         if let Some(x) = other {
                             ignore_not_found(rt.remove_container(&x.id).await)
@@ -925,6 +933,33 @@ impl<R: ContainerRuntime> PodWorker<R> {
             self.exit_seen.remove(&old.id);
         }
         Ok(None)
+    }
+
+    /// A container that was created but never started (a `StartContainer` that failed, or a
+    /// `CreateContainer` that timed out and completed later), still of the current definition:
+    /// started, not created a second time. Returns whether it was.
+    async fn start_created(
+        &mut self,
+        c: &Container,
+        x: &cri::Container,
+    ) -> Result<bool, WorkerError> {
+        if x.state != CREATED
+            || x.annotations
+                .get(spec::CONTAINER_HASH_ANNOTATION)
+                .map(String::as_str)
+                != Some(spec::container_hash(c).as_str())
+        {
+            return Ok(false);
+        }
+        let rt = self.ctx.runtime.clone();
+        match rt.start_container(&x.id).await {
+            Ok(()) => {
+                tracing::info!(uid = %self.uid, container = %c.name, id = %x.id, "started a container created earlier");
+                Ok(true)
+            }
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(self.cri()(e)),
+        }
     }
 
     /// Makes sure the image is there (pull policy), creates and starts a container.
@@ -1326,6 +1361,29 @@ mod tests {
 
     async fn settle() {
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    /// A StartContainer that failed (or a CreateContainer that timed out and completed) leaves
+    /// a created container: the next sync starts it, it never creates a second one.
+    #[tokio::test(start_paused = true)]
+    async fn a_created_container_is_started_not_created_again() {
+        let h = harness(
+            "metadata: {name: p, uid: u5}\nspec: {containers: [{name: c, image: 'busybox:local'}]}",
+        );
+        h.fake.fail_starts(1);
+        settle().await;
+        assert!(h.fake.running().is_empty(), "{:?}", h.fake.calls());
+        let _ = h.tx.send(WorkUpdate::Relist);
+        settle().await;
+        assert_eq!(h.fake.running(), ["c"], "{:?}", h.fake.calls());
+        let creates = h
+            .fake
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("CreateContainer"))
+            .count();
+        assert_eq!(creates, 1, "{:?}", h.fake.calls());
+        assert_eq!(h.fake.counts().1, 1);
     }
 
     #[tokio::test(start_paused = true)]
