@@ -180,6 +180,16 @@ async fn wait_until(
     status: &StatusManager,
     what: &str,
     timeout: Duration,
+    done: impl FnMut(&StatusManager) -> bool,
+) -> anyhow::Result<()> {
+    wait_every(status, what, timeout, Duration::from_millis(2), done).await
+}
+
+async fn wait_every(
+    status: &StatusManager,
+    what: &str,
+    timeout: Duration,
+    every: Duration,
     mut done: impl FnMut(&StatusManager) -> bool,
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
@@ -191,7 +201,7 @@ async fn wait_until(
                 serde_json::to_string_pretty(&snap).unwrap_or_default()
             );
         }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        tokio::time::sleep(every).await;
     }
     Ok(())
 }
@@ -435,10 +445,178 @@ async fn main() -> anyhow::Result<()> {
     let rss_pods = usize::try_from(arg("--rss-pods", 100)).unwrap_or(100);
     let poll = Duration::from_millis(arg("--poll-ms", 20));
     let mut cd = Containerd::start("bench-pods");
-    let result = bench(&cd, n, rss_pods, poll).await;
+    let result = if n > 100 {
+        burst(&cd, n, poll).await
+    } else {
+        bench(&cd, n, rss_pods, poll).await
+    };
     cd.remove_all_pods().await;
     cd.teardown();
     result
+}
+
+/// Processes whose command line contains `needle` (and, when given, `also`).
+fn processes_with(needle: &str, also: Option<&str>) -> usize {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    rd.flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .filter(|c| c.contains(needle) && also.is_none_or(|a| c.contains(a)))
+        .count()
+}
+
+fn load1() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(0.0)
+}
+
+/// What a burst left behind.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Leftovers {
+    sandboxes: usize,
+    containers: usize,
+    shims: usize,
+    runc_init: usize,
+    pod_cgroups: usize,
+}
+
+impl Leftovers {
+    fn total(&self) -> usize {
+        self.sandboxes + self.containers + self.shims + self.runc_init + self.pod_cgroups
+    }
+}
+
+async fn leftovers(cd: &Containerd, rt: &CriRuntime) -> Leftovers {
+    let socket = cd.socket.display().to_string();
+    Leftovers {
+        sandboxes: rt
+            .list_pod_sandboxes(k8s_cri::v1::PodSandboxFilter::default())
+            .await
+            .map_or(usize::MAX, |v| v.len()),
+        containers: rt
+            .list_containers(k8s_cri::v1::ContainerFilter::default())
+            .await
+            .map_or(usize::MAX, |v| v.len()),
+        shims: processes_with("containerd-shim", Some(&socket)),
+        runc_init: processes_with("runc init", None),
+        pod_cgroups: cd.pod_cgroups().len(),
+    }
+}
+
+/// `--pods N` above 100: N pods at once through the enforcer's pod runtime, then every
+/// manifest deleted; the time to all Running and to all gone, the peak load, and what is
+/// left behind once it has converged (it must be nothing).
+async fn burst(cd: &Containerd, n: usize, poll: Duration) -> anyhow::Result<()> {
+    let node = node_facts();
+    let rt = Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(30)));
+    let version = rt.version().await?;
+    let manifests = cd.dir.join("manifests");
+    let state = cd.dir.join("enforcer-state");
+    std::fs::create_dir_all(&manifests)?;
+    let mut opts = RunPodsOptions::for_node(layout(), &Capabilities::probe(&layout()));
+    opts.cri_socket = cd.socket.clone();
+    opts.cri_timeout = Duration::from_secs(30);
+    opts.cgroup_root = cd.cgroup_root.clone();
+    opts.manifest_dir = manifests.clone();
+    opts.state_dir = state;
+    opts.node_name = NODE.to_owned();
+    opts.node = node;
+    opts.poll = poll;
+    opts.relist = Duration::from_secs(1);
+    opts.resync = Duration::from_secs(10);
+    let status = StatusManager::default();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let enforcer_rt = Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(30)));
+    let limit_view = enforcer_rt.clone();
+    let task = tokio::spawn(run_pods_with(enforcer_rt, opts, status.clone(), async {
+        let _ = stop_rx.await;
+    }));
+    let peak = Arc::new(std::sync::Mutex::new((0.0f64, usize::MAX, 0usize)));
+    let sampler = {
+        let peak = peak.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Ok(mut p) = peak.lock() {
+                    p.0 = p.0.max(load1());
+                    p.1 = p.1.min(limit_view.start_limit());
+                    p.2 = p.2.max(limit_view.start_limit());
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+    let uids: Vec<String> = (0..n).map(|i| format!("burst-{i}")).collect();
+    let t = Instant::now();
+    for (i, uid) in uids.iter().enumerate() {
+        write_manifest(
+            &manifests,
+            &format!("burst{i}.yaml"),
+            &pod_yaml(&format!("burst{i}"), uid),
+        )?;
+    }
+    let limit = Duration::from_secs(900);
+    let every = Duration::from_millis(250);
+    let up = wait_every(&status, "all running", limit, every, |s| {
+        uids.iter().all(|u| s.get(u).is_some_and(|p| running(&p)))
+    })
+    .await;
+    let to_running = t.elapsed();
+    let t = Instant::now();
+    for i in 0..n {
+        std::fs::remove_file(manifests.join(format!("burst{i}.yaml")))?;
+    }
+    let down = wait_every(&status, "all gone", limit, every, |s| {
+        uids.iter().all(|u| s.get(u).is_none())
+    })
+    .await;
+    let to_gone = t.elapsed();
+    // Converged: nothing of the burst left (up to a minute for shims to exit).
+    let t = Instant::now();
+    let mut left = leftovers(cd, &rt).await;
+    while left.total() > 0 && t.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        left = leftovers(cd, &rt).await;
+    }
+    let converged = t.elapsed();
+    sampler.abort();
+    let _ = stop_tx.send(());
+    task.await??;
+    let (load, min_limit, max_limit) = peak.lock().map(|p| *p).unwrap_or_default();
+    println!(
+        "\n### A burst of {n} pods through the enforcer ({} {}, 2 cores)\n",
+        version.runtime_name, version.runtime_version
+    );
+    println!(
+        "| pods | to all Running (s) | to all gone (s) | then converged (s) | peak load (1 min) | start limit (min-max) | sandboxes | containers | shims | runc init | pod cgroups |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| {n} | {} | {} | {} | {load:.1} | {min_limit}-{max_limit} | {} | {} | {} | {} | {} |",
+        secs(to_running),
+        secs(to_gone),
+        secs(converged),
+        left.sandboxes,
+        left.containers,
+        left.shims,
+        left.runc_init,
+        left.pod_cgroups
+    );
+    up?;
+    down?;
+    if left.total() > 0 {
+        bail!("the burst left {left:?}");
+    }
+    Ok(())
 }
 
 async fn bench(cd: &Containerd, n: usize, rss_pods: usize, poll: Duration) -> anyhow::Result<()> {
