@@ -9,6 +9,7 @@
 use std::{
     io::{Read as _, Write as _},
     net::{SocketAddr, TcpStream},
+    os::unix::process::CommandExt as _,
     path::Path,
     process::{Command, Stdio},
     time::Duration,
@@ -63,6 +64,28 @@ fn cpu_ticks(pid: u32) -> u64 {
         + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
 }
 
+/// The daemon process this test started: SIGTERM on drop (also when the test fails), then
+/// SIGKILL if it has not exited within 20 s; ended by its PID only.
+struct Stopper(std::process::Child);
+
+impl Drop for Stopper {
+    fn drop(&mut self) {
+        if let Ok(pid) = i32::try_from(self.0.id()) {
+            // SAFETY: kill on the PID of a child this test spawned and has not reaped.
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Raises this test process's own descriptor limit (it opens 1,100 sockets).
 fn raise_own_nofile() {
     let mut lim = libc::rlimit {
@@ -90,7 +113,7 @@ async fn idle_connections_under_a_1024_descriptor_limit_do_not_blind_the_daemon(
     let _serial = SERIAL.lock().await;
     raise_own_nofile();
     let bin = enforcer_tests::enforcer_binary();
-    let cd = Containerd::start("fds");
+    let mut cd = Containerd::start("fds");
     let manifests = cd.dir.join("manifests");
     let state = cd.dir.join("state");
     std::fs::create_dir_all(&manifests).expect("manifests");
@@ -100,27 +123,35 @@ async fn idle_connections_under_a_1024_descriptor_limit_do_not_blind_the_daemon(
     };
     let log_path = cd.dir.join("enforcer.log");
     let log = std::fs::File::create(&log_path).expect("log");
-    let mut daemon = Command::new("sh")
-        .arg("-c")
-        .arg("ulimit -n 1024 && exec \"$@\"")
-        .arg("sh")
-        .arg(&bin)
-        .args([
-            "run",
-            "--housekeeping-interval=1s",
-            "--node-capacity=memory=1Gi",
-        ])
-        .arg(format!("--http-address={addr}"))
-        .arg(format!("--cri-socket={}", cd.socket.display()))
-        .arg(format!("--manifest-dir={}", manifests.display()))
-        .arg(format!("--state-dir={}", state.display()))
-        .arg(format!("--cgroup-root={}", cd.cgroup_root))
-        .arg("--allow-host-namespaces")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("enforcer run");
-    let pid = daemon.id();
+    let mut cmd = Command::new(&bin);
+    cmd.args([
+        "run",
+        "--housekeeping-interval=1s",
+        "--node-capacity=memory=1Gi",
+    ])
+    .arg(format!("--http-address={addr}"))
+    .arg(format!("--cri-socket={}", cd.socket.display()))
+    .arg(format!("--manifest-dir={}", manifests.display()))
+    .arg(format!("--state-dir={}", state.display()))
+    .arg(format!("--cgroup-root={}", cd.cgroup_root))
+    .arg("--allow-host-namespaces")
+    .stdout(Stdio::null())
+    .stderr(log);
+    // SAFETY: the closure only calls setrlimit, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let lim = libc::rlimit {
+                rlim_cur: 1024,
+                rlim_max: 1024,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raw const lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let daemon = Stopper(cmd.spawn().expect("enforcer run"));
+    let pid = daemon.0.id();
     let log_text = || std::fs::read_to_string(&log_path).unwrap_or_default();
     wait_until("the daemon answering", Duration::from_secs(60), || {
         http_get(addr, "/healthz").is_some()
@@ -207,10 +238,23 @@ async fn idle_connections_under_a_1024_descriptor_limit_do_not_blind_the_daemon(
         http_get(addr, "/healthz").is_some_and(|l| l.contains("200"))
     })
     .await;
+    // /healthz tells the truth about the runtime: containerd gone -> 503 naming it.
+    cd.stop();
+    wait_until(
+        "/healthz failing without containerd",
+        Duration::from_secs(20),
+        || http_get(addr, "/healthz").is_some_and(|l| l.contains("503")),
+    )
+    .await;
+    cd.launch();
+    wait_until(
+        "/healthz ok with containerd back",
+        Duration::from_secs(30),
+        || http_get(addr, "/healthz").is_some_and(|l| l.contains("200")),
+    )
+    .await;
 
-    // SAFETY: kill on the daemon we started.
-    unsafe { libc::kill(i32::try_from(pid).expect("pid"), libc::SIGTERM) };
-    let _ = daemon.wait();
+    drop(daemon);
     cd.remove_all_pods().await;
     drop(cd);
 }

@@ -455,10 +455,11 @@ async fn main() -> anyhow::Result<()> {
     result
 }
 
-/// Processes whose command line contains `needle` (and, when given, `also`).
-fn processes_with(needle: &str, also: Option<&str>) -> usize {
+/// `pid: command line` of the processes whose command line contains `needle` (and, when
+/// given, `also`).
+fn process_lines(needle: &str, also: Option<&str>) -> Vec<String> {
     let Ok(rd) = std::fs::read_dir("/proc") else {
-        return 0;
+        return Vec::new();
     };
     rd.flatten()
         .filter(|e| {
@@ -467,10 +468,20 @@ fn processes_with(needle: &str, also: Option<&str>) -> usize {
                 .bytes()
                 .all(|b| b.is_ascii_digit())
         })
-        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
-        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .filter_map(|e| {
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            Some(format!(
+                "{}: {}",
+                e.file_name().to_string_lossy(),
+                String::from_utf8_lossy(&cmd).replace('\0', " ")
+            ))
+        })
         .filter(|c| c.contains(needle) && also.is_none_or(|a| c.contains(a)))
-        .count()
+        .collect()
+}
+
+fn processes_with(needle: &str, also: Option<&str>) -> usize {
+    process_lines(needle, also).len()
 }
 
 fn load1() -> f64 {
@@ -614,6 +625,9 @@ async fn burst(cd: &Containerd, n: usize, poll: Duration) -> anyhow::Result<()> 
     up?;
     down?;
     if left.total() > 0 {
+        for line in process_lines("containerd-shim", Some(&cd.socket.display().to_string())) {
+            eprintln!("left: {line}");
+        }
         bail!("the burst left {left:?}");
     }
     Ok(())
