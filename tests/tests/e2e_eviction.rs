@@ -83,19 +83,44 @@ fn uid(n: u32) -> String {
     format!("{UID_PREFIX}{n:012}")
 }
 
-/// kubelet's `innocentPod`: requests = limits of 50Mi memory and ephemeral storage.
-fn innocent(n: u32, extra_spec: &str) -> Spec {
+/// kubelet's e2e high priority class value.
+const HIGH_PRIORITY: &str = "  priority: 999999999\n";
+/// A Guaranteed pod's resources, 300Mi of memory.
+const GUARANTEED_300MI: &str =
+    "    resources: {requests: {cpu: 100m, memory: 300Mi}, limits: {cpu: 100m, memory: 300Mi}}\n";
+
+/// A pod of kubelet's helpers: `terminationGracePeriodSeconds: 1`, then `extra_spec`.
+fn spec(
+    name: &str,
+    priority: u32,
+    n: u32,
+    extra_spec: &str,
+    resources: &str,
+    script: &str,
+) -> Spec {
     Spec {
-        name: "innocent-pod".to_owned(),
-        priority: 0,
+        name: name.to_owned(),
+        priority,
         manifest: pod(
-            "innocent-pod",
+            name,
             &uid(n),
             &format!("  terminationGracePeriodSeconds: 1\n{extra_spec}"),
-            "    resources: {requests: {memory: 50Mi, ephemeral-storage: 50Mi}, limits: {memory: 50Mi, ephemeral-storage: 50Mi}}\n",
-            "while true; do sleep 5; done",
+            resources,
+            script,
         ),
     }
+}
+
+/// kubelet's `innocentPod`: requests = limits of 50Mi memory and ephemeral storage.
+fn innocent(n: u32, extra_spec: &str) -> Spec {
+    spec(
+        "innocent-pod",
+        0,
+        n,
+        extra_spec,
+        "    resources: {requests: {memory: 50Mi, ephemeral-storage: 50Mi}, limits: {memory: 50Mi, ephemeral-storage: 50Mi}}\n",
+        "while true; do sleep 5; done",
+    )
 }
 
 /// A memory hog: grows by 12 MiB every 0.5 s up to `max_mib`, then holds it.
@@ -315,17 +340,7 @@ async fn memory_allocatable_eviction() {
     });
     let node = Node::start("e2e-alloc", args, None);
     let specs = [
-        Spec {
-            name: "memory-hog-pod".to_owned(),
-            priority: 1,
-            manifest: pod(
-                "memory-hog-pod",
-                &uid(1),
-                "  terminationGracePeriodSeconds: 1\n",
-                "",
-                &memory_hog_script(240),
-            ),
-        },
+        spec("memory-hog-pod", 1, 1, "", "", &memory_hog_script(240)),
         innocent(2, ""),
     ];
     // Before any hog grows: no pressure (kubelet: 300Mi limit - ~0 working set > 250Mi).
@@ -343,53 +358,43 @@ async fn memory_allocatable_eviction() {
     drop(node.shutdown().await);
 }
 
+/// A 1Gi node with a hard `memory.available<500Mi`, the specs run through
+/// [`run_eviction_test`].
+async fn memory_ordering(tag: &str, specs: &[Spec]) {
+    let args = memory_node(ConfigArgs {
+        eviction_hard: vec!["memory.available<500Mi".to_owned()],
+        ..ConfigArgs::default()
+    });
+    let node = Node::start(tag, args, None);
+    run_eviction_test(&node, specs, &MEMORY).await;
+    drop(node.shutdown().await);
+}
+
 /// `PriorityMemoryEvictionOrdering`: the default-priority hog goes first, then the
 /// high-priority hog; the Guaranteed pod (under its request) never.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn priority_memory_eviction_ordering() {
     let _scenario = Scenario::begin("priority_memory_eviction_ordering").await;
-    let args = memory_node(ConfigArgs {
-        eviction_hard: vec!["memory.available<500Mi".to_owned()],
-        ..ConfigArgs::default()
-    });
-    let node = Node::start("e2e-prio-mem", args, None);
     let specs = [
-        Spec {
-            name: "memory-hog-pod".to_owned(),
-            priority: 2,
-            manifest: pod(
-                "memory-hog-pod",
-                &uid(11),
-                "  terminationGracePeriodSeconds: 1\n",
-                "",
-                &memory_hog_script(456),
-            ),
-        },
-        Spec {
-            name: "high-priority-memory-hog-pod".to_owned(),
-            priority: 1,
-            manifest: pod(
-                "high-priority-memory-hog-pod",
-                &uid(12),
-                "  terminationGracePeriodSeconds: 1\n  priority: 999999999\n",
-                "",
-                &memory_hog_script(456),
-            ),
-        },
-        Spec {
-            name: "guaranteed-pod".to_owned(),
-            priority: 0,
-            manifest: pod(
-                "guaranteed-pod",
-                &uid(13),
-                "  terminationGracePeriodSeconds: 1\n",
-                "    resources: {requests: {cpu: 100m, memory: 300Mi}, limits: {cpu: 100m, memory: 300Mi}}\n",
-                &memory_holder_script(240),
-            ),
-        },
+        spec("memory-hog-pod", 2, 11, "", "", &memory_hog_script(456)),
+        spec(
+            "high-priority-memory-hog-pod",
+            1,
+            12,
+            HIGH_PRIORITY,
+            "",
+            &memory_hog_script(456),
+        ),
+        spec(
+            "guaranteed-pod",
+            0,
+            13,
+            "",
+            GUARANTEED_300MI,
+            &memory_holder_script(240),
+        ),
     ];
-    run_eviction_test(&node, &specs, &MEMORY).await;
-    drop(node.shutdown().await);
+    memory_ordering("e2e-prio-mem", &specs).await;
 }
 
 /// QoS memory ordering (kubelet's ranking: over request first, then priority, then usage
@@ -397,48 +402,26 @@ async fn priority_memory_eviction_ordering() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn qos_memory_eviction_ordering() {
     let _scenario = Scenario::begin("qos_memory_eviction_ordering").await;
-    let args = memory_node(ConfigArgs {
-        eviction_hard: vec!["memory.available<500Mi".to_owned()],
-        ..ConfigArgs::default()
-    });
-    let node = Node::start("e2e-qos-mem", args, None);
     let specs = [
-        Spec {
-            name: "besteffort-hog-pod".to_owned(),
-            priority: 2,
-            manifest: pod(
-                "besteffort-hog-pod",
-                &uid(21),
-                "  terminationGracePeriodSeconds: 1\n",
-                "",
-                &memory_hog_script(456),
-            ),
-        },
-        Spec {
-            name: "burstable-hog-pod".to_owned(),
-            priority: 1,
-            manifest: pod(
-                "burstable-hog-pod",
-                &uid(22),
-                "  terminationGracePeriodSeconds: 1\n",
-                "    resources: {requests: {memory: 50Mi}}\n",
-                &memory_hog_script(456),
-            ),
-        },
-        Spec {
-            name: "guaranteed-pod".to_owned(),
-            priority: 0,
-            manifest: pod(
-                "guaranteed-pod",
-                &uid(23),
-                "  terminationGracePeriodSeconds: 1\n",
-                "    resources: {requests: {cpu: 100m, memory: 300Mi}, limits: {cpu: 100m, memory: 300Mi}}\n",
-                &memory_holder_script(200),
-            ),
-        },
+        spec("besteffort-hog-pod", 2, 21, "", "", &memory_hog_script(456)),
+        spec(
+            "burstable-hog-pod",
+            1,
+            22,
+            "",
+            "    resources: {requests: {memory: 50Mi}}\n",
+            &memory_hog_script(456),
+        ),
+        spec(
+            "guaranteed-pod",
+            0,
+            23,
+            "",
+            GUARANTEED_300MI,
+            &memory_holder_script(200),
+        ),
     ];
-    run_eviction_test(&node, &specs, &MEMORY).await;
-    drop(node.shutdown().await);
+    memory_ordering("e2e-qos-mem", &specs).await;
 }
 
 /// `PriorityPidEvictionOrdering`: the default-priority fork bomb first, then the
@@ -456,29 +439,23 @@ async fn priority_pid_eviction_ordering() {
     };
     let node = Node::start("e2e-prio-pid", args, None);
     let specs = [
-        Spec {
-            name: "fork-bomb-container-with-low-priority-pod".to_owned(),
-            priority: 2,
-            manifest: pod(
-                "fork-bomb-container-with-low-priority-pod",
-                &uid(31),
-                "  terminationGracePeriodSeconds: 1\n",
-                "",
-                &pid_hog_script(100),
-            ),
-        },
-        innocent(32, "  priority: 999999999\n"),
-        Spec {
-            name: "fork-bomb-container-with-high-priority-pod".to_owned(),
-            priority: 1,
-            manifest: pod(
-                "fork-bomb-container-with-high-priority-pod",
-                &uid(33),
-                "  terminationGracePeriodSeconds: 1\n  priority: 999999999\n",
-                "",
-                &pid_hog_script(100),
-            ),
-        },
+        spec(
+            "fork-bomb-container-with-low-priority-pod",
+            2,
+            31,
+            "",
+            "",
+            &pid_hog_script(100),
+        ),
+        innocent(32, HIGH_PRIORITY),
+        spec(
+            "fork-bomb-container-with-high-priority-pod",
+            1,
+            33,
+            HIGH_PRIORITY,
+            "",
+            &pid_hog_script(100),
+        ),
     ];
     run_eviction_test(
         &node,
@@ -531,17 +508,14 @@ async fn local_storage_eviction() {
     };
     let (node, tmpfs) = disk_node("e2e-disk", "128m", args);
     let specs = [
-        Spec {
-            name: "container-disk-hog-pod".to_owned(),
-            priority: 1,
-            manifest: pod(
-                "container-disk-hog-pod",
-                &uid(41),
-                "  terminationGracePeriodSeconds: 1\n",
-                "",
-                &disk_hog_script(110),
-            ),
-        },
+        spec(
+            "container-disk-hog-pod",
+            1,
+            41,
+            "",
+            "",
+            &disk_hog_script(110),
+        ),
         innocent(42, ""),
     ];
     run_eviction_test(&node, &specs, &DISK).await;
@@ -565,17 +539,14 @@ async fn local_storage_soft_eviction() {
     let state = node.state.clone();
     // Ignores SIGTERM: its stop lasts exactly the grace period used (runtime floor 2 s).
     let specs = [
-        Spec {
-            name: "container-disk-hog-pod".to_owned(),
-            priority: 1,
-            manifest: pod(
-                "container-disk-hog-pod",
-                &uid(51),
-                "  terminationGracePeriodSeconds: 1\n",
-                "",
-                &format!("trap '' TERM; {}", disk_hog_script(110)),
-            ),
-        },
+        spec(
+            "container-disk-hog-pod",
+            1,
+            51,
+            "",
+            "",
+            &format!("trap '' TERM; {}", disk_hog_script(110)),
+        ),
         innocent(52, ""),
     ];
     let watch = async {
@@ -626,39 +597,23 @@ async fn priority_local_storage_eviction_ordering() {
     };
     let (node, tmpfs) = disk_node("e2e-disk-prio", "192m", args);
     let specs = [
-        Spec {
-            name: "best-effort-disk-pod".to_owned(),
-            priority: 2,
-            manifest: pod(
-                "best-effort-disk-pod",
-                &uid(61),
-                "  terminationGracePeriodSeconds: 1\n",
-                "",
-                &disk_hog_script(120),
-            ),
-        },
-        Spec {
-            name: "high-priority-disk-pod".to_owned(),
-            priority: 1,
-            manifest: pod(
-                "high-priority-disk-pod",
-                &uid(62),
-                "  terminationGracePeriodSeconds: 1\n  priority: 999999999\n",
-                "",
-                &disk_hog_script(120),
-            ),
-        },
-        Spec {
-            name: "guaranteed-disk-pod".to_owned(),
-            priority: 0,
-            manifest: pod(
-                "guaranteed-disk-pod",
-                &uid(63),
-                "  terminationGracePeriodSeconds: 1\n",
-                "    resources: {requests: {cpu: 100m, memory: 50Mi, ephemeral-storage: 40Mi}, limits: {cpu: 100m, memory: 50Mi, ephemeral-storage: 40Mi}}\n",
-                &disk_hog_script(30),
-            ),
-        },
+        spec("best-effort-disk-pod", 2, 61, "", "", &disk_hog_script(120)),
+        spec(
+            "high-priority-disk-pod",
+            1,
+            62,
+            HIGH_PRIORITY,
+            "",
+            &disk_hog_script(120),
+        ),
+        spec(
+            "guaranteed-disk-pod",
+            0,
+            63,
+            "",
+            "    resources: {requests: {cpu: 100m, memory: 50Mi, ephemeral-storage: 40Mi}, limits: {cpu: 100m, memory: 50Mi, ephemeral-storage: 40Mi}}\n",
+            &disk_hog_script(30),
+        ),
     ];
     run_eviction_test(&node, &specs, &DISK).await;
     stop_disk_node(node, tmpfs).await;
@@ -749,26 +704,36 @@ async fn verify_oom_killed(node: &Node, name: &str, container: &str, init: bool)
     r
 }
 
+/// kubelet's OOM target pod: `restartPolicy: Never`, one container of 15Mi running `command`.
+fn oom_pod(name: &str, n: u32, container: &str, command: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, uid: {uid}}}
+spec:
+  hostNetwork: true
+  restartPolicy: Never
+  containers:
+  - name: {container}
+    image: busybox:local
+    imagePullPolicy: Never
+    command: ["sh", "-c", "{command}"]
+    resources: {{requests: {{memory: 15Mi}}, limits: {{memory: 15Mi}}}}
+"#,
+        uid = uid(n)
+    )
+}
+
 /// `OOMKiller`: single process container.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oom_killer_single_process_container() {
     let _scenario = Scenario::begin("oom_killer_single_process_container").await;
     let node = Node::start("e2e-oom", memory_node(ConfigArgs::default()), None);
-    let manifest = format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: oomkill-target-pod, uid: {uid}}}
-spec:
-  hostNetwork: true
-  restartPolicy: Never
-  containers:
-  - name: oomkill-single-target-container
-    image: busybox:local
-    imagePullPolicy: Never
-    command: ["sh", "-c", "{OOM_TARGET}"]
-    resources: {{requests: {{memory: 15Mi}}, limits: {{memory: 15Mi}}}}
-"#,
-        uid = uid(81)
+    let manifest = oom_pod(
+        "oomkill-target-pod",
+        81,
+        "oomkill-single-target-container",
+        OOM_TARGET,
     );
     node.submit("oom.yaml", &manifest);
     let r = verify_oom_killed(
@@ -835,21 +800,11 @@ spec:
 async fn oom_killer_multi_process_container() {
     let _scenario = Scenario::begin("oom_killer_multi_process_container").await;
     let node = Node::start("e2e-oom-multi", memory_node(ConfigArgs::default()), None);
-    let manifest = format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: oomkill-target-pod, uid: {uid}}}
-spec:
-  hostNetwork: true
-  restartPolicy: Never
-  containers:
-  - name: oomkill-multi-target-container
-    image: busybox:local
-    imagePullPolicy: Never
-    command: ["sh", "-c", "{OOM_TARGET} & sleep 86400"]
-    resources: {{requests: {{memory: 15Mi}}, limits: {{memory: 15Mi}}}}
-"#,
-        uid = uid(83)
+    let manifest = oom_pod(
+        "oomkill-target-pod",
+        83,
+        "oomkill-multi-target-container",
+        &format!("{OOM_TARGET} & sleep 86400"),
     );
     node.submit("oom.yaml", &manifest);
     verify_oom_killed(

@@ -5,62 +5,19 @@
 
 use std::{path::Path, time::Duration};
 
-use enforcer::{
-    config::ConfigArgs,
-    runtime::status::{self, PodRecord},
+use enforcer::{config::ConfigArgs, runtime::status::PodRecord};
+use enforcer_tests::{
+    Daemon,
+    containerd::Containerd,
+    layout,
+    node::{find, node_oom_kills, pod, status_file, wait_until},
 };
-use enforcer_tests::{Daemon, containerd::Containerd, layout};
 
 const MIB: u64 = 1 << 20;
-
-fn pod(name: &str, uid: &str, resources: &str, script: &str) -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Pod
-metadata: {{name: {name}, uid: {uid}}}
-spec:
-  hostNetwork: true
-  terminationGracePeriodSeconds: 30
-  containers:
-  - name: app
-    image: busybox:local
-    imagePullPolicy: Never
-    command: ["/bin/sh", "-c", "{script}"]
-{resources}"#
-    )
-}
+const GRACE_30: &str = "  terminationGracePeriodSeconds: 30\n";
 
 fn records(state: &Path) -> Vec<PodRecord> {
-    status::read(state).map(|f| f.pods).unwrap_or_default()
-}
-
-fn find<'a>(recs: &'a [PodRecord], prefix: &str) -> Option<&'a PodRecord> {
-    recs.iter().find(|r| r.name.starts_with(prefix))
-}
-
-async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + timeout;
-    while !f() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Kernel OOM kills: the node's count (`/proc/vmstat`; cgroup v1 counts a memcg OOM kill in
-/// the victim's own cgroup, not in kubepods, so the node-wide count is what proves none
-/// happened while this test ran alone in its binary).
-fn oom_kills(_kubepods: &Path) -> u64 {
-    std::fs::read_to_string("/proc/vmstat")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("oom_kill ")
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .expect("/proc/vmstat has oom_kill")
+    status_file(state).pods
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,6 +32,7 @@ async fn hard_memory_threshold_evicts_the_besteffort_pod_before_the_kernel_oom_k
         pod(
             "guaranteed",
             "aaaaaaaa-0000-0000-0000-000000000001",
+            GRACE_30,
             "    resources: {limits: {cpu: 100m, memory: 32Mi}}",
             sleep,
         ),
@@ -85,6 +43,7 @@ async fn hard_memory_threshold_evicts_the_besteffort_pod_before_the_kernel_oom_k
         pod(
             "burstable",
             "aaaaaaaa-0000-0000-0000-000000000002",
+            GRACE_30,
             "    resources: {requests: {memory: 32Mi}}",
             sleep,
         ),
@@ -96,6 +55,7 @@ async fn hard_memory_threshold_evicts_the_besteffort_pod_before_the_kernel_oom_k
     let besteffort = pod(
         "besteffort",
         "aaaaaaaa-0000-0000-0000-000000000003",
+        GRACE_30,
         "",
         grow,
     );
@@ -139,7 +99,7 @@ async fn hard_memory_threshold_evicts_the_besteffort_pod_before_the_kernel_oom_k
         (400 * MIB).to_string(),
         "kubepods limited to the node's capacity"
     );
-    let ooms_before = oom_kills(&kubepods);
+    let ooms_before = node_oom_kills();
 
     std::fs::write(manifests.join("besteffort.yaml"), besteffort).expect("write");
     wait_until(
@@ -171,7 +131,7 @@ async fn hard_memory_threshold_evicts_the_besteffort_pod_before_the_kernel_oom_k
         );
     }
     assert_eq!(
-        oom_kills(&kubepods),
+        node_oom_kills(),
         ooms_before,
         "the kernel OOM killer never fired"
     );

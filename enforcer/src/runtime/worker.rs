@@ -385,17 +385,20 @@ impl<R: ContainerRuntime> PodWorker<R> {
         }
     }
 
-    /// Grace period of a pod known only from the runtime (its containers' annotation).
-    async fn orphan_grace(&self) -> i64 {
-        let containers = self
-            .ctx
+    /// The runtime's containers of this pod (by its uid label).
+    async fn pod_containers(&self) -> Result<Vec<cri::Container>, CriError> {
+        self.ctx
             .runtime
             .list_containers(cri::ContainerFilter {
                 label_selector: label_filter(&self.uid),
                 ..Default::default()
             })
             .await
-            .unwrap_or_default();
+    }
+
+    /// Grace period of a pod known only from the runtime (its containers' annotation).
+    async fn orphan_grace(&self) -> i64 {
+        let containers = self.pod_containers().await.unwrap_or_default();
         containers
             .iter()
             .filter_map(|c| c.annotations.get(spec::GRACE_PERIOD_ANNOTATION))
@@ -499,15 +502,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
         let Some(rec) = self.ctx.status.get(&self.uid) else {
             return;
         };
-        let all = match self
-            .ctx
-            .runtime
-            .list_containers(cri::ContainerFilter {
-                label_selector: label_filter(&self.uid),
-                ..Default::default()
-            })
-            .await
-        {
+        let all = match self.pod_containers().await {
             Ok(all) => all,
             Err(e) => {
                 tracing::debug!(uid = %self.uid, error = %e, "final container states");

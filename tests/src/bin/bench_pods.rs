@@ -455,6 +455,28 @@ async fn main() -> anyhow::Result<()> {
     result
 }
 
+/// The in-process pod runtime's options on the benchmark's containerd.
+fn pod_runtime_options(
+    cd: &Containerd,
+    node: NodeFacts,
+    poll: Duration,
+    manifests: &Path,
+    state: std::path::PathBuf,
+) -> RunPodsOptions {
+    let mut opts = RunPodsOptions::for_node(layout(), &Capabilities::probe(&layout()));
+    opts.cri_socket = cd.socket.clone();
+    opts.cri_timeout = Duration::from_secs(30);
+    opts.cgroup_root = cd.cgroup_root.clone();
+    opts.manifest_dir = manifests.to_path_buf();
+    opts.state_dir = state;
+    opts.node_name = NODE.to_owned();
+    opts.node = node;
+    opts.poll = poll;
+    opts.relist = Duration::from_secs(1);
+    opts.resync = Duration::from_secs(10);
+    opts
+}
+
 /// `pid: command line` of the processes whose command line contains `needle` (and, when
 /// given, `also`).
 fn process_lines(needle: &str, also: Option<&str>) -> Vec<String> {
@@ -534,17 +556,7 @@ async fn burst(cd: &Containerd, n: usize, poll: Duration) -> anyhow::Result<()> 
     let manifests = cd.dir.join("manifests");
     let state = cd.dir.join("enforcer-state");
     std::fs::create_dir_all(&manifests)?;
-    let mut opts = RunPodsOptions::for_node(layout(), &Capabilities::probe(&layout()));
-    opts.cri_socket = cd.socket.clone();
-    opts.cri_timeout = Duration::from_secs(30);
-    opts.cgroup_root = cd.cgroup_root.clone();
-    opts.manifest_dir = manifests.clone();
-    opts.state_dir = state;
-    opts.node_name = NODE.to_owned();
-    opts.node = node;
-    opts.poll = poll;
-    opts.relist = Duration::from_secs(1);
-    opts.resync = Duration::from_secs(10);
+    let opts = pod_runtime_options(cd, node, poll, &manifests, state);
     let status = StatusManager::default();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let enforcer_rt = Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(30)));
@@ -651,17 +663,7 @@ async fn bench(cd: &Containerd, n: usize, rss_pods: usize, poll: Duration) -> an
     let manifests = cd.dir.join("manifests");
     let state = cd.dir.join("enforcer-state");
     std::fs::create_dir_all(&manifests)?;
-    let mut opts = RunPodsOptions::for_node(layout(), &Capabilities::probe(&layout()));
-    opts.cri_socket = cd.socket.clone();
-    opts.cri_timeout = Duration::from_secs(30);
-    opts.cgroup_root = cd.cgroup_root.clone();
-    opts.manifest_dir = manifests.clone();
-    opts.state_dir = state;
-    opts.node_name = NODE.to_owned();
-    opts.node = node;
-    opts.poll = poll;
-    opts.relist = Duration::from_secs(1);
-    opts.resync = Duration::from_secs(10);
+    let opts = pod_runtime_options(cd, node, poll, &manifests, state);
     let status = StatusManager::default();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let enforcer_rt = Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(30)));
