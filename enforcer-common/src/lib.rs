@@ -67,7 +67,7 @@ impl RecordKind {
     }
 }
 
-/// One ring-buffer record. 256 bytes, 8-byte aligned, no implicit padding.
+/// One ring-buffer record. 272 bytes, 8-byte aligned, no implicit padding.
 ///
 /// Field meaning by kind:
 /// - mkdir/rmdir: `cgroup_id` is the new cgroup's id (inode), `hierarchy` the hierarchy id

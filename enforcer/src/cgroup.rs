@@ -1,6 +1,7 @@
 //! cgroup hierarchies: discovery of the v1 / v2 layout, path arithmetic that never escapes a
 //! root, and the kubepods naming (`kubepods/<tier>/pod<uid>`).
 
+pub mod kill;
 pub mod kubepods;
 pub mod layout;
 pub mod paths;

@@ -367,6 +367,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
     // so the container's exit shows in its status as soon as the runtime reports it.
     let mut fast_relist_until: Option<tokio::time::Instant> = None;
     let link = opts.link.clone();
+    let (cpu_reconcile, cpu_task) = cpu_reconciler(&opts.enforce, &runtime);
     let mut admissions = Admissions {
         admitter: opts
             .admission
@@ -432,7 +433,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                                     Ok(()) => {
                                         opts.enforce.admit_cpus(&u.pod);
                                         opts.enforce.sync_node_logged(admissions.admitted.values().map(|p| &**p));
-                                        spawn_cpu_reconcile(&opts.enforce, &runtime);
+                                        cpu_reconcile.notify_one();
                                         if let Ok(cgroup) = ctx.cgroups.pod_path(&uid, spec::pod_qos(&u.pod)) {
                                             link.set_active(&uid, ActiveEntry::new(u.pod.clone(), cgroup));
                                         }
@@ -504,14 +505,14 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             }
             _ = reconcile.tick() => {
                 opts.enforce.sync_node_logged(admissions.admitted.values().map(|p| &**p));
-                spawn_cpu_reconcile(&opts.enforce, &runtime);
+                cpu_reconcile.notify_one();
             }
             Some(Terminated { uid, last }) = done_rx.recv() => {
                 workers.remove(&uid);
                 admissions.release(&uid);
                 opts.enforce.release_cpus(&uid);
                 opts.enforce.sync_node_logged(admissions.admitted.values().map(|p| &**p));
-                spawn_cpu_reconcile(&opts.enforce, &runtime);
+                cpu_reconcile.notify_one();
                 link.remove_active(&uid);
                 if let Some(rec) = evicted.get_mut(&uid) {
                     *rec = evicted_status(rec.clone(), last);
@@ -581,6 +582,9 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             }
         }
     }
+    if let Some(t) = cpu_task {
+        t.abort();
+    }
     let _ = stop_writer_tx.send(());
     let _ = writer.await;
     Ok(())
@@ -589,15 +593,30 @@ pub async fn run_pods_with<R: ContainerRuntime>(
 /// The longest the pod runtime waits for its workers when it stops.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The CPU manager's reconcile (cpusets through CRI), off the runtime loop.
-fn spawn_cpu_reconcile<R: ContainerRuntime>(enforce: &Arc<enforce::Enforcer>, runtime: &Arc<R>) {
-    if enforce.cpu_manager_enabled() {
-        let (e, r) = (enforce.clone(), runtime.clone());
-        tokio::spawn(async move { e.reconcile_cpusets(r.as_ref()).await });
+/// The CPU manager's reconcile (cpusets through CRI): one task off the runtime loop, woken
+/// by the returned `Notify` (wakes while it runs coalesce into one more pass); `None` task
+/// without a CPU manager.
+fn cpu_reconciler<R: ContainerRuntime>(
+    enforce: &Arc<enforce::Enforcer>,
+    runtime: &Arc<R>,
+) -> (
+    Arc<tokio::sync::Notify>,
+    Option<tokio::task::JoinHandle<()>>,
+) {
+    let wake = Arc::new(tokio::sync::Notify::new());
+    if !enforce.cpu_manager_enabled() {
+        return (wake, None);
     }
+    let (e, r, w) = (enforce.clone(), runtime.clone(), wake.clone());
+    let task = tokio::spawn(async move {
+        loop {
+            w.notified().await;
+            e.reconcile_cpusets(r.as_ref()).await;
+        }
+    });
+    (wake, Some(task))
 }
 
-/// Lists the managed sandboxes and containers: per pod uid, a fingerprint of their states.
 /// The API-server source as the pod loop holds it.
 struct ApiFeed {
     rx: mpsc::UnboundedReceiver<SourceEvent>,
@@ -700,6 +719,7 @@ async fn next_pod_events(dir: &mut DirFeed, api: &mut Option<ApiFeed>) -> Vec<So
     out
 }
 
+/// Lists the managed sandboxes and containers: per pod uid, a fingerprint of their states.
 async fn relist_runtime<R: ContainerRuntime>(
     runtime: &R,
 ) -> Result<HashMap<String, String>, CriError> {

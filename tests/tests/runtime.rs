@@ -699,7 +699,7 @@ async fn image_fs_info_names_the_runtime_image_filesystem() {
     let mut cd = Containerd::start("rt-imagefs");
     let rt = CriRuntime::new(&cd.socket, Duration::from_secs(5));
     let fs = rt.image_fs_info().await.expect("ImageFsInfo");
-    let p = enforcer::daemon::imagefs_mountpoint(&fs)
+    let p = enforcer::eviction_manager::imagefs_mountpoint(&fs)
         .unwrap_or_else(|| panic!("no existing mountpoint in {fs:?}"));
     assert!(
         p.starts_with(&cd.dir),

@@ -6,7 +6,7 @@
 //! SIGKILL sent by the eviction manager, and to the process's memory being released (its exit
 //! reaped); and how many trials ended with a kernel OOM kill instead.
 //!
-//! The eviction manager is the daemon's own (`enforcer::daemon::EvictionManager`), fed by the
+//! The eviction manager is the daemon's own (`enforcer::eviction_manager::EvictionManager`), fed by the
 //! daemon's signal pipeline in each mode; pods are plain cgroups with the growing process
 //! (no containerd: the runtime is not what is measured here).
 
@@ -20,7 +20,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use enforcer::{
     config::{ConfigArgs, SignalSource},
-    daemon::EvictionManager,
+    eviction_manager::EvictionManager,
     kernel::{self, Capabilities, PipelineOptions, SourceChoice, Watch},
     node::NodeObserver,
     runtime::{ActiveEntry, NodeLink, StatusManager},

@@ -1,0 +1,483 @@
+//! The daemon's eviction manager: kubelet's `synchronize` driven by kernel signals, the
+//! housekeeping tick and due instants; it observes the node, steps the pure decision core
+//! (`policy::eviction::manager::step`) and acts through the pod workers ([`NodeLink`]) and the
+//! pod-cgroup kill ([`crate::cgroup::kill`]).
+
+use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
+
+use crate::{
+    cgroup::join_inside,
+    config::Config,
+    health::Health,
+    kernel,
+    node::NodeObserver,
+    policy::eviction::{
+        ActivePod, NodeCondition, State,
+        manager::{Cleanup, CleanupWait, next_deadline},
+        step,
+    },
+    runtime::{
+        self, CriRuntime, Evict, NodeLink, StatusManager,
+        status::{Condition as StatusCondition, NodeRecord, PodRecord},
+    },
+    signal::{Signal, SignalKind},
+};
+
+/// The node's pressure conditions for the status file: each `True` or `False`.
+fn node_record(conditions: &[NodeCondition]) -> NodeRecord {
+    let conditions = [
+        NodeCondition::MemoryPressure,
+        NodeCondition::DiskPressure,
+        NodeCondition::PidPressure,
+    ]
+    .into_iter()
+    .map(|c| StatusCondition::new(c.as_str(), conditions.contains(&c)))
+    .collect();
+    NodeRecord { conditions }
+}
+
+/// Whether a signal should wake the eviction manager.
+#[must_use]
+pub fn is_pressure(s: &Signal) -> bool {
+    matches!(
+        s.kind,
+        SignalKind::MemcgReclaim
+            | SignalKind::DirectReclaim
+            | SignalKind::OomKill
+            | SignalKind::MemoryThreshold
+            | SignalKind::MemoryPressure
+            | SignalKind::MemoryEvents
+            | SignalKind::Fork
+    )
+}
+
+/// Whether a signal calls for a step at once, without the [`MIN_STEP_INTERVAL`] floor: a
+/// usage threshold crossed or a kernel OOM kill. Reclaim and fork records come in bursts and
+/// are coalesced; a crossing comes once and is the moment to act.
+#[must_use]
+pub fn is_urgent(s: &Signal) -> bool {
+    matches!(s.kind, SignalKind::MemoryThreshold | SignalKind::OomKill)
+}
+
+/// What the run loop remembers between steps besides the decision core's state.
+#[derive(Debug, Default)]
+struct Memo {
+    /// When node-level reclaim last ran.
+    last_reclaim: Option<Duration>,
+    /// The last evicted pod and its pod cgroup, until its resources are released.
+    cleanup: Option<(CleanupWait, String)>,
+    /// When the runtime was last asked for its image filesystem, and whether it answered.
+    imagefs_asked: Option<Duration>,
+    imagefs_known: bool,
+}
+
+/// How often the runtime is asked for its image filesystem until it answers.
+const IMAGEFS_RETRY: Duration = Duration::from_secs(10);
+
+/// The imagefs mountpoint from a CRI `ImageFsInfo` answer: the first absolute path that exists.
+#[must_use]
+pub fn imagefs_mountpoint(filesystems: &[k8s_cri::v1::FilesystemUsage]) -> Option<PathBuf> {
+    filesystems
+        .iter()
+        .filter_map(|f| f.fs_id.as_ref())
+        .map(|id| PathBuf::from(&id.mountpoint))
+        .find(|p| p.is_absolute() && p.exists())
+}
+
+/// How often the manager looks whether an evicted pod's resources were released (kubelet's
+/// `podCleanupPollFreq` is 1 s).
+const CLEANUP_POLL: Duration = Duration::from_millis(100);
+
+/// Minimum time between two node-level reclaims (and so between two disk-pressure evictions);
+/// kubelet's is its 10 s housekeeping period.
+const NODE_RECLAIM_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Minimum time between two eviction-manager steps driven by reclaim or fork records: enough
+/// to coalesce a burst of records into one step, far below any grace period. Urgent signals
+/// ([`is_urgent`]) do not wait for it.
+const MIN_STEP_INTERVAL: Duration = Duration::from_millis(2);
+
+/// The eviction manager of the daemon: kubelet's `synchronize`, run on every pressure signal
+/// (coalesced) and on the housekeeping tick, acting through the [`NodeLink`].
+#[derive(Debug)]
+pub struct EvictionManager {
+    pub config: Config,
+    pub observer: NodeObserver,
+    pub link: NodeLink,
+    /// Container names and ids of the running pods (for per-container usage).
+    pub status: StatusManager,
+    pub housekeeping: Duration,
+    /// The runtime for node-level reclaim before disk-pressure evictions (`None`: no pods run).
+    pub node_reclaim: Option<Arc<CriRuntime>>,
+    /// Told of every completed step and of the signal pipeline ending (`/healthz`).
+    pub health: Arc<Health>,
+}
+
+impl EvictionManager {
+    /// Runs until `stop` resolves.
+    pub async fn run(
+        mut self,
+        mut pipeline: kernel::Pipeline,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
+        // tokio's clock: a paused test clock drives the periods here.
+        let start = tokio::time::Instant::now();
+        let mut state = State::default();
+        let mut tick = tokio::time::interval(self.housekeeping);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_step = tokio::time::Instant::now() - MIN_STEP_INTERVAL;
+        // A soft threshold's grace period or a condition's transition period ending: a step
+        // is due then even if no signal comes.
+        let mut due: Option<tokio::time::Instant> = None;
+        let mut memo = Memo::default();
+        let mut signals_open = true;
+        tokio::pin!(stop);
+        loop {
+            let deadline = async {
+                match due {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let trigger = tokio::select! {
+                () = &mut stop => break,
+                _ = tick.tick() => "housekeeping",
+                () = deadline => "deadline",
+                s = pipeline.signals.recv(), if signals_open => match s {
+                    None => {
+                        tracing::error!("signal pipeline ended; housekeeping continues");
+                        self.health.set_pipeline(false);
+                        signals_open = false;
+                        continue;
+                    }
+                    Some(s) => {
+                        log_signal(&s);
+                        if !is_pressure(&s) {
+                            continue;
+                        }
+                        self.poke_oom_killed(&s);
+                        let mut urgent = is_urgent(&s);
+                        // Coalesce the rest of the burst.
+                        while let Ok(more) = pipeline.signals.try_recv() {
+                            log_signal(&more);
+                            self.poke_oom_killed(&more);
+                            urgent |= is_urgent(&more);
+                        }
+                        let since = last_step.elapsed();
+                        if !urgent && since < MIN_STEP_INTERVAL {
+                            tokio::time::sleep(MIN_STEP_INTERVAL - since).await;
+                        }
+                        "signal"
+                    }
+                },
+            };
+            last_step = tokio::time::Instant::now();
+            if trigger == "housekeeping" {
+                // Off the signal path: a slow runtime never delays a signal-driven step.
+                self.learn_imagefs(start.elapsed(), &mut memo).await;
+            }
+            state = self.step(state, start.elapsed(), trigger, &mut memo).await;
+            self.health.step_done();
+            due = next_deadline(&self.config.eviction, &state, start.elapsed()).map(|d| start + d);
+            // Waiting for an evicted pod's cleanup: look again soon, as kubelet polls it.
+            if memo.cleanup.is_some() {
+                let soon = tokio::time::Instant::now() + CLEANUP_POLL;
+                due = Some(due.map_or(soon, |d| d.min(soon)));
+            }
+        }
+    }
+
+    /// kubelet's imagefs is where the runtime keeps its images (CRI `ImageFsInfo`); until the
+    /// runtime answers (or without a runtime) the observer keeps its default.
+    async fn learn_imagefs(&mut self, now: Duration, memo: &mut Memo) {
+        let Some(rt) = &self.node_reclaim else {
+            return;
+        };
+        if memo.imagefs_known
+            || memo
+                .imagefs_asked
+                .is_some_and(|t| now.saturating_sub(t) < IMAGEFS_RETRY)
+        {
+            return;
+        }
+        memo.imagefs_asked = Some(now);
+        match rt.image_fs_info().await {
+            Ok(fs) => {
+                memo.imagefs_known = true;
+                match imagefs_mountpoint(&fs) {
+                    Some(p) => {
+                        tracing::info!(path = %p.display(), "imagefs from the runtime's ImageFsInfo");
+                        self.observer.imagefs = Some(p);
+                    }
+                    None => tracing::warn!(
+                        answer = ?fs,
+                        kept = ?self.observer.imagefs,
+                        "ImageFsInfo named no existing mountpoint; keeping the default imagefs"
+                    ),
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "ImageFsInfo: the runtime did not answer yet"),
+        }
+    }
+
+    /// Whether an evicted pod's resources are released: its worker finished (containers
+    /// stopped and removed, logs and pod cgroup removed) and its memory cgroup is gone.
+    fn released(&self, uid: &str, cgroup: &str) -> bool {
+        let gone = self
+            .observer
+            .layout
+            .controller("memory")
+            .and_then(|(m, _)| join_inside(m, cgroup).ok())
+            .is_none_or(|d| !d.exists());
+        gone && self.link.take_released(uid)
+    }
+
+    /// Disk pressure: dead containers, then unused images, through CRI; then re-observe.
+    /// Returns true when no threshold is met any more (no pod needs to be evicted).
+    async fn node_level_reclaim(&self, now: Duration) -> bool {
+        let Some(rt) = &self.node_reclaim else {
+            return false;
+        };
+        let active = self.link.active();
+        let status = self.status.clone();
+        let running = move |uid: &str| {
+            active.contains_key(uid)
+                && status
+                    .get(uid)
+                    .is_none_or(|r| r.phase != "Succeeded" && r.phase != "Failed")
+        };
+        match runtime::gc::reclaim_node_level(rt.as_ref(), &running).await {
+            Ok(r) => tracing::info!(
+                containers = r.containers,
+                log_bytes = r.log_bytes,
+                images = r.images,
+                "node-level reclaim"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "node-level reclaim failed");
+                return false;
+            }
+        }
+        match self.observer.observe(now) {
+            Ok(obs) => {
+                let resolved = crate::policy::eviction::manager::resolved_after_node_reclaim(
+                    &self.config.eviction,
+                    &obs,
+                );
+                if resolved {
+                    tracing::info!("able to reduce resource pressure without evicting pods");
+                }
+                resolved
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "observing the node after reclaim failed");
+                false
+            }
+        }
+    }
+
+    /// A kernel OOM kill inside a pod: its worker resyncs now, so the container's `OOMKilled`
+    /// shows at once instead of on the next relist.
+    fn poke_oom_killed(&self, s: &Signal) {
+        if s.kind == SignalKind::OomKill
+            && let Some(uid) = &s.pod_uid
+        {
+            tracing::warn!(uid, pid = s.pid, "kernel OOM kill in a pod");
+            self.link.poke(uid);
+        }
+    }
+
+    async fn step(&self, state: State, now: Duration, trigger: &str, memo: &mut Memo) -> State {
+        // kubelet's waitForPodsCleanup, checked before observing: the step that sees the
+        // victim released observes what it freed.
+        if let Some((wait, cgroup)) = &memo.cleanup {
+            match wait.check(now, self.released(&wait.uid, cgroup)) {
+                Cleanup::Waiting => {}
+                Cleanup::Released => {
+                    tracing::info!(uid = %wait.uid, after_ms = now.saturating_sub(wait.since).as_millis(), "evicted pod's resources released");
+                    memo.cleanup = None;
+                }
+                Cleanup::TimedOut => {
+                    tracing::warn!(uid = %wait.uid, "timed out waiting for the evicted pod to be cleaned up");
+                    memo.cleanup = None;
+                }
+            }
+        }
+        let observations = match self.observer.observe(now) {
+            Ok(o) => o,
+            Err(e) => {
+                tracing::warn!(error = %e, "observing the node failed; skipping this step");
+                return state;
+            }
+        };
+        // kubelet's active pods: a pod that ran to its end (Succeeded or Failed, e.g.
+        // restartPolicy Never) holds no memory worth reclaiming and is not ranked.
+        let mut active = self.link.active();
+        let records: BTreeMap<String, PodRecord> = active
+            .keys()
+            .filter_map(|uid| self.status.get(uid).map(|r| (uid.clone(), r)))
+            .collect();
+        active.retain(|uid, _| {
+            records
+                .get(uid)
+                .is_none_or(|r| r.phase != "Succeeded" && r.phase != "Failed")
+        });
+        let stats: Vec<_> = active
+            .iter()
+            .map(|(uid, e)| {
+                let containers: Vec<(String, String)> = records
+                    .get(uid)
+                    .map(|r| {
+                        r.container_statuses
+                            .iter()
+                            .filter(|c| !c.container_id.is_empty())
+                            .map(|c| {
+                                // kubelet's form `<runtime>://<id>`; the cgroup is named by the id.
+                                let id = c.container_id.rsplit("://").next().unwrap_or_default();
+                                (c.name.clone(), id.to_owned())
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                let mut stats = self.observer.pod_stats(&e.cgroup, &containers);
+                // Ephemeral storage: the pod's container logs on nodefs.
+                if let Some(s) = stats.as_mut()
+                    && let Some((total, per_container)) = self.observer.pod_log_usage(uid)
+                {
+                    s.ephemeral_storage = Some(total);
+                    for c in &mut s.containers {
+                        c.ephemeral_storage = per_container
+                            .iter()
+                            .find(|(n, _)| *n == c.name)
+                            .map(|(_, b)| *b);
+                    }
+                }
+                stats
+            })
+            .collect();
+        let pods: Vec<ActivePod<'_>> = active
+            .values()
+            .zip(&stats)
+            .map(|(e, s)| ActivePod::new(&e.pod, s.as_ref()).with_facts(&e.facts))
+            .collect();
+        let before = state.conditions.clone();
+        let (state, decision) = step(&self.config.eviction, &state, &observations, &pods, now);
+        if self.link.set_conditions(decision.conditions.clone()) || before != decision.conditions {
+            tracing::info!(conditions = ?decision.conditions, trigger, "node conditions changed");
+        }
+        self.status.set_node(node_record(&decision.conditions));
+        if let Some(text) = &decision.node_event {
+            tracing::warn!(event = "EvictionThresholdMet", message = %text, trigger, "eviction threshold met");
+        }
+        let mut eviction = decision.eviction;
+        if memo.cleanup.is_some() {
+            eviction = None;
+        } else if decision.node_level_reclaim_first && decision.reclaim.is_some() {
+            // At most one node-level reclaim per NODE_RECLAIM_INTERVAL (signal bursts must not
+            // turn into CRI storms); a step in between evicts nobody for disk.
+            if memo
+                .last_reclaim
+                .is_some_and(|at| now.saturating_sub(at) < NODE_RECLAIM_INTERVAL)
+            {
+                eviction = None;
+            } else {
+                memo.last_reclaim = Some(now);
+                if self.node_level_reclaim(now).await {
+                    eviction = None;
+                }
+            }
+        }
+        if let Some(ev) = eviction {
+            let entry = active.get(&ev.uid);
+            let hard = ev.threshold.is_hard();
+            // A hard memory threshold frees the victim's memory now: SIGKILL to every process
+            // of the pod cgroup, then the orderly stop through the pod worker.
+            let mut sigkill_ns = None;
+            if hard
+                && ev.signal.resource() == crate::policy::eviction::Resource::Memory
+                && let Some(e) = entry
+            {
+                let killed = crate::cgroup::kill::kill_pod_cgroup(&self.observer.layout, &e.cgroup);
+                sigkill_ns = Some(crate::signal::monotonic_ns());
+                tracing::warn!(uid = %ev.uid, killed, "hard memory threshold: SIGKILL sent to the pod's processes");
+            }
+            tracing::warn!(
+                pod = %format!("{}/{}", ev.namespace, ev.name),
+                uid = %ev.uid,
+                signal = %ev.signal,
+                grace = ev.grace_period_seconds,
+                trigger,
+                message = %ev.message,
+                "eviction"
+            );
+            if let Some(e) = entry {
+                memo.cleanup = Some((
+                    CleanupWait {
+                        uid: ev.uid.clone(),
+                        since: now,
+                    },
+                    e.cgroup.clone(),
+                ));
+            }
+            self.link.evict(Evict {
+                uid: ev.uid.clone(),
+                grace_seconds: ev.grace_period_seconds,
+                message: ev.message.clone(),
+                sigkill_ns,
+            });
+        }
+        state
+    }
+}
+
+fn log_signal(s: &Signal) {
+    let cgroup = s.cgroup.as_deref().unwrap_or("");
+    let pod = s.pod_uid.as_deref().unwrap_or("");
+    match s.kind {
+        SignalKind::CgroupCreated
+        | SignalKind::CgroupRemoved
+        | SignalKind::Fork
+        | SignalKind::Probe
+        | SignalKind::MemcgReclaim
+        | SignalKind::DirectReclaim => {
+            tracing::debug!(signal = ?s.kind, cgroup, pod, count = s.count, "signal");
+        }
+        _ => tracing::info!(
+            signal = ?s.kind,
+            source = ?s.source,
+            cgroup,
+            pod,
+            pid = s.pid,
+            count = s.count,
+            delay_us = s.delay_ns().map(|d| d / 1000),
+            "signal"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_cri::v1 as cri;
+
+    use super::*;
+
+    #[test]
+    fn imagefs_is_the_first_existing_absolute_mountpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = |m: &str| cri::FilesystemUsage {
+            fs_id: Some(cri::FilesystemIdentifier {
+                mountpoint: m.to_owned(),
+            }),
+            ..Default::default()
+        };
+        let here = dir.path().display().to_string();
+        let answer = [
+            fs("relative/path"),
+            fs("/does/not/exist/enforcer"),
+            fs(&here),
+        ];
+        assert_eq!(imagefs_mountpoint(&answer), Some(dir.path().to_path_buf()));
+        assert_eq!(imagefs_mountpoint(&answer[..2]), None);
+        assert_eq!(imagefs_mountpoint(&[]), None);
+    }
+}
