@@ -13,7 +13,7 @@ use crate::{
     node::NodeObserver,
     policy::eviction::{
         ActivePod, NodeCondition, State,
-        manager::{Cleanup, CleanupWait, next_deadline},
+        manager::{Cleanup, CleanupWait, ReclaimPacer, next_deadline},
         step,
     },
     runtime::{
@@ -62,8 +62,8 @@ pub fn is_urgent(s: &Signal) -> bool {
 /// What the run loop remembers between steps besides the decision core's state.
 #[derive(Debug, Default)]
 struct Memo {
-    /// When node-level reclaim last ran.
-    last_reclaim: Option<Duration>,
+    /// Paces node-level reclaim.
+    reclaim: ReclaimPacer,
     /// The last evicted pod and its pod cgroup, until its resources are released.
     cleanup: Option<(CleanupWait, String)>,
     /// When the runtime was last asked for its image filesystem, and whether it answered.
@@ -87,10 +87,6 @@ pub fn imagefs_mountpoint(filesystems: &[k8s_cri::v1::FilesystemUsage]) -> Optio
 /// How often the manager looks whether an evicted pod's resources were released (kubelet's
 /// `podCleanupPollFreq` is 1 s).
 const CLEANUP_POLL: Duration = Duration::from_millis(100);
-
-/// Minimum time between two node-level reclaims (and so between two disk-pressure evictions);
-/// kubelet's is its 10 s housekeeping period.
-const NODE_RECLAIM_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Minimum time between two eviction-manager steps driven by reclaim or fork records: enough
 /// to coalesce a burst of records into one step, far below any grace period. Urgent signals
@@ -373,18 +369,10 @@ impl EvictionManager {
         if memo.cleanup.is_some() {
             eviction = None;
         } else if decision.node_level_reclaim_first && decision.reclaim.is_some() {
-            // At most one node-level reclaim per NODE_RECLAIM_INTERVAL (signal bursts must not
-            // turn into CRI storms); a step in between evicts nobody for disk.
-            if memo
-                .last_reclaim
-                .is_some_and(|at| now.saturating_sub(at) < NODE_RECLAIM_INTERVAL)
-            {
+            // At most one node-level reclaim per interval (signal bursts must not turn into
+            // CRI storms); a step in between evicts nobody for disk.
+            if !memo.reclaim.due(now) || self.node_level_reclaim(now).await {
                 eviction = None;
-            } else {
-                memo.last_reclaim = Some(now);
-                if self.node_level_reclaim(now).await {
-                    eviction = None;
-                }
             }
         }
         if let Some(ev) = eviction {

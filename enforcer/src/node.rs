@@ -142,6 +142,36 @@ pub fn pids() -> Result<(i64, i64), NodeError> {
     Ok((pid_max.min(threads_max), i64::from(info.procs)))
 }
 
+/// The CPU topology of the node from sysfs (`<root>/devices/system/cpu`; root is `/sys` on a
+/// real node): the online CPUs and each one's `physical_package_id` and `core_id`.
+pub fn cpu_topology(
+    root: &Path,
+) -> Result<crate::policy::cpu::Topology, crate::policy::cpu::CpuError> {
+    use crate::policy::cpu::{CpuError, CpuSet, Topology};
+    let base = root.join("devices/system/cpu");
+    let read = |p: &Path| {
+        fs::read_to_string(p).map_err(|e| CpuError::Sysfs {
+            path: p.display().to_string(),
+            message: e.to_string(),
+        })
+    };
+    let online = CpuSet::parse(read(&base.join("online"))?.trim())?;
+    let mut raw = Vec::new();
+    for cpu in online.iter() {
+        let dir = base.join(format!("cpu{cpu}/topology"));
+        let num = |name: &str| -> Result<u32, CpuError> {
+            let p = dir.join(name);
+            let text = read(&p)?;
+            text.trim().parse().map_err(|_| CpuError::Sysfs {
+                path: p.display().to_string(),
+                message: format!("not a number: {text:?}"),
+            })
+        };
+        raw.push((cpu, num("physical_package_id")?, num("core_id")?));
+    }
+    Ok(Topology::from_ids(raw))
+}
+
 /// Where the observer looks.
 #[derive(Clone, Debug)]
 pub struct NodeObserver {
@@ -482,6 +512,23 @@ mod tests {
                 obs.get(&Signal::AllocatableMemoryAvailable)
             );
         }
+    }
+
+    #[test]
+    fn sysfs_topology() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("devices/system/cpu");
+        std::fs::create_dir_all(&base).unwrap();
+        std::fs::write(base.join("online"), "0-3\n").unwrap();
+        for (cpu, pkg, core) in [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)] {
+            let t = base.join(format!("cpu{cpu}/topology"));
+            std::fs::create_dir_all(&t).unwrap();
+            std::fs::write(t.join("physical_package_id"), format!("{pkg}\n")).unwrap();
+            std::fs::write(t.join("core_id"), format!("{core}\n")).unwrap();
+        }
+        let topo = cpu_topology(dir.path()).unwrap();
+        assert_eq!(topo.all().iter().count(), 4);
+        assert!(cpu_topology(&dir.path().join("nope")).is_err());
     }
 
     #[test]

@@ -136,7 +136,7 @@ fn static_cpu_manager(
             }
             Topology::uniform(1, cpus, 1)
         }
-        None => Topology::from_sysfs(Path::new("/sys")).map_err(|e| {
+        None => crate::node::cpu_topology(Path::new("/sys")).map_err(|e| {
             CliError::invalid(
                 Path::new("/sys/devices/system/cpu"),
                 "topology",

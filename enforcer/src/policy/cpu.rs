@@ -5,12 +5,11 @@
 //! topology (whole sockets, then whole cores, then single threads, preferring already partly
 //! used sockets and cores); everything else runs on the shared (default) pool, which keeps the
 //! reserved CPUs. The state is checkpointed in kubelet's JSON format with its checksum. The
-//! only I/O is [`Topology::from_sysfs`], kept apart so the policy stays pure.
+//! policy does no I/O: the topology is read by the caller ([`crate::node::cpu_topology`]).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
     fmt,
-    path::Path,
 };
 
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -202,30 +201,10 @@ impl Topology {
         Self { cpus }
     }
 
-    /// Reads `<root>/devices/system/cpu` (root is `/sys` on a real node): the online CPUs and
-    /// each one's `physical_package_id` and `core_id`.
-    pub fn from_sysfs(root: &Path) -> Result<Self, CpuError> {
-        let base = root.join("devices/system/cpu");
-        let read = |p: &Path| {
-            std::fs::read_to_string(p).map_err(|e| CpuError::Sysfs {
-                path: p.display().to_string(),
-                message: e.to_string(),
-            })
-        };
-        let online = CpuSet::parse(read(&base.join("online"))?.trim())?;
-        let mut raw = Vec::new();
-        for cpu in online.iter() {
-            let dir = base.join(format!("cpu{cpu}/topology"));
-            let num = |name: &str| -> Result<u32, CpuError> {
-                let p = dir.join(name);
-                let text = read(&p)?;
-                text.trim().parse().map_err(|_| CpuError::Sysfs {
-                    path: p.display().to_string(),
-                    message: format!("not a number: {text:?}"),
-                })
-            };
-            raw.push((cpu, num("physical_package_id")?, num("core_id")?));
-        }
+    /// The topology from each online CPU's `(cpu, physical_package_id, core_id)`, as the
+    /// node reads them from sysfs ([`crate::node::cpu_topology`]).
+    #[must_use]
+    pub fn from_ids(raw: impl IntoIterator<Item = (u32, u32, u32)>) -> Self {
         // core_id repeats across sockets: number (socket, core_id) pairs globally.
         let mut ids = BTreeMap::new();
         let mut cpus = BTreeMap::new();
@@ -234,7 +213,7 @@ impl Topology {
             let core = *ids.entry((socket, core_id)).or_insert(next);
             cpus.insert(cpu, CpuInfo { socket, core });
         }
-        Ok(Self { cpus })
+        Self { cpus }
     }
 
     /// All CPUs.
@@ -771,20 +750,10 @@ mod tests {
     }
 
     #[test]
-    fn sysfs_topology() {
-        let dir = tempfile::tempdir().unwrap();
-        let base = dir.path().join("devices/system/cpu");
-        std::fs::create_dir_all(&base).unwrap();
-        std::fs::write(base.join("online"), "0-3\n").unwrap();
-        for (cpu, pkg, core) in [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)] {
-            let t = base.join(format!("cpu{cpu}/topology"));
-            std::fs::create_dir_all(&t).unwrap();
-            std::fs::write(t.join("physical_package_id"), format!("{pkg}\n")).unwrap();
-            std::fs::write(t.join("core_id"), format!("{core}\n")).unwrap();
-        }
-        let topo = Topology::from_sysfs(dir.path()).unwrap();
+    fn topology_from_ids_numbers_cores_across_sockets() {
+        let topo = Topology::from_ids([(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]);
         assert_eq!(topo.cpus[&2], CpuInfo { socket: 1, core: 2 });
-        assert!(Topology::from_sysfs(&dir.path().join("nope")).is_err());
+        assert_eq!(topo.all(), set("0-3"));
     }
 
     #[test]

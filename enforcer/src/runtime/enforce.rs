@@ -241,7 +241,7 @@ impl Enforcer {
             .filter_map(|m| m.get("cpu"))
             .fold(0i64, |a, q| a.saturating_add(q.milli_value()));
         let topology = if config.cpu_manager_policy == CpuManagerPolicy::Static {
-            Topology::from_sysfs(Path::new("/sys"))
+            crate::node::cpu_topology(Path::new("/sys"))
         } else {
             Ok(Topology::uniform(1, 1, 1))
         };

@@ -340,6 +340,30 @@ impl CleanupWait {
     }
 }
 
+/// Minimum time between two node-level reclaims (and so between two disk-pressure
+/// evictions); kubelet's is its 10 s housekeeping period.
+pub const NODE_RECLAIM_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Paces node-level reclaim: at most one per [`NODE_RECLAIM_INTERVAL`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReclaimPacer {
+    last: Option<Duration>,
+}
+
+impl ReclaimPacer {
+    /// Whether a reclaim may run at `now`; when it may, it is counted as run.
+    pub fn due(&mut self, now: Duration) -> bool {
+        if self
+            .last
+            .is_some_and(|at| now.saturating_sub(at) < NODE_RECLAIM_INTERVAL)
+        {
+            return false;
+        }
+        self.last = Some(now);
+        true
+    }
+}
+
 /// After node-level reclaim for a disk signal: true when, with the new observations, no
 /// threshold is met counting minimum reclaim, so no pod needs to be evicted
 /// (`reclaimNodeLevelResources`).
@@ -663,6 +687,17 @@ mod tests {
             secs(400),
         );
         assert!(d.conditions.is_empty());
+    }
+
+    #[test]
+    fn node_level_reclaim_is_paced() {
+        let mut p = ReclaimPacer::default();
+        let ms = Duration::from_millis;
+        let got: Vec<bool> = [0, 10, 999, 1000, 1500, 2100]
+            .into_iter()
+            .map(|t| p.due(ms(t)))
+            .collect();
+        assert_eq!(got, [true, false, false, true, false, true]);
     }
 
     #[test]
