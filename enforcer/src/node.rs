@@ -3,7 +3,6 @@
 //! from the pod cgroups. Reading only; no decisions.
 
 use std::{
-    ffi::CString,
     fs,
     path::{Path, PathBuf},
     time::Duration,
@@ -85,19 +84,10 @@ pub fn working_set(dir: &Path) -> Result<i64, NodeError> {
 
 /// statvfs of a path: (available bytes, capacity bytes, free inodes, inode capacity).
 pub fn statvfs(path: &Path) -> Result<(i64, i64, i64, i64), NodeError> {
-    let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| NodeError::Parse {
+    let st = rustix::fs::statvfs(path).map_err(|e| NodeError::Io {
         path: path.to_path_buf(),
-        what: "path contains NUL".into(),
+        source: e.into(),
     })?;
-    // SAFETY: zeroed statvfs is a valid out-parameter; the path is NUL-terminated.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(NodeError::Io {
-            path: path.to_path_buf(),
-            source: std::io::Error::last_os_error(),
-        });
-    }
     let frsize = i64::try_from(st.f_frsize).unwrap_or(4096);
     let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     Ok((
@@ -130,15 +120,7 @@ pub fn machine_memory() -> Result<i64, NodeError> {
 pub fn pids() -> Result<(i64, i64), NodeError> {
     let pid_max = read_i64(Path::new("/proc/sys/kernel/pid_max"))?;
     let threads_max = read_i64(Path::new("/proc/sys/kernel/threads-max"))?;
-    // SAFETY: zeroed sysinfo is a valid out-parameter.
-    let mut info: libc::sysinfo = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::sysinfo(&mut info) } != 0 {
-        return Err(NodeError::Io {
-            path: "sysinfo(2)".into(),
-            source: std::io::Error::last_os_error(),
-        });
-    }
+    let info = rustix::system::sysinfo();
     Ok((pid_max.min(threads_max), i64::from(info.procs)))
 }
 

@@ -24,8 +24,10 @@ pub fn kill_pod_cgroup(layout: &CgroupLayout, rel: &str) -> usize {
                 .filter_map(|l| l.trim().parse::<i32>().ok())
                 .filter(|p| *p > 1)
             {
-                // SAFETY: kill(2) on a pid listed in the pod's own cgroup.
-                if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+                let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+                    continue;
+                };
+                if rustix::process::kill_process(pid, rustix::process::Signal::KILL).is_ok() {
                     killed += 1;
                 }
             }

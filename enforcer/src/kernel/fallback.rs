@@ -5,7 +5,7 @@
 use std::{
     fs::{self, File, OpenOptions},
     io::{Read as _, Seek as _, SeekFrom, Write as _},
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    os::fd::{AsRawFd as _, OwnedFd},
     path::{Path, PathBuf},
     sync::{
         Arc,
@@ -134,13 +134,8 @@ fn send(tx: &mpsc::Sender<Signal>, stats: &PipelineStats, s: Signal) -> bool {
 }
 
 fn eventfd() -> Result<OwnedFd, KernelError> {
-    // SAFETY: plain syscall; the fd is owned below.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io("eventfd")(std::io::Error::last_os_error()));
-    }
-    // SAFETY: fd is a fresh descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC)
+        .map_err(|e| io("eventfd")(e.into()))
 }
 
 /// What a polled descriptor stands for.
@@ -460,8 +455,7 @@ fn notify_loop(
 
 fn drain_eventfd(efd: &OwnedFd) {
     let mut buf = [0u8; 8];
-    // SAFETY: reading 8 bytes into a local buffer from an eventfd we own.
-    let _ = unsafe { libc::read(efd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    let _ = rustix::io::read(efd, &mut buf);
 }
 
 /// Level-triggered, like kubelet's housekeeping: every tick that finds a watched cgroup at or
