@@ -2,7 +2,8 @@
 //! containerd over CRI, the way kubelet runs them.
 //!
 //! - [`cri`]: the [`ContainerRuntime`] trait and its CRI implementation (timeouts, reconnect).
-//! - [`fake`]: a recording runtime for pipeline tests.
+//! - `fake` (unit tests only, not in the release daemon): a recording runtime for pipeline
+//!   tests.
 //! - [`gc`]: node-level reclaim (dead containers, unused images) before disk-pressure evictions.
 //! - [`source`]: the manifest directory (static pods), polled.
 //! - [`apiserver`]: the API-server source (this node's pods, watched with `kube`).
@@ -17,6 +18,7 @@ pub mod apiserver;
 pub mod backoff;
 pub mod cri;
 pub mod enforce;
+#[cfg(test)]
 pub mod fake;
 pub mod gc;
 pub mod image;
