@@ -312,10 +312,18 @@ async fn delete_and_admit(node: &Node, specs: &[Spec]) {
     .await;
 }
 
+/// A 1Gi node. Without a scenario's own thresholds, only kubelet's default memory one: the
+/// default disk thresholds (`imagefs.available<15%`) would follow the build machine's disk.
 fn memory_node(extra: ConfigArgs) -> ConfigArgs {
+    let eviction_hard = if extra.eviction_hard.is_empty() {
+        vec!["memory.available<100Mi".to_owned()]
+    } else {
+        extra.eviction_hard.clone()
+    };
     ConfigArgs {
         node_capacity: vec!["memory=1Gi".to_owned()],
         eviction_pressure_transition_period: Some("5s".to_owned()),
+        eviction_hard,
         ..extra
     }
 }

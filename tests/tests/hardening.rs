@@ -29,9 +29,12 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const SLEEP: &str = "trap 'exit 0' TERM; sleep 3600 & wait";
 
+/// A 1Gi node with kubelet's default memory threshold only (the default disk thresholds
+/// would follow the build machine's disk).
 fn args() -> ConfigArgs {
     ConfigArgs {
         node_capacity: vec!["memory=1Gi".to_owned()],
+        eviction_hard: vec!["memory.available<100Mi".to_owned()],
         ..ConfigArgs::default()
     }
 }
@@ -128,6 +131,7 @@ async fn idle_connections_under_a_1024_descriptor_limit_do_not_blind_the_daemon(
         "run",
         "--housekeeping-interval=1s",
         "--node-capacity=memory=1Gi",
+        "--eviction-hard=memory.available<100Mi",
     ])
     .arg(format!("--http-address={addr}"))
     .arg(format!("--cri-socket={}", cd.socket.display()))
