@@ -160,8 +160,13 @@ fn record(state: &std::path::Path, name: &str) -> Option<PodRecord> {
 /// kubelet's `verifyEvictionOrdering` over the node's pod statuses: panics on a violation,
 /// returns whether every pod with a non-zero priority was evicted.
 fn verify_eviction_ordering(state: &std::path::Path, specs: &[Spec]) -> bool {
-    let recs: Vec<Option<PodRecord>> = specs.iter().map(|s| record(state, &s.name)).collect();
-    let phase_of = |i: usize| recs[i].as_ref().map_or("", |r| r.phase.as_str());
+    // One read of the status file for the whole check (a consistent view of every pod).
+    let pods = status_file(state).pods;
+    let recs: Vec<Option<&PodRecord>> = specs
+        .iter()
+        .map(|s| find(&pods, &format!("{}-", s.name)))
+        .collect();
+    let phase_of = |i: usize| recs[i].map_or("", |r| r.phase.as_str());
     let mut done = true;
     for (i, s) in specs.iter().enumerate() {
         let p = phase_of(i);
@@ -176,7 +181,7 @@ fn verify_eviction_ordering(state: &std::path::Path, specs: &[Spec]) -> bool {
             }
         }
         if p == "Failed" {
-            let r = recs[i].as_ref().expect("a Failed pod has a record");
+            let r = recs[i].expect("a Failed pod has a record");
             assert_eq!(
                 r.reason, "Evicted",
                 "pod {} failed; expected reason Evicted: {r:?}",

@@ -102,7 +102,7 @@ pub struct ManifestDir {
     node_name: String,
     files: BTreeMap<PathBuf, FileState>,
     synced: bool,
-    /// Where uid ownership is persisted ([`UID_OWNERS_FILE`]), and what it held at start.
+    /// Where uid ownership is persisted ([`UID_OWNERS_FILE`]), and what it holds now.
     owners_file: Option<PathBuf>,
     persisted: BTreeMap<String, PathBuf>,
     /// Entries with a manifest name that cannot be read as a file (a FIFO, a device, a
