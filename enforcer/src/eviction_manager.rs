@@ -237,10 +237,7 @@ impl EvictionManager {
         let active = self.link.active();
         let status = self.status.clone();
         let running = move |uid: &str| {
-            active.contains_key(uid)
-                && status
-                    .get(uid)
-                    .is_none_or(|r| r.phase != "Succeeded" && r.phase != "Failed")
+            active.contains_key(uid) && status.get(uid).is_none_or(|r| !r.phase.is_terminal())
         };
         match runtime::gc::reclaim_node_level(rt.as_ref(), &running).await {
             Ok(r) => tracing::info!(
@@ -313,11 +310,7 @@ impl EvictionManager {
             .keys()
             .filter_map(|uid| self.status.get(uid).map(|r| (uid.clone(), r)))
             .collect();
-        active.retain(|uid, _| {
-            records
-                .get(uid)
-                .is_none_or(|r| r.phase != "Succeeded" && r.phase != "Failed")
-        });
+        active.retain(|uid, _| records.get(uid).is_none_or(|r| !r.phase.is_terminal()));
         let stats: Vec<_> = active
             .iter()
             .map(|(uid, e)| {

@@ -11,10 +11,14 @@
 //! - [`eviction`]: signals, thresholds, ranking and the eviction manager's step.
 //! - [`admission`]: eviction admission, resource fit, predicates, pod security.
 //! - [`cpu`]: the CPU manager's static policy and its checkpoint.
+//! - [`pod_actions`]: the pod worker's plan (kubelet's `computePodActions`) and the pod phase.
+//! - [`backoff`]: crash-loop and image-pull backoff.
 
 pub mod admission;
+pub mod backoff;
 pub mod cpu;
 pub mod eviction;
 pub mod oom;
+pub mod pod_actions;
 pub mod qos;
 pub mod resources;

@@ -15,7 +15,6 @@
 //! - [`local`]: a private containerd with that image (`enforcer local-containerd`, tests).
 
 pub mod apiserver;
-pub mod backoff;
 pub mod cri;
 pub mod enforce;
 #[cfg(test)]
@@ -55,7 +54,7 @@ use crate::{
     policy::eviction::manager::AdmitResult,
 };
 use k8s_openapi::api::core::v1::Pod;
-use status::PodRecord;
+use status::{PodPhase, PodRecord};
 
 /// Default manifest directory.
 pub const DEFAULT_MANIFEST_DIR: &str = "/etc/enforcer/manifests";
@@ -149,7 +148,7 @@ fn failed_record(pod: &Pod, source: &str, reason: &str, message: String) -> PodR
     PodRecord {
         reason: reason.to_owned(),
         message,
-        ..blank_record(pod, &uid, source, "Failed")
+        ..blank_record(pod, &uid, source, PodPhase::Failed)
     }
 }
 
@@ -196,14 +195,14 @@ pub fn evicted_status(evicted: PodRecord, last: Option<PodRecord>) -> PodRecord 
 }
 
 /// A pod's status record with only its identity, source, QoS class and phase set.
-pub(crate) fn blank_record(pod: &Pod, uid: &str, source: &str, phase: &str) -> PodRecord {
+pub(crate) fn blank_record(pod: &Pod, uid: &str, source: &str, phase: PodPhase) -> PodRecord {
     let id = spec::PodIdent::of(pod);
     PodRecord {
         uid: uid.to_owned(),
         name: id.name,
         namespace: id.namespace,
         source: source.to_owned(),
-        phase: phase.to_owned(),
+        phase,
         reason: String::new(),
         message: String::new(),
         qos_class: spec::pod_qos(pod).as_str().to_owned(),
@@ -572,7 +571,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         tokio::select! {
             r = tasks.join_next() => if r.is_none() { break },
             () = &mut bound => {
-                let left = status.uids_in_phase("Terminating");
+                let left = status.uids_in_phase(PodPhase::Terminating);
                 tracing::warn!(
                     workers = tasks.len(),
                     terminating = ?left,
@@ -817,7 +816,7 @@ mod tests {
             finished_at: "t1".to_owned(),
         };
         let last = PodRecord {
-            phase: "Terminating".to_owned(),
+            phase: PodPhase::Terminating,
             start_time: "t0".to_owned(),
             conditions: vec![
                 status::Condition::new("Initialized", true),
@@ -836,7 +835,7 @@ mod tests {
                 oom_score_adj: None,
                 oom_score_adj_decided: None,
             }],
-            ..blank_record(&pod, "u1", "f.yaml", "Running")
+            ..blank_record(&pod, "u1", "f.yaml", PodPhase::Running)
         };
         let rec = evicted_status(evicted.clone(), Some(last));
         assert_eq!(

@@ -48,7 +48,7 @@ pub fn find<'a>(recs: &'a [PodRecord], prefix: &str) -> Option<&'a PodRecord> {
 /// The phase of the pod named `prefix...`.
 #[must_use]
 pub fn phase(state: &Path, prefix: &str) -> Option<String> {
-    find(&status_file(state).pods, prefix).map(|r| r.phase.clone())
+    find(&status_file(state).pods, prefix).map(|r| r.phase.to_string())
 }
 
 /// Whether the node reports `condition` (`MemoryPressure`, ...) as `True`.

@@ -35,33 +35,7 @@ pub const MIN_GRACE_SECONDS: i64 = 2;
 /// `terminationGracePeriodSeconds` when unset.
 pub const DEFAULT_GRACE_SECONDS: i64 = 30;
 
-/// What a container is in the pod.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ContainerKind {
-    Init,
-    Sidecar,
-    Regular,
-}
-
-impl ContainerKind {
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Init => "init",
-            Self::Sidecar => "sidecar",
-            Self::Regular => "regular",
-        }
-    }
-
-    #[must_use]
-    pub fn parse(s: &str) -> Self {
-        match s {
-            "init" => Self::Init,
-            "sidecar" => Self::Sidecar,
-            _ => Self::Regular,
-        }
-    }
-}
+pub use crate::policy::pod_actions::ContainerKind;
 
 /// QoS class (the decision core's, as the runtime names cgroup tiers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -216,15 +190,6 @@ pub fn grace_seconds(pod: &Pod) -> i64 {
         .and_then(|s| s.termination_grace_period_seconds)
         .unwrap_or(DEFAULT_GRACE_SECONDS)
         .max(1)
-}
-
-/// The pod's restart policy (`Always` by default).
-#[must_use]
-pub fn restart_policy(pod: &Pod) -> &str {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.restart_policy.as_deref())
-        .unwrap_or("Always")
 }
 
 fn host_network(pod: &Pod) -> bool {
@@ -509,28 +474,10 @@ pub fn container_config_with(
     }
 }
 
-/// kubelet's default pull policy: `Always` for `:latest` or untagged images, else
-/// `IfNotPresent`.
-#[must_use]
-pub fn pull_policy(c: &Container) -> &str {
-    if let Some(p) = c.image_pull_policy.as_deref() {
-        return p;
-    }
-    let image = c.image.as_deref().unwrap_or("");
-    let last = image.rsplit('/').next().unwrap_or(image);
-    if image.contains('@') {
-        "IfNotPresent"
-    } else {
-        match last.split_once(':') {
-            Some((_, "latest")) | None => "Always",
-            Some(_) => "IfNotPresent",
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::pod_actions::PullPolicy;
 
     fn pod(yaml: &str) -> Pod {
         serde_yaml::from_str(yaml).expect("pod yaml")
@@ -672,10 +619,16 @@ mod tests {
             image: Some(image.into()),
             ..Default::default()
         };
-        assert_eq!(pull_policy(&c("busybox")), "Always");
-        assert_eq!(pull_policy(&c("busybox:latest")), "Always");
-        assert_eq!(pull_policy(&c("busybox:local")), "IfNotPresent");
-        assert_eq!(pull_policy(&c("reg:5000/busybox")), "Always");
-        assert_eq!(pull_policy(&c("busybox@sha256:00")), "IfNotPresent");
+        assert_eq!(PullPolicy::of(&c("busybox")), PullPolicy::Always);
+        assert_eq!(PullPolicy::of(&c("busybox:latest")), PullPolicy::Always);
+        assert_eq!(
+            PullPolicy::of(&c("busybox:local")),
+            PullPolicy::IfNotPresent
+        );
+        assert_eq!(PullPolicy::of(&c("reg:5000/busybox")), PullPolicy::Always);
+        assert_eq!(
+            PullPolicy::of(&c("busybox@sha256:00")),
+            PullPolicy::IfNotPresent
+        );
     }
 }

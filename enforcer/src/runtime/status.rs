@@ -9,6 +9,8 @@ use std::{
 };
 
 use serde::{Deserialize, Serialize};
+
+pub use crate::policy::pod_actions::PodPhase;
 use tokio::sync::Notify;
 
 /// The file `enforcer pods` reads.
@@ -125,7 +127,7 @@ pub struct PodRecord {
     /// Where the pod came from (manifest file path, or `api`).
     pub source: String,
     /// Pending, Running, Succeeded, Failed (or Terminating while being killed).
-    pub phase: String,
+    pub phase: PodPhase,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -271,7 +273,7 @@ impl StatusManager {
 
     /// The uids of the pods whose status is in `phase`.
     #[must_use]
-    pub fn uids_in_phase(&self, phase: &str) -> Vec<String> {
+    pub fn uids_in_phase(&self, phase: PodPhase) -> Vec<String> {
         self.with(|i| {
             i.pods
                 .values()
@@ -413,13 +415,13 @@ pub fn render(file: &StatusFile, json: bool) -> String {
                 {
                     Some(reason.clone())
                 }
-                ContainerState::Terminated { reason, .. } if p.phase != "Running" => {
+                ContainerState::Terminated { reason, .. } if p.phase != PodPhase::Running => {
                     Some(reason.clone())
                 }
                 _ => None,
             })
             .or_else(|| (!p.reason.is_empty()).then(|| p.reason.clone()))
-            .unwrap_or_else(|| p.phase.clone());
+            .unwrap_or_else(|| p.phase.to_string());
         rows.push([
             p.namespace.clone(),
             p.name.clone(),
@@ -554,7 +556,7 @@ mod tests {
             name: "web".into(),
             namespace: "default".into(),
             source: "/m/web.yaml".into(),
-            phase: "Running".into(),
+            phase: PodPhase::Running,
             reason: String::new(),
             message: String::new(),
             qos_class: "BestEffort".into(),

@@ -13,14 +13,22 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use tokio::{sync::mpsc, task::JoinSet, time::Instant};
 
 use super::{
-    backoff::Backoff,
     cri::{ContainerRuntime, CriError},
     podcgroup::PodCgroups,
     source::is_valid_uid,
     spec::{self, ContainerKind, NodeFacts, PodIdent},
     status::{Condition, ContainerRecord, ContainerState, PodRecord, StatusManager, rfc3339},
 };
-use crate::cgroup::CgroupError;
+use crate::{
+    cgroup::CgroupError,
+    policy::{
+        backoff::Backoff,
+        pod_actions::{
+            AppState, ContainerStart, ContainerView, PodPhase, PodRuntime, PullPolicy, Replace,
+            RestartPolicy, RuntimeState, SandboxPlan, SandboxView, compute_pod_actions, pod_phase,
+        },
+    },
+};
 
 /// Errors of one sync or kill; the worker retries with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -76,58 +84,6 @@ pub struct WorkerContext<R> {
     pub log_root: PathBuf,
     /// Periodic resync when nothing else wakes the worker.
     pub resync: Duration,
-}
-
-/// kubelet's pod phase (`getPhase`) from what the containers are doing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AppState {
-    /// Never started yet.
-    Waiting,
-    Running,
-    /// Exited, possibly waiting to restart.
-    Exited {
-        code: i32,
-    },
-}
-
-/// kubelet's `getPhase`.
-#[must_use]
-pub fn pod_phase(
-    restart_policy: &str,
-    init_failed: bool,
-    init_pending: bool,
-    apps: &[AppState],
-) -> &'static str {
-    if init_failed {
-        return "Failed";
-    }
-    if init_pending {
-        return "Pending";
-    }
-    let waiting = apps.iter().filter(|a| **a == AppState::Waiting).count();
-    let running = apps.iter().filter(|a| **a == AppState::Running).count();
-    let stopped = apps
-        .iter()
-        .filter(|a| matches!(a, AppState::Exited { .. }))
-        .count();
-    let succeeded = apps
-        .iter()
-        .filter(|a| matches!(a, AppState::Exited { code: 0 }))
-        .count();
-    if waiting > 0 {
-        "Pending"
-    } else if running > 0 {
-        "Running"
-    } else if stopped > 0 {
-        match restart_policy {
-            "Always" => "Running",
-            _ if stopped == succeeded => "Succeeded",
-            "Never" => "Failed",
-            _ => "Running",
-        }
-    } else {
-        "Pending"
-    }
 }
 
 fn label_filter(uid: &str) -> HashMap<String, String> {
@@ -236,6 +192,19 @@ pub struct Terminated {
     pub last: Option<PodRecord>,
 }
 
+/// A pod worker's lifecycle (kubelet's `PodWorkerState`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodWorkerState {
+    /// Running the pod towards its spec.
+    Syncing,
+    /// Being killed with this grace period in seconds (`None`: an orphan's, read from its
+    /// containers' annotation); the worker ends when everything is removed.
+    Terminating { grace: Option<i64> },
+    /// Ran to its end (Succeeded or Failed): containers stopped and kept, for their final
+    /// status, until the pod is deleted.
+    Terminated,
+}
+
 /// One pod's worker.
 #[derive(Debug)]
 pub struct PodWorker<R> {
@@ -253,7 +222,7 @@ pub struct PodWorker<R> {
     waiting: HashMap<String, (String, String)>,
     /// Pod-level message of the last sync (errors).
     message: String,
-    terminal: bool,
+    state: PodWorkerState,
     start_time: String,
     /// Container id -> (decided, actual) `oom_score_adj`, from the last check in /proc.
     oom: HashMap<String, (i64, Option<i64>)>,
@@ -274,7 +243,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             statuses: HashMap::new(),
             waiting: HashMap::new(),
             message: String::new(),
-            terminal: false,
+            state: PodWorkerState::Syncing,
             start_time: String::new(),
             oom: HashMap::new(),
         }
@@ -294,7 +263,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             statuses: HashMap::new(),
             waiting: HashMap::new(),
             message: String::new(),
-            terminal: false,
+            state: PodWorkerState::Terminating { grace: None },
             start_time: String::new(),
             oom: HashMap::new(),
         }
@@ -314,10 +283,9 @@ impl<R: ContainerRuntime> PodWorker<R> {
         mut rx: mpsc::UnboundedReceiver<WorkUpdate>,
         done: mpsc::UnboundedSender<Terminated>,
     ) {
-        let mut kill: Option<i64> = if self.pod.is_none() { Some(-1) } else { None };
         let mut failures: u32 = 0;
         loop {
-            if let Some(grace) = kill {
+            if let PodWorkerState::Terminating { grace } = self.state {
                 let last = self.terminate(grace, &mut rx).await;
                 let _ = done.send(Terminated {
                     uid: self.uid.clone(),
@@ -327,7 +295,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             }
             let mut wake = Instant::now() + self.ctx.resync;
             if let Some(pod) = self.pod.clone()
-                && !self.terminal
+                && self.state == PodWorkerState::Syncing
             {
                 match self.sync(&pod).await {
                     Ok(next) => {
@@ -355,9 +323,9 @@ impl<R: ContainerRuntime> PodWorker<R> {
             tokio::select! {
                 u = rx.recv() => {
                     let Some(u) = u else { return };
-                    self.apply(u, &mut kill);
+                    self.apply(u);
                     while let Ok(u) = rx.try_recv() {
-                        self.apply(u, &mut kill);
+                        self.apply(u);
                     }
                 }
                 () = tokio::time::sleep_until(wake) => {}
@@ -365,10 +333,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
         }
     }
 
-    fn apply(&mut self, u: WorkUpdate, kill: &mut Option<i64>) {
+    fn apply(&mut self, u: WorkUpdate) {
         match u {
             WorkUpdate::Sync { pod, source } => {
-                if kill.is_none() {
+                if !matches!(self.state, PodWorkerState::Terminating { .. }) {
                     self.pod = Some(pod);
                     self.source = source;
                 }
@@ -379,7 +347,11 @@ impl<R: ContainerRuntime> PodWorker<R> {
                     .as_deref()
                     .map_or(spec::DEFAULT_GRACE_SECONDS, spec::grace_seconds);
                 let g = grace.unwrap_or(spec_grace).max(1);
-                *kill = Some(kill.map_or(g, |k| k.min(g)));
+                let grace = match self.state {
+                    PodWorkerState::Terminating { grace: Some(k) } => k.min(g),
+                    _ => g,
+                };
+                self.state = PodWorkerState::Terminating { grace: Some(grace) };
             }
             WorkUpdate::Relist => {}
         }
@@ -413,19 +385,18 @@ impl<R: ContainerRuntime> PodWorker<R> {
     /// terminated container states in the status of a pod it stopped).
     async fn terminate(
         &mut self,
-        grace: i64,
+        grace: Option<i64>,
         rx: &mut mpsc::UnboundedReceiver<WorkUpdate>,
     ) -> Option<PodRecord> {
-        let mut grace = if grace < 0 {
-            self.orphan_grace().await
-        } else {
-            grace
+        let mut grace = match grace {
+            Some(g) => g,
+            None => self.orphan_grace().await,
         };
         tracing::info!(uid = %self.uid, grace, "killing pod");
         if self.pod.is_some()
             && let Some(mut rec) = self.ctx.status.get(&self.uid)
         {
-            rec.phase = "Terminating".to_owned();
+            rec.phase = PodPhase::Terminating;
             rec.reason = String::new();
             self.ctx.status.set(rec);
         }
@@ -524,7 +495,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             Ok(_) => {
                 // Still terminating until the runtime loop publishes the terminal status.
                 if let Some(mut r) = self.ctx.status.get(&self.uid) {
-                    r.phase = "Terminating".to_owned();
+                    r.phase = PodPhase::Terminating;
                     self.ctx.status.set(r);
                 }
             }
@@ -549,17 +520,81 @@ impl<R: ContainerRuntime> PodWorker<R> {
         Ok(s)
     }
 
-    /// One sync; returns when the worker wants to be woken next (backoff expiry).
+    /// What the runtime holds of this pod: its sandboxes and containers (newest first), and
+    /// the view [`compute_pod_actions`] decides from (exit codes from the cached statuses).
+    async fn observe(
+        &mut self,
+        pod: &Pod,
+        now: Instant,
+    ) -> Result<(Vec<cri::PodSandbox>, Vec<cri::Container>, PodRuntime), WorkerError> {
+        let rt = self.ctx.runtime.clone();
+        let sandboxes = rt
+            .list_pod_sandboxes(cri::PodSandboxFilter {
+                label_selector: label_filter(&self.uid),
+                ..Default::default()
+            })
+            .await
+            .map_err(self.cri())?;
+        let mut containers = self.pod_containers().await.map_err(self.cri())?;
+        containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        let want_sandbox = spec::sandbox_hash(pod);
+        let hashes: HashMap<&str, String> = pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+            .map(|c| (c.name.as_str(), spec::container_hash(c)))
+            .collect();
+        let mut view = PodRuntime {
+            sandboxes: sandboxes
+                .iter()
+                .map(|s| SandboxView {
+                    id: s.id.clone(),
+                    ready: s.state == SANDBOX_READY,
+                    current: s.annotations.get(spec::SANDBOX_HASH_ANNOTATION)
+                        == Some(&want_sandbox),
+                    attempt: s.metadata.as_ref().map_or(0, |m| m.attempt),
+                    created_at: s.created_at,
+                })
+                .collect(),
+            containers: Vec::with_capacity(containers.len()),
+        };
+        for c in &containers {
+            let state = match c.state {
+                RUNNING => RuntimeState::Running,
+                CREATED => RuntimeState::Created,
+                EXITED => {
+                    self.exit_seen.entry(c.id.clone()).or_insert(now);
+                    RuntimeState::Exited {
+                        code: self.status_of(c).await?.exit_code,
+                    }
+                }
+                _ => RuntimeState::Unknown,
+            };
+            view.containers.push(ContainerView {
+                id: c.id.clone(),
+                name: name_of(c).to_owned(),
+                sandbox_id: c.pod_sandbox_id.clone(),
+                state,
+                current: c.annotations.get(spec::CONTAINER_HASH_ANNOTATION)
+                    == hashes.get(name_of(c)),
+                restart_count: restart_count_of(c),
+                created_at: c.created_at,
+            });
+        }
+        Ok((sandboxes, containers, view))
+    }
+
+    /// One sync: observe the runtime, plan ([`compute_pod_actions`]), execute the plan,
+    /// publish the status. Returns when the worker wants to be woken next (backoff expiry).
     async fn sync(&mut self, pod: &Pod) -> Result<Option<Instant>, WorkerError> {
         let now = Instant::now();
         let rt = self.ctx.runtime.clone();
         let uid = self.uid.clone();
-        let id = PodIdent::of(pod);
         let qos = spec::pod_qos(pod);
         self.waiting.clear();
         self.message.clear();
-        // 1. The pod cgroup (created and limited before the sandbox, as kubelet does), its
-        //    values re-written on every sync so they stay as decided.
+        // The pod cgroup (created and limited before the sandbox, as kubelet does), its
+        // values re-written on every sync so they stay as decided.
         let values = spec::pod_cgroup_values(pod, self.ctx.cgroups.options());
         let cgroup = self
             .ctx
@@ -569,258 +604,155 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 uid: uid.clone(),
                 source,
             })?;
-        // 2. What the runtime holds for this pod.
-        let sandboxes = rt
-            .list_pod_sandboxes(cri::PodSandboxFilter {
-                label_selector: label_filter(&uid),
-                ..Default::default()
-            })
-            .await
-            .map_err(self.cri())?;
-        let mut containers = rt
-            .list_containers(cri::ContainerFilter {
-                label_selector: label_filter(&uid),
-                ..Default::default()
-            })
-            .await
-            .map_err(self.cri())?;
-        containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
-        let latest = sandboxes.iter().max_by_key(|s| s.created_at);
-        let want_hash = spec::sandbox_hash(pod);
-        let policy = spec::restart_policy(pod).to_owned();
+        let (sandboxes, containers, view) = self.observe(pod, now).await?;
+        let actions = compute_pod_actions(
+            pod,
+            &view,
+            &spec::container_hash,
+            &self.backoff,
+            &self.exit_seen,
+            now,
+        );
+        for b in &actions.backoff {
+            self.waiting.insert(
+                b.name.clone(),
+                ("CrashLoopBackOff".to_owned(), b.message.clone()),
+            );
+        }
         let log_dir = self.ctx.log_root.join(&uid);
         let log_dir_s = log_dir.display().to_string();
-
-        let current = latest.filter(|s| {
-            s.state == SANDBOX_READY
-                && s.annotations.get(spec::SANDBOX_HASH_ANNOTATION) == Some(&want_hash)
-        });
-        let sandbox_id = if let Some(s) = current {
-            s.id.clone()
-        } else {
-            // A pod that ran to its end is not started again (kubelet: restartPolicy Never with
-            // an attempt made, or every container done under OnFailure).
-            if let Some(old) = latest {
-                let in_old: Vec<&cri::Container> = containers
+        let (sandbox_id, attempt) = match &actions.sandbox {
+            SandboxPlan::Finished(old) => {
+                self.state = PodWorkerState::Terminated;
+                self.publish(pod, qos, &cgroup, old, &containers, false)
+                    .await?;
+                return Ok(None);
+            }
+            SandboxPlan::Keep(id) => {
+                let attempt = view
+                    .sandboxes
                     .iter()
-                    .filter(|c| c.pod_sandbox_id == old.id)
-                    .collect();
-                let done = !in_old.is_empty()
-                    && old.annotations.get(spec::SANDBOX_HASH_ANNOTATION) == Some(&want_hash)
-                    && (policy == "Never"
-                        || (policy == "OnFailure" && self.all_succeeded(pod, &in_old).await?));
-                if done {
-                    self.terminal = true;
-                    self.publish(pod, qos, &cgroup, &old.id, &containers, true)
-                        .await?;
-                    return Ok(None);
+                    .find(|s| &s.id == id)
+                    .map_or(0, |s| s.attempt);
+                (id.clone(), attempt)
+            }
+            SandboxPlan::Create {
+                attempt,
+                kill_first,
+            } => {
+                if *kill_first {
+                    tracing::info!(uid = %uid, "sandbox changed or not ready; restarting the pod");
+                    kill_pod(&rt, &uid, spec::grace_seconds(pod), true)
+                        .await
+                        .map_err(self.cri())?;
                 }
-                tracing::info!(uid = %uid, sandbox = %old.id, "sandbox changed or not ready; restarting the pod");
-                kill_pod(&rt, &uid, spec::grace_seconds(pod), true)
-                    .await
-                    .map_err(self.cri())?;
-                containers.clear();
+                std::fs::create_dir_all(&log_dir).map_err(|source| WorkerError::Io {
+                    uid: uid.clone(),
+                    path: log_dir.clone(),
+                    source,
+                })?;
+                let config = spec::sandbox_config(pod, *attempt, &cgroup, &log_dir_s);
+                let sid = rt.run_pod_sandbox(config).await.map_err(self.cri())?;
+                tracing::info!(uid = %uid, pod = %PodIdent::of(pod).name, sandbox = %sid, "sandbox started");
+                if self.start_time.is_empty() {
+                    self.start_time = rfc3339(super::status::now_nanos());
+                }
+                (sid, *attempt)
             }
-            let attempt = latest.map_or(0, |s| {
-                s.metadata
-                    .as_ref()
-                    .map_or(0, |m| m.attempt.saturating_add(1))
-            });
-            std::fs::create_dir_all(&log_dir).map_err(|source| WorkerError::Io {
-                uid: uid.clone(),
-                path: log_dir.clone(),
-                source,
-            })?;
-            let config = spec::sandbox_config(pod, attempt, &cgroup, &log_dir_s);
-            let sid = rt.run_pod_sandbox(config).await.map_err(self.cri())?;
-            tracing::info!(uid = %uid, pod = %id.name, sandbox = %sid, "sandbox started");
-            if self.start_time.is_empty() {
-                self.start_time = rfc3339(super::status::now_nanos());
-            }
-            sid
         };
         if self.start_time.is_empty() {
-            self.start_time = latest.map(|s| rfc3339(s.created_at)).unwrap_or_default();
-        }
-        let sandbox_config = {
-            let attempt = sandboxes
+            self.start_time = sandboxes
                 .iter()
-                .find(|s| s.id == sandbox_id)
-                .and_then(|s| s.metadata.as_ref())
-                .map_or(0, |m| m.attempt);
-            spec::sandbox_config(pod, attempt, &cgroup, &log_dir_s)
-        };
-        let mine: Vec<cri::Container> = containers
-            .iter()
-            .filter(|c| c.pod_sandbox_id == sandbox_id)
-            .cloned()
-            .collect();
-
-        let mut wake: Option<Instant> = None;
-        let mut earliest = |at: Instant| {
-            wake = Some(wake.map_or(at, |w: Instant| w.min(at)));
-        };
-        let spec_ref = pod.spec.clone().unwrap_or_default();
-        // 3. Init containers, one at a time in order (sidecars keep running).
-        let mut init_done = true;
-        let mut init_failed = false;
-        for c in spec_ref.init_containers.iter().flatten() {
-            let sidecar = c.restart_policy.as_deref() == Some("Always");
-            let kind = if sidecar {
-                ContainerKind::Sidecar
-            } else {
-                ContainerKind::Init
-            };
-            let latest_c = mine.iter().find(|x| name_of(x) == c.name);
-            match latest_c {
-                Some(x) if x.state == RUNNING => {
-                    if sidecar {
-                        continue;
-                    }
-                    init_done = false;
-                    break;
-                }
-                Some(x) if x.state == EXITED => {
-                    let st = self.status_of(x).await?;
-                    if !sidecar && st.exit_code == 0 {
-                        continue;
-                    }
-                    if !sidecar && policy == "Never" {
-                        init_failed = true;
-                        init_done = false;
-                        break;
-                    }
-                    if let Some(at) = self
-                        .restart(
-                            pod,
-                            c,
-                            kind,
-                            x,
-                            &sandbox_id,
-                            &sandbox_config,
-                            &containers,
-                            now,
-                        )
-                        .await?
-                    {
-                        earliest(at);
-                    }
-                    init_done = false;
-                    break;
-                }
-                other => {
-                    if let Some(x) = other
-                        && !self.start_created(c, x).await?
-                    {
-                        ignore_not_found(rt.remove_container(&x.id).await).map_err(self.cri())?;
-                        let count = Self::next_count(&containers, &c.name);
-                        self.start(pod, c, kind, count, &sandbox_id, &sandbox_config, now)
-                            .await?;
-                    } else if other.is_none() {
-                        let count = Self::next_count(&containers, &c.name);
-                        self.start(pod, c, kind, count, &sandbox_id, &sandbox_config, now)
-                            .await?;
-                    }
-                    if !sidecar {
-                        init_done = false;
-                        break;
-                    }
-                }
-            }
+                .max_by_key(|s| s.created_at)
+                .map(|s| rfc3339(s.created_at))
+                .unwrap_or_default();
         }
-        // 4. App containers.
-        if init_done && !init_failed {
-            for c in &spec_ref.containers {
-                let latest_c = mine.iter().find(|x| name_of(x) == c.name);
-                match latest_c {
-                    Some(x) if x.state == RUNNING => {
-                        let hash = x.annotations.get(spec::CONTAINER_HASH_ANNOTATION);
-                        if hash.map(String::as_str) != Some(spec::container_hash(c).as_str()) {
-                            tracing::info!(uid = %uid, container = %c.name, "container definition changed; restarting it");
-                            ignore_not_found(
-                                rt.stop_container(
-                                    &x.id,
-                                    spec::grace_seconds(pod).max(spec::MIN_GRACE_SECONDS),
-                                )
-                                .await,
-                            )
-                            .map_err(self.cri())?;
-                            let count = Self::next_count(&containers, &c.name);
-                            self.start(
-                                pod,
-                                c,
-                                ContainerKind::Regular,
-                                count,
-                                &sandbox_id,
-                                &sandbox_config,
-                                now,
-                            )
-                            .await?;
-                        }
-                    }
-                    Some(x) if x.state == EXITED => {
-                        let st = self.status_of(x).await?;
-                        let should =
-                            policy == "Always" || (policy == "OnFailure" && st.exit_code != 0);
-                        if should
-                            && let Some(at) = self
-                                .restart(
-                                    pod,
-                                    c,
-                                    ContainerKind::Regular,
-                                    x,
-                                    &sandbox_id,
-                                    &sandbox_config,
-                                    &containers,
-                                    now,
-                                )
-                                .await?
-                        {
-                            earliest(at);
-                        }
-                    }
-                    Some(x) if self.start_created(c, x).await? => {}
-                    other => {
-                        if let Some(x) = other {
-                            ignore_not_found(rt.remove_container(&x.id).await)
-                                .map_err(self.cri())?;
-                        }
-                        let count = Self::next_count(&containers, &c.name);
-                        self.start(
-                            pod,
-                            c,
-                            ContainerKind::Regular,
-                            count,
-                            &sandbox_id,
-                            &sandbox_config,
-                            now,
-                        )
-                        .await?;
-                    }
-                }
-            }
+        let sandbox_config = spec::sandbox_config(pod, attempt, &cgroup, &log_dir_s);
+        for start in &actions.start {
+            self.execute(pod, start, &sandbox_id, &sandbox_config, now)
+                .await?;
         }
-        // 5. Status from a fresh listing.
-        let mut after = rt
-            .list_containers(cri::ContainerFilter {
-                label_selector: label_filter(&uid),
-                ..Default::default()
-            })
-            .await
-            .map_err(self.cri())?;
+        // Status from a fresh listing.
+        let mut after = self.pod_containers().await.map_err(self.cri())?;
         after.sort_by_key(|c| std::cmp::Reverse(c.created_at));
         self.check_oom(pod, &cgroup, &sandbox_id, &after);
         let phase = self
-            .publish(pod, qos, &cgroup, &sandbox_id, &after, init_failed)
+            .publish(pod, qos, &cgroup, &sandbox_id, &after, actions.init_failed)
             .await?;
-        if phase == "Succeeded" || phase == "Failed" {
-            tracing::info!(uid = %uid, phase, "pod finished; stopping its sandbox");
-            self.terminal = true;
+        if phase.is_terminal() {
+            tracing::info!(uid = %uid, %phase, "pod finished; stopping its sandbox");
+            self.state = PodWorkerState::Terminated;
             kill_pod(&rt, &uid, spec::grace_seconds(pod), false)
                 .await
                 .map_err(self.cri())?;
         }
-        Ok(wake)
+        Ok(actions.wake)
+    }
+
+    /// Executes one container start of the plan: deals with the earlier instance as the plan
+    /// says, then creates and starts the container.
+    async fn execute(
+        &mut self,
+        pod: &Pod,
+        s: &ContainerStart,
+        sandbox_id: &str,
+        sandbox_config: &cri::PodSandboxConfig,
+        now: Instant,
+    ) -> Result<(), WorkerError> {
+        let Some(def) = pod
+            .spec
+            .iter()
+            .flat_map(|p| p.init_containers.iter().flatten().chain(&p.containers))
+            .find(|c| c.name == s.name)
+            .cloned()
+        else {
+            return Ok(());
+        };
+        let rt = self.ctx.runtime.clone();
+        match &s.replace {
+            Replace::Nothing => {}
+            Replace::StartCreated(id) => match rt.start_container(id).await {
+                Ok(()) => {
+                    tracing::info!(uid = %self.uid, container = %s.name, id = %id, "started a container created earlier");
+                    return Ok(());
+                }
+                Err(e) if e.is_not_found() => {
+                    ignore_not_found(rt.remove_container(id).await).map_err(self.cri())?;
+                }
+                Err(e) => return Err(self.cri()(e)),
+            },
+            Replace::Remove(id) => {
+                ignore_not_found(rt.remove_container(id).await).map_err(self.cri())?;
+            }
+            Replace::Stop(id) => {
+                tracing::info!(uid = %self.uid, container = %s.name, "container definition changed; restarting it");
+                ignore_not_found(
+                    rt.stop_container(id, spec::grace_seconds(pod).max(spec::MIN_GRACE_SECONDS))
+                        .await,
+                )
+                .map_err(self.cri())?;
+            }
+            Replace::Restart { backoff_key, .. } => self.backoff.next(backoff_key, now),
+        }
+        self.start(
+            pod,
+            &def,
+            s.kind,
+            s.restart_count,
+            sandbox_id,
+            sandbox_config,
+            now,
+        )
+        .await?;
+        if let Replace::Restart { remove_older, .. } = &s.replace {
+            // Keep the exited instance just replaced (last state); remove older ones.
+            for old in remove_older {
+                ignore_not_found(rt.remove_container(old).await).map_err(self.cri())?;
+                self.statuses.remove(old);
+                self.exit_seen.remove(old);
+            }
+        }
+        Ok(())
     }
 
     /// Verifies the `oom_score_adj` of the running containers' processes (corrects it when
@@ -851,110 +783,6 @@ impl<R: ContainerRuntime> PodWorker<R> {
             seen.insert(c.id.clone(), (decided, got));
         }
         self.oom = seen;
-    }
-
-    async fn all_succeeded(
-        &mut self,
-        pod: &Pod,
-        in_old: &[&cri::Container],
-    ) -> Result<bool, WorkerError> {
-        for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
-            let Some(x) = in_old.iter().find(|x| name_of(x) == c.name) else {
-                return Ok(false);
-            };
-            if x.state != EXITED || self.status_of(x).await?.exit_code != 0 {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
-    fn next_count(all: &[cri::Container], name: &str) -> u32 {
-        all.iter()
-            .filter(|x| name_of(x) == name)
-            .map(|x| restart_count_of(x).saturating_add(1))
-            .max()
-            .unwrap_or(0)
-    }
-
-    /// Restarts an exited container unless it is in crash backoff; returns when to retry.
-    #[expect(
-        clippy::too_many_arguments,
-        reason = "one call site per container kind"
-    )]
-    async fn restart(
-        &mut self,
-        pod: &Pod,
-        c: &Container,
-        kind: ContainerKind,
-        exited: &cri::Container,
-        sandbox_id: &str,
-        sandbox_config: &cri::PodSandboxConfig,
-        all: &[cri::Container],
-        now: Instant,
-    ) -> Result<Option<Instant>, WorkerError> {
-        let key = format!("{}/{}/{}", self.uid, c.name, spec::container_hash(c));
-        let seen = *self.exit_seen.entry(exited.id.clone()).or_insert(now);
-        if let Some(at) = self.backoff.retry_at(&key, seen, now) {
-            let delay = self.backoff.current(&key).unwrap_or_default();
-            self.waiting.insert(
-                c.name.clone(),
-                (
-                    "CrashLoopBackOff".to_owned(),
-                    format!(
-                        "back-off {}s restarting failed container={} pod={}_{}({})",
-                        delay.as_secs(),
-                        c.name,
-                        PodIdent::of(pod).name,
-                        PodIdent::of(pod).namespace,
-                        self.uid
-                    ),
-                ),
-            );
-            return Ok(Some(at));
-        }
-        self.backoff.next(&key, now);
-        let count = Self::next_count(all, &c.name);
-        self.start(pod, c, kind, count, sandbox_id, sandbox_config, now)
-            .await?;
-        // Keep the exited instance just replaced (last state); remove older ones.
-        let rt = self.ctx.runtime.clone();
-        for old in all
-            .iter()
-            .filter(|x| name_of(x) == c.name && x.id != exited.id && x.state == EXITED)
-        {
-            ignore_not_found(rt.remove_container(&old.id).await).map_err(self.cri())?;
-            self.statuses.remove(&old.id);
-            self.exit_seen.remove(&old.id);
-        }
-        Ok(None)
-    }
-
-    /// A container that was created but never started (a `StartContainer` that failed, or a
-    /// `CreateContainer` that timed out and completed later), still of the current definition:
-    /// started, not created a second time. Returns whether it was.
-    async fn start_created(
-        &mut self,
-        c: &Container,
-        x: &cri::Container,
-    ) -> Result<bool, WorkerError> {
-        if x.state != CREATED
-            || x.annotations
-                .get(spec::CONTAINER_HASH_ANNOTATION)
-                .map(String::as_str)
-                != Some(spec::container_hash(c).as_str())
-        {
-            return Ok(false);
-        }
-        let rt = self.ctx.runtime.clone();
-        match rt.start_container(&x.id).await {
-            Ok(()) => {
-                tracing::info!(uid = %self.uid, container = %c.name, id = %x.id, "started a container created earlier");
-                Ok(true)
-            }
-            Err(e) if e.is_not_found() => Ok(false),
-            Err(e) => Err(self.cri()(e)),
-        }
     }
 
     /// Makes sure the image is there (pull policy), creates and starts a container.
@@ -1024,15 +852,15 @@ impl<R: ContainerRuntime> PodWorker<R> {
         now: Instant,
     ) -> Result<Option<String>, WorkerError> {
         let image = c.image.clone().unwrap_or_default();
-        let policy = spec::pull_policy(c).to_owned();
+        let policy = PullPolicy::of(c);
         let rt = self.ctx.runtime.clone();
         let present = rt.image_status(&image).await.map_err(self.cri())?;
         if let Some(img) = &present
-            && policy != "Always"
+            && policy != PullPolicy::Always
         {
             return Ok(Some(img.id.clone()));
         }
-        if present.is_none() && policy == "Never" {
+        if present.is_none() && policy == PullPolicy::Never {
             self.waiting.insert(
                 c.name.clone(),
                 (
@@ -1177,7 +1005,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
         sandbox_id: &str,
         all: &[cri::Container],
         init_failed: bool,
-    ) -> Result<&'static str, WorkerError> {
+    ) -> Result<PodPhase, WorkerError> {
         let spec_ref = pod.spec.clone().unwrap_or_default();
         let in_sandbox: Vec<&cri::Container> = all
             .iter()
@@ -1192,8 +1020,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 .filter(|x| name_of(x) == c.name)
                 .collect();
             let (rec, st) = self.record(c, &inst).await?;
-            let sidecar = c.restart_policy.as_deref() == Some("Always");
-            let done = if sidecar {
+            let done = if ContainerKind::of_init(c) == ContainerKind::Sidecar {
                 st == AppState::Running
             } else {
                 st == AppState::Exited { code: 0 }
@@ -1213,9 +1040,8 @@ impl<R: ContainerRuntime> PodWorker<R> {
             apps.push(rec);
             states.push(st);
         }
-        let policy = spec::restart_policy(pod);
-        let phase = pod_phase(policy, init_failed, init_pending, &states);
-        let ready = phase == "Running" && states.iter().all(|s| *s == AppState::Running);
+        let phase = pod_phase(RestartPolicy::of(pod), init_failed, init_pending, &states);
+        let ready = phase == PodPhase::Running && states.iter().all(|s| *s == AppState::Running);
         let cond = Condition::new;
         let id = PodIdent::of(pod);
         let record = PodRecord {
@@ -1223,7 +1049,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             name: id.name,
             namespace: id.namespace,
             source: self.source.clone(),
-            phase: phase.to_owned(),
+            phase,
             reason: String::new(),
             message: self.message.clone(),
             qos_class: qos.as_str().to_owned(),
@@ -1231,7 +1057,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
             sandbox_id: sandbox_id.to_owned(),
             cgroup: cgroup.to_owned(),
             conditions: vec![
-                cond("PodReadyToStartContainers", !self.terminal),
+                cond(
+                    "PodReadyToStartContainers",
+                    self.state == PodWorkerState::Syncing,
+                ),
                 cond("Initialized", !init_pending),
                 cond("ContainersReady", ready),
                 cond("Ready", ready),
@@ -1246,7 +1075,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
 
     fn publish_error(&self, pod: &Pod) {
         let mut rec = self.ctx.status.get(&self.uid).unwrap_or_else(|| {
-            crate::runtime::blank_record(pod, &self.uid, &self.source, "Pending")
+            crate::runtime::blank_record(pod, &self.uid, &self.source, PodPhase::Pending)
         });
         rec.message = self.message.clone();
         self.ctx.status.set(rec);
@@ -1256,53 +1085,6 @@ impl<R: ContainerRuntime> PodWorker<R> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn phases() {
-        use AppState::*;
-        let cases: &[(&str, bool, bool, &[AppState], &str)] = &[
-            ("Always", false, true, &[Waiting], "Pending"),
-            ("Never", true, false, &[Waiting], "Failed"),
-            ("Always", false, false, &[Running, Waiting], "Pending"),
-            (
-                "Always",
-                false,
-                false,
-                &[Running, Exited { code: 1 }],
-                "Running",
-            ),
-            ("Always", false, false, &[Exited { code: 0 }], "Running"),
-            (
-                "OnFailure",
-                false,
-                false,
-                &[Exited { code: 0 }],
-                "Succeeded",
-            ),
-            ("OnFailure", false, false, &[Exited { code: 2 }], "Running"),
-            (
-                "Never",
-                false,
-                false,
-                &[Exited { code: 0 }, Exited { code: 0 }],
-                "Succeeded",
-            ),
-            (
-                "Never",
-                false,
-                false,
-                &[Exited { code: 0 }, Exited { code: 137 }],
-                "Failed",
-            ),
-        ];
-        for (policy, init_failed, init_pending, apps, want) in cases {
-            assert_eq!(
-                pod_phase(policy, *init_failed, *init_pending, apps),
-                *want,
-                "{policy} {apps:?}"
-            );
-        }
-    }
 
     use crate::{
         cgroup::CgroupLayout,
@@ -1431,10 +1213,7 @@ mod tests {
             ),
             (1, 0, 0)
         );
-        assert_eq!(
-            h.status.get("u2").map(|r| r.phase),
-            Some("Pending".to_owned())
-        );
+        assert_eq!(h.status.get("u2").map(|r| r.phase), Some(PodPhase::Pending));
         h.fake.exit("i1", 0, "Completed");
         let _ = h.tx.send(WorkUpdate::Relist);
         settle().await;
@@ -1443,10 +1222,7 @@ mod tests {
         let _ = h.tx.send(WorkUpdate::Relist);
         settle().await;
         assert_eq!(starts(&h.fake, "app"), 1);
-        assert_eq!(
-            h.status.get("u2").map(|r| r.phase),
-            Some("Running".to_owned())
-        );
+        assert_eq!(h.status.get("u2").map(|r| r.phase), Some(PodPhase::Running));
     }
 
     #[tokio::test(start_paused = true)]
@@ -1501,6 +1277,6 @@ mod tests {
             matches!(&rec.container_statuses[1].state, ContainerState::Waiting { reason, .. } if reason == "ImagePullBackOff"),
             "{rec:?}"
         );
-        assert_eq!(rec.phase, "Pending");
+        assert_eq!(rec.phase, PodPhase::Pending);
     }
 }
