@@ -52,6 +52,12 @@ pub enum DaemonError {
     Runtime(#[from] runtime::RuntimeError),
     #[error(transparent)]
     Enforce(#[from] runtime::enforce::EnforceError),
+    #[error("starting {what}: {source}")]
+    Thread {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("HTTP server on {addr}: {source}")]
     Http {
         addr: SocketAddr,
@@ -274,7 +280,13 @@ pub async fn run(
     health.expect_steps_within(config.enforcer.housekeeping_interval.saturating_mul(2));
     let manager = crate::eviction_manager::EvictionManager {
         config: config.clone(),
-        observer,
+        layout: observer.layout.clone(),
+        stats: crate::stats::StatsCollector::spawn(observer).map_err(|source| {
+            DaemonError::Thread {
+                what: "the stats collector",
+                source,
+            }
+        })?,
         link,
         status,
         housekeeping: config.enforcer.housekeeping_interval,

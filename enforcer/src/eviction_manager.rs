@@ -6,21 +6,21 @@
 use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
 
 use crate::{
-    cgroup::join_inside,
+    cgroup::{CgroupLayout, join_inside},
     config::Config,
     health::Health,
     kernel,
-    node::NodeObserver,
     policy::eviction::{
         ActivePod, NodeCondition, State,
         manager::{Cleanup, CleanupWait, ReclaimPacer, next_deadline},
         step,
     },
     runtime::{
-        self, CriRuntime, Evict, NodeLink, StatusManager,
-        status::{Condition as StatusCondition, NodeRecord, PodRecord},
+        self, ActiveEntry, CriRuntime, Evict, NodeLink, StatusManager,
+        status::{Condition as StatusCondition, NodeRecord},
     },
     signal::{Signal, SignalKind},
+    stats::{NodeSnapshot, PodScope, PodTarget, Refresh, StatsCollector},
 };
 
 /// The node's pressure conditions for the status file: each `True` or `False`.
@@ -57,6 +57,27 @@ pub fn is_pressure(s: &Signal) -> bool {
 #[must_use]
 pub fn is_urgent(s: &Signal) -> bool {
     matches!(s.kind, SignalKind::MemoryThreshold | SignalKind::OomKill)
+}
+
+/// What started an eviction-manager step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// Kernel signals (coalesced).
+    Signal,
+    /// The housekeeping tick.
+    Housekeeping,
+    /// A grace or transition period ending.
+    Deadline,
+}
+
+impl std::fmt::Display for Trigger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Signal => "signal",
+            Self::Housekeeping => "housekeeping",
+            Self::Deadline => "deadline",
+        })
+    }
 }
 
 /// What the run loop remembers between steps besides the decision core's state.
@@ -98,7 +119,10 @@ const MIN_STEP_INTERVAL: Duration = Duration::from_millis(2);
 #[derive(Debug)]
 pub struct EvictionManager {
     pub config: Config,
-    pub observer: NodeObserver,
+    /// Where the pod cgroups are (the kill, the release check).
+    pub layout: CgroupLayout,
+    /// The node's stats collector: all reading happens on its thread.
+    pub stats: StatsCollector,
     pub link: NodeLink,
     /// Container names and ids of the running pods (for per-container usage).
     pub status: StatusManager,
@@ -127,6 +151,8 @@ impl EvictionManager {
         let mut due: Option<tokio::time::Instant> = None;
         let mut memo = Memo::default();
         let mut signals_open = true;
+        // The pods the signals of this round named (their memory is re-read).
+        let mut named: Vec<String> = Vec::new();
         tokio::pin!(stop);
         loop {
             let deadline = async {
@@ -135,10 +161,11 @@ impl EvictionManager {
                     None => std::future::pending().await,
                 }
             };
+            named.clear();
             let trigger = tokio::select! {
                 () = &mut stop => break,
-                _ = tick.tick() => "housekeeping",
-                () = deadline => "deadline",
+                _ = tick.tick() => Trigger::Housekeeping,
+                () = deadline => Trigger::Deadline,
                 s = pipeline.signals.recv(), if signals_open => match s {
                     None => {
                         tracing::error!("signal pipeline ended; housekeeping continues");
@@ -153,26 +180,32 @@ impl EvictionManager {
                         }
                         self.poke_oom_killed(&s);
                         let mut urgent = is_urgent(&s);
+                        named.extend(s.pod_uid.clone());
                         // Coalesce the rest of the burst.
                         while let Ok(more) = pipeline.signals.try_recv() {
                             log_signal(&more);
                             self.poke_oom_killed(&more);
                             urgent |= is_urgent(&more);
+                            if is_pressure(&more) {
+                                named.extend(more.pod_uid.clone());
+                            }
                         }
                         let since = last_step.elapsed();
                         if !urgent && since < MIN_STEP_INTERVAL {
                             tokio::time::sleep(MIN_STEP_INTERVAL - since).await;
                         }
-                        "signal"
+                        Trigger::Signal
                     }
                 },
             };
             last_step = tokio::time::Instant::now();
-            if trigger == "housekeeping" {
+            if trigger == Trigger::Housekeeping {
                 // Off the signal path: a slow runtime never delays a signal-driven step.
                 self.learn_imagefs(start.elapsed(), &mut memo).await;
             }
-            state = self.step(state, start.elapsed(), trigger, &mut memo).await;
+            state = self
+                .step(state, start.elapsed(), trigger, &named, &mut memo)
+                .await;
             self.health.step_done();
             due = next_deadline(&self.config.eviction, &state, start.elapsed()).map(|d| start + d);
             // Waiting for an evicted pod's cleanup: look again soon, as kubelet polls it.
@@ -203,11 +236,10 @@ impl EvictionManager {
                 match imagefs_mountpoint(&fs) {
                     Some(p) => {
                         tracing::info!(path = %p.display(), "imagefs from the runtime's ImageFsInfo");
-                        self.observer.imagefs = Some(p);
+                        self.stats.set_imagefs(p);
                     }
                     None => tracing::warn!(
                         answer = ?fs,
-                        kept = ?self.observer.imagefs,
                         "ImageFsInfo named no existing mountpoint; keeping the default imagefs"
                     ),
                 }
@@ -220,7 +252,6 @@ impl EvictionManager {
     /// stopped and removed, logs and pod cgroup removed) and its memory cgroup is gone.
     fn released(&self, uid: &str, cgroup: &str) -> bool {
         let gone = self
-            .observer
             .layout
             .controller("memory")
             .and_then(|(m, _)| join_inside(m, cgroup).ok())
@@ -230,7 +261,7 @@ impl EvictionManager {
 
     /// Disk pressure: dead containers, then unused images, through CRI; then re-observe.
     /// Returns true when no threshold is met any more (no pod needs to be evicted).
-    async fn node_level_reclaim(&self, now: Duration) -> bool {
+    async fn node_level_reclaim(&self, now: Duration, targets: Vec<PodTarget>) -> bool {
         let Some(rt) = &self.node_reclaim else {
             return false;
         };
@@ -251,11 +282,15 @@ impl EvictionManager {
                 return false;
             }
         }
-        match self.observer.observe(now) {
-            Ok(obs) => {
+        let again = Refresh {
+            pods: PodScope::New,
+            logs: false,
+        };
+        match self.stats.refresh(again, targets, now).await {
+            Ok(snapshot) => {
                 let resolved = crate::policy::eviction::manager::resolved_after_node_reclaim(
                     &self.config.eviction,
-                    &obs,
+                    &snapshot.observations,
                 );
                 if resolved {
                     tracing::info!("able to reduce resource pressure without evicting pods");
@@ -280,7 +315,51 @@ impl EvictionManager {
         }
     }
 
-    async fn step(&self, state: State, now: Duration, trigger: &str, memo: &mut Memo) -> State {
+    /// The pods to collect stats of: the active pods (kubelet's active pods: not one that ran
+    /// to its end, which holds no memory worth reclaiming, nor the victim being cleaned up),
+    /// with their containers' runtime ids.
+    fn targets(&self, memo: &Memo) -> (Arc<BTreeMap<String, ActiveEntry>>, Vec<PodTarget>) {
+        let active = self.link.active();
+        let victim = memo.cleanup.as_ref().map(|(w, _)| w.uid.as_str());
+        let mut targets = Vec::with_capacity(active.len());
+        for (uid, e) in active.iter() {
+            if Some(uid.as_str()) == victim {
+                continue;
+            }
+            let record = self.status.get(uid);
+            if record.as_ref().is_some_and(|r| r.phase.is_terminal()) {
+                continue;
+            }
+            let containers = record
+                .map(|r| {
+                    r.container_statuses
+                        .into_iter()
+                        .filter(|c| !c.container_id.is_empty())
+                        .map(|c| {
+                            // kubelet's form `<runtime>://<id>`; the cgroup is named by the id.
+                            let id = c.container_id.rsplit("://").next().unwrap_or_default();
+                            (c.name.clone(), id.to_owned())
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            targets.push(PodTarget {
+                uid: uid.clone(),
+                cgroup: e.cgroup.clone(),
+                containers,
+            });
+        }
+        (active, targets)
+    }
+
+    async fn step(
+        &self,
+        state: State,
+        now: Duration,
+        trigger: Trigger,
+        named: &[String],
+        memo: &mut Memo,
+    ) -> State {
         // kubelet's waitForPodsCleanup, checked before observing: the step that sees the
         // victim released observes what it freed.
         if let Some((wait, cgroup)) = &memo.cleanup {
@@ -296,67 +375,98 @@ impl EvictionManager {
                 }
             }
         }
-        let observations = match self.observer.observe(now) {
-            Ok(o) => o,
+        let (active, targets) = self.targets(memo);
+        // What to read: everything on the housekeeping tick and at a due instant; on a
+        // signal, the node and the pods it names.
+        let refresh = match trigger {
+            Trigger::Signal => Refresh {
+                pods: PodScope::Named(named.to_vec()),
+                logs: false,
+            },
+            Trigger::Housekeeping | Trigger::Deadline => Refresh::full(),
+        };
+        let all_read = refresh.pods == PodScope::All;
+        let snapshot = match self.stats.refresh(refresh, targets.clone(), now).await {
+            Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "observing the node failed; skipping this step");
                 return state;
             }
         };
-        // kubelet's active pods: a pod that ran to its end (Succeeded or Failed, e.g.
-        // restartPolicy Never) holds no memory worth reclaiming and is not ranked.
-        let mut active = self.link.active();
-        let records: BTreeMap<String, PodRecord> = active
-            .keys()
-            .filter_map(|uid| self.status.get(uid).map(|r| (uid.clone(), r)))
-            .collect();
-        active.retain(|uid, _| records.get(uid).is_none_or(|r| !r.phase.is_terminal()));
-        let stats: Vec<_> = active
-            .iter()
-            .map(|(uid, e)| {
-                let containers: Vec<(String, String)> = records
-                    .get(uid)
-                    .map(|r| {
-                        r.container_statuses
-                            .iter()
-                            .filter(|c| !c.container_id.is_empty())
-                            .map(|c| {
-                                // kubelet's form `<runtime>://<id>`; the cgroup is named by the id.
-                                let id = c.container_id.rsplit("://").next().unwrap_or_default();
-                                (c.name.clone(), id.to_owned())
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let mut stats = self.observer.pod_stats(&e.cgroup, &containers);
-                // Ephemeral storage: the pod's container logs on nodefs.
-                if let Some(s) = stats.as_mut()
-                    && let Some((total, per_container)) = self.observer.pod_log_usage(uid)
-                {
-                    s.ephemeral_storage = Some(total);
-                    for c in &mut s.containers {
-                        c.ephemeral_storage = per_container
-                            .iter()
-                            .find(|(n, _)| *n == c.name)
-                            .map(|(_, b)| *b);
-                    }
+        let (next, decision) = self.decide(&state, &snapshot, &active, now);
+        // A victim is chosen on every pod's fresh memory: before evicting on figures some of
+        // which were carried over, read every pod again and decide again.
+        let (next, decision) = if decision.eviction.is_some() && !all_read {
+            let again = Refresh {
+                pods: PodScope::All,
+                logs: false,
+            };
+            match self.stats.refresh(again, targets.clone(), now).await {
+                Ok(s) => self.decide(&state, &s, &active, now),
+                Err(e) => {
+                    tracing::warn!(error = %e, "observing the pods failed; skipping this step");
+                    return state;
                 }
-                stats
+            }
+        } else {
+            (next, decision)
+        };
+        self.act(
+            state.conditions,
+            decision,
+            now,
+            trigger,
+            &active,
+            targets,
+            memo,
+        )
+        .await;
+        next
+    }
+
+    /// The decision core's step on a snapshot.
+    fn decide(
+        &self,
+        state: &State,
+        snapshot: &NodeSnapshot,
+        active: &BTreeMap<String, ActiveEntry>,
+        now: Duration,
+    ) -> (State, crate::policy::eviction::manager::StepDecision) {
+        let pods: Vec<ActivePod<'_>> = snapshot
+            .pods
+            .iter()
+            .filter_map(|(uid, sample)| {
+                let e = active.get(uid)?;
+                Some(ActivePod::new(&e.pod, sample.stats.as_ref()).with_facts(&e.facts))
             })
             .collect();
-        let pods: Vec<ActivePod<'_>> = active
-            .values()
-            .zip(&stats)
-            .map(|(e, s)| ActivePod::new(&e.pod, s.as_ref()).with_facts(&e.facts))
-            .collect();
-        let before = state.conditions.clone();
-        let (state, decision) = step(&self.config.eviction, &state, &observations, &pods, now);
+        step(
+            &self.config.eviction,
+            state,
+            &snapshot.observations,
+            &pods,
+            now,
+        )
+    }
+
+    /// Acts on a decision: conditions, the node event, node-level reclaim, the eviction.
+    #[expect(clippy::too_many_arguments, reason = "one step's values")]
+    async fn act(
+        &self,
+        before: Vec<crate::policy::eviction::NodeCondition>,
+        decision: crate::policy::eviction::manager::StepDecision,
+        now: Duration,
+        trigger: Trigger,
+        active: &BTreeMap<String, ActiveEntry>,
+        targets: Vec<PodTarget>,
+        memo: &mut Memo,
+    ) {
         if self.link.set_conditions(decision.conditions.clone()) || before != decision.conditions {
-            tracing::info!(conditions = ?decision.conditions, trigger, "node conditions changed");
+            tracing::info!(conditions = ?decision.conditions, %trigger, "node conditions changed");
         }
         self.status.set_node(node_record(&decision.conditions));
         if let Some(text) = &decision.node_event {
-            tracing::warn!(event = "EvictionThresholdMet", message = %text, trigger, "eviction threshold met");
+            tracing::warn!(event = "EvictionThresholdMet", message = %text, %trigger, "eviction threshold met");
         }
         let mut eviction = decision.eviction;
         if memo.cleanup.is_some() {
@@ -364,7 +474,7 @@ impl EvictionManager {
         } else if decision.node_level_reclaim_first && decision.reclaim.is_some() {
             // At most one node-level reclaim per interval (signal bursts must not turn into
             // CRI storms); a step in between evicts nobody for disk.
-            if !memo.reclaim.due(now) || self.node_level_reclaim(now).await {
+            if !memo.reclaim.due(now) || self.node_level_reclaim(now, targets).await {
                 eviction = None;
             }
         }
@@ -378,7 +488,7 @@ impl EvictionManager {
                 && ev.signal.resource() == crate::policy::eviction::Resource::Memory
                 && let Some(e) = entry
             {
-                let killed = crate::cgroup::kill::kill_pod_cgroup(&self.observer.layout, &e.cgroup);
+                let killed = crate::cgroup::kill::kill_pod_cgroup(&self.layout, &e.cgroup);
                 sigkill_ns = Some(crate::signal::monotonic_ns());
                 tracing::warn!(uid = %ev.uid, killed, "hard memory threshold: SIGKILL sent to the pod's processes");
             }
@@ -387,7 +497,7 @@ impl EvictionManager {
                 uid = %ev.uid,
                 signal = %ev.signal,
                 grace = ev.grace_period_seconds,
-                trigger,
+                %trigger,
                 message = %ev.message,
                 "eviction"
             );
@@ -407,7 +517,6 @@ impl EvictionManager {
                 sigkill_ns,
             });
         }
-        state
     }
 }
 

@@ -17,3 +17,4 @@ pub mod quantity;
 pub mod runtime;
 pub mod server;
 pub mod signal;
+pub mod stats;

@@ -26,6 +26,8 @@ pub enum NodeError {
     Parse { path: PathBuf, what: String },
     #[error("no memory controller is mounted")]
     NoMemoryController,
+    #[error("the stats collector thread has ended")]
+    CollectorGone,
     #[error(transparent)]
     Cgroup(#[from] crate::cgroup::CgroupError),
 }

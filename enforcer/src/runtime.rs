@@ -542,6 +542,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             }
             () = link.evictions_pending() => {
                 for e in link.take_evictions() {
+                    link.remove_active(&e.uid);
                     let Some(h) = workers.get(&e.uid) else { continue };
                     let Some(pod) = admissions.admitted.get(&e.uid).cloned() else { continue };
                     tracing::warn!(uid = %e.uid, grace = e.grace_seconds, message = %e.message, "evicting pod");

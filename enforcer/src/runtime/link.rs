@@ -46,7 +46,8 @@ pub struct Evict {
 #[derive(Debug, Default)]
 struct Inner {
     conditions: RwLock<Vec<NodeCondition>>,
-    active: RwLock<BTreeMap<String, ActiveEntry>>,
+    /// Written by the runtime loop only; readers take the `Arc` (copy on write).
+    active: RwLock<Arc<BTreeMap<String, ActiveEntry>>>,
     evictions: Mutex<Vec<Evict>>,
     notify: Notify,
     /// Pods whose runtime state changed in a way the relister has not seen yet (a kernel OOM
@@ -93,29 +94,29 @@ impl NodeLink {
         changed
     }
 
-    /// The active pods, by uid.
+    /// The active pods, by uid: a cheap read (the map is shared, not copied).
     #[must_use]
-    pub fn active(&self) -> BTreeMap<String, ActiveEntry> {
+    pub fn active(&self) -> Arc<BTreeMap<String, ActiveEntry>> {
         read(&self.0.active)
     }
 
-    /// Marks a pod active (admitted and running).
+    /// Marks a pod active (admitted and running). The runtime loop only.
     pub fn set_active(&self, uid: &str, entry: ActiveEntry) {
         write(&self.0.active, |a| {
-            a.insert(uid.to_owned(), entry);
+            Arc::make_mut(a).insert(uid.to_owned(), entry);
         });
     }
 
-    /// The pod left the active set (terminating, evicted or gone).
+    /// The pod left the active set (terminating, evicted or gone). The runtime loop only.
     pub fn remove_active(&self, uid: &str) {
         write(&self.0.active, |a| {
-            a.remove(uid);
+            Arc::make_mut(a).remove(uid);
         });
     }
 
-    /// Asks the runtime to evict a pod; it leaves the active set at once.
+    /// Asks the runtime to evict a pod; the runtime takes it out of the active set when it
+    /// takes the eviction (the eviction manager ignores it meanwhile: its cleanup wait).
     pub fn evict(&self, e: Evict) {
-        self.remove_active(&e.uid);
         match self.0.evictions.lock() {
             Ok(mut g) => g.push(e),
             Err(p) => p.into_inner().push(e),
@@ -204,6 +205,8 @@ mod tests {
             sigkill_ns: None,
         });
         let got = waiter.await.expect("join");
+        // The runtime loop, which owns the active set, takes the pod out.
+        link.remove_active("u1");
         assert_eq!(
             got,
             vec![Evict {

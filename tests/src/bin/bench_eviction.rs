@@ -219,7 +219,8 @@ async fn run_mode(
     let link = NodeLink::default();
     let manager = EvictionManager {
         config,
-        observer,
+        layout: observer.layout.clone(),
+        stats: enforcer::stats::StatsCollector::spawn(observer)?,
         link: link.clone(),
         status: StatusManager::default(),
         housekeeping,

@@ -1,0 +1,411 @@
+//! The node's stats collector (kubelet's stats provider): one thread, off the async runtime,
+//! owns the [`NodeObserver`] and does all the reading the eviction manager needs (cgroup files,
+//! statvfs, the walk of the pods' log directories). Each refresh publishes an
+//! `Arc<NodeSnapshot>` through a `tokio::sync::watch` channel; every figure in it carries the
+//! time it was taken.
+//!
+//! A refresh reads only what it is asked for: the node-level observations always (two
+//! working sets, two statvfs calls and the pid count: cheap), the memory of the pods a signal
+//! names (or of every pod before an eviction is decided), and the log walk (the expensive
+//! part, linear in the files the pods wrote) on the housekeeping tick only. Figures not
+//! re-read are carried over from the previous snapshot with their old time.
+
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    sync::{Arc, mpsc as std_mpsc},
+    time::Duration,
+};
+
+use tokio::sync::{oneshot, watch};
+
+use crate::{
+    node::{NodeError, NodeObserver},
+    policy::eviction::{Observations, PodStats},
+};
+
+/// A pod to collect stats of.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodTarget {
+    pub uid: String,
+    /// The pod cgroup, relative to the hierarchy roots.
+    pub cgroup: String,
+    /// (name, runtime id) of its containers: a container's cgroup is `<pod>/<id>`.
+    pub containers: Vec<(String, String)>,
+}
+
+/// One pod's figures.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodSample {
+    /// `None`: the pod cgroup is gone.
+    pub stats: Option<PodStats>,
+    /// When the memory and process figures were read.
+    pub memory_at: Duration,
+    /// When the log directory was walked (`None`: not yet).
+    pub logs_at: Option<Duration>,
+}
+
+/// What the node looked like, figure by figure.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeSnapshot {
+    /// Node-level observations (each with its time).
+    pub observations: Observations,
+    /// Per pod, by uid.
+    pub pods: BTreeMap<String, PodSample>,
+}
+
+/// Which pods' memory a refresh re-reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PodScope {
+    /// None (new pods are read anyway).
+    New,
+    /// These pods (the ones a signal names).
+    Named(Vec<String>),
+    /// Every pod.
+    All,
+}
+
+/// What one refresh reads besides the node-level observations.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refresh {
+    pub pods: PodScope,
+    /// Walk the pods' log directories (ephemeral storage).
+    pub logs: bool,
+}
+
+impl Refresh {
+    /// Everything: every pod's memory and log walk.
+    #[must_use]
+    pub fn full() -> Self {
+        Self {
+            pods: PodScope::All,
+            logs: true,
+        }
+    }
+}
+
+/// The reading itself, synchronous; [`StatsCollector`] runs it on its own thread.
+#[derive(Debug)]
+pub struct Collector {
+    pub observer: NodeObserver,
+    last: Arc<NodeSnapshot>,
+}
+
+impl Collector {
+    #[must_use]
+    pub fn new(observer: NodeObserver) -> Self {
+        Self {
+            observer,
+            last: Arc::default(),
+        }
+    }
+
+    /// One refresh at `now` for the pods in `targets` (pods not in it are dropped).
+    pub fn refresh(
+        &mut self,
+        req: &Refresh,
+        targets: &[PodTarget],
+        now: Duration,
+    ) -> Result<Arc<NodeSnapshot>, NodeError> {
+        let observations = self.observer.observe(now)?;
+        let mut pods = BTreeMap::new();
+        for t in targets {
+            let old = self.last.pods.get(&t.uid);
+            let read_memory = old.is_none()
+                || match &req.pods {
+                    PodScope::New => false,
+                    PodScope::Named(uids) => uids.contains(&t.uid),
+                    PodScope::All => true,
+                };
+            let mut sample = match (read_memory, old) {
+                (false, Some(old)) => old.clone(),
+                _ => PodSample {
+                    stats: self.observer.pod_stats(&t.cgroup, &t.containers),
+                    memory_at: now,
+                    logs_at: None,
+                },
+            };
+            // Log usage: walked now, or carried over from the last walk.
+            let logs = if req.logs || old.is_none_or(|o| o.logs_at.is_none()) {
+                self.observer
+                    .pod_log_usage(&t.uid)
+                    .map(|usage| (usage, now))
+            } else {
+                old.and_then(|o| {
+                    let s = o.stats.as_ref()?;
+                    let per = s
+                        .containers
+                        .iter()
+                        .map(|c| (c.name.clone(), c.ephemeral_storage.unwrap_or(0)))
+                        .collect();
+                    Some(((s.ephemeral_storage?, per), o.logs_at?))
+                })
+            };
+            if let (Some(s), Some(((total, per_container), at))) = (sample.stats.as_mut(), logs) {
+                s.ephemeral_storage = Some(total);
+                for c in &mut s.containers {
+                    c.ephemeral_storage = per_container
+                        .iter()
+                        .find(|(n, _)| *n == c.name)
+                        .map(|(_, b)| *b);
+                }
+                sample.logs_at = Some(at);
+            }
+            pods.insert(t.uid.clone(), sample);
+        }
+        self.last = Arc::new(NodeSnapshot { observations, pods });
+        Ok(self.last.clone())
+    }
+}
+
+enum Request {
+    Refresh {
+        refresh: Refresh,
+        targets: Vec<PodTarget>,
+        now: Duration,
+        reply: oneshot::Sender<Result<Arc<NodeSnapshot>, NodeError>>,
+    },
+    Imagefs(PathBuf),
+}
+
+/// The collector thread's handle: ask for a refresh, read the newest snapshot.
+#[derive(Debug)]
+pub struct StatsCollector {
+    tx: std_mpsc::Sender<Request>,
+    snapshots: watch::Receiver<Arc<NodeSnapshot>>,
+}
+
+impl std::fmt::Debug for Request {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Request")
+    }
+}
+
+impl StatsCollector {
+    /// Starts the collector thread; it ends when the handle is dropped.
+    pub fn spawn(observer: NodeObserver) -> std::io::Result<Self> {
+        let (tx, rx) = std_mpsc::channel::<Request>();
+        let (publish, snapshots) = watch::channel(Arc::<NodeSnapshot>::default());
+        let mut collector = Collector::new(observer);
+        std::thread::Builder::new()
+            .name("stats".to_owned())
+            .spawn(move || {
+                while let Ok(req) = rx.recv() {
+                    match req {
+                        Request::Imagefs(p) => collector.observer.imagefs = Some(p),
+                        Request::Refresh {
+                            refresh,
+                            targets,
+                            now,
+                            reply,
+                        } => {
+                            let r = collector.refresh(&refresh, &targets, now);
+                            if let Ok(s) = &r {
+                                publish.send_replace(s.clone());
+                            }
+                            let _ = reply.send(r);
+                        }
+                    }
+                }
+            })?;
+        Ok(Self { tx, snapshots })
+    }
+
+    /// Refreshes what `refresh` names for `targets` at `now` and returns the new snapshot.
+    pub async fn refresh(
+        &self,
+        refresh: Refresh,
+        targets: Vec<PodTarget>,
+        now: Duration,
+    ) -> Result<Arc<NodeSnapshot>, NodeError> {
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Request::Refresh {
+                refresh,
+                targets,
+                now,
+                reply,
+            })
+            .map_err(|_| NodeError::CollectorGone)?;
+        answer.await.map_err(|_| NodeError::CollectorGone)?
+    }
+
+    /// The imagefs the runtime named (CRI `ImageFsInfo`).
+    pub fn set_imagefs(&self, path: PathBuf) {
+        let _ = self.tx.send(Request::Imagefs(path));
+    }
+
+    /// The newest snapshot (cheap: an `Arc`).
+    #[must_use]
+    pub fn latest(&self) -> Arc<NodeSnapshot> {
+        self.snapshots.borrow().clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::{CgroupLayout, V1Mount};
+
+    /// A v1-shaped memory hierarchy in a temporary directory: enough for the reading logic.
+    fn fake_node() -> (tempfile::TempDir, NodeObserver) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mem = dir.path().join("memory");
+        let stat = |p: &std::path::Path, usage: i64| {
+            std::fs::create_dir_all(p).expect("mkdir");
+            std::fs::write(p.join("memory.usage_in_bytes"), usage.to_string()).expect("usage");
+            std::fs::write(p.join("memory.stat"), "total_inactive_file 0\n").expect("stat");
+        };
+        stat(&mem, 1 << 30);
+        stat(&mem.join("kubepods"), 1 << 29);
+        stat(&mem.join("kubepods/poda"), 1 << 20);
+        stat(&mem.join("kubepods/podb"), 2 << 20);
+        let layout = CgroupLayout {
+            v1: vec![V1Mount {
+                mount: mem.clone(),
+                controllers: vec!["memory".to_owned()],
+                hierarchy_id: Some(1),
+            }],
+            ..CgroupLayout::default()
+        };
+        let observer = NodeObserver {
+            layout,
+            kubepods: "/kubepods".to_owned(),
+            memory_capacity: 2 << 30,
+            capacity_override: false,
+            kubepods_memory_limit: 1 << 30,
+            nodefs: dir.path().to_path_buf(),
+            imagefs: None,
+            pid_capacity: Some(1000),
+        };
+        (dir, observer)
+    }
+
+    fn target(uid: &str) -> PodTarget {
+        PodTarget {
+            uid: uid.to_owned(),
+            cgroup: format!("/kubepods/pod{uid}"),
+            containers: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_refresh_reads_only_what_it_is_asked_for() {
+        let (dir, observer) = fake_node();
+        let mut c = Collector::new(observer);
+        let targets = [target("a"), target("b")];
+        let s = c
+            .refresh(&Refresh::full(), &targets, Duration::from_secs(1))
+            .expect("refresh");
+        assert_eq!(
+            s.pods["a"].stats.as_ref().and_then(|s| s.memory),
+            Some(1 << 20)
+        );
+        assert_eq!(s.pods["a"].memory_at, Duration::from_secs(1));
+        // Pod b grows; a signal names pod a only: b keeps its old figure and time.
+        let b = dir
+            .path()
+            .join("memory/kubepods/podb/memory.usage_in_bytes");
+        std::fs::write(&b, (8 << 20).to_string()).expect("write");
+        let s = c
+            .refresh(
+                &Refresh {
+                    pods: PodScope::Named(vec!["a".to_owned()]),
+                    logs: false,
+                },
+                &targets,
+                Duration::from_secs(2),
+            )
+            .expect("refresh");
+        assert_eq!(s.pods["a"].memory_at, Duration::from_secs(2));
+        assert_eq!(s.pods["b"].memory_at, Duration::from_secs(1));
+        assert_eq!(
+            s.pods["b"].stats.as_ref().and_then(|s| s.memory),
+            Some(2 << 20)
+        );
+        // Node-level figures are always re-read.
+        assert!(
+            s.observations
+                .values()
+                .all(|o| o.time == Some(Duration::from_secs(2)))
+        );
+        // Before an eviction every pod is re-read.
+        let s = c
+            .refresh(
+                &Refresh {
+                    pods: PodScope::All,
+                    logs: false,
+                },
+                &targets,
+                Duration::from_secs(3),
+            )
+            .expect("refresh");
+        assert_eq!(
+            s.pods["b"].stats.as_ref().and_then(|s| s.memory),
+            Some(8 << 20)
+        );
+        // A pod that left is dropped; a new one is read even when not named.
+        let s = c
+            .refresh(
+                &Refresh {
+                    pods: PodScope::New,
+                    logs: false,
+                },
+                &[target("b"), target("c")],
+                Duration::from_secs(4),
+            )
+            .expect("refresh");
+        assert!(!s.pods.contains_key("a"));
+        assert_eq!(s.pods["c"].stats, None, "pod c has no cgroup");
+        assert_eq!(s.pods["c"].memory_at, Duration::from_secs(4));
+    }
+
+    #[test]
+    fn log_usage_is_carried_over_between_walks() {
+        let (dir, observer) = fake_node();
+        let logs = dir.path().join("pods/a/c");
+        std::fs::create_dir_all(&logs).expect("mkdir");
+        std::fs::write(logs.join("0.log"), vec![b'x'; 64 * 1024]).expect("log");
+        let mut c = Collector::new(observer);
+        let mut t = target("a");
+        t.containers = vec![("c".to_owned(), "cid".to_owned())];
+        std::fs::create_dir_all(dir.path().join("memory/kubepods/poda/cid")).expect("mkdir");
+        let s = c
+            .refresh(
+                &Refresh::full(),
+                std::slice::from_ref(&t),
+                Duration::from_secs(1),
+            )
+            .expect("refresh");
+        let used = s.pods["a"].stats.as_ref().and_then(|s| s.ephemeral_storage);
+        assert!(used.is_some_and(|u| u >= 64 * 1024), "{used:?}");
+        let s = c
+            .refresh(
+                &Refresh {
+                    pods: PodScope::All,
+                    logs: false,
+                },
+                std::slice::from_ref(&t),
+                Duration::from_secs(2),
+            )
+            .expect("refresh");
+        assert_eq!(
+            s.pods["a"].stats.as_ref().and_then(|s| s.ephemeral_storage),
+            used
+        );
+        assert_eq!(s.pods["a"].logs_at, Some(Duration::from_secs(1)));
+        assert_eq!(s.pods["a"].memory_at, Duration::from_secs(2));
+    }
+
+    #[tokio::test]
+    async fn the_thread_publishes_each_snapshot() {
+        let (_dir, observer) = fake_node();
+        let stats = StatsCollector::spawn(observer).expect("spawn");
+        assert!(stats.latest().pods.is_empty());
+        let s = stats
+            .refresh(Refresh::full(), vec![target("a")], Duration::from_secs(5))
+            .await
+            .expect("refresh");
+        assert!(Arc::ptr_eq(&s, &stats.latest()));
+    }
+}
