@@ -48,7 +48,7 @@ enum Task {
     /// Benchmarks: `signals` (kernel -> daemon latency and throughput), `policy` (criterion),
     /// `pods` (pods/s through the enforcer vs direct CRI, daemon RSS with 100 pods).
     Bench {
-        #[arg(value_parser = ["signals", "eviction", "policy", "pods"])]
+        #[arg(value_parser = ["signals", "eviction", "policy", "pods", "step"])]
         what: String,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -366,6 +366,18 @@ fn bench(what: &str, args: &[String]) -> anyhow::Result<()> {
                 "bench_pods",
             ]))?;
             sh(Command::new(target_dir().join("release/bench_pods")).args(args))
+        }
+        "step" => {
+            setup()?;
+            sh(cargo().args([
+                "build",
+                "--release",
+                "--package",
+                "enforcer-tests",
+                "--bin",
+                "bench_step",
+            ]))?;
+            sh(Command::new(target_dir().join("release/bench_step")).args(args))
         }
         "policy" => sh(cargo()
             .args(["bench", "--package", "enforcer", "--bench", "policy", "--"])

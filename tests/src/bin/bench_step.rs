@@ -1,0 +1,202 @@
+//! `cargo xtask bench step`: one eviction-manager step including its I/O, with 110 running
+//! pods (kubelet's default `maxPods`), on real cgroups and real log directories.
+//!
+//! - "before": what every step did until the stats collector existed, inline on the step's
+//!   thread: the node-level observations, every pod's cgroup files and the walk of every pod's
+//!   log directory, then the decision core's step.
+//! - "signal step": what a signal-driven step does now: ask the collector thread for the node
+//!   and the one pod the signal names, then the decision core's step on the snapshot.
+//! - "housekeeping step": the tick's full refresh, through the collector thread.
+//!
+//! The variants run interleaved, in one run; figures are medians and ratios to "before".
+
+use std::{
+    collections::BTreeMap,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::Context as _;
+use enforcer::{
+    config::ConfigArgs,
+    node::NodeObserver,
+    policy::eviction::{
+        State,
+        manager::{ActivePod, step},
+    },
+    runtime::ActiveEntry,
+    stats::{Collector, NodeSnapshot, PodScope, PodTarget, Refresh, StatsCollector},
+};
+use enforcer_tests::{TestCgroup, layout, require_root, unique_name};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+
+const PODS: usize = 110;
+const LOG_FILES: usize = 4;
+const LOG_BYTES: usize = 64 * 1024;
+
+fn pod(uid: &str) -> Pod {
+    let mut p = Pod::default();
+    p.metadata.name = Some(format!("p-{uid}"));
+    p.metadata.namespace = Some("default".into());
+    p.metadata.uid = Some(uid.into());
+    p.spec = Some(PodSpec {
+        containers: vec![Container {
+            name: "app".into(),
+            image: Some("busybox".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    p
+}
+
+fn pct(v: &[Duration], q: f64) -> Duration {
+    let mut v = v.to_vec();
+    v.sort_unstable();
+    v.get(((v.len().saturating_sub(1)) as f64 * q).round() as usize)
+        .copied()
+        .unwrap_or_default()
+}
+
+fn decide(
+    config: &enforcer::config::Config,
+    snapshot: &NodeSnapshot,
+    active: &BTreeMap<String, ActiveEntry>,
+    now: Duration,
+) -> usize {
+    let pods: Vec<ActivePod<'_>> = snapshot
+        .pods
+        .iter()
+        .filter_map(|(uid, s)| {
+            let e = active.get(uid)?;
+            Some(ActivePod::new(&e.pod, s.stats.as_ref()).with_facts(&e.facts))
+        })
+        .collect();
+    let (_, d) = step(
+        &config.eviction,
+        &State::default(),
+        &snapshot.observations,
+        &pods,
+        now,
+    );
+    usize::from(d.eviction.is_some()) + pods.len()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    require_root();
+    let rounds = enforcer_tests::arg_u64("--rounds", 200);
+    let l = layout();
+    let (mem, _) = l.controller("memory").context("memory controller")?;
+    let root = format!("/{}", unique_name("bench-step"));
+    let kubepods_rel = format!("{root}/kubepods");
+    let kubepods = TestCgroup::create(mem, &kubepods_rel);
+    let logs = tempfile::tempdir()?;
+    let mut cgroups = Vec::new();
+    let mut active = BTreeMap::new();
+    let mut targets = Vec::new();
+    for i in 0..PODS {
+        let uid = format!("{i:04}-bench");
+        let pod_rel = format!("{kubepods_rel}/pod{uid}");
+        cgroups.push(TestCgroup::create(mem, &pod_rel));
+        cgroups.push(TestCgroup::create(mem, &format!("{pod_rel}/c{i}")));
+        let dir = logs.path().join("pods").join(&uid).join("app");
+        std::fs::create_dir_all(&dir)?;
+        for f in 0..LOG_FILES {
+            std::fs::write(dir.join(format!("{f}.log")), vec![b'x'; LOG_BYTES])?;
+        }
+        active.insert(
+            uid.clone(),
+            ActiveEntry::new(Arc::new(pod(&uid)), pod_rel.clone()),
+        );
+        targets.push(PodTarget {
+            uid,
+            cgroup: pod_rel,
+            containers: vec![("app".to_owned(), format!("c{i}"))],
+        });
+    }
+    let config = enforcer::config::load(&ConfigArgs {
+        eviction_hard: vec!["memory.available<100Mi".to_owned()],
+        http_address: Some("127.0.0.1:0".into()),
+        ..ConfigArgs::default()
+    })
+    .context("configuration")?
+    .config;
+    let capacity = enforcer::node::machine_memory()?;
+    let observer = NodeObserver {
+        layout: l.clone(),
+        kubepods: kubepods_rel.clone(),
+        memory_capacity: capacity,
+        capacity_override: false,
+        kubepods_memory_limit: capacity,
+        nodefs: logs.path().to_path_buf(),
+        imagefs: None,
+        pid_capacity: None,
+    };
+    let mut inline = Collector::new(observer.clone());
+    let stats = StatsCollector::spawn(observer)?;
+    let signal = Refresh {
+        pods: PodScope::Named(vec![targets[PODS / 2].uid.clone()]),
+        logs: false,
+    };
+    let start = Instant::now();
+    // Warm up both paths (first reads of every file).
+    inline.refresh(&Refresh::full(), &targets, start.elapsed())?;
+    stats
+        .refresh(Refresh::full(), targets.clone(), start.elapsed())
+        .await?;
+    let (mut before, mut after, mut tick) = (Vec::new(), Vec::new(), Vec::new());
+    let mut sink = 0usize;
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let s = inline.refresh(&Refresh::full(), &targets, start.elapsed())?;
+        sink += decide(&config, &s, &active, start.elapsed());
+        before.push(t.elapsed());
+
+        let t = Instant::now();
+        let s = stats
+            .refresh(signal.clone(), targets.clone(), start.elapsed())
+            .await?;
+        sink += decide(&config, &s, &active, start.elapsed());
+        after.push(t.elapsed());
+
+        let t = Instant::now();
+        let s = stats
+            .refresh(Refresh::full(), targets.clone(), start.elapsed())
+            .await?;
+        sink += decide(&config, &s, &active, start.elapsed());
+        tick.push(t.elapsed());
+    }
+    let base = pct(&before, 0.5).as_secs_f64();
+    println!(
+        "\n### One eviction step with its I/O, {PODS} pods ({LOG_FILES} x {} KiB logs each), {rounds} rounds, interleaved\n",
+        LOG_BYTES / 1024
+    );
+    println!("| step | p50 | p90 | p50 vs before |");
+    println!("|---|---|---|---|");
+    for (name, v) in [
+        (
+            "before: every pod's cgroup files and log walk, inline",
+            &before,
+        ),
+        (
+            "signal step: node + the named pod, collector thread",
+            &after,
+        ),
+        ("housekeeping step: full refresh, collector thread", &tick),
+    ] {
+        println!(
+            "| {name} | {:.1} us | {:.1} us | {:.3}x |",
+            pct(v, 0.5).as_secs_f64() * 1e6,
+            pct(v, 0.9).as_secs_f64() * 1e6,
+            pct(v, 0.5).as_secs_f64() / base
+        );
+    }
+    eprintln!("({sink} pods decided on)");
+    drop(stats);
+    for mut c in cgroups.into_iter().rev() {
+        c.remove();
+    }
+    drop(kubepods);
+    Ok(())
+}
