@@ -50,8 +50,6 @@ enum Command {
     Config(ConfigCommand),
     /// The pods the daemon runs (from its state directory): a table, or `-o json`.
     Pods(enforcer::runtime::status::PodsArgs),
-    /// A private containerd with the local busybox image (standalone runs, `cargo xtask run`).
-    LocalContainerd(enforcer::runtime::local::LocalArgs),
 }
 
 #[derive(Subcommand)]
@@ -135,7 +133,6 @@ fn main() -> ExitCode {
         Command::Signals(args) => signals(args),
         Command::Probe => probe(),
         Command::Pods(args) => return enforcer::runtime::status::pods_main(&args),
-        Command::LocalContainerd(args) => return enforcer::runtime::local::local_main(&args),
         Command::Simulate { scenario } => return print_lines(enforcer::cli::simulate(&scenario)),
         Command::Explain(args) => return print_lines(enforcer::cli::explain(&args)),
         Command::Config(ConfigCommand::Check(args)) => {

@@ -11,8 +11,10 @@
 //! - [`spec`]: Pod -> CRI configs, kubelet's labels and annotations.
 //! - [`podcgroup`]: pod cgroups below the cgroup root.
 //! - [`status`]: the status manager, `pods.json`, `enforcer pods`.
-//! - [`image`]: the local busybox OCI image (tests, `cargo xtask run`).
-//! - [`local`]: a private containerd with that image (`enforcer local-containerd`, tests).
+//!
+//! The private containerd with a local busybox image that tests, benchmarks and
+//! `cargo xtask run` use is test tooling and lives in the `enforcer-tests` crate
+//! (`enforcer_tests::local`, the `local-containerd` binary), not in the daemon.
 
 pub mod apiserver;
 pub mod cri;
@@ -20,10 +22,8 @@ pub mod enforce;
 #[cfg(test)]
 pub mod fake;
 pub mod gc;
-pub mod image;
 pub mod limit;
 pub mod link;
-pub mod local;
 pub mod podcgroup;
 pub mod source;
 pub mod spec;

@@ -31,7 +31,8 @@ pub struct Pages {
     pub health: Arc<Health>,
 }
 
-/// Binds and serves until the task is aborted (the daemon aborts it when it stops).
+/// Binds and serves until the returned task is aborted (the daemon aborts it when it stops;
+/// dropping the handle alone does not stop it).
 pub async fn serve(
     addr: SocketAddr,
     pages: Arc<Pages>,

@@ -9,11 +9,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use enforcer::runtime::local::{CniBridge, LocalContainerd};
+use crate::local::{CniBridge, LocalContainerd};
 
 /// Paths of the tools the fixture needs; a missing one fails the test loudly.
 pub fn require_tools() {
-    if let Err(e) = enforcer::runtime::local::require_tools() {
+    if let Err(e) = crate::local::require_tools() {
         panic!("{e}");
     }
 }
@@ -179,9 +179,9 @@ fn walk_dirs(dir: &Path, f: &mut dyn FnMut(&Path)) {
 
 fn kill_procs_in(dir: &Path) {
     if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
+        // A PID inside the test's own cgroup root.
         for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-            // SAFETY: kill on a PID inside the test's own cgroup root.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            crate::kill(pid, rustix::process::Signal::KILL);
         }
     }
 }

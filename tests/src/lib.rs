@@ -1,9 +1,14 @@
 //! Harness for the black-box suite: test-owned cgroups that clean up after themselves,
-//! processes started inside them, and waiting for signals with a deadline.
+//! processes started inside them, and waiting for signals with a deadline; and the
+//! development tooling the daemon does not carry: a private containerd ([`local`], also the
+//! `local-containerd` binary that `cargo xtask run` uses) with a local busybox image
+//! ([`image`]).
 //!
 //! Everything here needs root and the real kernel; a missing piece fails loudly.
 
 pub mod containerd;
+pub mod image;
+pub mod local;
 pub mod node;
 
 use std::{
@@ -21,10 +26,8 @@ use tokio::sync::mpsc;
 
 /// Fails the test unless it runs as root (CI runs as root; a skip would hide a gap).
 pub fn require_root() {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    assert_eq!(
-        euid, 0,
+    assert!(
+        rustix::process::geteuid().is_root(),
         "this test needs root (real cgroups and eBPF); run the suite as root"
     );
 }
@@ -125,10 +128,17 @@ impl Drop for TestCgroup {
 
 fn kill_all_in(dir: &Path) {
     if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
+        // A pid listed in a cgroup this test created.
         for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-            // SAFETY: kill on a pid listed in a cgroup this test created.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            kill(pid, rustix::process::Signal::KILL);
         }
+    }
+}
+
+/// Sends `sig` to `pid`, best effort (the process may be gone already).
+pub fn kill(pid: i32, sig: rustix::process::Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process(pid, sig);
     }
 }
 
@@ -141,19 +151,21 @@ pub fn spawn_in(mut cmd: Command, cgroups: &[&Path]) -> Child {
                 .expect("no NUL")
         })
         .collect();
-    // SAFETY: the closure only calls async-signal-safe libc functions (open, write, close).
+    // SAFETY: `pre_exec` runs the closure in the forked child before exec, where only
+    // async-signal-safe work is allowed. The closure allocates nothing and takes no lock: the
+    // paths are C strings built above (rustix passes a `&CStr` through without copying), and
+    // it makes three raw system calls through rustix (open, write, close on drop of the fd).
+    // Moving the child into its cgroups before exec is the point (no allocation of the
+    // workload happens outside them), so it cannot be done after spawn.
     unsafe {
         cmd.pre_exec(move || {
             for p in &procs {
-                let fd = libc::open(p.as_ptr(), libc::O_WRONLY);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let rc = libc::write(fd, b"0".as_ptr().cast(), 1);
-                libc::close(fd);
-                if rc < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                let fd = rustix::fs::open(
+                    p.as_c_str(),
+                    rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC,
+                    rustix::fs::Mode::empty(),
+                )?;
+                rustix::io::write(&fd, b"0")?;
             }
             Ok(())
         });

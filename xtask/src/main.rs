@@ -224,8 +224,9 @@ fn forward_signals_to_child() {
 }
 
 /// Standalone mode: when nothing answers on the CRI socket, a private containerd (with the
-/// local busybox image) is started in `<target>/local-containerd` and stopped, by PID, when the
-/// enforcer exits; the example manifests run unless `--manifest-dir` is given.
+/// local busybox image) is started in `<target>/local-containerd` by the `local-containerd`
+/// binary of `enforcer-tests` (development tooling the daemon does not carry) and stopped, by
+/// PID, when the enforcer exits; the example manifests run unless `--manifest-dir` is given.
 fn run(args: &[String]) -> anyhow::Result<()> {
     setup()?;
     sh(cargo().args(["build", "--release", "--package", "enforcer"]))?;
@@ -247,14 +248,15 @@ fn run(args: &[String]) -> anyhow::Result<()> {
             "nothing answers on {socket}: starting a private containerd in {}",
             dir.display()
         ));
-        let out = Command::new(&bin)
-            .args(["local-containerd", "start", "--dir"])
+        let launcher = build_local_containerd()?;
+        let out = Command::new(&launcher)
+            .args(["start", "--dir"])
             .arg(&dir)
             .stderr(std::process::Stdio::inherit())
             .output()
-            .with_context(|| format!("running {}", bin.display()))?;
+            .with_context(|| format!("running {}", launcher.display()))?;
         if !out.status.success() || INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
-            stop_local_containerd(&bin, &dir);
+            stop_local_containerd(&launcher, &dir);
             bail!(
                 "starting the private containerd failed or was interrupted: {}",
                 out.status
@@ -272,7 +274,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
                  the private containerd is not used"
             ));
         }
-        local_dir = Some(dir);
+        local_dir = Some((launcher, dir));
     }
     if flag_value(args, "--manifest-dir").is_none() {
         let manifests = std::env::current_dir()?.join("examples/manifests");
@@ -309,8 +311,8 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         }
         Err(e) => Err(anyhow::Error::new(e).context(format!("starting {cmd:?}"))),
     };
-    if let Some(dir) = &local_dir {
-        stop_local_containerd(&bin, dir);
+    if let Some((launcher, dir)) = &local_dir {
+        stop_local_containerd(launcher, dir);
     }
     let status = status?;
     // 130/143: stopped by Ctrl-C / SIGTERM, which is how a standalone run ends.
@@ -320,14 +322,29 @@ fn run(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `enforcer local-containerd stop`: its pods, shims and containerd, by PID.
-fn stop_local_containerd(bin: &Path, dir: &Path) {
+/// Builds (release) the private-containerd launcher, `local-containerd` of `enforcer-tests`,
+/// and returns its path. xtask runs it rather than linking it: `setup` installs protoc, which
+/// that crate (through the daemon library) needs to build.
+fn build_local_containerd() -> anyhow::Result<PathBuf> {
+    sh(cargo().args([
+        "build",
+        "--release",
+        "--package",
+        "enforcer-tests",
+        "--bin",
+        "local-containerd",
+    ]))?;
+    Ok(target_dir().join("release/local-containerd"))
+}
+
+/// `local-containerd stop`: its pods, shims and containerd, by PID.
+fn stop_local_containerd(launcher: &Path, dir: &Path) {
     say(format!(
         "stopping the private containerd in {}",
         dir.display()
     ));
-    match Command::new(bin)
-        .args(["local-containerd", "stop", "--dir"])
+    match Command::new(launcher)
+        .args(["stop", "--dir"])
         .arg(dir)
         .status()
     {

@@ -1,7 +1,6 @@
 //! Loads and attaches the embedded eBPF programs and pumps their ring buffer into signals.
 
 use std::{
-    ffi::CString,
     path::Path,
     sync::{Arc, atomic::Ordering},
     time::Duration,
@@ -41,29 +40,17 @@ pub fn ensure_tracefs() -> Result<bool, KernelError> {
     if events.is_dir() {
         return Ok(false);
     }
-    let c = |s: &str| {
-        CString::new(s).map_err(|e| KernelError::Io {
-            what: s.to_owned(),
-            source: e.into(),
-        })
-    };
-    let (src, dst, fstype) = (c("tracefs")?, c(TRACEFS)?, c("tracefs")?);
-    // SAFETY: valid NUL-terminated strings, no data argument.
-    let rc = unsafe {
-        libc::mount(
-            src.as_ptr(),
-            dst.as_ptr(),
-            fstype.as_ptr(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc != 0 {
-        return Err(KernelError::Tracefs {
-            path: TRACEFS.into(),
-            source: std::io::Error::last_os_error(),
-        });
-    }
+    rustix::mount::mount(
+        "tracefs",
+        TRACEFS,
+        "tracefs",
+        rustix::mount::MountFlags::empty(),
+        None,
+    )
+    .map_err(|e| KernelError::Tracefs {
+        path: TRACEFS.into(),
+        source: e.into(),
+    })?;
     tracing::info!(path = TRACEFS, "tracefs was not mounted: mounted it");
     Ok(true)
 }
@@ -158,8 +145,11 @@ pub fn start(
         ring,
         stats: stats_map,
     } = load(opts)?;
-    // SAFETY: the ring buffer owns its map fd, which stays open and the same until the
-    // AsyncFd (which owns the RingBuf) is dropped.
+    // SAFETY: `register` (tokio has no safe constructor since its I/O-safety fix, tokio#8587)
+    // needs the fd to stay open and the same for the AsyncFd's lifetime. The RingBuf owns its
+    // MapData, which owns the map's fd (an OwnedFd closed only on drop) and always returns it
+    // from `as_raw_fd`; the AsyncFd owns the RingBuf and is never `into_inner`ed or forgotten,
+    // so the fd outlives the registration.
     let ring = unsafe { AsyncFd::register(ring) }.map_err(|e| KernelError::Io {
         what: "polling the ring buffer".into(),
         source: std::io::Error::other(e.to_string()),
@@ -266,8 +256,8 @@ mod tests {
         drop(rx);
         // A good record after the consumer left ends the pump.
         let mut good = [0u8; enforcer_common::RECORD_SIZE];
-        good[..2].copy_from_slice(&enforcer_common::ABI_VERSION.to_ne_bytes());
-        good[2..4].copy_from_slice(&(enforcer_common::RecordKind::Probe as u16).to_ne_bytes());
+        good[..2].copy_from_slice(&enforcer_common::ABI_VERSION.to_le_bytes());
+        good[2..4].copy_from_slice(&(enforcer_common::RecordKind::Probe as u16).to_le_bytes());
         assert!(!handle_item(&good, &mut attributor, &tx, &stats));
         assert_eq!(stats.decoded.load(Ordering::Relaxed), 1);
     }

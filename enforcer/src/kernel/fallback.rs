@@ -361,34 +361,36 @@ fn notify_loop(
     stats: &PipelineStats,
     stop: &Stop,
 ) {
-    let mut fds: Vec<libc::pollfd> = slots
-        .iter()
-        .map(|s| {
-            let (fd, events) = match s {
-                Slot::Threshold { efd, .. } | Slot::Oom { efd, .. } => {
-                    (efd.as_raw_fd(), libc::POLLIN)
-                }
-                Slot::Psi { file, .. } => (file.as_raw_fd(), libc::POLLPRI),
-                Slot::Events { file, .. } => (file.as_raw_fd(), libc::POLLPRI),
-            };
-            libc::pollfd {
-                fd,
-                events,
-                revents: 0,
-            }
-        })
-        .collect();
+    use rustix::event::{PollFd, PollFlags};
+    // Wake up at least every 200 ms to notice `stop` and a closed channel.
+    let timeout = rustix::time::Timespec {
+        tv_sec: 0,
+        tv_nsec: 200_000_000,
+    };
     while !stop.stopped() && !tx.is_closed() {
-        // SAFETY: fds is a valid array of pollfd for its length.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 200) };
-        if n <= 0 {
-            continue;
-        }
-        for (pfd, slot) in fds.iter_mut().zip(slots.iter_mut()) {
-            if pfd.revents == 0 {
+        // The descriptors are borrowed from the slots for the poll only: handling a ready
+        // slot below reads (mutably) from it.
+        let ready: Vec<bool> = {
+            let mut fds: Vec<PollFd<'_>> = slots
+                .iter()
+                .map(|s| match s {
+                    Slot::Threshold { efd, .. } | Slot::Oom { efd, .. } => {
+                        PollFd::new(efd, PollFlags::IN)
+                    }
+                    Slot::Psi { file, .. } | Slot::Events { file, .. } => {
+                        PollFd::new(file, PollFlags::PRI)
+                    }
+                })
+                .collect();
+            match rustix::event::poll(&mut fds, Some(&timeout)) {
+                Ok(n) if n > 0 => fds.iter().map(|f| !f.revents().is_empty()).collect(),
+                _ => continue,
+            }
+        };
+        for (ready, slot) in ready.into_iter().zip(slots.iter_mut()) {
+            if !ready {
                 continue;
             }
-            pfd.revents = 0;
             let mut signals = Vec::new();
             match slot {
                 Slot::Threshold {

@@ -485,7 +485,9 @@ impl ManifestDir {
                             unreadable.insert(path, format!("{kind}, not a manifest file"));
                         }
                         Err(e) => {
-                            let why = if e.raw_os_error() == Some(libc::ELOOP) {
+                            let why = if e.raw_os_error()
+                                == Some(rustix::io::Errno::LOOP.raw_os_error())
+                            {
                                 "a symlink loop".to_owned()
                             } else if e.kind() == std::io::ErrorKind::NotFound {
                                 "a dangling symlink".to_owned()
@@ -988,5 +990,30 @@ mod tests {
         let got = parse_manifest(Path::new("/m/x.yaml"), &text, "").expect("parse");
         assert_eq!(got.len(), 2);
         assert_eq!(got[1].metadata.name.as_deref(), Some("db"));
+    }
+}
+
+#[cfg(test)]
+mod examples {
+    /// The example manifests `cargo xtask run` ships are valid pods of the three QoS classes.
+    #[test]
+    fn example_manifests_parse_into_three_qos_classes() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/manifests");
+        let mut classes = Vec::new();
+        for name in ["guaranteed.yaml", "burstable.yaml", "besteffort.yaml"] {
+            let path = dir.join(name);
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let pods = super::parse_manifest(&path, &text, "node");
+            assert!(pods.is_ok(), "{name}: {pods:?}");
+            for pod in pods.unwrap_or_default() {
+                assert_eq!(
+                    pod.spec.as_ref().and_then(|s| s.host_network),
+                    Some(true),
+                    "{name}"
+                );
+                classes.push(crate::runtime::spec::pod_qos(&pod).as_str());
+            }
+        }
+        assert_eq!(classes, ["Guaranteed", "Burstable", "BestEffort"]);
     }
 }

@@ -1,7 +1,33 @@
 //! Ring-buffer bytes -> [`RawRecord`]: checks size, ABI version and kind. Never panics: every
 //! malformed record is an error the caller counts and logs.
+//!
+//! The record is decoded field by field with [`bytes::Buf`], in the order and at the offsets of
+//! `enforcer_common::SignalRecord` (`#[repr(C)]`, no implicit padding: the offsets are asserted
+//! below at compile time). The programs are built for `bpfel-unknown-none`, so every field is
+//! little-endian.
 
+use std::mem::offset_of;
+
+use bytes::Buf;
 use enforcer_common::{ABI_VERSION, PATH_LEN, RECORD_SIZE, RecordKind, SignalRecord};
+
+// The wire layout the decoder (and the test encoder) walk: each field right after the previous
+// one, 272 bytes in all, exactly the `#[repr(C)]` struct the programs write.
+const _: () = {
+    assert!(offset_of!(SignalRecord, abi) == 0);
+    assert!(offset_of!(SignalRecord, kind) == 2);
+    assert!(offset_of!(SignalRecord, hierarchy) == 4);
+    assert!(offset_of!(SignalRecord, ts_ns) == 8);
+    assert!(offset_of!(SignalRecord, pid) == 16);
+    assert!(offset_of!(SignalRecord, tid) == 20);
+    assert!(offset_of!(SignalRecord, cgroup_id) == 24);
+    assert!(offset_of!(SignalRecord, count) == 32);
+    assert!(offset_of!(SignalRecord, arg0) == 36);
+    assert!(offset_of!(SignalRecord, arg1) == 40);
+    assert!(offset_of!(SignalRecord, path) == 48);
+    assert!(RECORD_SIZE == 48 + PATH_LEN);
+    assert!(RECORD_SIZE == 272);
+};
 
 /// Why a record could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -35,19 +61,59 @@ impl RawRecord {
     }
 }
 
+/// Reads the fields of one record from `buf`, which holds exactly [`RECORD_SIZE`] bytes.
+fn read_record(mut buf: &[u8]) -> SignalRecord {
+    debug_assert_eq!(buf.len(), RECORD_SIZE);
+    let mut rec = SignalRecord {
+        abi: buf.get_u16_le(),
+        kind: buf.get_u16_le(),
+        hierarchy: buf.get_u32_le(),
+        ts_ns: buf.get_u64_le(),
+        pid: buf.get_u32_le(),
+        tid: buf.get_u32_le(),
+        cgroup_id: buf.get_u64_le(),
+        count: buf.get_u32_le(),
+        arg0: buf.get_u32_le(),
+        arg1: buf.get_u64_le(),
+        path: [0; PATH_LEN],
+    };
+    buf.copy_to_slice(&mut rec.path);
+    rec
+}
+
 /// Decodes one ring-buffer item.
 pub fn decode(bytes: &[u8]) -> Result<RawRecord, DecodeError> {
+    // The length check is what keeps `read_record`'s reads in bounds.
     if bytes.len() != RECORD_SIZE {
         return Err(DecodeError::WrongSize { len: bytes.len() });
     }
-    // SAFETY: the length equals the size of SignalRecord, which is plain old data with no
-    // invalid bit patterns; read_unaligned copes with any alignment of the buffer.
-    let rec: SignalRecord = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast()) };
+    let rec = read_record(bytes);
     if rec.abi != ABI_VERSION {
         return Err(DecodeError::OtherAbi { abi: rec.abi });
     }
     let kind = RecordKind::from_u16(rec.kind).ok_or(DecodeError::UnknownKind { kind: rec.kind })?;
     Ok(RawRecord { kind, rec })
+}
+
+/// The wire bytes of `rec` (what the programs write), for tests.
+#[cfg(test)]
+#[must_use]
+pub fn encode(rec: &SignalRecord) -> Vec<u8> {
+    use bytes::BufMut as _;
+    let mut out = Vec::with_capacity(RECORD_SIZE);
+    out.put_u16_le(rec.abi);
+    out.put_u16_le(rec.kind);
+    out.put_u32_le(rec.hierarchy);
+    out.put_u64_le(rec.ts_ns);
+    out.put_u32_le(rec.pid);
+    out.put_u32_le(rec.tid);
+    out.put_u64_le(rec.cgroup_id);
+    out.put_u32_le(rec.count);
+    out.put_u32_le(rec.arg0);
+    out.put_u64_le(rec.arg1);
+    out.put_slice(&rec.path);
+    debug_assert_eq!(out.len(), RECORD_SIZE);
+    out
 }
 
 #[cfg(test)]
@@ -69,8 +135,48 @@ mod tests {
             path: [0; PATH_LEN],
         };
         rec.path[..5].copy_from_slice(b"/a/b\0");
-        // SAFETY: SignalRecord is repr(C) plain data of RECORD_SIZE bytes.
-        unsafe { std::slice::from_raw_parts((&raw const rec).cast::<u8>(), RECORD_SIZE) }.to_vec()
+        encode(&rec)
+    }
+
+    #[test]
+    fn every_field_round_trips_at_its_offset() {
+        let mut rec = SignalRecord {
+            abi: ABI_VERSION,
+            kind: RecordKind::OomVictim as u16,
+            hierarchy: 0x0403_0201,
+            ts_ns: 0x0c0b_0a09_0807_0605,
+            pid: 0x1110_0f0e,
+            tid: 0x1514_1312,
+            cgroup_id: 0x1d1c_1b1a_1918_1716,
+            count: 0x2120_1f1e,
+            arg0: 0x2524_2322,
+            arg1: 0x2d2c_2b2a_2928_2726,
+            path: [0; PATH_LEN],
+        };
+        rec.path[0] = b'c';
+        rec.path[PATH_LEN - 1] = b'z';
+        let bytes = encode(&rec);
+        assert_eq!(bytes.len(), 272);
+        // Little-endian fields at the repr(C) offsets.
+        assert_eq!(bytes[4..8], [0x01, 0x02, 0x03, 0x04]);
+        assert_eq!(bytes[16], 0x0e);
+        assert_eq!(bytes[40], 0x26);
+        assert_eq!((bytes[48], bytes[271]), (b'c', b'z'));
+        let back = decode(&bytes).expect("decodes").rec;
+        assert_eq!(
+            (
+                back.hierarchy,
+                back.ts_ns,
+                back.pid,
+                back.tid,
+                back.cgroup_id
+            ),
+            (rec.hierarchy, rec.ts_ns, rec.pid, rec.tid, rec.cgroup_id)
+        );
+        assert_eq!(
+            (back.count, back.arg0, back.arg1, back.path),
+            (rec.count, rec.arg0, rec.arg1, rec.path)
+        );
     }
 
     #[test]

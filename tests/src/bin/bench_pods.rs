@@ -375,8 +375,7 @@ async fn daemon_rss(cd: &Containerd, n: usize) -> anyhow::Result<DaemonFigures> 
         let to_running = t.elapsed();
         // Settle (a few relists and resyncs), then measure.
         tokio::time::sleep(Duration::from_secs(12)).await;
-        // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let hz = rustix::param::clock_ticks_per_second() as f64;
         let t0 = cpu_ticks(pid);
         let window = Duration::from_secs(10);
         tokio::time::sleep(window).await;
@@ -409,8 +408,8 @@ async fn daemon_rss(cd: &Containerd, n: usize) -> anyhow::Result<DaemonFigures> 
         })
     }
     .await;
-    // SAFETY: signalling the daemon this benchmark started, by its PID.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    // The daemon this benchmark started, by its PID.
+    enforcer_tests::kill(pid as i32, rustix::process::Signal::TERM);
     let deadline = Instant::now() + Duration::from_secs(30);
     while daemon.try_wait().ok().flatten().is_none() {
         if Instant::now() > deadline {

@@ -379,8 +379,7 @@ async fn daemon_resources() -> anyhow::Result<()> {
         .context("starting enforcer run")?;
     let pid = daemon.id();
     tokio::time::sleep(Duration::from_secs(2)).await;
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let hz = rustix::param::clock_ticks_per_second() as f64;
     let window = Duration::from_secs(10);
     let t0 = proc_cpu_ticks(pid);
     tokio::time::sleep(window).await;
@@ -417,8 +416,8 @@ async fn daemon_resources() -> anyhow::Result<()> {
     let storm_rss = proc_rss_kib(pid, "VmRSS:");
     let hwm = proc_rss_kib(pid, "VmHWM:");
     let _ = std::fs::remove_file(&file);
-    // SAFETY: signalling the daemon this benchmark started.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    // The daemon this benchmark started.
+    enforcer_tests::kill(pid as i32, rustix::process::Signal::TERM);
     let _ = daemon.wait();
     println!("\n### The daemon (`enforcer run`, eBPF source)\n");
     println!("| state | CPU (% of one core) | RSS (MiB) |");

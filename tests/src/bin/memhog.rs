@@ -12,7 +12,6 @@
 use std::{
     fs::OpenOptions,
     io::{BufRead as _, Read as _, Write as _},
-    os::fd::AsRawFd as _,
     time::{Duration, Instant},
 };
 
@@ -79,8 +78,7 @@ fn file_storm(args: &[String]) {
     let deadline = Instant::now() + Duration::from_millis(hold_ms);
     let mut buf = vec![0u8; 1 << 20];
     while Instant::now() < deadline {
-        // SAFETY: advisory call on our own descriptor.
-        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        let _ = rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed);
         let mut r = match std::fs::File::open(path) {
             Ok(r) => r,
             Err(_) => break,
@@ -100,8 +98,8 @@ fn getppid_storm(args: &[String]) {
     let _ = std::io::stdin().lock().read_line(&mut line);
     let start = Instant::now();
     for i in 0..count {
-        // SAFETY: getppid has no preconditions.
-        unsafe { libc::getppid() };
+        // A real system call each time (the probe program sits on its tracepoint).
+        std::hint::black_box(rustix::process::getppid());
         if rate > 0 && i % 64 == 0 {
             let due = Duration::from_secs_f64(i as f64 / rate as f64);
             while start.elapsed() < due {
@@ -113,12 +111,7 @@ fn getppid_storm(args: &[String]) {
 }
 
 fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

@@ -1,28 +1,34 @@
 //! A private containerd with the local busybox image, for standalone runs (`cargo xtask run`,
-//! `enforcer local-containerd start|stop`), the benchmark and the black-box tests.
+//! the `local-containerd start|stop` binary of this crate), the benchmarks and the black-box
+//! tests. Test and development tooling: the release daemon does not carry it.
 //!
 //! Everything lives in one directory: the config, `root`, `state`, runc's root, the socket
 //! (`containerd.sock`), the log, the PID file, the CNI configuration and the host-local IPAM
-//! state. containerd runs in its own session (`setsid`), with `restrict_oom_score_adj = true`
-//! and the cgroupfs driver, and its `sandbox_image` is the local busybox image, which is built
-//! from the node's `busybox-static` ([`super::image`]) and imported with `ctr`.
+//! state. containerd runs in a process group of its own (so a terminal's Ctrl-C does not reach
+//! it), with `restrict_oom_score_adj = true` and the cgroupfs driver, and its `sandbox_image`
+//! is the local busybox image, which is built from the node's `busybox-static`
+//! ([`crate::image`]) and imported with `ctr`.
 //!
 //! Pod networking: with a [`CniBridge`], containerd runs inside a network namespace this module
 //! creates (`ip netns add`), so the bridge, its 10.x subnet and the pods' veth pairs exist only
-//! there, and deleting the namespace removes them all. Without one, only `hostNetwork` pods run.
+//! there, and deleting the namespace removes them all. containerd is spawned from a short-lived
+//! thread that entered that namespace (`setns` changes the calling thread only), so it inherits
+//! the namespace and nothing else of ours moves. Without one, only `hostNetwork` pods run.
 //!
 //! Stopping is by PID only: the containerd this module started (checked against its command
 //! line) and the shims whose `-address` is this socket; then the mounts below the directory.
 
 use std::{
     fs,
-    os::unix::process::CommandExt as _,
+    os::{fd::AsFd as _, unix::process::CommandExt as _},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
-use super::image::{ImageError, LOCAL_IMAGE, build_busybox_image};
+use rustix::process::Signal;
+
+use crate::image::{BuiltImage, ImageError, LOCAL_IMAGE, build_busybox_image};
 
 /// The PID file of the containerd started in a directory.
 pub const PID_FILE: &str = "containerd.pid";
@@ -435,21 +441,13 @@ impl LocalContainerd {
             .arg(&self.config)
             .stdin(Stdio::null())
             .stdout(log)
-            .stderr(log2);
-        let netns_fd = netns.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
-        // SAFETY: setsid and setns are async-signal-safe; the fd stays open until after spawn.
-        unsafe {
-            cmd.pre_exec(move || {
-                libc::setsid();
-                if let Some(fd) = netns_fd
-                    && libc::setns(fd, libc::CLONE_NEWNET) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+            .stderr(log2)
+            .process_group(0);
+        let child = match &netns {
+            None => cmd.spawn(),
+            Some(ns) => spawn_in_netns(&mut cmd, ns),
         }
-        let child = cmd.spawn().map_err(|source| LocalError::Spawn {
+        .map_err(|source| LocalError::Spawn {
             config: self.config.clone(),
             source,
         })?;
@@ -490,7 +488,7 @@ impl LocalContainerd {
     }
 
     /// Builds the busybox image from `/bin/busybox` and imports it (`ctr images import`).
-    pub fn import_image(&self) -> Result<super::image::BuiltImage, LocalError> {
+    pub fn import_image(&self) -> Result<BuiltImage, LocalError> {
         let archive = self.dir.join("busybox.tar");
         let built = build_busybox_image(Path::new("/bin/busybox"), LOCAL_IMAGE, &archive)?;
         run_cmd(
@@ -507,7 +505,7 @@ impl LocalContainerd {
     /// under their shims (see [`Self::teardown`]).
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
-            signal(i32::try_from(child.id()).unwrap_or(0), libc::SIGTERM);
+            signal(i32::try_from(child.id()).unwrap_or(0), Signal::TERM);
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = child.try_wait() {
@@ -521,7 +519,7 @@ impl LocalContainerd {
             if !is_our_containerd(pid, &self.config) {
                 return;
             }
-            signal(pid, libc::SIGTERM);
+            signal(pid, Signal::TERM);
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {
                 if !alive(pid) {
@@ -530,7 +528,7 @@ impl LocalContainerd {
                 std::thread::sleep(Duration::from_millis(50));
             }
             if is_our_containerd(pid, &self.config) {
-                signal(pid, libc::SIGKILL);
+                signal(pid, Signal::KILL);
             }
         }
     }
@@ -538,7 +536,7 @@ impl LocalContainerd {
     /// Stops and removes every sandbox through CRI (clean shim exits). All sandboxes of a
     /// private containerd are ours.
     pub async fn remove_all_pods(&self) {
-        use super::{ContainerRuntime as _, CriRuntime};
+        use enforcer::runtime::{ContainerRuntime as _, CriRuntime};
         if !socket_answers(&self.socket) {
             return;
         }
@@ -548,10 +546,10 @@ impl LocalContainerd {
         };
         for s in sandboxes {
             if let Err(e) = rt.stop_pod_sandbox(&s.id).await {
-                tracing::warn!(sandbox = %s.id, error = %e, "stopping sandbox");
+                eprintln!("warning: stopping sandbox {}: {e}", s.id);
             }
             if let Err(e) = rt.remove_pod_sandbox(&s.id).await {
-                tracing::warn!(sandbox = %s.id, error = %e, "removing sandbox");
+                eprintln!("warning: removing sandbox {}: {e}", s.id);
             }
         }
     }
@@ -561,23 +559,21 @@ impl LocalContainerd {
     /// Container processes die with their shims' pid namespaces; pod cgroups are the caller's.
     pub fn teardown(&mut self) {
         for pid in shims_of(&self.socket) {
-            signal(pid, libc::SIGKILL);
+            signal(pid, Signal::KILL);
         }
         self.stop();
         let mut mounts = mounts_under(&self.dir);
         mounts.sort_by_key(|m| std::cmp::Reverse(m.as_os_str().len()));
         for m in mounts {
-            if let Ok(c) = std::ffi::CString::new(m.as_os_str().as_encoded_bytes()) {
-                // SAFETY: umount2 on a mount point below this containerd's own directory.
-                unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-            }
+            // Best effort: a mount point below this containerd's own directory.
+            let _ = rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH);
         }
         let _ = fs::remove_file(self.dir.join(PID_FILE));
         if self.netns_created
             && let Some(net) = &self.network
         {
             if let Err(e) = run_cmd(Command::new("ip").args(["netns", "delete", &net.netns])) {
-                tracing::warn!(netns = %net.netns, error = %e, "deleting the network namespace");
+                eprintln!("warning: deleting the network namespace {}: {e}", net.netns);
             }
             self.netns_created = false;
             let _ = fs::remove_file(self.dir.join("netns"));
@@ -607,11 +603,29 @@ impl LocalContainerd {
     }
 }
 
-fn signal(pid: i32, sig: i32) {
-    if pid > 0 {
-        // SAFETY: kill on the PID of a process this module started (checked by the callers).
-        unsafe { libc::kill(pid, sig) };
+/// Sends `sig` to `pid` (a process this module started, checked by the callers); best effort.
+fn signal(pid: i32, sig: Signal) {
+    if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+        let _ = rustix::process::kill_process(pid, sig);
     }
+}
+
+/// Spawns `cmd` inside the network namespace `netns` (an open `/run/netns/<name>`): a scoped
+/// thread enters the namespace (`setns(CLONE_NEWNET)` moves only the calling thread) and
+/// spawns, so the child inherits the namespace; the thread, and the namespace change with it,
+/// ends right after.
+fn spawn_in_netns(cmd: &mut Command, netns: &fs::File) -> std::io::Result<Child> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            rustix::thread::move_into_link_name_space(
+                netns.as_fd(),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )?;
+            cmd.spawn()
+        })
+        .join()
+        .unwrap_or_else(|_| Err(std::io::Error::other("the spawning thread panicked")))
+    })
 }
 
 fn read_pid(dir: &Path) -> Option<i32> {
@@ -682,69 +696,6 @@ pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-/// `enforcer local-containerd start|stop`.
-#[derive(Clone, Debug, clap::Args)]
-pub struct LocalArgs {
-    #[command(subcommand)]
-    pub action: LocalAction,
-}
-
-/// What to do with the private containerd.
-#[derive(Clone, Debug, clap::Subcommand)]
-pub enum LocalAction {
-    /// Start containerd in DIR (its own root, state, socket), import the local busybox image,
-    /// print the socket path; containerd keeps running after this command returns.
-    Start {
-        #[arg(long, value_name = "DIR")]
-        dir: PathBuf,
-    },
-    /// Stop the containerd started in DIR (by its PID): remove its pods, kill its shims,
-    /// unmount, and remove DIR (except the log).
-    Stop {
-        #[arg(long, value_name = "DIR")]
-        dir: PathBuf,
-        /// Keep DIR's contents.
-        #[arg(long)]
-        keep: bool,
-    },
-}
-
-/// Runs `enforcer local-containerd ...`; prints the socket path on `start`.
-#[must_use]
-pub fn local_main(args: &LocalArgs) -> std::process::ExitCode {
-    use std::io::Write as _;
-    let result = match &args.action {
-        LocalAction::Start { dir } => LocalContainerd::start(dir, None).map(|mut cd| {
-            // Detach: the process keeps running without us.
-            cd.child = None;
-            let mut out = std::io::stdout().lock();
-            let _ = writeln!(out, "{}", cd.socket.display());
-        }),
-        LocalAction::Stop { dir, keep } => LocalContainerd::attach(dir).and_then(|cd| {
-            if let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                rt.block_on(cd.remove_all_pods());
-            }
-            if *keep {
-                let mut cd = cd;
-                cd.teardown();
-                Ok(())
-            } else {
-                cd.remove(true)
-            }
-        }),
-    };
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("enforcer: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -793,30 +744,5 @@ mod tests {
         assert!(text.contains("restrict_oom_score_adj = true"));
         assert!(text.contains("netns_mounts_under_state_dir = true"));
         assert!(text.contains("conf_dir = \"/tmp/cd/cni\""));
-    }
-}
-
-#[cfg(test)]
-mod examples {
-    /// The example manifests `cargo xtask run` ships are valid pods of the three QoS classes.
-    #[test]
-    fn example_manifests_parse_into_three_qos_classes() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/manifests");
-        let mut classes = Vec::new();
-        for name in ["guaranteed.yaml", "burstable.yaml", "besteffort.yaml"] {
-            let path = dir.join(name);
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            let pods = crate::runtime::source::parse_manifest(&path, &text, "node");
-            assert!(pods.is_ok(), "{name}: {pods:?}");
-            for pod in pods.unwrap_or_default() {
-                assert_eq!(
-                    pod.spec.as_ref().and_then(|s| s.host_network),
-                    Some(true),
-                    "{name}"
-                );
-                classes.push(crate::runtime::spec::pod_qos(&pod).as_str());
-            }
-        }
-        assert_eq!(classes, ["Guaranteed", "Burstable", "BestEffort"]);
     }
 }
