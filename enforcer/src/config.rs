@@ -483,7 +483,7 @@ pub fn parse_document(
     name: &str,
     text: &str,
 ) -> Result<(KubeletConfiguration, Vec<String>), ConfigError> {
-    let value: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| ConfigError::Parse {
+    let value: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse {
         path: name.to_owned(),
         place: e.location().map_or_else(
             || ".".to_owned(),
@@ -492,7 +492,7 @@ pub fn parse_document(
         message: e.to_string(),
     })?;
     let value = if value.is_null() {
-        serde_yaml::Value::Mapping(serde_yaml::Mapping::new())
+        serde_yaml_ng::Value::Mapping(serde_yaml_ng::Mapping::new())
     } else {
         value
     };
@@ -502,17 +502,17 @@ pub fn parse_document(
 /// Reads a KubeletConfiguration already parsed as YAML (e.g. a scenario's `config:`).
 pub fn from_value(
     name: &str,
-    value: serde_yaml::Value,
+    value: serde_yaml_ng::Value,
 ) -> Result<(KubeletConfiguration, Vec<String>), ConfigError> {
     let mut warnings = Vec::new();
-    if let serde_yaml::Value::Mapping(m) = &value {
+    if let serde_yaml_ng::Value::Mapping(m) = &value {
         for k in m.keys() {
             let key = k.as_str().unwrap_or("<non-string key>");
             if !KUBELET_FIELDS.contains(&key) {
                 warnings.push(format!("{name}: unknown field {key:?} ignored"));
             }
         }
-        if let Some(serde_yaml::Value::Mapping(e)) = m.get("enforcer") {
+        if let Some(serde_yaml_ng::Value::Mapping(e)) = m.get("enforcer") {
             for k in e.keys() {
                 let key = k.as_str().unwrap_or("<non-string key>");
                 if !ENFORCER_FIELDS.contains(&key) {

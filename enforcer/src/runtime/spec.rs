@@ -533,7 +533,7 @@ mod tests {
     use super::*;
 
     fn pod(yaml: &str) -> Pod {
-        serde_yaml::from_str(yaml).expect("pod yaml")
+        serde_yaml_ng::from_str(yaml).expect("pod yaml")
     }
 
     #[test]
