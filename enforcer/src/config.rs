@@ -149,22 +149,6 @@ pub struct EnforcerSection {
     pub allow_host_paths: Option<bool>,
 }
 
-const ENFORCER_FIELDS: &[&str] = &[
-    "signalSource",
-    "housekeepingInterval",
-    "nodeCapacity",
-    "httpAddress",
-    "manifestDir",
-    "stateDir",
-    "criSocket",
-    "memoryQoS",
-    "allowPrivileged",
-    "allowHostNamespaces",
-    "allowHostPID",
-    "allowHostIPC",
-    "allowHostPaths",
-];
-
 /// The `KubeletConfiguration` fields the enforcer reads (all optional: unset means kubelet's
 /// default).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -206,37 +190,6 @@ pub struct KubeletConfiguration {
     pub memory_throttling_factor: Option<f64>,
     pub enforcer: Option<EnforcerSection>,
 }
-
-const KUBELET_FIELDS: &[&str] = &[
-    "apiVersion",
-    "kind",
-    "evictionHard",
-    "evictionSoft",
-    "evictionSoftGracePeriod",
-    "evictionMinimumReclaim",
-    "evictionMaxPodGracePeriod",
-    "evictionPressureTransitionPeriod",
-    "systemReserved",
-    "kubeReserved",
-    "enforceNodeAllocatable",
-    "cgroupRoot",
-    "cgroupDriver",
-    "cgroupsPerQOS",
-    "cpuManagerPolicy",
-    "cpuManagerReconcilePeriod",
-    "reservedSystemCPUs",
-    "maxPods",
-    "kubeAPIQPS",
-    "kubeAPIBurst",
-    "eventRecordQPS",
-    "eventBurst",
-    "serializeImagePulls",
-    "registryPullQPS",
-    "registryBurst",
-    "cpuCFSQuota",
-    "memoryThrottlingFactor",
-    "enforcer",
-];
 
 /// Command-line configuration: `--config FILE` and kubelet-syntax flags that override it.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -505,28 +458,20 @@ pub fn from_value(
     value: serde_yaml_ng::Value,
 ) -> Result<(KubeletConfiguration, Vec<String>), ConfigError> {
     let mut warnings = Vec::new();
-    if let serde_yaml_ng::Value::Mapping(m) = &value {
-        for k in m.keys() {
-            let key = k.as_str().unwrap_or("<non-string key>");
-            if !KUBELET_FIELDS.contains(&key) {
-                warnings.push(format!("{name}: unknown field {key:?} ignored"));
-            }
-        }
-        if let Some(serde_yaml_ng::Value::Mapping(e)) = m.get("enforcer") {
-            for k in e.keys() {
-                let key = k.as_str().unwrap_or("<non-string key>");
-                if !ENFORCER_FIELDS.contains(&key) {
-                    warnings.push(format!("{name}: unknown field \"enforcer.{key}\" ignored"));
-                }
-            }
-        }
-    }
-    let doc: KubeletConfiguration =
-        serde_path_to_error::deserialize(value).map_err(|e| ConfigError::Parse {
-            path: name.to_owned(),
-            place: e.path().to_string(),
-            message: e.into_inner().to_string(),
-        })?;
+    // Unknown fields are whatever serde ignores: the structs are the only list of known ones.
+    let mut unknown = |path: serde_ignored::Path<'_>| {
+        warnings.push(format!(
+            "{name}: unknown field {:?} ignored",
+            ignored_path(&path)
+        ));
+    };
+    let doc: Result<KubeletConfiguration, _> =
+        serde_path_to_error::deserialize(serde_ignored::Deserializer::new(value, &mut unknown));
+    let doc = doc.map_err(|e| ConfigError::Parse {
+        path: name.to_owned(),
+        place: e.path().to_string(),
+        message: e.into_inner().to_string(),
+    })?;
     if let Some(kind) = doc.kind.as_deref()
         && kind != "KubeletConfiguration"
     {
@@ -540,6 +485,22 @@ pub fn from_value(
         ));
     }
     Ok((doc, warnings))
+}
+
+/// An ignored field's path as the configuration spells it (`enforcer.bogus`, `a[0].b`).
+fn ignored_path(path: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => String::new(),
+        Path::Seq { parent, index } => format!("{}[{index}]", ignored_path(parent)),
+        Path::Map { parent, key } => match ignored_path(parent) {
+            p if p.is_empty() => key.clone(),
+            p => format!("{p}.{key}"),
+        },
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => ignored_path(parent),
+    }
 }
 
 /// Loads `--config` (if any), applies the flags, and validates.
@@ -1267,7 +1228,13 @@ mod tests {
         assert_eq!(l.config.enforcer.node_capacity["memory"].to_string(), "2Gi");
         let (_, w) =
             parse_document("test.yaml", "somethingElse: 1\nenforcer: {bogus: 1}\n").unwrap();
-        assert_eq!(w.len(), 2);
+        assert_eq!(
+            w,
+            [
+                "test.yaml: unknown field \"somethingElse\" ignored",
+                "test.yaml: unknown field \"enforcer.bogus\" ignored"
+            ]
+        );
         // A flag replaces the file's map.
         let args = ConfigArgs {
             eviction_hard: vec!["memory.available<500Mi,nodefs.available<10%".into()],
@@ -1292,6 +1259,26 @@ mod tests {
             ]
         );
         assert_eq!(l.config.max_pods, 30);
+    }
+
+    #[test]
+    fn every_struct_field_is_known() {
+        let mut v = serde_yaml_ng::to_value(KubeletConfiguration::default()).unwrap();
+        v["enforcer"] = serde_yaml_ng::to_value(EnforcerSection::default()).unwrap();
+        let (_, w) = from_value("t.yaml", v).unwrap();
+        assert!(w.is_empty(), "{w:?}");
+        let (_, w) = parse_document(
+            "t.yaml",
+            "enforcer: {nested: {x: 1}}\nmaxPods: 3\n\"odd key\": [1]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            w,
+            [
+                "t.yaml: unknown field \"enforcer.nested\" ignored",
+                "t.yaml: unknown field \"odd key\" ignored"
+            ]
+        );
     }
 
     #[test]
