@@ -58,10 +58,10 @@ fn read(path: &Path) -> Result<String, CliError> {
     })
 }
 
-/// The place of a YAML error: serde_yaml's own path when its message starts with one (it
+/// The place of a YAML error: the YAML crate's own path when its message starts with one (it
 /// names map keys that `serde_path_to_error` shows as `?`), else `serde_path_to_error`'s, else
 /// the line and column.
-fn yaml_error(path: &Path, e: serde_path_to_error::Error<serde_yaml::Error>) -> CliError {
+fn yaml_error(path: &Path, e: serde_path_to_error::Error<serde_yaml_ng::Error>) -> CliError {
     let place = e.path().to_string();
     let inner = e.into_inner();
     let message = inner.to_string();

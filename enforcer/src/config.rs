@@ -7,6 +7,9 @@
 
 pub mod duration;
 pub mod flags;
+mod resolve;
+
+pub use resolve::resolve;
 
 use std::{
     collections::BTreeMap,
@@ -18,7 +21,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    policy::eviction::{EvictionConfig, Threshold, ThresholdValue, threshold},
+    policy::eviction::{EvictionConfig, Threshold, ThresholdValue},
     quantity::Quantity,
 };
 
@@ -110,10 +113,6 @@ impl<'de> Deserialize<'de> for Scalar {
 /// A map of [`Scalar`]s.
 pub type ScalarMap = BTreeMap<String, Scalar>;
 
-fn plain(m: &ScalarMap) -> BTreeMap<String, String> {
-    m.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect()
-}
-
 /// The `enforcer:` section: what kubelet has no field for.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -148,22 +147,6 @@ pub struct EnforcerSection {
     /// Allow hostPath volumes, default false.
     pub allow_host_paths: Option<bool>,
 }
-
-const ENFORCER_FIELDS: &[&str] = &[
-    "signalSource",
-    "housekeepingInterval",
-    "nodeCapacity",
-    "httpAddress",
-    "manifestDir",
-    "stateDir",
-    "criSocket",
-    "memoryQoS",
-    "allowPrivileged",
-    "allowHostNamespaces",
-    "allowHostPID",
-    "allowHostIPC",
-    "allowHostPaths",
-];
 
 /// The `KubeletConfiguration` fields the enforcer reads (all optional: unset means kubelet's
 /// default).
@@ -206,37 +189,6 @@ pub struct KubeletConfiguration {
     pub memory_throttling_factor: Option<f64>,
     pub enforcer: Option<EnforcerSection>,
 }
-
-const KUBELET_FIELDS: &[&str] = &[
-    "apiVersion",
-    "kind",
-    "evictionHard",
-    "evictionSoft",
-    "evictionSoftGracePeriod",
-    "evictionMinimumReclaim",
-    "evictionMaxPodGracePeriod",
-    "evictionPressureTransitionPeriod",
-    "systemReserved",
-    "kubeReserved",
-    "enforceNodeAllocatable",
-    "cgroupRoot",
-    "cgroupDriver",
-    "cgroupsPerQOS",
-    "cpuManagerPolicy",
-    "cpuManagerReconcilePeriod",
-    "reservedSystemCPUs",
-    "maxPods",
-    "kubeAPIQPS",
-    "kubeAPIBurst",
-    "eventRecordQPS",
-    "eventBurst",
-    "serializeImagePulls",
-    "registryPullQPS",
-    "registryBurst",
-    "cpuCFSQuota",
-    "memoryThrottlingFactor",
-    "enforcer",
-];
 
 /// Command-line configuration: `--config FILE` and kubelet-syntax flags that override it.
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -483,16 +435,17 @@ pub fn parse_document(
     name: &str,
     text: &str,
 ) -> Result<(KubeletConfiguration, Vec<String>), ConfigError> {
-    let value: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| ConfigError::Parse {
-        path: name.to_owned(),
-        place: e.location().map_or_else(
-            || ".".to_owned(),
-            |l| format!("line {} column {}", l.line(), l.column()),
-        ),
-        message: e.to_string(),
-    })?;
+    let value: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(text).map_err(|e| ConfigError::Parse {
+            path: name.to_owned(),
+            place: e.location().map_or_else(
+                || ".".to_owned(),
+                |l| format!("line {} column {}", l.line(), l.column()),
+            ),
+            message: e.to_string(),
+        })?;
     let value = if value.is_null() {
-        serde_yaml::Value::Mapping(serde_yaml::Mapping::new())
+        serde_yaml_ng::Value::Mapping(serde_yaml_ng::Mapping::new())
     } else {
         value
     };
@@ -502,31 +455,23 @@ pub fn parse_document(
 /// Reads a KubeletConfiguration already parsed as YAML (e.g. a scenario's `config:`).
 pub fn from_value(
     name: &str,
-    value: serde_yaml::Value,
+    value: serde_yaml_ng::Value,
 ) -> Result<(KubeletConfiguration, Vec<String>), ConfigError> {
     let mut warnings = Vec::new();
-    if let serde_yaml::Value::Mapping(m) = &value {
-        for k in m.keys() {
-            let key = k.as_str().unwrap_or("<non-string key>");
-            if !KUBELET_FIELDS.contains(&key) {
-                warnings.push(format!("{name}: unknown field {key:?} ignored"));
-            }
-        }
-        if let Some(serde_yaml::Value::Mapping(e)) = m.get("enforcer") {
-            for k in e.keys() {
-                let key = k.as_str().unwrap_or("<non-string key>");
-                if !ENFORCER_FIELDS.contains(&key) {
-                    warnings.push(format!("{name}: unknown field \"enforcer.{key}\" ignored"));
-                }
-            }
-        }
-    }
-    let doc: KubeletConfiguration =
-        serde_path_to_error::deserialize(value).map_err(|e| ConfigError::Parse {
-            path: name.to_owned(),
-            place: e.path().to_string(),
-            message: e.into_inner().to_string(),
-        })?;
+    // Unknown fields are whatever serde ignores: the structs are the only list of known ones.
+    let mut unknown = |path: serde_ignored::Path<'_>| {
+        warnings.push(format!(
+            "{name}: unknown field {:?} ignored",
+            ignored_path(&path)
+        ));
+    };
+    let doc: Result<KubeletConfiguration, _> =
+        serde_path_to_error::deserialize(serde_ignored::Deserializer::new(value, &mut unknown));
+    let doc = doc.map_err(|e| ConfigError::Parse {
+        path: name.to_owned(),
+        place: e.path().to_string(),
+        message: e.into_inner().to_string(),
+    })?;
     if let Some(kind) = doc.kind.as_deref()
         && kind != "KubeletConfiguration"
     {
@@ -540,6 +485,22 @@ pub fn from_value(
         ));
     }
     Ok((doc, warnings))
+}
+
+/// An ignored field's path as the configuration spells it (`enforcer.bogus`, `a[0].b`).
+fn ignored_path(path: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => String::new(),
+        Path::Seq { parent, index } => format!("{}[{index}]", ignored_path(parent)),
+        Path::Map { parent, key } => match ignored_path(parent) {
+            p if p.is_empty() => key.clone(),
+            p => format!("{p}.{key}"),
+        },
+        Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => ignored_path(parent),
+    }
 }
 
 /// Loads `--config` (if any), applies the flags, and validates.
@@ -565,614 +526,6 @@ pub fn load(args: &ConfigArgs) -> Result<LoadedConfig, ConfigError> {
     all.append(&mut loaded.warnings);
     loaded.warnings = all;
     Ok(loaded)
-}
-
-/// Where a value came from, to name it in errors.
-struct Namer<'a> {
-    file: &'a str,
-}
-
-impl Namer<'_> {
-    fn err(
-        &self,
-        from_flag: bool,
-        field: &str,
-        flag: &str,
-        value: impl Into<String>,
-        reason: impl ToString,
-    ) -> ConfigError {
-        ConfigError::Invalid {
-            source_name: if from_flag {
-                "command line".to_owned()
-            } else {
-                self.file.to_owned()
-            },
-            field: if from_flag {
-                flag.to_owned()
-            } else {
-                field.to_owned()
-            },
-            value: value.into(),
-            reason: reason.to_string(),
-        }
-    }
-}
-
-fn quantity_map(
-    n: &Namer<'_>,
-    from_flag: bool,
-    field: &str,
-    flag: &str,
-    m: &BTreeMap<String, String>,
-) -> Result<BTreeMap<String, Quantity>, ConfigError> {
-    let mut out = BTreeMap::new();
-    for (k, v) in m {
-        let q = Quantity::parse(v.trim())
-            .map_err(|e| n.err(from_flag, &format!("{field}.{k}"), flag, v.clone(), e))?;
-        if q.signum() < 0 {
-            return Err(n.err(
-                from_flag,
-                &format!("{field}.{k}"),
-                flag,
-                v.clone(),
-                "must not be negative",
-            ));
-        }
-        out.insert(k.clone(), q);
-    }
-    Ok(out)
-}
-
-fn non_negative(
-    n: &Namer<'_>,
-    from_flag: bool,
-    field: &str,
-    flag: &str,
-    v: i32,
-) -> Result<u32, ConfigError> {
-    u32::try_from(v).map_err(|_| {
-        n.err(
-            from_flag,
-            field,
-            flag,
-            v.to_string(),
-            "must not be negative",
-        )
-    })
-}
-
-/// Applies `args` over `doc` (named `name` in errors) and validates.
-pub fn resolve(
-    name: &str,
-    doc: &KubeletConfiguration,
-    args: &ConfigArgs,
-) -> Result<LoadedConfig, ConfigError> {
-    let n = Namer { file: name };
-    let mut warnings = Vec::new();
-    let flag_map = |v: &Vec<String>,
-                    sep: char,
-                    flag: &str|
-     -> Result<Option<BTreeMap<String, String>>, ConfigError> {
-        if v.is_empty() {
-            return Ok(None);
-        }
-        flags::parse_map(v, sep)
-            .map(Some)
-            .map_err(|e| n.err(true, flag, flag, v.join(","), e))
-    };
-    // Maps: a flag replaces the file's map.
-    let pick = |flag: Option<BTreeMap<String, String>>, file: Option<&ScalarMap>| match flag {
-        Some(m) => (Some(m), true),
-        None => (file.map(plain), false),
-    };
-    let (hard, hard_flag) = pick(
-        flag_map(&args.eviction_hard, '<', "--eviction-hard")?,
-        doc.eviction_hard.as_ref(),
-    );
-    let (soft, soft_flag) = pick(
-        flag_map(&args.eviction_soft, '<', "--eviction-soft")?,
-        doc.eviction_soft.as_ref(),
-    );
-    let (grace, grace_flag) = pick(
-        flag_map(
-            &args.eviction_soft_grace_period,
-            '=',
-            "--eviction-soft-grace-period",
-        )?,
-        doc.eviction_soft_grace_period.as_ref(),
-    );
-    let (reclaim, reclaim_flag) = pick(
-        flag_map(
-            &args.eviction_minimum_reclaim,
-            '=',
-            "--eviction-minimum-reclaim",
-        )?,
-        doc.eviction_minimum_reclaim.as_ref(),
-    );
-    let (system_reserved, sr_flag) = pick(
-        flag_map(&args.system_reserved, '=', "--system-reserved")?,
-        doc.system_reserved.as_ref(),
-    );
-    let (kube_reserved, kr_flag) = pick(
-        flag_map(&args.kube_reserved, '=', "--kube-reserved")?,
-        doc.kube_reserved.as_ref(),
-    );
-    let hard = hard.unwrap_or_else(threshold::default_eviction_hard);
-    let soft = soft.unwrap_or_default();
-    let grace = grace.unwrap_or_default();
-    let reclaim = reclaim.unwrap_or_default();
-
-    let (enforce, enforce_flag) = match args.enforce_node_allocatable.as_deref() {
-        Some(v) => (flags::parse_list(v), true),
-        None => (
-            doc.enforce_node_allocatable
-                .clone()
-                .unwrap_or_else(|| vec!["pods".to_owned()]),
-            false,
-        ),
-    };
-    for k in &enforce {
-        if ![
-            "pods",
-            "system-reserved",
-            "kube-reserved",
-            "system-reserved-compressible",
-            "kube-reserved-compressible",
-            "none",
-        ]
-        .contains(&k.as_str())
-        {
-            return Err(n.err(
-                enforce_flag,
-                "enforceNodeAllocatable",
-                "--enforce-node-allocatable",
-                k.clone(),
-                "must be one of pods, system-reserved, kube-reserved, none",
-            ));
-        }
-    }
-    if enforce.len() > 1 && enforce.iter().any(|k| k == "none") {
-        return Err(n.err(
-            enforce_flag,
-            "enforceNodeAllocatable",
-            "--enforce-node-allocatable",
-            enforce.join(","),
-            "\"none\" cannot be combined with other values",
-        ));
-    }
-
-    // Thresholds: each map checked on its own first so the error names the right field.
-    let check = |field: &str,
-                 flag: &str,
-                 from_flag: bool,
-                 r: Result<Vec<Threshold>, threshold::ThresholdError>,
-                 m: &BTreeMap<String, String>| {
-        r.map_err(|e| {
-            let value = m
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(",");
-            n.err(from_flag, field, flag, value, e)
-        })
-    };
-    let empty = BTreeMap::new();
-    check(
-        "evictionHard",
-        "--eviction-hard",
-        hard_flag,
-        threshold::parse_threshold_config(&[], &hard, &empty, &empty, &empty),
-        &hard,
-    )?;
-    if let Err(e) = threshold::parse_threshold_config(&[], &empty, &soft, &grace, &empty) {
-        let grace_error = matches!(
-            e,
-            threshold::ThresholdError::NegativeGracePeriod(_)
-                | threshold::ThresholdError::GracePeriod(..)
-        ) || (soft.is_empty()
-            && matches!(e, threshold::ThresholdError::UnsupportedSignal(_)));
-        let (field, flag, from, m) = if grace_error {
-            (
-                "evictionSoftGracePeriod",
-                "--eviction-soft-grace-period",
-                grace_flag,
-                &grace,
-            )
-        } else {
-            ("evictionSoft", "--eviction-soft", soft_flag, &soft)
-        };
-        check(field, flag, from, Err(e), m)?;
-    }
-    check(
-        "evictionMinimumReclaim",
-        "--eviction-minimum-reclaim",
-        reclaim_flag,
-        threshold::parse_threshold_config(&[], &empty, &empty, &empty, &reclaim),
-        &reclaim,
-    )?;
-    let thresholds = check(
-        "evictionHard",
-        "--eviction-hard",
-        hard_flag,
-        threshold::parse_threshold_config(&enforce, &hard, &soft, &grace, &reclaim),
-        &hard,
-    )?;
-    let hard_eviction_thresholds =
-        threshold::parse_threshold_config(&[], &hard, &empty, &empty, &empty).unwrap_or_default();
-    for t in &thresholds {
-        if let ThresholdValue::Percentage(p) = t.value
-            && p == 0.0
-        {
-            warnings.push(format!(
-                "{name}: threshold {} at 0% can never be met",
-                t.signal
-            ));
-        }
-    }
-
-    let (max_grace, mg_flag) = match args.eviction_max_pod_grace_period {
-        Some(v) => (v, true),
-        None => (doc.eviction_max_pod_grace_period.unwrap_or(0), false),
-    };
-    if max_grace < 0 {
-        return Err(n.err(
-            mg_flag,
-            "evictionMaxPodGracePeriod",
-            "--eviction-max-pod-grace-period",
-            max_grace.to_string(),
-            "must not be negative",
-        ));
-    }
-    let duration_of = |flag_v: Option<&String>,
-                       file_v: Option<&Scalar>,
-                       field: &str,
-                       flag: &str,
-                       default: Duration|
-     -> Result<Duration, ConfigError> {
-        match (flag_v, file_v) {
-            (Some(v), _) => duration::parse(v).map_err(|e| n.err(true, field, flag, v.clone(), e)),
-            (None, Some(v)) => {
-                duration::parse(&v.0).map_err(|e| n.err(false, field, flag, v.0.clone(), e))
-            }
-            (None, None) => Ok(default),
-        }
-    };
-    let transition = duration_of(
-        args.eviction_pressure_transition_period.as_ref(),
-        doc.eviction_pressure_transition_period.as_ref(),
-        "evictionPressureTransitionPeriod",
-        "--eviction-pressure-transition-period",
-        Duration::from_secs(300),
-    )?;
-    let system_reserved = quantity_map(
-        &n,
-        sr_flag,
-        "systemReserved",
-        "--system-reserved",
-        &system_reserved.unwrap_or_default(),
-    )?;
-    let kube_reserved = quantity_map(
-        &n,
-        kr_flag,
-        "kubeReserved",
-        "--kube-reserved",
-        &kube_reserved.unwrap_or_default(),
-    )?;
-    for (field, flag, from, m) in [
-        (
-            "systemReserved",
-            "--system-reserved",
-            sr_flag,
-            &system_reserved,
-        ),
-        ("kubeReserved", "--kube-reserved", kr_flag, &kube_reserved),
-    ] {
-        for k in m.keys() {
-            if !(["cpu", "memory", "ephemeral-storage", "pid"].contains(&k.as_str())
-                || k.starts_with("hugepages-"))
-            {
-                return Err(n.err(
-                    from,
-                    &format!("{field}.{k}"),
-                    flag,
-                    k.clone(),
-                    "only cpu, memory, ephemeral-storage, pid and hugepages-* can be reserved",
-                ));
-            }
-        }
-    }
-
-    let cgroup_root = args
-        .cgroup_root
-        .clone()
-        .or_else(|| doc.cgroup_root.clone())
-        .unwrap_or_else(|| "/".to_owned());
-    let cgroup_root = if cgroup_root.is_empty() {
-        "/".to_owned()
-    } else {
-        cgroup_root
-    };
-    if !cgroup_root.starts_with('/') {
-        return Err(n.err(
-            args.cgroup_root.is_some(),
-            "cgroupRoot",
-            "--cgroup-root",
-            cgroup_root,
-            "must be an absolute path",
-        ));
-    }
-    let cgroup_driver = args
-        .cgroup_driver
-        .clone()
-        .or_else(|| doc.cgroup_driver.clone())
-        .unwrap_or_else(|| "cgroupfs".to_owned());
-    if cgroup_driver != "cgroupfs" {
-        return Err(n.err(
-            args.cgroup_driver.is_some(),
-            "cgroupDriver",
-            "--cgroup-driver",
-            cgroup_driver,
-            "the enforcer supports only the cgroupfs driver",
-        ));
-    }
-    let policy = args
-        .cpu_manager_policy
-        .clone()
-        .or_else(|| doc.cpu_manager_policy.clone())
-        .unwrap_or_else(|| "none".to_owned());
-    let cpu_manager_policy = match policy.as_str() {
-        "none" => CpuManagerPolicy::None,
-        "static" => CpuManagerPolicy::Static,
-        _ => {
-            return Err(n.err(
-                args.cpu_manager_policy.is_some(),
-                "cpuManagerPolicy",
-                "--cpu-manager-policy",
-                policy,
-                "must be none or static",
-            ));
-        }
-    };
-    let reserved_system_cpus = args
-        .reserved_cpus
-        .clone()
-        .or_else(|| doc.reserved_system_cpus.clone())
-        .unwrap_or_default();
-    if !reserved_system_cpus.trim().is_empty() && !valid_cpuset(&reserved_system_cpus) {
-        return Err(n.err(
-            args.reserved_cpus.is_some(),
-            "reservedSystemCPUs",
-            "--reserved-cpus",
-            reserved_system_cpus,
-            "not a cpuset (e.g. 0-1,4)",
-        ));
-    }
-    let reconcile = duration_of(
-        None,
-        doc.cpu_manager_reconcile_period.as_ref(),
-        "cpuManagerReconcilePeriod",
-        "cpuManagerReconcilePeriod",
-        Duration::from_secs(10),
-    )?;
-
-    let int = |flag_v: Option<i32>,
-               file_v: Option<i32>,
-               field: &str,
-               flag: &str,
-               default: i32|
-     -> Result<u32, ConfigError> {
-        match flag_v {
-            Some(v) => non_negative(&n, true, field, flag, v),
-            None => non_negative(&n, false, field, flag, file_v.unwrap_or(default)),
-        }
-    };
-    let max_pods = int(args.max_pods, doc.max_pods, "maxPods", "--max-pods", 110)?;
-    let kube_api_qps = int(
-        args.kube_api_qps,
-        doc.kube_api_qps,
-        "kubeAPIQPS",
-        "--kube-api-qps",
-        50,
-    )?;
-    let kube_api_burst = int(
-        args.kube_api_burst,
-        doc.kube_api_burst,
-        "kubeAPIBurst",
-        "--kube-api-burst",
-        100,
-    )?;
-    let event_record_qps = int(
-        args.event_qps,
-        doc.event_record_qps,
-        "eventRecordQPS",
-        "--event-qps",
-        50,
-    )?;
-    let event_burst = int(
-        args.event_burst,
-        doc.event_burst,
-        "eventBurst",
-        "--event-burst",
-        100,
-    )?;
-    let registry_pull_qps = int(
-        args.registry_qps,
-        doc.registry_pull_qps,
-        "registryPullQPS",
-        "--registry-qps",
-        5,
-    )?;
-    let registry_burst = int(
-        args.registry_burst,
-        doc.registry_burst,
-        "registryBurst",
-        "--registry-burst",
-        10,
-    )?;
-    let factor = doc.memory_throttling_factor.unwrap_or(0.9);
-    if !(factor > 0.0 && factor <= 1.0) {
-        return Err(n.err(
-            false,
-            "memoryThrottlingFactor",
-            "memoryThrottlingFactor",
-            factor.to_string(),
-            "must be greater than 0 and less than or equal to 1.0",
-        ));
-    }
-
-    let e = doc.enforcer.clone().unwrap_or_default();
-    let housekeeping_interval = duration_of(
-        args.housekeeping_interval.as_ref(),
-        e.housekeeping_interval.as_ref(),
-        "enforcer.housekeepingInterval",
-        "--housekeeping-interval",
-        Duration::from_secs(10),
-    )?;
-    if housekeeping_interval.is_zero() {
-        return Err(n.err(
-            args.housekeeping_interval.is_some(),
-            "enforcer.housekeepingInterval",
-            "--housekeeping-interval",
-            "0s",
-            "must be greater than zero",
-        ));
-    }
-    let (cap_map, cap_flag) = pick(
-        flag_map(&args.node_capacity, '=', "--node-capacity")?,
-        e.node_capacity.as_ref(),
-    );
-    let node_capacity = quantity_map(
-        &n,
-        cap_flag,
-        "enforcer.nodeCapacity",
-        "--node-capacity",
-        &cap_map.unwrap_or_default(),
-    )?;
-    let http = args
-        .http_address
-        .clone()
-        .or(e.http_address.clone())
-        .unwrap_or_else(|| "127.0.0.1:10255".to_owned());
-    let http_address: SocketAddr = http.parse().map_err(|err| {
-        n.err(
-            args.http_address.is_some(),
-            "enforcer.httpAddress",
-            "--http-address",
-            http.clone(),
-            err,
-        )
-    })?;
-    let path_of = |f: &Option<PathBuf>,
-                   d: &Option<PathBuf>,
-                   default: &str,
-                   field: &str,
-                   flag: &str|
-     -> Result<PathBuf, ConfigError> {
-        let p = f
-            .clone()
-            .or_else(|| d.clone())
-            .unwrap_or_else(|| PathBuf::from(default));
-        if p.as_os_str().is_empty() {
-            return Err(n.err(f.is_some(), field, flag, "", "must not be empty"));
-        }
-        Ok(p)
-    };
-    let enforcer = EnforcerConfig {
-        signal_source: args.signal_source.or(e.signal_source).unwrap_or_default(),
-        housekeeping_interval,
-        node_capacity,
-        http_address,
-        manifest_dir: path_of(
-            &args.manifest_dir,
-            &e.manifest_dir,
-            "/etc/enforcer/manifests",
-            "enforcer.manifestDir",
-            "--manifest-dir",
-        )?,
-        state_dir: path_of(
-            &args.state_dir,
-            &e.state_dir,
-            "/var/lib/enforcer",
-            "enforcer.stateDir",
-            "--state-dir",
-        )?,
-        cri_socket: path_of(
-            &args.cri_socket,
-            &e.cri_socket,
-            "/run/containerd/containerd.sock",
-            "enforcer.criSocket",
-            "--cri-socket",
-        )?,
-        memory_qos: args.memory_qos.or(e.memory_qos).unwrap_or(false),
-        allow_privileged: args
-            .allow_privileged
-            .or(e.allow_privileged)
-            .unwrap_or(false),
-        allow_host_namespaces: args
-            .allow_host_namespaces
-            .or(e.allow_host_namespaces)
-            .unwrap_or(false),
-        allow_host_pid: args.allow_host_pid.or(e.allow_host_pid).unwrap_or(false),
-        allow_host_ipc: args.allow_host_ipc.or(e.allow_host_ipc).unwrap_or(false),
-        allow_host_paths: args
-            .allow_host_paths
-            .or(e.allow_host_paths)
-            .unwrap_or(false),
-    };
-
-    let config = Config {
-        eviction: EvictionConfig {
-            thresholds,
-            max_pod_grace_period_seconds: i64::from(max_grace),
-            pressure_transition_period: transition,
-        },
-        hard_eviction_thresholds,
-        eviction_hard: hard,
-        eviction_soft: soft,
-        eviction_soft_grace_period: grace,
-        eviction_minimum_reclaim: reclaim,
-        eviction_max_pod_grace_period: max_grace,
-        eviction_pressure_transition_period: transition,
-        system_reserved,
-        kube_reserved,
-        enforce_node_allocatable: enforce,
-        cgroup_root,
-        cgroup_driver,
-        cgroups_per_qos: doc.cgroups_per_q_o_s.unwrap_or(true),
-        cpu_manager_policy,
-        cpu_manager_reconcile_period: reconcile,
-        reserved_system_cpus,
-        max_pods,
-        kube_api_qps,
-        kube_api_burst,
-        event_record_qps,
-        event_burst,
-        serialize_image_pulls: args
-            .serialize_image_pulls
-            .or(doc.serialize_image_pulls)
-            .unwrap_or(true),
-        registry_pull_qps,
-        registry_burst,
-        cpu_cfs_quota: args.cpu_cfs_quota.or(doc.cpu_cfs_quota).unwrap_or(true),
-        memory_throttling_factor: factor,
-        enforcer,
-    };
-    if !config.cgroups_per_qos {
-        warnings.push(format!(
-            "{name}: cgroupsPerQOS=false is not supported; the enforcer always uses QoS cgroups"
-        ));
-    }
-    Ok(LoadedConfig { config, warnings })
-}
-
-fn valid_cpuset(s: &str) -> bool {
-    s.split(',').map(str::trim).all(|part| {
-        let (a, b) = part.split_once('-').unwrap_or((part, part));
-        match (a.trim().parse::<u32>(), b.trim().parse::<u32>()) {
-            (Ok(a), Ok(b)) => a <= b,
-            _ => false,
-        }
-    })
 }
 
 impl Config {
@@ -1267,7 +620,13 @@ mod tests {
         assert_eq!(l.config.enforcer.node_capacity["memory"].to_string(), "2Gi");
         let (_, w) =
             parse_document("test.yaml", "somethingElse: 1\nenforcer: {bogus: 1}\n").unwrap();
-        assert_eq!(w.len(), 2);
+        assert_eq!(
+            w,
+            [
+                "test.yaml: unknown field \"somethingElse\" ignored",
+                "test.yaml: unknown field \"enforcer.bogus\" ignored"
+            ]
+        );
         // A flag replaces the file's map.
         let args = ConfigArgs {
             eviction_hard: vec!["memory.available<500Mi,nodefs.available<10%".into()],
@@ -1292,6 +651,26 @@ mod tests {
             ]
         );
         assert_eq!(l.config.max_pods, 30);
+    }
+
+    #[test]
+    fn every_struct_field_is_known() {
+        let mut v = serde_yaml_ng::to_value(KubeletConfiguration::default()).unwrap();
+        v["enforcer"] = serde_yaml_ng::to_value(EnforcerSection::default()).unwrap();
+        let (_, w) = from_value("t.yaml", v).unwrap();
+        assert!(w.is_empty(), "{w:?}");
+        let (_, w) = parse_document(
+            "t.yaml",
+            "enforcer: {nested: {x: 1}}\nmaxPods: 3\n\"odd key\": [1]\n",
+        )
+        .unwrap();
+        assert_eq!(
+            w,
+            [
+                "t.yaml: unknown field \"enforcer.nested\" ignored",
+                "t.yaml: unknown field \"odd key\" ignored"
+            ]
+        );
     }
 
     #[test]

@@ -657,14 +657,14 @@ mod tests {
 
     #[test]
     fn serde_forms() {
-        let q: Quantity = serde_yaml::from_str("2").unwrap();
+        let q: Quantity = serde_yaml_ng::from_str("2").unwrap();
         assert_eq!(q.to_string(), "2");
-        let q: Quantity = serde_yaml::from_str("\"1.5Gi\"").unwrap();
+        let q: Quantity = serde_yaml_ng::from_str("\"1.5Gi\"").unwrap();
         assert_eq!(q.to_string(), "1536Mi");
-        let q: Quantity = serde_yaml::from_str("0.5").unwrap();
+        let q: Quantity = serde_yaml_ng::from_str("0.5").unwrap();
         assert_eq!(q.to_string(), "500m");
-        assert!(serde_yaml::from_str::<Quantity>(".nan").is_err());
-        assert!(serde_yaml::from_str::<Quantity>("[1]").is_err());
+        assert!(serde_yaml_ng::from_str::<Quantity>(".nan").is_err());
+        assert!(serde_yaml_ng::from_str::<Quantity>("[1]").is_err());
     }
 
     mod props {

@@ -799,7 +799,7 @@ mod tests {
     /// terminated states kept (not emptied), nothing ready, and DisruptionTarget.
     #[test]
     fn evicted_status_keeps_container_states_and_adds_disruption_target() {
-        let pod: Pod = serde_yaml::from_str(
+        let pod: Pod = serde_yaml_ng::from_str(
             "metadata: {name: p, uid: u1}\nspec: {containers: [{name: app, image: 'busybox:local'}]}",
         )
         .expect("pod");

@@ -212,8 +212,8 @@ pub fn explain(args: &ExplainArgs) -> Result<Vec<String>, CliError> {
     let path = &args.pod;
     let text = read(path)?;
     let mut out = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-        let value: serde_yaml::Value = serde_yaml::Value::deserialize(doc)
+    for (i, doc) in serde_yaml_ng::Deserializer::from_str(&text).enumerate() {
+        let value: serde_yaml_ng::Value = serde_yaml_ng::Value::deserialize(doc)
             .map_err(|e| CliError::invalid(path, format!("document {}", i + 1), e))?;
         if value.is_null() {
             continue;

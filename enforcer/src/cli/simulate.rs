@@ -24,7 +24,7 @@ use crate::{
 #[serde(deny_unknown_fields)]
 struct Scenario {
     #[serde(default)]
-    config: Option<serde_yaml::Value>,
+    config: Option<serde_yaml_ng::Value>,
     node: NodeSpec,
     #[serde(default)]
     pods: Vec<Pod>,
@@ -224,7 +224,7 @@ fn capacity_of(
 /// Runs the scenario at `path`; returns one JSON line per step.
 pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
     let text = read(path)?;
-    let de = serde_yaml::Deserializer::from_str(&text);
+    let de = serde_yaml_ng::Deserializer::from_str(&text);
     let scenario: Scenario =
         serde_path_to_error::deserialize(de).map_err(|e| yaml_error(path, e))?;
 

@@ -264,9 +264,9 @@ pub fn validate(pod: &Pod) -> Result<(), String> {
 pub fn parse_manifest(file: &Path, text: &str, node_name: &str) -> Result<Vec<Pod>, SourceError> {
     use serde::Deserialize as _;
     let mut pods = Vec::new();
-    for (i, doc) in serde_yaml::Deserializer::from_str(text).enumerate() {
+    for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
         let doc_no = i + 1;
-        let value = serde_yaml::Value::deserialize(doc).map_err(|e| SourceError::Yaml {
+        let value = serde_yaml_ng::Value::deserialize(doc).map_err(|e| SourceError::Yaml {
             file: file.to_path_buf(),
             message: e.to_string(),
         })?;

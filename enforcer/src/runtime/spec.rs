@@ -480,7 +480,7 @@ mod tests {
     use crate::policy::pod_actions::PullPolicy;
 
     fn pod(yaml: &str) -> Pod {
-        serde_yaml::from_str(yaml).expect("pod yaml")
+        serde_yaml_ng::from_str(yaml).expect("pod yaml")
     }
 
     #[test]

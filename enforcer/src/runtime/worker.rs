@@ -1115,7 +1115,7 @@ mod tests {
             log_root: dir.path().to_path_buf(),
             resync: Duration::from_secs(60),
         });
-        let pod: Pod = serde_yaml::from_str(yaml).expect("pod");
+        let pod: Pod = serde_yaml_ng::from_str(yaml).expect("pod");
         let (tx, rx) = mpsc::unbounded_channel();
         let (done_tx, done) = mpsc::unbounded_channel();
         let w = PodWorker::new(ctx, Arc::new(pod), "test".to_owned());

@@ -1,0 +1,108 @@
+//! The `enforcer:` section: what kubelet has no field for.
+
+use std::{net::SocketAddr, path::PathBuf, time::Duration};
+
+use super::{Key, Namer, Sourced, duration_setting, key, map_setting, quantity_map};
+use crate::config::{ConfigArgs, ConfigError, EnforcerConfig, KubeletConfiguration};
+
+/// The `enforcer:` section with its defaults.
+pub(super) fn section(
+    n: &Namer<'_>,
+    doc: &KubeletConfiguration,
+    args: &ConfigArgs,
+) -> Result<EnforcerConfig, ConfigError> {
+    let e = doc.enforcer.clone().unwrap_or_default();
+    let housekeeping_interval = duration_setting(
+        n,
+        key::HOUSEKEEPING_INTERVAL,
+        args.housekeeping_interval.as_ref(),
+        e.housekeeping_interval.as_ref(),
+        Duration::from_secs(10),
+    )?;
+    if housekeeping_interval.is_zero() {
+        return Err(n.invalid(
+            key::HOUSEKEEPING_INTERVAL,
+            args.housekeeping_interval.is_some(),
+            "0s",
+            "must be greater than zero",
+        ));
+    }
+    let capacity = map_setting(
+        n,
+        key::NODE_CAPACITY,
+        '=',
+        &args.node_capacity,
+        e.node_capacity.as_ref(),
+    )?;
+    let node_capacity = quantity_map(
+        n,
+        key::NODE_CAPACITY,
+        capacity.from_flag,
+        &capacity.value.unwrap_or_default(),
+    )?;
+    let http = Sourced::pick(args.http_address.clone(), e.http_address.clone());
+    let from_flag = http.from_flag;
+    let http = http.value.unwrap_or_else(|| "127.0.0.1:10255".to_owned());
+    let http_address: SocketAddr = http
+        .parse()
+        .map_err(|err| n.invalid(key::HTTP_ADDRESS, from_flag, http.clone(), err))?;
+    let path = |key: Key, flag: &Option<PathBuf>, file: &Option<PathBuf>, default: &str| {
+        path_setting(n, key, flag.clone(), file.clone(), default)
+    };
+    Ok(EnforcerConfig {
+        signal_source: args.signal_source.or(e.signal_source).unwrap_or_default(),
+        housekeeping_interval,
+        node_capacity,
+        http_address,
+        manifest_dir: path(
+            key::MANIFEST_DIR,
+            &args.manifest_dir,
+            &e.manifest_dir,
+            "/etc/enforcer/manifests",
+        )?,
+        state_dir: path(
+            key::STATE_DIR,
+            &args.state_dir,
+            &e.state_dir,
+            "/var/lib/enforcer",
+        )?,
+        cri_socket: path(
+            key::CRI_SOCKET,
+            &args.cri_socket,
+            &e.cri_socket,
+            "/run/containerd/containerd.sock",
+        )?,
+        memory_qos: args.memory_qos.or(e.memory_qos).unwrap_or(false),
+        allow_privileged: args
+            .allow_privileged
+            .or(e.allow_privileged)
+            .unwrap_or(false),
+        allow_host_namespaces: args
+            .allow_host_namespaces
+            .or(e.allow_host_namespaces)
+            .unwrap_or(false),
+        allow_host_pid: args.allow_host_pid.or(e.allow_host_pid).unwrap_or(false),
+        allow_host_ipc: args.allow_host_ipc.or(e.allow_host_ipc).unwrap_or(false),
+        allow_host_paths: args
+            .allow_host_paths
+            .or(e.allow_host_paths)
+            .unwrap_or(false),
+    })
+}
+
+/// A path: the flag's, else the file's, else `default`; not empty.
+fn path_setting(
+    n: &Namer<'_>,
+    key: Key,
+    flag: Option<PathBuf>,
+    file: Option<PathBuf>,
+    default: &str,
+) -> Result<PathBuf, ConfigError> {
+    let p = Sourced::pick(flag, file);
+    let from_flag = p.from_flag;
+    let p = p.value.unwrap_or_else(|| PathBuf::from(default));
+    if p.as_os_str().is_empty() {
+        return Err(n.invalid(key, from_flag, "", "must not be empty"));
+    }
+    Ok(p)
+}

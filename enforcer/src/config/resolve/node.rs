@@ -1,0 +1,237 @@
+//! The node: reservations, cgroups, the CPU manager, rate limits and the memory throttling
+//! factor.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use super::{Key, Maps, Namer, Sourced, StringMap, count, duration_setting, key, quantity_map};
+use crate::{
+    config::{ConfigArgs, ConfigError, CpuManagerPolicy, KubeletConfiguration},
+    quantity::Quantity,
+};
+
+/// The resources `systemReserved` and `kubeReserved` may name (besides `hugepages-*`).
+const RESERVABLE: &[&str] = &["cpu", "memory", "ephemeral-storage", "pid"];
+
+/// The validated reservations.
+pub(super) struct Reservations {
+    pub system: BTreeMap<String, Quantity>,
+    pub kube: BTreeMap<String, Quantity>,
+}
+
+/// `systemReserved` and `kubeReserved`: non-negative quantities of reservable resources.
+pub(super) fn reservations(n: &Namer<'_>, maps: &Maps) -> Result<Reservations, ConfigError> {
+    let quantities = |key: Key, m: &Sourced<Option<StringMap>>| {
+        quantity_map(
+            n,
+            key,
+            m.from_flag,
+            m.value.as_ref().unwrap_or(&BTreeMap::new()),
+        )
+    };
+    let system = quantities(key::SYSTEM_RESERVED, &maps.system_reserved)?;
+    let kube = quantities(key::KUBE_RESERVED, &maps.kube_reserved)?;
+    for (key, m, reserved) in [
+        (key::SYSTEM_RESERVED, &maps.system_reserved, &system),
+        (key::KUBE_RESERVED, &maps.kube_reserved, &kube),
+    ] {
+        for k in reserved.keys() {
+            if !(RESERVABLE.contains(&k.as_str()) || k.starts_with("hugepages-")) {
+                return Err(n.invalid_entry(
+                    key,
+                    k,
+                    m.from_flag,
+                    k.clone(),
+                    "only cpu, memory, ephemeral-storage, pid and hugepages-* can be reserved",
+                ));
+            }
+        }
+    }
+    Ok(Reservations { system, kube })
+}
+
+/// The validated cgroup settings.
+pub(super) struct Cgroups {
+    pub root: String,
+    pub driver: String,
+    pub per_qos: bool,
+}
+
+/// `cgroupRoot` (absolute, default `/`), `cgroupDriver` (only `cgroupfs`), `cgroupsPerQOS`.
+pub(super) fn cgroups(
+    n: &Namer<'_>,
+    doc: &KubeletConfiguration,
+    args: &ConfigArgs,
+) -> Result<Cgroups, ConfigError> {
+    let root = Sourced::pick(args.cgroup_root.clone(), doc.cgroup_root.clone());
+    let from_flag = root.from_flag;
+    let root = root
+        .value
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| "/".to_owned());
+    if !root.starts_with('/') {
+        return Err(n.invalid(
+            key::CGROUP_ROOT,
+            from_flag,
+            root,
+            "must be an absolute path",
+        ));
+    }
+    let driver = Sourced::pick(args.cgroup_driver.clone(), doc.cgroup_driver.clone());
+    let from_flag = driver.from_flag;
+    let driver = driver.value.unwrap_or_else(|| "cgroupfs".to_owned());
+    if driver != "cgroupfs" {
+        return Err(n.invalid(
+            key::CGROUP_DRIVER,
+            from_flag,
+            driver,
+            "the enforcer supports only the cgroupfs driver",
+        ));
+    }
+    Ok(Cgroups {
+        root,
+        driver,
+        per_qos: doc.cgroups_per_q_o_s.unwrap_or(true),
+    })
+}
+
+/// The validated CPU manager settings.
+pub(super) struct CpuManager {
+    pub policy: CpuManagerPolicy,
+    pub reserved_system_cpus: String,
+    pub reconcile_period: Duration,
+}
+
+/// `cpuManagerPolicy` (none or static), `reservedSystemCPUs` (a cpuset),
+/// `cpuManagerReconcilePeriod` (default 10s).
+pub(super) fn cpu_manager(
+    n: &Namer<'_>,
+    doc: &KubeletConfiguration,
+    args: &ConfigArgs,
+) -> Result<CpuManager, ConfigError> {
+    let policy = Sourced::pick(
+        args.cpu_manager_policy.clone(),
+        doc.cpu_manager_policy.clone(),
+    );
+    let from_flag = policy.from_flag;
+    let policy = match policy.value.as_deref().unwrap_or("none") {
+        "none" => CpuManagerPolicy::None,
+        "static" => CpuManagerPolicy::Static,
+        other => {
+            return Err(n.invalid(
+                key::CPU_MANAGER_POLICY,
+                from_flag,
+                other,
+                "must be none or static",
+            ));
+        }
+    };
+    let cpus = Sourced::pick(args.reserved_cpus.clone(), doc.reserved_system_cpus.clone());
+    let from_flag = cpus.from_flag;
+    let reserved_system_cpus = cpus.value.unwrap_or_default();
+    if !reserved_system_cpus.trim().is_empty() && !valid_cpuset(&reserved_system_cpus) {
+        return Err(n.invalid(
+            key::RESERVED_SYSTEM_CPUS,
+            from_flag,
+            reserved_system_cpus,
+            "not a cpuset (e.g. 0-1,4)",
+        ));
+    }
+    let reconcile_period = duration_setting(
+        n,
+        key::CPU_MANAGER_RECONCILE_PERIOD,
+        None,
+        doc.cpu_manager_reconcile_period.as_ref(),
+        Duration::from_secs(10),
+    )?;
+    Ok(CpuManager {
+        policy,
+        reserved_system_cpus,
+        reconcile_period,
+    })
+}
+
+fn valid_cpuset(s: &str) -> bool {
+    s.split(',').map(str::trim).all(|part| {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        match (a.trim().parse::<u32>(), b.trim().parse::<u32>()) {
+            (Ok(a), Ok(b)) => a <= b,
+            _ => false,
+        }
+    })
+}
+
+/// The validated counts and rate limits.
+pub(super) struct Rates {
+    pub max_pods: u32,
+    pub kube_api_qps: u32,
+    pub kube_api_burst: u32,
+    pub event_record_qps: u32,
+    pub event_burst: u32,
+    pub registry_pull_qps: u32,
+    pub registry_burst: u32,
+}
+
+/// `maxPods` and the API, event and registry rate limits, with kubelet's defaults; none
+/// negative.
+pub(super) fn rates(
+    n: &Namer<'_>,
+    doc: &KubeletConfiguration,
+    args: &ConfigArgs,
+) -> Result<Rates, ConfigError> {
+    Ok(Rates {
+        max_pods: count(n, key::MAX_PODS, args.max_pods, doc.max_pods, 110)?,
+        kube_api_qps: count(
+            n,
+            key::KUBE_API_QPS,
+            args.kube_api_qps,
+            doc.kube_api_qps,
+            50,
+        )?,
+        kube_api_burst: count(
+            n,
+            key::KUBE_API_BURST,
+            args.kube_api_burst,
+            doc.kube_api_burst,
+            100,
+        )?,
+        event_record_qps: count(
+            n,
+            key::EVENT_RECORD_QPS,
+            args.event_qps,
+            doc.event_record_qps,
+            50,
+        )?,
+        event_burst: count(n, key::EVENT_BURST, args.event_burst, doc.event_burst, 100)?,
+        registry_pull_qps: count(
+            n,
+            key::REGISTRY_PULL_QPS,
+            args.registry_qps,
+            doc.registry_pull_qps,
+            5,
+        )?,
+        registry_burst: count(
+            n,
+            key::REGISTRY_BURST,
+            args.registry_burst,
+            doc.registry_burst,
+            10,
+        )?,
+    })
+}
+
+/// `memoryThrottlingFactor` (default 0.9): in (0, 1].
+pub(super) fn memory_throttling_factor(
+    n: &Namer<'_>,
+    doc: &KubeletConfiguration,
+) -> Result<f64, ConfigError> {
+    let factor = doc.memory_throttling_factor.unwrap_or(0.9);
+    if !(factor > 0.0 && factor <= 1.0) {
+        return Err(n.invalid(
+            key::MEMORY_THROTTLING_FACTOR,
+            false,
+            factor.to_string(),
+            "must be greater than 0 and less than or equal to 1.0",
+        ));
+    }
+    Ok(factor)
+}
