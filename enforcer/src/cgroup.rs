@@ -5,6 +5,7 @@ pub mod kill;
 pub mod kubepods;
 pub mod layout;
 pub mod paths;
+pub mod writer;
 
 pub use layout::{CgroupLayout, CgroupVersion, V1Mount};
 pub use paths::{PodCgroupRef, QosTier, join_inside, pod_of_path};

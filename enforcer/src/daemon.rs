@@ -281,6 +281,7 @@ pub async fn run(
     let manager = crate::eviction_manager::EvictionManager {
         config: config.clone(),
         layout: observer.layout.clone(),
+        cgroups: Arc::new(crate::cgroup::writer::KernelCgroups),
         stats: crate::stats::StatsCollector::spawn(observer).map_err(|source| {
             DaemonError::Thread {
                 what: "the stats collector",

@@ -6,7 +6,7 @@
 use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
 
 use crate::{
-    cgroup::{CgroupLayout, join_inside},
+    cgroup::{CgroupLayout, join_inside, writer::CgroupWriter},
     config::Config,
     health::Health,
     kernel,
@@ -121,6 +121,8 @@ pub struct EvictionManager {
     pub config: Config,
     /// Where the pod cgroups are (the kill, the release check).
     pub layout: CgroupLayout,
+    /// Through which the pod cgroup is killed.
+    pub cgroups: Arc<dyn CgroupWriter>,
     /// The node's stats collector: all reading happens on its thread.
     pub stats: StatsCollector,
     pub link: NodeLink,
@@ -488,7 +490,11 @@ impl EvictionManager {
                 && ev.signal.resource() == crate::policy::eviction::Resource::Memory
                 && let Some(e) = entry
             {
-                let killed = crate::cgroup::kill::kill_pod_cgroup(&self.layout, &e.cgroup);
+                let killed = crate::cgroup::kill::kill_pod_cgroup(
+                    self.cgroups.as_ref(),
+                    &self.layout,
+                    &e.cgroup,
+                );
                 sigkill_ns = Some(crate::signal::monotonic_ns());
                 tracing::warn!(uid = %ev.uid, killed, "hard memory threshold: SIGKILL sent to the pod's processes");
             }

@@ -1,45 +1,42 @@
 //! Killing a pod through its cgroup: what a hard memory eviction does first.
 
-use crate::cgroup::{CgroupLayout, CgroupVersion, join_inside};
+use crate::cgroup::{CgroupLayout, join_inside, writer::CgroupWriter};
 
 /// Sends SIGKILL to every process in a pod cgroup (and its container cgroups) of the memory
-/// hierarchy; `cgroup.kill` where cgroup v2 offers it. Returns how many processes were signalled
-/// (1 for cgroup.kill).
-pub fn kill_pod_cgroup(layout: &CgroupLayout, rel: &str) -> usize {
+/// hierarchy, through `writer` (`cgroup.kill` where cgroup v2 offers it). Returns how many
+/// processes were signalled (1 for cgroup.kill); 0 when the path is not inside the hierarchy.
+pub fn kill_pod_cgroup(writer: &dyn CgroupWriter, layout: &CgroupLayout, rel: &str) -> usize {
     let Some((mount, version)) = layout.controller("memory") else {
         return 0;
     };
     let Ok(dir) = join_inside(mount, rel) else {
         return 0;
     };
-    if version == CgroupVersion::V2 && std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
-        return 1;
+    writer.kill(&dir, version)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::{V1Mount, writer::RecordingCgroups};
+
+    #[test]
+    fn the_kill_goes_to_the_pod_cgroup_of_the_memory_hierarchy_only() {
+        let layout = CgroupLayout {
+            v1: vec![V1Mount {
+                mount: "/m".into(),
+                controllers: vec!["memory".to_owned()],
+                hierarchy_id: Some(4),
+            }],
+            ..CgroupLayout::default()
+        };
+        let w = RecordingCgroups::default();
+        assert_eq!(kill_pod_cgroup(&w, &layout, "/kubepods/podu"), 1);
+        assert_eq!(kill_pod_cgroup(&w, &layout, "/kubepods/../../etc"), 0);
+        assert_eq!(
+            kill_pod_cgroup(&w, &CgroupLayout::default(), "/kubepods/podu"),
+            0
+        );
+        assert_eq!(w.ops(), ["kill /m/kubepods/podu V1"]);
     }
-    let mut killed = 0;
-    let mut stack = vec![dir];
-    while let Some(d) = stack.pop() {
-        if let Ok(text) = std::fs::read_to_string(d.join("cgroup.procs")) {
-            for pid in text
-                .lines()
-                .filter_map(|l| l.trim().parse::<i32>().ok())
-                .filter(|p| *p > 1)
-            {
-                let Some(pid) = rustix::process::Pid::from_raw(pid) else {
-                    continue;
-                };
-                if rustix::process::kill_process(pid, rustix::process::Signal::KILL).is_ok() {
-                    killed += 1;
-                }
-            }
-        }
-        if let Ok(entries) = std::fs::read_dir(&d) {
-            stack.extend(
-                entries
-                    .flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path()),
-            );
-        }
-    }
-    killed
 }

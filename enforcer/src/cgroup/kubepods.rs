@@ -14,21 +14,22 @@
 //! [`join_inside`]; nothing outside the configured root is created or written (on cgroup v2
 //! the controllers are delegated only from the root down).
 
-use std::path::{Path, PathBuf};
-
-use cgroups_rs::fs::{
-    MaxValue,
-    cpu::CpuController,
-    memory::{MemController, SetMemory},
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
 };
+
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{CgroupError, CgroupLayout, CgroupVersion, QosTier, WithPath as _, join_inside};
+use super::{
+    CgroupError, CgroupLayout, CgroupVersion, QosTier, join_inside,
+    writer::{CgroupWriter, KernelCgroups},
+};
 use crate::policy::{
     qos::{self, QosClass},
     resources::{
         self,
-        cgroup::{PodCgroupValues, burstable_tier_shares, milli_cpu_to_shares, shares_to_weight},
+        cgroup::{PodCgroupValues, burstable_tier_shares, milli_cpu_to_shares},
     },
 };
 
@@ -156,13 +157,31 @@ pub struct Kubepods {
     /// The cgroup root, relative to each hierarchy (`/` or e.g. `/enforcer-test-1`).
     root: String,
     layout: CgroupLayout,
+    writer: Arc<dyn CgroupWriter>,
 }
 
 impl Kubepods {
+    /// On the real hierarchies ([`KernelCgroups`]).
     #[must_use]
     pub fn new(root: &str, layout: CgroupLayout) -> Self {
+        Self::with_writer(root, layout, Arc::new(KernelCgroups))
+    }
+
+    /// Writing through `writer`.
+    #[must_use]
+    pub fn with_writer(root: &str, layout: CgroupLayout, writer: Arc<dyn CgroupWriter>) -> Self {
         let root = format!("/{}", root.trim_matches('/'));
-        Self { root, layout }
+        Self {
+            root,
+            layout,
+            writer,
+        }
+    }
+
+    /// Where every cgroup change goes.
+    #[must_use]
+    pub fn writer(&self) -> &Arc<dyn CgroupWriter> {
+        &self.writer
     }
 
     #[must_use]
@@ -201,8 +220,8 @@ impl Kubepods {
             };
             let dir = self.create(mount, version, rel)?;
             match ctrl {
-                "memory" => write_memory(&dir, mount, version, values)?,
-                _ => write_cpu(&dir, mount, version, values)?,
+                "memory" => self.writer.set_memory(&dir, mount, version, values)?,
+                _ => self.writer.set_cpu(&dir, mount, version, values)?,
             }
         }
         Ok(())
@@ -237,94 +256,19 @@ impl Kubepods {
         for (i, part) in parts.iter().enumerate() {
             if version == CgroupVersion::V2 && i >= root_depth {
                 // `dir` is the parent of the next component, at or below the root.
-                let ctl = dir.join("cgroup.subtree_control");
-                for c in ["+cpu", "+memory", "+pids"] {
-                    // Best effort: a controller the parent lacks cannot be delegated.
-                    let _ = std::fs::write(&ctl, c);
-                }
+                self.writer.delegate(&dir, &["cpu", "memory", "pids"]);
             }
             dir = join_inside(&dir, part)?;
-            match std::fs::create_dir(&dir) {
-                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-                    return Err(e).with_path(&dir);
-                }
-                _ => {}
-            }
+            self.writer.create_dir(&dir)?;
         }
         Ok(dir)
     }
 }
 
-fn controller_err(
-    dir: &Path,
-    file: &str,
-) -> impl FnOnce(cgroups_rs::fs::error::Error) -> CgroupError {
-    let path = dir.join(file);
-    move |source| CgroupError::Controller { path, source }
-}
-
-fn write_memory(
-    dir: &Path,
-    mount: &Path,
-    version: CgroupVersion,
-    v: &CgroupValues,
-) -> Result<(), CgroupError> {
-    match version {
-        CgroupVersion::V1 => {
-            if let Some(limit) = v.memory_limit {
-                MemController::new(dir.to_path_buf(), mount.to_path_buf(), false)
-                    .set_limit(limit.unwrap_or(-1))
-                    .map_err(controller_err(dir, "memory.limit_in_bytes"))?;
-            }
-        }
-        CgroupVersion::V2 => {
-            let max = v
-                .memory_limit
-                .map(|l| l.map_or(MaxValue::Max, MaxValue::Value));
-            let min = v.memory_min.map(MaxValue::Value);
-            if max.is_some() || min.is_some() {
-                MemController::new(dir.to_path_buf(), mount.to_path_buf(), true)
-                    .set_mem(SetMemory {
-                        low: None,
-                        high: None,
-                        min,
-                        max,
-                    })
-                    .map_err(controller_err(dir, "memory.max"))?;
-            }
-        }
-    }
-    Ok(())
-}
-
-fn write_cpu(
-    dir: &Path,
-    mount: &Path,
-    version: CgroupVersion,
-    v: &CgroupValues,
-) -> Result<(), CgroupError> {
-    let v2 = version == CgroupVersion::V2;
-    let cpu = CpuController::new(dir.to_path_buf(), mount.to_path_buf(), v2);
-    if let Some(shares) = v.cpu_shares {
-        let (file, value) = if v2 {
-            ("cpu.weight", shares_to_weight(shares))
-        } else {
-            ("cpu.shares", shares)
-        };
-        cpu.set_shares(value).map_err(controller_err(dir, file))?;
-    }
-    if let Some(quota) = v.cpu_quota {
-        let file = if v2 { "cpu.max" } else { "cpu.cfs_quota_us" };
-        cpu.set_cfs_quota_and_period(Some(quota.unwrap_or(-1)), v.cpu_period)
-            .map_err(controller_err(dir, file))?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::resources::cgroup::{CgroupOptions, pod_cgroup_values};
+    use crate::policy::resources::cgroup::{CgroupOptions, pod_cgroup_values, shares_to_weight};
     use crate::policy::resources::test_pods::{container, pod};
 
     fn read(p: &Path) -> String {
@@ -399,6 +343,39 @@ mod tests {
                 unified_controllers: Vec::new(),
             }
         }
+    }
+
+    /// The plan of writes, through the recording writer: on v2 each directory below the root
+    /// is created after its parent delegated the controllers; never above the root.
+    #[test]
+    fn apply_node_creates_delegates_and_writes_in_order() {
+        let w = Arc::new(crate::cgroup::writer::RecordingCgroups::default());
+        let k = Kubepods::with_writer("/r", fake_layout(Path::new("/u"), true), w.clone());
+        let kubepods = CgroupValues {
+            memory_limit: Some(Some(1 << 30)),
+            ..CgroupValues::default()
+        };
+        let tiers = qos_tier_values([], false);
+        k.apply_node(&kubepods, &tiers).unwrap();
+        let ops = w.ops();
+        let memory: Vec<&String> = ops.iter().filter(|o| o.starts_with("memory ")).collect();
+        assert_eq!(
+            memory,
+            [
+                "memory /u/r/kubepods V2 limit=Some(Some(1073741824)) min=None",
+                "memory /u/r/kubepods/burstable V2 limit=None min=None",
+                "memory /u/r/kubepods/besteffort V2 limit=None min=None",
+            ]
+        );
+        let pos = |op: &str| ops.iter().position(|o| o == op).unwrap_or(usize::MAX);
+        assert!(pos("delegate /u/r cpu,memory,pids") < pos("mkdir /u/r/kubepods"));
+        assert!(
+            pos("delegate /u/r/kubepods cpu,memory,pids") < pos("mkdir /u/r/kubepods/burstable")
+        );
+        assert!(
+            !ops.iter().any(|o| o.starts_with("delegate /u ")),
+            "{ops:?}"
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use crate::{
     cgroup::{
         CgroupError, CgroupLayout, CgroupVersion, WithPath as _, join_inside,
         kubepods::{self, Kubepods},
+        writer::CgroupWriter,
     },
     policy::resources::cgroup::{CgroupOptions, PodCgroupValues},
 };
@@ -144,7 +145,7 @@ impl PodCgroups {
             }
             let mut attempt = 0;
             loop {
-                match remove_tree(&dir) {
+                match remove_tree(self.kubepods.writer().as_ref(), &dir) {
                     Ok(()) => break,
                     Err(e) if attempt < 50 => {
                         attempt += 1;
@@ -162,7 +163,7 @@ impl PodCgroups {
 }
 
 /// rmdir of a cgroup directory and its child cgroups, deepest first.
-fn remove_tree(dir: &std::path::Path) -> Result<(), CgroupError> {
+fn remove_tree(writer: &dyn CgroupWriter, dir: &std::path::Path) -> Result<(), CgroupError> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -170,14 +171,10 @@ fn remove_tree(dir: &std::path::Path) -> Result<(), CgroupError> {
     };
     for entry in entries.flatten() {
         if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            remove_tree(&entry.path())?;
+            remove_tree(writer, &entry.path())?;
         }
     }
-    match std::fs::remove_dir(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e).with_path(dir),
-    }
+    writer.remove_dir(dir)
 }
 
 #[cfg(test)]

@@ -220,6 +220,7 @@ async fn run_mode(
     let manager = EvictionManager {
         config,
         layout: observer.layout.clone(),
+        cgroups: Arc::new(enforcer::cgroup::writer::KernelCgroups),
         stats: enforcer::stats::StatsCollector::spawn(observer)?,
         link: link.clone(),
         status: StatusManager::default(),

@@ -1,0 +1,255 @@
+//! Every change the enforcer makes to a cgroup goes through a [`CgroupWriter`]: creating and
+//! removing directories, delegating controllers (v2 `cgroup.subtree_control`), writing the
+//! memory and cpu values, and killing what runs inside. [`KernelCgroups`] does it on the real
+//! hierarchies, the values through `cgroups-rs` controllers; a recording writer stands in for
+//! it in the unit tests of the code that decides what to write (kubepods, pod cgroups, the
+//! eviction kill). Paths arrive already joined inside their root ([`super::join_inside`]).
+
+use std::{fmt, io, path::Path};
+
+use cgroups_rs::fs::{
+    MaxValue,
+    cpu::CpuController,
+    memory::{MemController, SetMemory},
+};
+
+use super::{CgroupError, CgroupVersion, WithPath as _, kubepods::CgroupValues};
+use crate::policy::resources::cgroup::shares_to_weight;
+
+/// The cgroup effects.
+pub trait CgroupWriter: Send + Sync + fmt::Debug {
+    /// Creates one cgroup directory (its parent exists); an existing one is fine.
+    fn create_dir(&self, dir: &Path) -> Result<(), CgroupError>;
+    /// Delegates `controllers` to the children of `parent` (cgroup v2), best effort: a
+    /// controller the parent lacks cannot be delegated.
+    fn delegate(&self, parent: &Path, controllers: &[&str]);
+    /// Writes the memory values of `dir` in the hierarchy mounted at `mount`.
+    fn set_memory(
+        &self,
+        dir: &Path,
+        mount: &Path,
+        version: CgroupVersion,
+        values: &CgroupValues,
+    ) -> Result<(), CgroupError>;
+    /// Writes the cpu values (shares or weight, quota and period).
+    fn set_cpu(
+        &self,
+        dir: &Path,
+        mount: &Path,
+        version: CgroupVersion,
+        values: &CgroupValues,
+    ) -> Result<(), CgroupError>;
+    /// Removes one empty cgroup directory; a missing one is fine.
+    fn remove_dir(&self, dir: &Path) -> Result<(), CgroupError>;
+    /// SIGKILL to every process in `dir` and its child cgroups (`cgroup.kill` where v2 has
+    /// it); returns how many were signalled (1 for `cgroup.kill`).
+    fn kill(&self, dir: &Path, version: CgroupVersion) -> usize;
+}
+
+/// The real hierarchies.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KernelCgroups;
+
+fn controller_err(
+    dir: &Path,
+    file: &str,
+) -> impl FnOnce(cgroups_rs::fs::error::Error) -> CgroupError {
+    let path = dir.join(file);
+    move |source| CgroupError::Controller { path, source }
+}
+
+impl CgroupWriter for KernelCgroups {
+    fn create_dir(&self, dir: &Path) -> Result<(), CgroupError> {
+        match std::fs::create_dir(dir) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(e).with_path(dir),
+            _ => Ok(()),
+        }
+    }
+
+    fn delegate(&self, parent: &Path, controllers: &[&str]) {
+        let ctl = parent.join("cgroup.subtree_control");
+        for c in controllers {
+            let _ = std::fs::write(&ctl, format!("+{c}"));
+        }
+    }
+
+    fn set_memory(
+        &self,
+        dir: &Path,
+        mount: &Path,
+        version: CgroupVersion,
+        v: &CgroupValues,
+    ) -> Result<(), CgroupError> {
+        match version {
+            CgroupVersion::V1 => {
+                if let Some(limit) = v.memory_limit {
+                    MemController::new(dir.to_path_buf(), mount.to_path_buf(), false)
+                        .set_limit(limit.unwrap_or(-1))
+                        .map_err(controller_err(dir, "memory.limit_in_bytes"))?;
+                }
+            }
+            CgroupVersion::V2 => {
+                let max = v
+                    .memory_limit
+                    .map(|l| l.map_or(MaxValue::Max, MaxValue::Value));
+                let min = v.memory_min.map(MaxValue::Value);
+                if max.is_some() || min.is_some() {
+                    MemController::new(dir.to_path_buf(), mount.to_path_buf(), true)
+                        .set_mem(SetMemory {
+                            low: None,
+                            high: None,
+                            min,
+                            max,
+                        })
+                        .map_err(controller_err(dir, "memory.max"))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn set_cpu(
+        &self,
+        dir: &Path,
+        mount: &Path,
+        version: CgroupVersion,
+        v: &CgroupValues,
+    ) -> Result<(), CgroupError> {
+        let v2 = version == CgroupVersion::V2;
+        let cpu = CpuController::new(dir.to_path_buf(), mount.to_path_buf(), v2);
+        if let Some(shares) = v.cpu_shares {
+            let (file, value) = if v2 {
+                ("cpu.weight", shares_to_weight(shares))
+            } else {
+                ("cpu.shares", shares)
+            };
+            cpu.set_shares(value).map_err(controller_err(dir, file))?;
+        }
+        if let Some(quota) = v.cpu_quota {
+            let file = if v2 { "cpu.max" } else { "cpu.cfs_quota_us" };
+            cpu.set_cfs_quota_and_period(Some(quota.unwrap_or(-1)), v.cpu_period)
+                .map_err(controller_err(dir, file))?;
+        }
+        Ok(())
+    }
+
+    fn remove_dir(&self, dir: &Path) -> Result<(), CgroupError> {
+        match std::fs::remove_dir(dir) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e).with_path(dir),
+            _ => Ok(()),
+        }
+    }
+
+    fn kill(&self, dir: &Path, version: CgroupVersion) -> usize {
+        if version == CgroupVersion::V2 && std::fs::write(dir.join("cgroup.kill"), "1").is_ok() {
+            return 1;
+        }
+        let mut killed = 0;
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            if let Ok(text) = std::fs::read_to_string(d.join("cgroup.procs")) {
+                for pid in text
+                    .lines()
+                    .filter_map(|l| l.trim().parse::<i32>().ok())
+                    .filter(|p| *p > 1)
+                {
+                    let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+                        continue;
+                    };
+                    if rustix::process::kill_process(pid, rustix::process::Signal::KILL).is_ok() {
+                        killed += 1;
+                    }
+                }
+            }
+            if let Ok(entries) = std::fs::read_dir(&d) {
+                stack.extend(
+                    entries
+                        .flatten()
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|e| e.path()),
+                );
+            }
+        }
+        killed
+    }
+}
+
+/// A writer that records what it is asked, for tests of the code that decides the writes.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub struct RecordingCgroups {
+    ops: std::sync::Mutex<Vec<String>>,
+}
+
+#[cfg(test)]
+impl RecordingCgroups {
+    fn push(&self, op: String) {
+        if let Ok(mut g) = self.ops.lock() {
+            g.push(op);
+        }
+    }
+
+    /// What was asked, in order.
+    pub fn ops(&self) -> Vec<String> {
+        self.ops.lock().map(|g| g.clone()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+impl CgroupWriter for RecordingCgroups {
+    fn create_dir(&self, dir: &Path) -> Result<(), CgroupError> {
+        self.push(format!("mkdir {}", dir.display()));
+        Ok(())
+    }
+
+    fn delegate(&self, parent: &Path, controllers: &[&str]) {
+        self.push(format!(
+            "delegate {} {}",
+            parent.display(),
+            controllers.join(",")
+        ));
+    }
+
+    fn set_memory(
+        &self,
+        dir: &Path,
+        _mount: &Path,
+        version: CgroupVersion,
+        v: &CgroupValues,
+    ) -> Result<(), CgroupError> {
+        self.push(format!(
+            "memory {} {version:?} limit={:?} min={:?}",
+            dir.display(),
+            v.memory_limit,
+            v.memory_min
+        ));
+        Ok(())
+    }
+
+    fn set_cpu(
+        &self,
+        dir: &Path,
+        _mount: &Path,
+        version: CgroupVersion,
+        v: &CgroupValues,
+    ) -> Result<(), CgroupError> {
+        self.push(format!(
+            "cpu {} {version:?} shares={:?} quota={:?} period={:?}",
+            dir.display(),
+            v.cpu_shares,
+            v.cpu_quota,
+            v.cpu_period
+        ));
+        Ok(())
+    }
+
+    fn remove_dir(&self, dir: &Path) -> Result<(), CgroupError> {
+        self.push(format!("rmdir {}", dir.display()));
+        Ok(())
+    }
+
+    fn kill(&self, dir: &Path, version: CgroupVersion) -> usize {
+        self.push(format!("kill {} {version:?}", dir.display()));
+        1
+    }
+}
