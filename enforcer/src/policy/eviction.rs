@@ -9,6 +9,7 @@
 pub mod manager;
 pub mod rank;
 pub mod threshold;
+pub mod tripwire;
 
 use std::{fmt, time::Duration};
 
