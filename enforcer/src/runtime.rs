@@ -7,10 +7,13 @@
 //! - [`gc`]: node-level reclaim (dead containers, unused images) before disk-pressure evictions.
 //! - [`source`]: the manifest directory (static pods), polled.
 //! - [`apiserver`]: the API-server source (this node's pods, watched with `kube`).
+//! - `feeds`: the sources as the pod loop holds them (the directory scanned off the loop).
+//! - `relist`: the runtime relisted to a fingerprint per pod (kubelet's PLEG relist).
 //! - [`worker`]: pod workers (syncing -> terminating -> terminated), crash backoff, kill.
 //! - [`spec`]: Pod -> CRI configs, kubelet's labels and annotations.
 //! - [`podcgroup`]: pod cgroups below the cgroup root.
 //! - [`status`]: the status manager, `pods.json`, `enforcer pods`.
+//! - [`records`]: the blank, Failed (rejected, evicted) and evicted status records.
 //!
 //! The private containerd with a local busybox image that tests, benchmarks and
 //! `cargo xtask run` use is test tooling and lives in the `enforcer-tests` crate
@@ -21,27 +24,25 @@ pub mod cri;
 pub mod enforce;
 #[cfg(test)]
 pub mod fake;
+mod feeds;
 pub mod gc;
 pub mod limit;
 pub mod link;
 pub mod podcgroup;
+pub mod records;
+mod relist;
 pub mod source;
 pub mod spec;
 pub mod status;
 pub mod worker;
 
-use std::{
-    collections::{HashMap, HashSet},
-    path::PathBuf,
-    sync::Arc,
-    time::Duration,
-};
+use std::{collections::HashMap, path::PathBuf, sync::Arc, time::Duration};
 
-use k8s_cri::v1 as cri_api;
 use tokio::{sync::mpsc, task::JoinSet};
 
 pub use cri::{ContainerRuntime, CriError, CriRuntime};
 pub use link::{ActiveEntry, Evict, NodeLink};
+pub use records::{DISRUPTION_TARGET_REASON, evicted_status};
 pub use source::{ManifestDir, PodOp, PodUpdate, SourceEvent};
 pub use spec::NodeFacts;
 pub use status::StatusManager;
@@ -53,7 +54,10 @@ use crate::{
     policy::admission::{self, Admitter, SecurityPolicy},
     policy::eviction::manager::AdmitResult,
 };
+use feeds::{ApiFeed, DirFeed, next_pod_events};
 use k8s_openapi::api::core::v1::Pod;
+use records::failed_record;
+use relist::relist_runtime;
 use status::{PodPhase, PodRecord};
 
 /// Default manifest directory.
@@ -140,79 +144,6 @@ fn as_workload(mut u: PodUpdate) -> PodUpdate {
         u.pod = Arc::new(pod);
     }
     u
-}
-
-/// The status of a pod admission rejected or the eviction manager evicted: phase Failed.
-fn failed_record(pod: &Pod, source: &str, reason: &str, message: String) -> PodRecord {
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
-    PodRecord {
-        reason: reason.to_owned(),
-        message,
-        ..blank_record(pod, &uid, source, PodPhase::Failed)
-    }
-}
-
-/// kubelet's `DisruptionTarget` condition reason for a pod the node evicted.
-pub const DISRUPTION_TARGET_REASON: &str = "TerminationByKubelet";
-
-/// The status kubelet leaves on a pod it evicted: `evicted` (phase `Failed`, reason `Evicted`,
-/// the eviction message) with the containers' terminated states of the pod's `last` status
-/// kept, nothing ready, and the `DisruptionTarget` condition (reason `TerminationByKubelet`,
-/// the eviction message).
-#[must_use]
-pub fn evicted_status(evicted: PodRecord, last: Option<PodRecord>) -> PodRecord {
-    let mut rec = evicted;
-    if let Some(last) = last {
-        rec.start_time = last.start_time;
-        rec.sandbox_id = last.sandbox_id;
-        rec.cgroup = last.cgroup;
-        rec.init_container_statuses = last.init_container_statuses;
-        rec.container_statuses = last.container_statuses;
-        rec.conditions = last.conditions;
-    }
-    for c in rec
-        .container_statuses
-        .iter_mut()
-        .chain(rec.init_container_statuses.iter_mut())
-    {
-        c.ready = false;
-    }
-    rec.conditions.retain(|c| c.kind != "DisruptionTarget");
-    for c in &mut rec.conditions {
-        if matches!(
-            c.kind.as_str(),
-            "Ready" | "ContainersReady" | "PodReadyToStartContainers"
-        ) {
-            c.status = "False".to_owned();
-        }
-    }
-    rec.conditions.push(status::Condition {
-        reason: DISRUPTION_TARGET_REASON.to_owned(),
-        message: rec.message.clone(),
-        ..status::Condition::new("DisruptionTarget", true)
-    });
-    rec
-}
-
-/// A pod's status record with only its identity, source, QoS class and phase set.
-pub(crate) fn blank_record(pod: &Pod, uid: &str, source: &str, phase: PodPhase) -> PodRecord {
-    let id = spec::PodIdent::of(pod);
-    PodRecord {
-        uid: uid.to_owned(),
-        name: id.name,
-        namespace: id.namespace,
-        source: source.to_owned(),
-        phase,
-        reason: String::new(),
-        message: String::new(),
-        qos_class: spec::pod_qos(pod).as_str().to_owned(),
-        start_time: String::new(),
-        sandbox_id: String::new(),
-        cgroup: String::new(),
-        conditions: Vec::new(),
-        init_container_statuses: Vec::new(),
-        container_statuses: Vec::new(),
-    }
 }
 
 /// Admission state of the runtime loop: the admitter's totals and the pods counted in them.
@@ -315,6 +246,75 @@ struct Handle {
     tx: mpsc::UnboundedSender<WorkUpdate>,
 }
 
+/// The pods of the runtime loop: one worker each, their admission, the updates queued behind a
+/// terminating worker, and the evicted pods' Failed statuses.
+struct Pods<R: ContainerRuntime> {
+    ctx: Arc<WorkerContext<R>>,
+    /// Active pods out to the eviction manager.
+    link: NodeLink,
+    workers: HashMap<String, Handle>,
+    tasks: JoinSet<()>,
+    /// Where workers report that they terminated.
+    done: mpsc::UnboundedSender<Terminated>,
+    /// Updates of pods whose worker is running; taken up again when it terminates.
+    pending: HashMap<String, PodUpdate>,
+    admissions: Admissions,
+    /// Pods the eviction manager evicted: their Failed status stays until their source
+    /// deletes them; updates are ignored meanwhile (phase Failed is terminal).
+    evicted: HashMap<String, PodRecord>,
+}
+
+/// A pod admission rejected: its reason and the message its status carries.
+struct Rejected {
+    reason: String,
+    message: String,
+}
+
+impl<R: ContainerRuntime> Pods<R> {
+    /// Starts `worker` as the pod `uid`'s worker.
+    fn spawn(&mut self, uid: String, worker: PodWorker<R>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.workers.insert(uid, Handle { tx });
+        self.tasks.spawn(worker.run(rx, self.done.clone()));
+    }
+
+    /// kubepods and the QoS tiers in step with the admitted pods.
+    fn sync_node(&self) {
+        self.ctx
+            .enforce
+            .sync_node_logged(self.admissions.admitted.values().map(|p| &**p));
+    }
+
+    /// Admits a pod that has no worker and starts one: counted by admission, its exclusive
+    /// CPUs allocated, kubepods in step, active for the eviction manager. A rejected pod gets
+    /// its Failed status instead.
+    fn admit_and_spawn(&mut self, uid: String, u: PodUpdate) -> Result<(), Rejected> {
+        match self.admissions.try_admit(&uid, &u.pod, &self.link) {
+            Ok(()) => {
+                self.ctx.enforce.admit_cpus(&u.pod);
+                self.sync_node();
+                if let Ok(cgroup) = self.ctx.cgroups.pod_path(&uid, spec::pod_qos(&u.pod)) {
+                    self.link
+                        .set_active(&uid, ActiveEntry::new(u.pod.clone(), cgroup));
+                }
+                let w = PodWorker::new(self.ctx.clone(), u.pod, u.source);
+                self.spawn(uid, w);
+                Ok(())
+            }
+            Err(r) => {
+                let message = admission::rejected_status_message(&r);
+                self.ctx
+                    .status
+                    .set(failed_record(&u.pod, &u.source, &r.reason, message.clone()));
+                Err(Rejected {
+                    reason: r.reason,
+                    message,
+                })
+            }
+        }
+    }
+}
+
 /// [`run_pods`] with any runtime and a status manager the caller can read.
 pub async fn run_pods_with<R: ContainerRuntime>(
     runtime: Arc<R>,
@@ -356,9 +356,6 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             .with_ownership_file(opts.state_dir.join(source::UID_OWNERS_FILE)),
         opts.poll,
     );
-    let mut workers: HashMap<String, Handle> = HashMap::new();
-    let mut pending: HashMap<String, PodUpdate> = HashMap::new();
-    let mut tasks = JoinSet::new();
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Terminated>();
     let mut fingerprints: HashMap<String, String> = HashMap::new();
     let mut relist = tokio::time::interval(opts.relist);
@@ -369,16 +366,22 @@ pub async fn run_pods_with<R: ContainerRuntime>(
     let mut fast_relist_until: Option<tokio::time::Instant> = None;
     let link = opts.link.clone();
     let (cpu_reconcile, cpu_task) = cpu_reconciler(&opts.enforce, &runtime);
-    let mut admissions = Admissions {
-        admitter: opts
-            .admission
-            .clone()
-            .map(|a| Admitter::new(a.node, a.security, std::iter::empty())),
-        admitted: HashMap::new(),
+    let mut pods = Pods {
+        ctx: ctx.clone(),
+        link: link.clone(),
+        workers: HashMap::new(),
+        tasks: JoinSet::new(),
+        done: done_tx,
+        pending: HashMap::new(),
+        admissions: Admissions {
+            admitter: opts
+                .admission
+                .clone()
+                .map(|a| Admitter::new(a.node, a.security, std::iter::empty())),
+            admitted: HashMap::new(),
+        },
+        evicted: HashMap::new(),
     };
-    // Pods the eviction manager evicted: their Failed status stays until their source
-    // deletes them; updates are ignored meanwhile (phase Failed is terminal).
-    let mut evicted: HashMap<String, PodRecord> = HashMap::new();
     tracing::info!(dir = %opts.manifest_dir.display(), socket = %opts.cri_socket.display(), cgroup_root = %opts.cgroup_root, "pod runtime started");
     // kubepods and the QoS tiers: kept in step with the admitted pods, re-checked every 10 s.
     opts.enforce.sync_node_logged(std::iter::empty());
@@ -389,16 +392,6 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         .clone()
         .map(|k| ApiFeed::start(k, &opts.node_name));
     tokio::pin!(shutdown);
-
-    let spawn = |tasks: &mut JoinSet<()>,
-                 workers: &mut HashMap<String, Handle>,
-                 worker: PodWorker<R>,
-                 uid: String,
-                 done: mpsc::UnboundedSender<Terminated>| {
-        let (tx, rx) = mpsc::unbounded_channel();
-        workers.insert(uid, Handle { tx });
-        tasks.spawn(worker.run(rx, done));
-    };
 
     loop {
         tokio::select! {
@@ -411,41 +404,28 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                         SourceEvent::Pod(u) => {
                             let u = if opts.static_pods { u } else { as_workload(u) };
                             let uid = u.pod.metadata.uid.clone().unwrap_or_default();
-                            if u.op != PodOp::Delete && evicted.contains_key(&uid) {
+                            if u.op != PodOp::Delete && pods.evicted.contains_key(&uid) {
                                 continue;
                             }
                             tracing::info!(uid = %uid, op = ?u.op, source = %u.source, "pod update");
-                            match (u.op, workers.get(&uid)) {
+                            match (u.op, pods.workers.get(&uid)) {
                                 (PodOp::Delete, Some(h)) => {
-                                    pending.remove(&uid);
+                                    pods.pending.remove(&uid);
                                     let _ = h.tx.send(WorkUpdate::Kill { grace: None });
                                 }
                                 (PodOp::Delete, None) => {
-                                    pending.remove(&uid);
-                                    evicted.remove(&uid);
+                                    pods.pending.remove(&uid);
+                                    pods.evicted.remove(&uid);
                                     status.remove(&uid);
                                 }
                                 (_, Some(h)) => {
                                     // A terminating worker ignores it; it is re-added when done.
-                                    pending.insert(uid.clone(), u.clone());
+                                    pods.pending.insert(uid.clone(), u.clone());
                                     let _ = h.tx.send(WorkUpdate::Sync { pod: u.pod, source: u.source });
                                 }
-                                (_, None) => match admissions.try_admit(&uid, &u.pod, &link) {
-                                    Ok(()) => {
-                                        opts.enforce.admit_cpus(&u.pod);
-                                        opts.enforce.sync_node_logged(admissions.admitted.values().map(|p| &**p));
-                                        cpu_reconcile.notify_one();
-                                        if let Ok(cgroup) = ctx.cgroups.pod_path(&uid, spec::pod_qos(&u.pod)) {
-                                            link.set_active(&uid, ActiveEntry::new(u.pod.clone(), cgroup));
-                                        }
-                                        let w = PodWorker::new(ctx.clone(), u.pod, u.source);
-                                        spawn(&mut tasks, &mut workers, w, uid, done_tx.clone());
-                                    }
-                                    Err(r) => {
-                                        let message = admission::rejected_status_message(&r);
-                                        tracing::warn!(uid = %uid, reason = %r.reason, message = %message, "pod rejected by admission");
-                                        status.set(failed_record(&u.pod, &u.source, &r.reason, message));
-                                    }
+                                (_, None) => match pods.admit_and_spawn(uid.clone(), u) {
+                                    Ok(()) => cpu_reconcile.notify_one(),
+                                    Err(r) => tracing::warn!(uid = %uid, reason = %r.reason, message = %r.message, "pod rejected by admission"),
                                 },
                             }
                         }
@@ -470,16 +450,16 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                         {
                             orphans_pending = false;
                             for uid in now.keys() {
-                                if !workers.contains_key(uid) {
+                                if !pods.workers.contains_key(uid) {
                                     tracing::info!(uid = %uid, "removing pod unknown to every source");
                                     let w = PodWorker::orphan(ctx.clone(), uid.clone());
-                                    spawn(&mut tasks, &mut workers, w, uid.clone(), done_tx.clone());
+                                    pods.spawn(uid.clone(), w);
                                 }
                             }
                         }
                         for (uid, fp) in &now {
                             if fingerprints.get(uid) != Some(fp)
-                                && let Some(h) = workers.get(uid)
+                                && let Some(h) = pods.workers.get(uid)
                             {
                                 let _ = h.tx.send(WorkUpdate::Relist);
                             }
@@ -496,7 +476,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             }
             () = link.pokes_pending() => {
                 for uid in link.take_pokes() {
-                    if let Some(h) = workers.get(&uid) {
+                    if let Some(h) = pods.workers.get(&uid) {
                         tracing::debug!(uid = %uid, "pod poked; resyncing its worker");
                         let _ = h.tx.send(WorkUpdate::Relist);
                     }
@@ -505,63 +485,53 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                 relist.reset_immediately();
             }
             _ = reconcile.tick() => {
-                opts.enforce.sync_node_logged(admissions.admitted.values().map(|p| &**p));
+                pods.sync_node();
                 cpu_reconcile.notify_one();
             }
             Some(Terminated { uid, last }) = done_rx.recv() => {
-                workers.remove(&uid);
-                admissions.release(&uid);
+                pods.workers.remove(&uid);
+                pods.admissions.release(&uid);
                 opts.enforce.release_cpus(&uid);
-                opts.enforce.sync_node_logged(admissions.admitted.values().map(|p| &**p));
+                pods.sync_node();
                 cpu_reconcile.notify_one();
                 link.remove_active(&uid);
-                if let Some(rec) = evicted.get_mut(&uid) {
+                if let Some(rec) = pods.evicted.get_mut(&uid) {
                     *rec = evicted_status(rec.clone(), last);
                     status.set(rec.clone());
-                    pending.remove(&uid);
+                    pods.pending.remove(&uid);
                     link.mark_released(&uid);
-                } else if let Some(u) = pending.remove(&uid)
+                } else if let Some(u) = pods.pending.remove(&uid)
                     && u.op != PodOp::Delete
                 {
-                    match admissions.try_admit(&uid, &u.pod, &link) {
-                        Ok(()) => {
-                            opts.enforce.admit_cpus(&u.pod);
-                            opts.enforce.sync_node_logged(admissions.admitted.values().map(|p| &**p));
-                            if let Ok(cgroup) = ctx.cgroups.pod_path(&uid, spec::pod_qos(&u.pod)) {
-                                link.set_active(&uid, ActiveEntry::new(u.pod.clone(), cgroup));
-                            }
-                            let w = PodWorker::new(ctx.clone(), u.pod, u.source);
-                            spawn(&mut tasks, &mut workers, w, uid, done_tx.clone());
-                        }
-                        Err(r) => {
-                            let message = admission::rejected_status_message(&r);
-                            status.set(failed_record(&u.pod, &u.source, &r.reason, message));
-                        }
-                    }
+                    // A rejection here is only recorded in the pod's status.
+                    let _ = pods.admit_and_spawn(uid, u);
                 }
             }
             () = link.evictions_pending() => {
                 for e in link.take_evictions() {
                     link.remove_active(&e.uid);
-                    let Some(h) = workers.get(&e.uid) else { continue };
-                    let Some(pod) = admissions.admitted.get(&e.uid).cloned() else { continue };
+                    let Some(h) = pods.workers.get(&e.uid) else { continue };
+                    let Some(pod) = pods.admissions.admitted.get(&e.uid).cloned() else { continue };
                     tracing::warn!(uid = %e.uid, grace = e.grace_seconds, message = %e.message, "evicting pod");
                     let rec = failed_record(&pod, "", crate::policy::eviction::manager::REASON, e.message.clone());
                     let rec = PodRecord { source: status.get(&e.uid).map(|r| r.source).unwrap_or_default(), ..rec };
-                    evicted.insert(e.uid.clone(), rec);
-                    pending.remove(&e.uid);
+                    pods.evicted.insert(e.uid.clone(), rec);
+                    pods.pending.remove(&e.uid);
                     let _ = h.tx.send(WorkUpdate::Kill { grace: Some(e.grace_seconds) });
                 }
             }
         }
         // Pods whose worker terminated while an update was queued are handled above; drop
         // pending entries of workers that are syncing normally.
-        pending.retain(|uid, _| workers.contains_key(uid));
+        pods.pending.retain(|uid, _| pods.workers.contains_key(uid));
     }
     tracing::info!(
-        pods = workers.len(),
+        pods = pods.workers.len(),
         "pod runtime stopping; pods keep running"
     );
+    let Pods {
+        workers, mut tasks, ..
+    } = pods;
     drop(workers);
     // Bounded: a worker whose kill keeps failing (runtime gone, a stuck container) does not
     // hold the shutdown; what it leaves stays `Terminating` in the status file, and the next
@@ -619,151 +589,6 @@ fn cpu_reconciler<R: ContainerRuntime>(
     (wake, Some(task))
 }
 
-/// The API-server source as the pod loop holds it.
-struct ApiFeed {
-    rx: mpsc::UnboundedReceiver<SourceEvent>,
-    /// Its first complete list arrived (orphan removal waits for it).
-    synced: bool,
-    _task: tokio::task::JoinHandle<()>,
-}
-
-impl ApiFeed {
-    fn start(kubeconfig: PathBuf, node_name: &str) -> Self {
-        let (rx, task) = apiserver::spawn(kubeconfig, node_name.to_owned());
-        Self {
-            rx,
-            synced: false,
-            _task: task,
-        }
-    }
-}
-
-/// The manifest directory as the pod loop holds it: scanned (read and parsed) by its own task,
-/// on the blocking pool, every poll period; whatever one file holds, the pod loop only
-/// receives finished batches of events.
-struct DirFeed {
-    rx: mpsc::Receiver<Vec<SourceEvent>>,
-    /// Its first complete scan arrived (orphan removal waits for it).
-    synced: bool,
-    /// The scanning task still runs.
-    open: bool,
-    _task: tokio::task::JoinHandle<()>,
-}
-
-impl DirFeed {
-    fn start(dir: ManifestDir, poll: Duration) -> Self {
-        let (tx, rx) = mpsc::channel(4);
-        let task = tokio::spawn(async move {
-            let mut dir = Some(dir);
-            let mut tick = tokio::time::interval(poll);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                tick.tick().await;
-                let Some(mut d) = dir.take() else { return };
-                let Ok((d, events)) = tokio::task::spawn_blocking(move || {
-                    let events = d.scan();
-                    (d, events)
-                })
-                .await
-                else {
-                    tracing::error!("the manifest directory scan panicked; the source stops");
-                    return;
-                };
-                dir = Some(d);
-                if (!events.is_empty() && tx.send(events).await.is_err()) || tx.is_closed() {
-                    return;
-                }
-            }
-        });
-        Self {
-            rx,
-            synced: false,
-            open: true,
-            _task: task,
-        }
-    }
-}
-
-/// The next batch of pod source events: a manifest-directory scan, or what the API-server
-/// source sent meanwhile. Cancel-safe (both are channel receives).
-async fn next_pod_events(dir: &mut DirFeed, api: &mut Option<ApiFeed>) -> Vec<SourceEvent> {
-    let from_api = async {
-        match api.as_mut() {
-            Some(feed) => feed.rx.recv().await,
-            None => std::future::pending().await,
-        }
-    };
-    let first = tokio::select! {
-        events = dir.rx.recv(), if dir.open => {
-            let Some(events) = events else {
-                tracing::error!("the manifest directory source stopped");
-                dir.open = false;
-                return Vec::new();
-            };
-            dir.synced |= events.iter().any(|e| matches!(e, SourceEvent::Synced));
-            return events;
-        }
-        ev = from_api => ev,
-    };
-    let Some(feed) = api.as_mut() else {
-        return Vec::new();
-    };
-    let Some(first) = first else {
-        tracing::warn!("the API-server pod source stopped");
-        *api = None;
-        return Vec::new();
-    };
-    let mut out = vec![first];
-    while let Ok(ev) = feed.rx.try_recv() {
-        out.push(ev);
-    }
-    feed.synced |= out.iter().any(|e| matches!(e, SourceEvent::Synced));
-    out
-}
-
-/// Lists the managed sandboxes and containers: per pod uid, a fingerprint of their states.
-async fn relist_runtime<R: ContainerRuntime>(
-    runtime: &R,
-) -> Result<HashMap<String, String>, CriError> {
-    let managed = HashMap::from([(spec::MANAGED_LABEL.to_owned(), "true".to_owned())]);
-    let sandboxes = runtime
-        .list_pod_sandboxes(cri_api::PodSandboxFilter {
-            label_selector: managed.clone(),
-            ..Default::default()
-        })
-        .await?;
-    let containers = runtime
-        .list_containers(cri_api::ContainerFilter {
-            label_selector: managed,
-            ..Default::default()
-        })
-        .await?;
-    let mut out: HashMap<String, Vec<String>> = HashMap::new();
-    let mut seen = HashSet::new();
-    for s in &sandboxes {
-        if let Some(uid) = s.labels.get(spec::POD_UID_LABEL) {
-            seen.insert(uid.clone());
-            out.entry(uid.clone())
-                .or_default()
-                .push(format!("s{}:{}", s.id, s.state));
-        }
-    }
-    for c in &containers {
-        if let Some(uid) = c.labels.get(spec::POD_UID_LABEL) {
-            out.entry(uid.clone())
-                .or_default()
-                .push(format!("c{}:{}", c.id, c.state));
-        }
-    }
-    Ok(out
-        .into_iter()
-        .map(|(uid, mut v)| {
-            v.sort();
-            (uid, v.join(","))
-        })
-        .collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -793,90 +618,6 @@ mod tests {
             enforce: Arc::default(),
             health: Arc::default(),
         }
-    }
-
-    /// kubelet's evicted pod status: Failed/Evicted with the message, the containers'
-    /// terminated states kept (not emptied), nothing ready, and DisruptionTarget.
-    #[test]
-    fn evicted_status_keeps_container_states_and_adds_disruption_target() {
-        let pod: Pod = serde_yaml_ng::from_str(
-            "metadata: {name: p, uid: u1}\nspec: {containers: [{name: app, image: 'busybox:local'}]}",
-        )
-        .expect("pod");
-        let evicted = failed_record(
-            &pod,
-            "f.yaml",
-            "Evicted",
-            "The node was low on resource: memory. ".to_owned(),
-        );
-        let terminated = status::ContainerState::Terminated {
-            exit_code: 137,
-            reason: "Error".to_owned(),
-            message: String::new(),
-            started_at: "t0".to_owned(),
-            finished_at: "t1".to_owned(),
-        };
-        let last = PodRecord {
-            phase: PodPhase::Terminating,
-            start_time: "t0".to_owned(),
-            conditions: vec![
-                status::Condition::new("Initialized", true),
-                status::Condition::new("Ready", true),
-                status::Condition::new("ContainersReady", true),
-                status::Condition::new("PodScheduled", true),
-            ],
-            container_statuses: vec![status::ContainerRecord {
-                name: "app".to_owned(),
-                container_id: "containerd://abc".to_owned(),
-                image: "busybox:local".to_owned(),
-                ready: true,
-                restart_count: 0,
-                state: terminated.clone(),
-                last_state: None,
-                oom_score_adj: None,
-                oom_score_adj_decided: None,
-            }],
-            ..blank_record(&pod, "u1", "f.yaml", PodPhase::Running)
-        };
-        let rec = evicted_status(evicted.clone(), Some(last));
-        assert_eq!(
-            (rec.phase.as_str(), rec.reason.as_str()),
-            ("Failed", "Evicted")
-        );
-        assert_eq!(rec.message, "The node was low on resource: memory. ");
-        assert_eq!(rec.start_time, "t0");
-        assert_eq!(rec.container_statuses.len(), 1);
-        assert_eq!(rec.container_statuses[0].state, terminated);
-        assert!(!rec.container_statuses[0].ready);
-        let cond = |k: &str| rec.conditions.iter().find(|c| c.kind == k).cloned();
-        assert_eq!(cond("Ready").map(|c| c.status).as_deref(), Some("False"));
-        assert_eq!(
-            cond("ContainersReady").map(|c| c.status).as_deref(),
-            Some("False")
-        );
-        assert_eq!(
-            cond("Initialized").map(|c| c.status).as_deref(),
-            Some("True")
-        );
-        let dt = cond("DisruptionTarget").expect("DisruptionTarget");
-        assert_eq!(
-            (dt.status.as_str(), dt.reason.as_str(), dt.message.as_str()),
-            (
-                "True",
-                "TerminationByKubelet",
-                "The node was low on resource: memory. "
-            )
-        );
-        // Without a last status (the worker could not read it) the condition is still there,
-        // and applying it twice keeps one DisruptionTarget.
-        let bare = evicted_status(evicted_status(evicted, None), None);
-        assert_eq!(
-            bare.conditions
-                .iter()
-                .filter(|c| c.kind == "DisruptionTarget")
-                .count(),
-            1
-        );
     }
 
     /// A restarted loop must not take the pods it is about to read from its manifest

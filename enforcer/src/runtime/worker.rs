@@ -1075,7 +1075,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
 
     fn publish_error(&self, pod: &Pod) {
         let mut rec = self.ctx.status.get(&self.uid).unwrap_or_else(|| {
-            crate::runtime::blank_record(pod, &self.uid, &self.source, PodPhase::Pending)
+            super::records::blank_record(pod, &self.uid, &self.source, PodPhase::Pending)
         });
         rec.message = self.message.clone();
         self.ctx.status.set(rec);

@@ -1,0 +1,115 @@
+//! The pod sources as the pod loop holds them: the manifest directory scanned by its own task
+//! on the blocking pool ([`DirFeed`]), the API-server watch ([`ApiFeed`]), and the next batch
+//! of events from either ([`next_pod_events`]), with whether each has listed completely yet
+//! (orphan removal waits for both).
+
+use std::{path::PathBuf, time::Duration};
+
+use tokio::sync::mpsc;
+
+use super::{ManifestDir, SourceEvent, apiserver};
+
+/// The API-server source as the pod loop holds it.
+pub(super) struct ApiFeed {
+    rx: mpsc::UnboundedReceiver<SourceEvent>,
+    /// Its first complete list arrived (orphan removal waits for it).
+    pub(super) synced: bool,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl ApiFeed {
+    pub(super) fn start(kubeconfig: PathBuf, node_name: &str) -> Self {
+        let (rx, task) = apiserver::spawn(kubeconfig, node_name.to_owned());
+        Self {
+            rx,
+            synced: false,
+            _task: task,
+        }
+    }
+}
+
+/// The manifest directory as the pod loop holds it: scanned (read and parsed) by its own task,
+/// on the blocking pool, every poll period; whatever one file holds, the pod loop only
+/// receives finished batches of events.
+pub(super) struct DirFeed {
+    rx: mpsc::Receiver<Vec<SourceEvent>>,
+    /// Its first complete scan arrived (orphan removal waits for it).
+    pub(super) synced: bool,
+    /// The scanning task still runs.
+    open: bool,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl DirFeed {
+    pub(super) fn start(dir: ManifestDir, poll: Duration) -> Self {
+        let (tx, rx) = mpsc::channel(4);
+        let task = tokio::spawn(async move {
+            let mut dir = Some(dir);
+            let mut tick = tokio::time::interval(poll);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(mut d) = dir.take() else { return };
+                let Ok((d, events)) = tokio::task::spawn_blocking(move || {
+                    let events = d.scan();
+                    (d, events)
+                })
+                .await
+                else {
+                    tracing::error!("the manifest directory scan panicked; the source stops");
+                    return;
+                };
+                dir = Some(d);
+                if (!events.is_empty() && tx.send(events).await.is_err()) || tx.is_closed() {
+                    return;
+                }
+            }
+        });
+        Self {
+            rx,
+            synced: false,
+            open: true,
+            _task: task,
+        }
+    }
+}
+
+/// The next batch of pod source events: a manifest-directory scan, or what the API-server
+/// source sent meanwhile. Cancel-safe (both are channel receives).
+pub(super) async fn next_pod_events(
+    dir: &mut DirFeed,
+    api: &mut Option<ApiFeed>,
+) -> Vec<SourceEvent> {
+    let from_api = async {
+        match api.as_mut() {
+            Some(feed) => feed.rx.recv().await,
+            None => std::future::pending().await,
+        }
+    };
+    let first = tokio::select! {
+        events = dir.rx.recv(), if dir.open => {
+            let Some(events) = events else {
+                tracing::error!("the manifest directory source stopped");
+                dir.open = false;
+                return Vec::new();
+            };
+            dir.synced |= events.iter().any(|e| matches!(e, SourceEvent::Synced));
+            return events;
+        }
+        ev = from_api => ev,
+    };
+    let Some(feed) = api.as_mut() else {
+        return Vec::new();
+    };
+    let Some(first) = first else {
+        tracing::warn!("the API-server pod source stopped");
+        *api = None;
+        return Vec::new();
+    };
+    let mut out = vec![first];
+    while let Ok(ev) = feed.rx.try_recv() {
+        out.push(ev);
+    }
+    feed.synced |= out.iter().any(|e| matches!(e, SourceEvent::Synced));
+    out
+}
