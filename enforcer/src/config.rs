@@ -134,6 +134,9 @@ pub struct EnforcerSection {
     /// Memory QoS (cgroup v2 `memory.min` / `memory.high`), default false.
     #[serde(rename = "memoryQoS")]
     pub memory_qos: Option<bool>,
+    /// The cgroup v2 crossing tripwire (`memory.high` on kubepods where the nearest memory
+    /// threshold is crossed), default true; used only on a v2 memory controller.
+    pub memory_tripwire: Option<bool>,
     /// Allow privileged containers, default false.
     pub allow_privileged: Option<bool>,
     /// Allow hostNetwork, default false.
@@ -291,6 +294,10 @@ pub struct ConfigArgs {
     /// Memory QoS on cgroup v2.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub memory_qos: Option<bool>,
+    /// The cgroup v2 crossing tripwire (`memory.high` on kubepods at the nearest memory
+    /// threshold); default true.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub memory_tripwire: Option<bool>,
     /// Allow privileged containers.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub allow_privileged: Option<bool>,
@@ -406,6 +413,7 @@ pub struct EnforcerConfig {
     pub cri_socket: PathBuf,
     #[serde(rename = "memoryQoS")]
     pub memory_qos: bool,
+    pub memory_tripwire: bool,
     pub allow_privileged: bool,
     pub allow_host_namespaces: bool,
     #[serde(rename = "allowHostPID")]

@@ -10,7 +10,7 @@ use std::{
 };
 
 use crate::{
-    cgroup::{CgroupLayout, join_inside},
+    cgroup::{CgroupLayout, CgroupVersion, join_inside},
     config::{Config, SignalSource},
     health::Health,
     kernel::{self, Capabilities, PipelineOptions, SourceChoice, Watch},
@@ -282,6 +282,7 @@ pub async fn run(
         config: config.clone(),
         layout: observer.layout.clone(),
         cgroups: Arc::new(crate::cgroup::writer::KernelCgroups),
+        tripwire: tripwire_cgroup(&config, &layout, &kubepods),
         stats: crate::stats::StatsCollector::spawn(observer).map_err(|source| {
             DaemonError::Thread {
                 what: "the stats collector",
@@ -307,6 +308,30 @@ pub async fn run(
     }
     server_task.abort();
     Ok(())
+}
+
+/// The kubepods cgroup of the v2 crossing tripwire: on a v2 memory controller with
+/// `memoryTripwire` on (the default) and at least one memory threshold.
+fn tripwire_cgroup(
+    config: &Config,
+    layout: &CgroupLayout,
+    kubepods: &str,
+) -> Option<crate::eviction_manager::TripwireCgroup> {
+    let (mount, version) = layout.controller("memory")?;
+    let memory_threshold = config.eviction.thresholds.iter().any(|t| {
+        matches!(
+            t.signal,
+            EvictionSignal::MemoryAvailable | EvictionSignal::AllocatableMemoryAvailable
+        )
+    });
+    if version != CgroupVersion::V2 || !config.enforcer.memory_tripwire || !memory_threshold {
+        return None;
+    }
+    let dir = join_inside(mount, kubepods).ok()?;
+    Some(crate::eviction_manager::TripwireCgroup {
+        dir,
+        mount: mount.to_path_buf(),
+    })
 }
 
 /// The kubepods memory usages at which the memory thresholds are crossed, lowest first:

@@ -10,6 +10,7 @@ use crate::{
     config::Config,
     health::Health,
     kernel,
+    policy::eviction::tripwire::{self, Tripwire},
     policy::eviction::{
         ActivePod, NodeCondition, State,
         manager::{Cleanup, CleanupWait, ReclaimPacer, next_deadline},
@@ -59,6 +60,18 @@ pub fn is_urgent(s: &Signal) -> bool {
     matches!(s.kind, SignalKind::MemoryThreshold | SignalKind::OomKill)
 }
 
+/// The kubepods cgroup of the v2 tripwire: its directory and the hierarchy's mount.
+#[derive(Clone, Debug)]
+pub struct TripwireCgroup {
+    pub dir: PathBuf,
+    pub mount: PathBuf,
+}
+
+/// The tripwire is never placed closer than this above kubepods' usage.
+const TRIPWIRE_FLOOR: i64 = 2 << 20;
+/// Moves of an armed tripwire smaller than this are not written.
+const TRIPWIRE_SLACK: i64 = 1 << 20;
+
 /// What started an eviction-manager step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Trigger {
@@ -90,6 +103,8 @@ struct Memo {
     /// When the runtime was last asked for its image filesystem, and whether it answered.
     imagefs_asked: Option<Duration>,
     imagefs_known: bool,
+    /// The v2 tripwire as last written.
+    tripwire: Option<Tripwire>,
 }
 
 /// How often the runtime is asked for its image filesystem until it answers.
@@ -121,8 +136,10 @@ pub struct EvictionManager {
     pub config: Config,
     /// Where the pod cgroups are (the kill, the release check).
     pub layout: CgroupLayout,
-    /// Through which the pod cgroup is killed.
+    /// Through which the pod cgroup is killed and the tripwire placed.
     pub cgroups: Arc<dyn CgroupWriter>,
+    /// The kubepods cgroup whose `memory.high` is the crossing tripwire (cgroup v2 only).
+    pub tripwire: Option<TripwireCgroup>,
     /// The node's stats collector: all reading happens on its thread.
     pub stats: StatsCollector,
     pub link: NodeLink,
@@ -216,6 +233,8 @@ impl EvictionManager {
                 due = Some(due.map_or(soon, |d| d.min(soon)));
             }
         }
+        // Nobody watches the tripwire once the manager stops: leave kubepods unthrottled.
+        self.write_tripwire(Tripwire::Off, &mut memo);
     }
 
     /// kubelet's imagefs is where the runtime keeps its images (CRI `ImageFsInfo`); until the
@@ -388,7 +407,7 @@ impl EvictionManager {
             Trigger::Housekeeping | Trigger::Deadline => Refresh::full(),
         };
         let all_read = refresh.pods == PodScope::All;
-        let snapshot = match self.stats.refresh(refresh, targets.clone(), now).await {
+        let mut snapshot = match self.stats.refresh(refresh, targets.clone(), now).await {
             Ok(s) => s,
             Err(e) => {
                 tracing::warn!(error = %e, "observing the node failed; skipping this step");
@@ -404,7 +423,10 @@ impl EvictionManager {
                 logs: false,
             };
             match self.stats.refresh(again, targets.clone(), now).await {
-                Ok(s) => self.decide(&state, &s, &active, now),
+                Ok(s) => {
+                    snapshot = s;
+                    self.decide(&state, &snapshot, &active, now)
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "observing the pods failed; skipping this step");
                     return state;
@@ -423,7 +445,50 @@ impl EvictionManager {
             memo,
         )
         .await;
+        self.place_tripwire(&snapshot, memo);
         next
+    }
+
+    /// Places the v2 tripwire for the next crossing (`policy::eviction::tripwire`): off while
+    /// a memory threshold is met or an evicted pod is being cleaned up.
+    fn place_tripwire(&self, snapshot: &NodeSnapshot, memo: &mut Memo) {
+        let next = match snapshot.kubepods_usage {
+            Some(usage) if memo.cleanup.is_none() => tripwire::place(
+                &self.config.eviction,
+                &snapshot.observations,
+                usage,
+                TRIPWIRE_FLOOR,
+            ),
+            _ => Tripwire::Off,
+        };
+        self.write_tripwire(next, memo);
+    }
+
+    fn write_tripwire(&self, next: Tripwire, memo: &mut Memo) {
+        let Some(t) = &self.tripwire else {
+            return;
+        };
+        if !tripwire::worth_writing(memo.tripwire, next, TRIPWIRE_SLACK) {
+            return;
+        }
+        let high = match next {
+            Tripwire::At(v) => Some(v),
+            Tripwire::Off => None,
+        };
+        match self.cgroups.set_memory_high(&t.dir, &t.mount, high) {
+            Ok(()) => {
+                let armed_changed = memo
+                    .tripwire
+                    .is_none_or(|was| (was == Tripwire::Off) != (next == Tripwire::Off));
+                if armed_changed {
+                    tracing::info!(tripwire = ?next, cgroup = %t.dir.display(), "memory.high tripwire");
+                } else {
+                    tracing::debug!(tripwire = ?next, "memory.high tripwire moved");
+                }
+                memo.tripwire = Some(next);
+            }
+            Err(e) => tracing::warn!(error = %e, "placing the memory.high tripwire"),
+        }
     }
 
     /// The decision core's step on a snapshot.

@@ -322,6 +322,16 @@ impl NodeObserver {
         Ok(obs)
     }
 
+    /// The kubepods cgroup's memory usage, page cache included (`memory.current` on v2,
+    /// `memory.usage_in_bytes` on v1): what `memory.high` is compared with.
+    #[must_use]
+    pub fn kubepods_usage(&self) -> Option<i64> {
+        let dir = self.memory_dir(&self.kubepods).ok()?;
+        read_i64(&dir.join("memory.current"))
+            .or_else(|_| read_i64(&dir.join("memory.usage_in_bytes")))
+            .ok()
+    }
+
     /// Tasks in the kubepods cgroup (`pids.current`, hierarchical); 0 before any pod ran.
     fn kubepods_tasks(&self) -> i64 {
         self.layout

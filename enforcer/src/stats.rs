@@ -52,6 +52,9 @@ pub struct NodeSnapshot {
     pub observations: Observations,
     /// Per pod, by uid.
     pub pods: BTreeMap<String, PodSample>,
+    /// The kubepods cgroup's memory usage, page cache included (where the v2 tripwire is
+    /// placed from).
+    pub kubepods_usage: Option<i64>,
 }
 
 /// Which pods' memory a refresh re-reads.
@@ -153,7 +156,11 @@ impl Collector {
             }
             pods.insert(t.uid.clone(), sample);
         }
-        self.last = Arc::new(NodeSnapshot { observations, pods });
+        self.last = Arc::new(NodeSnapshot {
+            observations,
+            pods,
+            kubepods_usage: self.observer.kubepods_usage(),
+        });
         Ok(self.last.clone())
     }
 }

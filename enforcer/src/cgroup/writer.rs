@@ -39,6 +39,13 @@ pub trait CgroupWriter: Send + Sync + fmt::Debug {
         version: CgroupVersion,
         values: &CgroupValues,
     ) -> Result<(), CgroupError>;
+    /// Sets cgroup v2 `memory.high` (`None`: `max`).
+    fn set_memory_high(
+        &self,
+        dir: &Path,
+        mount: &Path,
+        high: Option<i64>,
+    ) -> Result<(), CgroupError>;
     /// Removes one empty cgroup directory; a missing one is fine.
     fn remove_dir(&self, dir: &Path) -> Result<(), CgroupError>;
     /// SIGKILL to every process in `dir` and its child cgroups (`cgroup.kill` where v2 has
@@ -131,6 +138,22 @@ impl CgroupWriter for KernelCgroups {
                 .map_err(controller_err(dir, file))?;
         }
         Ok(())
+    }
+
+    fn set_memory_high(
+        &self,
+        dir: &Path,
+        mount: &Path,
+        high: Option<i64>,
+    ) -> Result<(), CgroupError> {
+        MemController::new(dir.to_path_buf(), mount.to_path_buf(), true)
+            .set_mem(SetMemory {
+                low: None,
+                high: Some(high.map_or(MaxValue::Max, MaxValue::Value)),
+                min: None,
+                max: None,
+            })
+            .map_err(controller_err(dir, "memory.high"))
     }
 
     fn remove_dir(&self, dir: &Path) -> Result<(), CgroupError> {
@@ -240,6 +263,16 @@ impl CgroupWriter for RecordingCgroups {
             v.cpu_quota,
             v.cpu_period
         ));
+        Ok(())
+    }
+
+    fn set_memory_high(
+        &self,
+        dir: &Path,
+        _mount: &Path,
+        high: Option<i64>,
+    ) -> Result<(), CgroupError> {
+        self.push(format!("memory.high {} {high:?}", dir.display()));
         Ok(())
     }
 

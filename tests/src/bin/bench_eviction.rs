@@ -221,6 +221,7 @@ async fn run_mode(
         config,
         layout: observer.layout.clone(),
         cgroups: Arc::new(enforcer::cgroup::writer::KernelCgroups),
+        tripwire: None,
         stats: enforcer::stats::StatsCollector::spawn(observer)?,
         link: link.clone(),
         status: StatusManager::default(),

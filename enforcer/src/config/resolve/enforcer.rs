@@ -73,6 +73,7 @@ pub(super) fn section(
             "/run/containerd/containerd.sock",
         )?,
         memory_qos: args.memory_qos.or(e.memory_qos).unwrap_or(false),
+        memory_tripwire: args.memory_tripwire.or(e.memory_tripwire).unwrap_or(true),
         allow_privileged: args
             .allow_privileged
             .or(e.allow_privileged)

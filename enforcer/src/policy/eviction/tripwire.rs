@@ -90,7 +90,11 @@ mod tests {
             .collect();
         EvictionConfig {
             thresholds: parse_threshold_config(
-                &(if allocatable { vec!["pods".to_owned()] } else { Vec::new() }),
+                &(if allocatable {
+                    vec!["pods".to_owned()]
+                } else {
+                    Vec::new()
+                }),
                 &map(hard),
                 &map(soft),
                 &grace,
@@ -174,7 +178,11 @@ mod tests {
         let at = |m: i64| Tripwire::At(m * MI);
         assert!(worth_writing(None, Tripwire::Off, MI));
         assert!(!worth_writing(Some(at(100)), at(100), MI));
-        assert!(!worth_writing(Some(at(100)), Tripwire::At(100 * MI + 1000), MI));
+        assert!(!worth_writing(
+            Some(at(100)),
+            Tripwire::At(100 * MI + 1000),
+            MI
+        ));
         assert!(worth_writing(Some(at(100)), at(102), MI));
         assert!(worth_writing(Some(at(100)), Tripwire::Off, MI));
         assert!(!worth_writing(Some(Tripwire::Off), Tripwire::Off, MI));
