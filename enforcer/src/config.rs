@@ -190,6 +190,8 @@ pub struct KubeletConfiguration {
     #[serde(rename = "cpuCFSQuota")]
     pub cpu_cfs_quota: Option<bool>,
     pub memory_throttling_factor: Option<f64>,
+    #[serde(rename = "singleProcessOOMKill")]
+    pub single_process_oom_kill: Option<bool>,
     pub enforcer: Option<EnforcerSection>,
 }
 
@@ -394,6 +396,10 @@ pub struct Config {
     pub cpu_cfs_quota: bool,
     /// `memoryThrottlingFactor`.
     pub memory_throttling_factor: f64,
+    /// `singleProcessOOMKill`: on cgroup v2, false puts `memory.oom.group` on every container
+    /// (the kernel OOM killer then kills the whole container, kubelet's default since 1.28).
+    #[serde(rename = "singleProcessOOMKill")]
+    pub single_process_oom_kill: bool,
     /// The `enforcer:` section.
     pub enforcer: EnforcerConfig,
 }

@@ -349,6 +349,7 @@ pub fn resolve(
         registry_burst: rates.registry_burst,
         cpu_cfs_quota: args.cpu_cfs_quota.or(doc.cpu_cfs_quota).unwrap_or(true),
         memory_throttling_factor,
+        single_process_oom_kill: doc.single_process_oom_kill.unwrap_or(false),
         enforcer,
     };
     if !config.cgroups_per_qos {

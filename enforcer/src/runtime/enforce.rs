@@ -223,6 +223,7 @@ impl Enforcer {
             enforce_cpu_limits: config.cpu_cfs_quota,
             memory_qos: config.enforcer.memory_qos && v2,
             memory_throttling_factor: config.memory_throttling_factor,
+            single_process_oom_kill: config.single_process_oom_kill,
             allocatable_memory: node.memory.saturating_sub(node.reserved_memory).max(0),
             ..CgroupOptions::default()
         };

@@ -373,6 +373,11 @@ pub fn linux_resources(
     if let Some(high) = v.memory_high_bytes {
         unified.insert("memory.high".to_owned(), high.to_string());
     }
+    // kubelet (kuberuntime_container_linux.go, since 1.28): on cgroup v2 the kernel OOM killer
+    // kills the whole container unless singleProcessOOMKill.
+    if opts.cgroup.v2 && !opts.cgroup.single_process_oom_kill {
+        unified.insert("memory.oom.group".to_owned(), "1".to_owned());
+    }
     let decided = decided_oom_score_adj(pod, c, node.memory_capacity);
     cri::LinuxContainerResources {
         cpu_period: if v.cpu_quota_micros.is_some() {
@@ -534,6 +539,36 @@ mod tests {
             Some("1073741824")
         );
         assert!(r.unified.contains_key("memory.high"));
+        // cgroup v2: the container is one OOM unit (kubelet's default since 1.28) unless
+        // singleProcessOOMKill; never on v1.
+        assert_eq!(
+            r.unified.get("memory.oom.group").map(String::as_str),
+            Some("1")
+        );
+        let single = ResourceOptions {
+            cgroup: CgroupOptions {
+                single_process_oom_kill: true,
+                ..opts.cgroup
+            },
+            cpuset: None,
+        };
+        assert!(
+            !linux_resources(&b, c, node, &single)
+                .unified
+                .contains_key("memory.oom.group")
+        );
+        let v1 = ResourceOptions {
+            cgroup: CgroupOptions {
+                v2: false,
+                ..opts.cgroup
+            },
+            cpuset: None,
+        };
+        assert!(
+            !linux_resources(&b, c, node, &v1)
+                .unified
+                .contains_key("memory.oom.group")
+        );
         // A Guaranteed container: -997, clamped to 0 without CAP_SYS_RESOURCE.
         let g = pod(
             "metadata: {name: a}\nspec: {containers: [{name: c, resources: {limits: {cpu: 500m, memory: 64Mi}}}]}",
@@ -555,7 +590,11 @@ mod tests {
             &ResourceOptions::default(),
         );
         assert_eq!(r.oom_score_adj, -997);
-        assert!(r.unified.is_empty());
+        // No Memory QoS: only the v2 OOM group.
+        assert_eq!(
+            r.unified.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["memory.oom.group"]
+        );
     }
 
     #[test]

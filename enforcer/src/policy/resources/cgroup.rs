@@ -100,6 +100,9 @@ pub struct CgroupOptions {
     pub memory_throttling_factor: f64,
     /// Node allocatable memory (for `memory.high` of containers without a limit).
     pub allocatable_memory: i64,
+    /// `singleProcessOOMKill`; when false on cgroup v2 each container gets
+    /// `memory.oom.group = 1`.
+    pub single_process_oom_kill: bool,
 }
 
 impl Default for CgroupOptions {
@@ -111,6 +114,7 @@ impl Default for CgroupOptions {
             memory_qos: false,
             memory_throttling_factor: 0.9,
             allocatable_memory: 0,
+            single_process_oom_kill: false,
         }
     }
 }
