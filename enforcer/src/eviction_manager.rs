@@ -75,8 +75,10 @@ const TRIPWIRE_SLACK: i64 = 1 << 20;
 /// What started an eviction-manager step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Trigger {
-    /// Kernel signals (coalesced).
+    /// Kernel signals (coalesced reclaim and fork records).
     Signal,
+    /// A usage threshold crossed or a kernel OOM kill ([`is_urgent`]).
+    Crossing,
     /// The housekeeping tick.
     Housekeeping,
     /// A grace or transition period ending.
@@ -87,6 +89,7 @@ impl std::fmt::Display for Trigger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Self::Signal => "signal",
+            Self::Crossing => "crossing",
             Self::Housekeeping => "housekeeping",
             Self::Deadline => "deadline",
         })
@@ -213,7 +216,7 @@ impl EvictionManager {
                         if !urgent && since < MIN_STEP_INTERVAL {
                             tokio::time::sleep(MIN_STEP_INTERVAL - since).await;
                         }
-                        Trigger::Signal
+                        if urgent { Trigger::Crossing } else { Trigger::Signal }
                     }
                 },
             };
@@ -400,6 +403,11 @@ impl EvictionManager {
         // What to read: everything on the housekeeping tick and at a due instant; on a
         // signal, the node and the pods it names.
         let refresh = match trigger {
+            // A crossing is the moment to evict: every pod's memory now, in one read.
+            Trigger::Crossing => Refresh {
+                pods: PodScope::All,
+                logs: false,
+            },
             Trigger::Signal => Refresh {
                 pods: PodScope::Named(named.to_vec()),
                 logs: false,

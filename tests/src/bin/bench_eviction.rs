@@ -367,6 +367,12 @@ async fn run_mode(
             }
         }
         drop(ctr);
+        // What the runtime loop and the pod worker do for an evicted pod (there is no runtime
+        // here): it leaves the active set, and once its process is reaped and its cgroup
+        // removed it counts as released, which ends the manager's cleanup wait (kubelet's
+        // waitForPodsCleanup) so the next trial's pod can be evicted.
+        link.remove_active(&uid);
+        link.mark_released(&uid);
         // Let the manager see the node recover before the next trial.
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
