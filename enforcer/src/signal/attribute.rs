@@ -1,6 +1,8 @@
 //! Attribution: from a kernel record to the cgroup (and pod) it concerns.
 //!
 //! - mkdir/rmdir records carry the hierarchy id and the path itself.
+//! - A slot the record flags as absent (the running kernel's tracepoint lacks the field) is
+//!   left unset in the signal, never read as zero.
 //! - Memory events (reclaim, OOM) concern the task's *memory* cgroup. On cgroup v2 that is the
 //!   task's v2 cgroup, whose id the record carries (`bpf_get_current_cgroup_id`); the id is the
 //!   inode of the cgroup directory, mapped to a path by a table built from a walk of the
@@ -16,7 +18,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use enforcer_common::RecordKind;
+use enforcer_common::{RecordKind, absent};
 
 use super::{Signal, SignalKind, SourceKind, decode::RawRecord};
 use crate::cgroup::{CgroupLayout, CgroupVersion};
@@ -125,22 +127,30 @@ impl Attributor {
         match raw.kind {
             RecordKind::CgroupMkdir | RecordKind::CgroupRmdir => {
                 let path = raw.path();
-                if r.hierarchy == 0 {
+                let id = raw.has(absent::CGROUP_ID).then_some(r.cgroup_id);
+                let v2 = raw.has(absent::HIERARCHY) && r.hierarchy == 0;
+                if let (true, Some(id), true) = (v2, id, raw.has(absent::PATH)) {
                     if raw.kind == RecordKind::CgroupMkdir {
-                        self.v2_paths.insert(r.cgroup_id, path.clone());
+                        self.v2_paths.insert(id, path.clone());
                     } else {
-                        self.v2_paths.remove(&r.cgroup_id);
+                        self.v2_paths.remove(&id);
                     }
                 }
-                s.cgroup_id = Some(r.cgroup_id);
-                s.detail.level = Some(r.arg0);
-                let name = self.layout.hierarchy_name(r.hierarchy);
-                s.set_cgroup(path, name);
+                s.cgroup_id = id;
+                s.detail.level = raw.has(absent::ARG0).then_some(r.arg0);
+                if raw.has(absent::PATH) {
+                    let name = if raw.has(absent::HIERARCHY) {
+                        self.layout.hierarchy_name(r.hierarchy)
+                    } else {
+                        "unknown".to_owned()
+                    };
+                    s.set_cgroup(path, name);
+                }
             }
             RecordKind::MemcgReclaim | RecordKind::DirectReclaim => {
                 s.pid = Some(r.pid);
-                s.detail.order = Some(r.arg0);
-                s.detail.gfp_flags = Some(r.arg1);
+                s.detail.order = raw.has(absent::ARG0).then_some(r.arg0);
+                s.detail.gfp_flags = raw.has(absent::ARG1).then_some(r.arg1);
                 if r.cgroup_id > 1 {
                     s.cgroup_id = Some(r.cgroup_id);
                 }
@@ -149,18 +159,25 @@ impl Attributor {
                 }
             }
             RecordKind::OomVictim => {
-                s.pid = Some(r.pid);
-                s.comm = Some(raw.path()).filter(|c| !c.is_empty());
-                s.detail.oom_score_adj = Some(r.arg0 as i32);
-                s.detail.anon_rss_bytes = Some(r.arg1.saturating_mul(1024));
+                // Fields this kernel's `oom/mark_victim` lacks (Debian 6.1 has only `pid`) stay
+                // unset: a zero there is not a value.
+                let victim = raw.has(absent::PID).then_some(r.pid);
+                s.pid = victim;
+                s.comm = raw
+                    .has(absent::PATH)
+                    .then(|| raw.path())
+                    .filter(|c| !c.is_empty());
+                s.detail.oom_score_adj = raw.has(absent::ARG0).then_some(r.arg0 as i32);
+                s.detail.anon_rss_bytes =
+                    raw.has(absent::ARG1).then_some(r.arg1.saturating_mul(1024));
                 // The victim first; if it is already gone, the task that hit the OOM (which,
                 // for a memcg OOM, is in the same memory cgroup).
+                let victim_path = victim.and_then(|p| self.task_path(p, "memory"));
                 let resolved = match self.layout.controller("memory") {
-                    Some((_, CgroupVersion::V1)) | None => self
-                        .task_path(r.pid, "memory")
-                        .or_else(|| self.task_path(r.tid, "memory")),
-                    Some((_, CgroupVersion::V2)) => self
-                        .task_path(r.pid, "memory")
+                    Some((_, CgroupVersion::V1)) | None => {
+                        victim_path.or_else(|| self.task_path(r.tid, "memory"))
+                    }
+                    Some((_, CgroupVersion::V2)) => victim_path
                         .or_else(|| self.v2_path(r.cgroup_id).map(|p| (p, "unified".to_owned()))),
                 };
                 if let Some((path, h)) = resolved {
