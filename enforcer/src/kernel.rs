@@ -86,6 +86,10 @@ pub struct PipelineOptions {
     pub poll_interval: Duration,
     /// Signals buffered between the sources and the consumer.
     pub channel_capacity: usize,
+    /// Tracing directories whose `events/<category>/<name>/format` files give the eBPF
+    /// programs their field offsets, the first that has a tracepoint winning (tracefs, then
+    /// debugfs; tests put a directory of other kernels' formats first).
+    pub tracing_roots: Vec<PathBuf>,
 }
 
 impl Default for PipelineOptions {
@@ -97,6 +101,7 @@ impl Default for PipelineOptions {
             probe_tgid: 0,
             poll_interval: Duration::from_secs(10),
             channel_capacity: 65_536,
+            tracing_roots: tracefmt::TRACING_ROOTS.iter().map(PathBuf::from).collect(),
         }
     }
 }

@@ -80,7 +80,8 @@ fn open(opts: &PipelineOptions) -> Result<(Ebpf, Layout), KernelError> {
         }
         tracing::warn!(error = %e, "tracefs could not be mounted; using debugfs's tracing directory");
     }
-    let layout = tracefmt::kernel_layout();
+    let layout =
+        tracefmt::layout(|tp| tracefmt::read_format(&opts.tracing_roots, tp.category, tp.name));
     let window = u64::try_from(opts.burst_window.as_nanos()).unwrap_or(u64::MAX);
     let ebpf = EbpfLoader::new()
         .override_global(GLOBAL_BURST_WINDOW_NS, &window, true)
@@ -169,6 +170,7 @@ pub fn probe_programs() -> ProgramsProbe {
         }
         Err(e) => {
             let mut tracepoints = tracefmt::kernel_layout().tracepoints;
+            // Nothing was verified: say so per tracepoint.
             for tp in &mut tracepoints {
                 tp.attach_error = Some("the object did not load".to_owned());
             }

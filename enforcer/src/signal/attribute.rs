@@ -225,7 +225,82 @@ pub fn task_cgroup_line(text: &str, controller: &str) -> Option<(String, String)
 
 #[cfg(test)]
 mod tests {
+    use enforcer_common::{ABI_VERSION, PATH_LEN, SignalRecord};
+
     use super::*;
+    use crate::signal::decode::{decode, encode};
+
+    fn raw(kind: RecordKind, flags: u32, path: &str) -> RawRecord {
+        let mut rec = SignalRecord {
+            abi: ABI_VERSION,
+            kind: kind as u16,
+            hierarchy: 0,
+            ts_ns: 5,
+            // No such task: attribution by /proc finds nothing.
+            pid: u32::MAX - 1,
+            tid: u32::MAX - 1,
+            cgroup_id: 1,
+            count: 1,
+            arg0: 0,
+            arg1: 0,
+            flags,
+            path: [0; PATH_LEN],
+        };
+        rec.path[..path.len()].copy_from_slice(path.as_bytes());
+        decode(&encode(&rec)).expect("decodes")
+    }
+
+    #[test]
+    fn oom_fields_the_kernel_lacks_stay_unset_not_zero() {
+        let mut a = Attributor::new(CgroupLayout::default());
+        // Debian 6.1: mark_victim has only `pid`.
+        let s = a.attribute(&raw(
+            RecordKind::OomVictim,
+            absent::ARG0 | absent::ARG1 | absent::PATH,
+            "",
+        ));
+        assert_eq!(s.kind, SignalKind::OomKill);
+        assert_eq!(s.pid, Some(u32::MAX - 1));
+        assert_eq!(
+            (s.comm, s.detail.oom_score_adj, s.detail.anon_rss_bytes),
+            (None, None, None)
+        );
+        // A kernel with every field: zeroes are values.
+        let s = a.attribute(&raw(RecordKind::OomVictim, 0, "memhog"));
+        assert_eq!(s.comm.as_deref(), Some("memhog"));
+        assert_eq!(
+            (s.detail.oom_score_adj, s.detail.anon_rss_bytes),
+            (Some(0), Some(0))
+        );
+        // No pid: no victim named.
+        let s = a.attribute(&raw(RecordKind::OomVictim, absent::PID, "x"));
+        assert_eq!(s.pid, None);
+    }
+
+    #[test]
+    fn cgroup_and_reclaim_fields_the_kernel_lacks_stay_unset() {
+        let mut a = Attributor::new(CgroupLayout::default());
+        let s = a.attribute(&raw(RecordKind::CgroupMkdir, 0, "/a/b"));
+        assert_eq!(
+            (s.cgroup.as_deref(), s.cgroup_id, s.detail.level),
+            (Some("/a/b"), Some(1), Some(0))
+        );
+        assert_eq!(s.hierarchy.as_deref(), Some("unified"));
+        let s = a.attribute(&raw(
+            RecordKind::CgroupMkdir,
+            absent::CGROUP_ID | absent::ARG0 | absent::HIERARCHY,
+            "/a/c",
+        ));
+        assert_eq!(
+            (s.cgroup.as_deref(), s.cgroup_id, s.detail.level),
+            (Some("/a/c"), None, None)
+        );
+        assert_eq!(s.hierarchy.as_deref(), Some("unknown"));
+        let s = a.attribute(&raw(RecordKind::CgroupRmdir, absent::PATH, ""));
+        assert_eq!(s.cgroup, None);
+        let s = a.attribute(&raw(RecordKind::MemcgReclaim, absent::ARG1, ""));
+        assert_eq!((s.detail.order, s.detail.gfp_flags), (Some(0), None));
+    }
 
     #[test]
     fn proc_cgroup_lines() {
