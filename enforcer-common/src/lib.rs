@@ -185,7 +185,7 @@ pub struct ReclaimFields {
     pub gfp_flags: FieldLoc,
 }
 
-/// Fields of `oom/mark_victim` (only `pid` before 6.7-era kernels; Debian 6.1 has only it).
+/// Fields of `oom/mark_victim` (Debian 6.1 has only `pid`; later kernels added the others).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OomFields {

@@ -8,7 +8,9 @@
 //!   inode of the cgroup directory, mapped to a path by a table built from a walk of the
 //!   unified hierarchy and kept current by mkdir/rmdir records. On cgroup v1 the v2 id says
 //!   nothing about the memory cgroup, so the task's `/proc/<pid>/cgroup` line for the memory
-//!   controller is read (the task is alive: it is the one reclaiming or being killed).
+//!   controller is read (the task is alive: it is the one reclaiming or being killed). An OOM
+//!   victim may already have exited when its record is read (an exited task reads `/` there):
+//!   it is then attributed to the memory cgroup its last reclaim record resolved to.
 //! - Fork records concern the `pids` controller, resolved the same way.
 
 use std::{
@@ -30,7 +32,14 @@ pub struct Attributor {
     proc_root: PathBuf,
     /// v2 cgroup id (directory inode) -> path relative to the unified root.
     v2_paths: HashMap<u64, String>,
+    /// pid -> the memory cgroup its last memory event resolved to (bounded, see
+    /// [`Self::remember`]): an OOM victim may have exited (a zombie reads `/` on cgroup v1)
+    /// before its record is attributed, but it reclaimed in its cgroup just before.
+    recent_memcg: HashMap<u32, (String, String)>,
 }
+
+/// Tasks whose memory cgroup is remembered at most (the map is cleared when full).
+const RECENT_MEMCG_TASKS: usize = 4096;
 
 impl Attributor {
     /// Builds the attributor and indexes the unified hierarchy (if mounted).
@@ -40,6 +49,7 @@ impl Attributor {
             layout,
             proc_root: PathBuf::from("/proc"),
             v2_paths: HashMap::new(),
+            recent_memcg: HashMap::new(),
         };
         a.reindex();
         a
@@ -100,6 +110,27 @@ impl Attributor {
         task_cgroup_line(&text, controller)
     }
 
+    /// Notes the memory cgroup a task's event resolved to (not the root: where exited tasks
+    /// appear).
+    fn remember(&mut self, pid: u32, resolved: &(String, String)) {
+        if resolved.0 == "/" {
+            return;
+        }
+        if self.recent_memcg.len() >= RECENT_MEMCG_TASKS && !self.recent_memcg.contains_key(&pid) {
+            self.recent_memcg.clear();
+        }
+        self.recent_memcg.insert(pid, resolved.clone());
+    }
+
+    /// A task's memory cgroup from `/proc`, or, when it is gone or reads as the root (an exited
+    /// task does), where its last memory event was.
+    fn task_memcg(&self, pid: u32) -> Option<(String, String)> {
+        match self.task_path(pid, "memory") {
+            Some(p) if p.0 != "/" => Some(p),
+            live => self.recent_memcg.get(&pid).cloned().or(live),
+        }
+    }
+
     /// The memory-side cgroup of a task event: (path, hierarchy name).
     fn resolve_task(&mut self, pid: u32, v2_id: u64, controller: &str) -> Option<(String, String)> {
         match self.layout.controller(controller) {
@@ -154,8 +185,9 @@ impl Attributor {
                 if r.cgroup_id > 1 {
                     s.cgroup_id = Some(r.cgroup_id);
                 }
-                if let Some((path, h)) = self.resolve_task(r.pid, r.cgroup_id, "memory") {
-                    s.set_cgroup(path, h);
+                if let Some(resolved) = self.resolve_task(r.pid, r.cgroup_id, "memory") {
+                    self.remember(r.pid, &resolved);
+                    s.set_cgroup(resolved.0, resolved.1);
                 }
             }
             RecordKind::OomVictim => {
@@ -172,16 +204,19 @@ impl Attributor {
                     raw.has(absent::ARG1).then_some(r.arg1.saturating_mul(1024));
                 // The victim first; if it is already gone, the task that hit the OOM (which,
                 // for a memcg OOM, is in the same memory cgroup).
-                let victim_path = victim.and_then(|p| self.task_path(p, "memory"));
+                let victim_path = victim.and_then(|p| self.task_memcg(p));
                 let resolved = match self.layout.controller("memory") {
                     Some((_, CgroupVersion::V1)) | None => {
-                        victim_path.or_else(|| self.task_path(r.tid, "memory"))
+                        victim_path.or_else(|| self.task_memcg(r.tid))
                     }
                     Some((_, CgroupVersion::V2)) => victim_path
                         .or_else(|| self.v2_path(r.cgroup_id).map(|p| (p, "unified".to_owned()))),
                 };
                 if let Some((path, h)) = resolved {
                     s.set_cgroup(path, h);
+                }
+                if let Some(v) = victim {
+                    self.recent_memcg.remove(&v);
                 }
             }
             RecordKind::Fork => {
@@ -275,6 +310,26 @@ mod tests {
         // No pid: no victim named.
         let s = a.attribute(&raw(RecordKind::OomVictim, absent::PID, "x"));
         assert_eq!(s.pid, None);
+    }
+
+    #[test]
+    fn an_exited_oom_victim_is_attributed_where_it_last_reclaimed() {
+        let proc = tempfile::tempdir().expect("tempdir");
+        let task = proc.path().join((u32::MAX - 1).to_string());
+        fs::create_dir_all(&task).expect("mkdir");
+        let mut a = Attributor::new(CgroupLayout::default());
+        a.proc_root = proc.path().to_owned();
+        fs::write(task.join("cgroup"), "4:memory:/kubepods/podA/c1\n0::/\n").expect("write");
+        let s = a.attribute(&raw(RecordKind::MemcgReclaim, 0, ""));
+        assert_eq!(s.cgroup.as_deref(), Some("/kubepods/podA/c1"));
+        // Killed: a zombie reads the root on cgroup v1.
+        fs::write(task.join("cgroup"), "4:memory:/\n0::/\n").expect("write");
+        let s = a.attribute(&raw(RecordKind::OomVictim, 0, "hog"));
+        assert_eq!(s.cgroup.as_deref(), Some("/kubepods/podA/c1"));
+        assert_eq!(s.hierarchy.as_deref(), Some("memory"));
+        // Forgotten once its OOM record is attributed: /proc answers again.
+        let s = a.attribute(&raw(RecordKind::OomVictim, 0, "hog"));
+        assert_eq!(s.cgroup.as_deref(), Some("/"));
     }
 
     #[test]
