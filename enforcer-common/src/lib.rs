@@ -7,10 +7,11 @@
 #![no_std]
 
 /// Version of the record layout. Bump it on any change to [`SignalRecord`].
-pub const ABI_VERSION: u16 = 1;
+/// 2: `flags` (fields the running kernel's tracepoint lacks) took 4 bytes of `path`.
+pub const ABI_VERSION: u16 = 2;
 
 /// Bytes of cgroup path carried by mkdir/rmdir records (NUL-terminated when shorter).
-pub const PATH_LEN: usize = 224;
+pub const PATH_LEN: usize = 220;
 
 /// Name of the ring buffer map.
 pub const RING_MAP: &str = "SIGNALS";
@@ -22,6 +23,9 @@ pub const BURST_MAP: &str = "BURSTS";
 pub const GLOBAL_BURST_WINDOW_NS: &str = "BURST_WINDOW_NS";
 /// Global: tgid whose `getppid()` calls the synthetic probe program reports (0 = none).
 pub const GLOBAL_PROBE_TGID: &str = "PROBE_TGID";
+/// Global: where the tracepoint fields the programs read sit in this kernel's records
+/// ([`TracepointFields`], from the tracepoints' `format` files, set by the loader).
+pub const GLOBAL_TP_FIELDS: &str = "TP_FIELDS";
 
 /// Default burst window: one reclaim record per cgroup per millisecond at most.
 pub const DEFAULT_BURST_WINDOW_NS: u64 = 1_000_000;
@@ -79,6 +83,10 @@ impl RecordKind {
 /// - OOM: `pid` is the victim's tgid, `tid` the current (charging) task's pid, `cgroup_id`
 ///   the current task's v2 cgroup id, `arg0` the victim's `oom_score_adj` (as u32 bits),
 ///   `arg1` its anon RSS in KiB (as the tracepoint reports it), and `path` its comm.
+///
+/// A slot filled from a tracepoint field the running kernel lacks (Debian 6.1's
+/// `oom/mark_victim` has only `pid`) is left zero and named in `flags` ([`absent`]): zero is
+/// never read as a value there.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct SignalRecord {
@@ -92,6 +100,8 @@ pub struct SignalRecord {
     pub count: u32,
     pub arg0: u32,
     pub arg1: u64,
+    /// [`absent`] bits: slots the kernel's tracepoint could not fill.
+    pub flags: u32,
     pub path: [u8; PATH_LEN],
 }
 
@@ -99,6 +109,137 @@ pub struct SignalRecord {
 pub const RECORD_SIZE: usize = core::mem::size_of::<SignalRecord>();
 const _: () = assert!(RECORD_SIZE == 272);
 const _: () = assert!(core::mem::align_of::<SignalRecord>() == 8);
+
+/// Bits of [`SignalRecord::flags`]: the slot is not filled (zero) because the running kernel's
+/// tracepoint has no such field, its size is not one the program reads, or the read failed.
+pub mod absent {
+    /// `hierarchy` (mkdir/rmdir `root`).
+    pub const HIERARCHY: u32 = 1 << 0;
+    /// `cgroup_id` (mkdir/rmdir `id`).
+    pub const CGROUP_ID: u32 = 1 << 1;
+    /// `pid` (OOM victim `pid`).
+    pub const PID: u32 = 1 << 2;
+    /// `arg0` (level, order, oom_score_adj).
+    pub const ARG0: u32 = 1 << 3;
+    /// `arg1` (gfp flags, anon RSS).
+    pub const ARG1: u32 = 1 << 4;
+    /// `path` (cgroup path, comm).
+    pub const PATH: u32 = 1 << 5;
+}
+
+/// Where one tracepoint field sits in the record the kernel hands the program: its byte offset
+/// and size, as the tracepoint's `format` file says. [`FieldLoc::ABSENT`] when the kernel has no
+/// such field (or one of a size the program does not read): the program then never reads it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FieldLoc {
+    pub offset: u32,
+    pub size: u32,
+}
+
+/// Field offsets beyond this are refused (tracepoint records are far smaller); it also bounds
+/// the offsets the programs add to the context pointer, for the verifier.
+pub const MAX_FIELD_END: u32 = 4096;
+
+impl FieldLoc {
+    /// A field this kernel does not have.
+    pub const ABSENT: Self = Self {
+        offset: u32::MAX,
+        size: 0,
+    };
+
+    /// A field at `offset`, `size` bytes long.
+    #[must_use]
+    pub const fn at(offset: u32, size: u32) -> Self {
+        Self { offset, size }
+    }
+
+    /// Whether the field is there and inside [`MAX_FIELD_END`].
+    #[must_use]
+    pub const fn is_present(&self) -> bool {
+        self.size != 0 && self.offset < MAX_FIELD_END && self.size <= MAX_FIELD_END - self.offset
+    }
+}
+
+/// Fields of `cgroup/cgroup_mkdir` and `cgroup/cgroup_rmdir`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CgroupFields {
+    /// `int root`: hierarchy id.
+    pub root: FieldLoc,
+    /// `int level`.
+    pub level: FieldLoc,
+    /// `u64 id` (an `int` before 5.5).
+    pub id: FieldLoc,
+    /// `__data_loc char[] path`.
+    pub path: FieldLoc,
+}
+
+/// Fields of `vmscan/mm_vmscan_{memcg,direct}_reclaim_begin`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReclaimFields {
+    /// `int order`.
+    pub order: FieldLoc,
+    /// `unsigned long gfp_flags` (a `gfp_t`, 4 bytes, on older kernels).
+    pub gfp_flags: FieldLoc,
+}
+
+/// Fields of `oom/mark_victim` (Debian 6.1 has only `pid`; later kernels added the others).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OomFields {
+    /// `int pid`.
+    pub pid: FieldLoc,
+    /// `__data_loc char[] comm`.
+    pub comm: FieldLoc,
+    /// `unsigned long anon_rss` (KiB).
+    pub anon_rss: FieldLoc,
+    /// `short oom_score_adj`.
+    pub oom_score_adj: FieldLoc,
+}
+
+/// Value of the [`GLOBAL_TP_FIELDS`] global: the running kernel's layout of every tracepoint
+/// field the programs read. The loader fills it from the `format` files before loading, so it
+/// lands in the frozen read-only data the verifier sees as constants.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TracepointFields {
+    pub cgroup_mkdir: CgroupFields,
+    pub cgroup_rmdir: CgroupFields,
+    pub memcg_reclaim: ReclaimFields,
+    pub direct_reclaim: ReclaimFields,
+    pub oom_victim: OomFields,
+}
+const _: () = assert!(core::mem::size_of::<TracepointFields>() == 16 * 8);
+
+impl TracepointFields {
+    /// Every field absent: what the programs see if the loader sets nothing (they read none).
+    pub const ABSENT: Self = {
+        let c = CgroupFields {
+            root: FieldLoc::ABSENT,
+            level: FieldLoc::ABSENT,
+            id: FieldLoc::ABSENT,
+            path: FieldLoc::ABSENT,
+        };
+        let r = ReclaimFields {
+            order: FieldLoc::ABSENT,
+            gfp_flags: FieldLoc::ABSENT,
+        };
+        Self {
+            cgroup_mkdir: c,
+            cgroup_rmdir: c,
+            memcg_reclaim: r,
+            direct_reclaim: r,
+            oom_victim: OomFields {
+                pid: FieldLoc::ABSENT,
+                comm: FieldLoc::ABSENT,
+                anon_rss: FieldLoc::ABSENT,
+                oom_score_adj: FieldLoc::ABSENT,
+            },
+        }
+    };
+}
 
 /// Burst state of one cgroup (value of the burst map).
 #[repr(C)]
@@ -146,4 +287,6 @@ mod user {
     unsafe impl aya::Pod for super::Burst {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::BurstKey {}
+    // SAFETY: as above (`repr(C)` of u32 pairs, size asserted).
+    unsafe impl aya::Pod for super::TracepointFields {}
 }

@@ -2,7 +2,11 @@
 //!
 //! Capture and filter only: attribute each event to a cgroup, fold bursts per cgroup in a map,
 //! and emit one compact [`SignalRecord`] per burst through the `SIGNALS` ring buffer. No policy
-//! here. Every program has the thin `prog(ctx) -> u32 { match try_prog(ctx) { .. } }` shape.
+//! here. Every program is a thin `prog(ctx) -> u32` over one helper.
+//!
+//! Tracepoint fields are read at the offsets the running kernel's `format` files give
+//! ([`TP_FIELDS`], set by the loader), never at offsets fixed at build time: a field this kernel
+//! lacks is not read, and the record says so in its `flags`.
 #![no_std]
 #![no_main]
 
@@ -17,8 +21,9 @@ use aya_ebpf::{
     programs::TracePointContext,
 };
 use enforcer_common::{
-    ABI_VERSION, BURST_ENTRIES, Burst, BurstKey, DEFAULT_BURST_WINDOW_NS, PATH_LEN, RING_BYTES,
-    RecordKind, SignalRecord, stat,
+    ABI_VERSION, BURST_ENTRIES, Burst, BurstKey, CgroupFields, DEFAULT_BURST_WINDOW_NS, FieldLoc,
+    MAX_FIELD_END, PATH_LEN, RING_BYTES, ReclaimFields, RecordKind, SignalRecord, TracepointFields,
+    absent, stat,
 };
 
 #[map]
@@ -38,18 +43,60 @@ static BURST_WINDOW_NS: u64 = DEFAULT_BURST_WINDOW_NS;
 #[unsafe(no_mangle)]
 static PROBE_TGID: u32 = 0;
 
-// Tracepoint field offsets (from /sys/kernel/tracing/events/*/format; stable since 4.x for the
-// fields read here).
-const CGROUP_ROOT: usize = 8;
-const CGROUP_LEVEL: usize = 12;
-const CGROUP_ID: usize = 16;
-const CGROUP_PATH_LOC: usize = 24;
-const RECLAIM_ORDER: usize = 8;
-const RECLAIM_GFP: usize = 16;
-const OOM_PID: usize = 8;
-const OOM_COMM_LOC: usize = 12;
-const OOM_ANON_RSS: usize = 24;
-const OOM_SCORE_ADJ: usize = 64;
+/// Set by the loader from the running kernel's tracepoint `format` files: where each field
+/// read below sits. A field the kernel lacks is [`FieldLoc::ABSENT`] and is never read. The
+/// global lives in the frozen `.rodata` map, so the verifier knows these values as constants
+/// and prunes the branches of absent fields.
+#[unsafe(no_mangle)]
+static TP_FIELDS: TracepointFields = TracepointFields::ABSENT;
+
+/// One field location from [`TP_FIELDS`], read as the loader set it (not the build's default).
+#[inline(always)]
+fn loc(field: &FieldLoc) -> FieldLoc {
+    // SAFETY: a reference to part of an immutable global; volatile so the compiler does not
+    // fold in the build-time default.
+    unsafe { core::ptr::read_volatile(field) }
+}
+
+/// The field's offset when it is present, exactly `want` bytes long (a read never goes past
+/// the field) and inside the bound the verifier needs for context-pointer arithmetic.
+#[inline(always)]
+fn offset_if(l: FieldLoc, want: u32) -> Option<usize> {
+    if l.size == want && l.offset < MAX_FIELD_END && l.size <= MAX_FIELD_END - l.offset {
+        Some(l.offset as usize)
+    } else {
+        None
+    }
+}
+
+/// Reads a 4-byte signed field (`int`, `pid_t`).
+#[inline(always)]
+fn read_i32(ctx: &TracePointContext, l: FieldLoc) -> Option<i32> {
+    let off = offset_if(l, 4)?;
+    // SAFETY: a 4-byte field inside the record, at the offset its format file gives.
+    unsafe { ctx.read_at::<i32>(off) }.ok()
+}
+
+/// Reads a 2-byte signed field (`short`).
+#[inline(always)]
+fn read_i16(ctx: &TracePointContext, l: FieldLoc) -> Option<i16> {
+    let off = offset_if(l, 2)?;
+    // SAFETY: a 2-byte field inside the record, at the offset its format file gives.
+    unsafe { ctx.read_at::<i16>(off) }.ok()
+}
+
+/// Reads an unsigned field of 8 bytes (`u64`, `unsigned long`) or 4 (older kernels' `int` ids
+/// and `gfp_t`), widened to u64.
+#[inline(always)]
+fn read_unsigned(ctx: &TracePointContext, l: FieldLoc) -> Option<u64> {
+    if let Some(off) = offset_if(l, 8) {
+        // SAFETY: an 8-byte field inside the record, at the offset its format file gives.
+        return unsafe { ctx.read_at::<u64>(off) }.ok();
+    }
+    let off = offset_if(l, 4)?;
+    // SAFETY: a 4-byte field inside the record, at the offset its format file gives.
+    unsafe { ctx.read_at::<u32>(off) }.ok().map(u64::from)
+}
 
 #[inline(always)]
 fn count(index: u32, n: u64) {
@@ -74,16 +121,22 @@ fn blank(kind: RecordKind, rec: &mut SignalRecord) {
     rec.count = 1;
     rec.arg0 = 0;
     rec.arg1 = 0;
+    rec.flags = 0;
     rec.path[0] = 0;
 }
 
-/// Reads a `__data_loc char[]` field into `dst` (NUL-terminated, truncated to fit).
+/// Reads a `__data_loc char[]` field (a 4-byte locator: offset in the low half) into `dst`
+/// (NUL-terminated, truncated to fit). Returns false, leaving `dst` empty, when the field is
+/// absent or unreadable.
 #[inline(always)]
-fn read_data_loc(ctx: &TracePointContext, loc_offset: usize, dst: &mut [u8; PATH_LEN]) {
+fn read_data_loc(ctx: &TracePointContext, l: FieldLoc, dst: &mut [u8; PATH_LEN]) -> bool {
+    let Some(loc_offset) = offset_if(l, 4) else {
+        return false;
+    };
     // SAFETY: reading the tracepoint record at a field offset from its format file.
     let loc: u32 = match unsafe { ctx.read_at::<u32>(loc_offset) } {
         Ok(v) => v,
-        Err(_) => return,
+        Err(_) => return false,
     };
     let off = (loc & 0xffff) as usize;
     // SAFETY: the data_loc offset points inside the same record.
@@ -91,7 +144,9 @@ fn read_data_loc(ctx: &TracePointContext, loc_offset: usize, dst: &mut [u8; PATH
     // SAFETY: bounded by dst's length; the helper NUL-terminates.
     if unsafe { bpf_probe_read_kernel_str_bytes(src, dst) }.is_err() {
         dst[0] = 0;
+        return false;
     }
+    true
 }
 
 /// Folds bursts: returns how many events the record to send now stands for, or `None` when
@@ -162,129 +217,151 @@ fn emit(fill: impl FnOnce(&mut SignalRecord)) -> u32 {
     0
 }
 
-fn cgroup_event(ctx: &TracePointContext, kind: RecordKind) -> Result<u32, u32> {
+fn cgroup_event(ctx: &TracePointContext, kind: RecordKind, f: &CgroupFields) -> u32 {
     count(stat::SEEN, 1);
-    // SAFETY: field offsets from the tracepoint format.
-    let root: i32 = unsafe { ctx.read_at(CGROUP_ROOT) }.map_err(|_| 1u32)?;
-    let level: i32 = unsafe { ctx.read_at(CGROUP_LEVEL) }.map_err(|_| 1u32)?;
-    let id: u64 = unsafe { ctx.read_at(CGROUP_ID) }.map_err(|_| 1u32)?;
-    Ok(emit(|rec| {
+    let root = read_i32(ctx, loc(&f.root));
+    let level = read_i32(ctx, loc(&f.level));
+    let id = read_unsigned(ctx, loc(&f.id));
+    let path = loc(&f.path);
+    emit(|rec| {
         blank(kind, rec);
-        rec.hierarchy = root as u32;
-        rec.arg0 = level as u32;
-        rec.cgroup_id = id;
-        read_data_loc(ctx, CGROUP_PATH_LOC, &mut rec.path);
-    }))
+        match root {
+            Some(v) => rec.hierarchy = v as u32,
+            None => rec.flags |= absent::HIERARCHY,
+        }
+        match level {
+            Some(v) => rec.arg0 = v as u32,
+            None => rec.flags |= absent::ARG0,
+        }
+        match id {
+            Some(v) => rec.cgroup_id = v,
+            None => {
+                rec.cgroup_id = 0;
+                rec.flags |= absent::CGROUP_ID;
+            }
+        }
+        if !read_data_loc(ctx, path, &mut rec.path) {
+            rec.flags |= absent::PATH;
+        }
+    })
 }
 
-fn reclaim_event(ctx: &TracePointContext, kind: RecordKind) -> Result<u32, u32> {
+fn reclaim_event(ctx: &TracePointContext, kind: RecordKind, f: &ReclaimFields) -> u32 {
     count(stat::SEEN, 1);
     // SAFETY: a helper with no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let Some(n) = admit_burst(kind, now) else {
-        return Ok(0);
+        return 0;
     };
-    // SAFETY: field offsets from the tracepoint format.
-    let order: i32 = unsafe { ctx.read_at(RECLAIM_ORDER) }.map_err(|_| 1u32)?;
-    let gfp: u64 = unsafe { ctx.read_at(RECLAIM_GFP) }.map_err(|_| 1u32)?;
-    Ok(emit(|rec| {
+    let order = read_i32(ctx, loc(&f.order));
+    let gfp = read_unsigned(ctx, loc(&f.gfp_flags));
+    emit(|rec| {
         blank(kind, rec);
         rec.ts_ns = now;
         rec.count = n;
-        rec.arg0 = order as u32;
-        rec.arg1 = gfp;
-    }))
+        match order {
+            Some(v) => rec.arg0 = v as u32,
+            None => rec.flags |= absent::ARG0,
+        }
+        match gfp {
+            Some(v) => rec.arg1 = v,
+            None => rec.flags |= absent::ARG1,
+        }
+    })
 }
 
 #[tracepoint]
 pub fn cgroup_mkdir(ctx: TracePointContext) -> u32 {
-    match cgroup_event(&ctx, RecordKind::CgroupMkdir) {
-        Ok(r) | Err(r) => r,
-    }
+    cgroup_event(&ctx, RecordKind::CgroupMkdir, &TP_FIELDS.cgroup_mkdir)
 }
 
 #[tracepoint]
 pub fn cgroup_rmdir(ctx: TracePointContext) -> u32 {
-    match cgroup_event(&ctx, RecordKind::CgroupRmdir) {
-        Ok(r) | Err(r) => r,
-    }
+    cgroup_event(&ctx, RecordKind::CgroupRmdir, &TP_FIELDS.cgroup_rmdir)
 }
 
 #[tracepoint]
 pub fn memcg_reclaim(ctx: TracePointContext) -> u32 {
-    match reclaim_event(&ctx, RecordKind::MemcgReclaim) {
-        Ok(r) | Err(r) => r,
-    }
+    reclaim_event(&ctx, RecordKind::MemcgReclaim, &TP_FIELDS.memcg_reclaim)
 }
 
 #[tracepoint]
 pub fn direct_reclaim(ctx: TracePointContext) -> u32 {
-    match reclaim_event(&ctx, RecordKind::DirectReclaim) {
-        Ok(r) | Err(r) => r,
-    }
+    reclaim_event(&ctx, RecordKind::DirectReclaim, &TP_FIELDS.direct_reclaim)
 }
 
-fn try_oom_victim(ctx: &TracePointContext) -> Result<u32, u32> {
+fn oom_event(ctx: &TracePointContext) -> u32 {
     count(stat::SEEN, 1);
-    // SAFETY: field offsets from the tracepoint format (pid is at 8 on every kernel; the
-    // other fields exist since 6.7 and read as garbage-free zeroes where the record ends).
-    let victim: i32 = unsafe { ctx.read_at(OOM_PID) }.map_err(|_| 1u32)?;
-    let adj: i16 = unsafe { ctx.read_at(OOM_SCORE_ADJ) }.unwrap_or(0);
-    let anon: u64 = unsafe { ctx.read_at(OOM_ANON_RSS) }.unwrap_or(0);
-    Ok(emit(|rec| {
+    let f = &TP_FIELDS.oom_victim;
+    // Only `pid` exists on every kernel (Debian 6.1 has nothing else); the rest is read only
+    // where this kernel's format has it, else flagged absent.
+    let victim = read_i32(ctx, loc(&f.pid));
+    let adj = read_i16(ctx, loc(&f.oom_score_adj));
+    let anon = read_unsigned(ctx, loc(&f.anon_rss));
+    let comm = loc(&f.comm);
+    emit(|rec| {
         blank(RecordKind::OomVictim, rec);
-        rec.pid = victim as u32;
-        rec.arg0 = adj as i32 as u32;
-        rec.arg1 = anon;
-        read_data_loc(ctx, OOM_COMM_LOC, &mut rec.path);
-    }))
+        match victim {
+            Some(v) => rec.pid = v as u32,
+            None => {
+                rec.pid = 0;
+                rec.flags |= absent::PID;
+            }
+        }
+        match adj {
+            Some(v) => rec.arg0 = v as i32 as u32,
+            None => rec.flags |= absent::ARG0,
+        }
+        match anon {
+            Some(v) => rec.arg1 = v,
+            None => rec.flags |= absent::ARG1,
+        }
+        if !read_data_loc(ctx, comm, &mut rec.path) {
+            rec.flags |= absent::PATH;
+        }
+    })
 }
 
 #[tracepoint]
 pub fn oom_victim(ctx: TracePointContext) -> u32 {
-    match try_oom_victim(&ctx) {
-        Ok(r) | Err(r) => r,
-    }
+    oom_event(&ctx)
 }
 
-fn try_fork(_ctx: &TracePointContext) -> Result<u32, u32> {
+fn fork_event() -> u32 {
     count(stat::SEEN, 1);
     // SAFETY: a helper with no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
     let Some(n) = admit_burst(RecordKind::Fork, now) else {
-        return Ok(0);
+        return 0;
     };
-    Ok(emit(|rec| {
+    emit(|rec| {
         blank(RecordKind::Fork, rec);
         rec.ts_ns = now;
         rec.count = n;
-    }))
+    })
 }
 
+/// Reads no tracepoint field: the event itself is the signal.
 #[tracepoint]
-pub fn process_fork(ctx: TracePointContext) -> u32 {
-    match try_fork(&ctx) {
-        Ok(r) | Err(r) => r,
-    }
+pub fn process_fork(_ctx: TracePointContext) -> u32 {
+    fork_event()
 }
 
-fn try_probe(_ctx: &TracePointContext) -> Result<u32, u32> {
+fn probe_event() -> u32 {
     // SAFETY: a global the loader may set before load.
     let want = unsafe { core::ptr::read_volatile(&PROBE_TGID) };
     if want == 0 || (bpf_get_current_pid_tgid() >> 32) as u32 != want {
-        return Ok(0);
+        return 0;
     }
     count(stat::SEEN, 1);
-    Ok(emit(|rec| blank(RecordKind::Probe, rec)))
+    emit(|rec| blank(RecordKind::Probe, rec))
 }
 
 /// Pipeline probe for benchmarks: every getppid() of one chosen process becomes a record,
 /// with no folding, so the sustained record rate can be measured end to end.
 #[tracepoint]
-pub fn pipeline_probe(ctx: TracePointContext) -> u32 {
-    match try_probe(&ctx) {
-        Ok(r) | Err(r) => r,
-    }
+pub fn pipeline_probe(_ctx: TracePointContext) -> u32 {
+    probe_event()
 }
 
 #[cfg(not(test))]

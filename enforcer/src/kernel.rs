@@ -5,6 +5,7 @@
 pub mod ebpf;
 pub mod fallback;
 pub mod probe;
+pub mod tracefmt;
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
@@ -85,6 +86,10 @@ pub struct PipelineOptions {
     pub poll_interval: Duration,
     /// Signals buffered between the sources and the consumer.
     pub channel_capacity: usize,
+    /// Tracing directories whose `events/<category>/<name>/format` files give the eBPF
+    /// programs their field offsets, the first that has a tracepoint winning (tracefs, then
+    /// debugfs; tests put a directory of other kernels' formats first).
+    pub tracing_roots: Vec<PathBuf>,
 }
 
 impl Default for PipelineOptions {
@@ -96,6 +101,7 @@ impl Default for PipelineOptions {
             probe_tgid: 0,
             poll_interval: Duration::from_secs(10),
             channel_capacity: 65_536,
+            tracing_roots: tracefmt::TRACING_ROOTS.iter().map(PathBuf::from).collect(),
         }
     }
 }
@@ -108,6 +114,9 @@ pub struct Pipeline {
     pub reason: String,
     pub stats: Arc<PipelineStats>,
     pub signals: mpsc::Receiver<Signal>,
+    /// With eBPF: each tracepoint's program, attached, with the fields found (offsets from
+    /// this kernel's formats) or absent. Empty for the fallback sources.
+    pub tracepoints: Vec<tracefmt::TracepointStatus>,
     _guard: Guard,
 }
 
@@ -135,11 +144,12 @@ pub fn start(
 ) -> Result<Pipeline, KernelError> {
     let stats = Arc::new(PipelineStats::default());
     let (tx, rx) = mpsc::channel(opts.channel_capacity.max(1));
-    let pipeline = |source, reason, task, threads| Pipeline {
+    let pipeline = |source, reason, task, threads, tracepoints| Pipeline {
         source,
         reason,
         stats: stats.clone(),
         signals: rx,
+        tracepoints,
         _guard: Guard { task, threads },
     };
     let (source, reason) = match opts.source {
@@ -148,10 +158,10 @@ pub fn start(
     };
     if source != SourceKind::Ebpf {
         let stop = fallback::start(source, opts, caps, layout, tx, stats.clone())?;
-        return Ok(pipeline(source, reason, None, Some(stop)));
+        return Ok(pipeline(source, reason, None, Some(stop), Vec::new()));
     }
     match ebpf::start(opts, layout, tx.clone(), stats.clone()) {
-        Ok(handle) => {
+        Ok((handle, tracepoints)) => {
             // Kernel events mark limits (reclaim) and OOM kills; a threshold *below* a limit
             // (an eviction threshold) has no tracepoint, so on cgroup v1 the watched cgroups
             // with a threshold also get usage-threshold eventfds, feeding the same stream.
@@ -183,13 +193,13 @@ pub fn start(
             } else {
                 reason
             };
-            Ok(pipeline(source, reason, Some(handle), threads))
+            Ok(pipeline(source, reason, Some(handle), threads, tracepoints))
         }
         Err(e) if opts.source == SourceChoice::Auto => {
             let k = fallback::best_for(layout, caps);
             let reason = format!("eBPF unavailable ({e}); falling back to {k:?}");
             let stop = fallback::start(k, opts, caps, layout, tx, stats.clone())?;
-            Ok(pipeline(k, reason, None, Some(stop)))
+            Ok(pipeline(k, reason, None, Some(stop), Vec::new()))
         }
         Err(e) => Err(e),
     }

@@ -36,7 +36,9 @@ enum Command {
     Run(Box<RunArgs>),
     /// Print decoded signals as JSON lines, live (an operator's tcpdump for pressure).
     Signals(SignalsArgs),
-    /// Print what the kernel offers (the capability probe) as JSON.
+    /// Print what the kernel offers (the capability probe) as JSON, with the eBPF programs:
+    /// per tracepoint, the fields found (offsets from this kernel's formats) or absent, and
+    /// whether the program loaded and attached (they are detached again on exit).
     Probe,
     /// Replay a scenario through the decision core: one JSON line per step.
     Simulate {
@@ -264,8 +266,19 @@ fn signals(args: SignalsArgs) -> anyhow::Result<()> {
 }
 
 fn probe() -> anyhow::Result<()> {
+    #[derive(serde::Serialize)]
+    struct Probe {
+        #[serde(flatten)]
+        caps: Capabilities,
+        ebpf: kernel::ebpf::ProgramsProbe,
+    }
     let layout = CgroupLayout::discover()?;
+    if let Err(e) = kernel::ebpf::ensure_tracefs() {
+        eprintln!("tracefs is not mounted and could not be mounted: {e}");
+    }
     let caps = Capabilities::probe(&layout);
-    println!("{}", serde_json::to_string_pretty(&caps)?);
+    let ebpf = kernel::ebpf::probe_programs();
+    eprintln!("eBPF: {}", ebpf.summary);
+    println!("{}", serde_json::to_string_pretty(&Probe { caps, ebpf })?);
     Ok(())
 }

@@ -1,18 +1,32 @@
 //! The signal pipeline on the real kernel: eBPF programs loaded and attached, real cgroups,
 //! real memory pressure; and the eventfd / polling fallbacks on the same workload.
 
-use std::{process::Command, time::Duration};
+use std::{path::PathBuf, process::Command, time::Duration};
 
 use enforcer::{
     cgroup::QosTier,
-    kernel::{self, Capabilities, PipelineOptions, SourceChoice, Watch},
+    kernel::{self, Capabilities, PipelineOptions, SourceChoice, Watch, tracefmt},
     signal::{SignalKind, SourceKind},
 };
 use enforcer_tests::{TestCgroup, layout, require_root, spawn_in, unique_name, wait_for};
 
 const MIB: u64 = 1 << 20;
 
+/// The OOM tests run one at a time: every eBPF pipeline sees every OOM kill and reclaim storm
+/// on the node, and with two hogs at once a pump can read a cgroup v1 victim's
+/// `/proc/<pid>/cgroup` after it exited (it then reads `/`), which would misattribute the kill.
+static OOM_TESTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn start(source: SourceChoice, watches: Vec<Watch>) -> kernel::Pipeline {
+    start_with(source, watches, PipelineOptions::default().tracing_roots)
+}
+
+/// As `start`, with the tracepoint formats read from `tracing_roots` (first match wins).
+fn start_with(
+    source: SourceChoice,
+    watches: Vec<Watch>,
+    tracing_roots: Vec<PathBuf>,
+) -> kernel::Pipeline {
     require_root();
     let layout = layout();
     let caps = Capabilities::probe(&layout);
@@ -20,6 +34,7 @@ fn start(source: SourceChoice, watches: Vec<Watch>) -> kernel::Pipeline {
         source,
         watches,
         poll_interval: Duration::from_millis(100),
+        tracing_roots,
         ..Default::default()
     };
     let p = kernel::start(&opts, &caps, &layout).expect("signal pipeline starts");
@@ -117,6 +132,7 @@ async fn ebpf_reports_cgroup_mkdir_and_rmdir_with_paths_and_pods() {
 
 #[tokio::test]
 async fn ebpf_reports_memcg_reclaim_then_oom_kill_attributed_to_the_cgroup() {
+    let _one_at_a_time = OOM_TESTS.lock().await;
     let mut p = start(SourceChoice::Only(SourceKind::Ebpf), vec![]);
     let l = layout();
     let name = unique_name("oom");
@@ -168,19 +184,21 @@ async fn ebpf_reports_memcg_reclaim_then_oom_kill_attributed_to_the_cgroup() {
             "the record carries the task's v2 cgroup id"
         );
     }
+    // Other tests OOM-kill their own hogs meanwhile: this one names ours.
     let s = wait_for(
         &mut p.signals,
         Duration::from_secs(10),
         "the OOM kill of the hog",
-        |s| s.kind == SignalKind::OomKill,
+        |s| s.kind == SignalKind::OomKill && s.pid == Some(pid),
     )
     .await;
-    assert_eq!(s.pid, Some(pid), "names the victim");
     assert_eq!(
         s.cgroup.as_deref(),
         Some(want.as_str()),
         "in the test cgroup"
     );
+    // This kernel's mark_victim has comm, anon_rss and oom_score_adj: read at the offsets its
+    // format gives.
     assert_eq!(s.comm.as_deref(), Some("memhog"));
     assert!(
         s.detail
@@ -189,9 +207,122 @@ async fn ebpf_reports_memcg_reclaim_then_oom_kill_attributed_to_the_cgroup() {
         "{:?}",
         s.detail
     );
+    let adj: i32 = std::fs::read_to_string("/proc/self/oom_score_adj")
+        .expect("own oom_score_adj")
+        .trim()
+        .parse()
+        .expect("a number");
+    assert_eq!(
+        s.detail.oom_score_adj,
+        Some(adj),
+        "the hog inherits the test's oom_score_adj"
+    );
     let status = child.wait().expect("hog exits");
     use std::os::unix::process::ExitStatusExt as _;
     assert_eq!(status.signal(), Some(9), "the kernel OOM-killed the hog");
+}
+
+/// Offsets of `category/name`'s fields as the running kernel's format file gives them, read
+/// here independently of the loader: (name, offset, size).
+fn kernel_fields(category: &str, name: &str) -> Vec<(String, u32, u32)> {
+    let (_, text) = tracefmt::read_format(tracefmt::TRACING_ROOTS, category, name)
+        .expect("the running kernel's format");
+    tracefmt::parse_format(&text)
+        .expect("parses")
+        .into_iter()
+        .map(|f| (f.name, f.offset, f.size))
+        .collect()
+}
+
+#[tokio::test]
+async fn ebpf_attaches_every_program_with_this_kernels_offsets() {
+    let p = start(SourceChoice::Only(SourceKind::Ebpf), vec![]);
+    let used: Vec<String> = kernel::probe::TRACEPOINTS
+        .iter()
+        .map(|t| format!("{}/{}", t.category, t.name))
+        .collect();
+    let got: Vec<&str> = p
+        .tracepoints
+        .iter()
+        .map(|t| t.tracepoint.as_str())
+        .collect();
+    assert_eq!(got, used, "one status per tracepoint used");
+    for tp in &p.tracepoints {
+        assert!(tp.attached, "{} attached", tp.tracepoint);
+        assert_eq!(tp.format_error, None, "{}", tp.tracepoint);
+        let (category, name) = tp.tracepoint.split_once('/').expect("category/name");
+        let kernel = kernel_fields(category, name);
+        for f in &tp.fields {
+            let k = kernel
+                .iter()
+                .find(|(n, _, _)| n == f.name)
+                .unwrap_or_else(|| panic!("{}: {} in the kernel's format", tp.tracepoint, f.name));
+            assert_eq!(
+                (f.offset, f.size),
+                (Some(k.1), Some(k.2)),
+                "{}.{} at the running kernel's offset",
+                tp.tracepoint,
+                f.name
+            );
+        }
+    }
+    let summary = tracefmt::summary(&p.tracepoints);
+    assert!(summary.starts_with("6/6 programs attached"), "{summary}");
+}
+
+#[tokio::test]
+async fn ebpf_with_debian_6_1_mark_victim_reads_only_pid_and_flags_the_rest_absent() {
+    // Debian 6.1's `oom/mark_victim` format (`int pid` alone) first, the running kernel's
+    // formats for the rest: the programs load and attach with that table, the OOM program
+    // never reads comm / anon_rss / oom_score_adj, and the signal leaves them unset.
+    let _one_at_a_time = OOM_TESTS.lock().await;
+    let old = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../enforcer/testdata/tracefs-6.1"
+    ));
+    let mut roots = vec![old];
+    roots.extend(PipelineOptions::default().tracing_roots);
+    let mut p = start_with(SourceChoice::Only(SourceKind::Ebpf), vec![], roots);
+    let oom = p
+        .tracepoints
+        .iter()
+        .find(|t| t.tracepoint == "oom/mark_victim")
+        .expect("listed");
+    assert!(oom.attached, "{:?}", oom.attach_error);
+    assert_eq!(oom.absent_fields(), ["comm", "anon_rss", "oom_score_adj"]);
+    assert!(p.tracepoints.iter().all(|t| t.attached));
+
+    let name = unique_name("oom61");
+    let mem = TestCgroup::create(&memory_mount(), &name);
+    let v1 = mem.dir.join("memory.limit_in_bytes").exists();
+    mem.write(
+        if v1 {
+            "memory.limit_in_bytes"
+        } else {
+            "memory.max"
+        },
+        &(64 * MIB).to_string(),
+    );
+    if !v1 {
+        mem.write("memory.swap.max", "0");
+    }
+    let mut child = spawn_in(memhog(200, 0, 0), &[mem.dir.as_path()]);
+    let pid = child.id();
+    let s = wait_for(
+        &mut p.signals,
+        Duration::from_secs(10),
+        "the OOM kill of the hog",
+        |s| s.kind == SignalKind::OomKill && s.pid == Some(pid),
+    )
+    .await;
+    assert_eq!(s.source, SourceKind::Ebpf);
+    assert_eq!(s.cgroup.as_deref(), Some(mem.rel().as_str()));
+    assert_eq!(s.comm, None, "comm absent, not empty or garbage");
+    assert_eq!(s.detail.anon_rss_bytes, None);
+    assert_eq!(s.detail.oom_score_adj, None);
+    let status = child.wait().expect("hog exits");
+    use std::os::unix::process::ExitStatusExt as _;
+    assert_eq!(status.signal(), Some(9));
 }
 
 #[tokio::test]

@@ -11,12 +11,16 @@ use aya::{
     maps::{MapData, PerCpuArray, RingBuf},
     programs::TracePoint,
 };
-use enforcer_common::{GLOBAL_BURST_WINDOW_NS, GLOBAL_PROBE_TGID, RING_MAP, STATS_MAP, stat};
+use enforcer_common::{
+    GLOBAL_BURST_WINDOW_NS, GLOBAL_PROBE_TGID, GLOBAL_TP_FIELDS, RING_MAP, STATS_MAP, stat,
+};
+use serde::Serialize;
 use tokio::{io::unix::AsyncFd, sync::mpsc};
 
 use super::{
     KernelError, PipelineOptions,
-    probe::{TRACEFS, TRACEPOINTS},
+    probe::TRACEFS,
+    tracefmt::{self, Layout, TRACING_ROOTS, TracepointStatus},
 };
 use crate::{
     cgroup::CgroupLayout,
@@ -32,6 +36,8 @@ pub struct Loaded {
     pub ebpf: Ebpf,
     pub ring: RingBuf<MapData>,
     pub stats: PerCpuArray<MapData, u64>,
+    /// Per tracepoint: the fields found (offsets, sizes) or absent in this kernel, attached.
+    pub tracepoints: Vec<TracepointStatus>,
 }
 
 /// Mounts tracefs at /sys/kernel/tracing when it is missing (aya finds tracepoint ids there).
@@ -55,27 +61,56 @@ pub fn ensure_tracefs() -> Result<bool, KernelError> {
     Ok(true)
 }
 
-/// Loads the object and attaches every program.
-pub fn load(opts: &PipelineOptions) -> Result<Loaded, KernelError> {
+/// Reads this kernel's tracepoint formats and loads the object with the field table they
+/// give (maps created; no program verified or attached yet).
+///
+/// The table goes in as a read-only global (`EbpfLoader::override_global`, aya 0.14's name for
+/// `set_global`): it is patched into `.rodata` before the maps are created, and aya creates
+/// that map `BPF_F_RDONLY_PROG` and freezes it, so the verifier sees the offsets as constants
+/// (absent fields' branches are pruned, context offsets are known) and no map lookup or
+/// fill-before-attach ordering is needed at run time, as an Array map would.
+fn open(opts: &PipelineOptions) -> Result<(Ebpf, Layout), KernelError> {
     if OBJECT.is_empty() {
         return Err(KernelError::NoObject);
     }
-    ensure_tracefs()?;
+    if let Err(e) = ensure_tracefs() {
+        // aya and the format reader also look under debugfs.
+        if !Path::new(TRACING_ROOTS[1]).join("events").is_dir() {
+            return Err(e);
+        }
+        tracing::warn!(error = %e, "tracefs could not be mounted; using debugfs's tracing directory");
+    }
+    let layout =
+        tracefmt::layout(|tp| tracefmt::read_format(&opts.tracing_roots, tp.category, tp.name));
     let window = u64::try_from(opts.burst_window.as_nanos()).unwrap_or(u64::MAX);
-    let mut ebpf = EbpfLoader::new()
+    let ebpf = EbpfLoader::new()
         .override_global(GLOBAL_BURST_WINDOW_NS, &window, true)
         .override_global(GLOBAL_PROBE_TGID, &opts.probe_tgid, true)
+        .override_global(GLOBAL_TP_FIELDS, &layout.table, true)
         .load(OBJECT)
         .map_err(|e| KernelError::Load(Box::new(e)))?;
-    let mut attached = 0;
-    for (category, name, program) in TRACEPOINTS {
-        attach(&mut ebpf, program, category, name)?;
-        attached += 1;
+    Ok((ebpf, layout))
+}
+
+/// Loads the object and attaches every program (the first failure is the error).
+pub fn load(opts: &PipelineOptions) -> Result<Loaded, KernelError> {
+    let (
+        mut ebpf,
+        Layout {
+            mut tracepoints, ..
+        },
+    ) = open(opts)?;
+    for tp in &mut tracepoints {
+        attach(&mut ebpf, tp.program, tp.spec.category, tp.spec.name)?;
+        tp.attached = true;
+        if let Some(e) = &tp.format_error {
+            tracing::warn!(tracepoint = %tp.tracepoint, error = %e, "tracepoint format unreadable: its fields are not read");
+        }
     }
     if opts.probe_tgid != 0 {
         attach(&mut ebpf, "pipeline_probe", "syscalls", "sys_enter_getppid")?;
     }
-    tracing::debug!(attached, "eBPF programs attached");
+    tracing::debug!(programs = %tracefmt::summary(&tracepoints), "eBPF programs attached");
     let ring = ebpf.take_map(RING_MAP).ok_or(KernelError::Map {
         map: "SIGNALS",
         what: "missing from the object".into(),
@@ -92,7 +127,62 @@ pub fn load(opts: &PipelineOptions) -> Result<Loaded, KernelError> {
         map: "STATS",
         what: e.to_string(),
     })?;
-    Ok(Loaded { ebpf, ring, stats })
+    Ok(Loaded {
+        ebpf,
+        ring,
+        stats,
+        tracepoints,
+    })
+}
+
+/// What `enforcer probe` reports of the programs: each tracepoint's fields as this kernel has
+/// them and whether its program loaded and attached.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ProgramsProbe {
+    /// The object loaded (maps created); each program is verified when it attaches.
+    pub object_loaded: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// [`tracefmt::summary`] of the tracepoints.
+    pub summary: String,
+    pub tracepoints: Vec<TracepointStatus>,
+}
+
+/// Loads the programs and tries to attach each (every one, not stopping at a failure), then
+/// detaches them all. Never fails: what did not work is in the report.
+#[must_use]
+pub fn probe_programs() -> ProgramsProbe {
+    let (object_loaded, error, tracepoints) = match open(&PipelineOptions::default()) {
+        Ok((
+            mut ebpf,
+            Layout {
+                mut tracepoints, ..
+            },
+        )) => {
+            for tp in &mut tracepoints {
+                match attach(&mut ebpf, tp.program, tp.spec.category, tp.spec.name) {
+                    Ok(()) => tp.attached = true,
+                    Err(e) => tp.attach_error = Some(e.to_string()),
+                }
+            }
+            (true, None, tracepoints)
+        }
+        Err(e) => {
+            let mut tracepoints = tracefmt::kernel_layout().tracepoints;
+            // Nothing was verified: say so per tracepoint.
+            for tp in &mut tracepoints {
+                tp.attach_error = Some("the object did not load".to_owned());
+            }
+            (false, Some(e.to_string()), tracepoints)
+        }
+    };
+    ProgramsProbe {
+        object_loaded,
+        error,
+        summary: tracefmt::summary(&tracepoints),
+        tracepoints,
+    }
 }
 
 fn attach(
@@ -139,12 +229,14 @@ pub fn start(
     layout: &CgroupLayout,
     tx: mpsc::Sender<Signal>,
     stats: Arc<PipelineStats>,
-) -> Result<tokio::task::JoinHandle<()>, KernelError> {
+) -> Result<(tokio::task::JoinHandle<()>, Vec<TracepointStatus>), KernelError> {
     let Loaded {
         ebpf,
         ring,
         stats: stats_map,
+        tracepoints,
     } = load(opts)?;
+    tracing::info!(programs = %tracefmt::summary(&tracepoints), "eBPF programs loaded with this kernel's tracepoint offsets");
     // SAFETY: `register` (tokio has no safe constructor since its I/O-safety fix, tokio#8587)
     // needs the fd to stay open and the same for the AsyncFd's lifetime. The RingBuf owns its
     // MapData, which owns the map's fd (an OwnedFd closed only on drop) and always returns it
@@ -155,9 +247,8 @@ pub fn start(
         source: std::io::Error::other(e.to_string()),
     })?;
     let attributor = Attributor::new(layout.clone());
-    Ok(tokio::spawn(pump(
-        ebpf, ring, stats_map, attributor, tx, stats,
-    )))
+    let task = tokio::spawn(pump(ebpf, ring, stats_map, attributor, tx, stats));
+    Ok((task, tracepoints))
 }
 
 /// Decodes, attributes and forwards one ring-buffer item. A malformed item is counted and

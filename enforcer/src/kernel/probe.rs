@@ -4,15 +4,8 @@ use std::{fs, path::Path};
 
 use crate::cgroup::{CgroupLayout, CgroupVersion};
 
-/// Tracepoints the eBPF programs attach to: (category, name, program).
-pub const TRACEPOINTS: &[(&str, &str, &str)] = &[
-    ("cgroup", "cgroup_mkdir", "cgroup_mkdir"),
-    ("cgroup", "cgroup_rmdir", "cgroup_rmdir"),
-    ("vmscan", "mm_vmscan_memcg_reclaim_begin", "memcg_reclaim"),
-    ("vmscan", "mm_vmscan_direct_reclaim_begin", "direct_reclaim"),
-    ("oom", "mark_victim", "oom_victim"),
-    ("sched", "sched_process_fork", "process_fork"),
-];
+/// Tracepoints the eBPF programs attach to, with the fields they read.
+pub use super::tracefmt::TRACEPOINTS;
 
 /// Where tracefs is (or will be) mounted.
 pub const TRACEFS: &str = "/sys/kernel/tracing";
@@ -46,8 +39,14 @@ impl Capabilities {
         let tracepoints_missing = if tracefs_mounted {
             TRACEPOINTS
                 .iter()
-                .filter(|(c, n, _)| !Path::new(TRACEFS).join("events").join(c).join(n).is_dir())
-                .map(|(c, n, _)| format!("{c}/{n}"))
+                .filter(|t| {
+                    !Path::new(TRACEFS)
+                        .join("events")
+                        .join(t.category)
+                        .join(t.name)
+                        .is_dir()
+                })
+                .map(|t| format!("{}/{}", t.category, t.name))
                 .collect()
         } else {
             Vec::new()

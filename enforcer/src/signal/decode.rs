@@ -12,7 +12,7 @@ use bytes::Buf;
 use enforcer_common::{ABI_VERSION, PATH_LEN, RECORD_SIZE, RecordKind, SignalRecord};
 
 // The wire layout the decoder (and the test encoder) walk: each field right after the previous
-// one, 272 bytes in all, exactly the `#[repr(C)]` struct the programs write.
+// one (ABI 2: `flags` at 48, then the 220-byte path), 272 bytes in all, exactly the `#[repr(C)]` struct the programs write.
 const _: () = {
     assert!(offset_of!(SignalRecord, abi) == 0);
     assert!(offset_of!(SignalRecord, kind) == 2);
@@ -24,8 +24,9 @@ const _: () = {
     assert!(offset_of!(SignalRecord, count) == 32);
     assert!(offset_of!(SignalRecord, arg0) == 36);
     assert!(offset_of!(SignalRecord, arg1) == 40);
-    assert!(offset_of!(SignalRecord, path) == 48);
-    assert!(RECORD_SIZE == 48 + PATH_LEN);
+    assert!(offset_of!(SignalRecord, flags) == 48);
+    assert!(offset_of!(SignalRecord, path) == 52);
+    assert!(RECORD_SIZE == 52 + PATH_LEN);
     assert!(RECORD_SIZE == 272);
 };
 
@@ -48,6 +49,13 @@ pub struct RawRecord {
 }
 
 impl RawRecord {
+    /// Whether the kernel filled the slot(s) of `bits` ([`enforcer_common::absent`]): false
+    /// when this kernel's tracepoint lacks the field.
+    #[must_use]
+    pub fn has(&self, bits: u32) -> bool {
+        self.rec.flags & bits == 0
+    }
+
     /// The `path` bytes up to the first NUL, lossily as UTF-8.
     #[must_use]
     pub fn path(&self) -> String {
@@ -75,6 +83,7 @@ fn read_record(mut buf: &[u8]) -> SignalRecord {
         count: buf.get_u32_le(),
         arg0: buf.get_u32_le(),
         arg1: buf.get_u64_le(),
+        flags: buf.get_u32_le(),
         path: [0; PATH_LEN],
     };
     buf.copy_to_slice(&mut rec.path);
@@ -111,6 +120,7 @@ pub fn encode(rec: &SignalRecord) -> Vec<u8> {
     out.put_u32_le(rec.count);
     out.put_u32_le(rec.arg0);
     out.put_u64_le(rec.arg1);
+    out.put_u32_le(rec.flags);
     out.put_slice(&rec.path);
     debug_assert_eq!(out.len(), RECORD_SIZE);
     out
@@ -132,6 +142,7 @@ mod tests {
             count: 3,
             arg0: 0,
             arg1: 0,
+            flags: 0,
             path: [0; PATH_LEN],
         };
         rec.path[..5].copy_from_slice(b"/a/b\0");
@@ -151,6 +162,7 @@ mod tests {
             count: 0x2120_1f1e,
             arg0: 0x2524_2322,
             arg1: 0x2d2c_2b2a_2928_2726,
+            flags: 0x3130_2f2e,
             path: [0; PATH_LEN],
         };
         rec.path[0] = b'c';
@@ -161,7 +173,8 @@ mod tests {
         assert_eq!(bytes[4..8], [0x01, 0x02, 0x03, 0x04]);
         assert_eq!(bytes[16], 0x0e);
         assert_eq!(bytes[40], 0x26);
-        assert_eq!((bytes[48], bytes[271]), (b'c', b'z'));
+        assert_eq!(bytes[48..52], [0x2e, 0x2f, 0x30, 0x31]);
+        assert_eq!((bytes[52], bytes[271]), (b'c', b'z'));
         let back = decode(&bytes).expect("decodes").rec;
         assert_eq!(
             (
@@ -174,8 +187,8 @@ mod tests {
             (rec.hierarchy, rec.ts_ns, rec.pid, rec.tid, rec.cgroup_id)
         );
         assert_eq!(
-            (back.count, back.arg0, back.arg1, back.path),
-            (rec.count, rec.arg0, rec.arg1, rec.path)
+            (back.count, back.arg0, back.arg1, back.flags, back.path),
+            (rec.count, rec.arg0, rec.arg1, rec.flags, rec.path)
         );
     }
 
