@@ -206,6 +206,26 @@ pub fn append(path: &Path, line: &str) {
     writeln!(f, "{line}").expect("write");
 }
 
+/// A BestEffort pod of one busybox container named `app` (the benchmarks' pods: they run as
+/// plain cgroups, the spec only feeds the eviction manager's ranking).
+#[must_use]
+pub fn besteffort_pod(name: &str, uid: &str) -> k8s_openapi::api::core::v1::Pod {
+    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+    let mut p = Pod::default();
+    p.metadata.name = Some(name.into());
+    p.metadata.namespace = Some("default".into());
+    p.metadata.uid = Some(uid.into());
+    p.spec = Some(PodSpec {
+        containers: vec![Container {
+            name: "app".into(),
+            image: Some("busybox".into()),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    p
+}
+
 /// The number after `name` on the command line of a benchmark binary, or `default`.
 #[must_use]
 pub fn arg_u64(name: &str, default: u64) -> u64 {

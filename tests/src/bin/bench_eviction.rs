@@ -27,7 +27,6 @@ use enforcer::{
     signal::{SourceKind, monotonic_ns},
 };
 use enforcer_tests::{TestCgroup, layout, require_root, spawn_in, unique_name};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 
 const MIB: u64 = 1 << 20;
 const CAPACITY_MIB: u64 = 512;
@@ -35,22 +34,6 @@ const THRESHOLD_MIB: u64 = 100;
 
 fn arg(name: &str, default: u64) -> u64 {
     enforcer_tests::arg_u64(name, default)
-}
-
-fn besteffort(uid: &str) -> Pod {
-    let mut p = Pod::default();
-    p.metadata.name = Some("hog".into());
-    p.metadata.namespace = Some("default".into());
-    p.metadata.uid = Some(uid.into());
-    p.spec = Some(PodSpec {
-        containers: vec![Container {
-            name: "app".into(),
-            image: Some("busybox".into()),
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
-    p
 }
 
 fn oom_kills(dir: &std::path::Path) -> u64 {
@@ -246,7 +229,7 @@ async fn run_mode(
         // evicted pod's cleanup before evicting again, kubelet's rule).
         let uid = format!("bbbbbbbb-0000-0000-0000-{trial:012}");
         let pod_rel = format!("{kubepods_rel}/besteffort/pod{uid}");
-        let pod = Arc::new(besteffort(&uid));
+        let pod = Arc::new(enforcer_tests::besteffort_pod("hog", &uid));
         let ctr = TestCgroup::create(mem_mount, &format!("{pod_rel}/ctr"));
         let _ = link.take_evictions();
         link.set_active(&uid, ActiveEntry::new(pod.clone(), pod_rel.clone()));

@@ -28,27 +28,10 @@ use enforcer::{
     stats::{Collector, NodeSnapshot, PodScope, PodTarget, Refresh, StatsCollector},
 };
 use enforcer_tests::{TestCgroup, layout, require_root, unique_name};
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 
 const PODS: usize = 110;
 const LOG_FILES: usize = 4;
 const LOG_BYTES: usize = 64 * 1024;
-
-fn pod(uid: &str) -> Pod {
-    let mut p = Pod::default();
-    p.metadata.name = Some(format!("p-{uid}"));
-    p.metadata.namespace = Some("default".into());
-    p.metadata.uid = Some(uid.into());
-    p.spec = Some(PodSpec {
-        containers: vec![Container {
-            name: "app".into(),
-            image: Some("busybox".into()),
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
-    p
-}
 
 fn pct(v: &[Duration], q: f64) -> Duration {
     let mut v = v.to_vec();
@@ -107,7 +90,10 @@ async fn main() -> anyhow::Result<()> {
         }
         active.insert(
             uid.clone(),
-            ActiveEntry::new(Arc::new(pod(&uid)), pod_rel.clone()),
+            ActiveEntry::new(
+                Arc::new(enforcer_tests::besteffort_pod(&format!("p-{uid}"), &uid)),
+                pod_rel.clone(),
+            ),
         );
         targets.push(PodTarget {
             uid,
