@@ -165,6 +165,7 @@ impl Collector {
     }
 }
 
+#[derive(Debug)]
 enum Request {
     Refresh {
         refresh: Refresh,
@@ -180,12 +181,6 @@ enum Request {
 pub struct StatsCollector {
     tx: std_mpsc::Sender<Request>,
     snapshots: watch::Receiver<Arc<NodeSnapshot>>,
-}
-
-impl std::fmt::Debug for Request {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Request")
-    }
 }
 
 impl StatsCollector {

@@ -326,15 +326,20 @@ fn run(args: &[String]) -> anyhow::Result<()> {
 /// and returns its path. xtask runs it rather than linking it: `setup` installs protoc, which
 /// that crate (through the daemon library) needs to build.
 fn build_local_containerd() -> anyhow::Result<PathBuf> {
+    build_tests_bin("local-containerd")
+}
+
+/// Builds (release) one binary of `enforcer-tests` and returns its path.
+fn build_tests_bin(name: &str) -> anyhow::Result<PathBuf> {
     sh(cargo().args([
         "build",
         "--release",
         "--package",
         "enforcer-tests",
         "--bin",
-        "local-containerd",
+        name,
     ]))?;
-    Ok(target_dir().join("release/local-containerd"))
+    Ok(target_dir().join("release").join(name))
 }
 
 /// `local-containerd stop`: its pods, shims and containerd, by PID.
@@ -370,31 +375,13 @@ fn bench(what: &str, args: &[String]) -> anyhow::Result<()> {
             ]))?;
             sh(Command::new(target_dir().join(format!("release/bench_{what}"))).args(args))
         }
-        "pods" => {
+        "pods" | "step" => {
             setup()?;
-            // The daemon (for its RSS with pods running) and the benchmark, both release.
-            sh(cargo().args(["build", "--release", "--package", "enforcer"]))?;
-            sh(cargo().args([
-                "build",
-                "--release",
-                "--package",
-                "enforcer-tests",
-                "--bin",
-                "bench_pods",
-            ]))?;
-            sh(Command::new(target_dir().join("release/bench_pods")).args(args))
-        }
-        "step" => {
-            setup()?;
-            sh(cargo().args([
-                "build",
-                "--release",
-                "--package",
-                "enforcer-tests",
-                "--bin",
-                "bench_step",
-            ]))?;
-            sh(Command::new(target_dir().join("release/bench_step")).args(args))
+            if what == "pods" {
+                // The daemon too, for its RSS with pods running.
+                sh(cargo().args(["build", "--release", "--package", "enforcer"]))?;
+            }
+            sh(Command::new(build_tests_bin(&format!("bench_{what}"))?).args(args))
         }
         "policy" => sh(cargo()
             .args(["bench", "--package", "enforcer", "--bench", "policy", "--"])

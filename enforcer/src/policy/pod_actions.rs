@@ -337,7 +337,10 @@ pub fn compute_pod_actions(
     let latest = rt.latest_sandbox();
     // The containers counted for restart counts, and the sandbox the plan works in.
     let (all, sandbox_id): (Vec<&ContainerView>, String) = match latest {
-        Some(s) if s.ready && s.current => (rt.containers.iter().collect(), s.id.clone()),
+        Some(s) if s.ready && s.current => {
+            actions.sandbox = SandboxPlan::Keep(s.id.clone());
+            (rt.containers.iter().collect(), s.id.clone())
+        }
         Some(old) => {
             let in_old: Vec<&ContainerView> = rt
                 .containers
@@ -366,12 +369,6 @@ pub fn compute_pod_actions(
         }
         None => (rt.containers.iter().collect(), String::new()),
     };
-    if let Some(s) = latest
-        && s.ready
-        && s.current
-    {
-        actions.sandbox = SandboxPlan::Keep(s.id.clone());
-    }
     let next_count = |name: &str| {
         all.iter()
             .filter(|x| x.name == name)

@@ -651,8 +651,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
                     path: log_dir.clone(),
                     source,
                 })?;
-                let config = spec::sandbox_config(pod, *attempt, &cgroup, &log_dir_s);
-                let sid = rt.run_pod_sandbox(config).await.map_err(self.cri())?;
+                let sid = rt
+                    .run_pod_sandbox(spec::sandbox_config(pod, *attempt, &cgroup, &log_dir_s))
+                    .await
+                    .map_err(self.cri())?;
                 tracing::info!(uid = %uid, pod = %PodIdent::of(pod).name, sandbox = %sid, "sandbox started");
                 if self.start_time.is_empty() {
                     self.start_time = rfc3339(super::status::now_nanos());
