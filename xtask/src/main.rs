@@ -1,4 +1,4 @@
-//! Project tasks: `cargo xtask setup | test | run | bench <what>`.
+//! Project tasks: `cargo xtask setup | test | vm-test | run | bench <what>`.
 //!
 //! `setup` installs what is missing, idempotently, and says what it does. `test` is the
 //! README's test command and what CI runs. `run` builds and starts the enforcer on this node.
@@ -10,6 +10,8 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
+
+mod vm;
 
 /// Debian packages the build and the tests need.
 const PACKAGES: &[&str] = &[
@@ -40,6 +42,18 @@ enum Task {
         #[arg(trailing_var_arg = true)]
         args: Vec<String>,
     },
+    /// The test binaries, built here, run in Debian 12's 6.1 kernel (pure cgroup v2) under
+    /// QEMU: `enforcer probe`, the unit tests, then the kernel-facing tiers.
+    VmTest {
+        /// Tiers to run (default: unit and the kernel-facing tiers; `all`: every tier).
+        tiers: Vec<String>,
+        /// libtest's --test-threads in the guest.
+        #[arg(long, default_value_t = 1)]
+        test_threads: u32,
+        /// Extra libtest arguments for every binary (after `--`), e.g. a name filter.
+        #[arg(last = true)]
+        test_args: Vec<String>,
+    },
     /// Build (release) and run the enforcer on this node; extra arguments go to `enforcer run`.
     Run {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -62,6 +76,21 @@ fn main() -> anyhow::Result<()> {
     match cli.task {
         Task::Setup => setup(),
         Task::Test { args } => test(&args),
+        Task::VmTest {
+            tiers,
+            test_threads,
+            test_args,
+        } => {
+            setup()?;
+            vm::vm_test(
+                &target_dir(),
+                &vm::Options {
+                    tiers,
+                    test_threads,
+                    test_args,
+                },
+            )
+        }
         Task::Run { args } => run(&args),
         Task::Bench { what, args } => bench(&what, &args),
     }
@@ -94,8 +123,9 @@ fn output(cmd: &mut Command) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-fn setup() -> anyhow::Result<()> {
-    let missing: Vec<&str> = PACKAGES
+/// Installs the Debian packages of `packages` that are missing (saying which).
+fn install_packages(packages: &[&str]) -> anyhow::Result<()> {
+    let missing: Vec<&str> = packages
         .iter()
         .copied()
         .filter(|p| {
@@ -104,7 +134,10 @@ fn setup() -> anyhow::Result<()> {
         })
         .collect();
     if missing.is_empty() {
-        say("Debian packages: all present");
+        say(format!(
+            "Debian packages: all present ({})",
+            packages.join(" ")
+        ));
     } else {
         say(format!("Debian packages missing: {}", missing.join(" ")));
         sh(Command::new("apt-get").args(["update", "-qq"]))?;
@@ -113,6 +146,11 @@ fn setup() -> anyhow::Result<()> {
             .args(&missing)
             .env("DEBIAN_FRONTEND", "noninteractive"))?;
     }
+    Ok(())
+}
+
+fn setup() -> anyhow::Result<()> {
+    install_packages(PACKAGES)?;
     let installed = output(Command::new("rustup").args([
         "component",
         "list",

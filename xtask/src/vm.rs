@@ -1,0 +1,822 @@
+//! `cargo xtask vm-test`: the test binaries, built here, run inside Debian 12's own 6.1
+//! kernel (pure cgroup v2, PSI, BTF) under QEMU with software emulation (TCG; KVM does not
+//! work on these machines). See `../shared/VM.md` for what was measured to work.
+//!
+//! The guest sees this machine's root file system read-only over 9p, under an overlay whose
+//! upper layer is a tmpfs, so every binary, tool and path is where the host has it; results
+//! come out through a second, writable 9p share (`<target>/vm/share`). Everything the VM
+//! needs lives in `<target>/vm/`: the unpacked kernel package (never installed on the
+//! host), its module index, and a busybox initramfs.
+
+use std::{
+    fmt::Write as _,
+    fs,
+    io::{BufRead as _, Write as _},
+    os::unix::fs::PermissionsExt as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::{output, say, sh};
+
+/// Loaded with `insmod` by the initramfs, in this order (virtio PCI, 9p, overlay).
+const INITRAMFS_MODULES: &[&str] = &[
+    "virtio_ring",
+    "virtio",
+    "virtio_pci_modern_dev",
+    "virtio_pci_legacy_dev",
+    "virtio_pci",
+    "9pnet",
+    "9pnet_virtio",
+    "netfs",
+    "fscache",
+    "9p",
+    "overlay",
+];
+
+/// The kernel command line (serial console, pure cgroup v2, power off on panic).
+const KERNEL_CMDLINE: &str = "console=ttyS0 rdinit=/init cgroup_no_v1=all mitigations=off \
+                              panic=-1 loglevel=4 tsc=reliable no_timer_check 8250.nr_uarts=1";
+
+/// Guest memory (MiB) and CPUs.
+const GUEST_MEMORY_MIB: u32 = 4096;
+const GUEST_CPUS: u32 = 2;
+
+/// The whole VM run, boot to power-off (QEMU is killed after it).
+const VM_TIMEOUT: Duration = Duration::from_secs(40 * 60);
+/// One test binary inside the guest (killed after it, counted as failed).
+const BINARY_TIMEOUT_SECS: u64 = 20 * 60;
+
+/// Stage 1, the initramfs's `/init`: modules, the 9p host root under an overlay, switch_root.
+const INIT_STAGE1: &str = r#"#!/bin/busybox sh
+# enforcer vm-test, stage 1 (initramfs): load the modules, mount the host root (9p,
+# read-only) as the lower layer of an overlay with a tmpfs upper layer, switch_root into it.
+/bin/busybox mkdir -p /proc /sys /dev /bin
+/bin/busybox mount -t devtmpfs devtmpfs /dev
+exec </dev/console >/dev/console 2>&1
+/bin/busybox --install -s /bin
+export PATH=/bin
+fail() { echo "vm-init: $*"; poweroff -f; }
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+for m in @MODULES@; do
+    insmod "/modules/$m.ko" || fail "insmod $m failed"
+done
+mkdir -p /lower /upper /newroot
+n=0
+until mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,cache=loose,ro hostroot /lower; do
+    n=$((n + 1)); [ "$n" -lt 50 ] || fail "cannot mount the host root (9p tag hostroot)"
+    sleep 0.1
+done
+mount -t tmpfs -o mode=755 upper /upper || fail "tmpfs for the overlay"
+mkdir -p /upper/data /upper/work
+mount -t overlay -o lowerdir=/lower,upperdir=/upper/data,workdir=/upper/work overlay /newroot \
+    || fail "overlay of the host root"
+mkdir -p /newroot/.vm/share
+cp /bin/busybox /newroot/.vm/busybox
+cp /stage2 /newroot/.vm/stage2
+chmod 755 /newroot/.vm/stage2
+umount /proc /sys
+mkdir -p /newroot/dev
+mount --move /dev /newroot/dev || fail "moving /dev"
+exec switch_root /newroot /.vm/busybox sh /.vm/stage2
+"#;
+
+/// Stage 2, in the overlay root: the node's mounts, the fixes VM.md lists, the command.
+const INIT_STAGE2: &str = r#"# enforcer vm-test, stage 2 (in the overlay of the host root)
+B=/.vm/busybox
+fail() { echo "vm-init: $*"; $B sync; $B poweroff -f; }
+$B mount -t proc proc /proc
+$B mount -t sysfs sysfs /sys
+$B mkdir -p /dev/pts /dev/shm
+$B mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /dev/pts
+$B mount -t tmpfs -o mode=1777 shm /dev/shm
+$B mount -t cgroup2 -o nsdelegate,memory_recursiveprot cgroup2 /sys/fs/cgroup || fail "cgroup2"
+$B mount -t tracefs tracefs /sys/kernel/tracing || fail "tracefs"
+$B mount -t debugfs debugfs /sys/kernel/debug || fail "debugfs"
+$B mount -t bpf bpf /sys/fs/bpf || fail "bpffs"
+$B mount -t tmpfs -o mode=755 run /run
+# containerd's overlayfs snapshotter cannot put its upper directory on an overlay: a real
+# tmpfs for /tmp, where the tests keep containerd's root and state.
+$B mount -t tmpfs -o mode=1777 tmp /tmp
+$B mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 vmshare /.vm/share || fail "share"
+echo "+memory +cpu +io +pids +cpuset" > /sys/fs/cgroup/cgroup.subtree_control \
+    || fail "enabling controllers in the root cgroup"
+# Bridges and veths load modules on demand: the unpacked module tree and a modprobe wrapper.
+$B mkdir -p /lib/modules
+$B mount --bind @MODULE_TREE@ /lib/modules || fail "module tree"
+printf '#!/.vm/busybox sh\nexec /.vm/busybox modprobe "$@"\n' > /.vm/modprobe
+$B chmod 755 /.vm/modprobe
+echo /.vm/modprobe > /proc/sys/kernel/modprobe
+$B hostname enforcer-vm
+$B ip link set lo up
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root TERM=dumb
+# A test that calls cargo would rebuild everything under emulation: cargo is a no-op here.
+export CARGO=/bin/true
+echo "vm-init: ready after $($B cut -d' ' -f1 /proc/uptime) s ($($B uname -r), cgroup2 controllers: $($B cat /sys/fs/cgroup/cgroup.subtree_control))"
+$B sh /.vm/share/command.sh
+echo "$?" > /.vm/share/command.rc
+echo "vm-init: command ended after $($B cut -d' ' -f1 /proc/uptime) s"
+$B sync
+$B umount /.vm/share
+$B poweroff -f
+"#;
+
+/// What the VM needs, all under `<target>/vm/`.
+pub struct Vm {
+    /// `<target>/vm`, absolute.
+    pub dir: PathBuf,
+    pub kernel_version: String,
+    pub vmlinuz: PathBuf,
+    pub initrd: PathBuf,
+    /// The writable share, `<target>/vm/share`.
+    pub share: PathBuf,
+}
+
+/// Installs what the VM needs, idempotently, saying what it does: QEMU, the Debian 12 kernel
+/// package (unpacked under `<target>/vm`), its module index, the initramfs.
+pub fn setup(target_dir: &Path) -> anyhow::Result<Vm> {
+    crate::install_packages(&["qemu-system-x86", "busybox-static"])?;
+    let dir = std::path::absolute(target_dir.join("vm"))?;
+    fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+    let package = kernel_package()?;
+    let kernel_version = package
+        .strip_prefix("linux-image-")
+        .context("kernel package name")?
+        .to_owned();
+    let tree = dir.join(format!("kernel-{kernel_version}"));
+    let vmlinuz = tree.join(format!("boot/vmlinuz-{kernel_version}"));
+    let modules = tree.join("lib/modules").join(&kernel_version);
+    if vmlinuz.exists() && modules.join("modules.dep").exists() {
+        say(format!(
+            "vm kernel {kernel_version}: present in {}",
+            tree.display()
+        ));
+    } else {
+        unpack_kernel(&dir, &package, &tree)?;
+        say(format!(
+            "vm kernel: building the module index (busybox depmod -b {})",
+            tree.display()
+        ));
+        sh(Command::new("busybox")
+            .arg("depmod")
+            .arg("-b")
+            .arg(&tree)
+            .arg(&kernel_version))?;
+    }
+    let initrd = dir.join("initrd.cpio");
+    let archive = initramfs(&modules, &tree.join("lib/modules"))?;
+    if fs::read(&initrd).is_ok_and(|old| old == archive) {
+        say(format!("vm initramfs: up to date ({})", initrd.display()));
+    } else {
+        fs::write(&initrd, &archive).with_context(|| format!("write {}", initrd.display()))?;
+        say(format!(
+            "vm initramfs: wrote {} ({} KiB: busybox, {} modules, /init)",
+            initrd.display(),
+            archive.len() / 1024,
+            INITRAMFS_MODULES.len()
+        ));
+    }
+    Ok(Vm {
+        share: dir.join("share"),
+        dir,
+        kernel_version,
+        vmlinuz,
+        initrd,
+    })
+}
+
+/// The kernel package Debian 12's `linux-image-amd64` depends on (6.1.0-NN-amd64).
+fn kernel_package() -> anyhow::Result<String> {
+    let find = || {
+        output(Command::new("apt-cache").args(["depends", "linux-image-amd64"]))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("Depends: "))
+            .find(|p| p.starts_with("linux-image-") && p.ends_with("-amd64"))
+            .map(str::to_owned)
+    };
+    let package = match find() {
+        Some(p) => p,
+        None => {
+            say("apt-cache knows no linux-image-amd64: updating the package lists");
+            sh(Command::new("apt-get").args(["update", "-qq"]))?;
+            find().context("apt-cache depends linux-image-amd64 names no kernel package")?
+        }
+    };
+    if !package.starts_with("linux-image-6.1.") {
+        bail!(
+            "linux-image-amd64 depends on {package}, not Debian 12's 6.1 kernel: \
+             the VM tier is measured on 6.1 (check the apt sources)"
+        );
+    }
+    Ok(package)
+}
+
+/// `apt-get download` the kernel package into `dir` and unpack it (`dpkg-deb -x`) to `tree`.
+fn unpack_kernel(dir: &Path, package: &str, tree: &Path) -> anyhow::Result<()> {
+    let debs = |dir: &Path| -> Vec<PathBuf> {
+        fs::read_dir(dir)
+            .map(|rd| {
+                rd.filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| {
+                        p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                            n.starts_with(&format!("{package}_")) && n.ends_with(".deb")
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    if debs(dir).is_empty() {
+        say(format!(
+            "vm kernel: downloading {package} into {} (not installed on this host)",
+            dir.display()
+        ));
+        sh(Command::new("apt-get")
+            .args(["download", "-q", package])
+            .current_dir(dir))?;
+    }
+    let deb = debs(dir).into_iter().next().with_context(|| {
+        format!(
+            "apt-get download left no {package}_*.deb in {}",
+            dir.display()
+        )
+    })?;
+    let partial = tree.with_extension("partial");
+    if partial.exists() {
+        fs::remove_dir_all(&partial).with_context(|| format!("rm -r {}", partial.display()))?;
+    }
+    say(format!(
+        "vm kernel: unpacking {} into {}",
+        deb.display(),
+        tree.display()
+    ));
+    sh(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&partial))?;
+    if tree.exists() {
+        fs::remove_dir_all(tree).with_context(|| format!("rm -r {}", tree.display()))?;
+    }
+    fs::rename(&partial, tree)
+        .with_context(|| format!("mv {} {}", partial.display(), tree.display()))?;
+    fs::remove_file(&deb).with_context(|| format!("rm {}", deb.display()))?;
+    Ok(())
+}
+
+/// The initramfs (a `newc` cpio, deterministic): static busybox, the modules, both stages.
+fn initramfs(modules: &Path, module_tree: &Path) -> anyhow::Result<Vec<u8>> {
+    let busybox = fs::read("/bin/busybox").context("read /bin/busybox (busybox-static)")?;
+    let mut cpio = Cpio::default();
+    for d in ["bin", "dev", "proc", "sys", "modules"] {
+        cpio.dir(d);
+    }
+    cpio.file("bin/busybox", 0o755, &busybox);
+    let stage1 = INIT_STAGE1.replace("@MODULES@", &INITRAMFS_MODULES.join(" "));
+    cpio.file("init", 0o755, stage1.as_bytes());
+    let stage2 = INIT_STAGE2.replace(
+        "@MODULE_TREE@",
+        &shell_quote(&module_tree.display().to_string()),
+    );
+    cpio.file("stage2", 0o755, stage2.as_bytes());
+    let dep = fs::read_to_string(modules.join("modules.dep")).context("modules.dep")?;
+    for m in INITRAMFS_MODULES {
+        let rel = dep
+            .lines()
+            .filter_map(|l| l.split_once(':').map(|(k, _)| k))
+            .find(|k| Path::new(k).file_name().and_then(|n| n.to_str()) == Some(&format!("{m}.ko")))
+            .with_context(|| format!("module {m} is not in {}", modules.display()))?;
+        let ko = fs::read(modules.join(rel)).with_context(|| format!("read module {rel}"))?;
+        cpio.file(&format!("modules/{m}.ko"), 0o644, &ko);
+    }
+    Ok(cpio.finish())
+}
+
+/// A minimal `newc` cpio writer (uid/gid 0, mtime 0: the same inputs give the same bytes).
+#[derive(Default)]
+struct Cpio {
+    out: Vec<u8>,
+    ino: u32,
+}
+
+impl Cpio {
+    fn entry(&mut self, name: &str, mode: u32, data: &[u8]) {
+        self.ino += 1;
+        let nlink = if mode & 0o040_000 != 0 { 2 } else { 1 };
+        let size = u32::try_from(data.len()).unwrap_or(u32::MAX);
+        let namesize = u32::try_from(name.len() + 1).unwrap_or(u32::MAX);
+        let header = format!(
+            "070701{:08x}{mode:08x}{:08x}{:08x}{nlink:08x}{:08x}{size:08x}{:08x}{:08x}{:08x}{:08x}{namesize:08x}{:08x}",
+            self.ino, 0, 0, 0, 0, 0, 0, 0, 0
+        );
+        self.out.extend_from_slice(header.as_bytes());
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.push(0);
+        self.pad();
+        self.out.extend_from_slice(data);
+        self.pad();
+    }
+
+    fn pad(&mut self) {
+        while !self.out.len().is_multiple_of(4) {
+            self.out.push(0);
+        }
+    }
+
+    fn dir(&mut self, name: &str) {
+        self.entry(name, 0o040_755, &[]);
+    }
+
+    fn file(&mut self, name: &str, perm: u32, data: &[u8]) {
+        self.entry(name, 0o100_000 | perm, data);
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        self.ino = 0;
+        self.entry("TRAILER!!!", 0, &[]);
+        self.out
+    }
+}
+
+/// `'...'` for sh, with embedded single quotes escaped.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Holds `<target>/vm/lock` (flock): one VM at a time on this machine's target directory.
+struct VmLock {
+    _file: fs::File,
+}
+
+impl VmLock {
+    fn take(dir: &Path) -> anyhow::Result<Self> {
+        use std::os::fd::AsRawFd as _;
+        let path = dir.join("lock");
+        let f = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("open {}", path.display()))?;
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            say(format!(
+                "another VM run holds {}: waiting for it (one VM at a time)",
+                path.display()
+            ));
+            // SAFETY: as above, blocking.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+                bail!(
+                    "flock {}: {}",
+                    path.display(),
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+        Ok(Self { _file: f })
+    }
+}
+
+/// Boots the VM with `command` (a sh script) as the guest's work, streams the serial
+/// console (prefixed `vm| `, also kept in `<target>/vm/console.log`), and returns the
+/// command's exit code (None when the guest never got to write it) and the wall time.
+pub fn boot(vm: &Vm, command: &str) -> anyhow::Result<(Option<i32>, Duration)> {
+    let _lock = VmLock::take(&vm.dir)?;
+    if vm.share.exists() {
+        fs::remove_dir_all(&vm.share).with_context(|| format!("rm -r {}", vm.share.display()))?;
+    }
+    fs::create_dir_all(&vm.share)?;
+    let script = vm.share.join("command.sh");
+    fs::write(&script, command)?;
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755))?;
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "30", &VM_TIMEOUT.as_secs().to_string()])
+        .arg("qemu-system-x86_64")
+        .args(["-accel", "tcg,thread=multi", "-M", "q35", "-cpu", "max"])
+        .args(["-m", &GUEST_MEMORY_MIB.to_string()])
+        .args(["-smp", &GUEST_CPUS.to_string()])
+        .arg("-kernel")
+        .arg(&vm.vmlinuz)
+        .arg("-initrd")
+        .arg(&vm.initrd)
+        .args(["-append", KERNEL_CMDLINE])
+        .args(["-nographic", "-monitor", "none", "-serial", "stdio"])
+        .args(["-no-reboot", "-nic", "none"])
+        .args([
+            "-virtfs",
+            "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+        ])
+        .arg("-virtfs")
+        .arg(format!(
+            "local,path={},mount_tag=vmshare,security_model=none,multidevs=remap",
+            vm.share.display()
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    say(format!(
+        "booting Debian's {} under QEMU (TCG, {GUEST_CPUS} CPUs, {GUEST_MEMORY_MIB} MiB; \
+         at most {} min): {cmd:?}",
+        vm.kernel_version,
+        VM_TIMEOUT.as_secs() / 60
+    ));
+    let start = Instant::now();
+    let mut child = cmd.spawn().with_context(|| format!("starting {cmd:?}"))?;
+    let log_path = vm.dir.join("console.log");
+    let mut log =
+        fs::File::create(&log_path).with_context(|| format!("create {}", log_path.display()))?;
+    if let Some(out) = child.stdout.take() {
+        let mut reader = std::io::BufReader::new(out);
+        let mut line = Vec::new();
+        while reader.read_until(b'\n', &mut line).unwrap_or(0) > 0 {
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim_end_matches(['\n', '\r']);
+            eprintln!("vm| {text}");
+            let _ = writeln!(log, "{text}");
+            line.clear();
+        }
+    }
+    let status = child.wait().context("waiting for QEMU")?;
+    let wall = start.elapsed();
+    if status.code() == Some(124) || status.code() == Some(137) {
+        say(format!(
+            "the VM did not power off within {} min: QEMU was killed",
+            VM_TIMEOUT.as_secs() / 60
+        ));
+    } else if !status.success() {
+        say(format!("QEMU exited with {status}"));
+    }
+    let rc = fs::read_to_string(vm.share.join("command.rc"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    Ok((rc, wall))
+}
+
+/// One test binary built on the host.
+#[derive(Debug, Clone)]
+pub struct TestBinary {
+    /// `unit` (the enforcer library) or the tier's name (`signals`, ...).
+    pub name: String,
+    pub path: PathBuf,
+    /// The package directory (cargo runs tests there).
+    pub cwd: PathBuf,
+}
+
+/// Runs `cargo test --no-run --message-format=json` with `args` and returns the test
+/// executables it built.
+pub fn build_tests(args: &[&str]) -> anyhow::Result<Vec<TestBinary>> {
+    let mut cmd = crate::cargo();
+    cmd.args([
+        "test",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ])
+    .args(args)
+    .stderr(Stdio::inherit());
+    say(format!("running {cmd:?}"));
+    let out = cmd.output().with_context(|| format!("starting {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}", out.status);
+    }
+    let mut bins = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if v["reason"] != "compiler-artifact" || v["profile"]["test"] != true {
+            continue;
+        }
+        let Some(exe) = v["executable"].as_str() else {
+            continue;
+        };
+        let kinds = &v["target"]["kind"];
+        let target = v["target"]["name"].as_str().unwrap_or("?");
+        let name = if kinds
+            .as_array()
+            .is_some_and(|k| k.iter().any(|k| k == "test"))
+        {
+            target.to_owned()
+        } else if target == "enforcer" {
+            "unit".to_owned()
+        } else {
+            format!("{target}-unit")
+        };
+        let cwd = v["manifest_path"]
+            .as_str()
+            .and_then(|m| Path::new(m).parent())
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        bins.push(TestBinary {
+            name,
+            path: PathBuf::from(exe),
+            cwd,
+        });
+    }
+    Ok(bins)
+}
+
+/// libtest's counts for one binary.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counts {
+    pub passed: u32,
+    pub failed: u32,
+    pub ignored: u32,
+    pub filtered: u32,
+}
+
+/// The `test result:` line of libtest's output, if it got that far.
+pub fn parse_counts(out: &str) -> Option<Counts> {
+    let line = out.lines().rev().find(|l| l.starts_with("test result:"))?;
+    let mut c = Counts::default();
+    for part in line.split([';', '.']) {
+        let mut w = part.split_whitespace();
+        if let (Some(n), Some(what)) = (w.next(), w.next())
+            && let Ok(n) = n.parse()
+        {
+            match what {
+                "passed" => c.passed = n,
+                "failed" => c.failed = n,
+                "ignored" => c.ignored = n,
+                "filtered" => c.filtered = n,
+                _ => {}
+            }
+        }
+    }
+    Some(c)
+}
+
+/// libtest's failure section (each failing test's output and the list), or the output's
+/// tail when the binary ended without one.
+pub fn failure_report(out: &str) -> String {
+    if let Some(i) = out.find("\nfailures:\n") {
+        return out[i + 1..].to_owned();
+    }
+    let lines: Vec<&str> = out.lines().collect();
+    let tail = lines.len().saturating_sub(60);
+    lines[tail..].join("\n")
+}
+
+/// The tests of `bin` (`--list`, run on the host) whose names end with `suffix`.
+pub fn tests_ending_with(bin: &Path, suffix: &str) -> anyhow::Result<Vec<String>> {
+    let out = Command::new(bin)
+        .args(["--list", "--format", "terse"])
+        .output()
+        .with_context(|| format!("{} --list", bin.display()))?;
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .filter(|n| n.ends_with(suffix))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The guest's command: `enforcer probe`, then each binary, one after another, each with its
+/// output, exit code and guest time in the share.
+pub fn guest_command(enforcer: &Path, bins: &[TestBinary], test_args: &[String]) -> String {
+    let mut s = String::from(
+        "# written by cargo xtask vm-test\n\
+         S=/.vm/share\n\
+         up() { /.vm/busybox cut -d' ' -f1 /proc/uptime; }\n\
+         export RUST_BACKTRACE=1\n\
+         echo \"$(up)\" > $S/start\n\
+         echo \"vm-test: enforcer probe\"\n",
+    );
+    let _ = writeln!(
+        s,
+        "{} probe > $S/probe.out 2>&1; echo $? > $S/probe.rc",
+        shell_quote(&enforcer.display().to_string())
+    );
+    for b in bins {
+        let args: Vec<String> = test_args.iter().map(|a| shell_quote(a)).collect();
+        let _ = writeln!(
+            s,
+            "echo \"vm-test: {name}: running (at $(up) s)\"\n\
+             t0=$(up)\n\
+             (cd {cwd} && exec timeout -k 10 {BINARY_TIMEOUT_SECS} {bin} {args}) > $S/{name}.out 2>&1 < /dev/null\n\
+             rc=$?\n\
+             echo \"$rc $t0 $(up)\" > $S/{name}.rc\n\
+             echo \"vm-test: {name}: exit $rc (at $(up) s)\"",
+            name = b.name,
+            cwd = shell_quote(&b.cwd.display().to_string()),
+            bin = shell_quote(&b.path.display().to_string()),
+            args = args.join(" "),
+        );
+    }
+    s.push_str("echo \"$(up)\" > $S/end\n");
+    s
+}
+
+/// What one binary did in the guest.
+#[derive(Debug)]
+pub struct GuestResult {
+    pub name: String,
+    pub rc: Option<i32>,
+    pub seconds: Option<f64>,
+    pub counts: Option<Counts>,
+    pub output: String,
+}
+
+/// Reads the share after the run.
+pub fn guest_results(vm: &Vm, bins: &[TestBinary]) -> Vec<GuestResult> {
+    bins.iter()
+        .map(|b| {
+            let output =
+                fs::read_to_string(vm.share.join(format!("{}.out", b.name))).unwrap_or_default();
+            let rc_line =
+                fs::read_to_string(vm.share.join(format!("{}.rc", b.name))).unwrap_or_default();
+            let f: Vec<&str> = rc_line.split_whitespace().collect();
+            let rc = f.first().and_then(|r| r.parse().ok());
+            let seconds = match (
+                f.get(1).and_then(|t| t.parse::<f64>().ok()),
+                f.get(2).and_then(|t| t.parse::<f64>().ok()),
+            ) {
+                (Some(a), Some(b)) => Some(b - a),
+                _ => None,
+            };
+            GuestResult {
+                name: b.name.clone(),
+                rc,
+                seconds,
+                counts: parse_counts(&output),
+                output,
+            }
+        })
+        .collect()
+}
+
+/// Guest seconds from the command's start to its end, when both were written.
+pub fn guest_total(vm: &Vm) -> Option<f64> {
+    let read = |f: &str| -> Option<f64> {
+        fs::read_to_string(vm.share.join(f))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some(read("end")? - read("start")?)
+}
+
+/// The tiers `vm-test` runs by default, in this order, after the enforcer's unit tests: the
+/// kernel-facing ones (eBPF, cgroup v2, PSI, containerd on a v2 node).
+pub const DEFAULT_TIERS: &[&str] = &[
+    "signals",
+    "pressure",
+    "enforcement",
+    "eviction",
+    "runtime",
+    "e2e_eviction",
+];
+
+/// Tiers left out by default, and why (printed on every run, so none is left out silently).
+pub const LEFT_OUT: &[(&str, &str)] = &[
+    (
+        "simulate",
+        "the decision core on files: no kernel in it, the host tier covers it",
+    ),
+    (
+        "fuzz",
+        "parsers under mutation: no kernel in it, ~10x slower under emulation",
+    ),
+    (
+        "apiserver",
+        "an in-process fake API server: nothing cgroup-version specific",
+    ),
+    (
+        "hardening",
+        "descriptor limits and hostile input: nothing cgroup-version specific",
+    ),
+];
+
+/// Options of `cargo xtask vm-test`.
+pub struct Options {
+    /// Tiers to run (empty: unit + [`DEFAULT_TIERS`]); `all` runs every tier.
+    pub tiers: Vec<String>,
+    /// libtest's `--test-threads` in the guest.
+    pub test_threads: u32,
+    /// Extra libtest arguments (a name filter, `--exact`, ...).
+    pub test_args: Vec<String>,
+}
+
+/// `cargo xtask vm-test`: build on the host, run in the guest, report, fail on any failure.
+pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let vm = setup(target_dir)?;
+    sh(crate::cargo().args(["build", "--package", "enforcer", "--bin", "enforcer"]))?;
+    let enforcer = std::path::absolute(target_dir.join("debug/enforcer"))?;
+    let mut built = build_tests(&["--package", "enforcer", "--lib"])?;
+    built.extend(build_tests(&[
+        "--package",
+        "enforcer-tests",
+        "--test",
+        "*",
+    ])?);
+    let all = opts.tiers.iter().any(|t| t == "all");
+    let wanted: Vec<String> = if opts.tiers.is_empty() {
+        std::iter::once("unit")
+            .chain(DEFAULT_TIERS.iter().copied())
+            .map(str::to_owned)
+            .collect()
+    } else if all {
+        let mut names: Vec<String> = built.iter().map(|b| b.name.clone()).collect();
+        names.sort_by_key(|n| (n != "unit", n.clone()));
+        names
+    } else {
+        opts.tiers.clone()
+    };
+    let mut bins = Vec::new();
+    for w in &wanted {
+        let b = built.iter().find(|b| &b.name == w).with_context(|| {
+            let names: Vec<&str> = built.iter().map(|b| b.name.as_str()).collect();
+            format!("no test binary {w}; built: {}", names.join(" "))
+        })?;
+        bins.push(b.clone());
+    }
+    for b in &built {
+        if !wanted.contains(&b.name) {
+            let why = LEFT_OUT
+                .iter()
+                .find(|(n, _)| *n == b.name)
+                .map_or("not asked for", |(_, why)| why);
+            say(format!(
+                "vm-test: tier {} is not run in the VM ({why}); the host run covers it",
+                b.name
+            ));
+        }
+    }
+    for b in &bins {
+        for t in tests_ending_with(&b.path, "_v1only")? {
+            say(format!(
+                "vm-test: skipping {}::{t} in the cgroup v2 VM (v1 only): it runs on the host \
+                 (cargo xtask test), whose memory controller is v1",
+                b.name
+            ));
+        }
+    }
+    let mut test_args = vec![
+        format!("--test-threads={}", opts.test_threads),
+        "--skip".to_owned(),
+        "_v1only".to_owned(),
+    ];
+    test_args.extend(opts.test_args.iter().cloned());
+    let command = guest_command(&enforcer, &bins, &test_args);
+    let (rc, wall) = boot(&vm, &command)?;
+    let results = guest_results(&vm, &bins);
+
+    println!(
+        "\n=== vm-test: enforcer probe in the guest ({}) ===",
+        vm.kernel_version
+    );
+    let probe = fs::read_to_string(vm.share.join("probe.out")).unwrap_or_default();
+    let probe_rc = fs::read_to_string(vm.share.join("probe.rc")).unwrap_or_default();
+    println!("{}", probe.trim_end());
+    let mut failed = Vec::new();
+    if probe_rc.trim() != "0" {
+        failed.push(format!("enforcer probe (exit {})", probe_rc.trim()));
+    }
+    for r in &results {
+        let ok = r.rc == Some(0) && r.counts.is_some_and(|c| c.failed == 0);
+        if !ok {
+            println!("\n=== vm-test: {} failed in the guest ===", r.name);
+            println!("{}", failure_report(&r.output).trim_end());
+            failed.push(r.name.clone());
+        }
+    }
+    println!(
+        "\n=== vm-test: results in the guest ({}, cgroup v2) ===",
+        vm.kernel_version
+    );
+    for r in &results {
+        let counts = r.counts.map_or_else(
+            || "no libtest summary (crashed, timed out or not run)".to_owned(),
+            |c| {
+                format!(
+                    "{} passed, {} failed, {} ignored, {} filtered out",
+                    c.passed, c.failed, c.ignored, c.filtered
+                )
+            },
+        );
+        let rc =
+            r.rc.map_or_else(|| "no exit code".to_owned(), |c| format!("exit {c}"));
+        let time = r
+            .seconds
+            .map_or_else(|| "-".to_owned(), |s| format!("{s:.0} s"));
+        println!("  {:<14} {counts}; {rc}; {time}", r.name);
+    }
+    let guest = guest_total(&vm).map_or_else(|| "unknown".to_owned(), |s| format!("{s:.0} s"));
+    println!(
+        "  guest time (command) {guest}; VM wall time {:.0} s; vm-test wall time (with the build) {:.0} s; console log {}",
+        wall.as_secs_f64(),
+        start.elapsed().as_secs_f64(),
+        vm.dir.join("console.log").display()
+    );
+    if rc.is_none() {
+        failed.push("the guest command did not finish (see the console log)".to_owned());
+    }
+    if !failed.is_empty() {
+        bail!("vm-test failed in the guest: {}", failed.join(", "));
+    }
+    Ok(())
+}
