@@ -494,15 +494,15 @@ pub fn build_tests(args: &[&str]) -> anyhow::Result<Vec<TestBinary>> {
         };
         let kinds = &v["target"]["kind"];
         let target = v["target"]["name"].as_str().unwrap_or("?");
-        let name = if kinds
+        let kind = kinds
             .as_array()
-            .is_some_and(|k| k.iter().any(|k| k == "test"))
-        {
-            target.to_owned()
-        } else if target == "enforcer" {
-            "unit".to_owned()
-        } else {
-            format!("{target}-unit")
+            .and_then(|k| k.first())
+            .and_then(|k| k.as_str())
+            .unwrap_or("?");
+        let name = match (kind, target) {
+            ("test", _) => target.to_owned(),
+            ("lib", "enforcer") => "unit".to_owned(),
+            _ => format!("{target}-{kind}-unit"),
         };
         let cwd = v["manifest_path"]
             .as_str()
@@ -559,29 +559,49 @@ pub fn failure_report(out: &str) -> String {
     lines[tail..].join("\n")
 }
 
-/// The tests of `bin` (`--list`, run on the host) whose names end with `suffix`.
-pub fn tests_ending_with(bin: &Path, suffix: &str) -> anyhow::Result<Vec<String>> {
+/// The tests of `bin` (`--list`, run on the host; ignored ones included).
+pub fn list_tests(bin: &Path) -> anyhow::Result<Vec<String>> {
     let out = Command::new(bin)
         .args(["--list", "--format", "terse"])
         .output()
         .with_context(|| format!("{} --list", bin.display()))?;
+    if !out.status.success() {
+        bail!("{} --list failed: {}", bin.display(), out.status);
+    }
     Ok(String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| l.strip_suffix(": test"))
-        .filter(|n| n.ends_with(suffix))
         .map(str::to_owned)
         .collect())
 }
 
+/// Timed bounds in the tests stretch by this factor in the guest
+/// (`ENFORCER_TEST_TIME_SCALE`, see `enforcer_tests::time_scale`): software emulation is
+/// 4-30x slower than the host.
+pub const GUEST_TIME_SCALE: u32 = 3;
+
+/// One binary to run in the guest, with the libtest arguments of its run.
+#[derive(Debug, Clone)]
+pub struct GuestRun {
+    pub bin: TestBinary,
+    pub args: Vec<String>,
+}
+
 /// The guest's command: `enforcer probe`, then each binary, one after another, each with its
 /// output, exit code and guest time in the share.
-pub fn guest_command(enforcer: &Path, bins: &[TestBinary], test_args: &[String]) -> String {
+pub fn guest_command(enforcer: &Path, runs: &[GuestRun]) -> String {
     let mut s = String::from(
         "# written by cargo xtask vm-test\n\
          S=/.vm/share\n\
          up() { /.vm/busybox cut -d' ' -f1 /proc/uptime; }\n\
-         export RUST_BACKTRACE=1\n\
-         echo \"$(up)\" > $S/start\n\
+         export RUST_BACKTRACE=1\n",
+    );
+    let _ = writeln!(s, "export ENFORCER_TEST_TIME_SCALE={GUEST_TIME_SCALE}");
+    if let Ok(log) = std::env::var("RUST_LOG") {
+        let _ = writeln!(s, "export RUST_LOG={}", shell_quote(&log));
+    }
+    s.push_str(
+        "echo \"$(up)\" > $S/start\n\
          echo \"vm-test: enforcer probe\"\n",
     );
     let _ = writeln!(
@@ -589,19 +609,22 @@ pub fn guest_command(enforcer: &Path, bins: &[TestBinary], test_args: &[String])
         "{} probe > $S/probe.out 2>&1; echo $? > $S/probe.rc",
         shell_quote(&enforcer.display().to_string())
     );
-    for b in bins {
-        let args: Vec<String> = test_args.iter().map(|a| shell_quote(a)).collect();
+    for r in runs {
+        let args: Vec<String> = r.args.iter().map(|a| shell_quote(a)).collect();
+        // RUSTC_BOOTSTRAP lets libtest take `-Z unstable-options --report-time` (per-test
+        // times) from a stable build.
         let _ = writeln!(
             s,
             "echo \"vm-test: {name}: running (at $(up) s)\"\n\
              t0=$(up)\n\
-             (cd {cwd} && exec timeout -k 10 {BINARY_TIMEOUT_SECS} {bin} {args}) > $S/{name}.out 2>&1 < /dev/null\n\
+             (cd {cwd} && RUSTC_BOOTSTRAP=1 exec timeout -k 10 {BINARY_TIMEOUT_SECS} {bin} \
+             -Z unstable-options --report-time {args}) > $S/{name}.out 2>&1 < /dev/null\n\
              rc=$?\n\
              echo \"$rc $t0 $(up)\" > $S/{name}.rc\n\
              echo \"vm-test: {name}: exit $rc (at $(up) s)\"",
-            name = b.name,
-            cwd = shell_quote(&b.cwd.display().to_string()),
-            bin = shell_quote(&b.path.display().to_string()),
+            name = r.bin.name,
+            cwd = shell_quote(&r.bin.cwd.display().to_string()),
+            bin = shell_quote(&r.bin.path.display().to_string()),
             args = args.join(" "),
         );
     }
@@ -619,14 +642,37 @@ pub struct GuestResult {
     pub output: String,
 }
 
+impl GuestResult {
+    fn ok(&self) -> bool {
+        self.rc == Some(0) && self.counts.is_some_and(|c| c.failed == 0)
+    }
+
+    /// `(name, outcome, time)` of each test libtest reported (`--report-time`).
+    fn tests(&self) -> Vec<(String, String, String)> {
+        self.output
+            .lines()
+            .filter_map(|l| l.strip_prefix("test "))
+            .filter_map(|l| l.split_once(" ... "))
+            .map(|(name, rest)| {
+                let (outcome, time) = match rest.rsplit_once(" <") {
+                    Some((o, t)) => (o, t.trim_end_matches('>')),
+                    None => (rest, ""),
+                };
+                (name.to_owned(), outcome.to_owned(), time.to_owned())
+            })
+            .collect()
+    }
+}
+
 /// Reads the share after the run.
-pub fn guest_results(vm: &Vm, bins: &[TestBinary]) -> Vec<GuestResult> {
-    bins.iter()
-        .map(|b| {
+pub fn guest_results(vm: &Vm, runs: &[GuestRun]) -> Vec<GuestResult> {
+    runs.iter()
+        .map(|r| {
+            let name = &r.bin.name;
             let output =
-                fs::read_to_string(vm.share.join(format!("{}.out", b.name))).unwrap_or_default();
+                fs::read_to_string(vm.share.join(format!("{name}.out"))).unwrap_or_default();
             let rc_line =
-                fs::read_to_string(vm.share.join(format!("{}.rc", b.name))).unwrap_or_default();
+                fs::read_to_string(vm.share.join(format!("{name}.rc"))).unwrap_or_default();
             let f: Vec<&str> = rc_line.split_whitespace().collect();
             let rc = f.first().and_then(|r| r.parse().ok());
             let seconds = match (
@@ -637,7 +683,7 @@ pub fn guest_results(vm: &Vm, bins: &[TestBinary]) -> Vec<GuestResult> {
                 _ => None,
             };
             GuestResult {
-                name: b.name.clone(),
+                name: name.clone(),
                 rc,
                 seconds,
                 counts: parse_counts(&output),
@@ -659,26 +705,29 @@ pub fn guest_total(vm: &Vm) -> Option<f64> {
     Some(read("end")? - read("start")?)
 }
 
-/// The tiers `vm-test` runs by default, in this order, after the enforcer's unit tests: the
-/// kernel-facing ones (eBPF, cgroup v2, PSI, containerd on a v2 node).
-pub const DEFAULT_TIERS: &[&str] = &[
-    "signals",
-    "pressure",
-    "enforcement",
-    "eviction",
-    "runtime",
-    "e2e_eviction",
+/// The tiers `vm-test` runs by default after the enforcer's unit tests, in this order, each
+/// with the libtest name filters it runs (none: all its tests): the kernel-facing tiers
+/// (eBPF, cgroup v2, PSI, containerd on a v2 node).
+pub const DEFAULT_TIERS: &[(&str, &[&str])] = &[
+    ("signals", &[]),
+    ("pressure", &[]),
+    ("enforcement", &[]),
+    ("eviction", &[]),
+    ("runtime", &[]),
+    // kubelet's node e2e: the memory and OOM scenarios (what cgroup v2 changes); the disk
+    // ones (a tmpfs nodefs, no cgroup in it) stay on the host, for time.
+    ("e2e_eviction", &["memory", "oom_killer", "pod_using_more"]),
 ];
 
 /// Tiers left out by default, and why (printed on every run, so none is left out silently).
 pub const LEFT_OUT: &[(&str, &str)] = &[
     (
         "simulate",
-        "the decision core on files: no kernel in it, the host tier covers it",
+        "the decision core on files: no kernel or cgroup in it",
     ),
     (
         "fuzz",
-        "parsers under mutation: no kernel in it, ~10x slower under emulation",
+        "parsers under mutation: no kernel or cgroup in it, and ~10x slower under emulation",
     ),
     (
         "apiserver",
@@ -692,79 +741,123 @@ pub const LEFT_OUT: &[(&str, &str)] = &[
 
 /// Options of `cargo xtask vm-test`.
 pub struct Options {
-    /// Tiers to run (empty: unit + [`DEFAULT_TIERS`]); `all` runs every tier.
+    /// Tiers to run (empty: unit + [`DEFAULT_TIERS`]); `all` runs every tier in full.
     pub tiers: Vec<String>,
     /// libtest's `--test-threads` in the guest.
     pub test_threads: u32,
-    /// Extra libtest arguments (a name filter, `--exact`, ...).
+    /// Extra libtest arguments for every binary (a name filter replaces the tier's own).
     pub test_args: Vec<String>,
+    /// How the test binaries are built: `None` for `-p enforcer --lib` and
+    /// `-p enforcer-tests --test '*'`; `cargo xtask test` passes its own `cargo test`
+    /// arguments so the host's binaries are reused, not rebuilt with other features.
+    pub build_args: Option<Vec<String>>,
 }
 
 /// `cargo xtask vm-test`: build on the host, run in the guest, report, fail on any failure.
 pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<()> {
     let start = Instant::now();
     let vm = setup(target_dir)?;
+    // The binary the tiers run (`enforcer_tests::enforcer_binary`: `cargo build -p enforcer`;
+    // in the guest cargo is a no-op, so it must be there already).
     sh(crate::cargo().args(["build", "--package", "enforcer", "--bin", "enforcer"]))?;
     let enforcer = std::path::absolute(target_dir.join("debug/enforcer"))?;
-    let mut built = build_tests(&["--package", "enforcer", "--lib"])?;
-    built.extend(build_tests(&[
-        "--package",
-        "enforcer-tests",
-        "--test",
-        "*",
-    ])?);
-    let all = opts.tiers.iter().any(|t| t == "all");
-    let wanted: Vec<String> = if opts.tiers.is_empty() {
-        std::iter::once("unit")
-            .chain(DEFAULT_TIERS.iter().copied())
-            .map(str::to_owned)
-            .collect()
-    } else if all {
-        let mut names: Vec<String> = built.iter().map(|b| b.name.clone()).collect();
-        names.sort_by_key(|n| (n != "unit", n.clone()));
-        names
-    } else {
-        opts.tiers.clone()
+    let built: Vec<TestBinary> = match &opts.build_args {
+        Some(args) => {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            build_tests(&args)?
+        }
+        None => {
+            let mut b = build_tests(&["--package", "enforcer", "--lib"])?;
+            b.extend(build_tests(&[
+                "--package",
+                "enforcer-tests",
+                "--test",
+                "*",
+            ])?);
+            b
+        }
     };
-    let mut bins = Vec::new();
-    for w in &wanted {
-        let b = built.iter().find(|b| &b.name == w).with_context(|| {
+    let wanted: Vec<(String, Vec<String>)> = if opts.tiers.is_empty() {
+        std::iter::once(("unit", &[][..]))
+            .chain(DEFAULT_TIERS.iter().copied())
+            .map(|(t, f)| (t.to_owned(), f.iter().map(|s| (*s).to_owned()).collect()))
+            .collect()
+    } else if opts.tiers.iter().any(|t| t == "all") {
+        let mut names: Vec<String> = built
+            .iter()
+            .map(|b| b.name.clone())
+            .filter(|n| n == "unit" || !n.ends_with("-unit"))
+            .collect();
+        names.sort_by_key(|n| (n != "unit", n.clone()));
+        names.into_iter().map(|n| (n, Vec::new())).collect()
+    } else {
+        opts.tiers.iter().map(|t| (t.clone(), Vec::new())).collect()
+    };
+    let user_filters = opts.test_args.iter().any(|a| !a.starts_with('-'));
+    let mut runs = Vec::new();
+    for (tier, filters) in &wanted {
+        let bin = built.iter().find(|b| &b.name == tier).with_context(|| {
             let names: Vec<&str> = built.iter().map(|b| b.name.as_str()).collect();
-            format!("no test binary {w}; built: {}", names.join(" "))
+            format!("no test binary {tier}; built: {}", names.join(" "))
         })?;
-        bins.push(b.clone());
+        let tests = list_tests(&bin.path)?;
+        for t in tests.iter().filter(|t| t.ends_with("_v1only")) {
+            say(format!(
+                "vm-test: {tier}::{t} is skipped in the VM (needs the cgroup v1 memory \
+                 controller): the host tiers (cargo xtask test) run it"
+            ));
+        }
+        let mut args = vec![
+            format!("--test-threads={}", opts.test_threads),
+            "--skip".to_owned(),
+            "_v1only".to_owned(),
+        ];
+        if !filters.is_empty() && !user_filters {
+            for t in tests
+                .iter()
+                .filter(|t| !filters.iter().any(|f| t.contains(f.as_str())))
+            {
+                say(format!(
+                    "vm-test: {tier}::{t} is not run in the VM (the tier runs the tests \
+                     matching {}): the host tiers run it",
+                    filters.join(", ")
+                ));
+            }
+            args.extend(filters.iter().cloned());
+        }
+        args.extend(opts.test_args.iter().cloned());
+        runs.push(GuestRun {
+            bin: bin.clone(),
+            args,
+        });
     }
     for b in &built {
-        if !wanted.contains(&b.name) {
+        if !wanted.iter().any(|(t, _)| t == &b.name) && !b.name.ends_with("-unit") {
             let why = LEFT_OUT
                 .iter()
                 .find(|(n, _)| *n == b.name)
                 .map_or("not asked for", |(_, why)| why);
             say(format!(
-                "vm-test: tier {} is not run in the VM ({why}); the host run covers it",
+                "vm-test: tier {} is not run in the VM ({why}); the host tiers run it",
                 b.name
             ));
         }
     }
-    for b in &bins {
-        for t in tests_ending_with(&b.path, "_v1only")? {
-            say(format!(
-                "vm-test: skipping {}::{t} in the cgroup v2 VM (v1 only): it runs on the host \
-                 (cargo xtask test), whose memory controller is v1",
-                b.name
-            ));
-        }
-    }
-    let mut test_args = vec![
-        format!("--test-threads={}", opts.test_threads),
-        "--skip".to_owned(),
-        "_v1only".to_owned(),
-    ];
-    test_args.extend(opts.test_args.iter().cloned());
-    let command = guest_command(&enforcer, &bins, &test_args);
+    let command = guest_command(&enforcer, &runs);
     let (rc, wall) = boot(&vm, &command)?;
-    let results = guest_results(&vm, &bins);
+    let results = guest_results(&vm, &runs);
+    report(&vm, &results, rc, wall, start.elapsed())
+}
 
+/// Prints the probe, each failing binary's failures, every test's outcome and time, and
+/// the totals; fails when anything failed or did not run.
+fn report(
+    vm: &Vm,
+    results: &[GuestResult],
+    rc: Option<i32>,
+    wall: Duration,
+    total: Duration,
+) -> anyhow::Result<()> {
     println!(
         "\n=== vm-test: enforcer probe in the guest ({}) ===",
         vm.kernel_version
@@ -774,21 +867,27 @@ pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<()> {
     println!("{}", probe.trim_end());
     let mut failed = Vec::new();
     if probe_rc.trim() != "0" {
-        failed.push(format!("enforcer probe (exit {})", probe_rc.trim()));
+        failed.push(format!("enforcer probe (exit {:?})", probe_rc.trim()));
     }
-    for r in &results {
-        let ok = r.rc == Some(0) && r.counts.is_some_and(|c| c.failed == 0);
-        if !ok {
-            println!("\n=== vm-test: {} failed in the guest ===", r.name);
-            println!("{}", failure_report(&r.output).trim_end());
-            failed.push(r.name.clone());
+    for r in results.iter().filter(|r| !r.ok()) {
+        println!("\n=== vm-test: {} failed in the guest ===", r.name);
+        println!("{}", failure_report(&r.output).trim_end());
+        failed.push(r.name.clone());
+    }
+    println!(
+        "\n=== vm-test: tests in the guest ({}, cgroup v2) ===",
+        vm.kernel_version
+    );
+    for r in results {
+        for (name, outcome, time) in r.tests() {
+            println!("  {:<12} {outcome:<8} {time:>9}  {name}", r.name);
         }
     }
     println!(
         "\n=== vm-test: results in the guest ({}, cgroup v2) ===",
         vm.kernel_version
     );
-    for r in &results {
+    for r in results {
         let counts = r.counts.map_or_else(
             || "no libtest summary (crashed, timed out or not run)".to_owned(),
             |c| {
@@ -805,11 +904,12 @@ pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<()> {
             .map_or_else(|| "-".to_owned(), |s| format!("{s:.0} s"));
         println!("  {:<14} {counts}; {rc}; {time}", r.name);
     }
-    let guest = guest_total(&vm).map_or_else(|| "unknown".to_owned(), |s| format!("{s:.0} s"));
+    let guest = guest_total(vm).map_or_else(|| "unknown".to_owned(), |s| format!("{s:.0} s"));
     println!(
-        "  guest time (command) {guest}; VM wall time {:.0} s; vm-test wall time (with the build) {:.0} s; console log {}",
+        "  guest time (probe and tests) {guest}; VM wall time {:.0} s; vm-test wall time \
+         (with the build) {:.0} s; console log {}",
         wall.as_secs_f64(),
-        start.elapsed().as_secs_f64(),
+        total.as_secs_f64(),
         vm.dir.join("console.log").display()
     );
     if rc.is_none() {
