@@ -432,7 +432,7 @@ pub fn boot(vm: &Vm, command: &str) -> anyhow::Result<(Option<i32>, Duration)> {
         let mut reader = std::io::BufReader::new(out);
         let mut line = Vec::new();
         while reader.read_until(b'\n', &mut line).unwrap_or(0) > 0 {
-            let text = String::from_utf8_lossy(&line);
+            let text = strip_escapes(&String::from_utf8_lossy(&line));
             let text = text.trim_end_matches(['\n', '\r']);
             eprintln!("vm| {text}");
             let _ = writeln!(log, "{text}");
@@ -453,6 +453,30 @@ pub fn boot(vm: &Vm, command: &str) -> anyhow::Result<(Option<i32>, Duration)> {
         .ok()
         .and_then(|s| s.trim().parse().ok());
     Ok((rc, wall))
+}
+
+/// The console line without terminal escape sequences (the firmware clears the screen).
+fn strip_escapes(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\u{1b}' {
+            out.push(c);
+            continue;
+        }
+        // ESC [ parameters final-byte, or ESC and one character.
+        if chars.peek() == Some(&'[') {
+            chars.next();
+            for c in chars.by_ref() {
+                if ('@'..='~').contains(&c) {
+                    break;
+                }
+            }
+        } else {
+            chars.next();
+        }
+    }
+    out
 }
 
 /// One test binary built on the host.
@@ -879,8 +903,17 @@ fn report(
         vm.kernel_version
     );
     for r in results {
-        for (name, outcome, time) in r.tests() {
+        let tests = r.tests();
+        // The unit tests are many and quick: only those that did not pass are listed.
+        let listed = tests
+            .iter()
+            .filter(|(_, outcome, _)| r.name != "unit" || outcome != "ok");
+        for (name, outcome, time) in listed {
             println!("  {:<12} {outcome:<8} {time:>9}  {name}", r.name);
+        }
+        if r.name == "unit" {
+            let ok = tests.iter().filter(|(_, o, _)| o == "ok").count();
+            println!("  {:<12} {ok} passed (not listed)", r.name);
         }
     }
     println!(
@@ -919,4 +952,60 @@ fn report(
         bail!("vm-test failed in the guest: {}", failed.join(", "));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpio_entries_are_aligned_and_end_with_the_trailer() {
+        let mut c = Cpio::default();
+        c.dir("bin");
+        c.file("init", 0o755, b"#!/bin/sh\n");
+        let out = c.finish();
+        assert_eq!(out.len() % 4, 0);
+        assert!(out.starts_with(b"070701"));
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.contains("init\0"));
+        assert!(text.contains("TRAILER!!!\0"));
+        // The file's header: mode 0100755, size 10.
+        let i = text.find("000081ed").expect("regular file mode");
+        assert_eq!(&text[i + 40..i + 48], "0000000a");
+    }
+
+    #[test]
+    fn libtest_summary_and_per_test_times_are_read() {
+        let out = "running 3 tests\n\
+                   test a ... ok <1.500s>\n\
+                   test b ... FAILED <0.010s>\n\
+                   test c ... ignored, needs v1\n\
+                   \nfailures:\n\n---- b stdout ----\npanicked\n\nfailures:\n    b\n\n\
+                   test result: FAILED. 1 passed; 1 failed; 1 ignored; 0 measured; 4 filtered out; finished in 1.6s\n";
+        let c = parse_counts(out).expect("summary");
+        assert_eq!((c.passed, c.failed, c.ignored, c.filtered), (1, 1, 1, 4));
+        let r = GuestResult {
+            name: "t".into(),
+            rc: Some(101),
+            seconds: None,
+            counts: Some(c),
+            output: out.into(),
+        };
+        assert!(!r.ok());
+        let tests = r.tests();
+        assert_eq!(tests[0], ("a".into(), "ok".into(), "1.500s".into()));
+        assert_eq!(tests[1].1, "FAILED");
+        assert_eq!(tests[2].1, "ignored, needs v1");
+        assert!(failure_report(out).starts_with("failures:\n\n---- b stdout"));
+        assert!(parse_counts("thread panicked\n").is_none());
+    }
+
+    #[test]
+    fn console_escapes_are_stripped() {
+        assert_eq!(
+            strip_escapes("\u{1b}c\u{1b}[?7l\u{1b}[2JSeaBIOS"),
+            "SeaBIOS".to_owned()
+        );
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
 }
