@@ -220,7 +220,7 @@ fn test(args: &[String]) -> anyhow::Result<()> {
         say("host memory controller: cgroup v2 (tests named *_v2only run here)");
     } else {
         say("host memory controller: cgroup v1");
-        for (file, name) in tests_named("_v2only")? {
+        for (file, name) in tests_named(Path::new("."), "_v2only")? {
             say(format!(
                 "skipping {name} ({file}) on this host: it needs the cgroup v2 memory \
                  controller; cargo xtask vm-test runs it (Debian 12's 6.1 kernel, pure v2)"
@@ -280,7 +280,7 @@ fn host_memory_is_v2() -> bool {
 
 /// `(file, name)` of every function whose name ends with `suffix` in the workspace's test
 /// sources (`tests/`, `enforcer/src/`): the tests named `*_v1only` / `*_v2only`.
-fn tests_named(suffix: &str) -> anyhow::Result<Vec<(String, String)>> {
+fn tests_named(root: &Path, suffix: &str) -> anyhow::Result<Vec<(String, String)>> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
         for e in std::fs::read_dir(dir)? {
             let p = e?.path();
@@ -294,7 +294,7 @@ fn tests_named(suffix: &str) -> anyhow::Result<Vec<(String, String)>> {
     }
     let mut files = Vec::new();
     for d in ["tests", "enforcer/src"] {
-        walk(Path::new(d), &mut files).with_context(|| format!("reading {d}"))?;
+        walk(&root.join(d), &mut files).with_context(|| format!("reading {d}"))?;
     }
     files.sort();
     let mut found = Vec::new();
@@ -537,5 +537,24 @@ fn bench(what: &str, args: &[String]) -> anyhow::Result<()> {
             .args(["bench", "--package", "enforcer", "--bench", "policy", "--"])
             .args(args)),
         other => bail!("unknown benchmark {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn version_bound_tests_are_found_by_name() {
+        let root = workspace_root().expect("root");
+        let v2 = tests_named(&root, "_v2only").expect("scan");
+        assert!(
+            v2.iter().any(|(f, n)| f.ends_with("e2e_eviction.rs")
+                && n == "oom_killer_multi_process_container_v2only"),
+            "{v2:?}"
+        );
+        let v1 = tests_named(&root, "_v1only").expect("scan");
+        assert!(v1.iter().all(|(f, _)| f.ends_with("signals.rs")), "{v1:?}");
+        assert_eq!(v1.len(), 2, "{v1:?}");
     }
 }

@@ -856,11 +856,15 @@ pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<()> {
         });
     }
     for b in &built {
-        if !wanted.iter().any(|(t, _)| t == &b.name) && !b.name.ends_with("-unit") {
-            let why = LEFT_OUT
-                .iter()
-                .find(|(n, _)| *n == b.name)
-                .map_or("not asked for", |(_, why)| why);
+        if !wanted.iter().any(|(t, _)| t == &b.name) {
+            let why = if b.name.ends_with("-unit") {
+                "unit tests of another crate or binary: pure logic"
+            } else {
+                LEFT_OUT
+                    .iter()
+                    .find(|(n, _)| *n == b.name)
+                    .map_or("not asked for", |(_, why)| why)
+            };
             say(format!(
                 "vm-test: tier {} is not run in the VM ({why}); the host tiers run it",
                 b.name
