@@ -64,14 +64,23 @@ pub struct TestCgroup {
 
 impl TestCgroup {
     /// Creates `mount/<rel>` (every missing component, all owned by the test).
+    ///
+    /// On cgroup v2 a cgroup gets a controller's files only when its parent lists the
+    /// controller in `cgroup.subtree_control`: each directory created here that has a child
+    /// below it enables [`SUBTREE_CONTROLLERS`] (those its `cgroup.controllers` offers) for
+    /// that child. Directories the test did not create are never written.
     pub fn create(mount: &Path, rel: &str) -> Self {
         let mut created = Vec::new();
         let mut dir = mount.to_path_buf();
-        for part in rel.split('/').filter(|p| !p.is_empty()) {
+        let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
+        for (i, part) in parts.iter().enumerate() {
             dir.push(part);
             if !dir.exists() {
                 fs::create_dir(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
                 created.push(dir.clone());
+                if i + 1 < parts.len() {
+                    enable_subtree_controllers(&dir);
+                }
             }
         }
         Self {
@@ -126,6 +135,60 @@ impl Drop for TestCgroup {
     }
 }
 
+/// The controllers a test-created v2 cgroup enables for its children (when offered).
+pub const SUBTREE_CONTROLLERS: &[&str] = &["memory", "cpu", "io", "pids"];
+
+/// On cgroup v2, writes `+<controller>` to `dir`'s `cgroup.subtree_control` for each of
+/// [`SUBTREE_CONTROLLERS`] its `cgroup.controllers` lists (nothing on a v1 hierarchy).
+pub fn enable_subtree_controllers(dir: &Path) {
+    let Ok(offered) = fs::read_to_string(dir.join("cgroup.controllers")) else {
+        return;
+    };
+    let offered: Vec<&str> = offered.split_whitespace().collect();
+    let enable: Vec<String> = SUBTREE_CONTROLLERS
+        .iter()
+        .filter(|c| offered.contains(c))
+        .map(|c| format!("+{c}"))
+        .collect();
+    if enable.is_empty() {
+        return;
+    }
+    let p = dir.join("cgroup.subtree_control");
+    fs::write(&p, enable.join(" "))
+        .unwrap_or_else(|e| panic!("write {:?} to {}: {e}", enable.join(" "), p.display()));
+}
+
+/// Whether the node's memory controller is on cgroup v2 (pure v2, or moved to the unified
+/// hierarchy).
+#[must_use]
+pub fn memory_is_v2() -> bool {
+    matches!(
+        layout().controller("memory"),
+        Some((_, enforcer::cgroup::CgroupVersion::V2))
+    )
+}
+
+/// Fails the test unless the memory controller is on cgroup v1 (tests named `*_v1only`:
+/// run on a v1 host, skipped by name in the v2 VM tier; elsewhere they must not pass
+/// vacuously).
+pub fn require_memory_v1(what: &str) {
+    assert!(
+        !memory_is_v2(),
+        "{what} needs the cgroup v1 memory controller; this machine's is v2 \
+         (a `_v1only` test: `cargo xtask vm-test` skips it, the host tier runs it)"
+    );
+}
+
+/// Fails the test unless the memory controller is on cgroup v2 (tests named `*_v2only`:
+/// run by `cargo xtask vm-test`; the host tier skips them when its memory is v1).
+pub fn require_memory_v2(what: &str) {
+    assert!(
+        memory_is_v2(),
+        "{what} needs the cgroup v2 memory controller; this machine's is v1 \
+         (a `_v2only` test: `cargo xtask vm-test` runs it on a pure cgroup v2 kernel)"
+    );
+}
+
 fn kill_all_in(dir: &Path) {
     if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
         // A pid listed in a cgroup this test created.
@@ -173,13 +236,15 @@ pub fn spawn_in(mut cmd: Command, cgroups: &[&Path]) -> Child {
     cmd.spawn().expect("spawning a test process")
 }
 
-/// Receives signals until `pred` matches one, or panics after `timeout` listing what came.
+/// Receives signals until `pred` matches one, or panics after `timeout` (stretched by
+/// [`time_scale`] where the machine is slow) listing what came.
 pub async fn wait_for(
     rx: &mut mpsc::Receiver<Signal>,
     timeout: Duration,
     what: &str,
     mut pred: impl FnMut(&Signal) -> bool,
 ) -> Signal {
+    let timeout = scaled(timeout);
     let deadline = tokio::time::Instant::now() + timeout;
     let mut seen = Vec::new();
     loop {
@@ -194,6 +259,25 @@ pub async fn wait_for(
             Err(_) => panic!("no {what} within {timeout:?}; saw (first 50): {seen:#?}"),
         }
     }
+}
+
+/// The factor timed bounds are stretched by where the machine is slow:
+/// `ENFORCER_TEST_TIME_SCALE` (a whole number, 1 when unset; `cargo xtask vm-test` sets it
+/// for software emulation). A test that stretches a bound stretches the periods it measures
+/// against with it, so what it proves stays the same.
+#[must_use]
+pub fn time_scale() -> u32 {
+    std::env::var("ENFORCER_TEST_TIME_SCALE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| *n >= 1)
+        .unwrap_or(1)
+}
+
+/// `d` stretched by [`time_scale`].
+#[must_use]
+pub fn scaled(d: Duration) -> Duration {
+    d * time_scale()
 }
 
 /// Appends a line to a file (for tests that write manifests or configs).

@@ -60,11 +60,16 @@ pub fn pressure(state: &Path, condition: &str) -> bool {
         .contains(&condition)
 }
 
-/// Polls `f` every 20 ms until it holds; fails the test naming `what` after `timeout`.
+/// Polls `f` every 20 ms until it holds; fails the test naming `what` after `timeout`
+/// (stretched by [`crate::time_scale`] where the machine is slow).
 pub async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) -> Instant {
+    let timeout = crate::scaled(timeout);
     let deadline = Instant::now() + timeout;
     while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what} ({timeout:?})"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Instant::now()

@@ -807,10 +807,11 @@ spec:
 }
 
 /// `OOMKiller`: multi process container (kubelet runs it on cgroup v2 only: with
-/// `memory.oom.group` the whole container dies and ends with 137).
+/// `memory.oom.group` the whole container dies and ends with 137). v2 only: run by
+/// `cargo xtask vm-test`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "cgroup v2 only (memory.oom.group): waits on the cgroup v2 VM tier issue; this machine's memory controller is v1"]
-async fn oom_killer_multi_process_container() {
+async fn oom_killer_multi_process_container_v2only() {
+    enforcer_tests::require_memory_v2("memory.oom.group (the multi-process OOM kill)");
     let _scenario = Scenario::begin("oom_killer_multi_process_container").await;
     let node = Node::start("e2e-oom-multi", memory_node(ConfigArgs::default()), None);
     let manifest = oom_pod(

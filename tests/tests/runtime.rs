@@ -232,17 +232,18 @@ async fn manifest_runs_edit_restarts_changed_removal_cleans_up() {
             .any(|c| c.ends_with(format!("kubepods/besteffort/pod{uid}"))),
         "{cgroups:?}"
     );
-    let memory_pod = PathBuf::from("/sys/fs/cgroup/memory")
+    // The container's cgroup is below the pod's in the memory hierarchy (v1 or v2).
+    let l = layout();
+    let (memory_mount, _) = l.controller("memory").expect("a memory controller");
+    let memory_pod = memory_mount
         .join(cd.cgroup_root.trim_start_matches('/'))
         .join(format!("kubepods/besteffort/pod{uid}"));
-    if memory_pod.parent().is_some_and(Path::exists) {
-        let cid = a0.trim_start_matches("containerd://");
-        assert!(
-            memory_pod.join(cid).is_dir(),
-            "{} has no {cid}",
-            memory_pod.display()
-        );
-    }
+    let cid = a0.trim_start_matches("containerd://");
+    assert!(
+        memory_pod.join(cid).is_dir(),
+        "{} has no {cid}",
+        memory_pod.display()
+    );
 
     // Edit: only b changes, only b restarts.
     let two = format!("{}{}", sleeper("a", "3600"), sleeper("b", "7200"));
@@ -416,9 +417,13 @@ async fn kill_sends_sigterm_then_sigkill_after_the_grace_period() {
     let e = Enforcer::start(&cd);
     let stubborn = "  - {name: stubborn, image: 'busybox:local', command: [sh, -c, 'trap \"\" TERM; while true; do sleep 0.2; done']}\n";
     let polite = "  - {name: polite, image: 'busybox:local', command: [sh, -c, 'trap \"exit 0\" TERM; while true; do sleep 0.2; done']}\n";
-    let grace = "  terminationGracePeriodSeconds: 4\n";
+    // Under emulation (ENFORCER_TEST_TIME_SCALE) the grace period and the bounds stretch
+    // together: a polite stop still has to end well inside the grace period.
+    let scale = enforcer_tests::time_scale();
+    let grace_s = 4 * scale;
+    let grace = format!("  terminationGracePeriodSeconds: {grace_s}\n");
     let y = |name: &str, uid: &str, c: &str| {
-        pod_yaml(name, uid, grace, c).replace("  terminationGracePeriodSeconds: 2\n", "")
+        pod_yaml(name, uid, &grace, c).replace("  terminationGracePeriodSeconds: 2\n", "")
     };
     write_manifest(&cd, "stubborn.yaml", &y("stubborn", "grace-1", stubborn));
     write_manifest(&cd, "polite.yaml", &y("polite", "grace-2", polite));
@@ -441,12 +446,13 @@ async fn kill_sends_sigterm_then_sigkill_after_the_grace_period() {
     .await;
     let stubborn_took = t.elapsed();
     assert!(
-        polite_took < Duration::from_secs(3),
-        "SIGTERM handled, yet the kill took {polite_took:?}"
+        polite_took < enforcer_tests::scaled(Duration::from_secs(3)),
+        "SIGTERM handled, yet the kill took {polite_took:?} (grace period {grace_s} s)"
     );
     assert!(
-        stubborn_took >= Duration::from_secs(4) && stubborn_took < Duration::from_secs(12),
-        "SIGTERM ignored: SIGKILL must come after the 4 s grace period, took {stubborn_took:?}"
+        stubborn_took >= Duration::from_secs(grace_s.into())
+            && stubborn_took < enforcer_tests::scaled(Duration::from_secs(12)),
+        "SIGTERM ignored: SIGKILL must come after the {grace_s} s grace period, took {stubborn_took:?}"
     );
     assert!(cd.pod_cgroups().is_empty());
     finish(e, cd).await;

@@ -8,7 +8,10 @@ use enforcer::{
     kernel::{self, Capabilities, PipelineOptions, SourceChoice, Watch, tracefmt},
     signal::{SignalKind, SourceKind},
 };
-use enforcer_tests::{TestCgroup, layout, require_root, spawn_in, unique_name, wait_for};
+use enforcer_tests::{
+    TestCgroup, layout, memory_is_v2, require_memory_v1, require_root, spawn_in, unique_name,
+    wait_for,
+};
 
 const MIB: u64 = 1 << 20;
 
@@ -66,7 +69,14 @@ async fn ebpf_reports_cgroup_mkdir_and_rmdir_with_paths_and_pods() {
     let name = unique_name("mkdir");
     let rel = format!("{name}/kubepods/burstable/pod0b1c2d3e-aaaa-bbbb-cccc-000000000001");
     let mut mem = TestCgroup::create(&memory_mount(), &rel);
-    let uni = l.unified.as_deref().map(|u| TestCgroup::create(u, &name));
+    // On a v1 memory controller the unified hierarchy is another tree: a cgroup made there
+    // is reported from it. On v2 the memory cgroup is in the unified hierarchy itself.
+    let v2 = memory_is_v2();
+    let uni = l
+        .unified
+        .as_deref()
+        .filter(|_| !v2)
+        .map(|u| TestCgroup::create(u, &name));
 
     let want = mem.rel();
     let s = wait_for(
@@ -77,6 +87,9 @@ async fn ebpf_reports_cgroup_mkdir_and_rmdir_with_paths_and_pods() {
     )
     .await;
     assert_eq!(s.source, SourceKind::Ebpf);
+    if v2 {
+        assert_eq!(s.hierarchy.as_deref(), Some("unified"));
+    }
     assert_eq!(
         s.pod_uid.as_deref(),
         Some("0b1c2d3e-aaaa-bbbb-cccc-000000000001")
@@ -124,7 +137,7 @@ async fn ebpf_reports_cgroup_mkdir_and_rmdir_with_paths_and_pods() {
         |s| {
             s.kind == SignalKind::CgroupRemoved
                 && s.cgroup.as_deref() == Some(top.as_str())
-                && s.hierarchy.as_deref() != Some("unified")
+                && (s.hierarchy.as_deref() == Some("unified")) == v2
         },
     )
     .await;
@@ -380,8 +393,10 @@ async fn reclaim_storms_are_folded_per_cgroup_in_the_kernel() {
     );
 }
 
+/// v1 only: `cgroup.event_control` thresholds exist only on the v1 memory controller.
 #[tokio::test]
-async fn eventfd_fallback_reports_the_same_pressure() {
+async fn eventfd_fallback_reports_the_same_pressure_v1only() {
+    require_memory_v1("the eventfd source (cgroup.event_control)");
     let mem_mount = memory_mount();
     let name = unique_name("eventfd");
     let mem = TestCgroup::create(
@@ -468,15 +483,17 @@ async fn psi_fallback_registers_triggers_with_the_allowed_window() {
     );
 }
 
+/// v1 only: the eventfd source (on v2 it refuses to start, whatever the watch).
 #[tokio::test]
-async fn a_missing_watch_is_a_clear_error_not_a_crash() {
+async fn a_missing_watch_is_a_clear_error_not_a_crash_v1only() {
     require_root();
+    require_memory_v1("the eventfd source (cgroup.event_control)");
     let l = layout();
     let caps = Capabilities::probe(&l);
     let opts = PipelineOptions {
         source: SourceChoice::Only(SourceKind::Eventfd),
         watches: vec![Watch {
-            cgroup: "/sys/fs/cgroup/memory/enforcer-no-such-cgroup".into(),
+            cgroup: memory_mount().join("enforcer-no-such-cgroup"),
             threshold_bytes: Some(1),
         }],
         ..Default::default()

@@ -1,0 +1,1015 @@
+//! `cargo xtask vm-test`: the test binaries, built here, run inside Debian 12's own 6.1
+//! kernel (pure cgroup v2, PSI, BTF) under QEMU with software emulation (TCG; KVM does not
+//! work on these machines). See `../shared/VM.md` for what was measured to work.
+//!
+//! The guest sees this machine's root file system read-only over 9p, under an overlay whose
+//! upper layer is a tmpfs, so every binary, tool and path is where the host has it; results
+//! come out through a second, writable 9p share (`<target>/vm/share`). Everything the VM
+//! needs lives in `<target>/vm/`: the unpacked kernel package (never installed on the
+//! host), its module index, and a busybox initramfs.
+
+use std::{
+    fmt::Write as _,
+    fs,
+    io::{BufRead as _, Write as _},
+    os::unix::fs::PermissionsExt as _,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::{output, say, sh};
+
+/// Loaded with `insmod` by the initramfs, in this order (virtio PCI, 9p, overlay).
+const INITRAMFS_MODULES: &[&str] = &[
+    "virtio_ring",
+    "virtio",
+    "virtio_pci_modern_dev",
+    "virtio_pci_legacy_dev",
+    "virtio_pci",
+    "9pnet",
+    "9pnet_virtio",
+    "netfs",
+    "fscache",
+    "9p",
+    "overlay",
+];
+
+/// The kernel command line (serial console, pure cgroup v2, power off on panic).
+const KERNEL_CMDLINE: &str = "console=ttyS0 rdinit=/init cgroup_no_v1=all mitigations=off \
+                              panic=-1 loglevel=4 tsc=reliable no_timer_check 8250.nr_uarts=1";
+
+/// Guest memory (MiB) and CPUs.
+const GUEST_MEMORY_MIB: u32 = 4096;
+const GUEST_CPUS: u32 = 2;
+
+/// The whole VM run, boot to power-off (QEMU is killed after it).
+const VM_TIMEOUT: Duration = Duration::from_secs(40 * 60);
+/// One test binary inside the guest (killed after it, counted as failed).
+const BINARY_TIMEOUT_SECS: u64 = 20 * 60;
+
+/// Stage 1, the initramfs's `/init`: modules, the 9p host root under an overlay, switch_root.
+const INIT_STAGE1: &str = r#"#!/bin/busybox sh
+# enforcer vm-test, stage 1 (initramfs): load the modules, mount the host root (9p,
+# read-only) as the lower layer of an overlay with a tmpfs upper layer, switch_root into it.
+/bin/busybox mkdir -p /proc /sys /dev /bin
+/bin/busybox mount -t devtmpfs devtmpfs /dev
+exec </dev/console >/dev/console 2>&1
+/bin/busybox --install -s /bin
+export PATH=/bin
+fail() { echo "vm-init: $*"; poweroff -f; }
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+for m in @MODULES@; do
+    insmod "/modules/$m.ko" || fail "insmod $m failed"
+done
+mkdir -p /lower /upper /newroot
+n=0
+until mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,cache=loose,ro hostroot /lower; do
+    n=$((n + 1)); [ "$n" -lt 50 ] || fail "cannot mount the host root (9p tag hostroot)"
+    sleep 0.1
+done
+mount -t tmpfs -o mode=755 upper /upper || fail "tmpfs for the overlay"
+mkdir -p /upper/data /upper/work
+mount -t overlay -o lowerdir=/lower,upperdir=/upper/data,workdir=/upper/work overlay /newroot \
+    || fail "overlay of the host root"
+mkdir -p /newroot/.vm/share
+cp /bin/busybox /newroot/.vm/busybox
+cp /stage2 /newroot/.vm/stage2
+chmod 755 /newroot/.vm/stage2
+umount /proc /sys
+mkdir -p /newroot/dev
+mount --move /dev /newroot/dev || fail "moving /dev"
+exec switch_root /newroot /.vm/busybox sh /.vm/stage2
+"#;
+
+/// Stage 2, in the overlay root: the node's mounts, the fixes VM.md lists, the command.
+const INIT_STAGE2: &str = r#"# enforcer vm-test, stage 2 (in the overlay of the host root)
+B=/.vm/busybox
+fail() { echo "vm-init: $*"; $B sync; $B poweroff -f; }
+$B mount -t proc proc /proc
+$B mount -t sysfs sysfs /sys
+$B mkdir -p /dev/pts /dev/shm
+$B mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts /dev/pts
+$B mount -t tmpfs -o mode=1777 shm /dev/shm
+$B mount -t cgroup2 -o nsdelegate,memory_recursiveprot cgroup2 /sys/fs/cgroup || fail "cgroup2"
+$B mount -t tracefs tracefs /sys/kernel/tracing || fail "tracefs"
+$B mount -t debugfs debugfs /sys/kernel/debug || fail "debugfs"
+$B mount -t bpf bpf /sys/fs/bpf || fail "bpffs"
+$B mount -t tmpfs -o mode=755 run /run
+# containerd's overlayfs snapshotter cannot put its upper directory on an overlay: a real
+# tmpfs for /tmp, where the tests keep containerd's root and state.
+$B mount -t tmpfs -o mode=1777 tmp /tmp
+$B mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 vmshare /.vm/share || fail "share"
+echo "+memory +cpu +io +pids +cpuset" > /sys/fs/cgroup/cgroup.subtree_control \
+    || fail "enabling controllers in the root cgroup"
+# Bridges and veths load modules on demand: the unpacked module tree and a modprobe wrapper.
+$B mkdir -p /lib/modules
+$B mount --bind @MODULE_TREE@ /lib/modules || fail "module tree"
+printf '#!/.vm/busybox sh\nexec /.vm/busybox modprobe "$@"\n' > /.vm/modprobe
+$B chmod 755 /.vm/modprobe
+echo /.vm/modprobe > /proc/sys/kernel/modprobe
+$B hostname enforcer-vm
+$B ip link set lo up
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export HOME=/root TERM=dumb
+# A test that calls cargo would rebuild everything under emulation: cargo is a no-op here.
+export CARGO=/bin/true
+echo "vm-init: ready after $($B cut -d' ' -f1 /proc/uptime) s ($($B uname -r), cgroup2 controllers: $($B cat /sys/fs/cgroup/cgroup.subtree_control))"
+$B sh /.vm/share/command.sh
+echo "$?" > /.vm/share/command.rc
+echo "vm-init: command ended after $($B cut -d' ' -f1 /proc/uptime) s"
+$B sync
+$B umount /.vm/share
+$B poweroff -f
+"#;
+
+/// What the VM needs, all under `<target>/vm/`.
+pub struct Vm {
+    /// `<target>/vm`, absolute.
+    pub dir: PathBuf,
+    pub kernel_version: String,
+    pub vmlinuz: PathBuf,
+    pub initrd: PathBuf,
+    /// The writable share, `<target>/vm/share`.
+    pub share: PathBuf,
+}
+
+/// Installs what the VM needs, idempotently, saying what it does: QEMU, the Debian 12 kernel
+/// package (unpacked under `<target>/vm`), its module index, the initramfs.
+pub fn setup(target_dir: &Path) -> anyhow::Result<Vm> {
+    crate::install_packages(&["qemu-system-x86", "busybox-static"])?;
+    let dir = std::path::absolute(target_dir.join("vm"))?;
+    fs::create_dir_all(&dir).with_context(|| format!("mkdir {}", dir.display()))?;
+    let package = kernel_package()?;
+    let kernel_version = package
+        .strip_prefix("linux-image-")
+        .context("kernel package name")?
+        .to_owned();
+    let tree = dir.join(format!("kernel-{kernel_version}"));
+    let vmlinuz = tree.join(format!("boot/vmlinuz-{kernel_version}"));
+    let modules = tree.join("lib/modules").join(&kernel_version);
+    if vmlinuz.exists() && modules.join("modules.dep").exists() {
+        say(format!(
+            "vm kernel {kernel_version}: present in {}",
+            tree.display()
+        ));
+    } else {
+        unpack_kernel(&dir, &package, &tree)?;
+        say(format!(
+            "vm kernel: building the module index (busybox depmod -b {})",
+            tree.display()
+        ));
+        sh(Command::new("busybox")
+            .arg("depmod")
+            .arg("-b")
+            .arg(&tree)
+            .arg(&kernel_version))?;
+    }
+    let initrd = dir.join("initrd.cpio");
+    let archive = initramfs(&modules, &tree.join("lib/modules"))?;
+    if fs::read(&initrd).is_ok_and(|old| old == archive) {
+        say(format!("vm initramfs: up to date ({})", initrd.display()));
+    } else {
+        fs::write(&initrd, &archive).with_context(|| format!("write {}", initrd.display()))?;
+        say(format!(
+            "vm initramfs: wrote {} ({} KiB: busybox, {} modules, /init)",
+            initrd.display(),
+            archive.len() / 1024,
+            INITRAMFS_MODULES.len()
+        ));
+    }
+    Ok(Vm {
+        share: dir.join("share"),
+        dir,
+        kernel_version,
+        vmlinuz,
+        initrd,
+    })
+}
+
+/// The kernel package Debian 12's `linux-image-amd64` depends on (6.1.0-NN-amd64).
+fn kernel_package() -> anyhow::Result<String> {
+    let find = || {
+        output(Command::new("apt-cache").args(["depends", "linux-image-amd64"]))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("Depends: "))
+            .find(|p| p.starts_with("linux-image-") && p.ends_with("-amd64"))
+            .map(str::to_owned)
+    };
+    let package = match find() {
+        Some(p) => p,
+        None => {
+            say("apt-cache knows no linux-image-amd64: updating the package lists");
+            sh(Command::new("apt-get").args(["update", "-qq"]))?;
+            find().context("apt-cache depends linux-image-amd64 names no kernel package")?
+        }
+    };
+    if !package.starts_with("linux-image-6.1.") {
+        bail!(
+            "linux-image-amd64 depends on {package}, not Debian 12's 6.1 kernel: \
+             the VM tier is measured on 6.1 (check the apt sources)"
+        );
+    }
+    Ok(package)
+}
+
+/// `apt-get download` the kernel package into `dir` and unpack it (`dpkg-deb -x`) to `tree`.
+fn unpack_kernel(dir: &Path, package: &str, tree: &Path) -> anyhow::Result<()> {
+    let debs = |dir: &Path| -> Vec<PathBuf> {
+        fs::read_dir(dir)
+            .map(|rd| {
+                rd.filter_map(Result::ok)
+                    .map(|e| e.path())
+                    .filter(|p| {
+                        p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                            n.starts_with(&format!("{package}_")) && n.ends_with(".deb")
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    if debs(dir).is_empty() {
+        say(format!(
+            "vm kernel: downloading {package} into {} (not installed on this host)",
+            dir.display()
+        ));
+        sh(Command::new("apt-get")
+            .args(["download", "-q", package])
+            .current_dir(dir))?;
+    }
+    let deb = debs(dir).into_iter().next().with_context(|| {
+        format!(
+            "apt-get download left no {package}_*.deb in {}",
+            dir.display()
+        )
+    })?;
+    let partial = tree.with_extension("partial");
+    if partial.exists() {
+        fs::remove_dir_all(&partial).with_context(|| format!("rm -r {}", partial.display()))?;
+    }
+    say(format!(
+        "vm kernel: unpacking {} into {}",
+        deb.display(),
+        tree.display()
+    ));
+    sh(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&partial))?;
+    if tree.exists() {
+        fs::remove_dir_all(tree).with_context(|| format!("rm -r {}", tree.display()))?;
+    }
+    fs::rename(&partial, tree)
+        .with_context(|| format!("mv {} {}", partial.display(), tree.display()))?;
+    fs::remove_file(&deb).with_context(|| format!("rm {}", deb.display()))?;
+    Ok(())
+}
+
+/// The initramfs (a `newc` cpio, deterministic): static busybox, the modules, both stages.
+fn initramfs(modules: &Path, module_tree: &Path) -> anyhow::Result<Vec<u8>> {
+    let busybox = fs::read("/bin/busybox").context("read /bin/busybox (busybox-static)")?;
+    let mut cpio = Cpio::default();
+    for d in ["bin", "dev", "proc", "sys", "modules"] {
+        cpio.dir(d);
+    }
+    cpio.file("bin/busybox", 0o755, &busybox);
+    let stage1 = INIT_STAGE1.replace("@MODULES@", &INITRAMFS_MODULES.join(" "));
+    cpio.file("init", 0o755, stage1.as_bytes());
+    let stage2 = INIT_STAGE2.replace(
+        "@MODULE_TREE@",
+        &shell_quote(&module_tree.display().to_string()),
+    );
+    cpio.file("stage2", 0o755, stage2.as_bytes());
+    let dep = fs::read_to_string(modules.join("modules.dep")).context("modules.dep")?;
+    for m in INITRAMFS_MODULES {
+        let rel = dep
+            .lines()
+            .filter_map(|l| l.split_once(':').map(|(k, _)| k))
+            .find(|k| Path::new(k).file_name().and_then(|n| n.to_str()) == Some(&format!("{m}.ko")))
+            .with_context(|| format!("module {m} is not in {}", modules.display()))?;
+        let ko = fs::read(modules.join(rel)).with_context(|| format!("read module {rel}"))?;
+        cpio.file(&format!("modules/{m}.ko"), 0o644, &ko);
+    }
+    Ok(cpio.finish())
+}
+
+/// A minimal `newc` cpio writer (uid/gid 0, mtime 0: the same inputs give the same bytes).
+#[derive(Default)]
+struct Cpio {
+    out: Vec<u8>,
+    ino: u32,
+}
+
+impl Cpio {
+    fn entry(&mut self, name: &str, mode: u32, data: &[u8]) {
+        self.ino += 1;
+        let nlink = if mode & 0o040_000 != 0 { 2 } else { 1 };
+        let size = u32::try_from(data.len()).unwrap_or(u32::MAX);
+        let namesize = u32::try_from(name.len() + 1).unwrap_or(u32::MAX);
+        let header = format!(
+            "070701{:08x}{mode:08x}{:08x}{:08x}{nlink:08x}{:08x}{size:08x}{:08x}{:08x}{:08x}{:08x}{namesize:08x}{:08x}",
+            self.ino, 0, 0, 0, 0, 0, 0, 0, 0
+        );
+        self.out.extend_from_slice(header.as_bytes());
+        self.out.extend_from_slice(name.as_bytes());
+        self.out.push(0);
+        self.pad();
+        self.out.extend_from_slice(data);
+        self.pad();
+    }
+
+    fn pad(&mut self) {
+        while !self.out.len().is_multiple_of(4) {
+            self.out.push(0);
+        }
+    }
+
+    fn dir(&mut self, name: &str) {
+        self.entry(name, 0o040_755, &[]);
+    }
+
+    fn file(&mut self, name: &str, perm: u32, data: &[u8]) {
+        self.entry(name, 0o100_000 | perm, data);
+    }
+
+    fn finish(mut self) -> Vec<u8> {
+        self.ino = 0;
+        self.entry("TRAILER!!!", 0, &[]);
+        self.out
+    }
+}
+
+/// `'...'` for sh, with embedded single quotes escaped.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Holds `<target>/vm/lock` (flock): one VM at a time on this machine's target directory.
+struct VmLock {
+    _file: fs::File,
+}
+
+impl VmLock {
+    fn take(dir: &Path) -> anyhow::Result<Self> {
+        use std::os::fd::AsRawFd as _;
+        let path = dir.join("lock");
+        let f = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("open {}", path.display()))?;
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            say(format!(
+                "another VM run holds {}: waiting for it (one VM at a time)",
+                path.display()
+            ));
+            // SAFETY: as above, blocking.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+                bail!(
+                    "flock {}: {}",
+                    path.display(),
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+        Ok(Self { _file: f })
+    }
+}
+
+/// Boots the VM with `command` (a sh script) as the guest's work, streams the serial
+/// console (prefixed `vm| `, also kept in `<target>/vm/console.log`), and returns the
+/// command's exit code (None when the guest never got to write it) and the wall time.
+pub fn boot(vm: &Vm, command: &str) -> anyhow::Result<(Option<i32>, Duration)> {
+    let _lock = VmLock::take(&vm.dir)?;
+    if vm.share.exists() {
+        fs::remove_dir_all(&vm.share).with_context(|| format!("rm -r {}", vm.share.display()))?;
+    }
+    fs::create_dir_all(&vm.share)?;
+    let script = vm.share.join("command.sh");
+    fs::write(&script, command)?;
+    fs::set_permissions(&script, fs::Permissions::from_mode(0o755))?;
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "30", &VM_TIMEOUT.as_secs().to_string()])
+        .arg("qemu-system-x86_64")
+        .args(["-accel", "tcg,thread=multi", "-M", "q35", "-cpu", "max"])
+        .args(["-m", &GUEST_MEMORY_MIB.to_string()])
+        .args(["-smp", &GUEST_CPUS.to_string()])
+        .arg("-kernel")
+        .arg(&vm.vmlinuz)
+        .arg("-initrd")
+        .arg(&vm.initrd)
+        .args(["-append", KERNEL_CMDLINE])
+        .args(["-nographic", "-monitor", "none", "-serial", "stdio"])
+        .args(["-no-reboot", "-nic", "none"])
+        .args([
+            "-virtfs",
+            "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+        ])
+        .arg("-virtfs")
+        .arg(format!(
+            "local,path={},mount_tag=vmshare,security_model=none,multidevs=remap",
+            vm.share.display()
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    say(format!(
+        "booting Debian's {} under QEMU (TCG, {GUEST_CPUS} CPUs, {GUEST_MEMORY_MIB} MiB; \
+         at most {} min): {cmd:?}",
+        vm.kernel_version,
+        VM_TIMEOUT.as_secs() / 60
+    ));
+    let start = Instant::now();
+    let mut child = cmd.spawn().with_context(|| format!("starting {cmd:?}"))?;
+    let log_path = vm.dir.join("console.log");
+    let mut log =
+        fs::File::create(&log_path).with_context(|| format!("create {}", log_path.display()))?;
+    if let Some(out) = child.stdout.take() {
+        let mut reader = std::io::BufReader::new(out);
+        let mut line = Vec::new();
+        while reader.read_until(b'\n', &mut line).unwrap_or(0) > 0 {
+            let text = strip_escapes(&String::from_utf8_lossy(&line));
+            let text = text.trim_end_matches(['\n', '\r']);
+            eprintln!("vm| {text}");
+            let _ = writeln!(log, "{text}");
+            line.clear();
+        }
+    }
+    let status = child.wait().context("waiting for QEMU")?;
+    let wall = start.elapsed();
+    if status.code() == Some(124) || status.code() == Some(137) {
+        say(format!(
+            "the VM did not power off within {} min: QEMU was killed",
+            VM_TIMEOUT.as_secs() / 60
+        ));
+    } else if !status.success() {
+        say(format!("QEMU exited with {status}"));
+    }
+    let rc = fs::read_to_string(vm.share.join("command.rc"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    Ok((rc, wall))
+}
+
+/// The console line without terminal escape sequences (the firmware clears the screen).
+fn strip_escapes(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\u{1b}' {
+            out.push(c);
+            continue;
+        }
+        // ESC [ parameters final-byte, or ESC and one character.
+        if chars.peek() == Some(&'[') {
+            chars.next();
+            for c in chars.by_ref() {
+                if ('@'..='~').contains(&c) {
+                    break;
+                }
+            }
+        } else {
+            chars.next();
+        }
+    }
+    out
+}
+
+/// One test binary built on the host.
+#[derive(Debug, Clone)]
+pub struct TestBinary {
+    /// `unit` (the enforcer library) or the tier's name (`signals`, ...).
+    pub name: String,
+    pub path: PathBuf,
+    /// The package directory (cargo runs tests there).
+    pub cwd: PathBuf,
+}
+
+/// Runs `cargo test --no-run --message-format=json` with `args` and returns the test
+/// executables it built.
+pub fn build_tests(args: &[&str]) -> anyhow::Result<Vec<TestBinary>> {
+    let mut cmd = crate::cargo();
+    cmd.args([
+        "test",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ])
+    .args(args)
+    .stderr(Stdio::inherit());
+    say(format!("running {cmd:?}"));
+    let out = cmd.output().with_context(|| format!("starting {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}", out.status);
+    }
+    let mut bins = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if v["reason"] != "compiler-artifact" || v["profile"]["test"] != true {
+            continue;
+        }
+        let Some(exe) = v["executable"].as_str() else {
+            continue;
+        };
+        let kinds = &v["target"]["kind"];
+        let target = v["target"]["name"].as_str().unwrap_or("?");
+        let kind = kinds
+            .as_array()
+            .and_then(|k| k.first())
+            .and_then(|k| k.as_str())
+            .unwrap_or("?");
+        let name = match (kind, target) {
+            ("test", _) => target.to_owned(),
+            ("lib", "enforcer") => "unit".to_owned(),
+            _ => format!("{target}-{kind}-unit"),
+        };
+        let cwd = v["manifest_path"]
+            .as_str()
+            .and_then(|m| Path::new(m).parent())
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        bins.push(TestBinary {
+            name,
+            path: PathBuf::from(exe),
+            cwd,
+        });
+    }
+    Ok(bins)
+}
+
+/// libtest's counts for one binary.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Counts {
+    pub passed: u32,
+    pub failed: u32,
+    pub ignored: u32,
+    pub filtered: u32,
+}
+
+/// The `test result:` line of libtest's output, if it got that far.
+pub fn parse_counts(out: &str) -> Option<Counts> {
+    let line = out.lines().rev().find(|l| l.starts_with("test result:"))?;
+    let mut c = Counts::default();
+    for part in line.split([';', '.']) {
+        let mut w = part.split_whitespace();
+        if let (Some(n), Some(what)) = (w.next(), w.next())
+            && let Ok(n) = n.parse()
+        {
+            match what {
+                "passed" => c.passed = n,
+                "failed" => c.failed = n,
+                "ignored" => c.ignored = n,
+                "filtered" => c.filtered = n,
+                _ => {}
+            }
+        }
+    }
+    Some(c)
+}
+
+/// libtest's failure section (each failing test's output and the list), or the output's
+/// tail when the binary ended without one.
+pub fn failure_report(out: &str) -> String {
+    if let Some(i) = out.find("\nfailures:\n") {
+        return out[i + 1..].to_owned();
+    }
+    let lines: Vec<&str> = out.lines().collect();
+    let tail = lines.len().saturating_sub(60);
+    lines[tail..].join("\n")
+}
+
+/// The tests of `bin` (`--list`, run on the host; ignored ones included).
+pub fn list_tests(bin: &Path) -> anyhow::Result<Vec<String>> {
+    let out = Command::new(bin)
+        .args(["--list", "--format", "terse"])
+        .output()
+        .with_context(|| format!("{} --list", bin.display()))?;
+    if !out.status.success() {
+        bail!("{} --list failed: {}", bin.display(), out.status);
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Timed bounds in the tests stretch by this factor in the guest
+/// (`ENFORCER_TEST_TIME_SCALE`, see `enforcer_tests::time_scale`): software emulation is
+/// 4-30x slower than the host.
+pub const GUEST_TIME_SCALE: u32 = 3;
+
+/// One binary to run in the guest, with the libtest arguments of its run.
+#[derive(Debug, Clone)]
+pub struct GuestRun {
+    pub bin: TestBinary,
+    pub args: Vec<String>,
+}
+
+/// The guest's command: `enforcer probe`, then each binary, one after another, each with its
+/// output, exit code and guest time in the share.
+pub fn guest_command(enforcer: &Path, runs: &[GuestRun]) -> String {
+    let mut s = String::from(
+        "# written by cargo xtask vm-test\n\
+         S=/.vm/share\n\
+         up() { /.vm/busybox cut -d' ' -f1 /proc/uptime; }\n\
+         export RUST_BACKTRACE=1\n",
+    );
+    let _ = writeln!(s, "export ENFORCER_TEST_TIME_SCALE={GUEST_TIME_SCALE}");
+    if let Ok(log) = std::env::var("RUST_LOG") {
+        let _ = writeln!(s, "export RUST_LOG={}", shell_quote(&log));
+    }
+    s.push_str(
+        "echo \"$(up)\" > $S/start\n\
+         echo \"vm-test: enforcer probe\"\n",
+    );
+    let _ = writeln!(
+        s,
+        "{} probe > $S/probe.out 2>&1; echo $? > $S/probe.rc",
+        shell_quote(&enforcer.display().to_string())
+    );
+    for r in runs {
+        let args: Vec<String> = r.args.iter().map(|a| shell_quote(a)).collect();
+        // RUSTC_BOOTSTRAP lets libtest take `-Z unstable-options --report-time` (per-test
+        // times) from a stable build.
+        let _ = writeln!(
+            s,
+            "echo \"vm-test: {name}: running (at $(up) s)\"\n\
+             t0=$(up)\n\
+             (cd {cwd} && RUSTC_BOOTSTRAP=1 exec timeout -k 10 {BINARY_TIMEOUT_SECS} {bin} \
+             -Z unstable-options --report-time {args}) > $S/{name}.out 2>&1 < /dev/null\n\
+             rc=$?\n\
+             echo \"$rc $t0 $(up)\" > $S/{name}.rc\n\
+             echo \"vm-test: {name}: exit $rc (at $(up) s)\"",
+            name = r.bin.name,
+            cwd = shell_quote(&r.bin.cwd.display().to_string()),
+            bin = shell_quote(&r.bin.path.display().to_string()),
+            args = args.join(" "),
+        );
+    }
+    s.push_str("echo \"$(up)\" > $S/end\n");
+    s
+}
+
+/// What one binary did in the guest.
+#[derive(Debug)]
+pub struct GuestResult {
+    pub name: String,
+    pub rc: Option<i32>,
+    pub seconds: Option<f64>,
+    pub counts: Option<Counts>,
+    pub output: String,
+}
+
+impl GuestResult {
+    fn ok(&self) -> bool {
+        self.rc == Some(0) && self.counts.is_some_and(|c| c.failed == 0)
+    }
+
+    /// `(name, outcome, time)` of each test libtest reported (`--report-time`).
+    fn tests(&self) -> Vec<(String, String, String)> {
+        self.output
+            .lines()
+            .filter_map(|l| l.strip_prefix("test "))
+            .filter_map(|l| l.split_once(" ... "))
+            .map(|(name, rest)| {
+                let (outcome, time) = match rest.rsplit_once(" <") {
+                    Some((o, t)) => (o, t.trim_end_matches('>')),
+                    None => (rest, ""),
+                };
+                (name.to_owned(), outcome.to_owned(), time.to_owned())
+            })
+            .collect()
+    }
+}
+
+/// Reads the share after the run.
+pub fn guest_results(vm: &Vm, runs: &[GuestRun]) -> Vec<GuestResult> {
+    runs.iter()
+        .map(|r| {
+            let name = &r.bin.name;
+            let output =
+                fs::read_to_string(vm.share.join(format!("{name}.out"))).unwrap_or_default();
+            let rc_line =
+                fs::read_to_string(vm.share.join(format!("{name}.rc"))).unwrap_or_default();
+            let f: Vec<&str> = rc_line.split_whitespace().collect();
+            let rc = f.first().and_then(|r| r.parse().ok());
+            let seconds = match (
+                f.get(1).and_then(|t| t.parse::<f64>().ok()),
+                f.get(2).and_then(|t| t.parse::<f64>().ok()),
+            ) {
+                (Some(a), Some(b)) => Some(b - a),
+                _ => None,
+            };
+            GuestResult {
+                name: name.clone(),
+                rc,
+                seconds,
+                counts: parse_counts(&output),
+                output,
+            }
+        })
+        .collect()
+}
+
+/// Guest seconds from the command's start to its end, when both were written.
+pub fn guest_total(vm: &Vm) -> Option<f64> {
+    let read = |f: &str| -> Option<f64> {
+        fs::read_to_string(vm.share.join(f))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    Some(read("end")? - read("start")?)
+}
+
+/// The tiers `vm-test` runs by default after the enforcer's unit tests, in this order, each
+/// with the libtest name filters it runs (none: all its tests): the kernel-facing tiers
+/// (eBPF, cgroup v2, PSI, containerd on a v2 node).
+pub const DEFAULT_TIERS: &[(&str, &[&str])] = &[
+    ("signals", &[]),
+    ("pressure", &[]),
+    ("enforcement", &[]),
+    ("eviction", &[]),
+    ("runtime", &[]),
+    // kubelet's node e2e: the memory and OOM scenarios (what cgroup v2 changes); the disk
+    // ones (a tmpfs nodefs, no cgroup in it) stay on the host, for time.
+    ("e2e_eviction", &["memory", "oom_killer", "pod_using_more"]),
+];
+
+/// Tiers left out by default, and why (printed on every run, so none is left out silently).
+pub const LEFT_OUT: &[(&str, &str)] = &[
+    (
+        "simulate",
+        "the decision core on files: no kernel or cgroup in it",
+    ),
+    (
+        "fuzz",
+        "parsers under mutation: no kernel or cgroup in it, and ~10x slower under emulation",
+    ),
+    (
+        "apiserver",
+        "an in-process fake API server: nothing cgroup-version specific",
+    ),
+    (
+        "hardening",
+        "descriptor limits and hostile input: nothing cgroup-version specific",
+    ),
+];
+
+/// Options of `cargo xtask vm-test`.
+pub struct Options {
+    /// Tiers to run (empty: unit + [`DEFAULT_TIERS`]); `all` runs every tier in full.
+    pub tiers: Vec<String>,
+    /// libtest's `--test-threads` in the guest.
+    pub test_threads: u32,
+    /// Extra libtest arguments for every binary (a name filter replaces the tier's own).
+    pub test_args: Vec<String>,
+    /// How the test binaries are built: `None` for `-p enforcer --lib` and
+    /// `-p enforcer-tests --test '*'`; `cargo xtask test` passes its own `cargo test`
+    /// arguments so the host's binaries are reused, not rebuilt with other features.
+    pub build_args: Option<Vec<String>>,
+}
+
+/// `cargo xtask vm-test`: build on the host, run in the guest, report, fail on any failure.
+pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<()> {
+    let start = Instant::now();
+    let vm = setup(target_dir)?;
+    // The binary the tiers run (`enforcer_tests::enforcer_binary`: `cargo build -p enforcer`;
+    // in the guest cargo is a no-op, so it must be there already).
+    sh(crate::cargo().args(["build", "--package", "enforcer", "--bin", "enforcer"]))?;
+    let enforcer = std::path::absolute(target_dir.join("debug/enforcer"))?;
+    let built: Vec<TestBinary> = match &opts.build_args {
+        Some(args) => {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            build_tests(&args)?
+        }
+        None => {
+            let mut b = build_tests(&["--package", "enforcer", "--lib"])?;
+            b.extend(build_tests(&[
+                "--package",
+                "enforcer-tests",
+                "--test",
+                "*",
+            ])?);
+            b
+        }
+    };
+    let wanted: Vec<(String, Vec<String>)> = if opts.tiers.is_empty() {
+        std::iter::once(("unit", &[][..]))
+            .chain(DEFAULT_TIERS.iter().copied())
+            .map(|(t, f)| (t.to_owned(), f.iter().map(|s| (*s).to_owned()).collect()))
+            .collect()
+    } else if opts.tiers.iter().any(|t| t == "all") {
+        let mut names: Vec<String> = built
+            .iter()
+            .map(|b| b.name.clone())
+            .filter(|n| n == "unit" || !n.ends_with("-unit"))
+            .collect();
+        names.sort_by_key(|n| (n != "unit", n.clone()));
+        names.into_iter().map(|n| (n, Vec::new())).collect()
+    } else {
+        opts.tiers.iter().map(|t| (t.clone(), Vec::new())).collect()
+    };
+    let user_filters = opts.test_args.iter().any(|a| !a.starts_with('-'));
+    let mut runs = Vec::new();
+    for (tier, filters) in &wanted {
+        let bin = built.iter().find(|b| &b.name == tier).with_context(|| {
+            let names: Vec<&str> = built.iter().map(|b| b.name.as_str()).collect();
+            format!("no test binary {tier}; built: {}", names.join(" "))
+        })?;
+        let tests = list_tests(&bin.path)?;
+        for t in tests.iter().filter(|t| t.ends_with("_v1only")) {
+            say(format!(
+                "vm-test: {tier}::{t} is skipped in the VM (needs the cgroup v1 memory \
+                 controller): the host tiers (cargo xtask test) run it"
+            ));
+        }
+        let mut args = vec![
+            format!("--test-threads={}", opts.test_threads),
+            "--skip".to_owned(),
+            "_v1only".to_owned(),
+        ];
+        if !filters.is_empty() && !user_filters {
+            for t in tests
+                .iter()
+                .filter(|t| !filters.iter().any(|f| t.contains(f.as_str())))
+            {
+                say(format!(
+                    "vm-test: {tier}::{t} is not run in the VM (the tier runs the tests \
+                     matching {}): the host tiers run it",
+                    filters.join(", ")
+                ));
+            }
+            args.extend(filters.iter().cloned());
+        }
+        args.extend(opts.test_args.iter().cloned());
+        runs.push(GuestRun {
+            bin: bin.clone(),
+            args,
+        });
+    }
+    for b in &built {
+        if !wanted.iter().any(|(t, _)| t == &b.name) {
+            let why = if b.name.ends_with("-unit") {
+                "unit tests of another crate or binary: pure logic"
+            } else {
+                LEFT_OUT
+                    .iter()
+                    .find(|(n, _)| *n == b.name)
+                    .map_or("not asked for", |(_, why)| why)
+            };
+            say(format!(
+                "vm-test: tier {} is not run in the VM ({why}); the host tiers run it",
+                b.name
+            ));
+        }
+    }
+    let command = guest_command(&enforcer, &runs);
+    let (rc, wall) = boot(&vm, &command)?;
+    let results = guest_results(&vm, &runs);
+    report(&vm, &results, rc, wall, start.elapsed())
+}
+
+/// Prints the probe, each failing binary's failures, every test's outcome and time, and
+/// the totals; fails when anything failed or did not run.
+fn report(
+    vm: &Vm,
+    results: &[GuestResult],
+    rc: Option<i32>,
+    wall: Duration,
+    total: Duration,
+) -> anyhow::Result<()> {
+    println!(
+        "\n=== vm-test: enforcer probe in the guest ({}) ===",
+        vm.kernel_version
+    );
+    let probe = fs::read_to_string(vm.share.join("probe.out")).unwrap_or_default();
+    let probe_rc = fs::read_to_string(vm.share.join("probe.rc")).unwrap_or_default();
+    println!("{}", probe.trim_end());
+    let mut failed = Vec::new();
+    if probe_rc.trim() != "0" {
+        failed.push(format!("enforcer probe (exit {:?})", probe_rc.trim()));
+    }
+    for r in results.iter().filter(|r| !r.ok()) {
+        println!("\n=== vm-test: {} failed in the guest ===", r.name);
+        println!("{}", failure_report(&r.output).trim_end());
+        failed.push(r.name.clone());
+    }
+    println!(
+        "\n=== vm-test: tests in the guest ({}, cgroup v2) ===",
+        vm.kernel_version
+    );
+    for r in results {
+        let tests = r.tests();
+        // The unit tests are many and quick: only those that did not pass are listed.
+        let listed = tests
+            .iter()
+            .filter(|(_, outcome, _)| r.name != "unit" || outcome != "ok");
+        for (name, outcome, time) in listed {
+            println!("  {:<12} {outcome:<8} {time:>9}  {name}", r.name);
+        }
+        if r.name == "unit" {
+            let ok = tests.iter().filter(|(_, o, _)| o == "ok").count();
+            println!("  {:<12} {ok} passed (not listed)", r.name);
+        }
+    }
+    println!(
+        "\n=== vm-test: results in the guest ({}, cgroup v2) ===",
+        vm.kernel_version
+    );
+    for r in results {
+        let counts = r.counts.map_or_else(
+            || "no libtest summary (crashed, timed out or not run)".to_owned(),
+            |c| {
+                format!(
+                    "{} passed, {} failed, {} ignored, {} filtered out",
+                    c.passed, c.failed, c.ignored, c.filtered
+                )
+            },
+        );
+        let rc =
+            r.rc.map_or_else(|| "no exit code".to_owned(), |c| format!("exit {c}"));
+        let time = r
+            .seconds
+            .map_or_else(|| "-".to_owned(), |s| format!("{s:.0} s"));
+        println!("  {:<14} {counts}; {rc}; {time}", r.name);
+    }
+    let guest = guest_total(vm).map_or_else(|| "unknown".to_owned(), |s| format!("{s:.0} s"));
+    println!(
+        "  guest time (probe and tests) {guest}; VM wall time {:.0} s; vm-test wall time \
+         (with the build) {:.0} s; console log {}",
+        wall.as_secs_f64(),
+        total.as_secs_f64(),
+        vm.dir.join("console.log").display()
+    );
+    if rc.is_none() {
+        failed.push("the guest command did not finish (see the console log)".to_owned());
+    }
+    if !failed.is_empty() {
+        bail!("vm-test failed in the guest: {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpio_entries_are_aligned_and_end_with_the_trailer() {
+        let mut c = Cpio::default();
+        c.dir("bin");
+        c.file("init", 0o755, b"#!/bin/sh\n");
+        let out = c.finish();
+        assert_eq!(out.len() % 4, 0);
+        assert!(out.starts_with(b"070701"));
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.contains("init\0"));
+        assert!(text.contains("TRAILER!!!\0"));
+        // The file's header: mode 0100755, size 10.
+        let i = text.find("000081ed").expect("regular file mode");
+        assert_eq!(&text[i + 40..i + 48], "0000000a");
+    }
+
+    #[test]
+    fn libtest_summary_and_per_test_times_are_read() {
+        let out = "running 3 tests\n\
+                   test a ... ok <1.500s>\n\
+                   test b ... FAILED <0.010s>\n\
+                   test c ... ignored, needs v1\n\
+                   \nfailures:\n\n---- b stdout ----\npanicked\n\nfailures:\n    b\n\n\
+                   test result: FAILED. 1 passed; 1 failed; 1 ignored; 0 measured; 4 filtered out; finished in 1.6s\n";
+        let c = parse_counts(out).expect("summary");
+        assert_eq!((c.passed, c.failed, c.ignored, c.filtered), (1, 1, 1, 4));
+        let r = GuestResult {
+            name: "t".into(),
+            rc: Some(101),
+            seconds: None,
+            counts: Some(c),
+            output: out.into(),
+        };
+        assert!(!r.ok());
+        let tests = r.tests();
+        assert_eq!(tests[0], ("a".into(), "ok".into(), "1.500s".into()));
+        assert_eq!(tests[1].1, "FAILED");
+        assert_eq!(tests[2].1, "ignored, needs v1");
+        assert!(failure_report(out).starts_with("failures:\n\n---- b stdout"));
+        assert!(parse_counts("thread panicked\n").is_none());
+    }
+
+    #[test]
+    fn console_escapes_are_stripped() {
+        assert_eq!(
+            strip_escapes("\u{1b}c\u{1b}[?7l\u{1b}[2JSeaBIOS"),
+            "SeaBIOS".to_owned()
+        );
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+    }
+}
