@@ -1,0 +1,109 @@
+//! The cgroup v2 crossing tripwire on the real kernel, cgroups and containerd: `memory.high`
+//! on kubepods where the memory threshold is crossed, so the kernel itself signals the
+//! crossing (reclaim above `memory.high`, counted as `high` in kubepods' `memory.events`), the
+//! eviction follows, and the tripwire is lifted while the victim is killed and placed again
+//! after. Needs a v2 memory controller: run by `cargo xtask vm-test` (Debian 6.1, pure v2).
+
+use std::{path::Path, time::Duration};
+
+use enforcer::{cgroup::CgroupVersion, config::ConfigArgs};
+use enforcer_tests::{
+    layout,
+    node::{Node, find, phase, pod, status_file, wait_until},
+};
+
+const MI: i64 = 1 << 20;
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+fn high_events(kubepods: &Path) -> i64 {
+    read(&kubepods.join("memory.events"))
+        .lines()
+        .find_map(|l| l.strip_prefix("high ").and_then(|v| v.trim().parse().ok()))
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_high_tripwire_signals_the_crossing_and_is_lifted_for_the_eviction_v2only() {
+    let l = layout();
+    let (mount, version) = l.controller("memory").expect("a memory controller");
+    assert_eq!(
+        version,
+        CgroupVersion::V2,
+        "this test needs a cgroup v2 memory controller (run it with `cargo xtask vm-test`)"
+    );
+    let args = ConfigArgs {
+        node_capacity: vec!["memory=400Mi".to_owned()],
+        eviction_hard: vec!["memory.available<100Mi".to_owned()],
+        // Nothing rests on the housekeeping tick: the crossing must come from the kernel.
+        housekeeping_interval: Some("600s".to_owned()),
+        ..ConfigArgs::default()
+    };
+    let node = Node::start("tripwire", args, None);
+    let state = node.state.clone();
+    let kubepods = mount
+        .join(node.cd.cgroup_root.trim_start_matches('/'))
+        .join("kubepods");
+    node.submit(
+        "steady.yaml",
+        &pod(
+            "steady",
+            "cccccccc-0000-0000-0000-000000000001",
+            "",
+            "    resources: {requests: {memory: 16Mi}}",
+            "trap 'exit 0' TERM; sleep 3600 & wait",
+        ),
+    );
+    wait_until("the steady pod running", Duration::from_secs(60), || {
+        phase(&state, "steady").as_deref() == Some("Running")
+    })
+    .await;
+    // Armed: memory.high at kubepods' usage plus the distance to the threshold, i.e. where
+    // the pods' usage reaches 400Mi - 100Mi (capacity override: measured on kubepods).
+    wait_until("the tripwire armed", Duration::from_secs(30), || {
+        read(&kubepods.join("memory.high")) != "max"
+    })
+    .await;
+    let high: i64 = read(&kubepods.join("memory.high"))
+        .parse()
+        .expect("a number");
+    let usage: i64 = read(&kubepods.join("memory.current"))
+        .parse()
+        .expect("a number");
+    assert!(
+        high > usage && high <= 300 * MI + 4 * MI,
+        "memory.high {high} with kubepods at {usage}: expected between the usage and 300Mi"
+    );
+    let before = high_events(&kubepods);
+
+    // A pod that grows 1 MiB every 20 ms past the threshold, towards the 400Mi capacity.
+    let hog = "(i=0; while [ $i -lt 360 ]; do head -c 1048576 /dev/zero; i=$((i+1)); sleep 0.02; done; sleep 3600) | tail -c 360m >/dev/null; sleep 3600";
+    node.submit(
+        "hog.yaml",
+        &pod("hog", "cccccccc-0000-0000-0000-000000000002", "", "", hog),
+    );
+    wait_until("the hog pod evicted", Duration::from_secs(120), || {
+        find(&status_file(&state).pods, "hog").is_some_and(|r| r.reason == "Evicted")
+    })
+    .await;
+    assert!(
+        high_events(&kubepods) > before,
+        "the kernel never reported usage above memory.high: the tripwire did not trip"
+    );
+    assert_eq!(phase(&state, "steady").as_deref(), Some("Running"));
+    // After the victim's release the tripwire is placed again.
+    wait_until("the tripwire re-armed", Duration::from_secs(60), || {
+        read(&kubepods.join("memory.high")) != "max"
+    })
+    .await;
+    // The stopped daemon leaves kubepods unthrottled.
+    let mut node = node;
+    node.stop_daemon().await;
+    assert_eq!(read(&kubepods.join("memory.high")), "max");
+    drop(node.shutdown().await);
+}
