@@ -192,6 +192,7 @@ pub struct KubeletConfiguration {
     pub memory_throttling_factor: Option<f64>,
     #[serde(rename = "singleProcessOOMKill")]
     pub single_process_oom_kill: Option<bool>,
+    pub pod_pids_limit: Option<i64>,
     pub enforcer: Option<EnforcerSection>,
 }
 
@@ -267,6 +268,9 @@ pub struct ConfigArgs {
     /// Enforce cpu limits with CFS quota.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub cpu_cfs_quota: Option<bool>,
+    /// Most processes in one pod (`pids.max` of the pod cgroup); -1 or 0: unlimited.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub pod_max_pids: Option<i64>,
     /// Where pressure signals come from.
     #[arg(
         long = "signal-source",
@@ -400,6 +404,8 @@ pub struct Config {
     /// (the kernel OOM killer then kills the whole container, kubelet's default since 1.28).
     #[serde(rename = "singleProcessOOMKill")]
     pub single_process_oom_kill: bool,
+    /// `podPidsLimit`: `pids.max` of every pod cgroup; -1 (the default) or 0 is unlimited.
+    pub pod_pids_limit: i64,
     /// The `enforcer:` section.
     pub enforcer: EnforcerConfig,
 }
@@ -665,6 +671,19 @@ mod tests {
             ]
         );
         assert_eq!(l.config.max_pods, 30);
+        // podPidsLimit: -1 by default, the file's value, the flag over the file.
+        assert_eq!(l.config.pod_pids_limit, -1);
+        let d = doc("podPidsLimit: 1024\n");
+        let l = resolve("test.yaml", &d, &ConfigArgs::default()).unwrap();
+        assert_eq!(l.config.pod_pids_limit, 1024);
+        let args = ConfigArgs {
+            pod_max_pids: Some(64),
+            ..Default::default()
+        };
+        assert_eq!(
+            resolve("test.yaml", &d, &args).unwrap().config.pod_pids_limit,
+            64
+        );
     }
 
     #[test]
@@ -731,6 +750,16 @@ mod tests {
         assert!(e.contains("evictionPressureTransitionPeriod"), "{e}");
         let e = err("cgroupDriver: systemd", ConfigArgs::default());
         assert!(e.contains("cgroupDriver"), "{e}");
+        let e = err("podPidsLimit: -2", ConfigArgs::default());
+        assert!(e.contains("podPidsLimit") && e.contains("-2"), "{e}");
+        let e = err(
+            "",
+            ConfigArgs {
+                pod_max_pids: Some(-5),
+                ..Default::default()
+            },
+        );
+        assert!(e.contains("--pod-max-pids") && e.contains("-5"), "{e}");
         assert!(
             parse_document("c.yaml", "maxPods: [1]")
                 .unwrap_err()

@@ -737,6 +737,7 @@ pub const DEFAULT_TIERS: &[(&str, &[&str])] = &[
     ("pressure", &[]),
     ("enforcement", &[]),
     ("eviction", &[]),
+    ("tripwire", &[]),
     ("runtime", &[]),
     // kubelet's node e2e: the memory and OOM scenarios (what cgroup v2 changes); the disk
     // ones (a tmpfs nodefs, no cgroup in it) stay on the host, for time.

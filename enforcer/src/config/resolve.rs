@@ -66,6 +66,7 @@ pub(super) mod key {
         REGISTRY_BURST = "registryBurst", "--registry-burst";
         /// File only.
         MEMORY_THROTTLING_FACTOR = "memoryThrottlingFactor", "memoryThrottlingFactor";
+        POD_PIDS_LIMIT = "podPidsLimit", "--pod-max-pids";
         HOUSEKEEPING_INTERVAL = "enforcer.housekeepingInterval", "--housekeeping-interval";
         NODE_CAPACITY = "enforcer.nodeCapacity", "--node-capacity";
         HTTP_ADDRESS = "enforcer.httpAddress", "--http-address";
@@ -350,6 +351,7 @@ pub fn resolve(
         cpu_cfs_quota: args.cpu_cfs_quota.or(doc.cpu_cfs_quota).unwrap_or(true),
         memory_throttling_factor,
         single_process_oom_kill: doc.single_process_oom_kill.unwrap_or(false),
+        pod_pids_limit: node::pod_pids_limit(&n, doc, args)?,
         enforcer,
     };
     if !config.cgroups_per_qos {

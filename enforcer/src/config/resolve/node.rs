@@ -235,3 +235,23 @@ pub(super) fn memory_throttling_factor(
     }
     Ok(factor)
 }
+
+/// `podPidsLimit` / `--pod-max-pids` (default -1): a positive value is the pod cgroup's
+/// `pids.max`; -1 and 0 leave pods unlimited (kubelet sets the limit only when positive).
+pub(super) fn pod_pids_limit(
+    n: &Namer<'_>,
+    doc: &KubeletConfiguration,
+    args: &ConfigArgs,
+) -> Result<i64, ConfigError> {
+    let v = Sourced::pick(args.pod_max_pids, doc.pod_pids_limit);
+    let limit = v.value.unwrap_or(-1);
+    if limit < -1 {
+        return Err(n.invalid(
+            key::POD_PIDS_LIMIT,
+            v.from_flag,
+            limit.to_string(),
+            "must be -1 (unlimited), 0 (unlimited) or a positive number of processes",
+        ));
+    }
+    Ok(limit)
+}
