@@ -778,6 +778,40 @@ pub struct Options {
     pub build_args: Option<Vec<String>>,
 }
 
+/// One program (built on the host) run in the guest, its standard output printed here after
+/// the run (its standard error streams on the console); fails when it fails or never ran.
+/// `cargo xtask bench eviction --vm` runs the eviction benchmark this way.
+pub fn run_in_vm(target_dir: &Path, program: &Path, args: &[String]) -> anyhow::Result<()> {
+    let vm = setup(target_dir)?;
+    let mut command = String::from("# written by cargo xtask (one program in the guest)\n");
+    let quoted: Vec<String> = args.iter().map(|a| shell_quote(a)).collect();
+    let _ = writeln!(
+        command,
+        "cd / && {} {} > /.vm/share/program.out",
+        shell_quote(&program.display().to_string()),
+        quoted.join(" ")
+    );
+    let (rc, wall) = boot(&vm, &command)?;
+    let out = fs::read_to_string(vm.share.join("program.out")).unwrap_or_default();
+    println!("{out}");
+    say(format!(
+        "{} in the VM ({}): exit {}, {:.0} s wall",
+        program.display(),
+        vm.kernel_version,
+        rc.map_or_else(|| "none (it never finished)".to_owned(), |c| c.to_string()),
+        wall.as_secs_f64()
+    ));
+    match rc {
+        Some(0) => Ok(()),
+        Some(c) => bail!("{} failed in the VM with exit {c}", program.display()),
+        None => bail!(
+            "{} did not finish in the VM (see {})",
+            program.display(),
+            vm.dir.join("console.log").display()
+        ),
+    }
+}
+
 /// `cargo xtask vm-test`: build on the host, run in the guest, report, fail on any failure.
 pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<()> {
     let start = Instant::now();
