@@ -192,6 +192,7 @@ pub struct KubeletConfiguration {
     pub memory_throttling_factor: Option<f64>,
     #[serde(rename = "singleProcessOOMKill")]
     pub single_process_oom_kill: Option<bool>,
+    pub allowed_unsafe_sysctls: Option<Vec<String>>,
     pub enforcer: Option<EnforcerSection>,
 }
 
@@ -315,6 +316,10 @@ pub struct ConfigArgs {
     /// Allow hostPath volumes.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub allow_host_paths: Option<bool>,
+    /// Unsafe sysctls pods may set beyond the safe ones: names or `prefix*` patterns,
+    /// comma-separated (e.g. kernel.msg*,net.core.somaxconn).
+    #[arg(long, value_name = "SYSCTL,...", value_delimiter = ',')]
+    pub allowed_unsafe_sysctls: Vec<String>,
 }
 
 /// CPU manager policy.
@@ -400,6 +405,9 @@ pub struct Config {
     /// (the kernel OOM killer then kills the whole container, kubelet's default since 1.28).
     #[serde(rename = "singleProcessOOMKill")]
     pub single_process_oom_kill: bool,
+    /// `allowedUnsafeSysctls`: sysctls (names or `prefix*` patterns, each known to be
+    /// namespaced) pods may set beyond kubelet's safe ones.
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// The `enforcer:` section.
     pub enforcer: EnforcerConfig,
 }
@@ -427,6 +435,16 @@ pub struct EnforcerConfig {
     #[serde(rename = "allowHostIPC")]
     pub allow_host_ipc: bool,
     pub allow_host_paths: bool,
+}
+
+impl Config {
+    /// kubelet's sysctl admission: the safe sysctls plus `allowedUnsafeSysctls` (validated
+    /// when the configuration was resolved).
+    #[must_use]
+    pub fn sysctl_allowlist(&self) -> crate::policy::security::SysctlAllowlist {
+        crate::policy::security::SysctlAllowlist::new(&self.allowed_unsafe_sysctls)
+            .unwrap_or_default()
+    }
 }
 
 fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

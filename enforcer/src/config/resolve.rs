@@ -66,6 +66,7 @@ pub(super) mod key {
         REGISTRY_BURST = "registryBurst", "--registry-burst";
         /// File only.
         MEMORY_THROTTLING_FACTOR = "memoryThrottlingFactor", "memoryThrottlingFactor";
+        ALLOWED_UNSAFE_SYSCTLS = "allowedUnsafeSysctls", "--allowed-unsafe-sysctls";
         HOUSEKEEPING_INTERVAL = "enforcer.housekeepingInterval", "--housekeeping-interval";
         NODE_CAPACITY = "enforcer.nodeCapacity", "--node-capacity";
         HTTP_ADDRESS = "enforcer.httpAddress", "--http-address";
@@ -312,6 +313,7 @@ pub fn resolve(
     let cpu_manager = node::cpu_manager(&n, doc, args)?;
     let rates = node::rates(&n, doc, args)?;
     let memory_throttling_factor = node::memory_throttling_factor(&n, doc)?;
+    let allowed_unsafe_sysctls = node::allowed_unsafe_sysctls(&n, doc, args)?;
     let enforcer = enforcer::section(&n, doc, args)?;
 
     let config = Config {
@@ -350,6 +352,7 @@ pub fn resolve(
         cpu_cfs_quota: args.cpu_cfs_quota.or(doc.cpu_cfs_quota).unwrap_or(true),
         memory_throttling_factor,
         single_process_oom_kill: doc.single_process_oom_kill.unwrap_or(false),
+        allowed_unsafe_sysctls,
         enforcer,
     };
     if !config.cgroups_per_qos {
