@@ -797,4 +797,56 @@ mod tests {
             .unwrap();
         assert_eq!(soft.grace_period, Duration::from_secs(90));
     }
+
+    /// `allowedUnsafeSysctls`: the file's list, the flag's list instead, each entry checked
+    /// as kubelet checks it at start.
+    #[test]
+    fn allowed_unsafe_sysctls() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            c: ConfigArgs,
+        }
+        let d = doc("allowedUnsafeSysctls: [kernel.msg*, net.core.somaxconn]");
+        let l = resolve("c.yaml", &d, &ConfigArgs::default()).unwrap();
+        assert_eq!(
+            l.config.allowed_unsafe_sysctls,
+            ["kernel.msg*", "net.core.somaxconn"]
+        );
+        let w = l.config.sysctl_allowlist();
+        assert_eq!(w.validate("kernel.msgmax", false, false), Ok(()));
+        assert_eq!(w.validate("net.core.somaxconn", false, false), Ok(()));
+        assert!(w.validate("kernel.sem", false, false).is_err());
+        let t =
+            T::try_parse_from(["t", "--allowed-unsafe-sysctls=kernel.sem,fs.mqueue.*"]).unwrap();
+        let l = resolve("c.yaml", &d, &t.c).unwrap();
+        assert_eq!(
+            l.config.allowed_unsafe_sysctls,
+            ["kernel.sem", "fs.mqueue.*"]
+        );
+        assert!(
+            Config::defaults()
+                .unwrap()
+                .allowed_unsafe_sysctls
+                .is_empty()
+        );
+        let e = resolve(
+            "c.yaml",
+            &doc("allowedUnsafeSysctls: [kernel.panic]"),
+            &ConfigArgs::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "c.yaml: invalid value \"kernel.panic\" for allowedUnsafeSysctls: the sysctls \"kernel.panic\" are not known to be namespaced"
+        );
+        let t = T::try_parse_from(["t", "--allowed-unsafe-sysctls=Bad*"]).unwrap();
+        let e = resolve("c.yaml", &doc(""), &t.c).unwrap_err().to_string();
+        assert!(
+            e.starts_with("command line: invalid value \"Bad*\" for --allowed-unsafe-sysctls: sysctl \"Bad*\" must have at most 253 characters"),
+            "{e}"
+        );
+    }
 }

@@ -871,4 +871,145 @@ mod tests {
         assert!(!strict.admit(&p, &[]).admitted);
         assert!(lax.admit(&p, &[]).admitted);
     }
+
+    fn yaml_pod(y: &str) -> Pod {
+        let mut p: Pod = serde_yaml_ng::from_str(y).unwrap();
+        p.metadata.uid = Some("uid-p".into());
+        p
+    }
+
+    /// kubelet's sysctl admission (before resource fit), the AppArmor admit handler, and the
+    /// baseline container settings beyond privileged and capabilities.
+    #[test]
+    fn sysctls_apparmor_and_baseline_settings() {
+        let strict = Admitter::new(node(), SecurityPolicy::default(), []);
+        let sysctl = |name: &str, extra: &str| {
+            yaml_pod(&format!(
+                "metadata: {{name: p}}\nspec: {{{extra}securityContext: {{sysctls: [{{name: {name}, value: '1'}}]}}, containers: [{{name: a}}]}}"
+            ))
+        };
+        assert!(
+            strict
+                .admit(&sysctl("kernel.shm_rmid_forced", ""), &[])
+                .admitted
+        );
+        let r = strict.admit(&sysctl("kernel.msgmax", ""), &[]);
+        assert_eq!(
+            (r.reason.as_str(), r.message.as_str()),
+            (
+                "SysctlForbidden",
+                "forbidden sysctl: \"kernel.msgmax\" not allowlisted"
+            )
+        );
+        // A safe net.* sysctl with the host's network namespace: refused.
+        let r = strict.admit(
+            &sysctl("net.ipv4.tcp_syncookies", "hostNetwork: true, "),
+            &[],
+        );
+        assert_eq!(
+            r.message,
+            "forbidden sysctl: \"net.ipv4.tcp_syncookies\" not allowed with host Net enabled"
+        );
+        let allowing = Admitter::new(
+            node(),
+            SecurityPolicy {
+                sysctls: SysctlAllowlist::new(&["kernel.msg*".to_owned()]).unwrap(),
+                ..SecurityPolicy::default()
+            },
+            [],
+        );
+        assert!(allowing.admit(&sysctl("kernel.msgmax", ""), &[]).admitted);
+        assert_eq!(
+            allowing.admit(&sysctl("kernel.sem", ""), &[]).reason,
+            "SysctlForbidden"
+        );
+        // Sysctls come before resource fit, as in kubelet's handler order.
+        let mut big = sysctl("kernel.sem", "");
+        big.spec.as_mut().unwrap().containers[0] = container("a", "cpu=100", "");
+        assert_eq!(strict.admit(&big, &[]).reason, "SysctlForbidden");
+
+        // AppArmor: no AppArmor on the host refuses a profile; unconfined is baseline's
+        // refusal instead.
+        let runtime_default = yaml_pod(
+            "metadata: {name: p}\nspec: {containers: [{name: a, securityContext: {appArmorProfile: {type: RuntimeDefault}}}]}",
+        );
+        let r = strict.admit(&runtime_default, &[]);
+        assert_eq!(
+            (r.reason.as_str(), r.message.as_str()),
+            (
+                "AppArmor",
+                "Cannot enforce AppArmor: AppArmor is not enabled on the host"
+            )
+        );
+        let with_apparmor = Admitter::new(
+            node(),
+            SecurityPolicy {
+                apparmor_enabled: true,
+                ..SecurityPolicy::default()
+            },
+            [],
+        );
+        assert!(with_apparmor.admit(&runtime_default, &[]).admitted);
+
+        let lax = Admitter::new(
+            node(),
+            SecurityPolicy {
+                allow_privileged: true,
+                ..SecurityPolicy::default()
+            },
+            [],
+        );
+        for (spec, what) in [
+            (
+                "{securityContext: {seccompProfile: {type: Unconfined}}, containers: [{name: a}]}",
+                "seccomp profile Unconfined for <pod>",
+            ),
+            (
+                "{containers: [{name: a, securityContext: {seccompProfile: {type: Unconfined}}}]}",
+                "seccomp profile Unconfined for a",
+            ),
+            (
+                "{containers: [{name: a, securityContext: {procMount: Unmasked}}]}",
+                "procMount Unmasked for a",
+            ),
+            (
+                "{containers: [{name: a, securityContext: {appArmorProfile: {type: Unconfined}}}]}",
+                "AppArmor profile Unconfined for a",
+            ),
+            (
+                "{securityContext: {seLinuxOptions: {type: spc_t}}, containers: [{name: a}]}",
+                "SELinux options beyond baseline for <pod>",
+            ),
+            (
+                "{initContainers: [{name: i, securityContext: {seLinuxOptions: {user: system_u}}}], containers: [{name: a}]}",
+                "SELinux options beyond baseline for i",
+            ),
+        ] {
+            let p = yaml_pod(&format!("metadata: {{name: p}}\nspec: {spec}"));
+            let r = strict.admit(&p, &[]);
+            assert_eq!(
+                (r.reason.as_str(), r.message),
+                (
+                    "PodSecurity",
+                    format!("pod with UID \"uid-p\" specified {what}, but is disallowed")
+                ),
+                "{spec}"
+            );
+            assert!(lax.admit(&p, &[]).admitted, "{spec}");
+        }
+        for ok in [
+            "{securityContext: {seccompProfile: {type: RuntimeDefault}}, containers: [{name: a, securityContext: {procMount: Default, seLinuxOptions: {type: container_t, level: 's0:c1'}}}]}",
+            "{containers: [{name: a, securityContext: {seccompProfile: {type: Localhost, localhostProfile: p.json}}}]}",
+        ] {
+            let p = yaml_pod(&format!("metadata: {{name: p}}\nspec: {ok}"));
+            assert!(strict.admit(&p, &[]).admitted, "{ok}");
+        }
+        let annotated = yaml_pod(
+            "metadata: {name: p, annotations: {container.apparmor.security.beta.kubernetes.io/a: unconfined}}\nspec: {containers: [{name: a}]}",
+        );
+        assert_eq!(
+            strict.admit(&annotated, &[]).message,
+            "pod with UID \"uid-p\" specified AppArmor profile unconfined in annotation container.apparmor.security.beta.kubernetes.io/a, but is disallowed"
+        );
+    }
 }

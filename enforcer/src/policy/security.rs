@@ -887,3 +887,601 @@ pub fn proc_mounts(pod: &Pod) -> impl Iterator<Item = (&str, Option<String>)> {
 pub fn apparmor_profiles(pod: &Pod) -> impl Iterator<Item = (&str, Option<AppArmorProfile>)> {
     security_contexts(pod).map(move |(n, s)| (n, apparmor_of(pod, n, s)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(yaml: &str) -> Pod {
+        serde_yaml_ng::from_str(yaml).expect("pod yaml")
+    }
+
+    /// `metadata: {name: p, namespace: ns, uid: u}` with the pod-level `securityContext`
+    /// `pod_sc` and one container `c` with `c_sc` (YAML flow maps, empty for none).
+    fn pod_with(pod_sc: &str, c_sc: &str) -> Pod {
+        let psc = if pod_sc.is_empty() {
+            String::new()
+        } else {
+            format!("securityContext: {pod_sc}, ")
+        };
+        let csc = if c_sc.is_empty() {
+            String::new()
+        } else {
+            format!(", securityContext: {c_sc}")
+        };
+        pod(&format!(
+            "metadata: {{name: p, namespace: ns, uid: u}}\nspec: {{{psc}containers: [{{name: c{csc}}}]}}"
+        ))
+    }
+
+    fn container(p: &Pod) -> &Container {
+        &p.spec.as_ref().expect("spec").containers[0]
+    }
+
+    fn uid(v: i64) -> ImageUser {
+        ImageUser {
+            uid: Some(v),
+            username: String::new(),
+        }
+    }
+
+    /// `DetermineEffectiveSecurityContext`: the container's fields win, the pod's fill in,
+    /// and only the pod fields kubelet merges are merged.
+    #[test]
+    fn effective_security_context_merges_like_kubelet() {
+        let cases: &[(&str, &str, &str, SecurityContext)] = &[
+            ("no contexts", "", "", SecurityContext::default()),
+            (
+                "pod only",
+                "{runAsUser: 1, runAsGroup: 2, runAsNonRoot: true, fsGroup: 3, seccompProfile: {type: RuntimeDefault}}",
+                "",
+                SecurityContext {
+                    run_as_user: Some(1),
+                    run_as_group: Some(2),
+                    run_as_non_root: Some(true),
+                    ..Default::default()
+                },
+            ),
+            (
+                "container only, as given",
+                "",
+                "{runAsUser: 5, privileged: true, seccompProfile: {type: Unconfined}}",
+                SecurityContext {
+                    run_as_user: Some(5),
+                    privileged: Some(true),
+                    seccomp_profile: Some(k8s_openapi::api::core::v1::SeccompProfile {
+                        type_: "Unconfined".into(),
+                        localhost_profile: None,
+                    }),
+                    ..Default::default()
+                },
+            ),
+            (
+                "container overrides the pod field by field",
+                "{runAsUser: 1, runAsGroup: 2, runAsNonRoot: false}",
+                "{runAsUser: 7, runAsNonRoot: true, readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, procMount: Unmasked}",
+                SecurityContext {
+                    run_as_user: Some(7),
+                    run_as_group: Some(2),
+                    run_as_non_root: Some(true),
+                    read_only_root_filesystem: Some(true),
+                    allow_privilege_escalation: Some(false),
+                    proc_mount: Some("Unmasked".into()),
+                    ..Default::default()
+                },
+            ),
+        ];
+        for (name, psc, csc, want) in cases {
+            let p = pod_with(psc, csc);
+            assert_eq!(
+                &effective_security_context(&p, container(&p)),
+                want,
+                "{name}"
+            );
+        }
+    }
+
+    /// `TestAddNoNewPrivileges`.
+    #[test]
+    fn no_new_privs_only_for_an_explicit_false() {
+        for (ape, want) in [(None, false), (Some(true), false), (Some(false), true)] {
+            let sc = SecurityContext {
+                allow_privilege_escalation: ape,
+                ..Default::default()
+            };
+            assert_eq!(add_no_new_privileges(&sc), want, "{ape:?}");
+        }
+    }
+
+    /// `TestVerifyRunAsNonRoot`, with kubelet's messages.
+    #[test]
+    fn verify_run_as_non_root_cases() {
+        let none = ImageUser {
+            uid: None,
+            username: String::new(),
+        };
+        let named = ImageUser {
+            uid: None,
+            username: "test".into(),
+        };
+        let cases: &[(&str, &str, &str, ImageUser, Option<&str>)] = &[
+            ("no security context", "", "", uid(0), None),
+            ("runAsNonRoot unset", "", "{runAsUser: 0}", uid(0), None),
+            (
+                "runAsNonRoot false, image root",
+                "",
+                "{runAsNonRoot: false}",
+                uid(0),
+                None,
+            ),
+            (
+                "runAsUser root and runAsNonRoot",
+                "",
+                "{runAsNonRoot: true, runAsUser: 0}",
+                uid(1),
+                Some(
+                    "container's runAsUser breaks non-root policy (pod: \"p_ns(u)\", container: c)",
+                ),
+            ),
+            (
+                "image root and runAsNonRoot",
+                "",
+                "{runAsNonRoot: true}",
+                uid(0),
+                Some(
+                    "container has runAsNonRoot and image will run as root (pod: \"p_ns(u)\", container: c)",
+                ),
+            ),
+            (
+                "image says nothing: root",
+                "{runAsNonRoot: true}",
+                "",
+                ImageUser::of(Some(&cri::Image::default())),
+                Some(
+                    "container has runAsNonRoot and image will run as root (pod: \"p_ns(u)\", container: c)",
+                ),
+            ),
+            (
+                "image user name",
+                "",
+                "{runAsNonRoot: true}",
+                named.clone(),
+                Some(
+                    "container has runAsNonRoot and image has non-numeric user (test), cannot verify user is non-root (pod: \"p_ns(u)\", container: c)",
+                ),
+            ),
+            (
+                "image user name but runAsUser set",
+                "",
+                "{runAsNonRoot: true, runAsUser: 1000}",
+                named,
+                None,
+            ),
+            (
+                "image non-root",
+                "",
+                "{runAsNonRoot: true}",
+                uid(1000),
+                None,
+            ),
+            (
+                "pod runAsNonRoot, container runAsUser non-root, image root",
+                "{runAsNonRoot: true}",
+                "{runAsUser: 9}",
+                uid(0),
+                None,
+            ),
+            (
+                "neither uid nor name",
+                "",
+                "{runAsNonRoot: true}",
+                none,
+                None,
+            ),
+            (
+                "image uid out of range",
+                "",
+                "{runAsNonRoot: true}",
+                uid(1 << 40),
+                Some(
+                    "container has runAsNonRoot and image has an invalid user id (1099511627776). (Must be 1-(2147483647)): must be between 0 and 2147483647, inclusive (pod: \"p_ns(u)\", container: c)",
+                ),
+            ),
+        ];
+        for (name, psc, csc, image, want) in cases {
+            let p = pod_with(psc, csc);
+            let got = verify_run_as_non_root(&p, container(&p), image)
+                .err()
+                .map(|e| e.to_string());
+            assert_eq!(got.as_deref(), *want, "{name}");
+        }
+    }
+
+    #[test]
+    fn image_user_from_image_status() {
+        let img = |uid: Option<i64>, name: &str| cri::Image {
+            uid: uid.map(|value| cri::Int64Value { value }),
+            username: name.into(),
+            ..Default::default()
+        };
+        assert_eq!(ImageUser::of(Some(&img(Some(5), "x"))), uid(5));
+        assert_eq!(
+            ImageUser::of(Some(&img(None, "www"))),
+            ImageUser {
+                uid: None,
+                username: "www".into()
+            }
+        );
+        assert_eq!(ImageUser::of(Some(&img(None, ""))), uid(0));
+        assert_eq!(ImageUser::of(None), uid(0));
+    }
+
+    fn opts() -> SecurityOptions {
+        SecurityOptions {
+            seccomp_profile_root: "/var/lib/enforcer/seccomp".into(),
+            seccomp_default: false,
+        }
+    }
+
+    /// `TestFieldProfile` / `TestGetSeccompProfile`: container field, pod field,
+    /// `seccompDefault`, Unconfined.
+    #[test]
+    fn seccomp_profiles() {
+        use cri::security_profile::ProfileType::{Localhost, RuntimeDefault, Unconfined};
+        let cases: &[(
+            &str,
+            &str,
+            bool,
+            Result<(cri::security_profile::ProfileType, &str), SecurityError>,
+        )] = &[
+            ("none", "", false, Ok((Unconfined, ""))),
+            ("none, seccompDefault", "", true, Ok((RuntimeDefault, ""))),
+            (
+                "pod RuntimeDefault",
+                "{seccompProfile: {type: RuntimeDefault}}|",
+                false,
+                Ok((RuntimeDefault, "")),
+            ),
+            (
+                "container overrides pod",
+                "{seccompProfile: {type: RuntimeDefault}}|{seccompProfile: {type: Unconfined}}",
+                true,
+                Ok((Unconfined, "")),
+            ),
+            (
+                "localhost",
+                "|{seccompProfile: {type: Localhost, localhostProfile: profiles/audit.json}}",
+                false,
+                Ok((Localhost, "/var/lib/enforcer/seccomp/profiles/audit.json")),
+            ),
+            (
+                "localhost without a profile",
+                "|{seccompProfile: {type: Localhost}}",
+                false,
+                Err(SecurityError::SeccompLocalhostWithoutProfile),
+            ),
+            (
+                "unknown type",
+                "|{seccompProfile: {type: Other}}",
+                false,
+                Ok((Unconfined, "")),
+            ),
+        ];
+        for (name, scs, default, want) in cases {
+            let (psc, csc) = scs.split_once('|').unwrap_or((scs, ""));
+            let p = pod_with(psc, csc);
+            let o = SecurityOptions {
+                seccomp_default: *default,
+                ..opts()
+            };
+            let got = seccomp_profile(&p, container(&p), &o);
+            let want = want.clone().map(|(t, r)| cri::SecurityProfile {
+                profile_type: t as i32,
+                localhost_ref: r.to_owned(),
+            });
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn apparmor_from_field_annotation_and_pod() {
+        let p = pod(
+            "metadata: {name: p, annotations: {container.apparmor.security.beta.kubernetes.io/a: localhost/prof, container.apparmor.security.beta.kubernetes.io/b: bogus}}\nspec: {securityContext: {appArmorProfile: {type: RuntimeDefault}}, containers: [{name: a}, {name: b}, {name: c, securityContext: {appArmorProfile: {type: Unconfined}}}]}",
+        );
+        let cs = &p.spec.as_ref().expect("spec").containers;
+        let types: Vec<(String, Option<String>)> = cs
+            .iter()
+            .map(|c| {
+                let pr = apparmor_profile(&p, c).expect("a profile");
+                (pr.type_, pr.localhost_profile)
+            })
+            .collect();
+        assert_eq!(
+            types,
+            [
+                ("Localhost".to_owned(), Some("prof".to_owned())),
+                ("RuntimeDefault".to_owned(), None),
+                ("Unconfined".to_owned(), None)
+            ]
+        );
+        let sc = container_security_context(&p, &cs[0], &uid(0), &opts()).expect("sc");
+        assert_eq!(
+            sc.apparmor,
+            Some(cri::SecurityProfile {
+                profile_type: cri::security_profile::ProfileType::Localhost as i32,
+                localhost_ref: "prof".into()
+            })
+        );
+        #[expect(deprecated, reason = "the string form kubelet still sets")]
+        let deprecated = sc.apparmor_profile.clone();
+        assert_eq!(deprecated, "localhost/prof");
+        // No profile anywhere: no AppArmor field.
+        let plain = pod_with("", "");
+        let sc =
+            container_security_context(&plain, container(&plain), &uid(0), &opts()).expect("sc");
+        assert_eq!(sc.apparmor, None);
+    }
+
+    /// The AppArmor admit handler: a host without AppArmor refuses any profile but
+    /// unconfined.
+    #[test]
+    fn apparmor_admission() {
+        let rd = pod_with("", "{appArmorProfile: {type: RuntimeDefault}}");
+        let unconfined = pod_with("{appArmorProfile: {type: Unconfined}}", "");
+        let none = pod_with("", "");
+        assert_eq!(
+            validate_apparmor(&rd, false),
+            Err((
+                "AppArmor",
+                "Cannot enforce AppArmor: AppArmor is not enabled on the host".to_owned()
+            ))
+        );
+        assert_eq!(validate_apparmor(&rd, true), Ok(()));
+        assert_eq!(validate_apparmor(&unconfined, false), Ok(()));
+        assert_eq!(validate_apparmor(&none, false), Ok(()));
+        let annotated = pod(
+            "metadata: {name: p, annotations: {container.apparmor.security.beta.kubernetes.io/c: runtime/default}}\nspec: {containers: [{name: c}]}",
+        );
+        assert!(validate_apparmor(&annotated, false).is_err());
+        let empty = pod_with(
+            "",
+            "{appArmorProfile: {type: Localhost, localhostProfile: ' '}}",
+        );
+        assert!(
+            validate_apparmor(&empty, true)
+                .err()
+                .is_some_and(|(_, m)| m.contains("invalid empty AppArmor profile name"))
+        );
+        assert!(apparmor_enabled_from(Some("Y\n")));
+        assert!(!apparmor_enabled_from(Some("N\n")));
+        assert!(!apparmor_enabled_from(None));
+    }
+
+    /// Every field of the CRI container security context, as kubelet fills it.
+    #[test]
+    fn container_security_context_fields() {
+        let p = pod(
+            "metadata: {name: p, namespace: ns, uid: u}\nspec:\n  hostPID: true\n  securityContext: {runAsUser: 1000, runAsGroup: 3000, fsGroup: 2000, supplementalGroups: [4000, 5000], seccompProfile: {type: RuntimeDefault}, seLinuxOptions: {level: 's0:c1'}}\n  containers:\n  - name: c\n    securityContext: {runAsGroup: 3001, capabilities: {drop: [ALL], add: [NET_BIND_SERVICE]}, readOnlyRootFilesystem: true, allowPrivilegeEscalation: false}",
+        );
+        let sc = container_security_context(&p, container(&p), &uid(0), &opts()).expect("sc");
+        assert_eq!(sc.run_as_user, Some(cri::Int64Value { value: 1000 }));
+        assert_eq!(sc.run_as_group, Some(cri::Int64Value { value: 3001 }));
+        assert_eq!(sc.run_as_username, "");
+        assert_eq!(sc.supplemental_groups, [2000, 4000, 5000]);
+        assert_eq!(
+            sc.supplemental_groups_policy,
+            cri::SupplementalGroupsPolicy::Merge as i32
+        );
+        assert_eq!(
+            sc.capabilities,
+            Some(cri::Capability {
+                add_capabilities: vec!["NET_BIND_SERVICE".into()],
+                drop_capabilities: vec!["ALL".into()],
+                add_ambient_capabilities: vec![],
+            })
+        );
+        assert!(!sc.privileged);
+        assert!(sc.readonly_rootfs);
+        assert!(sc.no_new_privs);
+        assert_eq!(
+            sc.seccomp.map(|s| s.profile_type),
+            Some(cri::security_profile::ProfileType::RuntimeDefault as i32)
+        );
+        assert_eq!(sc.selinux_options.map(|o| o.level), Some("s0:c1".into()));
+        assert_eq!(sc.masked_paths, DEFAULT_MASKED_PATHS);
+        assert_eq!(sc.readonly_paths, DEFAULT_READONLY_PATHS);
+        assert_eq!(
+            sc.namespace_options.map(|n| (n.network, n.pid, n.ipc)),
+            Some((
+                cri::NamespaceMode::Pod as i32,
+                cri::NamespaceMode::Node as i32,
+                cri::NamespaceMode::Pod as i32
+            ))
+        );
+
+        // Nothing set: the image's user, no groups, Unconfined, default /proc paths.
+        let plain = pod_with("", "");
+        let sc =
+            container_security_context(&plain, container(&plain), &uid(42), &opts()).expect("sc");
+        assert_eq!(sc.run_as_user, Some(cri::Int64Value { value: 42 }));
+        assert!(sc.supplemental_groups.is_empty());
+        assert!(!sc.no_new_privs && !sc.readonly_rootfs && !sc.privileged);
+        assert_eq!(sc.capabilities, None);
+        assert_eq!(
+            sc.seccomp.map(|s| s.profile_type),
+            Some(cri::security_profile::ProfileType::Unconfined as i32)
+        );
+        // An image with a user name: no uid, the name passed on.
+        let named = ImageUser {
+            uid: None,
+            username: "www".into(),
+        };
+        let sc =
+            container_security_context(&plain, container(&plain), &named, &opts()).expect("sc");
+        assert_eq!((sc.run_as_user, sc.run_as_username.as_str()), (None, "www"));
+
+        // procMount Unmasked: nothing masked or read-only; privileged passes through.
+        let unmasked = pod_with("", "{procMount: Unmasked, privileged: true}");
+        let sc = container_security_context(&unmasked, container(&unmasked), &uid(0), &opts())
+            .expect("sc");
+        assert!(sc.masked_paths.is_empty() && sc.readonly_paths.is_empty());
+        assert!(sc.privileged);
+        let strict = pod_with("{supplementalGroupsPolicy: Strict}", "");
+        let sc =
+            container_security_context(&strict, container(&strict), &uid(0), &opts()).expect("sc");
+        assert_eq!(
+            sc.supplemental_groups_policy,
+            cri::SupplementalGroupsPolicy::Strict as i32
+        );
+        let bad = pod_with("{supplementalGroupsPolicy: Loose}", "");
+        assert_eq!(
+            container_security_context(&bad, container(&bad), &uid(0), &opts()).err(),
+            Some(SecurityError::UnsupportedSupplementalGroupsPolicy(
+                "Loose".into()
+            ))
+        );
+        // runAsNonRoot is checked before anything else.
+        let nonroot = pod_with("{runAsNonRoot: true}", "");
+        assert_eq!(
+            decide_container_security(&nonroot, container(&nonroot), &uid(0), &opts())
+                .err()
+                .map(|e| e.to_string()),
+            Some(
+                "container has runAsNonRoot and image will run as root (pod: \"p_ns(u)\", container: c)"
+                    .to_owned()
+            )
+        );
+        assert!(decide_container_security(&nonroot, container(&nonroot), &uid(7), &opts()).is_ok());
+    }
+
+    /// `generatePodSandboxLinuxConfig`.
+    #[test]
+    fn sandbox_security_context_and_sysctls() {
+        let p = pod(
+            "metadata: {name: p}\nspec:\n  hostNetwork: true\n  securityContext: {runAsUser: 1000, runAsGroup: 3000, fsGroup: 2000, supplementalGroups: [4000], sysctls: [{name: kernel.shm_rmid_forced, value: '1'}, {name: net.ipv4.tcp_syncookies, value: '0'}]}\n  initContainers: [{name: i, securityContext: {privileged: true}}]\n  containers: [{name: c}]",
+        );
+        let sc = sandbox_security_context(&p);
+        assert!(sc.privileged);
+        assert_eq!(
+            sc.seccomp.map(|s| s.profile_type),
+            Some(cri::security_profile::ProfileType::RuntimeDefault as i32)
+        );
+        assert_eq!(sc.run_as_user, Some(cri::Int64Value { value: 1000 }));
+        assert_eq!(sc.run_as_group, Some(cri::Int64Value { value: 3000 }));
+        assert_eq!(sc.supplemental_groups, [2000, 4000]);
+        assert!(!sc.readonly_rootfs);
+        assert_eq!(
+            sc.namespace_options.map(|n| n.network),
+            Some(cri::NamespaceMode::Node as i32)
+        );
+        let sysctls = pod_sysctls(&p);
+        assert_eq!(sysctls.len(), 2);
+        assert_eq!(
+            sysctls.get("kernel.shm_rmid_forced").map(String::as_str),
+            Some("1")
+        );
+        let plain = pod_with("", "");
+        let sc = sandbox_security_context(&plain);
+        assert!(!sc.privileged && sc.run_as_user.is_none() && sc.supplemental_groups.is_empty());
+        assert!(pod_sysctls(&plain).is_empty());
+    }
+
+    /// `TestNewAllowlist`.
+    #[test]
+    fn allowlist_patterns() {
+        let ok = |v: &[&str]| {
+            SysctlAllowlist::new(&v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>())
+        };
+        for valid in [
+            &["kernel.msg*", "kernel.sem"][..],
+            &["net.b.*", "net.c.*"],
+            &["net.*"],
+            &["kernel.shm*"],
+            &["fs.mqueue.*"],
+            &["net/ipv4/conf/eth0/rp_filter"],
+        ] {
+            assert!(ok(valid).is_ok(), "{valid:?}");
+        }
+        assert_eq!(
+            ok(&["foo"]).err(),
+            Some(SecurityError::SysctlNotNamespaced("foo".into()))
+        );
+        assert_eq!(
+            ok(&["kernel.panic"]).err(),
+            Some(SecurityError::SysctlNotNamespaced("kernel.panic".into()))
+        );
+        for invalid in ["*", "foo*bar", "Net.core", "-x.y", "a..b", ""] {
+            assert_eq!(
+                ok(&[invalid]).err(),
+                Some(SecurityError::InvalidSysctlPattern(invalid.into())),
+                "{invalid:?}"
+            );
+        }
+    }
+
+    /// `TestAllowlist`: safe sysctls, allowed unsafe ones, host namespaces, messages.
+    #[test]
+    fn allowlist_validates_like_kubelet() {
+        let w = SysctlAllowlist::new(&["kernel.msg*".to_owned(), "kernel.sem".to_owned()])
+            .expect("allowlist");
+        for (name, host_net, host_ipc) in [
+            ("kernel.shm_rmid_forced", false, false),
+            ("net.ipv4.ip_local_port_range", false, false),
+            ("kernel.msgmax", false, false),
+            ("kernel.sem", false, false),
+            ("net/ipv4/ip_local_port_range", false, false),
+        ] {
+            assert_eq!(w.validate(name, host_net, host_ipc), Ok(()), "{name}");
+        }
+        for (name, host_net, host_ipc, want) in [
+            (
+                "kernel.shm_rmid_forced",
+                false,
+                true,
+                "\"kernel.shm_rmid_forced\" not allowed with host IPC enabled",
+            ),
+            (
+                "net.ipv4.ip_local_port_range",
+                true,
+                false,
+                "\"net.ipv4.ip_local_port_range\" not allowed with host Net enabled",
+            ),
+            (
+                "kernel.msgmax",
+                false,
+                true,
+                "\"kernel.msgmax\" not allowed with host IPC enabled",
+            ),
+            ("foo", false, false, "\"foo\" not allowlisted"),
+            (
+                "net.core.somaxconn",
+                false,
+                false,
+                "\"net.core.somaxconn\" not allowlisted",
+            ),
+        ] {
+            assert_eq!(
+                w.validate(name, host_net, host_ipc),
+                Err(want.to_owned()),
+                "{name}"
+            );
+        }
+        let safe_only = SysctlAllowlist::default();
+        let p = pod(
+            "metadata: {name: p}\nspec: {securityContext: {sysctls: [{name: kernel.shm_rmid_forced, value: '1'}, {name: kernel.msgmax, value: '9'}]}, containers: [{name: c}]}",
+        );
+        assert_eq!(
+            safe_only.admit(&p),
+            Err((
+                "SysctlForbidden",
+                "forbidden sysctl: \"kernel.msgmax\" not allowlisted".to_owned()
+            ))
+        );
+        assert_eq!(w.admit(&p), Ok(()));
+        assert_eq!(safe_only.admit(&pod_with("", "")), Ok(()));
+        assert_eq!(
+            normalize_sysctl_name("net/ipv4/conf/eno2.100/rp_filter"),
+            "net.ipv4.conf.eno2/100.rp_filter"
+        );
+    }
+}

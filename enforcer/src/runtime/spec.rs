@@ -630,6 +630,26 @@ mod tests {
             Some(("A", "b"))
         );
         assert_eq!(cc.log_path, "c/3.log");
+        // The security context: the pod's namespaces, the image's user (root), the sandbox
+        // under RuntimeDefault seccomp.
+        let sc = cc
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .expect("security context");
+        assert_eq!(
+            sc.namespace_options.as_ref().map(|n| n.network),
+            Some(cri::NamespaceMode::Node as i32)
+        );
+        assert_eq!(sc.run_as_user, Some(cri::Int64Value { value: 0 }));
+        assert_eq!(
+            sb.linux
+                .as_ref()
+                .and_then(|l| l.security_context.as_ref())
+                .and_then(|s| s.seccomp.as_ref())
+                .map(|s| s.profile_type),
+            Some(cri::security_profile::ProfileType::RuntimeDefault as i32)
+        );
     }
 
     #[test]

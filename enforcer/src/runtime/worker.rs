@@ -1311,4 +1311,33 @@ mod tests {
         );
         assert_eq!(rec.phase, PodPhase::Pending);
     }
+
+    /// runAsNonRoot against an image that names no user (root): the container is never
+    /// created, and waits with kubelet's reason and message; the one that sets a non-root
+    /// runAsUser starts.
+    #[tokio::test(start_paused = true)]
+    async fn run_as_non_root_refused_before_create() {
+        let h = harness(
+            "metadata: {name: p, namespace: ns, uid: u5}\nspec:\n  securityContext: {runAsNonRoot: true}\n  containers:\n  - {name: root, image: 'busybox:local'}\n  - {name: user, image: 'busybox:local', securityContext: {runAsUser: 1000}}",
+        );
+        settle().await;
+        let rec = h.status.get("u5").expect("status");
+        assert_eq!(
+            rec.container_statuses[0].state,
+            ContainerState::Waiting {
+                reason: "CreateContainerConfigError".to_owned(),
+                message: "container has runAsNonRoot and image will run as root (pod: \"p_ns(u5)\", container: root)".to_owned(),
+            }
+        );
+        assert!(rec.container_statuses[1].ready, "{rec:?}");
+        assert_eq!(starts(&h.fake, "root"), 0);
+        assert_eq!(rec.phase, PodPhase::Pending);
+        let creates = h
+            .fake
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("CreateContainer"))
+            .count();
+        assert_eq!(creates, 1, "{:?}", h.fake.calls());
+    }
 }
