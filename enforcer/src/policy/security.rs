@@ -1128,12 +1128,8 @@ mod tests {
     #[test]
     fn seccomp_profiles() {
         use cri::security_profile::ProfileType::{Localhost, RuntimeDefault, Unconfined};
-        let cases: &[(
-            &str,
-            &str,
-            bool,
-            Result<(cri::security_profile::ProfileType, &str), SecurityError>,
-        )] = &[
+        type Want = Result<(cri::security_profile::ProfileType, &'static str), SecurityError>;
+        let cases: &[(&str, &str, bool, Want)] = &[
             ("none", "", false, Ok((Unconfined, ""))),
             ("none, seccompDefault", "", true, Ok((RuntimeDefault, ""))),
             (
