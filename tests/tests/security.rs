@@ -209,6 +209,16 @@ async fn security_context_reaches_the_container_process_or_is_refused() {
             ),
         ),
         (
+            "apparmor",
+            pod(
+                "apparmor",
+                "sec-apparmor",
+                "{}",
+                "{appArmorProfile: {type: RuntimeDefault}}",
+                "exec sleep 1000000",
+            ),
+        ),
+        (
             "unconfined",
             pod(
                 "unconfined",
@@ -250,6 +260,30 @@ async fn security_context_reaches_the_container_process_or_is_refused() {
     let (reason, message) = rejected(&state, "unconfined").expect("unconfined rejected");
     assert_eq!(reason, "PodSecurity");
     assert!(message.contains("seccomp profile Unconfined"), "{message}");
+
+    // AppArmor: kubelet's admit handler refuses a profile the kernel cannot enforce; where
+    // the kernel has AppArmor, the pod runs.
+    if enforcer::kernel::apparmor_enabled() {
+        wait_until("apparmor running", Duration::from_secs(60), || {
+            running(&state, "apparmor")
+        })
+        .await;
+    } else {
+        wait_until(
+            "apparmor refused at admission",
+            Duration::from_secs(30),
+            || rejected(&state, "apparmor").is_some(),
+        )
+        .await;
+        assert_eq!(
+            rejected(&state, "apparmor"),
+            Some((
+                "AppArmor".to_owned(),
+                "Pod was rejected: Cannot enforce AppArmor: AppArmor is not enabled on the host"
+                    .to_owned()
+            ))
+        );
+    }
 
     // runAsNonRoot on the root busybox image: never created, waiting with kubelet's reason
     // and message.
