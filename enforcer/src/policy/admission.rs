@@ -527,7 +527,7 @@ fn baseline_container_settings(pod: &Pod) -> Option<String> {
     }
     let annotation_unconfined = pod.metadata.annotations.iter().flatten().find(|(k, v)| {
         k.starts_with(security::APPARMOR_ANNOTATION_PREFIX)
-            && !(v.as_str() == "runtime/default" || v.starts_with("localhost/"))
+            && !(v.is_empty() || v.as_str() == "runtime/default" || v.starts_with("localhost/"))
     });
     if let Some((k, v)) = annotation_unconfined {
         return Some(format!("AppArmor profile {v} in annotation {k}"));
