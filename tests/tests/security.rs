@@ -16,6 +16,7 @@ use enforcer::{
     runtime::status::{ContainerState, PodRecord},
 };
 use enforcer_tests::{
+    containerd::Containerd,
     layout,
     node::{Node, find, status_file, wait_until},
 };
@@ -387,5 +388,62 @@ async fn security_context_reaches_the_container_process_or_is_refused() {
         "{r:?}"
     );
 
+    drop(node.shutdown().await);
+}
+
+/// kubelet's safe `net.*` sysctls reach a pod with its own network namespace (a CNI bridge
+/// here); the same sysctl with `hostNetwork` is refused at admission.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn safe_net_sysctls_in_the_pod_network_namespace() {
+    let cd = Containerd::start_with_cni("sec-net");
+    let node = Node::start_on(
+        cd,
+        ConfigArgs {
+            eviction_hard: vec!["memory.available<1Mi".to_owned()],
+            ..ConfigArgs::default()
+        },
+        None,
+    );
+    let state = node.state.clone();
+    let sysctls = "{sysctls: [{name: net.ipv4.ip_unprivileged_port_start, value: '80'}, {name: net.ipv4.tcp_syncookies, value: '2'}]}";
+    let script = "cat /proc/sys/net/ipv4/ip_unprivileged_port_start /proc/sys/net/ipv4/tcp_syncookies > /dev/sysctls; exec sleep 1000000";
+    let own_netns =
+        pod("netns", "sec-netns", sysctls, "{}", script).replace("  hostNetwork: true\n", "");
+    assert!(!own_netns.contains("hostNetwork"), "{own_netns}");
+    node.submit("netns.yaml", &own_netns);
+    node.submit(
+        "hostnet.yaml",
+        &pod("hostnet", "sec-hostnet", sysctls, "{}", script),
+    );
+
+    wait_until("hostnet refused", Duration::from_secs(30), || {
+        rejected(&state, "hostnet").is_some()
+    })
+    .await;
+    assert_eq!(
+        rejected(&state, "hostnet"),
+        Some((
+            "SysctlForbidden".to_owned(),
+            "Pod was rejected: forbidden sysctl: \"net.ipv4.ip_unprivileged_port_start\" not allowed with host Net enabled".to_owned()
+        ))
+    );
+    wait_until("netns running", Duration::from_secs(60), || {
+        running(&state, "netns")
+    })
+    .await;
+    let pid = pid_of(&state, "netns");
+    let out = in_root(pid, "/dev/sysctls");
+    wait_until(
+        "the netns pod wrote what it read",
+        Duration::from_secs(20),
+        || std::fs::read_to_string(&out).is_ok_and(|t| t.lines().count() >= 2),
+    )
+    .await;
+    let text = std::fs::read_to_string(&out).expect("sysctls read in the container");
+    assert_eq!(
+        text.lines().map(str::trim).collect::<Vec<_>>(),
+        ["80", "2"],
+        "{text:?}"
+    );
     drop(node.shutdown().await);
 }
