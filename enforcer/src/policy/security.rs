@@ -691,31 +691,42 @@ pub fn sysctl_namespace(name: &str) -> Option<SysctlNamespace> {
     }
 }
 
-/// The sysctl name / pattern syntax kubelet checks `allowedUnsafeSysctls` against.
+/// The sysctl name / pattern syntax kubelet checks `allowedUnsafeSysctls` against
+/// (`SysctlContainSlashPatternFmt`).
 pub const SYSCTL_PATTERN_FORMAT: &str =
-    "^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\\./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?(\\.\\*|\\*)?$";
+    "([a-z0-9]([-_a-z0-9]*[a-z0-9])?[\\./])*([a-z0-9][-_a-z0-9]*)?[a-z0-9*]";
 
+/// `SysctlSegmentFmt`: `[a-z0-9]([-_a-z0-9]*[a-z0-9])?`.
 fn is_segment(s: &str) -> bool {
     let b = s.as_bytes();
     let edge = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    !b.is_empty()
-        && b.first().is_some_and(edge)
+    b.first().is_some_and(edge)
         && b.last().is_some_and(edge)
         && b.iter().all(|c| edge(c) || *c == b'-' || *c == b'_')
 }
 
-/// `IsValidSysctlPattern`: dot- or slash-separated segments, optionally ending in `*` or
-/// `.*`, at most 253 characters.
+/// The pattern's last segment: `([a-z0-9][-_a-z0-9]*)?[a-z0-9*]`.
+fn is_last_pattern_segment(s: &str) -> bool {
+    let b = s.as_bytes();
+    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let Some((last, rest)) = b.split_last() else {
+        return false;
+    };
+    (alnum(last) || *last == b'*')
+        && rest.first().is_none_or(alnum)
+        && rest.iter().all(|c| alnum(c) || *c == b'-' || *c == b'_')
+}
+
+/// `IsValidSysctlPattern`: at most 253 characters matching [`SYSCTL_PATTERN_FORMAT`]: dot- or
+/// slash-separated segments, the last one possibly ending in `*`.
 #[must_use]
 pub fn is_valid_sysctl_pattern(p: &str) -> bool {
     if p.len() > 253 {
         return false;
     }
-    let body = p
-        .strip_suffix(".*")
-        .or_else(|| p.strip_suffix('*'))
-        .unwrap_or(p);
-    body.split(['.', '/']).all(is_segment)
+    let mut segments: Vec<&str> = p.split(['.', '/']).collect();
+    let last = segments.pop().unwrap_or_default();
+    segments.into_iter().all(is_segment) && is_last_pattern_segment(last)
 }
 
 /// kubelet's sysctl admission (`patternAllowlist`): the safe sysctls plus
@@ -862,8 +873,8 @@ pub fn validate_apparmor(pod: &Pod, host_enabled: bool) -> Result<(), (&'static 
     Ok(())
 }
 
-/// The effective seccomp profile type of every container (`Unconfined` when none is set and
-/// `seccompDefault` is off), for Pod Security checks: `(container, profile type)`.
+/// The seccomp profile types set explicitly, pod-level (`<pod>`) then per container (init,
+/// regular, ephemeral), for Pod Security checks: `(where, profile type)`.
 #[must_use]
 pub fn explicit_seccomp_types(pod: &Pod) -> Vec<(String, String)> {
     let pod_level = pod_security_context(pod)
@@ -1406,7 +1417,12 @@ mod tests {
             ok(&["kernel.panic"]).err(),
             Some(SecurityError::SysctlNotNamespaced("kernel.panic".into()))
         );
-        for invalid in ["*", "foo*bar", "Net.core", "-x.y", "a..b", ""] {
+        // `*` is a valid pattern, of no known namespace.
+        assert_eq!(
+            ok(&["*"]).err(),
+            Some(SecurityError::SysctlNotNamespaced(String::new()))
+        );
+        for invalid in ["foo*bar", "net.*.x", "Net.core", "-x.y", "a..b", "a-", ""] {
             assert_eq!(
                 ok(&[invalid]).err(),
                 Some(SecurityError::InvalidSysctlPattern(invalid.into())),
