@@ -193,6 +193,7 @@ pub struct KubeletConfiguration {
     #[serde(rename = "singleProcessOOMKill")]
     pub single_process_oom_kill: Option<bool>,
     pub pod_pids_limit: Option<i64>,
+    pub allowed_unsafe_sysctls: Option<Vec<String>>,
     pub enforcer: Option<EnforcerSection>,
 }
 
@@ -319,6 +320,10 @@ pub struct ConfigArgs {
     /// Allow hostPath volumes.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub allow_host_paths: Option<bool>,
+    /// Unsafe sysctls pods may set beyond the safe ones: names or `prefix*` patterns,
+    /// comma-separated (e.g. kernel.msg*,net.core.somaxconn).
+    #[arg(long, value_name = "SYSCTL,...", value_delimiter = ',')]
+    pub allowed_unsafe_sysctls: Vec<String>,
 }
 
 /// CPU manager policy.
@@ -406,6 +411,9 @@ pub struct Config {
     pub single_process_oom_kill: bool,
     /// `podPidsLimit`: `pids.max` of every pod cgroup; -1 (the default) or 0 is unlimited.
     pub pod_pids_limit: i64,
+    /// `allowedUnsafeSysctls`: sysctls (names or `prefix*` patterns, each known to be
+    /// namespaced) pods may set beyond kubelet's safe ones.
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// The `enforcer:` section.
     pub enforcer: EnforcerConfig,
 }
@@ -433,6 +441,16 @@ pub struct EnforcerConfig {
     #[serde(rename = "allowHostIPC")]
     pub allow_host_ipc: bool,
     pub allow_host_paths: bool,
+}
+
+impl Config {
+    /// kubelet's sysctl admission: the safe sysctls plus `allowedUnsafeSysctls` (validated
+    /// when the configuration was resolved).
+    #[must_use]
+    pub fn sysctl_allowlist(&self) -> crate::policy::security::SysctlAllowlist {
+        crate::policy::security::SysctlAllowlist::new(&self.allowed_unsafe_sysctls)
+            .unwrap_or_default()
+    }
 }
 
 fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -807,5 +825,57 @@ mod tests {
             .find(|t| !t.is_hard())
             .unwrap();
         assert_eq!(soft.grace_period, Duration::from_secs(90));
+    }
+
+    /// `allowedUnsafeSysctls`: the file's list, the flag's list instead, each entry checked
+    /// as kubelet checks it at start.
+    #[test]
+    fn allowed_unsafe_sysctls() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            c: ConfigArgs,
+        }
+        let d = doc("allowedUnsafeSysctls: [kernel.msg*, net.core.somaxconn]");
+        let l = resolve("c.yaml", &d, &ConfigArgs::default()).unwrap();
+        assert_eq!(
+            l.config.allowed_unsafe_sysctls,
+            ["kernel.msg*", "net.core.somaxconn"]
+        );
+        let w = l.config.sysctl_allowlist();
+        assert_eq!(w.validate("kernel.msgmax", false, false), Ok(()));
+        assert_eq!(w.validate("net.core.somaxconn", false, false), Ok(()));
+        assert!(w.validate("kernel.sem", false, false).is_err());
+        let t =
+            T::try_parse_from(["t", "--allowed-unsafe-sysctls=kernel.sem,fs.mqueue.*"]).unwrap();
+        let l = resolve("c.yaml", &d, &t.c).unwrap();
+        assert_eq!(
+            l.config.allowed_unsafe_sysctls,
+            ["kernel.sem", "fs.mqueue.*"]
+        );
+        assert!(
+            Config::defaults()
+                .unwrap()
+                .allowed_unsafe_sysctls
+                .is_empty()
+        );
+        let e = resolve(
+            "c.yaml",
+            &doc("allowedUnsafeSysctls: [kernel.panic]"),
+            &ConfigArgs::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "c.yaml: invalid value \"kernel.panic\" for allowedUnsafeSysctls: the sysctls \"kernel.panic\" are not known to be namespaced"
+        );
+        let t = T::try_parse_from(["t", "--allowed-unsafe-sysctls=Bad*"]).unwrap();
+        let e = resolve("c.yaml", &doc(""), &t.c).unwrap_err().to_string();
+        assert!(
+            e.starts_with("command line: invalid value \"Bad*\" for --allowed-unsafe-sysctls: sysctl \"Bad*\" must have at most 253 characters"),
+            "{e}"
+        );
     }
 }

@@ -11,7 +11,7 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use tokio::sync::mpsc;
 
-pub use probe::Capabilities;
+pub use probe::{Capabilities, apparmor_enabled};
 
 use crate::{
     cgroup::{CgroupError, CgroupLayout},

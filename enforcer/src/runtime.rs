@@ -341,6 +341,11 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         node: opts.node,
         log_root,
         resync: opts.resync,
+        // kubelet's seccompProfileRoot: `<root dir>/seccomp`.
+        security: crate::policy::security::SecurityOptions {
+            seccomp_profile_root: opts.state_dir.join("seccomp").display().to_string(),
+            seccomp_default: false,
+        },
     });
     let (stop_writer_tx, stop_writer_rx) = tokio::sync::oneshot::channel::<()>();
     let writer = tokio::spawn(status::writer(

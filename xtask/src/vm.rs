@@ -762,6 +762,11 @@ pub const LEFT_OUT: &[(&str, &str)] = &[
         "hardening",
         "descriptor limits and hostile input: nothing cgroup-version specific",
     ),
+    (
+        "security",
+        "the security context reaches the process through containerd and runc: nothing \
+         cgroup-version specific",
+    ),
 ];
 
 /// Options of `cargo xtask vm-test`.

@@ -67,6 +67,7 @@ pub(super) mod key {
         /// File only.
         MEMORY_THROTTLING_FACTOR = "memoryThrottlingFactor", "memoryThrottlingFactor";
         POD_PIDS_LIMIT = "podPidsLimit", "--pod-max-pids";
+        ALLOWED_UNSAFE_SYSCTLS = "allowedUnsafeSysctls", "--allowed-unsafe-sysctls";
         HOUSEKEEPING_INTERVAL = "enforcer.housekeepingInterval", "--housekeeping-interval";
         NODE_CAPACITY = "enforcer.nodeCapacity", "--node-capacity";
         HTTP_ADDRESS = "enforcer.httpAddress", "--http-address";
@@ -313,6 +314,7 @@ pub fn resolve(
     let cpu_manager = node::cpu_manager(&n, doc, args)?;
     let rates = node::rates(&n, doc, args)?;
     let memory_throttling_factor = node::memory_throttling_factor(&n, doc)?;
+    let allowed_unsafe_sysctls = node::allowed_unsafe_sysctls(&n, doc, args)?;
     let enforcer = enforcer::section(&n, doc, args)?;
 
     let config = Config {
@@ -352,6 +354,7 @@ pub fn resolve(
         memory_throttling_factor,
         single_process_oom_kill: doc.single_process_oom_kill.unwrap_or(false),
         pod_pids_limit: node::pod_pids_limit(&n, doc, args)?,
+        allowed_unsafe_sysctls,
         enforcer,
     };
     if !config.cgroups_per_qos {

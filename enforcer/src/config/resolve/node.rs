@@ -255,3 +255,23 @@ pub(super) fn pod_pids_limit(
     }
     Ok(limit)
 }
+
+/// `allowedUnsafeSysctls` (the flag's list if given, else the file's): each a sysctl name or
+/// `prefix*` pattern known to be namespaced, as kubelet refuses to start otherwise.
+pub(super) fn allowed_unsafe_sysctls(
+    n: &Namer<'_>,
+    doc: &KubeletConfiguration,
+    args: &ConfigArgs,
+) -> Result<Vec<String>, ConfigError> {
+    let from_flag = !args.allowed_unsafe_sysctls.is_empty();
+    let list = if from_flag {
+        args.allowed_unsafe_sysctls.clone()
+    } else {
+        doc.allowed_unsafe_sysctls.clone().unwrap_or_default()
+    };
+    for s in &list {
+        crate::policy::security::SysctlAllowlist::new(std::slice::from_ref(s))
+            .map_err(|e| n.invalid(key::ALLOWED_UNSAFE_SYSCTLS, from_flag, s.clone(), e))?;
+    }
+    Ok(list)
+}
