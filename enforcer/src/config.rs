@@ -699,7 +699,10 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            resolve("test.yaml", &d, &args).unwrap().config.pod_pids_limit,
+            resolve("test.yaml", &d, &args)
+                .unwrap()
+                .config
+                .pod_pids_limit,
             64
         );
     }

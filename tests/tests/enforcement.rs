@@ -548,8 +548,8 @@ async fn memory_qos_and_pod_pids_limit_on_real_files_v2only() {
         clippy::cast_possible_truncation,
         reason = "kubelet computes memory.high in float64"
     )]
-    let high = (((64 * MIB) as f64 + ((256 - 64) * MIB) as f64 * 0.8) / 4096.0).floor() as i64
-        * 4096;
+    let high =
+        (((64 * MIB) as f64 + ((256 - 64) * MIB) as f64 * 0.8) / 4096.0).floor() as i64 * 4096;
     assert_eq!(memory(&container, "memory.high"), high.to_string());
     assert_eq!(memory(&container, "memory.max"), (256 * MIB).to_string());
     let g = format!("{guaranteed_pod}/{guaranteed_id}");
@@ -557,7 +557,10 @@ async fn memory_qos_and_pod_pids_limit_on_real_files_v2only() {
     assert_eq!(memory(&g, "memory.high"), "max");
     // Pods, the burstable tier and kubepods: the sums of the requests below them.
     assert_eq!(memory(&forker_pod, "memory.min"), (64 * MIB).to_string());
-    assert_eq!(memory(&guaranteed_pod, "memory.min"), (32 * MIB).to_string());
+    assert_eq!(
+        memory(&guaranteed_pod, "memory.min"),
+        (32 * MIB).to_string()
+    );
     let kubepods = format!("{}/kubepods", cd.cgroup_root.trim_end_matches('/'));
     wait_until("tier memory.min summed", Duration::from_secs(15), || {
         memory(&format!("{kubepods}/burstable"), "memory.min") == (64 * MIB).to_string()
@@ -581,11 +584,15 @@ async fn memory_qos_and_pod_pids_limit_on_real_files_v2only() {
             .and_then(|n| n.trim().parse::<u64>().ok())
             .unwrap_or(0)
     };
-    wait_until("the fork loop held at pids.max", Duration::from_secs(60), || {
-        refused(&container) + refused(&forker_pod) > 0
-    })
+    wait_until(
+        "the fork loop held at pids.max",
+        Duration::from_secs(60),
+        || refused(&container) + refused(&forker_pod) > 0,
+    )
     .await;
-    let current: i64 = pids(&forker_pod, "pids.current").parse().expect("pids.current");
+    let current: i64 = pids(&forker_pod, "pids.current")
+        .parse()
+        .expect("pids.current");
     assert!(
         current <= PIDS && current > PIDS / 2,
         "pids.current {current} with pids.max {PIDS}"

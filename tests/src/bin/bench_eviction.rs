@@ -138,10 +138,7 @@ async fn main() -> anyhow::Result<()> {
         "| mode | to SIGKILL p50 | p99 | max | to memory released p50 | p99 | max | p50 vs fastest | kernel OOM kills | neither |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
-    let base = results
-        .iter()
-        .filter_map(|r| pct(&r.to_kill, 0.5))
-        .min();
+    let base = results.iter().filter_map(|r| pct(&r.to_kill, 0.5)).min();
     for r in &results {
         let f = |v: Option<u64>| v.map_or("-".to_owned(), |ns| format!("{:.2}", ns as f64 / 1e6));
         let ratio = match (pct(&r.to_kill, 0.5), base) {
