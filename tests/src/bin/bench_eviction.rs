@@ -83,7 +83,7 @@ async fn main() -> anyhow::Result<()> {
                 ten,
                 true,
             ),
-            Mode::new("PSI trigger", SignalSource::Psi, ten, false),
+            Mode::new("PSI trigger alone", SignalSource::Psi, ten, false).without_memory_events(),
             Mode::new(
                 "1 s poll (oomd, koordlet)",
                 SignalSource::Poll,
@@ -120,10 +120,11 @@ async fn main() -> anyhow::Result<()> {
         .position(|a| a == "--mode")
         .and_then(|i| std::env::args().nth(i + 1));
     for mode in modes {
-        if only
-            .as_deref()
-            .is_some_and(|o| !mode.name.to_lowercase().contains(&o.to_lowercase()))
-        {
+        // `--mode a,b`: the modes whose names contain any of the comma-separated words.
+        if only.as_deref().is_some_and(|o| {
+            !o.split(',')
+                .any(|w| mode.name.to_lowercase().contains(&w.trim().to_lowercase()))
+        }) {
             continue;
         }
         eprintln!("mode {}: {trials} trials", mode.name);
@@ -168,6 +169,8 @@ struct Mode {
     housekeeping: Duration,
     /// The v2 `memory.high` tripwire on kubepods.
     tripwire: bool,
+    /// The PSI source also reads kubepods' `memory.events` (the daemon's default).
+    memory_events: bool,
 }
 
 impl Mode {
@@ -182,7 +185,14 @@ impl Mode {
             source,
             housekeeping,
             tripwire,
+            memory_events: true,
         }
+    }
+
+    /// The PSI trigger alone, without `memory.events`.
+    fn without_memory_events(mut self) -> Self {
+        self.memory_events = false;
+        self
     }
 }
 
@@ -249,6 +259,7 @@ async fn run_mode(mode: &Mode, trials: u64, hog: &std::path::Path) -> anyhow::Re
                 threshold_bytes: Some(threshold_usage),
             }],
             poll_interval: housekeeping,
+            memory_events: mode.memory_events,
             ..PipelineOptions::default()
         },
         &caps,
