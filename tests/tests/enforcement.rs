@@ -32,6 +32,53 @@ fn pod(name: &str, uid: &str, resources: &str) -> String {
     )
 }
 
+/// A test node's files: the manifest and state directories (the status dumped on a timeout
+/// comes from this state) and a KubeletConfiguration with `cgroupRoot` and `extra` lines.
+struct Files {
+    manifests: PathBuf,
+    state: PathBuf,
+    config_file: PathBuf,
+}
+
+impl Files {
+    fn new(cd: &Containerd, extra: &str) -> Self {
+        let manifests = cd.dir.join("manifests");
+        let state = cd.dir.join("state");
+        STATE.with(|s| *s.borrow_mut() = Some(state.clone()));
+        std::fs::create_dir_all(&manifests).expect("manifest dir");
+        let config_file = cd.dir.join("kubelet.yaml");
+        std::fs::write(
+            &config_file,
+            format!(
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupRoot: {}\n{extra}",
+                cd.cgroup_root
+            ),
+        )
+        .expect("config");
+        Self {
+            manifests,
+            state,
+            config_file,
+        }
+    }
+
+    /// The daemon's flags: this config, containerd and directories, host network allowed,
+    /// and only a memory threshold (these tests are not about pressure, and a build
+    /// machine's disk may well be under kubelet's default nodefs/imagefs thresholds).
+    fn args(&self, cd: &Containerd) -> ConfigArgs {
+        ConfigArgs {
+            config: Some(self.config_file.clone()),
+            cri_socket: Some(cd.socket.clone()),
+            manifest_dir: Some(self.manifests.clone()),
+            state_dir: Some(self.state.clone()),
+            http_address: Some("127.0.0.1:0".to_owned()),
+            allow_host_namespaces: Some(true),
+            eviction_hard: vec!["memory.available<100Mi".to_owned()],
+            ..ConfigArgs::default()
+        }
+    }
+}
+
 fn records(state: &Path) -> Vec<PodRecord> {
     status::read(state).map(|f| f.pods).unwrap_or_default()
 }
@@ -131,21 +178,14 @@ fn oom_score_adj(pid: u32) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cgroups_and_oom_scores_match_explain_and_follow_the_pods() {
     let cd = Containerd::start("enforce");
-    let manifests = cd.dir.join("manifests");
-    let state = cd.dir.join("state");
-    STATE.with(|s| *s.borrow_mut() = Some(state.clone()));
-    std::fs::create_dir_all(&manifests).expect("manifest dir");
     let caps = Capabilities::probe(&layout());
     // One configuration for the daemon and for `enforcer explain`.
-    let config_file = cd.dir.join("kubelet.yaml");
-    std::fs::write(
-        &config_file,
-        format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupRoot: {}\nsystemReserved: {{cpu: 500m, memory: 100Mi}}\n",
-            cd.cgroup_root
-        ),
-    )
-    .expect("config");
+    let files = Files::new(&cd, "systemReserved: {cpu: 500m, memory: 100Mi}\n");
+    let (manifests, state, config_file) = (
+        files.manifests.clone(),
+        files.state.clone(),
+        files.config_file.clone(),
+    );
     let node_memory = 2048 * MIB;
     let pods = [
         (
@@ -165,17 +205,8 @@ async fn cgroups_and_oom_scores_match_explain_and_follow_the_pods() {
     }
 
     let args = ConfigArgs {
-        config: Some(config_file.clone()),
         node_capacity: vec!["memory=2Gi".to_owned()],
-        cri_socket: Some(cd.socket.clone()),
-        manifest_dir: Some(manifests.clone()),
-        state_dir: Some(state.clone()),
-        http_address: Some("127.0.0.1:0".to_owned()),
-        allow_host_namespaces: Some(true),
-        // Only a memory threshold: this test is not about pressure, and a build machine's
-        // disk may well be under kubelet's default nodefs/imagefs thresholds.
-        eviction_hard: vec!["memory.available<100Mi".to_owned()],
-        ..ConfigArgs::default()
+        ..files.args(&cd)
     };
     let config = enforcer::config::load(&args).expect("configuration").config;
     assert_eq!(config.cgroup_root, cd.cgroup_root);
@@ -351,34 +382,12 @@ async fn cpu_manager_static_gives_an_exclusive_cpu_and_restores_it() {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert!(cpus >= 2, "this test needs 2 cpus, the machine has {cpus}");
     let cd = Containerd::start("cpuman");
-    let manifests = cd.dir.join("manifests");
-    let state = cd.dir.join("state");
-    STATE.with(|s| *s.borrow_mut() = Some(state.clone()));
-    std::fs::create_dir_all(&manifests).expect("manifest dir");
-    let config_file = cd.dir.join("kubelet.yaml");
-    std::fs::write(
-        &config_file,
-        format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupRoot: {}\ncpuManagerPolicy: static\nreservedSystemCPUs: '0'\n",
-            cd.cgroup_root
-        ),
-    )
-    .expect("config");
+    let files = Files::new(&cd, "cpuManagerPolicy: static\nreservedSystemCPUs: '0'\n");
+    let (manifests, state) = (files.manifests.clone(), files.state.clone());
     let shared_uid = "cccccccc-0000-0000-0000-000000000001";
     let pinned_uid = "cccccccc-0000-0000-0000-000000000002";
     std::fs::write(manifests.join("shared.yaml"), pod("shared", shared_uid, "")).expect("write");
-    let args = ConfigArgs {
-        config: Some(config_file.clone()),
-        cri_socket: Some(cd.socket.clone()),
-        manifest_dir: Some(manifests.clone()),
-        state_dir: Some(state.clone()),
-        http_address: Some("127.0.0.1:0".to_owned()),
-        allow_host_namespaces: Some(true),
-        // Only a memory threshold: this test is not about pressure, and a build machine's
-        // disk may well be under kubelet's default nodefs/imagefs thresholds.
-        eviction_hard: vec!["memory.available<100Mi".to_owned()],
-        ..ConfigArgs::default()
-    };
+    let args = files.args(&cd);
     let config = enforcer::config::load(&args).expect("configuration").config;
     let daemon = Daemon::start(config.clone());
     let all = format!("0-{}", cpus - 1);
@@ -482,20 +491,14 @@ async fn memory_qos_and_pod_pids_limit_on_real_files_v2only() {
         "this test needs the memory and pids controllers on cgroup v2 (cargo xtask vm-test)"
     );
     let cd = Containerd::start("memqos");
-    let manifests = cd.dir.join("manifests");
-    let state = cd.dir.join("state");
-    STATE.with(|s| *s.borrow_mut() = Some(state.clone()));
-    std::fs::create_dir_all(&manifests).expect("manifest dir");
-    let config_file = cd.dir.join("kubelet.yaml");
     const PIDS: i64 = 24;
-    std::fs::write(
-        &config_file,
-        format!(
-            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupRoot: {}\nmemoryThrottlingFactor: 0.8\npodPidsLimit: {PIDS}\nenforcer: {{memoryQoS: true}}\n",
-            cd.cgroup_root
+    let files = Files::new(
+        &cd,
+        &format!(
+            "memoryThrottlingFactor: 0.8\npodPidsLimit: {PIDS}\nenforcer: {{memoryQoS: true}}\n"
         ),
-    )
-    .expect("config");
+    );
+    let (manifests, state) = (files.manifests.clone(), files.state.clone());
     let burstable = "dddddddd-0000-0000-0000-000000000001";
     let guaranteed = "dddddddd-0000-0000-0000-000000000002";
     std::fs::write(
@@ -515,15 +518,8 @@ async fn memory_qos_and_pod_pids_limit_on_real_files_v2only() {
     )
     .expect("write");
     let args = ConfigArgs {
-        config: Some(config_file),
         node_capacity: vec!["memory=2Gi".to_owned()],
-        cri_socket: Some(cd.socket.clone()),
-        manifest_dir: Some(manifests),
-        state_dir: Some(state.clone()),
-        http_address: Some("127.0.0.1:0".to_owned()),
-        allow_host_namespaces: Some(true),
-        eviction_hard: vec!["memory.available<100Mi".to_owned()],
-        ..ConfigArgs::default()
+        ..files.args(&cd)
     };
     let config = enforcer::config::load(&args).expect("configuration").config;
     assert!(config.enforcer.memory_qos && config.pod_pids_limit == PIDS);
