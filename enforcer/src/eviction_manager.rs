@@ -53,11 +53,16 @@ pub fn is_pressure(s: &Signal) -> bool {
 }
 
 /// Whether a signal calls for a step at once, without the [`MIN_STEP_INTERVAL`] floor: a
-/// usage threshold crossed or a kernel OOM kill. Reclaim and fork records come in bursts and
-/// are coalesced; a crossing comes once and is the moment to act.
+/// usage threshold crossed (a v1 threshold eventfd; on v2 a watched cgroup's `memory.events`
+/// `high` or `max` count moving, which the `memory.high` tripwire makes the crossing) or a
+/// kernel OOM kill. Reclaim and fork records come in bursts and are coalesced; a crossing
+/// comes once and is the moment to act.
 #[must_use]
 pub fn is_urgent(s: &Signal) -> bool {
-    matches!(s.kind, SignalKind::MemoryThreshold | SignalKind::OomKill)
+    matches!(
+        s.kind,
+        SignalKind::MemoryThreshold | SignalKind::MemoryEvents | SignalKind::OomKill
+    )
 }
 
 /// The kubepods cgroup of the v2 tripwire: its directory and the hierarchy's mount.
@@ -648,5 +653,25 @@ mod tests {
         assert_eq!(imagefs_mountpoint(&answer), Some(dir.path().to_path_buf()));
         assert_eq!(imagefs_mountpoint(&answer[..2]), None);
         assert_eq!(imagefs_mountpoint(&[]), None);
+    }
+
+    /// Crossings step at once (a v1 threshold eventfd, a v2 `memory.events` count moving,
+    /// an OOM kill); reclaim, fork and PSI records wake the manager but are coalesced.
+    #[test]
+    fn crossings_are_urgent_bursts_are_coalesced() {
+        use crate::signal::{SignalKind as K, SourceKind as S};
+        for (kind, source, urgent) in [
+            (K::MemoryThreshold, S::Eventfd, true),
+            (K::MemoryEvents, S::Psi, true),
+            (K::OomKill, S::Ebpf, true),
+            (K::MemcgReclaim, S::Ebpf, false),
+            (K::DirectReclaim, S::Ebpf, false),
+            (K::MemoryPressure, S::Psi, false),
+            (K::Fork, S::Ebpf, false),
+        ] {
+            let s = Signal::new(kind, source);
+            assert!(is_pressure(&s), "{kind:?} wakes the manager");
+            assert_eq!(is_urgent(&s), urgent, "{kind:?}");
+        }
     }
 }

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 pub use probe::{Capabilities, apparmor_enabled};
 
 use crate::{
-    cgroup::{CgroupError, CgroupLayout},
+    cgroup::{CgroupError, CgroupLayout, CgroupVersion},
     signal::{PipelineStats, Signal, SourceKind},
 };
 
@@ -93,6 +93,9 @@ pub struct PipelineOptions {
     /// The PSI source also reads the watched cgroups' v2 `memory.events` (`high` / `max`
     /// counted); off only to measure a PSI trigger alone (the eviction benchmark).
     pub memory_events: bool,
+    /// The PSI source registers PSI triggers; off for the `memory.events` watch that runs
+    /// beside eBPF on cgroup v2.
+    pub psi_triggers: bool,
 }
 
 impl Default for PipelineOptions {
@@ -106,6 +109,7 @@ impl Default for PipelineOptions {
             channel_capacity: 65_536,
             tracing_roots: tracefmt::TRACING_ROOTS.iter().map(PathBuf::from).collect(),
             memory_events: true,
+            psi_triggers: true,
         }
     }
 }
@@ -167,35 +171,44 @@ pub fn start(
     match ebpf::start(opts, layout, tx.clone(), stats.clone()) {
         Ok((handle, tracepoints)) => {
             // Kernel events mark limits (reclaim) and OOM kills; a threshold *below* a limit
-            // (an eviction threshold) has no tracepoint, so on cgroup v1 the watched cgroups
-            // with a threshold also get usage-threshold eventfds, feeding the same stream.
+            // (an eviction threshold) has no tracepoint, so the watched cgroups with a
+            // threshold also get the kernel's own notification of it, feeding the same
+            // stream: usage-threshold eventfds on cgroup v1; on v2 `memory.events`, whose
+            // `high` count the `memory.high` tripwire moves at the crossing.
             let watches: Vec<Watch> = opts
                 .watches
                 .iter()
                 .filter(|w| w.threshold_bytes.is_some())
                 .cloned()
                 .collect();
-            let threads = if !watches.is_empty()
-                && fallback::best_for(layout, caps) == SourceKind::Eventfd
-            {
-                let o = PipelineOptions {
-                    watches,
-                    ..opts.clone()
-                };
-                match fallback::start(SourceKind::Eventfd, &o, caps, layout, tx, stats.clone()) {
-                    Ok(stop) => Some(stop),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "threshold eventfds beside eBPF could not be armed");
-                        None
-                    }
-                }
+            let v2 = matches!(layout.controller("memory"), Some((_, CgroupVersion::V2)));
+            let beside = if watches.is_empty() {
+                None
+            } else if fallback::best_for(layout, caps) == SourceKind::Eventfd {
+                Some((SourceKind::Eventfd, "usage-threshold eventfds"))
+            } else if v2 {
+                Some((SourceKind::Psi, "memory.events notifications"))
             } else {
                 None
             };
-            let reason = if threads.is_some() {
-                format!("{reason}; with usage-threshold eventfds")
-            } else {
-                reason
+            let threads = beside.and_then(|(kind, what)| {
+                let o = PipelineOptions {
+                    watches,
+                    psi_triggers: false,
+                    memory_events: true,
+                    ..opts.clone()
+                };
+                match fallback::start(kind, &o, caps, layout, tx, stats.clone()) {
+                    Ok(stop) => Some((stop, what)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "{what} beside eBPF could not be armed");
+                        None
+                    }
+                }
+            });
+            let (threads, reason) = match threads {
+                Some((stop, what)) => (Some(stop), format!("{reason}; with {what}")),
+                None => (None, reason),
             };
             Ok(pipeline(source, reason, Some(handle), threads, tracepoints))
         }

@@ -240,13 +240,17 @@ pub fn start(
                 }
                 eventfd_slots(&watches)?
             } else {
-                if !caps.psi {
+                if opts.psi_triggers && !caps.psi {
                     return Err(KernelError::Unavailable {
                         signal_source: kind,
                         why: "/proc/pressure/memory is missing".into(),
                     });
                 }
-                psi_slots(&watches, caps.psi_window_us(), opts.memory_events)?
+                psi_slots(
+                    &watches,
+                    opts.psi_triggers.then(|| caps.psi_window_us()),
+                    opts.memory_events,
+                )?
             };
             let s = stop.clone();
             spawn("enforcer-notify", move || {
@@ -312,11 +316,15 @@ fn eventfd_slots(watches: &[Watch]) -> Result<Vec<Slot>, KernelError> {
     Ok(slots)
 }
 
+/// PSI triggers (`window_us`: the trigger window; `None`: no triggers) and the watched
+/// cgroups' `memory.events` (when `memory_events`).
 fn psi_slots(
     watches: &[Watch],
-    window_us: u64,
+    window_us: Option<u64>,
     memory_events: bool,
 ) -> Result<Vec<Slot>, KernelError> {
+    let window_us = window_us.unwrap_or(0);
+    let triggers = window_us > 0;
     let trigger = format!("some {} {}\0", window_us / 10, window_us);
     let open_trigger = |path: &Path| -> Result<File, KernelError> {
         let mut f = OpenOptions::new()
@@ -331,13 +339,16 @@ fn psi_slots(
         )))?;
         Ok(f)
     };
-    let mut slots = vec![Slot::Psi {
-        cgroup: None,
-        file: open_trigger(Path::new("/proc/pressure/memory"))?,
-    }];
+    let mut slots = Vec::new();
+    if triggers {
+        slots.push(Slot::Psi {
+            cgroup: None,
+            file: open_trigger(Path::new("/proc/pressure/memory"))?,
+        });
+    }
     for (i, w) in watches.iter().enumerate() {
         let pressure = w.cgroup.join("memory.pressure");
-        if pressure.exists() {
+        if triggers && pressure.exists() {
             slots.push(Slot::Psi {
                 cgroup: Some(i),
                 file: open_trigger(&pressure)?,
