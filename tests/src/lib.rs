@@ -7,6 +7,7 @@
 //! Everything here needs root and the real kernel; a missing piece fails loudly.
 
 pub mod containerd;
+pub mod fake_api;
 pub mod image;
 pub mod local;
 pub mod node;
