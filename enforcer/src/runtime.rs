@@ -515,6 +515,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                     tracing::warn!(uid = %e.uid, grace = e.grace_seconds, message = %e.message, "evicting pod");
                     let rec = failed_record(&pod, "", crate::policy::eviction::manager::REASON, e.message.clone());
                     let rec = PodRecord { source: status.get(&e.uid).map(|r| r.source).unwrap_or_default(), ..rec };
+                    status.evicting(&e.uid);
                     pods.evicted.insert(e.uid.clone(), rec);
                     pods.pending.remove(&e.uid);
                     let _ = h.tx.send(WorkUpdate::Kill { grace: Some(e.grace_seconds) });

@@ -122,6 +122,7 @@ mod tests {
                 name: "app".to_owned(),
                 container_id: "containerd://abc".to_owned(),
                 image: "busybox:local".to_owned(),
+                image_id: String::new(),
                 ready: true,
                 restart_count: 0,
                 state: terminated.clone(),

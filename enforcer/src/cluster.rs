@@ -1,0 +1,451 @@
+//! Cluster mode (`--kubeconfig`): what the node writes back to the API server, as kubelet does.
+//!
+//! - [`node_status`]: the Node object (registration, labels, capacity, allocatable, nodeInfo,
+//!   addresses, the Ready / MemoryPressure / DiskPressure / PIDPressure conditions with
+//!   kubelet's reasons), checked every `nodeStatusUpdateFrequency`, patched when it changed or
+//!   every `nodeStatusReportFrequency`, and at once when a pressure condition changes;
+//! - [`lease`]: the node's Lease in `kube-node-lease`, renewed every `nodeLeaseDurationSeconds /
+//!   4`;
+//! - [`pod_status`]: kubelet's status manager: each pod's status through `pods/{name}/status`
+//!   (merged with the API's as `mergePodStatus` does, terminal phases never reverted, sent
+//!   only when changed, 409 retried on a fresh GET), and the final delete (grace 0) of a pod
+//!   whose graceful deletion completed;
+//! - [`limiter`]: one token bucket (`kubeAPIQPS` / `kubeAPIBurst`) in front of every request,
+//!   the lease first.
+//!
+//! Every request goes through the small [`ClusterApi`] trait: [`KubeApi`] (kube's client) on a
+//! node, a recording fake in the unit tests. Nothing the node does waits on the API server:
+//! the writers are tasks of their own that read the [`StatusManager`] and keep the newest
+//! status per pod until it is delivered.
+
+pub mod lease;
+pub mod limiter;
+pub mod node_status;
+pub mod pod_status;
+
+use std::{future::Future, path::PathBuf, sync::Arc, time::Duration};
+
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{Node, Pod},
+};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
+use tokio::task::JoinSet;
+
+use crate::{health::Health, runtime::StatusManager};
+use limiter::{Limiter, Priority};
+
+/// How long one API request may take before it counts as failed (and is retried later).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Errors of the API-server writers; each names the request and the object.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The server answered with an error status.
+    #[error("{op} {object}: {code} {reason}: {message}")]
+    Status {
+        op: &'static str,
+        object: String,
+        code: u16,
+        reason: String,
+        message: String,
+    },
+    /// No answer (connection refused, reset, a body that does not decode).
+    #[error("{op} {object}: {message}")]
+    Transport {
+        op: &'static str,
+        object: String,
+        message: String,
+    },
+    #[error("{op} {object}: no answer within {after:?}")]
+    Timeout {
+        op: &'static str,
+        object: String,
+        after: Duration,
+    },
+}
+
+impl ClusterError {
+    /// The HTTP status the server answered, if it answered.
+    #[must_use]
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            Self::Status { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// 409 Conflict (a stale resourceVersion or a failed precondition).
+    #[must_use]
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::Status { code: 409, reason, .. } if reason != "AlreadyExists")
+    }
+
+    /// 409 AlreadyExists (a create of an existing name).
+    #[must_use]
+    pub fn is_already_exists(&self) -> bool {
+        matches!(self, Self::Status { code: 409, reason, .. } if reason == "AlreadyExists")
+    }
+
+    /// 404.
+    #[must_use]
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(404)
+    }
+
+    fn from_kube(op: &'static str, object: &str, e: kube::Error) -> Self {
+        match e {
+            kube::Error::Api(s) => Self::Status {
+                op,
+                object: object.to_owned(),
+                code: s.code,
+                reason: s.reason.clone(),
+                message: s.message.clone(),
+            },
+            other => Self::Transport {
+                op,
+                object: object.to_owned(),
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+/// The API-server requests the node makes (kubelet's, no more).
+pub trait ClusterApi: Send + Sync + 'static {
+    fn get_node(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<Node>, ClusterError>> + Send;
+    fn create_node(&self, node: &Node) -> impl Future<Output = Result<Node, ClusterError>> + Send;
+    /// A patch of the node object (labels at re-registration).
+    fn patch_node(
+        &self,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> impl Future<Output = Result<Node, ClusterError>> + Send;
+    /// A patch of `nodes/{name}/status` (`{"status": {...}}`).
+    fn patch_node_status(
+        &self,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> impl Future<Output = Result<Node, ClusterError>> + Send;
+    fn get_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<Lease>, ClusterError>> + Send;
+    fn create_lease(
+        &self,
+        lease: &Lease,
+    ) -> impl Future<Output = Result<Lease, ClusterError>> + Send;
+    /// An update (PUT) carrying the lease's resourceVersion.
+    fn replace_lease(
+        &self,
+        lease: &Lease,
+    ) -> impl Future<Output = Result<Lease, ClusterError>> + Send;
+    fn get_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> impl Future<Output = Result<Option<Pod>, ClusterError>> + Send;
+    /// An update (PUT) of `pods/{name}/status` carrying the pod's resourceVersion.
+    fn replace_pod_status(
+        &self,
+        pod: &Pod,
+    ) -> impl Future<Output = Result<Pod, ClusterError>> + Send;
+    /// DELETE with grace period 0 and the pod's uid as precondition.
+    fn delete_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+    ) -> impl Future<Output = Result<(), ClusterError>> + Send;
+}
+
+/// [`ClusterApi`] on kube's client, every request behind the [`Limiter`] and [`REQUEST_TIMEOUT`].
+#[derive(Clone)]
+pub struct KubeApi {
+    client: kube::Client,
+    limiter: Arc<Limiter>,
+}
+
+impl std::fmt::Debug for KubeApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeApi").finish_non_exhaustive()
+    }
+}
+
+/// The namespace of node leases.
+pub const LEASE_NAMESPACE: &str = "kube-node-lease";
+
+impl KubeApi {
+    #[must_use]
+    pub fn new(client: kube::Client, limiter: Arc<Limiter>) -> Self {
+        Self { client, limiter }
+    }
+
+    async fn call<T>(
+        &self,
+        op: &'static str,
+        object: &str,
+        priority: Priority,
+        f: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, ClusterError> {
+        self.limiter.acquire(priority).await;
+        match tokio::time::timeout(REQUEST_TIMEOUT, f).await {
+            Ok(r) => r.map_err(|e| ClusterError::from_kube(op, object, e)),
+            Err(_) => Err(ClusterError::Timeout {
+                op,
+                object: object.to_owned(),
+                after: REQUEST_TIMEOUT,
+            }),
+        }
+    }
+
+    fn nodes(&self) -> kube::Api<Node> {
+        kube::Api::all(self.client.clone())
+    }
+
+    fn leases(&self, ns: &str) -> kube::Api<Lease> {
+        kube::Api::namespaced(self.client.clone(), ns)
+    }
+
+    fn pods(&self, ns: &str) -> kube::Api<Pod> {
+        kube::Api::namespaced(self.client.clone(), ns)
+    }
+}
+
+fn name_of(meta: &kube::api::ObjectMeta) -> String {
+    meta.name.clone().unwrap_or_default()
+}
+
+impl ClusterApi for KubeApi {
+    async fn get_node(&self, name: &str) -> Result<Option<Node>, ClusterError> {
+        let api = self.nodes();
+        self.call("get node", name, Priority::Lease, api.get_opt(name))
+            .await
+    }
+
+    async fn create_node(&self, node: &Node) -> Result<Node, ClusterError> {
+        let api = self.nodes();
+        let name = name_of(&node.metadata);
+        self.call(
+            "create node",
+            &name,
+            Priority::Lease,
+            api.create(&PostParams::default(), node),
+        )
+        .await
+    }
+
+    async fn patch_node(
+        &self,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Node, ClusterError> {
+        let api = self.nodes();
+        self.call(
+            "patch node",
+            name,
+            Priority::Lease,
+            api.patch(name, &PatchParams::default(), &Patch::Strategic(patch)),
+        )
+        .await
+    }
+
+    async fn patch_node_status(
+        &self,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Node, ClusterError> {
+        let api = self.nodes();
+        self.call(
+            "patch node status",
+            name,
+            Priority::Lease,
+            api.patch_status(name, &PatchParams::default(), &Patch::Strategic(patch)),
+        )
+        .await
+    }
+
+    async fn get_lease(&self, namespace: &str, name: &str) -> Result<Option<Lease>, ClusterError> {
+        let api = self.leases(namespace);
+        self.call("get lease", name, Priority::Lease, api.get_opt(name))
+            .await
+    }
+
+    async fn create_lease(&self, lease: &Lease) -> Result<Lease, ClusterError> {
+        let ns = lease.metadata.namespace.clone().unwrap_or_default();
+        let api = self.leases(&ns);
+        self.call(
+            "create lease",
+            &name_of(&lease.metadata),
+            Priority::Lease,
+            api.create(&PostParams::default(), lease),
+        )
+        .await
+    }
+
+    async fn replace_lease(&self, lease: &Lease) -> Result<Lease, ClusterError> {
+        let ns = lease.metadata.namespace.clone().unwrap_or_default();
+        let name = name_of(&lease.metadata);
+        let api = self.leases(&ns);
+        self.call(
+            "update lease",
+            &name,
+            Priority::Lease,
+            api.replace(&name, &PostParams::default(), lease),
+        )
+        .await
+    }
+
+    async fn get_pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ClusterError> {
+        let api = self.pods(namespace);
+        self.call(
+            "get pod",
+            &format!("{namespace}/{name}"),
+            Priority::Normal,
+            api.get_opt(name),
+        )
+        .await
+    }
+
+    async fn replace_pod_status(&self, pod: &Pod) -> Result<Pod, ClusterError> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = name_of(&pod.metadata);
+        let api = self.pods(&ns);
+        self.call(
+            "update pod status",
+            &format!("{ns}/{name}"),
+            Priority::Normal,
+            api.replace_status(&name, &PostParams::default(), pod),
+        )
+        .await
+    }
+
+    async fn delete_pod(&self, namespace: &str, name: &str, uid: &str) -> Result<(), ClusterError> {
+        let api = self.pods(namespace);
+        let dp = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: Some(uid.to_owned()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        self.call(
+            "delete pod",
+            &format!("{namespace}/{name}"),
+            Priority::Normal,
+            api.delete(name, &dp),
+        )
+        .await
+        .map(|_| ())
+    }
+}
+
+/// What cluster mode needs: the node's facts and the periods (kubelet's defaults in
+/// [`ClusterOptions::new`]).
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    pub kubeconfig: PathBuf,
+    pub node: node_status::NodeFacts,
+    /// `nodeStatusUpdateFrequency` (10 s).
+    pub status_update: Duration,
+    /// `nodeStatusReportFrequency` (5 m).
+    pub status_report: Duration,
+    /// `nodeLeaseDurationSeconds` (40).
+    pub lease_duration_seconds: i32,
+    /// `kubeAPIQPS` / `kubeAPIBurst`.
+    pub qps: u32,
+    pub burst: u32,
+}
+
+/// Runs the node status, lease and pod status writers against `api` until `shutdown`.
+pub async fn run_with<A: ClusterApi>(
+    api: Arc<A>,
+    opts: ClusterOptions,
+    status: StatusManager,
+    health: Arc<Health>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let mut tasks = JoinSet::new();
+    tasks.spawn(node_status::run(
+        api.clone(),
+        opts.node.clone(),
+        node_status::Periods {
+            update: opts.status_update,
+            report: opts.status_report,
+        },
+        status.clone(),
+        health,
+    ));
+    tasks.spawn(lease::run(
+        api.clone(),
+        opts.node.name.clone(),
+        opts.lease_duration_seconds,
+    ));
+    tasks.spawn(pod_status::run(api, status, opts.node.host_ip.clone()));
+    shutdown.await;
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+}
+
+/// Cluster mode on a node: a kube client from the kubeconfig (retried every 10 s while it
+/// cannot be loaded), the [`Limiter`], then [`run_with`].
+pub async fn run(
+    opts: ClusterOptions,
+    status: StatusManager,
+    health: Arc<Health>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let limiter = Arc::new(Limiter::new(opts.qps, opts.burst));
+    let mut shutdown = Box::pin(shutdown);
+    let client = loop {
+        match crate::runtime::apiserver::client_from_kubeconfig(&opts.kubeconfig).await {
+            Ok(c) => break c,
+            Err(e) => {
+                tracing::error!(error = %e, "cluster mode cannot start; retrying in 10 s");
+                tokio::select! {
+                    () = &mut shutdown => return,
+                    () = tokio::time::sleep(Duration::from_secs(10)) => {}
+                }
+            }
+        }
+    };
+    tracing::info!(node = %opts.node.name, kubeconfig = %opts.kubeconfig.display(), "cluster mode: writing node, lease and pod status");
+    run_with(
+        Arc::new(KubeApi::new(client, limiter)),
+        opts,
+        status,
+        health,
+        shutdown,
+    )
+    .await;
+}
+
+/// Retry delay after the `failures`-th failure in a row: 200 ms doubling up to 7 s (the
+/// lease controller's backoff), used by every writer.
+#[must_use]
+pub fn backoff(failures: u32) -> Duration {
+    Duration::from_millis(200)
+        .saturating_mul(1 << failures.saturating_sub(1).min(6))
+        .min(Duration::from_secs(7))
+}
+
+#[cfg(test)]
+pub(crate) mod fake;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_seven_seconds() {
+        let got: Vec<u64> = (1..=8)
+            .map(|f| u64::try_from(backoff(f).as_millis()).unwrap_or(0))
+            .collect();
+        assert_eq!(got, [200, 400, 800, 1600, 3200, 6400, 7000, 7000]);
+    }
+}
