@@ -425,6 +425,62 @@ pub async fn run(
     .await;
 }
 
+/// Cluster mode as the daemon starts it: the node's facts (the container runtime's version
+/// asked once, 5 s at most), then [`run`].
+#[must_use]
+pub fn spawn_for_daemon(
+    config: &crate::config::Config,
+    kubeconfig: PathBuf,
+    resources: NodeResources,
+    runtime: Option<Arc<crate::runtime::CriRuntime>>,
+    status: StatusManager,
+    health: Arc<Health>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
+    use crate::runtime::cri::ContainerRuntime as _;
+    let name = config.node_name();
+    let labels = config.node_labels.clone();
+    let (update, report) = (
+        config.node_status_update_frequency,
+        config.node_status_report_frequency,
+    );
+    let lease = i32::try_from(config.node_lease_duration_seconds).unwrap_or(40);
+    let (qps, burst) = (config.kube_api_qps, config.kube_api_burst);
+    tokio::spawn(async move {
+        let version = match &runtime {
+            Some(rt) => match tokio::time::timeout(Duration::from_secs(5), rt.version()).await {
+                Ok(Ok(v)) => format!("{}://{}", v.runtime_name, v.runtime_version),
+                _ => String::new(),
+            },
+            None => String::new(),
+        };
+        let node = node_status::NodeFacts::gather(
+            &name,
+            labels,
+            &resources.capacity,
+            &resources.allocatable,
+            version,
+        );
+        let opts = ClusterOptions {
+            kubeconfig,
+            node,
+            status_update: update,
+            status_report: report,
+            lease_duration_seconds: lease,
+            qps,
+            burst,
+        };
+        run(opts, status, health, shutdown).await;
+    })
+}
+
+/// The node's capacity and allocatable as the daemon computed them.
+#[derive(Clone, Debug, Default)]
+pub struct NodeResources {
+    pub capacity: std::collections::BTreeMap<String, crate::quantity::Quantity>,
+    pub allocatable: std::collections::BTreeMap<String, crate::quantity::Quantity>,
+}
+
 /// Retry delay after the `failures`-th failure in a row: 200 ms doubling up to 7 s (the
 /// lease controller's backoff), used by every writer.
 #[must_use]

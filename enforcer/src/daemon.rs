@@ -239,6 +239,7 @@ pub async fn run(
     let mut node_reclaim = None;
     if opts.run_pods {
         let mut ro = RunPodsOptions::for_node(layout.clone(), &caps);
+        ro.node_name = config.node_name();
         ro.cri_socket = config.enforcer.cri_socket.clone();
         ro.cgroup_root = config.cgroup_root.clone();
         ro.manifest_dir = config.enforcer.manifest_dir.clone();
@@ -252,10 +253,19 @@ pub async fn run(
         ro.admission = Some(Admission {
             node: admission::Node {
                 name: ro.node_name.clone(),
-                labels: BTreeMap::from([(
-                    "kubernetes.io/hostname".to_owned(),
-                    ro.node_name.clone(),
-                )]),
+                labels: config
+                    .node_labels
+                    .clone()
+                    .into_iter()
+                    .chain([
+                        ("kubernetes.io/hostname".to_owned(), ro.node_name.clone()),
+                        ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+                        (
+                            "kubernetes.io/arch".to_owned(),
+                            crate::cluster::node_status::go_arch().to_owned(),
+                        ),
+                    ])
+                    .collect(),
                 taints: Vec::new(),
                 allocatable: allocatable.clone(),
             },
@@ -277,6 +287,21 @@ pub async fn run(
         )));
     }
 
+    // Cluster mode: node, lease and pod status written back to the API server.
+    let cluster_task = opts.kubeconfig.clone().map(|kubeconfig| {
+        crate::cluster::spawn_for_daemon(
+            &config,
+            kubeconfig,
+            crate::cluster::NodeResources {
+                capacity: capacity.clone(),
+                allocatable: allocatable.clone(),
+            },
+            node_reclaim.clone(),
+            status.clone(),
+            health.clone(),
+            stopped(),
+        )
+    });
     health.expect_steps_within(config.enforcer.housekeeping_interval.saturating_mul(2));
     let manager = crate::eviction_manager::EvictionManager {
         config: config.clone(),
@@ -305,6 +330,9 @@ pub async fn run(
         && let Ok(Err(e)) = t.await
     {
         tracing::error!(error = %e, "pod runtime");
+    }
+    if let Some(t) = cluster_task {
+        let _ = t.await;
     }
     server_task.abort();
     Ok(())
