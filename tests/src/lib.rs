@@ -346,6 +346,15 @@ impl Daemon {
     /// Starts the daemon with `config` (no extra watches, pods as workloads, no API server).
     #[must_use]
     pub fn start(config: enforcer::config::Config) -> Self {
+        Self::start_with_kubeconfig(config, None)
+    }
+
+    /// Starts the daemon with `config`, in cluster mode when a kubeconfig is given.
+    #[must_use]
+    pub fn start_with_kubeconfig(
+        config: enforcer::config::Config,
+        kubeconfig: Option<PathBuf>,
+    ) -> Self {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(enforcer::daemon::run(
             enforcer::daemon::DaemonOptions {
@@ -353,7 +362,7 @@ impl Daemon {
                 watches: vec![],
                 run_pods: true,
                 static_pods: false,
-                kubeconfig: None,
+                kubeconfig,
             },
             async {
                 let _ = stopped.await;

@@ -137,6 +137,7 @@ pub struct Node {
     pub manifests: PathBuf,
     pub state: PathBuf,
     config: enforcer::config::Config,
+    kubeconfig: Option<PathBuf>,
     daemon: Option<Daemon>,
 }
 
@@ -151,6 +152,17 @@ impl Node {
     /// The daemon on `cd`, with its state in `state` (default: under the containerd dir).
     #[must_use]
     pub fn start_on(cd: Containerd, args: ConfigArgs, state: Option<PathBuf>) -> Self {
+        Self::start_in_cluster(cd, args, state, None)
+    }
+
+    /// [`Self::start_on`], in cluster mode with `kubeconfig` when given.
+    #[must_use]
+    pub fn start_in_cluster(
+        cd: Containerd,
+        args: ConfigArgs,
+        state: Option<PathBuf>,
+        kubeconfig: Option<PathBuf>,
+    ) -> Self {
         let manifests = cd.dir.join("manifests");
         let state = state.unwrap_or_else(|| cd.dir.join("state"));
         std::fs::create_dir_all(&manifests).expect("manifest dir");
@@ -164,12 +176,13 @@ impl Node {
             ..args
         };
         let config = enforcer::config::load(&args).expect("configuration").config;
-        let daemon = Daemon::start(config.clone());
+        let daemon = Daemon::start_with_kubeconfig(config.clone(), kubeconfig.clone());
         Self {
             cd,
             manifests,
             state,
             config,
+            kubeconfig,
             daemon: Some(daemon),
         }
     }
@@ -178,7 +191,10 @@ impl Node {
     /// configuration, as a restart of the service would.
     pub async fn restart(&mut self) {
         self.stop_daemon().await;
-        self.daemon = Some(Daemon::start(self.config.clone()));
+        self.daemon = Some(Daemon::start_with_kubeconfig(
+            self.config.clone(),
+            self.kubeconfig.clone(),
+        ));
     }
 
     /// Stops the daemon only; the pods keep running.

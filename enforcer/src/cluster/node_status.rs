@@ -90,7 +90,7 @@ pub fn os_image(os_release: &str) -> String {
 #[must_use]
 pub fn default_route_ip() -> Option<String> {
     let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
-    s.connect("192.0.2.1:53").ok()?;
+    s.connect("8.8.8.8:53").ok()?;
     let ip = s.local_addr().ok()?.ip();
     (!ip.is_unspecified()).then(|| ip.to_string())
 }
