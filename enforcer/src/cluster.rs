@@ -18,6 +18,7 @@
 //! the writers are tasks of their own that read the [`StatusManager`] and keep the newest
 //! status per pod until it is delivered.
 
+pub mod events;
 pub mod lease;
 pub mod limiter;
 pub mod node_status;
@@ -27,7 +28,7 @@ use std::{future::Future, path::PathBuf, sync::Arc, time::Duration};
 
 use k8s_openapi::api::{
     coordination::v1::Lease,
-    core::v1::{Node, Pod},
+    core::v1::{Event, Node, Pod},
 };
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use tokio::task::JoinSet;
@@ -161,6 +162,18 @@ pub trait ClusterApi: Send + Sync + 'static {
         name: &str,
         uid: &str,
     ) -> impl Future<Output = Result<(), ClusterError>> + Send;
+    /// A core/v1 Event.
+    fn create_event(
+        &self,
+        event: &Event,
+    ) -> impl Future<Output = Result<Event, ClusterError>> + Send;
+    /// A patch of an Event (`count`, `lastTimestamp`, `message` of a repeat).
+    fn patch_event(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> impl Future<Output = Result<Event, ClusterError>> + Send;
 }
 
 /// [`ClusterApi`] on kube's client, every request behind the [`Limiter`] and [`REQUEST_TIMEOUT`].
@@ -343,6 +356,35 @@ impl ClusterApi for KubeApi {
         .await
         .map(|_| ())
     }
+
+    async fn create_event(&self, event: &Event) -> Result<Event, ClusterError> {
+        let ns = event.metadata.namespace.clone().unwrap_or_default();
+        let api: kube::Api<Event> = kube::Api::namespaced(self.client.clone(), &ns);
+        // Events have their own limit (eventRecordQPS) in front of this one.
+        self.call(
+            "create event",
+            &name_of(&event.metadata),
+            Priority::Normal,
+            api.create(&PostParams::default(), event),
+        )
+        .await
+    }
+
+    async fn patch_event(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Event, ClusterError> {
+        let api: kube::Api<Event> = kube::Api::namespaced(self.client.clone(), namespace);
+        self.call(
+            "patch event",
+            name,
+            Priority::Normal,
+            api.patch(name, &PatchParams::default(), &Patch::Strategic(patch)),
+        )
+        .await
+    }
 }
 
 /// What cluster mode needs: the node's facts and the periods (kubelet's defaults in
@@ -360,6 +402,30 @@ pub struct ClusterOptions {
     /// `kubeAPIQPS` / `kubeAPIBurst`.
     pub qps: u32,
     pub burst: u32,
+    /// `eventRecordQPS` / `eventBurst`.
+    pub event_qps: u32,
+    pub event_burst: u32,
+}
+
+/// The events the node's parts record, and the queue the writer reads.
+#[derive(Debug)]
+pub struct EventQueue {
+    pub recorder: events::Recorder,
+    pub rx: tokio::sync::mpsc::Receiver<events::EventRecord>,
+}
+
+impl EventQueue {
+    #[must_use]
+    pub fn new() -> Self {
+        let (recorder, rx) = events::Recorder::channel();
+        Self { recorder, rx }
+    }
+}
+
+impl Default for EventQueue {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// Runs the node status, lease and pod status writers against `api` until `shutdown`.
@@ -368,9 +434,17 @@ pub async fn run_with<A: ClusterApi>(
     opts: ClusterOptions,
     status: StatusManager,
     health: Arc<Health>,
+    events: EventQueue,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let mut tasks = JoinSet::new();
+    tasks.spawn(events::run(
+        api.clone(),
+        events.rx,
+        opts.node.name.clone(),
+        opts.event_qps,
+        opts.event_burst,
+    ));
     tasks.spawn(node_status::run(
         api.clone(),
         opts.node.clone(),
@@ -380,6 +454,7 @@ pub async fn run_with<A: ClusterApi>(
         },
         status.clone(),
         health,
+        events.recorder,
     ));
     tasks.spawn(lease::run(
         api.clone(),
@@ -398,6 +473,7 @@ pub async fn run(
     opts: ClusterOptions,
     status: StatusManager,
     health: Arc<Health>,
+    events: EventQueue,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let limiter = Arc::new(Limiter::new(opts.qps, opts.burst));
@@ -420,6 +496,7 @@ pub async fn run(
         opts,
         status,
         health,
+        events,
         shutdown,
     )
     .await;
@@ -435,6 +512,7 @@ pub fn spawn_for_daemon(
     runtime: Option<Arc<crate::runtime::CriRuntime>>,
     status: StatusManager,
     health: Arc<Health>,
+    events: EventQueue,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     use crate::runtime::cri::ContainerRuntime as _;
@@ -446,6 +524,7 @@ pub fn spawn_for_daemon(
     );
     let lease = i32::try_from(config.node_lease_duration_seconds).unwrap_or(40);
     let (qps, burst) = (config.kube_api_qps, config.kube_api_burst);
+    let (event_qps, event_burst) = (config.event_record_qps, config.event_burst);
     tokio::spawn(async move {
         let version = match &runtime {
             Some(rt) => match tokio::time::timeout(Duration::from_secs(5), rt.version()).await {
@@ -469,8 +548,10 @@ pub fn spawn_for_daemon(
             lease_duration_seconds: lease,
             qps,
             burst,
+            event_qps,
+            event_burst,
         };
-        run(opts, status, health, shutdown).await;
+        run(opts, status, health, events, shutdown).await;
     })
 }
 

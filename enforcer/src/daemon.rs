@@ -235,6 +235,15 @@ pub async fn run(
     };
 
     let status = StatusManager::default();
+    // Cluster mode records events; standalone, the recorder drops them.
+    let events = opts
+        .kubeconfig
+        .as_ref()
+        .map(|_| crate::cluster::EventQueue::new());
+    let recorder = events
+        .as_ref()
+        .map(|e| e.recorder.clone())
+        .unwrap_or_default();
     let mut pods_task = None;
     let mut node_reclaim = None;
     if opts.run_pods {
@@ -250,6 +259,7 @@ pub async fn run(
         ro.enforce = enforcer.clone();
         ro.link = link.clone();
         ro.health = health.clone();
+        ro.events = recorder.clone();
         ro.admission = Some(Admission {
             node: admission::Node {
                 name: ro.node_name.clone(),
@@ -288,20 +298,25 @@ pub async fn run(
     }
 
     // Cluster mode: node, lease and pod status written back to the API server.
-    let cluster_task = opts.kubeconfig.clone().map(|kubeconfig| {
-        crate::cluster::spawn_for_daemon(
-            &config,
-            kubeconfig,
-            crate::cluster::NodeResources {
-                capacity: capacity.clone(),
-                allocatable: allocatable.clone(),
-            },
-            node_reclaim.clone(),
-            status.clone(),
-            health.clone(),
-            stopped(),
-        )
-    });
+    let cluster_task = opts
+        .kubeconfig
+        .clone()
+        .zip(events)
+        .map(|(kubeconfig, events)| {
+            crate::cluster::spawn_for_daemon(
+                &config,
+                kubeconfig,
+                crate::cluster::NodeResources {
+                    capacity: capacity.clone(),
+                    allocatable: allocatable.clone(),
+                },
+                node_reclaim.clone(),
+                status.clone(),
+                health.clone(),
+                events,
+                stopped(),
+            )
+        });
     health.expect_steps_within(config.enforcer.housekeeping_interval.saturating_mul(2));
     let manager = crate::eviction_manager::EvictionManager {
         config: config.clone(),
@@ -319,6 +334,7 @@ pub async fn run(
         housekeeping: config.enforcer.housekeeping_interval,
         node_reclaim,
         health: health.clone(),
+        events: recorder,
     };
     let eviction = tokio::spawn(manager.run(pipeline, stopped()));
 

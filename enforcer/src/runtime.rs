@@ -113,6 +113,9 @@ pub struct RunPodsOptions {
     pub enforce: Arc<enforce::Enforcer>,
     /// Where the runtime's reachability and the state directory's writes are reported.
     pub health: Arc<crate::health::Health>,
+    /// The pod workers' events (`Pulled`, `Created`, `Started`, `Killing`, `BackOff`,
+    /// `Failed`); a default recorder drops them.
+    pub events: crate::cluster::events::Recorder,
 }
 
 /// What pod admission needs to know about the node.
@@ -200,6 +203,7 @@ impl RunPodsOptions {
             kubeconfig: None,
             enforce: Arc::default(),
             health: Arc::default(),
+            events: crate::cluster::events::Recorder::default(),
         }
     }
 }
@@ -341,6 +345,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         node: opts.node,
         log_root,
         resync: opts.resync,
+        events: opts.events.clone(),
     });
     let (stop_writer_tx, stop_writer_rx) = tokio::sync::oneshot::channel::<()>();
     let writer = tokio::spawn(status::writer(
@@ -618,6 +623,7 @@ mod tests {
             kubeconfig: None,
             enforce: Arc::default(),
             health: Arc::default(),
+            events: crate::cluster::events::Recorder::default(),
         }
     }
 

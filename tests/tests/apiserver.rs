@@ -216,6 +216,28 @@ fn paths(fake: &FakeApi) -> Vec<String> {
     fake.requests().into_iter().map(|r| r.path).collect()
 }
 
+/// Whether the fake holds an event of `reason` about the object named `name`.
+fn event<'a>(events: &'a [Value], reason: &str, name: &str) -> Option<&'a Value> {
+    events
+        .iter()
+        .find(|e| e["reason"] == reason && e["involvedObject"]["name"] == name)
+}
+
+/// Waits until the fake holds an event of `reason` about `name`, and returns it.
+async fn wait_event(fake: &FakeApi, reason: &str, name: &str) -> Value {
+    let mut found = None;
+    wait_until(
+        &format!("event {reason} about {name}"),
+        Duration::from_secs(10),
+        || {
+            found = event(&fake.list(Kind::Event), reason, name).cloned();
+            found.is_some()
+        },
+    )
+    .await;
+    found.unwrap_or_default()
+}
+
 /// The condition `kind` of an object's `status.conditions`.
 fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
     obj["status"]["conditions"]
@@ -264,9 +286,12 @@ async fn cluster_mode_registers_the_node_renews_its_lease_and_pushes_pressure() 
             lease_duration_seconds: 40,
             qps: 50,
             burst: 100,
+            event_qps: 50,
+            event_burst: 100,
         },
         status.clone(),
         Arc::new(Health::default()),
+        cluster::EventQueue::new(),
         async {
             let _ = stop_rx.await;
         },
@@ -315,6 +340,16 @@ async fn cluster_mode_registers_the_node_renews_its_lease_and_pushes_pressure() 
         "{lease}"
     );
 
+    // kubelet's node events.
+    let starting = wait_event(&fake, "Starting", "cluster-node-1").await;
+    assert_eq!(starting["message"], "Starting kubelet.");
+    assert_eq!(starting["source"]["component"], "kubelet");
+    let ready_event = wait_event(&fake, "NodeReady", "cluster-node-1").await;
+    assert_eq!(
+        ready_event["message"],
+        "Node cluster-node-1 status is now: NodeReady"
+    );
+
     // The eviction manager decides MemoryPressure: the API has it within 1 s.
     let decided = Instant::now();
     status.set_node(NodeRecord {
@@ -335,6 +370,7 @@ async fn cluster_mode_registers_the_node_renews_its_lease_and_pushes_pressure() 
         memory["message"],
         "kubelet has insufficient memory available"
     );
+    wait_event(&fake, "NodeHasInsufficientMemory", "cluster-node-1").await;
     // Every write was accepted by the strict fake.
     let refused: Vec<_> = fake
         .requests()
@@ -448,6 +484,21 @@ async fn pod_status_is_written_back_and_graceful_deletion_completes() {
         assert_eq!(cond["status"], "True", "{kind}: {st}");
         assert!(cond["lastTransitionTime"].is_string(), "{cond}");
     }
+    // kubelet's container events.
+    for (reason, message) in [
+        (
+            "Pulled",
+            "Container image \"busybox:local\" already present on machine",
+        ),
+        ("Created", "Created container: app"),
+        ("Started", "Started container app"),
+    ] {
+        let e = wait_event(&fake, reason, "web").await;
+        assert_eq!(e["message"], message);
+        assert_eq!(e["type"], "Normal");
+        assert_eq!(e["involvedObject"]["fieldPath"], "spec.containers{app}");
+        assert_eq!(e["involvedObject"]["uid"], "cl-uid-web");
+    }
     // Only sent when changed: no more status writes while nothing changes.
     let writes = fake.writes("/pods/web/status").len();
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -481,6 +532,8 @@ async fn pod_status_is_written_back_and_graceful_deletion_completes() {
         Some(json!("cl-uid-web")),
         "uid precondition: {d:?}"
     );
+    let killing = wait_event(&fake, "Killing", "web").await;
+    assert_eq!(killing["message"], "Stopping container app");
     let last_status = writes[..delete]
         .iter()
         .rev()
@@ -618,6 +671,20 @@ async fn eviction_reaches_the_api_within_a_second() {
     let node_obj = fake.get(Kind::Node, "", "cl-evict-node").expect("node");
     let memory = condition(&node_obj, "MemoryPressure").expect("MemoryPressure");
     assert_eq!(memory["reason"], "KubeletHasInsufficientMemory");
+    // kubelet's eviction events.
+    let evicted = wait_event(&fake, "Evicted", "hog").await;
+    assert_eq!(evicted["type"], "Warning");
+    assert_eq!(evicted["message"], st["message"]);
+    let annotations = &evicted["metadata"]["annotations"];
+    assert_eq!(annotations["starved_resource"], "memory", "{evicted}");
+    assert_eq!(annotations["offending_containers"], "app", "{evicted}");
+    assert!(
+        annotations["offending_containers_usage"].is_string(),
+        "{evicted}"
+    );
+    let met = wait_event(&fake, "EvictionThresholdMet", "cl-evict-node").await;
+    assert_eq!(met["type"], "Warning");
+    assert_eq!(met["message"], "Attempting to reclaim memory");
     drop(node.shutdown().await);
 }
 

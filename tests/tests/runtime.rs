@@ -51,6 +51,7 @@ fn opts(cd: &Containerd) -> RunPodsOptions {
         enforce: std::sync::Arc::default(),
         kubeconfig: None,
         health: std::sync::Arc::default(),
+        events: enforcer::cluster::events::Recorder::default(),
     }
 }
 

@@ -8,7 +8,7 @@ use std::{
 
 use k8s_openapi::api::{
     coordination::v1::Lease,
-    core::v1::{Node, Pod},
+    core::v1::{Event, Node, Pod},
 };
 
 use super::{ClusterApi, ClusterError};
@@ -27,6 +27,8 @@ pub enum Call {
     /// The phase sent.
     ReplacePodStatus(Option<String>),
     DeletePod(String),
+    CreateEvent(String),
+    PatchEvent,
     /// Answered 409.
     Conflict,
     /// Failed: the API server is down.
@@ -39,6 +41,7 @@ struct State {
     leases: BTreeMap<String, Lease>,
     /// By uid.
     pods: BTreeMap<String, Pod>,
+    events: BTreeMap<String, Event>,
     rv: u64,
     down: bool,
     conflicts: u32,
@@ -132,6 +135,11 @@ impl FakeApi {
     #[must_use]
     pub fn node(&self, name: &str) -> Option<Node> {
         self.lock().nodes.get(name).cloned()
+    }
+
+    #[must_use]
+    pub fn events(&self) -> Vec<Event> {
+        self.lock().events.values().cloned().collect()
     }
 
     #[must_use]
@@ -263,5 +271,28 @@ impl ClusterApi for FakeApi {
             .remove(uid)
             .map(|_| ())
             .ok_or(status(404, "NotFound"))
+    }
+
+    async fn create_event(&self, event: &Event) -> Result<Event, ClusterError> {
+        let reason = event.reason.clone().unwrap_or_default();
+        let mut s = self.enter(Call::CreateEvent(reason), "create event")?;
+        let name = event.metadata.name.clone().unwrap_or_default();
+        s.events.insert(name, event.clone());
+        Ok(event.clone())
+    }
+
+    async fn patch_event(
+        &self,
+        _ns: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Event, ClusterError> {
+        let mut s = self.enter(Call::PatchEvent, "patch event")?;
+        let e = s.events.get(name).cloned().ok_or(status(404, "NotFound"))?;
+        let mut v = serde_json::to_value(e).map_err(|_| status(422, "Invalid"))?;
+        merge(&mut v, patch);
+        let e: Event = serde_json::from_value(v).map_err(|_| status(422, "Invalid"))?;
+        s.events.insert(name.to_owned(), e.clone());
+        Ok(e)
     }
 }

@@ -21,7 +21,10 @@ use k8s_openapi::{
 };
 use serde_json::json;
 
-use super::{ClusterApi, backoff};
+use super::{
+    ClusterApi, backoff,
+    events::{EventType, Involved, Recorder},
+};
 use crate::{
     health::Health,
     runtime::{StatusManager, status::NodeRecord},
@@ -362,6 +365,36 @@ pub fn label_patch(existing: &Node, facts: &NodeFacts) -> Option<serde_json::Val
     (!missing.is_empty()).then(|| json!({"metadata": {"labels": missing}}))
 }
 
+/// The node events of condition changes between two builds (the setters' `recordEventFunc`):
+/// `NodeHasSufficientMemory` / `NodeHasInsufficientMemory`, `NodeHasNoDiskPressure` /
+/// `NodeHasDiskPressure`, `NodeHasSufficientPID` / `NodeHasInsufficientPID`, `NodeReady` /
+/// `NodeNotReady`.
+#[must_use]
+pub fn condition_events(previous: &[NodeCondition], next: &[NodeCondition]) -> Vec<&'static str> {
+    next.iter()
+        .filter(|c| {
+            previous
+                .iter()
+                .find(|p| p.type_ == c.type_)
+                .is_none_or(|p| p.status != c.status)
+        })
+        .filter_map(|c| {
+            let on = c.status == "True";
+            Some(match (c.type_.as_str(), on) {
+                ("MemoryPressure", true) => "NodeHasInsufficientMemory",
+                ("MemoryPressure", false) => "NodeHasSufficientMemory",
+                ("DiskPressure", true) => "NodeHasDiskPressure",
+                ("DiskPressure", false) => "NodeHasNoDiskPressure",
+                ("PIDPressure", true) => "NodeHasInsufficientPID",
+                ("PIDPressure", false) => "NodeHasSufficientPID",
+                ("Ready", true) => "NodeReady",
+                ("Ready", false) => "NodeNotReady",
+                _ => return None,
+            })
+        })
+        .collect()
+}
+
 /// The update and report periods.
 #[derive(Clone, Copy, Debug)]
 pub struct Periods {
@@ -416,8 +449,17 @@ pub async fn run<A: ClusterApi>(
     periods: Periods,
     status: StatusManager,
     health: Arc<Health>,
+    events: Recorder,
 ) {
     let changed = status.subscribe();
+    let involved = Involved::node(&facts.name);
+    events.event(
+        involved.clone(),
+        EventType::Normal,
+        "Starting",
+        "Starting kubelet.".to_owned(),
+    );
+    let mut built: Vec<NodeCondition> = Vec::new();
     let health_now = || NodeHealth::of(&status.snapshot().1.node, &health);
     let mut current = Some(register(api.as_ref(), &facts, &health_now()).await);
     let mut last_report: Option<tokio::time::Instant> = None;
@@ -452,6 +494,21 @@ pub async fn run<A: ClusterApi>(
             }
         };
         let new = build_status(&facts, node.status.as_ref(), &h, &now_time());
+        let conds = new.conditions.clone().unwrap_or_default();
+        for reason in condition_events(&built, &conds) {
+            let type_ = if reason == "NodeNotReady" {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            };
+            events.event(
+                involved.clone(),
+                type_,
+                reason,
+                format!("Node {} status is now: {reason}", facts.name),
+            );
+        }
+        built = conds;
         let due = last_report.is_none_or(|t| t.elapsed() >= periods.report);
         if !status_changed(node.status.as_ref(), &new) && !due {
             current = Some(node);
@@ -676,6 +733,30 @@ mod tests {
     }
 
     #[test]
+    fn condition_change_events() {
+        let calm = conditions(&[], &NodeHealth::default(), &t(1));
+        assert_eq!(
+            condition_events(&[], &calm),
+            [
+                "NodeHasSufficientMemory",
+                "NodeHasNoDiskPressure",
+                "NodeHasSufficientPID",
+                "NodeReady"
+            ]
+        );
+        assert!(condition_events(&calm, &calm).is_empty());
+        let hot = conditions(
+            &calm,
+            &NodeHealth {
+                memory_pressure: true,
+                ..NodeHealth::default()
+            },
+            &t(2),
+        );
+        assert_eq!(condition_events(&calm, &hot), ["NodeHasInsufficientMemory"]);
+    }
+
+    #[test]
     fn os_release() {
         assert_eq!(
             os_image("ID=debian\nPRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\n"),
@@ -700,6 +781,7 @@ mod tests {
             },
             status.clone(),
             health,
+            Recorder::default(),
         ));
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert_eq!(api.count(|c| matches!(c, Call::CreateNode(_))), 1);

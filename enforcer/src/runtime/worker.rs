@@ -21,6 +21,7 @@ use super::{
 };
 use crate::{
     cgroup::CgroupError,
+    cluster::events::{EventType, Involved},
     policy::{
         backoff::Backoff,
         pod_actions::{
@@ -84,6 +85,8 @@ pub struct WorkerContext<R> {
     pub log_root: PathBuf,
     /// Periodic resync when nothing else wakes the worker.
     pub resync: Duration,
+    /// The pod's events (kubelet's container events).
+    pub events: crate::cluster::events::Recorder,
 }
 
 fn label_filter(uid: &str) -> HashMap<String, String> {
@@ -396,6 +399,19 @@ impl<R: ContainerRuntime> PodWorker<R> {
         if self.pod.is_some()
             && let Some(mut rec) = self.ctx.status.get(&self.uid)
         {
+            for c in rec
+                .container_statuses
+                .iter()
+                .chain(&rec.init_container_statuses)
+                .filter(|c| matches!(c.state, ContainerState::Running { .. }))
+            {
+                self.event(
+                    Some(&c.name),
+                    EventType::Normal,
+                    "Killing",
+                    format!("Stopping container {}", c.name),
+                );
+            }
             rec.phase = PodPhase::Terminating;
             rec.reason = String::new();
             self.ctx.status.set(rec);
@@ -614,6 +630,16 @@ impl<R: ContainerRuntime> PodWorker<R> {
             now,
         );
         for b in &actions.backoff {
+            let id = PodIdent::of(pod);
+            self.event(
+                Some(&b.name),
+                EventType::Warning,
+                "BackOff",
+                format!(
+                    "Back-off restarting failed container {} in pod {}_{}({uid})",
+                    b.name, id.name, id.namespace
+                ),
+            );
             self.waiting.insert(
                 b.name.clone(),
                 ("CrashLoopBackOff".to_owned(), b.message.clone()),
@@ -787,6 +813,23 @@ impl<R: ContainerRuntime> PodWorker<R> {
         self.oom = seen;
     }
 
+    /// Records an event about the pod (or one of its containers).
+    fn event(&self, container: Option<&str>, type_: EventType, reason: &str, message: String) {
+        let (name, namespace) = match &self.pod {
+            Some(p) => {
+                let id = PodIdent::of(p);
+                (id.name, id.namespace)
+            }
+            None => return,
+        };
+        self.ctx.events.event(
+            Involved::pod(&namespace, &name, &self.uid, container),
+            type_,
+            reason,
+            message,
+        );
+    }
+
     /// Makes sure the image is there (pull policy), creates and starts a container.
     #[expect(
         clippy::too_many_arguments,
@@ -829,12 +872,24 @@ impl<R: ContainerRuntime> PodWorker<R> {
             .create_container(sandbox_id, config, sandbox_config.clone())
             .await
             .map_err(self.cri())?;
+        self.event(
+            Some(&c.name),
+            EventType::Normal,
+            "Created",
+            format!("Created container: {}", c.name),
+        );
         if let Some(cpus) = &resources.cpuset {
             self.ctx.enforce.created_with(&id, cpus);
         }
         if let Err(e) = rt.start_container(&id).await {
             // The container is left exited; the next sync restarts it with backoff.
             tracing::warn!(uid = %self.uid, container = %c.name, error = %e, "starting container failed");
+            self.event(
+                Some(&c.name),
+                EventType::Warning,
+                "Failed",
+                format!("Error: {e}"),
+            );
             self.waiting.insert(
                 c.name.clone(),
                 ("RunContainerError".to_owned(), e.to_string()),
@@ -842,6 +897,12 @@ impl<R: ContainerRuntime> PodWorker<R> {
             return Ok(());
         }
         tracing::info!(uid = %self.uid, container = %c.name, id = %id, restart_count, "container started");
+        self.event(
+            Some(&c.name),
+            EventType::Normal,
+            "Started",
+            format!("Started container {}", c.name),
+        );
         Ok(())
     }
 
@@ -860,9 +921,21 @@ impl<R: ContainerRuntime> PodWorker<R> {
         if let Some(img) = &present
             && policy != PullPolicy::Always
         {
+            self.event(
+                Some(&c.name),
+                EventType::Normal,
+                "Pulled",
+                format!("Container image \"{image}\" already present on machine"),
+            );
             return Ok(Some(img.id.clone()));
         }
         if present.is_none() && policy == PullPolicy::Never {
+            self.event(
+                Some(&c.name),
+                EventType::Warning,
+                "ErrImageNeverPull",
+                format!("Container image \"{image}\" is not present with pull policy of Never"),
+            );
             self.waiting.insert(
                 c.name.clone(),
                 (
@@ -883,12 +956,36 @@ impl<R: ContainerRuntime> PodWorker<R> {
             );
             return Ok(None);
         }
+        self.event(
+            Some(&c.name),
+            EventType::Normal,
+            "Pulling",
+            format!("Pulling image \"{image}\""),
+        );
+        let pulling = Instant::now();
         match rt.pull_image(&image, Some(sandbox_config.clone())).await {
-            Ok(r) => Ok(Some(r)),
+            Ok(r) => {
+                self.event(
+                    Some(&c.name),
+                    EventType::Normal,
+                    "Pulled",
+                    format!(
+                        "Successfully pulled image \"{image}\" in {:?}",
+                        pulling.elapsed()
+                    ),
+                );
+                Ok(Some(r))
+            }
             Err(e) if e.is_unavailable() => Err(self.cri()(e)),
             Err(e) => {
                 self.image_backoff.next(&key, now);
                 tracing::warn!(uid = %self.uid, container = %c.name, image = %image, error = %e, "image pull failed");
+                self.event(
+                    Some(&c.name),
+                    EventType::Warning,
+                    "Failed",
+                    format!("Failed to pull image \"{image}\": {e}"),
+                );
                 self.waiting
                     .insert(c.name.clone(), ("ErrImagePull".to_owned(), e.to_string()));
                 Ok(None)
@@ -1118,6 +1215,7 @@ mod tests {
             },
             log_root: dir.path().to_path_buf(),
             resync: Duration::from_secs(60),
+            events: crate::cluster::events::Recorder::default(),
         });
         let pod: Pod = serde_yaml_ng::from_str(yaml).expect("pod");
         let (tx, rx) = mpsc::unbounded_channel();

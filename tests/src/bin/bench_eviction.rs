@@ -211,6 +211,7 @@ async fn run_mode(
         housekeeping,
         node_reclaim: None,
         health: std::sync::Arc::default(),
+        events: enforcer::cluster::events::Recorder::default(),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(manager.run(pipeline, async {
