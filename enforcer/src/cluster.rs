@@ -507,15 +507,18 @@ pub async fn run(
 #[must_use]
 pub fn spawn_for_daemon(
     config: &crate::config::Config,
-    kubeconfig: PathBuf,
-    resources: NodeResources,
-    runtime: Option<Arc<crate::runtime::CriRuntime>>,
+    start: DaemonStart,
     status: StatusManager,
     health: Arc<Health>,
-    events: EventQueue,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     use crate::runtime::cri::ContainerRuntime as _;
+    let DaemonStart {
+        kubeconfig,
+        resources,
+        runtime,
+        events,
+    } = start;
     let name = config.node_name();
     let labels = config.node_labels.clone();
     let (update, report) = (
@@ -553,6 +556,16 @@ pub fn spawn_for_daemon(
         };
         run(opts, status, health, events, shutdown).await;
     })
+}
+
+/// What the daemon hands cluster mode.
+#[derive(Debug)]
+pub struct DaemonStart {
+    pub kubeconfig: PathBuf,
+    pub resources: NodeResources,
+    /// The container runtime (its `Version` is the node's `containerRuntimeVersion`).
+    pub runtime: Option<Arc<crate::runtime::CriRuntime>>,
+    pub events: EventQueue,
 }
 
 /// The node's capacity and allocatable as the daemon computed them.

@@ -305,15 +305,17 @@ pub async fn run(
         .map(|(kubeconfig, events)| {
             crate::cluster::spawn_for_daemon(
                 &config,
-                kubeconfig,
-                crate::cluster::NodeResources {
-                    capacity: capacity.clone(),
-                    allocatable: allocatable.clone(),
+                crate::cluster::DaemonStart {
+                    kubeconfig,
+                    resources: crate::cluster::NodeResources {
+                        capacity: capacity.clone(),
+                        allocatable: allocatable.clone(),
+                    },
+                    runtime: node_reclaim.clone(),
+                    events,
                 },
-                node_reclaim.clone(),
                 status.clone(),
                 health.clone(),
-                events,
                 stopped(),
             )
         });
