@@ -206,6 +206,16 @@ impl KubeApi {
         f: impl Future<Output = Result<T, kube::Error>>,
     ) -> Result<T, ClusterError> {
         self.limiter.acquire(priority).await;
+        Self::timed(op, object, f).await
+    }
+
+    /// A request with the timeout only (events: their own limit, `eventRecordQPS`, is applied
+    /// by their writer, as kubelet gives events a client of their own).
+    async fn timed<T>(
+        op: &'static str,
+        object: &str,
+        f: impl Future<Output = Result<T, kube::Error>>,
+    ) -> Result<T, ClusterError> {
         match tokio::time::timeout(REQUEST_TIMEOUT, f).await {
             Ok(r) => r.map_err(|e| ClusterError::from_kube(op, object, e)),
             Err(_) => Err(ClusterError::Timeout {
@@ -360,11 +370,9 @@ impl ClusterApi for KubeApi {
     async fn create_event(&self, event: &Event) -> Result<Event, ClusterError> {
         let ns = event.metadata.namespace.clone().unwrap_or_default();
         let api: kube::Api<Event> = kube::Api::namespaced(self.client.clone(), &ns);
-        // Events have their own limit (eventRecordQPS) in front of this one.
-        self.call(
+        Self::timed(
             "create event",
             &name_of(&event.metadata),
-            Priority::Normal,
             api.create(&PostParams::default(), event),
         )
         .await
@@ -377,10 +385,9 @@ impl ClusterApi for KubeApi {
         patch: &serde_json::Value,
     ) -> Result<Event, ClusterError> {
         let api: kube::Api<Event> = kube::Api::namespaced(self.client.clone(), namespace);
-        self.call(
+        Self::timed(
             "patch event",
             name,
-            Priority::Normal,
             api.patch(name, &PatchParams::default(), &Patch::Strategic(patch)),
         )
         .await
