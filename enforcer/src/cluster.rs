@@ -21,6 +21,7 @@
 pub mod events;
 pub mod lease;
 pub mod limiter;
+pub mod mirror;
 pub mod node_status;
 pub mod pod_status;
 
@@ -150,6 +151,8 @@ pub trait ClusterApi: Send + Sync + 'static {
         namespace: &str,
         name: &str,
     ) -> impl Future<Output = Result<Option<Pod>, ClusterError>> + Send;
+    /// A create of a pod (a mirror pod).
+    fn create_pod(&self, pod: &Pod) -> impl Future<Output = Result<Pod, ClusterError>> + Send;
     /// An update (PUT) of `pods/{name}/status` carrying the pod's resourceVersion.
     fn replace_pod_status(
         &self,
@@ -334,6 +337,19 @@ impl ClusterApi for KubeApi {
         .await
     }
 
+    async fn create_pod(&self, pod: &Pod) -> Result<Pod, ClusterError> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = name_of(&pod.metadata);
+        let api = self.pods(&ns);
+        self.call(
+            "create pod",
+            &format!("{ns}/{name}"),
+            Priority::Normal,
+            api.create(&PostParams::default(), pod),
+        )
+        .await
+    }
+
     async fn replace_pod_status(&self, pod: &Pod) -> Result<Pod, ClusterError> {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let name = name_of(&pod.metadata);
@@ -412,6 +428,9 @@ pub struct ClusterOptions {
     /// `eventRecordQPS` / `eventBurst`.
     pub event_qps: u32,
     pub event_burst: u32,
+    /// The pod loop's active pods: static pods among them get mirror pods (`None`: no
+    /// mirror pods).
+    pub link: Option<crate::runtime::NodeLink>,
 }
 
 /// The events the node's parts record, and the queue the writer reads.
@@ -445,6 +464,14 @@ pub async fn run_with<A: ClusterApi>(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let mut tasks = JoinSet::new();
+    if let Some(link) = opts.link.clone() {
+        tasks.spawn(mirror::run(
+            api.clone(),
+            link,
+            status.clone(),
+            opts.node.name.clone(),
+        ));
+    }
     tasks.spawn(events::run(
         api.clone(),
         events.rx,
@@ -468,7 +495,12 @@ pub async fn run_with<A: ClusterApi>(
         opts.node.name.clone(),
         opts.lease_duration_seconds,
     ));
-    tasks.spawn(pod_status::run(api, status, opts.node.host_ip.clone()));
+    tasks.spawn(pod_status::run(
+        api,
+        status,
+        opts.node.host_ip.clone(),
+        opts.link.clone(),
+    ));
     shutdown.await;
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
@@ -525,6 +557,7 @@ pub fn spawn_for_daemon(
         resources,
         runtime,
         events,
+        link,
     } = start;
     let name = config.node_name();
     let labels = config.node_labels.clone();
@@ -560,6 +593,7 @@ pub fn spawn_for_daemon(
             burst,
             event_qps,
             event_burst,
+            link: Some(link),
         };
         run(opts, status, health, events, shutdown).await;
     })
@@ -573,6 +607,8 @@ pub struct DaemonStart {
     /// The container runtime (its `Version` is the node's `containerRuntimeVersion`).
     pub runtime: Option<Arc<crate::runtime::CriRuntime>>,
     pub events: EventQueue,
+    /// The pod loop's active pods (for mirror pods).
+    pub link: crate::runtime::NodeLink,
 }
 
 /// The node's capacity and allocatable as the daemon computed them.

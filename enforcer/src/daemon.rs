@@ -313,6 +313,7 @@ pub async fn run(
                     },
                     runtime: node_reclaim.clone(),
                     events,
+                    link: link.clone(),
                 },
                 status.clone(),
                 health.clone(),

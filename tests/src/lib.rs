@@ -355,19 +355,22 @@ impl Daemon {
         config: enforcer::config::Config,
         kubeconfig: Option<PathBuf>,
     ) -> Self {
+        Self::start_with(enforcer::daemon::DaemonOptions {
+            config,
+            watches: vec![],
+            run_pods: true,
+            static_pods: false,
+            kubeconfig,
+        })
+    }
+
+    /// Starts the daemon with `opts`.
+    #[must_use]
+    pub fn start_with(opts: enforcer::daemon::DaemonOptions) -> Self {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(enforcer::daemon::run(
-            enforcer::daemon::DaemonOptions {
-                config,
-                watches: vec![],
-                run_pods: true,
-                static_pods: false,
-                kubeconfig,
-            },
-            async {
-                let _ = stopped.await;
-            },
-        ));
+        let task = tokio::spawn(enforcer::daemon::run(opts, async {
+            let _ = stopped.await;
+        }));
         Self { stop, task }
     }
 

@@ -138,6 +138,7 @@ pub struct Node {
     pub state: PathBuf,
     config: enforcer::config::Config,
     kubeconfig: Option<PathBuf>,
+    static_pods: bool,
     daemon: Option<Daemon>,
 }
 
@@ -152,16 +153,18 @@ impl Node {
     /// The daemon on `cd`, with its state in `state` (default: under the containerd dir).
     #[must_use]
     pub fn start_on(cd: Containerd, args: ConfigArgs, state: Option<PathBuf>) -> Self {
-        Self::start_in_cluster(cd, args, state, None)
+        Self::start_in_cluster(cd, args, state, None, false)
     }
 
-    /// [`Self::start_on`], in cluster mode with `kubeconfig` when given.
+    /// [`Self::start_on`], in cluster mode with `kubeconfig` when given, manifest pods run as
+    /// static pods when `static_pods`.
     #[must_use]
     pub fn start_in_cluster(
         cd: Containerd,
         args: ConfigArgs,
         state: Option<PathBuf>,
         kubeconfig: Option<PathBuf>,
+        static_pods: bool,
     ) -> Self {
         let manifests = cd.dir.join("manifests");
         let state = state.unwrap_or_else(|| cd.dir.join("state"));
@@ -176,25 +179,40 @@ impl Node {
             ..args
         };
         let config = enforcer::config::load(&args).expect("configuration").config;
-        let daemon = Daemon::start_with_kubeconfig(config.clone(), kubeconfig.clone());
-        Self {
+        let node = Self {
             cd,
             manifests,
             state,
             config,
             kubeconfig,
-            daemon: Some(daemon),
-        }
+            static_pods,
+            daemon: None,
+        };
+        node.with_daemon()
+    }
+
+    fn with_daemon(mut self) -> Self {
+        self.daemon = Some(Daemon::start_with(enforcer::daemon::DaemonOptions {
+            config: self.config.clone(),
+            watches: vec![],
+            run_pods: true,
+            static_pods: self.static_pods,
+            kubeconfig: self.kubeconfig.clone(),
+        }));
+        self
     }
 
     /// Stops the daemon (the pods keep running) and starts it again with the same
     /// configuration, as a restart of the service would.
     pub async fn restart(&mut self) {
         self.stop_daemon().await;
-        self.daemon = Some(Daemon::start_with_kubeconfig(
-            self.config.clone(),
-            self.kubeconfig.clone(),
-        ));
+        self.daemon = Some(Daemon::start_with(enforcer::daemon::DaemonOptions {
+            config: self.config.clone(),
+            watches: vec![],
+            run_pods: true,
+            static_pods: self.static_pods,
+            kubeconfig: self.kubeconfig.clone(),
+        }));
     }
 
     /// Stops the daemon only; the pods keep running.

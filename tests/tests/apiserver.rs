@@ -288,6 +288,7 @@ async fn cluster_mode_registers_the_node_renews_its_lease_and_pushes_pressure() 
             burst: 100,
             event_qps: 50,
             event_burst: 100,
+            link: None,
         },
         status.clone(),
         Arc::new(Health::default()),
@@ -417,6 +418,17 @@ fn node_pod(name: &str, uid: &str, node: &str, extra: Value, script: &str) -> Va
 
 /// The daemon in cluster mode on a private containerd, named `node` (`hostnameOverride`).
 async fn cluster_node(tag: &str, node: &str, fake: &FakeApi, args: ConfigArgs) -> Node {
+    cluster_node_with(tag, node, fake, args, false).await
+}
+
+/// [`cluster_node`], manifest pods run as static pods when `static_pods`.
+async fn cluster_node_with(
+    tag: &str,
+    node: &str,
+    fake: &FakeApi,
+    args: ConfigArgs,
+    static_pods: bool,
+) -> Node {
     let cd = Containerd::start(tag);
     let kubeconfig = fake.kubeconfig(&cd.dir);
     let args = ConfigArgs {
@@ -429,7 +441,7 @@ async fn cluster_node(tag: &str, node: &str, fake: &FakeApi, args: ConfigArgs) -
         },
         ..args
     };
-    let n = Node::start_in_cluster(cd, args, None, Some(kubeconfig));
+    let n = Node::start_in_cluster(cd, args, None, Some(kubeconfig), static_pods);
     wait_until("the node registered", Duration::from_secs(30), || {
         fake.get(Kind::Node, "", node).is_some()
     })
@@ -742,6 +754,65 @@ async fn no_final_status_is_lost_while_the_api_server_is_gone() {
     assert_eq!(t["exitCode"], 3, "{pod}");
     wait_until("the lease renewed again", Duration::from_secs(20), || {
         fake.writes("/leases/cl-gone-node").len() > renewals_before
+    })
+    .await;
+    drop(node.shutdown().await);
+}
+
+/// A static pod (manifest directory, `--static-pods`) gets a mirror pod in the API (the
+/// `kubernetes.io/config.mirror` annotation, the Node as controller), its status written
+/// there; the API source does not run the mirror; removing the manifest deletes the mirror.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_pods_get_mirror_pods() {
+    let _serial = SERIAL.lock().await;
+    let fake = FakeApi::start().await;
+    let node = cluster_node_with(
+        "cl-mirror",
+        "cl-mirror-node",
+        &fake,
+        ConfigArgs::default(),
+        true,
+    )
+    .await;
+    node.submit(
+        "static.yaml",
+        &enforcer_tests::node::pod(
+            "static-web",
+            "cl-static-uid-1",
+            "",
+            "",
+            "trap 'exit 0' TERM; sleep 3600 & wait",
+        ),
+    );
+    let mirror_name = "static-web-cl-mirror-node";
+    wait_until("the mirror pod Running", Duration::from_secs(60), || {
+        api_phase(&fake, mirror_name).as_deref() == Some("Running")
+    })
+    .await;
+    let mirror = fake
+        .get(Kind::Pod, "default", mirror_name)
+        .expect("mirror pod");
+    let annotations = &mirror["metadata"]["annotations"];
+    assert!(
+        annotations["kubernetes.io/config.mirror"].is_string(),
+        "{mirror}"
+    );
+    let owner = &mirror["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "Node");
+    assert_eq!(owner["name"], "cl-mirror-node");
+    assert_eq!(owner["controller"], true);
+    assert_eq!(mirror["spec"]["nodeName"], "cl-mirror-node");
+    // Only one pod runs: the API source leaves the mirror alone.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let running: Vec<_> = status_file(&node.state)
+        .pods
+        .into_iter()
+        .map(|p| (p.name, p.source))
+        .collect();
+    assert_eq!(running.len(), 1, "{running:?}");
+    node.delete("static.yaml");
+    wait_until("the mirror pod deleted", Duration::from_secs(60), || {
+        fake.get(Kind::Pod, "default", mirror_name).is_none()
     })
     .await;
     drop(node.shutdown().await);

@@ -27,6 +27,7 @@ pub enum Call {
     /// The phase sent.
     ReplacePodStatus(Option<String>),
     DeletePod(String),
+    CreatePod(String),
     CreateEvent(String),
     PatchEvent,
     /// Answered 409.
@@ -130,6 +131,18 @@ impl FakeApi {
     #[must_use]
     pub fn pod(&self, uid: &str) -> Option<Pod> {
         self.lock().pods.get(uid).cloned()
+    }
+
+    #[must_use]
+    pub fn pod_named(&self, ns: &str, name: &str) -> Option<Pod> {
+        self.lock()
+            .pods
+            .values()
+            .find(|p| {
+                p.metadata.namespace.as_deref() == Some(ns)
+                    && p.metadata.name.as_deref() == Some(name)
+            })
+            .cloned()
     }
 
     #[must_use]
@@ -238,6 +251,23 @@ impl ClusterApi for FakeApi {
                     && p.metadata.name.as_deref() == Some(name)
             })
             .cloned())
+    }
+
+    async fn create_pod(&self, pod: &Pod) -> Result<Pod, ClusterError> {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let mut s = self.enter(Call::CreatePod(name.clone()), "create pod")?;
+        let ns = pod.metadata.namespace.clone();
+        if s.pods.values().any(|p| {
+            p.metadata.namespace == ns && p.metadata.name.as_deref() == Some(name.as_str())
+        }) {
+            return Err(status(409, "AlreadyExists"));
+        }
+        let uid = format!("pod-uid-{}", s.rv);
+        let mut p = pod.clone();
+        p.metadata.uid = Some(uid.clone());
+        p.metadata.resource_version = Some(s.rv.to_string());
+        s.pods.insert(uid, p.clone());
+        Ok(p)
     }
 
     async fn replace_pod_status(&self, pod: &Pod) -> Result<Pod, ClusterError> {

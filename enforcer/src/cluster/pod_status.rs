@@ -356,7 +356,9 @@ async fn sync_one<A: ClusterApi>(
         let Some(mut pod) = api.get_pod(&rec.namespace, &rec.name).await? else {
             return Ok(Synced::Gone);
         };
-        if pod.metadata.uid.as_deref() != Some(rec.uid.as_str()) {
+        // A static pod's status goes to its mirror (whose hash is the static pod's uid).
+        let mirror_of_it = super::mirror::mirror_hash(&pod) == Some(rec.uid.as_str());
+        if pod.metadata.uid.as_deref() != Some(rec.uid.as_str()) && !mirror_of_it {
             tracing::debug!(pod = %rec.name, uid = %rec.uid, "pod was deleted and then recreated; skipping its status");
             return Ok(Synced::Gone);
         }
@@ -416,23 +418,44 @@ async fn sync_one<A: ClusterApi>(
 /// so a status the API lost or another writer changed is put back.
 const RESYNC: Duration = Duration::from_secs(10);
 
-/// Writes the status of the API-server source's pods until cancelled.
-pub async fn run<A: ClusterApi>(api: Arc<A>, status: StatusManager, host_ip: Option<String>) {
+/// Writes the status of the API-server source's pods, and of the static pods (`link`: the
+/// pod loop's active pods) to their mirror pods, until cancelled.
+pub async fn run<A: ClusterApi>(
+    api: Arc<A>,
+    status: StatusManager,
+    host_ip: Option<String>,
+    link: Option<crate::runtime::NodeLink>,
+) {
     let changed = status.subscribe();
+    let mut static_uids: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     status.track_removed();
     let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
     let mut resync = tokio::time::interval(RESYNC);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         // The newest status of every API pod; the final one of pods that terminated.
+        if let Some(link) = &link {
+            static_uids.extend(
+                link.active()
+                    .iter()
+                    .filter(|(_, e)| super::mirror::is_static(&e.pod))
+                    .map(|(uid, _)| uid.clone()),
+            );
+        }
         let (_, file) = status.snapshot();
         let mut live: HashMap<String, PodRecord> = file
             .pods
             .into_iter()
-            .filter(|r| r.source == API_SOURCE)
+            .filter(|r| r.source == API_SOURCE || static_uids.contains(&r.uid))
             .map(|r| (r.uid.clone(), r))
             .collect();
         for rec in status.take_removed() {
+            // A static pod that ended: its mirror goes (kubelet reports no terminal phase
+            // for static pods).
+            if static_uids.remove(&rec.uid) {
+                entries.remove(&rec.uid);
+                continue;
+            }
             if rec.source != API_SOURCE || live.contains_key(&rec.uid) {
                 continue;
             }
@@ -735,6 +758,7 @@ mod tests {
             api.clone(),
             status.clone(),
             Some("10.0.0.5".to_owned()),
+            None,
         ));
         tokio::time::sleep(Duration::from_millis(1)).await;
         status.set(running_record("u1"));
@@ -794,7 +818,7 @@ mod tests {
         api.add_pod(api_pod("u1"));
         api.set_down(true);
         let status = StatusManager::default();
-        let task = tokio::spawn(run(api.clone(), status.clone(), None));
+        let task = tokio::spawn(run(api.clone(), status.clone(), None, None));
         tokio::time::sleep(Duration::from_millis(1)).await;
         let mut rec = running_record("u1");
         status.set(rec.clone());
