@@ -131,10 +131,21 @@ pub fn api_status(rec: &PodRecord, host_ip: Option<&str>, host_network: bool) ->
         start_time: time(&rec.start_time),
         host_ip: host_ip.clone(),
         host_ips: host_ip.clone().map(|ip| vec![HostIP { ip }]),
-        pod_ip: host_ip.clone().filter(|_| host_network),
-        pod_ips: host_ip
-            .filter(|_| host_network)
-            .map(|ip| vec![PodIP { ip }]),
+        pod_ip: if host_network {
+            host_ip.clone()
+        } else {
+            rec.pod_ips.first().cloned()
+        },
+        pod_ips: if host_network {
+            host_ip.map(|ip| vec![PodIP { ip }])
+        } else {
+            (!rec.pod_ips.is_empty()).then(|| {
+                rec.pod_ips
+                    .iter()
+                    .map(|ip| PodIP { ip: ip.clone() })
+                    .collect()
+            })
+        },
         conditions: Some(
             rec.conditions
                 .iter()
@@ -561,6 +572,7 @@ mod tests {
             message: String::new(),
             qos_class: "Burstable".to_owned(),
             start_time: "2026-01-01T00:00:00Z".to_owned(),
+            pod_ips: vec![],
             sandbox_id: "s".to_owned(),
             cgroup: String::new(),
             conditions: vec![
@@ -618,6 +630,11 @@ mod tests {
         );
         let s = api_status(&running_record("u"), Some("10.0.0.5"), false);
         assert_eq!(s.pod_ip, None, "a pod network address is not the host's");
+        let mut rec = running_record("u");
+        rec.pod_ips = vec!["10.88.0.7".to_owned()];
+        let s = api_status(&rec, Some("10.0.0.5"), false);
+        assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.7"));
+        assert_eq!(s.pod_ips.map(|v| v.len()), Some(1));
     }
 
     #[test]

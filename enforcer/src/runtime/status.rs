@@ -138,6 +138,9 @@ pub struct PodRecord {
     pub qos_class: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub start_time: String,
+    /// The pod's IP addresses (the sandbox's; none for host-network pods).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_ips: Vec<String>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub sandbox_id: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -621,6 +624,7 @@ mod tests {
             message: String::new(),
             qos_class: "BestEffort".into(),
             start_time: rfc3339(1_000_000_000),
+            pod_ips: vec![],
             sandbox_id: "s".into(),
             cgroup: String::new(),
             conditions: vec![],

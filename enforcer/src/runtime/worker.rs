@@ -229,6 +229,8 @@ pub struct PodWorker<R> {
     start_time: String,
     /// Container id -> (decided, actual) `oom_score_adj`, from the last check in /proc.
     oom: HashMap<String, (i64, Option<i64>)>,
+    /// The sandbox's IPs, by sandbox id (asked once per sandbox).
+    sandbox_ips: Option<(String, Vec<String>)>,
 }
 
 impl<R: ContainerRuntime> PodWorker<R> {
@@ -249,6 +251,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             state: PodWorkerState::Syncing,
             start_time: String::new(),
             oom: HashMap::new(),
+            sandbox_ips: None,
         }
     }
 
@@ -269,6 +272,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             state: PodWorkerState::Terminating { grace: None },
             start_time: String::new(),
             oom: HashMap::new(),
+            sandbox_ips: None,
         }
     }
 
@@ -1145,6 +1149,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
         let ready = phase == PodPhase::Running && states.iter().all(|s| *s == AppState::Running);
         let cond = Condition::new;
         let id = PodIdent::of(pod);
+        let pod_ips = self.pod_ips(pod, sandbox_id).await;
         let record = PodRecord {
             uid: self.uid.clone(),
             name: id.name,
@@ -1155,6 +1160,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             message: self.message.clone(),
             qos_class: qos.as_str().to_owned(),
             start_time: self.start_time.clone(),
+            pod_ips,
             sandbox_id: sandbox_id.to_owned(),
             cgroup: cgroup.to_owned(),
             conditions: vec![
@@ -1172,6 +1178,30 @@ impl<R: ContainerRuntime> PodWorker<R> {
         };
         self.ctx.status.set(record);
         Ok(phase)
+    }
+
+    /// The sandbox's IPs (none for host-network pods); asked once per sandbox, again after
+    /// a failed answer.
+    async fn pod_ips(&mut self, pod: &Pod, sandbox_id: &str) -> Vec<String> {
+        let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);
+        if host_network || sandbox_id.is_empty() {
+            return Vec::new();
+        }
+        if let Some((id, ips)) = &self.sandbox_ips
+            && id == sandbox_id
+        {
+            return ips.clone();
+        }
+        match self.ctx.runtime.pod_sandbox_ips(sandbox_id).await {
+            Ok(ips) => {
+                self.sandbox_ips = Some((sandbox_id.to_owned(), ips.clone()));
+                ips
+            }
+            Err(e) => {
+                tracing::debug!(uid = %self.uid, error = %e, "sandbox status");
+                Vec::new()
+            }
+        }
     }
 
     fn publish_error(&self, pod: &Pod) {
