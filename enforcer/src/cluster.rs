@@ -35,7 +35,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use tokio::task::JoinSet;
 
 use crate::{health::Health, runtime::StatusManager};
-use limiter::{Limiter, Priority};
+use limiter::Limiter;
 
 /// How long one API request may take before it counts as failed (and is retried later).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -179,11 +179,11 @@ pub trait ClusterApi: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Event, ClusterError>> + Send;
 }
 
-/// [`ClusterApi`] on kube's client, every request behind the [`Limiter`] and [`REQUEST_TIMEOUT`].
+/// [`ClusterApi`] on kube's client, every request with [`REQUEST_TIMEOUT`] (the daemon puts
+/// it behind the [`Limiter`] with [`limiter::Limited`]).
 #[derive(Clone)]
 pub struct KubeApi {
     client: kube::Client,
-    limiter: Arc<Limiter>,
 }
 
 impl std::fmt::Debug for KubeApi {
@@ -197,24 +197,13 @@ pub const LEASE_NAMESPACE: &str = "kube-node-lease";
 
 impl KubeApi {
     #[must_use]
-    pub fn new(client: kube::Client, limiter: Arc<Limiter>) -> Self {
-        Self { client, limiter }
+    pub fn new(client: kube::Client) -> Self {
+        Self { client }
     }
 
+    /// A request with its timeout.
     async fn call<T>(
         &self,
-        op: &'static str,
-        object: &str,
-        priority: Priority,
-        f: impl Future<Output = Result<T, kube::Error>>,
-    ) -> Result<T, ClusterError> {
-        self.limiter.acquire(priority).await;
-        Self::timed(op, object, f).await
-    }
-
-    /// A request with the timeout only (events: their own limit, `eventRecordQPS`, is applied
-    /// by their writer, as kubelet gives events a client of their own).
-    async fn timed<T>(
         op: &'static str,
         object: &str,
         f: impl Future<Output = Result<T, kube::Error>>,
@@ -249,8 +238,7 @@ fn name_of(meta: &kube::api::ObjectMeta) -> String {
 impl ClusterApi for KubeApi {
     async fn get_node(&self, name: &str) -> Result<Option<Node>, ClusterError> {
         let api = self.nodes();
-        self.call("get node", name, Priority::Lease, api.get_opt(name))
-            .await
+        self.call("get node", name, api.get_opt(name)).await
     }
 
     async fn create_node(&self, node: &Node) -> Result<Node, ClusterError> {
@@ -259,7 +247,6 @@ impl ClusterApi for KubeApi {
         self.call(
             "create node",
             &name,
-            Priority::Lease,
             api.create(&PostParams::default(), node),
         )
         .await
@@ -274,7 +261,6 @@ impl ClusterApi for KubeApi {
         self.call(
             "patch node",
             name,
-            Priority::Lease,
             api.patch(name, &PatchParams::default(), &Patch::Strategic(patch)),
         )
         .await
@@ -289,7 +275,6 @@ impl ClusterApi for KubeApi {
         self.call(
             "patch node status",
             name,
-            Priority::Lease,
             api.patch_status(name, &PatchParams::default(), &Patch::Strategic(patch)),
         )
         .await
@@ -297,8 +282,7 @@ impl ClusterApi for KubeApi {
 
     async fn get_lease(&self, namespace: &str, name: &str) -> Result<Option<Lease>, ClusterError> {
         let api = self.leases(namespace);
-        self.call("get lease", name, Priority::Lease, api.get_opt(name))
-            .await
+        self.call("get lease", name, api.get_opt(name)).await
     }
 
     async fn create_lease(&self, lease: &Lease) -> Result<Lease, ClusterError> {
@@ -307,7 +291,6 @@ impl ClusterApi for KubeApi {
         self.call(
             "create lease",
             &name_of(&lease.metadata),
-            Priority::Lease,
             api.create(&PostParams::default(), lease),
         )
         .await
@@ -320,7 +303,6 @@ impl ClusterApi for KubeApi {
         self.call(
             "update lease",
             &name,
-            Priority::Lease,
             api.replace(&name, &PostParams::default(), lease),
         )
         .await
@@ -328,13 +310,8 @@ impl ClusterApi for KubeApi {
 
     async fn get_pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ClusterError> {
         let api = self.pods(namespace);
-        self.call(
-            "get pod",
-            &format!("{namespace}/{name}"),
-            Priority::Normal,
-            api.get_opt(name),
-        )
-        .await
+        self.call("get pod", &format!("{namespace}/{name}"), api.get_opt(name))
+            .await
     }
 
     async fn create_pod(&self, pod: &Pod) -> Result<Pod, ClusterError> {
@@ -344,7 +321,6 @@ impl ClusterApi for KubeApi {
         self.call(
             "create pod",
             &format!("{ns}/{name}"),
-            Priority::Normal,
             api.create(&PostParams::default(), pod),
         )
         .await
@@ -357,7 +333,6 @@ impl ClusterApi for KubeApi {
         self.call(
             "update pod status",
             &format!("{ns}/{name}"),
-            Priority::Normal,
             api.replace_status(&name, &PostParams::default(), pod),
         )
         .await
@@ -376,7 +351,6 @@ impl ClusterApi for KubeApi {
         self.call(
             "delete pod",
             &format!("{namespace}/{name}"),
-            Priority::Normal,
             api.delete(name, &dp),
         )
         .await
@@ -386,7 +360,7 @@ impl ClusterApi for KubeApi {
     async fn create_event(&self, event: &Event) -> Result<Event, ClusterError> {
         let ns = event.metadata.namespace.clone().unwrap_or_default();
         let api: kube::Api<Event> = kube::Api::namespaced(self.client.clone(), &ns);
-        Self::timed(
+        self.call(
             "create event",
             &name_of(&event.metadata),
             api.create(&PostParams::default(), event),
@@ -401,7 +375,7 @@ impl ClusterApi for KubeApi {
         patch: &serde_json::Value,
     ) -> Result<Event, ClusterError> {
         let api: kube::Api<Event> = kube::Api::namespaced(self.client.clone(), namespace);
-        Self::timed(
+        self.call(
             "patch event",
             name,
             api.patch(name, &PatchParams::default(), &Patch::Strategic(patch)),
@@ -531,7 +505,7 @@ pub async fn run(
     };
     tracing::info!(node = %opts.node.name, kubeconfig = %opts.kubeconfig.display(), "cluster mode: writing node, lease and pod status");
     run_with(
-        Arc::new(KubeApi::new(client, limiter)),
+        Arc::new(limiter::Limited::new(KubeApi::new(client), limiter)),
         opts,
         status,
         health,

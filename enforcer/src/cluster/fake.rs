@@ -47,12 +47,14 @@ struct State {
     down: bool,
     conflicts: u32,
     calls: Vec<Call>,
+    /// When each call came (tokio's clock).
+    times: Vec<tokio::time::Instant>,
 }
 
-/// The fake API.
+/// The fake API (clones of it share its state through [`FakeApi::clone_of`]).
 #[derive(Debug, Default)]
 pub struct FakeApi {
-    state: Mutex<State>,
+    state: std::sync::Arc<Mutex<State>>,
 }
 
 fn status(code: u16, reason: &str) -> ClusterError {
@@ -100,8 +102,28 @@ impl FakeApi {
             });
         }
         s.calls.push(call);
+        s.times.push(tokio::time::Instant::now());
         s.rv += 1;
         Ok(s)
+    }
+
+    /// Another handle on the same state (to wrap one in a decorator and inspect the other).
+    #[must_use]
+    pub fn clone_of(other: &Self) -> Self {
+        Self {
+            state: other.state.clone(),
+        }
+    }
+
+    /// The calls with the time each came.
+    #[must_use]
+    pub fn timed_calls(&self) -> Vec<(tokio::time::Instant, Call)> {
+        let s = self.lock();
+        s.times
+            .iter()
+            .copied()
+            .zip(s.calls.iter().cloned())
+            .collect()
     }
 
     pub fn set_down(&self, down: bool) {

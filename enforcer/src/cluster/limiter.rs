@@ -8,11 +8,17 @@
 //! Time is tokio's clock (paused in tests).
 
 use std::{
-    sync::{Mutex, MutexGuard},
+    sync::{Arc, Mutex, MutexGuard},
     time::Duration,
 };
 
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{Event, Node, Pod},
+};
 use tokio::time::Instant;
+
+use super::{ClusterApi, ClusterError};
 
 /// Who is asking.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -108,6 +114,100 @@ impl Limiter {
     }
 }
 
+/// A [`ClusterApi`] behind the limiter: node and lease requests with [`Priority::Lease`],
+/// pod requests with [`Priority::Normal`]; events pass (their writer applies
+/// `eventRecordQPS`, as kubelet gives events a client of their own).
+#[derive(Debug)]
+pub struct Limited<A> {
+    inner: A,
+    limiter: Arc<Limiter>,
+}
+
+impl<A> Limited<A> {
+    #[must_use]
+    pub fn new(inner: A, limiter: Arc<Limiter>) -> Self {
+        Self { inner, limiter }
+    }
+}
+
+impl<A: ClusterApi> ClusterApi for Limited<A> {
+    async fn get_node(&self, name: &str) -> Result<Option<Node>, ClusterError> {
+        self.limiter.acquire(Priority::Lease).await;
+        self.inner.get_node(name).await
+    }
+
+    async fn create_node(&self, node: &Node) -> Result<Node, ClusterError> {
+        self.limiter.acquire(Priority::Lease).await;
+        self.inner.create_node(node).await
+    }
+
+    async fn patch_node(
+        &self,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Node, ClusterError> {
+        self.limiter.acquire(Priority::Lease).await;
+        self.inner.patch_node(name, patch).await
+    }
+
+    async fn patch_node_status(
+        &self,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Node, ClusterError> {
+        self.limiter.acquire(Priority::Lease).await;
+        self.inner.patch_node_status(name, patch).await
+    }
+
+    async fn get_lease(&self, namespace: &str, name: &str) -> Result<Option<Lease>, ClusterError> {
+        self.limiter.acquire(Priority::Lease).await;
+        self.inner.get_lease(namespace, name).await
+    }
+
+    async fn create_lease(&self, lease: &Lease) -> Result<Lease, ClusterError> {
+        self.limiter.acquire(Priority::Lease).await;
+        self.inner.create_lease(lease).await
+    }
+
+    async fn replace_lease(&self, lease: &Lease) -> Result<Lease, ClusterError> {
+        self.limiter.acquire(Priority::Lease).await;
+        self.inner.replace_lease(lease).await
+    }
+
+    async fn get_pod(&self, namespace: &str, name: &str) -> Result<Option<Pod>, ClusterError> {
+        self.limiter.acquire(Priority::Normal).await;
+        self.inner.get_pod(namespace, name).await
+    }
+
+    async fn create_pod(&self, pod: &Pod) -> Result<Pod, ClusterError> {
+        self.limiter.acquire(Priority::Normal).await;
+        self.inner.create_pod(pod).await
+    }
+
+    async fn replace_pod_status(&self, pod: &Pod) -> Result<Pod, ClusterError> {
+        self.limiter.acquire(Priority::Normal).await;
+        self.inner.replace_pod_status(pod).await
+    }
+
+    async fn delete_pod(&self, namespace: &str, name: &str, uid: &str) -> Result<(), ClusterError> {
+        self.limiter.acquire(Priority::Normal).await;
+        self.inner.delete_pod(namespace, name, uid).await
+    }
+
+    async fn create_event(&self, event: &Event) -> Result<Event, ClusterError> {
+        self.inner.create_event(event).await
+    }
+
+    async fn patch_event(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Event, ClusterError> {
+        self.inner.patch_event(namespace, name, patch).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -166,6 +266,62 @@ mod tests {
         assert_eq!(at, Duration::from_secs(1));
         let (_, at) = rx.recv().await.expect("two");
         assert_eq!(at, Duration::from_secs(2), "then the rate holds");
+    }
+
+    /// Through the API: with `kubeAPIQPS: 1, kubeAPIBurst: 1` the pod status writer's
+    /// requests (a GET and a PUT per pod) go out 1 s apart.
+    #[tokio::test(start_paused = true)]
+    async fn pod_status_writes_are_spaced_by_the_limit() {
+        use crate::cluster::fake::FakeApi;
+        let fake = Arc::new(FakeApi::default());
+        for uid in ["u1", "u2"] {
+            fake.add_pod(
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": uid, "namespace": "default", "uid": uid, "resourceVersion": "1"},
+                    "spec": {"containers": [{"name": "app"}]}
+                }))
+                .expect("pod"),
+            );
+        }
+        let api = Arc::new(Limited::new(
+            FakeApi::clone_of(&fake),
+            Arc::new(Limiter::new(1, 1)),
+        ));
+        let status = crate::runtime::StatusManager::default();
+        let task = tokio::spawn(crate::cluster::pod_status::run(
+            api,
+            status.clone(),
+            None,
+            None,
+        ));
+        let start = Instant::now();
+        for uid in ["u1", "u2"] {
+            status.set(crate::runtime::status::PodRecord {
+                uid: uid.to_owned(),
+                name: uid.to_owned(),
+                namespace: "default".to_owned(),
+                source: crate::runtime::apiserver::API_SOURCE.to_owned(),
+                phase: crate::runtime::status::PodPhase::Running,
+                reason: String::new(),
+                message: String::new(),
+                qos_class: "BestEffort".to_owned(),
+                start_time: String::new(),
+                pod_ips: vec![],
+                sandbox_id: String::new(),
+                cgroup: String::new(),
+                conditions: vec![],
+                init_container_statuses: vec![],
+                container_statuses: vec![],
+            });
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let at: Vec<u128> = fake
+            .timed_calls()
+            .into_iter()
+            .map(|(t, _)| t.duration_since(start).as_millis())
+            .collect();
+        assert_eq!(at, [0, 1000, 2000, 3000], "GET, PUT, GET, PUT");
+        task.abort();
     }
 
     #[tokio::test(start_paused = true)]

@@ -441,7 +441,7 @@ pub async fn run<A: ClusterApi>(
     let mut static_uids: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     status.track_removed();
     let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
-    let mut resync = tokio::time::interval(RESYNC);
+    let mut resync = tokio::time::interval_at(tokio::time::Instant::now() + RESYNC, RESYNC);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         // The newest status of every API pod; the final one of pods that terminated.
