@@ -460,7 +460,7 @@ pub async fn run<A: ClusterApi>(
         "Starting kubelet.".to_owned(),
     );
     let mut built: Vec<NodeCondition> = Vec::new();
-    let health_now = || NodeHealth::of(&status.snapshot().1.node, &health);
+    let health_now = || NodeHealth::of(&status.node(), &health);
     let mut current = Some(register(api.as_ref(), &facts, &health_now()).await);
     let mut last_report: Option<tokio::time::Instant> = None;
     let mut last_health: Option<NodeHealth> = None;

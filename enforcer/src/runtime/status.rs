@@ -328,6 +328,12 @@ impl StatusManager {
         }
     }
 
+    /// The node's status.
+    #[must_use]
+    pub fn node(&self) -> NodeRecord {
+        self.with(|i| i.node.clone())
+    }
+
     /// One pod's status.
     #[must_use]
     pub fn get(&self, uid: &str) -> Option<PodRecord> {
