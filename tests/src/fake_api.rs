@@ -129,6 +129,8 @@ struct Store {
     watches: Vec<Watch>,
     requests: Vec<Request>,
     uid_seq: u64,
+    /// Writes to interfere with: (path fragment, how many more).
+    interfere: Vec<(String, u32)>,
 }
 
 struct Watch {
@@ -311,6 +313,12 @@ impl FakeApi {
     pub fn delete_pod(&self, namespace: &str, name: &str, grace: Option<i64>) -> u16 {
         let mut st = lock(&self.state);
         delete(&mut st, Kind::Pod, namespace, name, grace, &Value::Null).0
+    }
+
+    /// The next `n` updates or patches whose path contains `fragment` find the object changed
+    /// by another writer just before (so they answer 409 Conflict).
+    pub fn interfere(&self, fragment: &str, n: u32) {
+        lock(&self.state).interfere.push((fragment.to_owned(), n));
     }
 
     /// The requests received so far.
@@ -870,6 +878,27 @@ fn handle(
     }
 }
 
+/// Another writer changes the object a matching write is about just before it arrives (a
+/// label `fake/interference`), so the write's resourceVersion is stale.
+fn interfere(st: &mut Store, path: &str) {
+    let Some(i) = st
+        .interfere
+        .iter()
+        .position(|(fragment, left)| *left > 0 && path.contains(fragment.as_str()))
+    else {
+        return;
+    };
+    st.interfere[i].1 -= 1;
+    let Some(r) = route(path) else { return };
+    let Some(name) = r.name.clone() else { return };
+    let key = FakeApi::key(r.kind, &r.namespace.clone().unwrap_or_default(), &name);
+    if let Some(mut obj) = st.objects.get(&key).cloned() {
+        let n = st.rv;
+        obj["metadata"]["labels"]["fake/interference"] = json!(n.to_string());
+        st.commit(key, obj, "MODIFIED");
+    }
+}
+
 async fn serve(mut conn: TcpStream, state: Arc<Mutex<Store>>) {
     let mut buf = Vec::new();
     while let Some((method, path, headers, raw)) = read_request(&mut conn, &mut buf).await {
@@ -946,6 +975,9 @@ async fn serve(mut conn: TcpStream, state: Arc<Mutex<Store>>) {
         }
         let (code, answer) = {
             let mut st = lock(&state);
+            if method == "PUT" || method == "PATCH" {
+                interfere(&mut st, &path);
+            }
             let (code, answer) = if !raw.is_empty() && body.is_none() {
                 (422, status_body(422, "Invalid", "the body is not JSON"))
             } else {

@@ -387,6 +387,85 @@ async fn cluster_mode_registers_the_node_renews_its_lease_and_pushes_pressure() 
         .expect("task");
 }
 
+/// Another writer changes the pod between the node's GET and its status update: the 409 is
+/// retried on a fresh GET and the status lands; the other writer's change is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_status_conflicts_are_retried_on_a_fresh_get() {
+    let fake = FakeApi::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    fake.put_pod(node_pod(
+        "web",
+        "uid-web",
+        "n-conflict",
+        json!({}),
+        "sleep 1",
+    ));
+    let status = StatusManager::default();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(cluster::run(
+        cluster::ClusterOptions {
+            kubeconfig: fake.kubeconfig(dir.path()),
+            node: facts("n-conflict"),
+            status_update: Duration::from_secs(10),
+            status_report: Duration::from_secs(300),
+            lease_duration_seconds: 40,
+            qps: 50,
+            burst: 100,
+            event_qps: 50,
+            event_burst: 100,
+            link: None,
+        },
+        status.clone(),
+        Arc::new(Health::default()),
+        cluster::EventQueue::new(),
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
+    fake.interfere("/pods/web/status", 2);
+    status.set(enforcer::runtime::status::PodRecord {
+        uid: "uid-web".to_owned(),
+        name: "web".to_owned(),
+        namespace: "default".to_owned(),
+        source: apiserver::API_SOURCE.to_owned(),
+        phase: enforcer::runtime::status::PodPhase::Running,
+        reason: String::new(),
+        message: String::new(),
+        qos_class: "BestEffort".to_owned(),
+        start_time: "2026-01-01T00:00:00Z".to_owned(),
+        pod_ips: vec![],
+        sandbox_id: String::new(),
+        cgroup: String::new(),
+        conditions: vec![Condition::new("Ready", true)],
+        init_container_statuses: vec![],
+        container_statuses: vec![],
+    });
+    wait_until("the status delivered", Duration::from_secs(20), || {
+        api_phase(&fake, "web").as_deref() == Some("Running")
+    })
+    .await;
+    let puts: Vec<u16> = fake
+        .writes("/pods/web/status")
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(
+        puts,
+        [409, 409, 200],
+        "two conflicts, then a fresh GET wins"
+    );
+    let pod = fake.get(Kind::Pod, "default", "web").expect("pod");
+    assert!(
+        pod["metadata"]["labels"]["fake/interference"].is_string(),
+        "the other writer's change is kept: {pod}"
+    );
+    let _ = stop_tx.send(());
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("cluster mode stops")
+        .expect("task");
+}
+
 /// A busybox API pod for the daemon's node.
 fn node_pod(name: &str, uid: &str, node: &str, extra: Value, script: &str) -> Value {
     let mut pod = json!({
