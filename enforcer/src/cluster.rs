@@ -542,6 +542,8 @@ pub fn spawn_for_daemon(
     let lease = i32::try_from(config.node_lease_duration_seconds).unwrap_or(40);
     let (qps, burst) = (config.kube_api_qps, config.kube_api_burst);
     let (event_qps, event_burst) = (config.event_record_qps, config.event_burst);
+    // From now on: a pod that terminates before the writers run still has its final status.
+    status.track_removed();
     tokio::spawn(async move {
         let version = match &runtime {
             Some(rt) => match tokio::time::timeout(Duration::from_secs(5), rt.version()).await {
