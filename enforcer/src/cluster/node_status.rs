@@ -43,7 +43,8 @@ pub fn kubelet_version() -> String {
 pub struct NodeFacts {
     /// `hostnameOverride`, else the hostname; lower-cased.
     pub name: String,
-    /// The machine's hostname (the `Hostname` address).
+    /// The machine's hostname (as read; the label and the `Hostname` address use `name`, which
+    /// is kubelet's hostname: the override when given).
     pub hostname: String,
     /// `--node-labels` (the default labels are added by [`default_labels`]).
     pub labels: BTreeMap<String, String>,
@@ -134,13 +135,9 @@ impl NodeFacts {
 #[must_use]
 pub fn default_labels(facts: &NodeFacts) -> BTreeMap<String, String> {
     let mut labels = facts.labels.clone();
-    let hostname = if facts.hostname.is_empty() {
-        facts.name.clone()
-    } else {
-        facts.hostname.to_lowercase()
-    };
+    // kubelet's `hostname`: the override when given, as the node name is.
     for (k, v) in [
-        ("kubernetes.io/hostname", hostname.as_str()),
+        ("kubernetes.io/hostname", facts.name.as_str()),
         ("kubernetes.io/os", "linux"),
         ("kubernetes.io/arch", go_arch()),
         ("beta.kubernetes.io/os", "linux"),
@@ -285,11 +282,7 @@ pub fn build_status(
     }
     addresses.push(NodeAddress {
         type_: "Hostname".to_owned(),
-        address: if facts.hostname.is_empty() {
-            facts.name.clone()
-        } else {
-            facts.hostname.clone()
-        },
+        address: facts.name.clone(),
     });
     NodeStatus {
         capacity: Some(quantities(&facts.capacity)),
@@ -722,7 +715,7 @@ mod tests {
             addresses,
             [
                 ("InternalIP".to_owned(), "10.0.0.5".to_owned()),
-                ("Hostname".to_owned(), "Node-1".to_owned())
+                ("Hostname".to_owned(), "node-1".to_owned())
             ]
         );
         let mut existing = Node::default();
