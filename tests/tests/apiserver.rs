@@ -547,6 +547,33 @@ async fn pod_status_is_written_back_and_graceful_deletion_completes() {
         json!({"resources": {"requests": {"memory": "10Mi"}}}),
         "trap 'exit 0' TERM; sleep 3600 & wait",
     ));
+    // The daemon's node: its real facts.
+    let node_obj = fake.get(Kind::Node, "", "cl-del-node").expect("node");
+    let info = &node_obj["status"]["nodeInfo"];
+    assert!(
+        info["containerRuntimeVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("containerd://1.")),
+        "CRI Version: {info}"
+    );
+    for field in ["kernelVersion", "osImage", "bootID"] {
+        assert!(
+            info[field].as_str().is_some_and(|v| !v.is_empty()),
+            "{field}: {info}"
+        );
+    }
+    assert_eq!(
+        node_obj["status"]["capacity"]["memory"], "1Gi",
+        "nodeCapacity"
+    );
+    assert!(
+        node_obj["status"]["allocatable"]["memory"].is_string(),
+        "{node_obj}"
+    );
+    assert_eq!(
+        node_obj["metadata"]["labels"]["kubernetes.io/hostname"],
+        "cl-del-node"
+    );
     wait_until("Running in the API", Duration::from_secs(60), || {
         fake.get(Kind::Pod, "default", "web").is_some_and(|p| {
             p["status"]["phase"] == "Running"
