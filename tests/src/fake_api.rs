@@ -803,6 +803,16 @@ fn handle(
             None => not_found(&r, name),
         },
         ("DELETE", Some(name)) => {
+            if let Some(b) = body
+                && let Err(e) = serde_json::from_value::<
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::DeleteOptions,
+                >(b.clone())
+            {
+                return (
+                    422,
+                    status_body(422, "Invalid", &format!("decoding DeleteOptions: {e}")),
+                );
+            }
             let grace = q.get("gracePeriodSeconds").and_then(|g| g.parse().ok());
             delete(st, r.kind, &ns, name, grace, body.unwrap_or(&Value::Null))
         }
