@@ -8,11 +8,12 @@
 //! `maxQueuedEvents`) and are dropped, counted, when it is full or nobody writes them
 //! (standalone mode: [`Recorder::default`]).
 //!
-//! Not done: client-go's `EventAggregator` (10 similar events with different messages
-//! combined into one "(combined from similar events)") and its per-object spam filter.
+//! Similar events (one object, type and reason, 10 different messages within 10 minutes) are
+//! combined as client-go's `EventAggregator` does: "(combined from similar events): ...". Not
+//! done: client-go's per-object spam filter (a token bucket per object).
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, HashMap, HashSet},
     sync::{
         Arc,
         atomic::{AtomicU64, Ordering},
@@ -190,6 +191,54 @@ pub fn event_object(e: &EventRecord, host: &str, now: Time, nanos: i128) -> Even
 /// The aggregation key: identical events (object, type, reason, message) are one.
 type Key = (Involved, EventType, String, String);
 
+/// client-go's `EventAggregator`: when 10 events of one object, type and reason with
+/// different messages come within 10 minutes, the next ones are one event, "(combined from
+/// similar events): <message>".
+#[derive(Debug, Default)]
+struct Similar {
+    /// (object, type, reason) -> (first seen, the distinct messages).
+    groups: HashMap<(Involved, EventType, String), (tokio::time::Instant, HashSet<String>)>,
+}
+
+/// client-go's `maxEvents` and `maxIntervalInSeconds`.
+const SIMILAR_MAX: usize = 10;
+const SIMILAR_INTERVAL: std::time::Duration = std::time::Duration::from_secs(600);
+const COMBINED: &str = "(combined from similar events): ";
+
+impl Similar {
+    /// The aggregation key of `e` (rewriting its message when it is combined).
+    fn key(&mut self, e: &mut EventRecord, now: tokio::time::Instant) -> Key {
+        let group = (e.involved.clone(), e.type_, e.reason.clone());
+        if self.groups.len() >= 4096 {
+            self.groups.clear();
+        }
+        let (since, messages) = self
+            .groups
+            .entry(group)
+            .or_insert_with(|| (now, HashSet::new()));
+        if now.saturating_duration_since(*since) > SIMILAR_INTERVAL {
+            *since = now;
+            messages.clear();
+        }
+        messages.insert(e.message.clone());
+        if messages.len() >= SIMILAR_MAX {
+            e.message = format!("{COMBINED}{}", e.message);
+            return (
+                e.involved.clone(),
+                e.type_,
+                e.reason.clone(),
+                COMBINED.to_owned(),
+            );
+        }
+        (
+            e.involved.clone(),
+            e.type_,
+            e.reason.clone(),
+            e.message.clone(),
+        )
+    }
+}
+
 /// Writes recorded events until the recorders are gone.
 pub async fn run<A: ClusterApi>(
     api: Arc<A>,
@@ -201,15 +250,11 @@ pub async fn run<A: ClusterApi>(
     let limiter = Limiter::new(qps, burst);
     // Key -> (namespace, name, count) of the event written for it.
     let mut seen: HashMap<Key, (String, String, i32)> = HashMap::new();
-    while let Some(e) = rx.recv().await {
+    let mut similar = Similar::default();
+    while let Some(mut e) = rx.recv().await {
         limiter.acquire(Priority::Normal).await;
         let now = k8s_openapi::jiff::Timestamp::now();
-        let key: Key = (
-            e.involved.clone(),
-            e.type_,
-            e.reason.clone(),
-            e.message.clone(),
-        );
+        let key = similar.key(&mut e, tokio::time::Instant::now());
         if let Some((ns, name, count)) = seen.get(&key).cloned() {
             let patch = serde_json::json!({
                 "count": count + 1,
@@ -305,6 +350,32 @@ mod tests {
     }
 
     /// Identical events become one with a count; the rate limit applies.
+    /// The 10th different message of one reason on one object: combined.
+    #[test]
+    fn similar_events_are_combined() {
+        let mut similar = Similar::default();
+        let now = tokio::time::Instant::now();
+        let mut keys = Vec::new();
+        for i in 0..12 {
+            let mut e = EventRecord {
+                involved: Involved::pod("ns", "web", "u1", None),
+                type_: EventType::Warning,
+                reason: "Failed".to_owned(),
+                message: format!("error {i}"),
+                annotations: BTreeMap::new(),
+            };
+            keys.push(similar.key(&mut e, now).3);
+            if i >= 9 {
+                assert_eq!(
+                    e.message,
+                    format!("(combined from similar events): error {i}")
+                );
+            }
+        }
+        assert_eq!(keys[8], "error 8");
+        assert_eq!(keys[9], keys[11], "one combined event");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn repeats_are_aggregated_and_rate_limited() {
         let api = Arc::new(FakeApi::default());
