@@ -293,7 +293,7 @@ pub fn direct_reclaim(ctx: TracePointContext) -> u32 {
 fn oom_event(ctx: &TracePointContext) -> u32 {
     count(stat::SEEN, 1);
     let f = &TP_FIELDS.oom_victim;
-    // Only `pid` exists on every kernel (Debian 6.1 has nothing else); the rest is read only
+    // Only `pid` exists on every kernel (upstream 6.1 has nothing else; Debian backported the rest); the rest is read only
     // where this kernel's format has it, else flagged absent.
     let victim = read_i32(ctx, loc(&f.pid));
     let adj = read_i16(ctx, loc(&f.oom_score_adj));

@@ -196,6 +196,8 @@ pub struct KubeletConfiguration {
     pub node_status_update_frequency: Option<Scalar>,
     pub node_status_report_frequency: Option<Scalar>,
     pub node_lease_duration_seconds: Option<i32>,
+    pub pod_pids_limit: Option<i64>,
+    pub allowed_unsafe_sysctls: Option<Vec<String>>,
     pub enforcer: Option<EnforcerSection>,
 }
 
@@ -280,6 +282,9 @@ pub struct ConfigArgs {
     /// How often the node status is computed (and patched when it changed).
     #[arg(long, value_name = "DURATION")]
     pub node_status_update_frequency: Option<String>,
+    /// Most processes in one pod (`pids.max` of the pod cgroup); -1 or 0: unlimited.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub pod_max_pids: Option<i64>,
     /// Where pressure signals come from.
     #[arg(
         long = "signal-source",
@@ -328,6 +333,10 @@ pub struct ConfigArgs {
     /// Allow hostPath volumes.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub allow_host_paths: Option<bool>,
+    /// Unsafe sysctls pods may set beyond the safe ones: names or `prefix*` patterns,
+    /// comma-separated (e.g. kernel.msg*,net.core.somaxconn).
+    #[arg(long, value_name = "SYSCTL,...", value_delimiter = ',')]
+    pub allowed_unsafe_sysctls: Vec<String>,
 }
 
 /// CPU manager policy.
@@ -425,6 +434,11 @@ pub struct Config {
     pub node_status_report_frequency: Duration,
     /// `nodeLeaseDurationSeconds` (40).
     pub node_lease_duration_seconds: u32,
+    /// `podPidsLimit`: `pids.max` of every pod cgroup; -1 (the default) or 0 is unlimited.
+    pub pod_pids_limit: i64,
+    /// `allowedUnsafeSysctls`: sysctls (names or `prefix*` patterns, each known to be
+    /// namespaced) pods may set beyond kubelet's safe ones.
+    pub allowed_unsafe_sysctls: Vec<String>,
     /// The `enforcer:` section.
     pub enforcer: EnforcerConfig,
 }
@@ -452,6 +466,16 @@ pub struct EnforcerConfig {
     #[serde(rename = "allowHostIPC")]
     pub allow_host_ipc: bool,
     pub allow_host_paths: bool,
+}
+
+impl Config {
+    /// kubelet's sysctl admission: the safe sysctls plus `allowedUnsafeSysctls` (validated
+    /// when the configuration was resolved).
+    #[must_use]
+    pub fn sysctl_allowlist(&self) -> crate::policy::security::SysctlAllowlist {
+        crate::policy::security::SysctlAllowlist::new(&self.allowed_unsafe_sysctls)
+            .unwrap_or_default()
+    }
 }
 
 fn ser_duration<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
@@ -702,6 +726,22 @@ mod tests {
             ]
         );
         assert_eq!(l.config.max_pods, 30);
+        // podPidsLimit: -1 by default, the file's value, the flag over the file.
+        assert_eq!(l.config.pod_pids_limit, -1);
+        let d = doc("podPidsLimit: 1024\n");
+        let l = resolve("test.yaml", &d, &ConfigArgs::default()).unwrap();
+        assert_eq!(l.config.pod_pids_limit, 1024);
+        let args = ConfigArgs {
+            pod_max_pids: Some(64),
+            ..Default::default()
+        };
+        assert_eq!(
+            resolve("test.yaml", &d, &args)
+                .unwrap()
+                .config
+                .pod_pids_limit,
+            64
+        );
     }
 
     #[test]
@@ -768,6 +808,16 @@ mod tests {
         assert!(e.contains("evictionPressureTransitionPeriod"), "{e}");
         let e = err("cgroupDriver: systemd", ConfigArgs::default());
         assert!(e.contains("cgroupDriver"), "{e}");
+        let e = err("podPidsLimit: -2", ConfigArgs::default());
+        assert!(e.contains("podPidsLimit") && e.contains("-2"), "{e}");
+        let e = err(
+            "",
+            ConfigArgs {
+                pod_max_pids: Some(-5),
+                ..Default::default()
+            },
+        );
+        assert!(e.contains("--pod-max-pids") && e.contains("-5"), "{e}");
         assert!(
             parse_document("c.yaml", "maxPods: [1]")
                 .unwrap_err()
@@ -861,5 +911,57 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("--node-labels"), "{e}");
+    }
+
+    /// `allowedUnsafeSysctls`: the file's list, the flag's list instead, each entry checked
+    /// as kubelet checks it at start.
+    #[test]
+    fn allowed_unsafe_sysctls() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct T {
+            #[command(flatten)]
+            c: ConfigArgs,
+        }
+        let d = doc("allowedUnsafeSysctls: [kernel.msg*, net.core.somaxconn]");
+        let l = resolve("c.yaml", &d, &ConfigArgs::default()).unwrap();
+        assert_eq!(
+            l.config.allowed_unsafe_sysctls,
+            ["kernel.msg*", "net.core.somaxconn"]
+        );
+        let w = l.config.sysctl_allowlist();
+        assert_eq!(w.validate("kernel.msgmax", false, false), Ok(()));
+        assert_eq!(w.validate("net.core.somaxconn", false, false), Ok(()));
+        assert!(w.validate("kernel.sem", false, false).is_err());
+        let t =
+            T::try_parse_from(["t", "--allowed-unsafe-sysctls=kernel.sem,fs.mqueue.*"]).unwrap();
+        let l = resolve("c.yaml", &d, &t.c).unwrap();
+        assert_eq!(
+            l.config.allowed_unsafe_sysctls,
+            ["kernel.sem", "fs.mqueue.*"]
+        );
+        assert!(
+            Config::defaults()
+                .unwrap()
+                .allowed_unsafe_sysctls
+                .is_empty()
+        );
+        let e = resolve(
+            "c.yaml",
+            &doc("allowedUnsafeSysctls: [kernel.panic]"),
+            &ConfigArgs::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            e,
+            "c.yaml: invalid value \"kernel.panic\" for allowedUnsafeSysctls: the sysctls \"kernel.panic\" are not known to be namespaced"
+        );
+        let t = T::try_parse_from(["t", "--allowed-unsafe-sysctls=Bad*"]).unwrap();
+        let e = resolve("c.yaml", &doc(""), &t.c).unwrap_err().to_string();
+        assert!(
+            e.starts_with("command line: invalid value \"Bad*\" for --allowed-unsafe-sysctls: sysctl \"Bad*\" must have at most 253 characters"),
+            "{e}"
+        );
     }
 }

@@ -285,6 +285,8 @@ pub async fn run(
                 allow_host_pid: config.enforcer.allow_host_pid,
                 allow_host_ipc: config.enforcer.allow_host_ipc,
                 allow_host_paths: config.enforcer.allow_host_paths,
+                sysctls: config.sysctl_allowlist(),
+                apparmor_enabled: caps.apparmor,
             },
         });
         let cri = Arc::new(CriRuntime::new(ro.cri_socket.clone(), ro.cri_timeout));

@@ -11,7 +11,7 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 
 use tokio::sync::mpsc;
 
-pub use probe::Capabilities;
+pub use probe::{Capabilities, apparmor_enabled};
 
 use crate::{
     cgroup::{CgroupError, CgroupLayout},
@@ -90,6 +90,9 @@ pub struct PipelineOptions {
     /// programs their field offsets, the first that has a tracepoint winning (tracefs, then
     /// debugfs; tests put a directory of other kernels' formats first).
     pub tracing_roots: Vec<PathBuf>,
+    /// The PSI source also reads the watched cgroups' v2 `memory.events` (`high` / `max`
+    /// counted); off only to measure a PSI trigger alone (the eviction benchmark).
+    pub memory_events: bool,
 }
 
 impl Default for PipelineOptions {
@@ -102,6 +105,7 @@ impl Default for PipelineOptions {
             poll_interval: Duration::from_secs(10),
             channel_capacity: 65_536,
             tracing_roots: tracefmt::TRACING_ROOTS.iter().map(PathBuf::from).collect(),
+            memory_events: true,
         }
     }
 }

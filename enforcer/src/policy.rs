@@ -13,6 +13,7 @@
 //! - [`cpu`]: the CPU manager's static policy and its checkpoint.
 //! - [`pod_actions`]: the pod worker's plan (kubelet's `computePodActions`) and the pod phase.
 //! - [`backoff`]: crash-loop and image-pull backoff.
+//! - [`security`]: the pod's security context as CRI runs it, sysctl and AppArmor admission.
 
 pub mod admission;
 pub mod backoff;
@@ -22,3 +23,4 @@ pub mod oom;
 pub mod pod_actions;
 pub mod qos;
 pub mod resources;
+pub mod security;

@@ -346,6 +346,11 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         log_root,
         resync: opts.resync,
         events: opts.events.clone(),
+        // kubelet's seccompProfileRoot: `<root dir>/seccomp`.
+        security: crate::policy::security::SecurityOptions {
+            seccomp_profile_root: opts.state_dir.join("seccomp").display().to_string(),
+            seccomp_default: false,
+        },
     });
     let (stop_writer_tx, stop_writer_rx) = tokio::sync::oneshot::channel::<()>();
     let writer = tokio::spawn(status::writer(

@@ -159,6 +159,14 @@ pub fn enable_subtree_controllers(dir: &Path) {
         .unwrap_or_else(|e| panic!("write {:?} to {}: {e}", enable.join(" "), p.display()));
 }
 
+/// This kernel's release (`uname -r`), for reports.
+#[must_use]
+pub fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
 /// Whether the node's memory controller is on cgroup v2 (pure v2, or moved to the unified
 /// hierarchy).
 #[must_use]

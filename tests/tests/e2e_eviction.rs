@@ -715,6 +715,12 @@ async fn verify_oom_killed(node: &Node, name: &str, container: &str, init: bool)
         }
         other => panic!("{container} not terminated: {other:?}"),
     }
+    // kubelet's phase rule, not an eviction: `Failed` with no pod-level reason.
+    assert_eq!(
+        (r.reason.as_str(), r.message.as_str()),
+        ("", ""),
+        "an OOM-killed pod is not evicted: {r:?}"
+    );
     r
 }
 

@@ -470,3 +470,139 @@ async fn cpu_manager_static_gives_an_exclusive_cpu_and_restores_it() {
     cd.remove_all_pods().await;
     drop(cd);
 }
+
+/// Memory QoS and `podPidsLimit` on a pure cgroup v2 node, read back from the real files:
+/// `memory.min` on the container, the pod, the burstable tier and kubepods (kubelet's
+/// `setMemoryQoS` sums), the container's `memory.high` from `memoryThrottlingFactor`
+/// (kubelet's formula, page-aligned), and the pod's `pids.max` holding a fork loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_qos_and_pod_pids_limit_on_real_files_v2only() {
+    assert!(
+        is_v2("memory") && is_v2("pids"),
+        "this test needs the memory and pids controllers on cgroup v2 (cargo xtask vm-test)"
+    );
+    let cd = Containerd::start("memqos");
+    let manifests = cd.dir.join("manifests");
+    let state = cd.dir.join("state");
+    STATE.with(|s| *s.borrow_mut() = Some(state.clone()));
+    std::fs::create_dir_all(&manifests).expect("manifest dir");
+    let config_file = cd.dir.join("kubelet.yaml");
+    const PIDS: i64 = 24;
+    std::fs::write(
+        &config_file,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupRoot: {}\nmemoryThrottlingFactor: 0.8\npodPidsLimit: {PIDS}\nenforcer: {{memoryQoS: true}}\n",
+            cd.cgroup_root
+        ),
+    )
+    .expect("config");
+    let burstable = "dddddddd-0000-0000-0000-000000000001";
+    let guaranteed = "dddddddd-0000-0000-0000-000000000002";
+    std::fs::write(
+        manifests.join("burstable.yaml"),
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: forker, uid: {burstable}}}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: app\n    image: busybox:local\n    imagePullPolicy: Never\n    command: [/bin/sh, -c, 'sh -c \"while true; do sleep 3600 & done\"; exec sleep 3600']\n    resources: {{requests: {{memory: 64Mi}}, limits: {{memory: 256Mi}}}}\n"
+        ),
+    )
+    .expect("write");
+    std::fs::write(
+        manifests.join("guaranteed.yaml"),
+        pod(
+            "guaranteed",
+            guaranteed,
+            "    resources: {limits: {cpu: 100m, memory: 32Mi}}\n",
+        ),
+    )
+    .expect("write");
+    let args = ConfigArgs {
+        config: Some(config_file),
+        node_capacity: vec!["memory=2Gi".to_owned()],
+        cri_socket: Some(cd.socket.clone()),
+        manifest_dir: Some(manifests),
+        state_dir: Some(state.clone()),
+        http_address: Some("127.0.0.1:0".to_owned()),
+        allow_host_namespaces: Some(true),
+        eviction_hard: vec!["memory.available<100Mi".to_owned()],
+        ..ConfigArgs::default()
+    };
+    let config = enforcer::config::load(&args).expect("configuration").config;
+    assert!(config.enforcer.memory_qos && config.pod_pids_limit == PIDS);
+    let daemon = Daemon::start(config);
+    wait_until("both pods running", Duration::from_secs(60), || {
+        let r = records(&state);
+        container_of(&r, "forker").is_some() && container_of(&r, "guaranteed").is_some()
+    })
+    .await;
+    let recs = records(&state);
+    let (forker_pod, forker_id) = container_of(&recs, "forker").expect("forker");
+    let (guaranteed_pod, guaranteed_id) = container_of(&recs, "guaranteed").expect("guaranteed");
+    let memory = |rel: &str, file: &str| read(&dir_of("memory", rel).join(file));
+
+    // Containers: memory.min = request; memory.high = request + (limit - request) * factor,
+    // rounded down to a page (kubelet's float64 arithmetic); a Guaranteed container has no
+    // memory.high (request == limit).
+    let container = format!("{forker_pod}/{forker_id}");
+    assert_eq!(memory(&container, "memory.min"), (64 * MIB).to_string());
+    #[expect(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        reason = "kubelet computes memory.high in float64"
+    )]
+    let high =
+        (((64 * MIB) as f64 + ((256 - 64) * MIB) as f64 * 0.8) / 4096.0).floor() as i64 * 4096;
+    assert_eq!(memory(&container, "memory.high"), high.to_string());
+    assert_eq!(memory(&container, "memory.max"), (256 * MIB).to_string());
+    let g = format!("{guaranteed_pod}/{guaranteed_id}");
+    assert_eq!(memory(&g, "memory.min"), (32 * MIB).to_string());
+    assert_eq!(memory(&g, "memory.high"), "max");
+    // Pods, the burstable tier and kubepods: the sums of the requests below them.
+    assert_eq!(memory(&forker_pod, "memory.min"), (64 * MIB).to_string());
+    assert_eq!(
+        memory(&guaranteed_pod, "memory.min"),
+        (32 * MIB).to_string()
+    );
+    let kubepods = format!("{}/kubepods", cd.cgroup_root.trim_end_matches('/'));
+    wait_until("tier memory.min summed", Duration::from_secs(15), || {
+        memory(&format!("{kubepods}/burstable"), "memory.min") == (64 * MIB).to_string()
+            && memory(&kubepods, "memory.min") == (96 * MIB).to_string()
+    })
+    .await;
+    assert_eq!(memory(&format!("{kubepods}/besteffort"), "memory.min"), "0");
+
+    // podPidsLimit: pids.max on the pod cgroup (not on kubepods), and the fork loop is held
+    // at it: the kernel refused forks (pids.events max) and the pod is still Running.
+    let pids = |rel: &str, file: &str| read(&dir_of("pids", rel).join(file));
+    assert_eq!(pids(&forker_pod, "pids.max"), PIDS.to_string());
+    assert_eq!(pids(&guaranteed_pod, "pids.max"), PIDS.to_string());
+    assert_eq!(pids(&kubepods, "pids.max"), "max");
+    // The refused forks are counted in the forking task's cgroup (the container's) on 6.1
+    // and also up the hierarchy on newer kernels: either counts.
+    let refused = |rel: &str| {
+        pids(rel, "pids.events")
+            .lines()
+            .find_map(|l| l.strip_prefix("max "))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    wait_until(
+        "the fork loop held at pids.max",
+        Duration::from_secs(60),
+        || refused(&container) + refused(&forker_pod) > 0,
+    )
+    .await;
+    let current: i64 = pids(&forker_pod, "pids.current")
+        .parse()
+        .expect("pids.current");
+    assert!(
+        current <= PIDS && current > PIDS / 2,
+        "pids.current {current} with pids.max {PIDS}"
+    );
+    assert!(
+        container_of(&records(&state), "forker").is_some(),
+        "the forker pod keeps running under its pids limit"
+    );
+
+    daemon.stop().await;
+    cd.remove_all_pods().await;
+    drop(cd);
+}

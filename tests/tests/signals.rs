@@ -284,8 +284,8 @@ async fn ebpf_attaches_every_program_with_this_kernels_offsets() {
 }
 
 #[tokio::test]
-async fn ebpf_with_debian_6_1_mark_victim_reads_only_pid_and_flags_the_rest_absent() {
-    // Debian 6.1's `oom/mark_victim` format (`int pid` alone) first, the running kernel's
+async fn ebpf_with_upstream_6_1_mark_victim_reads_only_pid_and_flags_the_rest_absent() {
+    // Upstream 6.1's `oom/mark_victim` format (`int pid` alone) first, the running kernel's
     // formats for the rest: the programs load and attach with that table, the OOM program
     // never reads comm / anon_rss / oom_score_adj, and the signal leaves them unset.
     let _one_at_a_time = OOM_TESTS.lock().await;

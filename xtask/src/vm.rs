@@ -737,6 +737,7 @@ pub const DEFAULT_TIERS: &[(&str, &[&str])] = &[
     ("pressure", &[]),
     ("enforcement", &[]),
     ("eviction", &[]),
+    ("tripwire", &[]),
     ("runtime", &[]),
     // kubelet's node e2e: the memory and OOM scenarios (what cgroup v2 changes); the disk
     // ones (a tmpfs nodefs, no cgroup in it) stay on the host, for time.
@@ -761,6 +762,11 @@ pub const LEFT_OUT: &[(&str, &str)] = &[
         "hardening",
         "descriptor limits and hostile input: nothing cgroup-version specific",
     ),
+    (
+        "security",
+        "the security context reaches the process through containerd and runc: nothing \
+         cgroup-version specific",
+    ),
 ];
 
 /// Options of `cargo xtask vm-test`.
@@ -775,6 +781,40 @@ pub struct Options {
     /// `-p enforcer-tests --test '*'`; `cargo xtask test` passes its own `cargo test`
     /// arguments so the host's binaries are reused, not rebuilt with other features.
     pub build_args: Option<Vec<String>>,
+}
+
+/// One program (built on the host) run in the guest, its standard output printed here after
+/// the run (its standard error streams on the console); fails when it fails or never ran.
+/// `cargo xtask bench eviction --vm` runs the eviction benchmark this way.
+pub fn run_in_vm(target_dir: &Path, program: &Path, args: &[String]) -> anyhow::Result<()> {
+    let vm = setup(target_dir)?;
+    let mut command = String::from("# written by cargo xtask (one program in the guest)\n");
+    let quoted: Vec<String> = args.iter().map(|a| shell_quote(a)).collect();
+    let _ = writeln!(
+        command,
+        "cd / && {} {} > /.vm/share/program.out",
+        shell_quote(&program.display().to_string()),
+        quoted.join(" ")
+    );
+    let (rc, wall) = boot(&vm, &command)?;
+    let out = fs::read_to_string(vm.share.join("program.out")).unwrap_or_default();
+    println!("{out}");
+    say(format!(
+        "{} in the VM ({}): exit {}, {:.0} s wall",
+        program.display(),
+        vm.kernel_version,
+        rc.map_or_else(|| "none (it never finished)".to_owned(), |c| c.to_string()),
+        wall.as_secs_f64()
+    ));
+    match rc {
+        Some(0) => Ok(()),
+        Some(c) => bail!("{} failed in the VM with exit {c}", program.display()),
+        None => bail!(
+            "{} did not finish in the VM (see {})",
+            program.display(),
+            vm.dir.join("console.log").display()
+        ),
+    }
 }
 
 /// `cargo xtask vm-test`: build on the host, run in the guest, report, fail on any failure.

@@ -46,6 +46,8 @@ pub struct CgroupValues {
     pub memory_limit: Option<Option<i64>>,
     /// Memory QoS `memory.min` (cgroup v2 only; ignored on v1).
     pub memory_min: Option<i64>,
+    /// `pids.max`; `Some(None)` is unlimited.
+    pub pids_max: Option<Option<i64>>,
 }
 
 /// The node's numbers the `kubepods` cgroup is sized from.
@@ -148,6 +150,8 @@ pub fn pod_values(v: &PodCgroupValues) -> CgroupValues {
         cpu_period: v.cpu_period_micros,
         memory_limit: Some(v.memory_limit_bytes),
         memory_min: v.memory_min_bytes,
+        // Written only when limited (kubelet leaves pids.max alone otherwise).
+        pids_max: v.pids_limit.map(Some),
     }
 }
 
@@ -214,14 +218,22 @@ impl Kubepods {
     /// Creates `rel` (below the root) where the memory and cpu controllers live and writes
     /// `values` there.
     pub fn apply(&self, rel: &str, values: &CgroupValues) -> Result<(), CgroupError> {
-        for ctrl in ["memory", "cpu"] {
+        for ctrl in ["memory", "cpu", "pids"] {
+            if ctrl == "pids" && values.pids_max.is_none() {
+                continue;
+            }
             let Some((mount, version)) = self.layout.controller(ctrl) else {
                 continue;
             };
             let dir = self.create(mount, version, rel)?;
             match ctrl {
                 "memory" => self.writer.set_memory(&dir, mount, version, values)?,
-                _ => self.writer.set_cpu(&dir, mount, version, values)?,
+                "cpu" => self.writer.set_cpu(&dir, mount, version, values)?,
+                _ => {
+                    if let Some(max) = values.pids_max {
+                        self.writer.set_pids(&dir, mount, version, max)?;
+                    }
+                }
             }
         }
         Ok(())
@@ -329,7 +341,7 @@ mod tests {
             CgroupLayout {
                 v1: Vec::new(),
                 unified: Some(root.to_path_buf()),
-                unified_controllers: vec!["cpu".into(), "memory".into()],
+                unified_controllers: vec!["cpu".into(), "memory".into(), "pids".into()],
             }
         } else {
             let mount = |c: &str| super::super::V1Mount {
@@ -403,6 +415,8 @@ mod tests {
             },
         );
         k.apply(rel, &pod_values(&v)).unwrap();
+        // podPidsLimit unset (-1): pids.max is left alone (and no pids hierarchy here).
+        assert_eq!((v.pids_limit, pod_values(&v).pids_max), (None, None));
         let mem = dir.path().join("memory/r/kubepods/podg");
         let cpu = dir.path().join("cpu/r/kubepods/podg");
         assert_eq!(
@@ -422,10 +436,13 @@ mod tests {
             &g,
             &CgroupOptions {
                 memory_qos: true,
+                pod_pids_limit: 100,
                 ..CgroupOptions::default()
             },
         );
+        assert_eq!(v.pids_limit, Some(100));
         k.apply(rel, &pod_values(&v)).unwrap();
+        assert_eq!(read(&cg.join("pids.max")), "100");
         assert_eq!(read(&cg.join("memory.max")), (64 << 20).to_string());
         assert_eq!(read(&cg.join("memory.min")), (64 << 20).to_string());
         assert_eq!(

@@ -11,6 +11,7 @@ use cgroups_rs::fs::{
     MaxValue,
     cpu::CpuController,
     memory::{MemController, SetMemory},
+    pid::PidController,
 };
 
 use super::{CgroupError, CgroupVersion, WithPath as _, kubepods::CgroupValues};
@@ -38,6 +39,14 @@ pub trait CgroupWriter: Send + Sync + fmt::Debug {
         mount: &Path,
         version: CgroupVersion,
         values: &CgroupValues,
+    ) -> Result<(), CgroupError>;
+    /// Writes `pids.max` (`None`: `max`).
+    fn set_pids(
+        &self,
+        dir: &Path,
+        mount: &Path,
+        version: CgroupVersion,
+        max: Option<i64>,
     ) -> Result<(), CgroupError>;
     /// Sets cgroup v2 `memory.high` (`None`: `max`).
     fn set_memory_high(
@@ -138,6 +147,22 @@ impl CgroupWriter for KernelCgroups {
                 .map_err(controller_err(dir, file))?;
         }
         Ok(())
+    }
+
+    fn set_pids(
+        &self,
+        dir: &Path,
+        mount: &Path,
+        version: CgroupVersion,
+        max: Option<i64>,
+    ) -> Result<(), CgroupError> {
+        PidController::new(
+            dir.to_path_buf(),
+            mount.to_path_buf(),
+            version == CgroupVersion::V2,
+        )
+        .set_pid_max(max.map_or(MaxValue::Max, MaxValue::Value))
+        .map_err(controller_err(dir, "pids.max"))
     }
 
     fn set_memory_high(
@@ -273,6 +298,17 @@ impl CgroupWriter for RecordingCgroups {
         high: Option<i64>,
     ) -> Result<(), CgroupError> {
         self.push(format!("memory.high {} {high:?}", dir.display()));
+        Ok(())
+    }
+
+    fn set_pids(
+        &self,
+        dir: &Path,
+        _mount: &Path,
+        version: CgroupVersion,
+        max: Option<i64>,
+    ) -> Result<(), CgroupError> {
+        self.push(format!("pids {} {version:?} max={max:?}", dir.display()));
         Ok(())
     }
 

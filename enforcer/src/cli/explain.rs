@@ -205,6 +205,8 @@ pub fn explain(args: &ExplainArgs) -> Result<Vec<String>, CliError> {
         enforce_cpu_limits: cfg.cpu_cfs_quota,
         memory_qos: cfg.enforcer.memory_qos,
         memory_throttling_factor: cfg.memory_throttling_factor,
+        single_process_oom_kill: cfg.single_process_oom_kill,
+        pod_pids_limit: cfg.pod_pids_limit,
         allocatable_memory: memory.saturating_sub(reserved).max(0),
         ..CgroupOptions::default()
     };

@@ -282,6 +282,8 @@ pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
         allow_host_pid: cfg.enforcer.allow_host_pid,
         allow_host_ipc: cfg.enforcer.allow_host_ipc,
         allow_host_paths: cfg.enforcer.allow_host_paths,
+        sysctls: cfg.sysctl_allowlist(),
+        apparmor_enabled: crate::kernel::apparmor_enabled(),
     };
 
     // Pods already running.

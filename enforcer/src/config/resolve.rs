@@ -66,6 +66,8 @@ pub(super) mod key {
         REGISTRY_BURST = "registryBurst", "--registry-burst";
         /// File only.
         MEMORY_THROTTLING_FACTOR = "memoryThrottlingFactor", "memoryThrottlingFactor";
+        POD_PIDS_LIMIT = "podPidsLimit", "--pod-max-pids";
+        ALLOWED_UNSAFE_SYSCTLS = "allowedUnsafeSysctls", "--allowed-unsafe-sysctls";
         HOUSEKEEPING_INTERVAL = "enforcer.housekeepingInterval", "--housekeeping-interval";
         NODE_CAPACITY = "enforcer.nodeCapacity", "--node-capacity";
         HTTP_ADDRESS = "enforcer.httpAddress", "--http-address";
@@ -320,6 +322,7 @@ pub fn resolve(
     let rates = node::rates(&n, doc, args)?;
     let memory_throttling_factor = node::memory_throttling_factor(&n, doc)?;
     let cluster = node::cluster(&n, doc, args)?;
+    let allowed_unsafe_sysctls = node::allowed_unsafe_sysctls(&n, doc, args)?;
     let enforcer = enforcer::section(&n, doc, args)?;
 
     let config = Config {
@@ -363,6 +366,8 @@ pub fn resolve(
         node_status_update_frequency: cluster.status_update,
         node_status_report_frequency: cluster.status_report,
         node_lease_duration_seconds: cluster.lease_duration_seconds,
+        pod_pids_limit: node::pod_pids_limit(&n, doc, args)?,
+        allowed_unsafe_sysctls,
         enforcer,
     };
     if !config.cgroups_per_qos {

@@ -246,7 +246,7 @@ pub fn start(
                         why: "/proc/pressure/memory is missing".into(),
                     });
                 }
-                psi_slots(&watches, caps.psi_window_us())?
+                psi_slots(&watches, caps.psi_window_us(), opts.memory_events)?
             };
             let s = stop.clone();
             spawn("enforcer-notify", move || {
@@ -312,7 +312,11 @@ fn eventfd_slots(watches: &[Watch]) -> Result<Vec<Slot>, KernelError> {
     Ok(slots)
 }
 
-fn psi_slots(watches: &[Watch], window_us: u64) -> Result<Vec<Slot>, KernelError> {
+fn psi_slots(
+    watches: &[Watch],
+    window_us: u64,
+    memory_events: bool,
+) -> Result<Vec<Slot>, KernelError> {
     let trigger = format!("some {} {}\0", window_us / 10, window_us);
     let open_trigger = |path: &Path| -> Result<File, KernelError> {
         let mut f = OpenOptions::new()
@@ -340,7 +344,7 @@ fn psi_slots(watches: &[Watch], window_us: u64) -> Result<Vec<Slot>, KernelError
             });
         }
         let events = w.cgroup.join("memory.events");
-        if events.exists() {
+        if memory_events && events.exists() {
             let mut file = File::open(&events).map_err(io(events.display().to_string()))?;
             let last = read_events(&mut file);
             slots.push(Slot::Events {

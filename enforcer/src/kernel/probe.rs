@@ -26,6 +26,20 @@ pub struct Capabilities {
     /// CAP_SYS_RESOURCE: negative oom_score_adj and PSI windows under 2 s need it.
     pub cap_sys_resource: bool,
     pub cap_bpf_or_sys_admin: bool,
+    /// The kernel enforces AppArmor (`/sys/module/apparmor/parameters/enabled` is `Y`).
+    pub apparmor: bool,
+}
+
+/// Where the kernel says whether AppArmor is enabled.
+pub const APPARMOR_ENABLED: &str = "/sys/module/apparmor/parameters/enabled";
+
+/// Whether the kernel enforces AppArmor (kubelet's AppArmor admission needs it for any
+/// profile other than `unconfined`).
+#[must_use]
+pub fn apparmor_enabled() -> bool {
+    crate::policy::security::apparmor_enabled_from(
+        fs::read_to_string(APPARMOR_ENABLED).ok().as_deref(),
+    )
 }
 
 impl Capabilities {
@@ -63,6 +77,7 @@ impl Capabilities {
             psi: fs::read_to_string("/proc/pressure/memory").is_ok(),
             cap_sys_resource: caps & (1 << 24) != 0,
             cap_bpf_or_sys_admin: caps & ((1 << 39) | (1 << 21)) != 0,
+            apparmor: apparmor_enabled(),
         }
     }
 
@@ -76,7 +91,7 @@ impl Capabilities {
         };
         format!(
             "kernel {} btf={} tracefs={} tracepoints_missing=[{}] cgroups={} memory={} pids={} psi={} \
-             cap_sys_resource={} cap_bpf={}",
+             cap_sys_resource={} cap_bpf={} apparmor={}",
             self.kernel,
             self.btf,
             if self.tracefs_mounted {
@@ -91,6 +106,7 @@ impl Capabilities {
             self.psi,
             self.cap_sys_resource,
             self.cap_bpf_or_sys_admin,
+            self.apparmor,
         )
     }
 

@@ -511,7 +511,7 @@ mod tests {
         layout(|tp| read_format(&roots, tp.category, tp.name))
     }
 
-    /// Debian 6.1: `oom/mark_victim` is `int pid` alone; the other formats are 6.18's (the
+    /// Upstream 6.1: `oom/mark_victim` is `int pid` alone; the other formats are 6.18's (the
     /// cgroup and vmscan records are the same there). The 6.1 root comes first, so the rest
     /// falls back to the second root, as tracefs falls back to debugfs.
     fn layout_6_1() -> Layout {
@@ -660,7 +660,7 @@ mod tests {
     }
 
     #[test]
-    fn debian_6_1_mark_victim_has_only_pid_and_the_rest_is_absent() {
+    fn upstream_6_1_mark_victim_has_only_pid_and_the_rest_is_absent() {
         let l = layout_6_1();
         assert_eq!(
             l.table.oom_victim,

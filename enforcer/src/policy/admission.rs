@@ -16,6 +16,7 @@ use super::{
         manager::{self, AdmitResult, toleration_tolerates},
     },
     resources::{self, ResourceList},
+    security::{self, SysctlAllowlist},
 };
 use crate::quantity::{Format, Quantity};
 
@@ -48,13 +49,17 @@ pub const BASELINE_CAPABILITIES: &[&str] = &[
     "SYS_CHROOT",
 ];
 
-/// The node's pod-security rules (Pod Security "baseline": privileged containers and added
-/// capabilities beyond baseline's list, each host namespace, hostPath volumes), each refused
-/// unless allowed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// The node's pod-security rules: Pod Security "baseline" (privileged containers, added
+/// capabilities beyond baseline's list, seccomp `Unconfined`, `procMount: Unmasked`, AppArmor
+/// `unconfined`, SELinux types and users beyond baseline's, each host namespace, hostPath
+/// volumes), each refused unless allowed; kubelet's sysctl allowlist (`allowedUnsafeSysctls`)
+/// and whether the host enforces AppArmor.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SecurityPolicy {
-    /// Allow `securityContext.privileged: true` and capabilities beyond
-    /// [`BASELINE_CAPABILITIES`].
+    /// Allow `securityContext.privileged: true`, capabilities beyond
+    /// [`BASELINE_CAPABILITIES`], and the other container settings baseline refuses (seccomp
+    /// `Unconfined`, `procMount: Unmasked`, AppArmor `unconfined`, SELinux beyond baseline):
+    /// the node's containers then run at Pod Security level "privileged".
     pub allow_privileged: bool,
     /// Allow `hostNetwork`.
     pub allow_host_namespaces: bool,
@@ -64,6 +69,12 @@ pub struct SecurityPolicy {
     pub allow_host_ipc: bool,
     /// Allow `hostPath` volumes.
     pub allow_host_paths: bool,
+    /// The safe sysctls plus `allowedUnsafeSysctls` (kubelet's sysctl admission, reason
+    /// `SysctlForbidden`).
+    pub sysctls: SysctlAllowlist,
+    /// Whether the kernel enforces AppArmor (`/sys/module/apparmor/parameters/enabled`); a pod
+    /// asking for a profile other than `unconfined` is refused (reason `AppArmor`) when not.
+    pub apparmor_enabled: bool,
 }
 
 /// The node as admission sees it.
@@ -303,11 +314,21 @@ impl Admitter {
         if !r.admitted {
             return r;
         }
+        // kubelet's admit handlers in order: eviction, sysctls, resource fit and predicates,
+        // AppArmor; then the node's pod-security rules.
+        if let Err((reason, message)) = self.security.sysctls.admit(pod) {
+            return AdmitResult::reject(reason, message);
+        }
         if let Some(r) = self.resource_fit(pod) {
             return r;
         }
         if let Some(r) = self.predicates(pod) {
             return r;
+        }
+        if let Err((reason, message)) =
+            security::validate_apparmor(pod, self.security.apparmor_enabled)
+        {
+            return AdmitResult::reject(reason, message);
         }
         self.security_check(pod)
     }
@@ -458,6 +479,9 @@ impl Admitter {
             if let Some(cap) = added {
                 return reject(&format!("capability {cap}"));
             }
+            if let Some(what) = baseline_container_settings(pod) {
+                return reject(&what);
+            }
         }
         if !self.security.allow_host_namespaces && spec.host_network == Some(true) {
             return reject("host networking");
@@ -475,6 +499,71 @@ impl Admitter {
         }
         AdmitResult::admit()
     }
+}
+
+/// The SELinux types Pod Security baseline allows (besides none).
+pub const BASELINE_SELINUX_TYPES: &[&str] = &[
+    "container_t",
+    "container_init_t",
+    "container_kvm_t",
+    "container_engine_t",
+];
+
+/// The first container-level setting Pod Security baseline refuses beyond privileged and
+/// capabilities: an explicit seccomp `Unconfined` (pod or container), `procMount` other than
+/// `Default`, an AppArmor profile `unconfined` (field or annotation), SELinux options with a
+/// user, a role or a type outside [`BASELINE_SELINUX_TYPES`]. `None` when there is none.
+fn baseline_container_settings(pod: &Pod) -> Option<String> {
+    if let Some((c, _)) = security::explicit_seccomp_types(pod)
+        .into_iter()
+        .find(|(_, t)| t == "Unconfined")
+    {
+        return Some(format!("seccomp profile Unconfined for {c}"));
+    }
+    if let Some((c, m)) =
+        security::proc_mounts(pod).find_map(|(c, m)| m.filter(|m| m != "Default").map(|m| (c, m)))
+    {
+        return Some(format!("procMount {m} for {c}"));
+    }
+    let annotation_unconfined = pod.metadata.annotations.iter().flatten().find(|(k, v)| {
+        k.starts_with(security::APPARMOR_ANNOTATION_PREFIX)
+            && !(v.is_empty() || v.as_str() == "runtime/default" || v.starts_with("localhost/"))
+    });
+    if let Some((k, v)) = annotation_unconfined {
+        return Some(format!("AppArmor profile {v} in annotation {k}"));
+    }
+    let pod_sc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let field_unconfined = pod_sc
+        .and_then(|s| s.app_armor_profile.as_ref())
+        .map(|p| ("<pod>", p))
+        .into_iter()
+        .chain(
+            security::security_contexts(pod)
+                .filter_map(|(c, s)| s.and_then(|s| s.app_armor_profile.as_ref()).map(|p| (c, p))),
+        )
+        .find(|(_, p)| p.type_ == "Unconfined");
+    if let Some((c, _)) = field_unconfined {
+        return Some(format!("AppArmor profile Unconfined for {c}"));
+    }
+    let selinux = pod_sc
+        .and_then(|s| s.se_linux_options.as_ref())
+        .map(|o| ("<pod>", o))
+        .into_iter()
+        .chain(
+            security::security_contexts(pod)
+                .filter_map(|(c, s)| s.and_then(|s| s.se_linux_options.as_ref()).map(|o| (c, o))),
+        )
+        .find(|(_, o)| {
+            o.user.as_deref().is_some_and(|u| !u.is_empty())
+                || o.role.as_deref().is_some_and(|r| !r.is_empty())
+                || o.type_
+                    .as_deref()
+                    .is_some_and(|t| !t.is_empty() && !BASELINE_SELINUX_TYPES.contains(&t))
+        });
+    if let Some((c, _)) = selinux {
+        return Some(format!("SELinux options beyond baseline for {c}"));
+    }
+    None
 }
 
 fn requirement_matches(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
@@ -702,6 +791,7 @@ mod tests {
                 allow_host_pid: true,
                 allow_host_ipc: true,
                 allow_host_paths: true,
+                ..SecurityPolicy::default()
             },
             [],
         );
@@ -780,5 +870,146 @@ mod tests {
         }]);
         assert!(!strict.admit(&p, &[]).admitted);
         assert!(lax.admit(&p, &[]).admitted);
+    }
+
+    fn yaml_pod(y: &str) -> Pod {
+        let mut p: Pod = serde_yaml_ng::from_str(y).unwrap();
+        p.metadata.uid = Some("uid-p".into());
+        p
+    }
+
+    /// kubelet's sysctl admission (before resource fit), the AppArmor admit handler, and the
+    /// baseline container settings beyond privileged and capabilities.
+    #[test]
+    fn sysctls_apparmor_and_baseline_settings() {
+        let strict = Admitter::new(node(), SecurityPolicy::default(), []);
+        let sysctl = |name: &str, extra: &str| {
+            yaml_pod(&format!(
+                "metadata: {{name: p}}\nspec: {{{extra}securityContext: {{sysctls: [{{name: {name}, value: '1'}}]}}, containers: [{{name: a}}]}}"
+            ))
+        };
+        assert!(
+            strict
+                .admit(&sysctl("kernel.shm_rmid_forced", ""), &[])
+                .admitted
+        );
+        let r = strict.admit(&sysctl("kernel.msgmax", ""), &[]);
+        assert_eq!(
+            (r.reason.as_str(), r.message.as_str()),
+            (
+                "SysctlForbidden",
+                "forbidden sysctl: \"kernel.msgmax\" not allowlisted"
+            )
+        );
+        // A safe net.* sysctl with the host's network namespace: refused.
+        let r = strict.admit(
+            &sysctl("net.ipv4.tcp_syncookies", "hostNetwork: true, "),
+            &[],
+        );
+        assert_eq!(
+            r.message,
+            "forbidden sysctl: \"net.ipv4.tcp_syncookies\" not allowed with host Net enabled"
+        );
+        let allowing = Admitter::new(
+            node(),
+            SecurityPolicy {
+                sysctls: SysctlAllowlist::new(&["kernel.msg*".to_owned()]).unwrap(),
+                ..SecurityPolicy::default()
+            },
+            [],
+        );
+        assert!(allowing.admit(&sysctl("kernel.msgmax", ""), &[]).admitted);
+        assert_eq!(
+            allowing.admit(&sysctl("kernel.sem", ""), &[]).reason,
+            "SysctlForbidden"
+        );
+        // Sysctls come before resource fit, as in kubelet's handler order.
+        let mut big = sysctl("kernel.sem", "");
+        big.spec.as_mut().unwrap().containers[0] = container("a", "cpu=100", "");
+        assert_eq!(strict.admit(&big, &[]).reason, "SysctlForbidden");
+
+        // AppArmor: no AppArmor on the host refuses a profile; unconfined is baseline's
+        // refusal instead.
+        let runtime_default = yaml_pod(
+            "metadata: {name: p}\nspec: {containers: [{name: a, securityContext: {appArmorProfile: {type: RuntimeDefault}}}]}",
+        );
+        let r = strict.admit(&runtime_default, &[]);
+        assert_eq!(
+            (r.reason.as_str(), r.message.as_str()),
+            (
+                "AppArmor",
+                "Cannot enforce AppArmor: AppArmor is not enabled on the host"
+            )
+        );
+        let with_apparmor = Admitter::new(
+            node(),
+            SecurityPolicy {
+                apparmor_enabled: true,
+                ..SecurityPolicy::default()
+            },
+            [],
+        );
+        assert!(with_apparmor.admit(&runtime_default, &[]).admitted);
+
+        let lax = Admitter::new(
+            node(),
+            SecurityPolicy {
+                allow_privileged: true,
+                ..SecurityPolicy::default()
+            },
+            [],
+        );
+        for (spec, what) in [
+            (
+                "{securityContext: {seccompProfile: {type: Unconfined}}, containers: [{name: a}]}",
+                "seccomp profile Unconfined for <pod>",
+            ),
+            (
+                "{containers: [{name: a, securityContext: {seccompProfile: {type: Unconfined}}}]}",
+                "seccomp profile Unconfined for a",
+            ),
+            (
+                "{containers: [{name: a, securityContext: {procMount: Unmasked}}]}",
+                "procMount Unmasked for a",
+            ),
+            (
+                "{containers: [{name: a, securityContext: {appArmorProfile: {type: Unconfined}}}]}",
+                "AppArmor profile Unconfined for a",
+            ),
+            (
+                "{securityContext: {seLinuxOptions: {type: spc_t}}, containers: [{name: a}]}",
+                "SELinux options beyond baseline for <pod>",
+            ),
+            (
+                "{initContainers: [{name: i, securityContext: {seLinuxOptions: {user: system_u}}}], containers: [{name: a}]}",
+                "SELinux options beyond baseline for i",
+            ),
+        ] {
+            let p = yaml_pod(&format!("metadata: {{name: p}}\nspec: {spec}"));
+            let r = strict.admit(&p, &[]);
+            assert_eq!(
+                (r.reason.as_str(), r.message),
+                (
+                    "PodSecurity",
+                    format!("pod with UID \"uid-p\" specified {what}, but is disallowed")
+                ),
+                "{spec}"
+            );
+            assert!(lax.admit(&p, &[]).admitted, "{spec}");
+        }
+        for ok in [
+            "{securityContext: {seccompProfile: {type: RuntimeDefault}}, containers: [{name: a, securityContext: {procMount: Default, seLinuxOptions: {type: container_t, level: 's0:c1'}}}]}",
+            "{containers: [{name: a, securityContext: {seccompProfile: {type: Localhost, localhostProfile: p.json}}}]}",
+        ] {
+            let p = yaml_pod(&format!("metadata: {{name: p}}\nspec: {ok}"));
+            assert!(strict.admit(&p, &[]).admitted, "{ok}");
+        }
+        let annotated = yaml_pod(
+            "metadata: {name: p, annotations: {container.apparmor.security.beta.kubernetes.io/a: unconfined}}\nspec: {containers: [{name: a}]}",
+        );
+        assert_eq!(
+            strict.admit(&annotated, &[]).message,
+            "pod with UID \"uid-p\" specified AppArmor profile unconfined in annotation container.apparmor.security.beta.kubernetes.io/a, but is disallowed"
+        );
     }
 }

@@ -224,6 +224,7 @@ impl Enforcer {
             memory_qos: config.enforcer.memory_qos && v2,
             memory_throttling_factor: config.memory_throttling_factor,
             single_process_oom_kill: config.single_process_oom_kill,
+            pod_pids_limit: config.pod_pids_limit,
             allocatable_memory: node.memory.saturating_sub(node.reserved_memory).max(0),
             ..CgroupOptions::default()
         };

@@ -8,7 +8,10 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use sha2::{Digest as _, Sha256};
 
 use crate::{
-    policy::resources::cgroup::{self, CgroupOptions, PodCgroupValues},
+    policy::{
+        resources::cgroup::{self, CgroupOptions, PodCgroupValues},
+        security,
+    },
     quantity::Quantity,
 };
 
@@ -196,32 +199,6 @@ fn host_network(pod: &Pod) -> bool {
     pod.spec.as_ref().and_then(|s| s.host_network) == Some(true)
 }
 
-fn namespace_options(pod: &Pod) -> cri::NamespaceOption {
-    let s = pod.spec.as_ref();
-    let node = |b: Option<bool>| b == Some(true);
-    cri::NamespaceOption {
-        network: if host_network(pod) {
-            cri::NamespaceMode::Node as i32
-        } else {
-            cri::NamespaceMode::Pod as i32
-        },
-        pid: if node(s.and_then(|s| s.host_pid)) {
-            cri::NamespaceMode::Node as i32
-        } else if node(s.and_then(|s| s.share_process_namespace)) {
-            cri::NamespaceMode::Pod as i32
-        } else {
-            cri::NamespaceMode::Container as i32
-        },
-        ipc: if node(s.and_then(|s| s.host_ipc)) {
-            cri::NamespaceMode::Node as i32
-        } else {
-            cri::NamespaceMode::Pod as i32
-        },
-        target_id: String::new(),
-        userns_options: None,
-    }
-}
-
 /// Pod identity: name, namespace, uid.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodIdent {
@@ -305,10 +282,8 @@ pub fn sandbox_config(
         annotations,
         linux: Some(cri::LinuxPodSandboxConfig {
             cgroup_parent: cgroup_parent.to_owned(),
-            security_context: Some(cri::LinuxSandboxSecurityContext {
-                namespace_options: Some(namespace_options(pod)),
-                ..Default::default()
-            }),
+            security_context: Some(security::sandbox_security_context(pod)),
+            sysctls: security::pod_sysctls(pod),
             ..Default::default()
         }),
         windows: None,
@@ -333,7 +308,9 @@ pub struct ResourceOptions {
     pub cpuset: Option<String>,
 }
 
-/// The container config (kubelet's `generateContainerConfig`) with default resource options.
+/// The container config (kubelet's `generateContainerConfig`) with default resource options
+/// and the security context of an image that names no user (root) on a node with default
+/// security options; a security context kubelet would refuse leaves the CRI default.
 #[must_use]
 pub fn container_config(
     pod: &Pod,
@@ -350,7 +327,14 @@ pub fn container_config(
         },
         cpuset: None,
     };
-    container_config_with(pod, c, kind, restart_count, image_ref, node, &opts)
+    let sc = security::container_security_context(
+        pod,
+        c,
+        &security::ImageUser::default(),
+        &security::SecurityOptions::default(),
+    )
+    .unwrap_or_default();
+    container_config_with(pod, c, kind, restart_count, image_ref, node, &opts, sc)
 }
 
 /// The linux resources of a container: the decision core's values
@@ -397,8 +381,13 @@ pub fn linux_resources(
     }
 }
 
-/// The container config (kubelet's `generateContainerConfig`).
+/// The container config (kubelet's `generateContainerConfig`), with the security context
+/// decided for it ([`security::decide_container_security`]).
 #[must_use]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the pieces of one generateContainerConfig"
+)]
 pub fn container_config_with(
     pod: &Pod,
     c: &Container,
@@ -407,6 +396,7 @@ pub fn container_config_with(
     image_ref: &str,
     node: NodeFacts,
     opts: &ResourceOptions,
+    security_context: cri::LinuxContainerSecurityContext,
 ) -> cri::ContainerConfig {
     let id = PodIdent::of(pod);
     let mut labels = pod_labels(&id);
@@ -442,11 +432,6 @@ pub fn container_config_with(
             value: e.value.clone().unwrap_or_default(),
         })
         .collect();
-    let privileged = c
-        .security_context
-        .as_ref()
-        .and_then(|s| s.privileged)
-        .unwrap_or(false);
     cri::ContainerConfig {
         metadata: Some(cri::ContainerMetadata {
             name: c.name.clone(),
@@ -469,11 +454,7 @@ pub fn container_config_with(
         tty: c.tty.unwrap_or(false),
         linux: Some(cri::LinuxContainerConfig {
             resources: Some(resources),
-            security_context: Some(cri::LinuxContainerSecurityContext {
-                namespace_options: Some(namespace_options(pod)),
-                privileged,
-                ..Default::default()
-            }),
+            security_context: Some(security_context),
         }),
         ..Default::default()
     }
@@ -649,6 +630,26 @@ mod tests {
             Some(("A", "b"))
         );
         assert_eq!(cc.log_path, "c/3.log");
+        // The security context: the pod's namespaces, the image's user (root), the sandbox
+        // under RuntimeDefault seccomp.
+        let sc = cc
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .expect("security context");
+        assert_eq!(
+            sc.namespace_options.as_ref().map(|n| n.network),
+            Some(cri::NamespaceMode::Node as i32)
+        );
+        assert_eq!(sc.run_as_user, Some(cri::Int64Value { value: 0 }));
+        assert_eq!(
+            sb.linux
+                .as_ref()
+                .and_then(|l| l.security_context.as_ref())
+                .and_then(|s| s.seccomp.as_ref())
+                .map(|s| s.profile_type),
+            Some(cri::security_profile::ProfileType::RuntimeDefault as i32)
+        );
     }
 
     #[test]

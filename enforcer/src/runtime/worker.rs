@@ -28,6 +28,7 @@ use crate::{
             AppState, ContainerStart, ContainerView, PodPhase, PodRuntime, PullPolicy, Replace,
             RestartPolicy, RuntimeState, SandboxPlan, SandboxView, compute_pod_actions, pod_phase,
         },
+        security::{self, ImageUser, SecurityOptions},
     },
 };
 
@@ -87,6 +88,8 @@ pub struct WorkerContext<R> {
     pub resync: Duration,
     /// The pod's events (kubelet's container events).
     pub events: crate::cluster::events::Recorder,
+    /// What containers' security contexts depend on (the seccomp profile root).
+    pub security: SecurityOptions,
 }
 
 fn label_filter(uid: &str) -> HashMap<String, String> {
@@ -849,8 +852,35 @@ impl<R: ContainerRuntime> PodWorker<R> {
         sandbox_config: &cri::PodSandboxConfig,
         now: Instant,
     ) -> Result<(), WorkerError> {
-        let Some(image_ref) = self.ensure_image(c, sandbox_config, now).await? else {
+        let Some((image_ref, image)) = self.ensure_image(c, sandbox_config, now).await? else {
             return Ok(());
+        };
+        let rt = self.ctx.runtime.clone();
+        // kubelet's getImageUser: the user the image runs as, from ImageStatus.
+        let image = match image {
+            Some(i) => Some(i),
+            None => rt
+                .image_status(c.image.as_deref().unwrap_or_default())
+                .await
+                .map_err(self.cri())?,
+        };
+        // Decided before anything is created: runAsNonRoot against the image's user, then
+        // the CRI security context; a refusal leaves the container uncreated and waiting.
+        let security_context = match security::decide_container_security(
+            pod,
+            c,
+            &ImageUser::of(image.as_ref()),
+            &self.ctx.security,
+        ) {
+            Ok(sc) => sc,
+            Err(e) => {
+                tracing::warn!(uid = %self.uid, container = %c.name, error = %e, "container config refused");
+                self.waiting.insert(
+                    c.name.clone(),
+                    ("CreateContainerConfigError".to_owned(), e.to_string()),
+                );
+                return Ok(());
+            }
         };
         let dir = self.ctx.log_root.join(&self.uid).join(&c.name);
         std::fs::create_dir_all(&dir).map_err(|source| WorkerError::Io {
@@ -870,8 +900,8 @@ impl<R: ContainerRuntime> PodWorker<R> {
             &image_ref,
             self.ctx.node,
             &resources,
+            security_context,
         );
-        let rt = self.ctx.runtime.clone();
         let id = rt
             .create_container(sandbox_id, config, sandbox_config.clone())
             .await
@@ -910,30 +940,29 @@ impl<R: ContainerRuntime> PodWorker<R> {
         Ok(())
     }
 
-    /// The image reference to create from, or `None` (with a waiting reason) when it is not
-    /// there and cannot be pulled now.
+    /// The image reference to create from and, when it was already there, its status; `None`
+    /// (with a waiting reason) when it is not there and cannot be pulled now.
     async fn ensure_image(
         &mut self,
         c: &Container,
         sandbox_config: &cri::PodSandboxConfig,
         now: Instant,
-    ) -> Result<Option<String>, WorkerError> {
+    ) -> Result<Option<(String, Option<cri::Image>)>, WorkerError> {
         let image = c.image.clone().unwrap_or_default();
         let policy = PullPolicy::of(c);
         let rt = self.ctx.runtime.clone();
         let present = rt.image_status(&image).await.map_err(self.cri())?;
-        if let Some(img) = &present
-            && policy != PullPolicy::Always
-        {
+        let is_present = present.is_some();
+        if let Some(img) = present.filter(|_| policy != PullPolicy::Always) {
             self.event(
                 Some(&c.name),
                 EventType::Normal,
                 "Pulled",
                 format!("Container image \"{image}\" already present on machine"),
             );
-            return Ok(Some(img.id.clone()));
+            return Ok(Some((img.id.clone(), Some(img))));
         }
-        if present.is_none() && policy == PullPolicy::Never {
+        if !is_present && policy == PullPolicy::Never {
             self.event(
                 Some(&c.name),
                 EventType::Warning,
@@ -978,7 +1007,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
                         pulling.elapsed()
                     ),
                 );
-                Ok(Some(r))
+                Ok(Some((r, None)))
             }
             Err(e) if e.is_unavailable() => Err(self.cri()(e)),
             Err(e) => {
@@ -1244,6 +1273,7 @@ mod tests {
                 cap_sys_resource: false,
             },
             log_root: dir.path().to_path_buf(),
+            security: SecurityOptions::default(),
             resync: Duration::from_secs(60),
             events: crate::cluster::events::Recorder::default(),
         });
@@ -1410,5 +1440,34 @@ mod tests {
             "{rec:?}"
         );
         assert_eq!(rec.phase, PodPhase::Pending);
+    }
+
+    /// runAsNonRoot against an image that names no user (root): the container is never
+    /// created, and waits with kubelet's reason and message; the one that sets a non-root
+    /// runAsUser starts.
+    #[tokio::test(start_paused = true)]
+    async fn run_as_non_root_refused_before_create() {
+        let h = harness(
+            "metadata: {name: p, namespace: ns, uid: u5}\nspec:\n  securityContext: {runAsNonRoot: true}\n  containers:\n  - {name: root, image: 'busybox:local'}\n  - {name: user, image: 'busybox:local', securityContext: {runAsUser: 1000}}",
+        );
+        settle().await;
+        let rec = h.status.get("u5").expect("status");
+        assert_eq!(
+            rec.container_statuses[0].state,
+            ContainerState::Waiting {
+                reason: "CreateContainerConfigError".to_owned(),
+                message: "container has runAsNonRoot and image will run as root (pod: \"p_ns(u5)\", container: root)".to_owned(),
+            }
+        );
+        assert!(rec.container_statuses[1].ready, "{rec:?}");
+        assert_eq!(starts(&h.fake, "root"), 0);
+        assert_eq!(rec.phase, PodPhase::Pending);
+        let creates = h
+            .fake
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("CreateContainer"))
+            .count();
+        assert_eq!(creates, 1, "{:?}", h.fake.calls());
     }
 }

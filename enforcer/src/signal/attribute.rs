@@ -191,7 +191,7 @@ impl Attributor {
                 }
             }
             RecordKind::OomVictim => {
-                // Fields this kernel's `oom/mark_victim` lacks (Debian 6.1 has only `pid`) stay
+                // Fields this kernel's `oom/mark_victim` lacks (upstream 6.1 has only `pid`) stay
                 // unset: a zero there is not a value.
                 let victim = raw.has(absent::PID).then_some(r.pid);
                 s.pid = victim;
@@ -288,7 +288,7 @@ mod tests {
     #[test]
     fn oom_fields_the_kernel_lacks_stay_unset_not_zero() {
         let mut a = Attributor::new(CgroupLayout::default());
-        // Debian 6.1: mark_victim has only `pid`.
+        // Upstream 6.1: mark_victim has only `pid`.
         let s = a.attribute(&raw(
             RecordKind::OomVictim,
             absent::ARG0 | absent::ARG1 | absent::PATH,

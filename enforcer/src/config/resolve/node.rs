@@ -332,3 +332,43 @@ pub(super) fn cluster(
         lease_duration_seconds: u32::try_from(lease).unwrap_or(40),
     })
 }
+
+/// `podPidsLimit` / `--pod-max-pids` (default -1): a positive value is the pod cgroup's
+/// `pids.max`; -1 and 0 leave pods unlimited (kubelet sets the limit only when positive).
+pub(super) fn pod_pids_limit(
+    n: &Namer<'_>,
+    doc: &KubeletConfiguration,
+    args: &ConfigArgs,
+) -> Result<i64, ConfigError> {
+    let v = Sourced::pick(args.pod_max_pids, doc.pod_pids_limit);
+    let limit = v.value.unwrap_or(-1);
+    if limit < -1 {
+        return Err(n.invalid(
+            key::POD_PIDS_LIMIT,
+            v.from_flag,
+            limit.to_string(),
+            "must be -1 (unlimited), 0 (unlimited) or a positive number of processes",
+        ));
+    }
+    Ok(limit)
+}
+
+/// `allowedUnsafeSysctls` (the flag's list if given, else the file's): each a sysctl name or
+/// `prefix*` pattern known to be namespaced, as kubelet refuses to start otherwise.
+pub(super) fn allowed_unsafe_sysctls(
+    n: &Namer<'_>,
+    doc: &KubeletConfiguration,
+    args: &ConfigArgs,
+) -> Result<Vec<String>, ConfigError> {
+    let from_flag = !args.allowed_unsafe_sysctls.is_empty();
+    let list = if from_flag {
+        args.allowed_unsafe_sysctls.clone()
+    } else {
+        doc.allowed_unsafe_sysctls.clone().unwrap_or_default()
+    };
+    for s in &list {
+        crate::policy::security::SysctlAllowlist::new(std::slice::from_ref(s))
+            .map_err(|e| n.invalid(key::ALLOWED_UNSAFE_SYSCTLS, from_flag, s.clone(), e))?;
+    }
+    Ok(list)
+}

@@ -83,6 +83,9 @@ pub struct PodCgroupValues {
     /// Memory QoS `memory.min` (cgroup v2 with Memory QoS only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_min_bytes: Option<i64>,
+    /// `pids.max` (`podPidsLimit` when positive).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pids_limit: Option<i64>,
 }
 
 /// Options for the cgroup computations.
@@ -103,6 +106,8 @@ pub struct CgroupOptions {
     /// `singleProcessOOMKill`; when false on cgroup v2 each container gets
     /// `memory.oom.group = 1`.
     pub single_process_oom_kill: bool,
+    /// `podPidsLimit`: the pod cgroup's `pids.max` when positive.
+    pub pod_pids_limit: i64,
 }
 
 impl Default for CgroupOptions {
@@ -115,6 +120,7 @@ impl Default for CgroupOptions {
             memory_throttling_factor: 0.9,
             allocatable_memory: 0,
             single_process_oom_kill: false,
+            pod_pids_limit: -1,
         }
     }
 }
@@ -176,6 +182,8 @@ pub fn pod_cgroup_values(pod: &Pod, opts: &CgroupOptions) -> PodCgroupValues {
         cpu_period_micros: cpu_period.or(Some(opts.cpu_period_us)),
         memory_limit_bytes: memory.filter(|m| *m != 0),
         memory_min_bytes: memory_min,
+        // kubelet's pod container manager sets PidsLimit only when podPidsLimit > 0.
+        pids_limit: (opts.pod_pids_limit > 0).then_some(opts.pod_pids_limit),
     }
 }
 
