@@ -336,10 +336,17 @@ async fn cluster_mode_registers_the_node_renews_its_lease_and_pushes_pressure() 
     assert_eq!(lease["spec"]["holderIdentity"], "cluster-node-1");
     assert_eq!(lease["spec"]["leaseDurationSeconds"], 40);
     assert!(lease["spec"]["renewTime"].is_string(), "{lease}");
-    assert_eq!(
-        lease["metadata"]["ownerReferences"][0]["kind"], "Node",
-        "{lease}"
-    );
+    // Owned by the Node (set at the first renewal that finds the Node, as kubelet's lease
+    // controller does when the lease was created first).
+    wait_until(
+        "the lease owned by the Node",
+        Duration::from_secs(15),
+        || {
+            fake.get(Kind::Lease, "kube-node-lease", "cluster-node-1")
+                .is_some_and(|l| l["metadata"]["ownerReferences"][0]["kind"] == "Node")
+        },
+    )
+    .await;
 
     // kubelet's node events.
     let starting = wait_event(&fake, "Starting", "cluster-node-1").await;
@@ -380,6 +387,24 @@ async fn cluster_mode_registers_the_node_renews_its_lease_and_pushes_pressure() 
         .map(|r| format!("{} {} -> {}", r.method, r.path, r.status))
         .collect();
     assert!(refused.is_empty(), "refused: {refused:?}");
+    // A lease renewal meeting another writer: a 409, then a fresh read and a renewal.
+    fake.interfere("/leases/cluster-node-1", 1);
+    wait_until(
+        "a renewal after a conflict",
+        Duration::from_secs(30),
+        || {
+            let codes: Vec<u16> = fake
+                .writes("/leases/cluster-node-1")
+                .iter()
+                .map(|r| r.status)
+                .collect();
+            codes
+                .iter()
+                .position(|c| *c == 409)
+                .is_some_and(|i| codes[i + 1..].contains(&200))
+        },
+    )
+    .await;
     let _ = stop_tx.send(());
     tokio::time::timeout(Duration::from_secs(5), task)
         .await
@@ -861,6 +886,20 @@ async fn no_final_status_is_lost_while_the_api_server_is_gone() {
     wait_until("the lease renewed again", Duration::from_secs(20), || {
         fake.writes("/leases/cl-gone-node").len() > renewals_before
     })
+    .await;
+    // The pod watch resumes too: a pod created after the outage runs and reports.
+    fake.put_pod(node_pod(
+        "after",
+        "cl-uid-after",
+        "cl-gone-node",
+        json!({}),
+        "trap 'exit 0' TERM; sleep 3600 & wait",
+    ));
+    wait_until(
+        "the new pod Running in the API",
+        Duration::from_secs(90),
+        || api_phase(&fake, "after").as_deref() == Some("Running"),
+    )
     .await;
     drop(node.shutdown().await);
 }
