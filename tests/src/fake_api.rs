@@ -131,6 +131,8 @@ struct Store {
     uid_seq: u64,
     /// Writes to interfere with: (path fragment, how many more).
     interfere: Vec<(String, u32)>,
+    /// How long every answer (but a watch's) is held back: a slow server.
+    delay: Duration,
 }
 
 struct Watch {
@@ -317,6 +319,11 @@ impl FakeApi {
 
     /// The next `n` updates or patches whose path contains `fragment` find the object changed
     /// by another writer just before (so they answer 409 Conflict).
+    /// Holds every later answer (watches excepted) back by `delay`: a slow server.
+    pub fn set_delay(&self, delay: Duration) {
+        lock(&self.state).delay = delay;
+    }
+
     pub fn interfere(&self, fragment: &str, n: u32) {
         lock(&self.state).interfere.push((fragment.to_owned(), n));
     }
@@ -996,6 +1003,10 @@ async fn serve(mut conn: TcpStream, state: Arc<Mutex<Store>>) {
             log(&mut st, code);
             (code, answer)
         };
+        let delay = lock(&state).delay;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         if !respond(&mut conn, code, &answer).await {
             return;
         }

@@ -962,3 +962,50 @@ async fn static_pods_get_mirror_pods() {
     .await;
     drop(node.shutdown().await);
 }
+
+/// A slow API server (every answer 3 s late): the node does not wait on it. A pod's container
+/// ends and the node's own status shows it at once; the API gets it later, the newest status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_api_server_delays_nothing_on_the_node() {
+    let _serial = SERIAL.lock().await;
+    let fake = FakeApi::start().await;
+    let node = cluster_node("cl-slow", "cl-slow-node", &fake, ConfigArgs::default()).await;
+    fake.put_pod(node_pod(
+        "slowjob",
+        "cl-uid-slowjob",
+        "cl-slow-node",
+        json!({"restartPolicy": "Never"}),
+        "sleep 3; exit 4",
+    ));
+    wait_until("Running in the API", Duration::from_secs(60), || {
+        api_phase(&fake, "slowjob").as_deref() == Some("Running")
+    })
+    .await;
+    fake.set_delay(Duration::from_secs(3));
+    let state = node.state.clone();
+    let failed_locally = wait_until("Failed on the node", Duration::from_secs(30), || {
+        status_file(&state)
+            .pods
+            .iter()
+            .any(|p| p.name == "slowjob" && p.phase == "Failed")
+    })
+    .await;
+    let failed_in_api = wait_until("Failed in the API", Duration::from_secs(60), || {
+        api_phase(&fake, "slowjob").as_deref() == Some("Failed")
+    })
+    .await;
+    // The node had it first; the API only after at least one slow answer (its GET).
+    let lag = failed_in_api.saturating_duration_since(failed_locally);
+    eprintln!("slow API: the Failed status reached it {lag:?} after the node had it");
+    assert!(
+        failed_locally < failed_in_api && lag >= Duration::from_secs(2),
+        "the node's status waited on the API: {lag:?}"
+    );
+    let pod = fake.get(Kind::Pod, "default", "slowjob").expect("pod");
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 4,
+        "{pod}"
+    );
+    fake.set_delay(Duration::ZERO);
+    drop(node.shutdown().await);
+}
