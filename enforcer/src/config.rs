@@ -192,6 +192,10 @@ pub struct KubeletConfiguration {
     pub memory_throttling_factor: Option<f64>,
     #[serde(rename = "singleProcessOOMKill")]
     pub single_process_oom_kill: Option<bool>,
+    pub hostname_override: Option<String>,
+    pub node_status_update_frequency: Option<Scalar>,
+    pub node_status_report_frequency: Option<Scalar>,
+    pub node_lease_duration_seconds: Option<i32>,
     pub pod_pids_limit: Option<i64>,
     pub allowed_unsafe_sysctls: Option<Vec<String>>,
     pub enforcer: Option<EnforcerSection>,
@@ -269,6 +273,15 @@ pub struct ConfigArgs {
     /// Enforce cpu limits with CFS quota.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub cpu_cfs_quota: Option<bool>,
+    /// The node's name instead of the hostname (cluster mode).
+    #[arg(long, value_name = "NAME")]
+    pub hostname_override: Option<String>,
+    /// Labels the node registers with, e.g. role=edge,zone=a (cluster mode).
+    #[arg(long, value_name = "KEY=VALUE,...")]
+    pub node_labels: Vec<String>,
+    /// How often the node status is computed (and patched when it changed).
+    #[arg(long, value_name = "DURATION")]
+    pub node_status_update_frequency: Option<String>,
     /// Most processes in one pod (`pids.max` of the pod cgroup); -1 or 0: unlimited.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub pod_max_pids: Option<i64>,
@@ -409,6 +422,18 @@ pub struct Config {
     /// (the kernel OOM killer then kills the whole container, kubelet's default since 1.28).
     #[serde(rename = "singleProcessOOMKill")]
     pub single_process_oom_kill: bool,
+    /// `hostnameOverride` (empty: the hostname).
+    pub hostname_override: String,
+    /// `--node-labels`.
+    pub node_labels: BTreeMap<String, String>,
+    /// `nodeStatusUpdateFrequency` (10 s).
+    #[serde(serialize_with = "ser_duration")]
+    pub node_status_update_frequency: Duration,
+    /// `nodeStatusReportFrequency` (5 m, or the update frequency when only that is set).
+    #[serde(serialize_with = "ser_duration")]
+    pub node_status_report_frequency: Duration,
+    /// `nodeLeaseDurationSeconds` (40).
+    pub node_lease_duration_seconds: u32,
     /// `podPidsLimit`: `pids.max` of every pod cgroup; -1 (the default) or 0 is unlimited.
     pub pod_pids_limit: i64,
     /// `allowedUnsafeSysctls`: sysctls (names or `prefix*` patterns, each known to be
@@ -567,6 +592,18 @@ pub fn load(args: &ConfigArgs) -> Result<LoadedConfig, ConfigError> {
 }
 
 impl Config {
+    /// The node's name: `hostnameOverride`, else the hostname; lower-cased (kubelet's
+    /// `nodeutil.GetHostname`).
+    #[must_use]
+    pub fn node_name(&self) -> String {
+        let name = self.hostname_override.trim();
+        if name.is_empty() {
+            crate::runtime::node_name()
+        } else {
+            name.to_lowercase()
+        }
+    }
+
     /// The defaults (no file, no flags).
     pub fn defaults() -> Result<Self, ConfigError> {
         resolve(
@@ -828,6 +865,52 @@ mod tests {
             .find(|t| !t.is_hard())
             .unwrap();
         assert_eq!(soft.grace_period, Duration::from_secs(90));
+    }
+
+    /// Cluster-mode settings: kubelet's defaults, the report period following an explicit
+    /// update period, the name from `hostnameOverride` lower-cased, `--node-labels`.
+    #[test]
+    fn cluster_settings() {
+        let c = resolve("c.yaml", &doc(""), &ConfigArgs::default())
+            .unwrap()
+            .config;
+        assert_eq!(c.node_status_update_frequency, Duration::from_secs(10));
+        assert_eq!(c.node_status_report_frequency, Duration::from_secs(300));
+        assert_eq!(c.node_lease_duration_seconds, 40);
+        assert_eq!(c.node_name(), crate::runtime::node_name());
+        let c = resolve(
+            "c.yaml",
+            &doc("hostnameOverride: Node-A\nnodeStatusUpdateFrequency: 4s\nnodeLeaseDurationSeconds: 20\n"),
+            &ConfigArgs {
+                node_labels: vec!["role=edge,zone=a".to_owned()],
+                ..ConfigArgs::default()
+            },
+        )
+        .unwrap()
+        .config;
+        assert_eq!(c.node_name(), "node-a");
+        assert_eq!(c.node_status_report_frequency, Duration::from_secs(4));
+        assert_eq!(c.node_lease_duration_seconds, 20);
+        assert_eq!(c.node_labels["zone"], "a");
+        let e = resolve(
+            "c.yaml",
+            &doc("nodeLeaseDurationSeconds: 0"),
+            &ConfigArgs::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("nodeLeaseDurationSeconds"), "{e}");
+        let e = resolve(
+            "c.yaml",
+            &doc(""),
+            &ConfigArgs {
+                node_labels: vec!["nolabel".to_owned()],
+                ..ConfigArgs::default()
+            },
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--node-labels"), "{e}");
     }
 
     /// `allowedUnsafeSysctls`: the file's list, the flag's list instead, each entry checked

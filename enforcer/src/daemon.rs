@@ -235,10 +235,20 @@ pub async fn run(
     };
 
     let status = StatusManager::default();
+    // Cluster mode records events; standalone, the recorder drops them.
+    let events = opts
+        .kubeconfig
+        .as_ref()
+        .map(|_| crate::cluster::EventQueue::new());
+    let recorder = events
+        .as_ref()
+        .map(|e| e.recorder.clone())
+        .unwrap_or_default();
     let mut pods_task = None;
     let mut node_reclaim = None;
     if opts.run_pods {
         let mut ro = RunPodsOptions::for_node(layout.clone(), &caps);
+        ro.node_name = config.node_name();
         ro.cri_socket = config.enforcer.cri_socket.clone();
         ro.cgroup_root = config.cgroup_root.clone();
         ro.manifest_dir = config.enforcer.manifest_dir.clone();
@@ -249,13 +259,23 @@ pub async fn run(
         ro.enforce = enforcer.clone();
         ro.link = link.clone();
         ro.health = health.clone();
+        ro.events = recorder.clone();
         ro.admission = Some(Admission {
             node: admission::Node {
                 name: ro.node_name.clone(),
-                labels: BTreeMap::from([(
-                    "kubernetes.io/hostname".to_owned(),
-                    ro.node_name.clone(),
-                )]),
+                labels: config
+                    .node_labels
+                    .clone()
+                    .into_iter()
+                    .chain([
+                        ("kubernetes.io/hostname".to_owned(), ro.node_name.clone()),
+                        ("kubernetes.io/os".to_owned(), "linux".to_owned()),
+                        (
+                            "kubernetes.io/arch".to_owned(),
+                            crate::cluster::node_status::go_arch().to_owned(),
+                        ),
+                    ])
+                    .collect(),
                 taints: Vec::new(),
                 allocatable: allocatable.clone(),
             },
@@ -279,6 +299,29 @@ pub async fn run(
         )));
     }
 
+    // Cluster mode: node, lease and pod status written back to the API server.
+    let cluster_task = opts
+        .kubeconfig
+        .clone()
+        .zip(events)
+        .map(|(kubeconfig, events)| {
+            crate::cluster::spawn_for_daemon(
+                &config,
+                crate::cluster::DaemonStart {
+                    kubeconfig,
+                    resources: crate::cluster::NodeResources {
+                        capacity: capacity.clone(),
+                        allocatable: allocatable.clone(),
+                    },
+                    runtime: node_reclaim.clone(),
+                    events,
+                    link: link.clone(),
+                },
+                status.clone(),
+                health.clone(),
+                stopped(),
+            )
+        });
     health.expect_steps_within(config.enforcer.housekeeping_interval.saturating_mul(2));
     let manager = crate::eviction_manager::EvictionManager {
         config: config.clone(),
@@ -296,6 +339,7 @@ pub async fn run(
         housekeeping: config.enforcer.housekeeping_interval,
         node_reclaim,
         health: health.clone(),
+        events: recorder,
     };
     let eviction = tokio::spawn(manager.run(pipeline, stopped()));
 
@@ -307,6 +351,9 @@ pub async fn run(
         && let Ok(Err(e)) = t.await
     {
         tracing::error!(error = %e, "pod runtime");
+    }
+    if let Some(t) = cluster_task {
+        let _ = t.await;
     }
     server_task.abort();
     Ok(())

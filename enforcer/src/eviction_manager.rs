@@ -7,6 +7,7 @@ use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
 
 use crate::{
     cgroup::{CgroupLayout, join_inside, writer::CgroupWriter},
+    cluster::events::{EventRecord, EventType, Involved},
     config::Config,
     health::Health,
     kernel,
@@ -158,6 +159,8 @@ pub struct EvictionManager {
     pub node_reclaim: Option<Arc<CriRuntime>>,
     /// Told of every completed step and of the signal pipeline ending (`/healthz`).
     pub health: Arc<Health>,
+    /// `EvictionThresholdMet` on the node, `Evicted` on the pod (cluster mode).
+    pub events: crate::cluster::events::Recorder,
 }
 
 impl EvictionManager {
@@ -547,6 +550,12 @@ impl EvictionManager {
         self.status.set_node(node_record(&decision.conditions));
         if let Some(text) = &decision.node_event {
             tracing::warn!(event = "EvictionThresholdMet", message = %text, %trigger, "eviction threshold met");
+            self.events.event(
+                Involved::node(&self.config.node_name()),
+                EventType::Warning,
+                "EvictionThresholdMet",
+                text.clone(),
+            );
         }
         let mut eviction = decision.eviction;
         if memo.cleanup.is_some() {
@@ -594,6 +603,13 @@ impl EvictionManager {
                     e.cgroup.clone(),
                 ));
             }
+            self.events.record(EventRecord {
+                involved: Involved::pod(&ev.namespace, &ev.name, &ev.uid, None),
+                type_: EventType::Warning,
+                reason: crate::policy::eviction::manager::REASON.to_owned(),
+                message: ev.message.clone(),
+                annotations: ev.annotations.clone(),
+            });
             self.link.evict(Evict {
                 uid: ev.uid.clone(),
                 grace_seconds: ev.grace_period_seconds,

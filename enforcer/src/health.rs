@@ -69,6 +69,12 @@ impl Health {
         self.runtime.swap(new, Ordering::Relaxed) != new
     }
 
+    /// Whether the container runtime did not answer the last relist.
+    #[must_use]
+    pub fn runtime_down(&self) -> bool {
+        self.runtime.load(Ordering::Relaxed) == RUNTIME_DOWN
+    }
+
     /// The last attempt to write the state directory: `None` when it worked.
     pub fn set_state(&self, error: Option<String>) {
         match self.state_error.lock() {

@@ -5,6 +5,7 @@
 
 pub mod cgroup;
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod eviction_manager;

@@ -98,7 +98,8 @@ struct RunArgs {
     /// evicted), as kubelet does.
     #[arg(long)]
     static_pods: bool,
-    /// Also run the pods the API server assigns to this node (watched with this kubeconfig).
+    /// Cluster mode: also run the pods the API server assigns to this node (watched with this
+    /// kubeconfig), and write the Node, its Lease, pod status, mirror pods and events back.
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
 }

@@ -113,6 +113,9 @@ pub struct RunPodsOptions {
     pub enforce: Arc<enforce::Enforcer>,
     /// Where the runtime's reachability and the state directory's writes are reported.
     pub health: Arc<crate::health::Health>,
+    /// The pod workers' events (`Pulled`, `Created`, `Started`, `Killing`, `BackOff`,
+    /// `Failed`); a default recorder drops them.
+    pub events: crate::cluster::events::Recorder,
 }
 
 /// What pod admission needs to know about the node.
@@ -200,6 +203,7 @@ impl RunPodsOptions {
             kubeconfig: None,
             enforce: Arc::default(),
             health: Arc::default(),
+            events: crate::cluster::events::Recorder::default(),
         }
     }
 }
@@ -341,6 +345,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         node: opts.node,
         log_root,
         resync: opts.resync,
+        events: opts.events.clone(),
         // kubelet's seccompProfileRoot: `<root dir>/seccomp`.
         security: crate::policy::security::SecurityOptions {
             seccomp_profile_root: opts.state_dir.join("seccomp").display().to_string(),
@@ -520,6 +525,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                     tracing::warn!(uid = %e.uid, grace = e.grace_seconds, message = %e.message, "evicting pod");
                     let rec = failed_record(&pod, "", crate::policy::eviction::manager::REASON, e.message.clone());
                     let rec = PodRecord { source: status.get(&e.uid).map(|r| r.source).unwrap_or_default(), ..rec };
+                    status.evicting(&e.uid);
                     pods.evicted.insert(e.uid.clone(), rec);
                     pods.pending.remove(&e.uid);
                     let _ = h.tx.send(WorkUpdate::Kill { grace: Some(e.grace_seconds) });
@@ -622,6 +628,7 @@ mod tests {
             kubeconfig: None,
             enforce: Arc::default(),
             health: Arc::default(),
+            events: crate::cluster::events::Recorder::default(),
         }
     }
 

@@ -7,6 +7,7 @@
 //! Everything here needs root and the real kernel; a missing piece fails loudly.
 
 pub mod containerd;
+pub mod fake_api;
 pub mod image;
 pub mod local;
 pub mod node;
@@ -353,19 +354,31 @@ impl Daemon {
     /// Starts the daemon with `config` (no extra watches, pods as workloads, no API server).
     #[must_use]
     pub fn start(config: enforcer::config::Config) -> Self {
+        Self::start_with_kubeconfig(config, None)
+    }
+
+    /// Starts the daemon with `config`, in cluster mode when a kubeconfig is given.
+    #[must_use]
+    pub fn start_with_kubeconfig(
+        config: enforcer::config::Config,
+        kubeconfig: Option<PathBuf>,
+    ) -> Self {
+        Self::start_with(enforcer::daemon::DaemonOptions {
+            config,
+            watches: vec![],
+            run_pods: true,
+            static_pods: false,
+            kubeconfig,
+        })
+    }
+
+    /// Starts the daemon with `opts`.
+    #[must_use]
+    pub fn start_with(opts: enforcer::daemon::DaemonOptions) -> Self {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(enforcer::daemon::run(
-            enforcer::daemon::DaemonOptions {
-                config,
-                watches: vec![],
-                run_pods: true,
-                static_pods: false,
-                kubeconfig: None,
-            },
-            async {
-                let _ = stopped.await;
-            },
-        ));
+        let task = tokio::spawn(enforcer::daemon::run(opts, async {
+            let _ = stopped.await;
+        }));
         Self { stop, task }
     }
 

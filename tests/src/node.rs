@@ -137,6 +137,8 @@ pub struct Node {
     pub manifests: PathBuf,
     pub state: PathBuf,
     config: enforcer::config::Config,
+    kubeconfig: Option<PathBuf>,
+    static_pods: bool,
     daemon: Option<Daemon>,
 }
 
@@ -151,6 +153,19 @@ impl Node {
     /// The daemon on `cd`, with its state in `state` (default: under the containerd dir).
     #[must_use]
     pub fn start_on(cd: Containerd, args: ConfigArgs, state: Option<PathBuf>) -> Self {
+        Self::start_in_cluster(cd, args, state, None, false)
+    }
+
+    /// [`Self::start_on`], in cluster mode with `kubeconfig` when given, manifest pods run as
+    /// static pods when `static_pods`.
+    #[must_use]
+    pub fn start_in_cluster(
+        cd: Containerd,
+        args: ConfigArgs,
+        state: Option<PathBuf>,
+        kubeconfig: Option<PathBuf>,
+        static_pods: bool,
+    ) -> Self {
         let manifests = cd.dir.join("manifests");
         let state = state.unwrap_or_else(|| cd.dir.join("state"));
         std::fs::create_dir_all(&manifests).expect("manifest dir");
@@ -164,21 +179,40 @@ impl Node {
             ..args
         };
         let config = enforcer::config::load(&args).expect("configuration").config;
-        let daemon = Daemon::start(config.clone());
-        Self {
+        let node = Self {
             cd,
             manifests,
             state,
             config,
-            daemon: Some(daemon),
-        }
+            kubeconfig,
+            static_pods,
+            daemon: None,
+        };
+        node.with_daemon()
+    }
+
+    fn with_daemon(mut self) -> Self {
+        self.daemon = Some(Daemon::start_with(enforcer::daemon::DaemonOptions {
+            config: self.config.clone(),
+            watches: vec![],
+            run_pods: true,
+            static_pods: self.static_pods,
+            kubeconfig: self.kubeconfig.clone(),
+        }));
+        self
     }
 
     /// Stops the daemon (the pods keep running) and starts it again with the same
     /// configuration, as a restart of the service would.
     pub async fn restart(&mut self) {
         self.stop_daemon().await;
-        self.daemon = Some(Daemon::start(self.config.clone()));
+        self.daemon = Some(Daemon::start_with(enforcer::daemon::DaemonOptions {
+            config: self.config.clone(),
+            watches: vec![],
+            run_pods: true,
+            static_pods: self.static_pods,
+            kubeconfig: self.kubeconfig.clone(),
+        }));
     }
 
     /// Stops the daemon only; the pods keep running.

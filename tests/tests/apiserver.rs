@@ -1,241 +1,36 @@
-//! The API-server pod source against an in-process fake of the Kubernetes HTTP API (no real
-//! API server is reachable here): a plain-HTTP server on 127.0.0.1 that answers the list and
-//! the watch of `/api/v1/pods`, honouring `fieldSelector=spec.nodeName=<node>`, and pushes
-//! ADDED / MODIFIED / DELETED watch events when the test changes its pods.
+//! The API-server pod source and cluster mode against the strict fake of the Kubernetes HTTP
+//! API (`enforcer_tests::fake_api`; no real API server is reachable here): the list and watch
+//! of this node's pods, and what the node writes back (Node, Lease, pod status, the final
+//! delete), with real pods on a private containerd where the outcome depends on them.
 
 use std::{
-    collections::HashMap,
-    net::SocketAddr,
-    path::{Path, PathBuf},
-    sync::{Arc, Mutex},
+    collections::BTreeMap,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
-use enforcer::runtime::{
-    CriRuntime, PodOp, RunPodsOptions, SourceEvent, StatusManager, apiserver, run_pods_with,
-    status::ContainerState,
+use enforcer::{
+    cluster::{self, node_status::NodeFacts},
+    config::ConfigArgs,
+    health::Health,
+    runtime::{
+        CriRuntime, PodOp, RunPodsOptions, SourceEvent, StatusManager, apiserver, run_pods_with,
+        status::{Condition, ContainerState, NodeRecord},
+    },
 };
-use enforcer_tests::{containerd::Containerd, layout};
+use enforcer_tests::{
+    containerd::Containerd,
+    fake_api::{FakeApi, Kind},
+    layout,
+    node::{Node, status_file, wait_until},
+};
 use serde_json::{Value, json};
-use tokio::{
-    io::{AsyncReadExt as _, AsyncWriteExt as _},
-    net::{TcpListener, TcpStream},
-    sync::mpsc,
-};
+use tokio::sync::mpsc;
 
 const NODE: &str = "testnode";
 
-#[derive(Default)]
-struct FakeState {
-    /// uid -> pod JSON.
-    pods: HashMap<String, Value>,
-    rv: u64,
-    /// Open watches: (node selector, sender of event lines).
-    watches: Vec<(Option<String>, mpsc::UnboundedSender<String>)>,
-    requests: Vec<String>,
-}
-
-/// The fake API server.
-struct FakeApi {
-    addr: SocketAddr,
-    state: Arc<Mutex<FakeState>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-fn node_of(pod: &Value) -> Option<&str> {
-    pod["spec"]["nodeName"].as_str()
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let Ok(v) = u8::from_str_radix(&s[i + 1..i + 3], 16)
-        {
-            out.push(v);
-            i += 3;
-        } else {
-            out.push(if b[i] == b'+' { b' ' } else { b[i] });
-            i += 1;
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-fn query(path: &str) -> HashMap<String, String> {
-    path.split_once('?')
-        .map(|(_, q)| q)
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k.to_owned(), percent_decode(v)))
-        .collect()
-}
-
-fn with_rv(pod: &Value, rv: u64) -> Value {
-    let mut p = pod.clone();
-    p["apiVersion"] = json!("v1");
-    p["kind"] = json!("Pod");
-    p["metadata"]["resourceVersion"] = json!(rv.to_string());
-    p
-}
-
-impl FakeApi {
-    async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let state = Arc::new(Mutex::new(FakeState::default()));
-        let st = state.clone();
-        let task = tokio::spawn(async move {
-            while let Ok((conn, _)) = listener.accept().await {
-                tokio::spawn(serve(conn, st.clone()));
-            }
-        });
-        Self { addr, state, task }
-    }
-
-    fn event(&self, kind: &str, pod: &Value) {
-        let mut st = self.state.lock().expect("lock");
-        st.rv += 1;
-        let obj = with_rv(pod, st.rv);
-        let line = json!({"type": kind, "object": obj}).to_string();
-        let node = node_of(pod).map(str::to_owned);
-        st.watches.retain(|(sel, tx)| {
-            if sel.is_some() && *sel != node {
-                return !tx.is_closed();
-            }
-            tx.send(line.clone()).is_ok()
-        });
-    }
-
-    fn put(&self, pod: Value) {
-        let uid = pod["metadata"]["uid"].as_str().expect("uid").to_owned();
-        let existed = {
-            let mut st = self.state.lock().expect("lock");
-            st.pods.insert(uid, pod.clone()).is_some()
-        };
-        self.event(if existed { "MODIFIED" } else { "ADDED" }, &pod);
-    }
-
-    fn delete(&self, uid: &str) {
-        let pod = self.state.lock().expect("lock").pods.remove(uid);
-        if let Some(pod) = pod {
-            self.event("DELETED", &pod);
-        }
-    }
-
-    fn requests(&self) -> Vec<String> {
-        self.state.lock().expect("lock").requests.clone()
-    }
-
-    fn kubeconfig(&self, dir: &Path) -> PathBuf {
-        let path = dir.join("kubeconfig");
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: nobody\nusers:\n- name: nobody\n  user: {{}}\ncurrent-context: fake\n",
-            self.addr
-        );
-        std::fs::write(&path, text).expect("write kubeconfig");
-        path
-    }
-}
-
-impl Drop for FakeApi {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn serve(mut conn: TcpStream, state: Arc<Mutex<FakeState>>) {
-    let mut buf = Vec::new();
-    loop {
-        // One request head (the requests here have no body).
-        let head_end = loop {
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
-            }
-            let mut chunk = [0u8; 4096];
-            match conn.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-        };
-        let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-        buf.drain(..head_end);
-        let path = head
-            .lines()
-            .next()
-            .and_then(|l| l.split_whitespace().nth(1))
-            .unwrap_or("/")
-            .to_owned();
-        let q = query(&path);
-        let selector = q
-            .get("fieldSelector")
-            .and_then(|s| s.strip_prefix("spec.nodeName="))
-            .map(str::to_owned);
-        state
-            .lock()
-            .expect("lock")
-            .requests
-            .push(percent_decode(&path));
-        if !path.starts_with("/api/v1/pods") {
-            let body = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404, "reason": "NotFound", "message": "not found"}).to_string();
-            let resp = format!(
-                "HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-                body.len()
-            );
-            if conn.write_all(resp.as_bytes()).await.is_err() {
-                return;
-            }
-            continue;
-        }
-        if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
-            let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-            state
-                .lock()
-                .expect("lock")
-                .watches
-                .push((selector.clone(), tx));
-            let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
-            if conn.write_all(head.as_bytes()).await.is_err() {
-                return;
-            }
-            while let Some(line) = rx.recv().await {
-                let data = format!("{line}\n");
-                let chunk = format!("{:x}\r\n{data}\r\n", data.len());
-                if conn.write_all(chunk.as_bytes()).await.is_err() {
-                    return;
-                }
-            }
-            return;
-        }
-        let body = {
-            let st = state.lock().expect("lock");
-            let items: Vec<Value> = st
-                .pods
-                .values()
-                .filter(|p| selector.is_none() || node_of(p) == selector.as_deref())
-                .map(|p| with_rv(p, st.rv))
-                .collect();
-            json!({
-                "apiVersion": "v1",
-                "kind": "PodList",
-                "metadata": {"resourceVersion": st.rv.to_string()},
-                "items": items,
-            })
-            .to_string()
-        };
-        let resp = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        if conn.write_all(resp.as_bytes()).await.is_err() {
-            return;
-        }
-    }
-}
+/// The daemon tests share the machine's memory (one eviction) and containerd start-up time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn api_pod(name: &str, uid: &str, node: &str, args: &str) -> Value {
     json!({
@@ -285,8 +80,8 @@ async fn next_pod_event(
 async fn api_source_turns_list_and_watch_of_this_node_into_pod_updates() {
     let fake = FakeApi::start().await;
     let dir = tempfile::tempdir().expect("tempdir");
-    fake.put(api_pod("a", "uid-a", NODE, "sleep 1"));
-    fake.put(api_pod("elsewhere", "uid-x", "othernode", "sleep 1"));
+    fake.put_pod(api_pod("a", "uid-a", NODE, "sleep 1"));
+    fake.put_pod(api_pod("elsewhere", "uid-x", "othernode", "sleep 1"));
     let (mut rx, task) = apiserver::spawn(fake.kubeconfig(dir.path()), NODE.to_owned());
 
     let mut first = Vec::new();
@@ -302,12 +97,12 @@ async fn api_source_turns_list_and_watch_of_this_node_into_pod_updates() {
             Ok(Some(other)) => panic!("unexpected {other:?}"),
             Ok(None) | Err(_) => panic!(
                 "no initial list within 20 s; got {first:?}; requests {:?}",
-                fake.requests()
+                paths(&fake)
             ),
         }
     }
     assert_eq!(first, ["Add uid-a", "Synced"], "only this node's pod");
-    let reqs = fake.requests();
+    let reqs = paths(&fake);
     assert!(
         reqs.iter()
             .any(|r| r.starts_with("/api/v1/pods")
@@ -317,24 +112,24 @@ async fn api_source_turns_list_and_watch_of_this_node_into_pod_updates() {
 
     // Wait for the watch to be open before changing pods.
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !fake.requests().iter().any(|r| r.contains("watch=true")) {
-        assert!(Instant::now() < deadline, "no watch: {:?}", fake.requests());
+    while !paths(&fake).iter().any(|r| r.contains("watch=true")) {
+        assert!(Instant::now() < deadline, "no watch: {:?}", paths(&fake));
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
 
-    fake.put(api_pod("a", "uid-a", NODE, "sleep 2"));
+    fake.put_pod(api_pod("a", "uid-a", NODE, "sleep 2"));
     assert_eq!(
         next_pod_event(&mut rx, "update").await,
         (PodOp::Update, "uid-a".to_owned(), "sleep 2".to_owned())
     );
-    fake.put(api_pod("elsewhere", "uid-x", "othernode", "sleep 2"));
-    fake.put(api_pod("b", "uid-b", NODE, "sleep 3"));
+    fake.put_pod(api_pod("elsewhere", "uid-x", "othernode", "sleep 2"));
+    fake.put_pod(api_pod("b", "uid-b", NODE, "sleep 3"));
     assert_eq!(
         next_pod_event(&mut rx, "add").await,
         (PodOp::Add, "uid-b".to_owned(), "sleep 3".to_owned())
     );
-    fake.delete("uid-a");
+    assert_eq!(fake.delete_pod("default", "a", Some(0)), 200);
     assert_eq!(
         next_pod_event(&mut rx, "delete").await,
         (PodOp::Delete, "uid-a".to_owned(), "sleep 2".to_owned())
@@ -350,7 +145,7 @@ async fn api_source_turns_list_and_watch_of_this_node_into_pod_updates() {
 async fn api_pod_runs_on_containerd_and_its_deletion_stops_it() {
     let mut cd = Containerd::start("rt-api");
     let fake = FakeApi::start().await;
-    fake.put(api_pod(
+    fake.put_pod(api_pod(
         "api-pod",
         "api-uid-1",
         NODE,
@@ -388,14 +183,14 @@ async fn api_pod_runs_on_containerd_and_its_deletion_stops_it() {
             Instant::now() < deadline,
             "API pod not running: {:?}; requests {:?}",
             status.get("api-uid-1"),
-            fake.requests()
+            paths(&fake)
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let record = status.get("api-uid-1").expect("record");
     assert_eq!(record.source, "api");
     assert_eq!(record.name, "api-pod", "API pods keep their name");
-    fake.delete("api-uid-1");
+    assert_eq!(fake.delete_pod("default", "api-pod", Some(0)), 200);
     let deadline = Instant::now() + Duration::from_secs(40);
     while status.get("api-uid-1").is_some() || !cd.pod_cgroups().is_empty() {
         assert!(
@@ -414,4 +209,803 @@ async fn api_pod_runs_on_containerd_and_its_deletion_stops_it() {
         .expect("run_pods");
     cd.remove_all_pods().await;
     cd.teardown();
+}
+
+/// The paths the fake received.
+fn paths(fake: &FakeApi) -> Vec<String> {
+    fake.requests().into_iter().map(|r| r.path).collect()
+}
+
+/// Whether the fake holds an event of `reason` about the object named `name`.
+fn event<'a>(events: &'a [Value], reason: &str, name: &str) -> Option<&'a Value> {
+    events
+        .iter()
+        .find(|e| e["reason"] == reason && e["involvedObject"]["name"] == name)
+}
+
+/// Waits until the fake holds an event of `reason` about `name`, and returns it.
+async fn wait_event(fake: &FakeApi, reason: &str, name: &str) -> Value {
+    let mut found = None;
+    wait_until(
+        &format!("event {reason} about {name}"),
+        Duration::from_secs(10),
+        || {
+            found = event(&fake.list(Kind::Event), reason, name).cloned();
+            found.is_some()
+        },
+    )
+    .await;
+    found.unwrap_or_default()
+}
+
+/// The condition `kind` of an object's `status.conditions`.
+fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+fn facts(name: &str) -> NodeFacts {
+    NodeFacts {
+        name: name.to_owned(),
+        hostname: name.to_owned(),
+        labels: BTreeMap::from([("example.com/role".to_owned(), "edge".to_owned())]),
+        capacity: BTreeMap::from([
+            ("cpu".to_owned(), "2".to_owned()),
+            ("memory".to_owned(), "1Gi".to_owned()),
+            ("pods".to_owned(), "110".to_owned()),
+        ]),
+        allocatable: BTreeMap::from([
+            ("cpu".to_owned(), "2".to_owned()),
+            ("memory".to_owned(), "924Mi".to_owned()),
+            ("pods".to_owned(), "110".to_owned()),
+        ]),
+        host_ip: Some("127.0.0.1".to_owned()),
+        kernel_version: "6.1.0".to_owned(),
+        os_image: "Debian GNU/Linux 12 (bookworm)".to_owned(),
+        container_runtime_version: "containerd://1.6.20".to_owned(),
+        ..NodeFacts::default()
+    }
+}
+
+/// Registration, the lease, and a pressure condition pushed within 1 s; nothing rejected by
+/// the strict fake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_mode_registers_the_node_renews_its_lease_and_pushes_pressure() {
+    let fake = FakeApi::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let status = StatusManager::default();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(cluster::run(
+        cluster::ClusterOptions {
+            kubeconfig: fake.kubeconfig(dir.path()),
+            node: facts("cluster-node-1"),
+            status_update: Duration::from_secs(10),
+            status_report: Duration::from_secs(300),
+            lease_duration_seconds: 40,
+            qps: 50,
+            burst: 100,
+            event_qps: 50,
+            event_burst: 100,
+            link: None,
+        },
+        status.clone(),
+        Arc::new(Health::default()),
+        cluster::EventQueue::new(),
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
+    wait_until("the node and its lease", Duration::from_secs(20), || {
+        fake.get(Kind::Node, "", "cluster-node-1").is_some()
+            && fake
+                .get(Kind::Lease, "kube-node-lease", "cluster-node-1")
+                .is_some()
+    })
+    .await;
+    let node = fake.get(Kind::Node, "", "cluster-node-1").expect("node");
+    let labels = &node["metadata"]["labels"];
+    assert_eq!(labels["kubernetes.io/hostname"], "cluster-node-1");
+    assert_eq!(labels["kubernetes.io/os"], "linux");
+    assert!(labels["kubernetes.io/arch"].is_string(), "{labels}");
+    assert_eq!(labels["example.com/role"], "edge", "--node-labels");
+    assert_eq!(node["status"]["capacity"]["memory"], "1Gi");
+    assert_eq!(node["status"]["allocatable"]["memory"], "924Mi");
+    let info = &node["status"]["nodeInfo"];
+    assert_eq!(info["containerRuntimeVersion"], "containerd://1.6.20");
+    assert_eq!(info["operatingSystem"], "linux");
+    assert!(
+        info["kubeletVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("v1.")),
+        "{info}"
+    );
+    let memory = condition(&node, "MemoryPressure").expect("MemoryPressure");
+    assert_eq!(memory["status"], "False");
+    assert_eq!(memory["reason"], "KubeletHasSufficientMemory");
+    assert_eq!(memory["message"], "kubelet has sufficient memory available");
+    let ready = condition(&node, "Ready").expect("Ready");
+    assert_eq!(
+        (&ready["status"], &ready["reason"]),
+        (&json!("True"), &json!("KubeletReady"))
+    );
+    let lease = fake
+        .get(Kind::Lease, "kube-node-lease", "cluster-node-1")
+        .expect("lease");
+    assert_eq!(lease["spec"]["holderIdentity"], "cluster-node-1");
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 40);
+    assert!(lease["spec"]["renewTime"].is_string(), "{lease}");
+    // Owned by the Node (set at the first renewal that finds the Node, as kubelet's lease
+    // controller does when the lease was created first).
+    wait_until(
+        "the lease owned by the Node",
+        Duration::from_secs(15),
+        || {
+            fake.get(Kind::Lease, "kube-node-lease", "cluster-node-1")
+                .is_some_and(|l| l["metadata"]["ownerReferences"][0]["kind"] == "Node")
+        },
+    )
+    .await;
+
+    // kubelet's node events.
+    let starting = wait_event(&fake, "Starting", "cluster-node-1").await;
+    assert_eq!(starting["message"], "Starting kubelet.");
+    assert_eq!(starting["source"]["component"], "kubelet");
+    let ready_event = wait_event(&fake, "NodeReady", "cluster-node-1").await;
+    assert_eq!(
+        ready_event["message"],
+        "Node cluster-node-1 status is now: NodeReady"
+    );
+
+    // The eviction manager decides MemoryPressure: the API has it within 1 s.
+    let decided = Instant::now();
+    status.set_node(NodeRecord {
+        conditions: vec![Condition::new("MemoryPressure", true)],
+    });
+    let seen = wait_until("MemoryPressure in the API", Duration::from_secs(5), || {
+        fake.get(Kind::Node, "", "cluster-node-1")
+            .and_then(|n| condition(&n, "MemoryPressure").map(|c| c["status"] == "True"))
+            .unwrap_or(false)
+    })
+    .await;
+    let delay = seen.into_std().saturating_duration_since(decided);
+    assert!(delay < Duration::from_secs(1), "pushed after {delay:?}");
+    let node = fake.get(Kind::Node, "", "cluster-node-1").expect("node");
+    let memory = condition(&node, "MemoryPressure").expect("MemoryPressure");
+    assert_eq!(memory["reason"], "KubeletHasInsufficientMemory");
+    assert_eq!(
+        memory["message"],
+        "kubelet has insufficient memory available"
+    );
+    wait_event(&fake, "NodeHasInsufficientMemory", "cluster-node-1").await;
+    // Every write was accepted by the strict fake.
+    let refused: Vec<_> = fake
+        .requests()
+        .into_iter()
+        .filter(|r| r.status >= 400 && !(r.status == 404 && r.method == "GET"))
+        .map(|r| format!("{} {} -> {}", r.method, r.path, r.status))
+        .collect();
+    assert!(refused.is_empty(), "refused: {refused:?}");
+    // A lease renewal meeting another writer: a 409, then a fresh read and a renewal.
+    fake.interfere("/leases/cluster-node-1", 1);
+    wait_until(
+        "a renewal after a conflict",
+        Duration::from_secs(30),
+        || {
+            let codes: Vec<u16> = fake
+                .writes("/leases/cluster-node-1")
+                .iter()
+                .map(|r| r.status)
+                .collect();
+            codes
+                .iter()
+                .position(|c| *c == 409)
+                .is_some_and(|i| codes[i + 1..].contains(&200))
+        },
+    )
+    .await;
+    let _ = stop_tx.send(());
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("cluster mode stops")
+        .expect("task");
+}
+
+/// Another writer changes the pod between the node's GET and its status update: the 409 is
+/// retried on a fresh GET and the status lands; the other writer's change is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_status_conflicts_are_retried_on_a_fresh_get() {
+    let fake = FakeApi::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    fake.put_pod(node_pod(
+        "web",
+        "uid-web",
+        "n-conflict",
+        json!({}),
+        "sleep 1",
+    ));
+    let status = StatusManager::default();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(cluster::run(
+        cluster::ClusterOptions {
+            kubeconfig: fake.kubeconfig(dir.path()),
+            node: facts("n-conflict"),
+            status_update: Duration::from_secs(10),
+            status_report: Duration::from_secs(300),
+            lease_duration_seconds: 40,
+            qps: 50,
+            burst: 100,
+            event_qps: 50,
+            event_burst: 100,
+            link: None,
+        },
+        status.clone(),
+        Arc::new(Health::default()),
+        cluster::EventQueue::new(),
+        async {
+            let _ = stop_rx.await;
+        },
+    ));
+    fake.interfere("/pods/web/status", 2);
+    status.set(enforcer::runtime::status::PodRecord {
+        uid: "uid-web".to_owned(),
+        name: "web".to_owned(),
+        namespace: "default".to_owned(),
+        source: apiserver::API_SOURCE.to_owned(),
+        phase: enforcer::runtime::status::PodPhase::Running,
+        reason: String::new(),
+        message: String::new(),
+        qos_class: "BestEffort".to_owned(),
+        start_time: "2026-01-01T00:00:00Z".to_owned(),
+        pod_ips: vec![],
+        sandbox_id: String::new(),
+        cgroup: String::new(),
+        conditions: vec![Condition::new("Ready", true)],
+        init_container_statuses: vec![],
+        container_statuses: vec![],
+    });
+    wait_until("the status delivered", Duration::from_secs(20), || {
+        api_phase(&fake, "web").as_deref() == Some("Running")
+    })
+    .await;
+    let puts: Vec<u16> = fake
+        .writes("/pods/web/status")
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(
+        puts,
+        [409, 409, 200],
+        "two conflicts, then a fresh GET wins"
+    );
+    let pod = fake.get(Kind::Pod, "default", "web").expect("pod");
+    assert!(
+        pod["metadata"]["labels"]["fake/interference"].is_string(),
+        "the other writer's change is kept: {pod}"
+    );
+    let _ = stop_tx.send(());
+    tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("cluster mode stops")
+        .expect("task");
+}
+
+/// A busybox API pod for the daemon's node.
+fn node_pod(name: &str, uid: &str, node: &str, extra: Value, script: &str) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": uid},
+        "spec": {
+            "nodeName": node,
+            "hostNetwork": true,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [{
+                "name": "app",
+                "image": "busybox:local",
+                "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", script],
+            }],
+        },
+        "status": {"phase": "Pending"},
+    });
+    for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+        if k == "resources" {
+            pod["spec"]["containers"][0]["resources"] = v;
+        } else {
+            pod["spec"][k] = v;
+        }
+    }
+    pod
+}
+
+/// The daemon in cluster mode on a private containerd, named `node` (`hostnameOverride`).
+async fn cluster_node(tag: &str, node: &str, fake: &FakeApi, args: ConfigArgs) -> Node {
+    cluster_node_with(tag, node, fake, args, false).await
+}
+
+/// [`cluster_node`], manifest pods run as static pods when `static_pods`.
+async fn cluster_node_with(
+    tag: &str,
+    node: &str,
+    fake: &FakeApi,
+    args: ConfigArgs,
+    static_pods: bool,
+) -> Node {
+    let cd = Containerd::start(tag);
+    let kubeconfig = fake.kubeconfig(&cd.dir);
+    let args = ConfigArgs {
+        hostname_override: Some(node.to_owned()),
+        node_capacity: vec!["memory=1Gi".to_owned()],
+        eviction_hard: if args.eviction_hard.is_empty() {
+            vec!["memory.available<100Mi".to_owned()]
+        } else {
+            args.eviction_hard.clone()
+        },
+        ..args
+    };
+    let n = Node::start_in_cluster(cd, args, None, Some(kubeconfig), static_pods);
+    wait_until("the node registered", Duration::from_secs(30), || {
+        fake.get(Kind::Node, "", node).is_some()
+    })
+    .await;
+    n
+}
+
+fn api_phase(fake: &FakeApi, name: &str) -> Option<String> {
+    fake.get(Kind::Pod, "default", name)
+        .and_then(|p| p["status"]["phase"].as_str().map(str::to_owned))
+}
+
+/// A running API pod's status in the API; its graceful deletion completes: the final status,
+/// then the delete with grace 0 (the pod is gone from the API).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_status_is_written_back_and_graceful_deletion_completes() {
+    let _serial = SERIAL.lock().await;
+    let fake = FakeApi::start().await;
+    let node = cluster_node("cl-del", "cl-del-node", &fake, ConfigArgs::default()).await;
+    fake.put_pod(node_pod(
+        "web",
+        "cl-uid-web",
+        "cl-del-node",
+        json!({"resources": {"requests": {"memory": "10Mi"}}}),
+        "trap 'exit 0' TERM; sleep 3600 & wait",
+    ));
+    // The daemon's node: its real facts.
+    let node_obj = fake.get(Kind::Node, "", "cl-del-node").expect("node");
+    let info = &node_obj["status"]["nodeInfo"];
+    assert!(
+        info["containerRuntimeVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("containerd://1.")),
+        "CRI Version: {info}"
+    );
+    for field in ["kernelVersion", "osImage", "bootID"] {
+        assert!(
+            info[field].as_str().is_some_and(|v| !v.is_empty()),
+            "{field}: {info}"
+        );
+    }
+    assert_eq!(
+        node_obj["status"]["capacity"]["memory"], "1Gi",
+        "nodeCapacity"
+    );
+    assert!(
+        node_obj["status"]["allocatable"]["memory"].is_string(),
+        "{node_obj}"
+    );
+    assert_eq!(
+        node_obj["metadata"]["labels"]["kubernetes.io/hostname"],
+        "cl-del-node"
+    );
+    wait_until("Running in the API", Duration::from_secs(60), || {
+        fake.get(Kind::Pod, "default", "web").is_some_and(|p| {
+            p["status"]["phase"] == "Running"
+                && p["status"]["containerStatuses"][0]["state"]["running"].is_object()
+        })
+    })
+    .await;
+    let pod = fake.get(Kind::Pod, "default", "web").expect("pod");
+    let st = &pod["status"];
+    assert_eq!(st["qosClass"], "Burstable");
+    assert!(st["hostIP"].is_string(), "{st}");
+    assert_eq!(st["podIP"], st["hostIP"], "host network: {st}");
+    assert!(st["startTime"].is_string(), "{st}");
+    let c = &st["containerStatuses"][0];
+    assert!(
+        c["containerID"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("containerd://")),
+        "{c}"
+    );
+    assert_eq!(c["image"], "busybox:local");
+    assert!(c["imageID"].as_str().is_some_and(|i| !i.is_empty()), "{c}");
+    assert_eq!((&c["ready"], &c["started"]), (&json!(true), &json!(true)));
+    for kind in ["PodScheduled", "Initialized", "ContainersReady", "Ready"] {
+        let cond = condition(&pod, kind).unwrap_or_else(|| panic!("{kind} in {st}"));
+        assert_eq!(cond["status"], "True", "{kind}: {st}");
+        assert!(cond["lastTransitionTime"].is_string(), "{cond}");
+    }
+    // kubelet's container events.
+    for (reason, message) in [
+        (
+            "Pulled",
+            "Container image \"busybox:local\" already present on machine",
+        ),
+        ("Created", "Created container: app"),
+        ("Started", "Started container app"),
+    ] {
+        let e = wait_event(&fake, reason, "web").await;
+        assert_eq!(e["message"], message);
+        assert_eq!(e["type"], "Normal");
+        assert_eq!(e["involvedObject"]["fieldPath"], "spec.containers{app}");
+        assert_eq!(e["involvedObject"]["uid"], "cl-uid-web");
+    }
+    // Only sent when changed: no more status writes while nothing changes.
+    let writes = fake.writes("/pods/web/status").len();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        fake.writes("/pods/web/status").len(),
+        writes,
+        "unchanged status resent"
+    );
+
+    // kubectl delete: graceful (2 s), then the node completes it.
+    assert_eq!(fake.delete_pod("default", "web", None), 200);
+    wait_until("the pod gone from the API", Duration::from_secs(60), || {
+        fake.get(Kind::Pod, "default", "web").is_none()
+    })
+    .await;
+    let writes = fake.writes("/pods/web");
+    let delete = writes
+        .iter()
+        .rposition(|r| r.method == "DELETE")
+        .expect("the node's delete");
+    let d = &writes[delete];
+    assert!(
+        d.path.contains("gracePeriodSeconds=0")
+            || d.body
+                .as_ref()
+                .is_some_and(|b| b["gracePeriodSeconds"] == 0),
+        "grace 0: {d:?}"
+    );
+    assert_eq!(
+        d.body.as_ref().map(|b| b["preconditions"]["uid"].clone()),
+        Some(json!("cl-uid-web")),
+        "uid precondition: {d:?}"
+    );
+    let killing = wait_event(&fake, "Killing", "web").await;
+    assert_eq!(killing["message"], "Stopping container app");
+    let last_status = writes[..delete]
+        .iter()
+        .rev()
+        .find(|r| r.path.contains("/pods/web/status"))
+        .and_then(|r| r.body.clone())
+        .expect("a final status");
+    assert_eq!(
+        last_status["status"]["phase"], "Succeeded",
+        "trap exit 0: {last_status}"
+    );
+    drop(node.shutdown().await);
+}
+
+/// An OOM-killed container: exit 137, `OOMKilled`, phase Failed, in the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oom_killed_container_shows_in_the_api() {
+    let _serial = SERIAL.lock().await;
+    let fake = FakeApi::start().await;
+    let node = cluster_node("cl-oom", "cl-oom-node", &fake, ConfigArgs::default()).await;
+    fake.put_pod(node_pod(
+        "oom",
+        "cl-uid-oom",
+        "cl-oom-node",
+        json!({"restartPolicy": "Never",
+               "resources": {"requests": {"memory": "15Mi"}, "limits": {"memory": "15Mi"}}}),
+        "sleep 1 && dd if=/dev/zero of=/dev/null bs=20M",
+    ));
+    wait_until("Failed in the API", Duration::from_secs(60), || {
+        api_phase(&fake, "oom").as_deref() == Some("Failed")
+    })
+    .await;
+    let pod = fake.get(Kind::Pod, "default", "oom").expect("pod");
+    let t = &pod["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(t["exitCode"], 137, "{pod}");
+    assert_eq!(t["reason"], "OOMKilled", "{pod}");
+    assert!(t["containerID"].is_string(), "{t}");
+    let ready = condition(&pod, "Ready").expect("Ready");
+    assert_eq!(ready["status"], "False");
+    drop(node.shutdown().await);
+}
+
+/// A memory eviction: the node's MemoryPressure reaches the API within 1 s of the node
+/// deciding it (the status file's time, itself up to 100 ms late), and the pod's status
+/// (Failed, Evicted, kubelet's message, DisruptionTarget TerminationByKubelet, the container's
+/// terminated state) once its containers stopped: within the 1 s grace period + 1 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eviction_reaches_the_api_within_a_second() {
+    let _serial = SERIAL.lock().await;
+    let fake = FakeApi::start().await;
+    // Allocatable memory 50Mi (1Gi - 724Mi reserved - 250Mi threshold): a 240Mi hog trips it.
+    let args = ConfigArgs {
+        kube_reserved: vec!["memory=724Mi".to_owned()],
+        eviction_hard: vec!["memory.available<250Mi".to_owned()],
+        eviction_pressure_transition_period: Some("5s".to_owned()),
+        enforce_node_allocatable: Some("pods".to_owned()),
+        ..ConfigArgs::default()
+    };
+    let node = cluster_node("cl-evict", "cl-evict-node", &fake, args).await;
+    fake.put_pod(node_pod(
+        "hog",
+        "cl-uid-hog",
+        "cl-evict-node",
+        json!({"terminationGracePeriodSeconds": 1}),
+        "(i=0; while [ $i -lt 20 ]; do head -c 12582912 /dev/zero; i=$((i+1)); sleep 0.5; done; sleep 3600) | tail -c 240m >/dev/null; sleep 3600",
+    ));
+    let state = node.state.clone();
+    let mut local_pressure = None;
+    let mut api_pressure = None;
+    let mut api_evicted = None;
+    let deadline = Instant::now() + enforcer_tests::scaled(Duration::from_secs(120));
+    while api_evicted.is_none() || local_pressure.is_none() || api_pressure.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "no eviction in the API: local {local_pressure:?}, API {api_pressure:?} {api_evicted:?}; pod {:?}",
+            fake.get(Kind::Pod, "default", "hog")
+        );
+        let now = Instant::now();
+        let file = status_file(&state);
+        if local_pressure.is_none() && file.node.true_conditions().contains(&"MemoryPressure") {
+            local_pressure = Some(now);
+        }
+        if api_pressure.is_none()
+            && fake
+                .get(Kind::Node, "", "cl-evict-node")
+                .and_then(|n| condition(&n, "MemoryPressure").map(|c| c["status"] == "True"))
+                .unwrap_or(false)
+        {
+            api_pressure = Some(now);
+        }
+        if api_evicted.is_none()
+            && fake
+                .get(Kind::Pod, "default", "hog")
+                .is_some_and(|p| p["status"]["reason"] == "Evicted")
+        {
+            api_evicted = Some(now);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let lag = |api: Option<Instant>, local: Option<Instant>| {
+        api.zip(local)
+            .map(|(a, l)| a.saturating_duration_since(l))
+            .unwrap_or_default()
+    };
+    let condition_lag = lag(api_pressure, local_pressure);
+    let pod_lag = lag(api_evicted, local_pressure);
+    eprintln!(
+        "MemoryPressure in the API {condition_lag:?} after the node; evicted status {pod_lag:?} after"
+    );
+    assert!(
+        condition_lag < Duration::from_secs(1),
+        "MemoryPressure after {condition_lag:?}"
+    );
+    // The pod's status is posted once its containers stopped (kubelet's rule): the hard
+    // eviction's 1 s grace period, then at most 1 s to the API.
+    assert!(
+        pod_lag < Duration::from_secs(2),
+        "evicted status {pod_lag:?} after the node's MemoryPressure"
+    );
+    let pod = fake.get(Kind::Pod, "default", "hog").expect("pod");
+    let st = &pod["status"];
+    assert_eq!(st["phase"], "Failed", "{st}");
+    assert!(
+        st["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("The node was low on resource: memory. ")),
+        "{st}"
+    );
+    let dt = condition(&pod, "DisruptionTarget").expect("DisruptionTarget");
+    assert_eq!(dt["status"], "True");
+    assert_eq!(dt["reason"], "TerminationByKubelet");
+    assert!(
+        st["containerStatuses"][0]["state"]["terminated"].is_object(),
+        "terminated state kept: {st}"
+    );
+    let node_obj = fake.get(Kind::Node, "", "cl-evict-node").expect("node");
+    let memory = condition(&node_obj, "MemoryPressure").expect("MemoryPressure");
+    assert_eq!(memory["reason"], "KubeletHasInsufficientMemory");
+    // kubelet's eviction events.
+    let evicted = wait_event(&fake, "Evicted", "hog").await;
+    assert_eq!(evicted["type"], "Warning");
+    assert_eq!(evicted["message"], st["message"]);
+    let annotations = &evicted["metadata"]["annotations"];
+    assert_eq!(annotations["starved_resource"], "memory", "{evicted}");
+    assert_eq!(annotations["offending_containers"], "app", "{evicted}");
+    assert!(
+        annotations["offending_containers_usage"].is_string(),
+        "{evicted}"
+    );
+    let met = wait_event(&fake, "EvictionThresholdMet", "cl-evict-node").await;
+    assert_eq!(met["type"], "Warning");
+    assert_eq!(met["message"], "Attempting to reclaim memory");
+    drop(node.shutdown().await);
+}
+
+/// The API server gone for a while (10 s here; the 30 s scaled down to keep the
+/// suite short): the node carries on, the pod's final status is kept and delivered when the
+/// server answers again, and the lease is renewed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_final_status_is_lost_while_the_api_server_is_gone() {
+    let _serial = SERIAL.lock().await;
+    let fake = FakeApi::start().await;
+    let node = cluster_node("cl-gone", "cl-gone-node", &fake, ConfigArgs::default()).await;
+    fake.put_pod(node_pod(
+        "job",
+        "cl-uid-job",
+        "cl-gone-node",
+        json!({"restartPolicy": "Never"}),
+        "sleep 4; exit 3",
+    ));
+    wait_until("Running in the API", Duration::from_secs(60), || {
+        api_phase(&fake, "job").as_deref() == Some("Running")
+    })
+    .await;
+    fake.stop().await;
+    let gone = Instant::now();
+    // The node does not wait: the pod ends and its status is kept locally.
+    let state = node.state.clone();
+    wait_until(
+        "the pod Failed on the node",
+        Duration::from_secs(30),
+        || {
+            status_file(&state)
+                .pods
+                .iter()
+                .any(|p| p.name == "job" && p.phase == "Failed")
+        },
+    )
+    .await;
+    let away = Duration::from_secs(10).saturating_sub(gone.elapsed());
+    tokio::time::sleep(away).await;
+    assert_eq!(
+        api_phase(&fake, "job").as_deref(),
+        Some("Running"),
+        "nothing got through"
+    );
+    let renewals_before = fake.writes("/leases/cl-gone-node").len();
+    fake.restart().await;
+    wait_until(
+        "the final status delivered",
+        Duration::from_secs(30),
+        || api_phase(&fake, "job").as_deref() == Some("Failed"),
+    )
+    .await;
+    let pod = fake.get(Kind::Pod, "default", "job").expect("pod");
+    let t = &pod["status"]["containerStatuses"][0]["state"]["terminated"];
+    assert_eq!(t["exitCode"], 3, "{pod}");
+    wait_until("the lease renewed again", Duration::from_secs(20), || {
+        fake.writes("/leases/cl-gone-node").len() > renewals_before
+    })
+    .await;
+    // The pod watch resumes too: a pod created after the outage runs and reports.
+    fake.put_pod(node_pod(
+        "after",
+        "cl-uid-after",
+        "cl-gone-node",
+        json!({}),
+        "trap 'exit 0' TERM; sleep 3600 & wait",
+    ));
+    wait_until(
+        "the new pod Running in the API",
+        Duration::from_secs(90),
+        || api_phase(&fake, "after").as_deref() == Some("Running"),
+    )
+    .await;
+    drop(node.shutdown().await);
+}
+
+/// A static pod (manifest directory, `--static-pods`) gets a mirror pod in the API (the
+/// `kubernetes.io/config.mirror` annotation, the Node as controller), its status written
+/// there; the API source does not run the mirror; removing the manifest deletes the mirror.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_pods_get_mirror_pods() {
+    let _serial = SERIAL.lock().await;
+    let fake = FakeApi::start().await;
+    let node = cluster_node_with(
+        "cl-mirror",
+        "cl-mirror-node",
+        &fake,
+        ConfigArgs::default(),
+        true,
+    )
+    .await;
+    node.submit(
+        "static.yaml",
+        &enforcer_tests::node::pod(
+            "static-web",
+            "cl-static-uid-1",
+            "",
+            "",
+            "trap 'exit 0' TERM; sleep 3600 & wait",
+        ),
+    );
+    let mirror_name = "static-web-cl-mirror-node";
+    wait_until("the mirror pod Running", Duration::from_secs(60), || {
+        api_phase(&fake, mirror_name).as_deref() == Some("Running")
+    })
+    .await;
+    let mirror = fake
+        .get(Kind::Pod, "default", mirror_name)
+        .expect("mirror pod");
+    let annotations = &mirror["metadata"]["annotations"];
+    assert!(
+        annotations["kubernetes.io/config.mirror"].is_string(),
+        "{mirror}"
+    );
+    let owner = &mirror["metadata"]["ownerReferences"][0];
+    assert_eq!(owner["kind"], "Node");
+    assert_eq!(owner["name"], "cl-mirror-node");
+    assert_eq!(owner["controller"], true);
+    assert_eq!(mirror["spec"]["nodeName"], "cl-mirror-node");
+    // Only one pod runs: the API source leaves the mirror alone.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let running: Vec<_> = status_file(&node.state)
+        .pods
+        .into_iter()
+        .map(|p| (p.name, p.source))
+        .collect();
+    assert_eq!(running.len(), 1, "{running:?}");
+    node.delete("static.yaml");
+    wait_until("the mirror pod deleted", Duration::from_secs(60), || {
+        fake.get(Kind::Pod, "default", mirror_name).is_none()
+    })
+    .await;
+    drop(node.shutdown().await);
+}
+
+/// A slow API server (every answer 3 s late): the node does not wait on it. A pod's container
+/// ends and the node's own status shows it at once; the API gets it later, the newest status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_api_server_delays_nothing_on_the_node() {
+    let _serial = SERIAL.lock().await;
+    let fake = FakeApi::start().await;
+    let node = cluster_node("cl-slow", "cl-slow-node", &fake, ConfigArgs::default()).await;
+    fake.put_pod(node_pod(
+        "slowjob",
+        "cl-uid-slowjob",
+        "cl-slow-node",
+        json!({"restartPolicy": "Never"}),
+        "sleep 3; exit 4",
+    ));
+    wait_until("Running in the API", Duration::from_secs(60), || {
+        api_phase(&fake, "slowjob").as_deref() == Some("Running")
+    })
+    .await;
+    fake.set_delay(Duration::from_secs(3));
+    let state = node.state.clone();
+    let failed_locally = wait_until("Failed on the node", Duration::from_secs(30), || {
+        status_file(&state)
+            .pods
+            .iter()
+            .any(|p| p.name == "slowjob" && p.phase == "Failed")
+    })
+    .await;
+    let failed_in_api = wait_until("Failed in the API", Duration::from_secs(60), || {
+        api_phase(&fake, "slowjob").as_deref() == Some("Failed")
+    })
+    .await;
+    // The node had it first; the API only after at least one slow answer (its GET).
+    let lag = failed_in_api.saturating_duration_since(failed_locally);
+    eprintln!("slow API: the Failed status reached it {lag:?} after the node had it");
+    assert!(
+        failed_locally < failed_in_api && lag >= Duration::from_secs(2),
+        "the node's status waited on the API: {lag:?}"
+    );
+    let pod = fake.get(Kind::Pod, "default", "slowjob").expect("pod");
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 4,
+        "{pod}"
+    );
+    fake.set_delay(Duration::ZERO);
+    drop(node.shutdown().await);
 }

@@ -21,8 +21,9 @@
 //!   soft grace 3 s (1 m), polls every 50 ms (2 s), the "stays clear" check 10 s (1 m), no
 //!   20 s `pressureDelay` (the enforcer's conditions are not behind an API server), the
 //!   critical pod's "not evicted" watch 10 s (8 m), OOM targets sleep 1 s (5 s).
-//! - Events (`Evicted` with `starved_resource`) wait on the "Cluster citizen" issue; the
-//!   starved resource is checked in the pod's status message instead.
+//! - No API server here: the starved resource is checked in the pod's status message; the
+//!   `Evicted` event (`starved_resource` and the offending containers) is checked against the
+//!   fake API server in `apiserver.rs`.
 //! - "OOM killer for a pod using more than node allocatable": kubelet lets the kernel OOM-kill
 //!   at the kubepods limit; the enforcer's `allocatableMemory.available` threshold evicts the
 //!   pod first. The test asserts the eviction and that no kernel OOM kill happened.

@@ -51,6 +51,7 @@ fn opts(cd: &Containerd) -> RunPodsOptions {
         enforce: std::sync::Arc::default(),
         kubeconfig: None,
         health: std::sync::Arc::default(),
+        events: enforcer::cluster::events::Recorder::default(),
     }
 }
 
@@ -677,6 +678,15 @@ async fn pod_without_host_network_gets_an_ip_on_the_test_bridge() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // The status carries the sandbox's address (the API's podIP in cluster mode).
+    let status = read_status(&cd);
+    let ips = pod(&status, "net-1")
+        .map(|p| p.pod_ips.clone())
+        .unwrap_or_default();
+    assert!(
+        ips.first().is_some_and(|ip| ip.starts_with(&prefix)),
+        "pod IPs {ips:?}, expected {prefix}x"
+    );
     // The bridge exists in the fixture's namespace only, not on the host.
     let inside = std::process::Command::new("ip")
         .args(["-n", &net.netns, "link", "show", &net.bridge])

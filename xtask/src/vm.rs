@@ -756,7 +756,7 @@ pub const LEFT_OUT: &[(&str, &str)] = &[
     ),
     (
         "apiserver",
-        "an in-process fake API server: nothing cgroup-version specific",
+        "the API write-back against an in-process fake API server: its eviction and OOM cases ride on the e2e_eviction paths that run here",
     ),
     (
         "hardening",

@@ -74,6 +74,13 @@ pub(super) mod key {
         MANIFEST_DIR = "enforcer.manifestDir", "--manifest-dir";
         STATE_DIR = "enforcer.stateDir", "--state-dir";
         CRI_SOCKET = "enforcer.criSocket", "--cri-socket";
+        HOSTNAME_OVERRIDE = "hostnameOverride", "--hostname-override";
+        NODE_STATUS_UPDATE_FREQUENCY =
+            "nodeStatusUpdateFrequency", "--node-status-update-frequency";
+        /// File only.
+        NODE_STATUS_REPORT_FREQUENCY = "nodeStatusReportFrequency", "nodeStatusReportFrequency";
+        /// File only.
+        NODE_LEASE_DURATION_SECONDS = "nodeLeaseDurationSeconds", "nodeLeaseDurationSeconds";
     }
 }
 
@@ -314,6 +321,7 @@ pub fn resolve(
     let cpu_manager = node::cpu_manager(&n, doc, args)?;
     let rates = node::rates(&n, doc, args)?;
     let memory_throttling_factor = node::memory_throttling_factor(&n, doc)?;
+    let cluster = node::cluster(&n, doc, args)?;
     let allowed_unsafe_sysctls = node::allowed_unsafe_sysctls(&n, doc, args)?;
     let enforcer = enforcer::section(&n, doc, args)?;
 
@@ -353,6 +361,11 @@ pub fn resolve(
         cpu_cfs_quota: args.cpu_cfs_quota.or(doc.cpu_cfs_quota).unwrap_or(true),
         memory_throttling_factor,
         single_process_oom_kill: doc.single_process_oom_kill.unwrap_or(false),
+        hostname_override: cluster.hostname_override,
+        node_labels: cluster.node_labels,
+        node_status_update_frequency: cluster.status_update,
+        node_status_report_frequency: cluster.status_report,
+        node_lease_duration_seconds: cluster.lease_duration_seconds,
         pod_pids_limit: node::pod_pids_limit(&n, doc, args)?,
         allowed_unsafe_sysctls,
         enforcer,

@@ -131,6 +131,11 @@ impl ApiPods {
 
     /// One pod as listed or watched: ADD, UPDATE, DELETE, a rejection, or nothing.
     fn apply(&mut self, mut pod: Pod, out: &mut Vec<SourceEvent>) {
+        // A mirror pod is the API's copy of a static pod this node runs from its manifest
+        // directory: never run it again.
+        if crate::cluster::mirror::is_mirror(&pod) {
+            return;
+        }
         let key = key_of(&pod);
         let Some(uid) = pod.metadata.uid.clone().filter(|u| !u.is_empty()) else {
             let message = format!("{key}: metadata.uid: required");
@@ -429,6 +434,19 @@ mod tests {
             ops(&s.step(watcher::Event::Apply(pod("a", "u1", "busybox")))),
             ["Rejected api:default/a false"]
         );
+    }
+
+    /// A mirror pod (a static pod's copy in the API) is never run from the API.
+    #[test]
+    fn mirror_pods_are_not_run() {
+        let mut s = ApiPods::new();
+        let mut mirror = pod("etcd-n1", "m1", "etcd");
+        mirror.metadata.annotations = Some(std::collections::BTreeMap::from([(
+            "kubernetes.io/config.mirror".to_owned(),
+            "hash".to_owned(),
+        )]));
+        assert!(s.step(watcher::Event::Apply(mirror)).is_empty());
+        assert!(s.known().is_empty());
     }
 
     #[test]

@@ -83,6 +83,11 @@ pub trait ContainerRuntime: Send + Sync + 'static {
         config: cri::PodSandboxConfig,
     ) -> impl Future<Output = Result<String, CriError>> + Send;
     fn stop_pod_sandbox(&self, id: &str) -> impl Future<Output = Result<(), CriError>> + Send;
+    /// The sandbox's IP addresses (`PodSandboxStatus`: the network's ip, then the others).
+    fn pod_sandbox_ips(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Vec<String>, CriError>> + Send;
     fn remove_pod_sandbox(&self, id: &str) -> impl Future<Output = Result<(), CriError>> + Send;
     fn list_pod_sandboxes(
         &self,
@@ -393,6 +398,34 @@ impl ContainerRuntime for CriRuntime {
         )
         .await
         .map(drop)
+    }
+
+    async fn pod_sandbox_ips(&self, id: &str) -> Result<Vec<String>, CriError> {
+        let pod_sandbox_id = id.to_owned();
+        let resp = self
+            .call(
+                "PodSandboxStatus",
+                id,
+                Duration::ZERO,
+                |mut r, _| async move {
+                    r.pod_sandbox_status(cri::PodSandboxStatusRequest {
+                        pod_sandbox_id,
+                        verbose: false,
+                    })
+                    .await
+                },
+            )
+            .await?;
+        Ok(resp
+            .status
+            .and_then(|s| s.network)
+            .map(|n| {
+                std::iter::once(n.ip)
+                    .chain(n.additional_ips.into_iter().map(|i| i.ip))
+                    .filter(|ip| !ip.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 
     async fn remove_pod_sandbox(&self, id: &str) -> Result<(), CriError> {

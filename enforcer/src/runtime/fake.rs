@@ -156,6 +156,11 @@ impl ContainerRuntime for FakeRuntime {
         }))
     }
 
+    async fn pod_sandbox_ips(&self, _id: &str) -> Result<Vec<String>, CriError> {
+        // Not logged: the recorded call sequences are the pod lifecycle's.
+        Ok(Vec::new())
+    }
+
     async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
         self.log(format!("StopPodSandbox {id}"))?;
         self.with(|s| {

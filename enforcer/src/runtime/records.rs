@@ -33,6 +33,7 @@ pub fn evicted_status(evicted: PodRecord, last: Option<PodRecord>) -> PodRecord 
     let mut rec = evicted;
     if let Some(last) = last {
         rec.start_time = last.start_time;
+        rec.pod_ips = last.pod_ips;
         rec.sandbox_id = last.sandbox_id;
         rec.cgroup = last.cgroup;
         rec.init_container_statuses = last.init_container_statuses;
@@ -76,6 +77,7 @@ pub(crate) fn blank_record(pod: &Pod, uid: &str, source: &str, phase: PodPhase) 
         message: String::new(),
         qos_class: spec::pod_qos(pod).as_str().to_owned(),
         start_time: String::new(),
+        pod_ips: Vec::new(),
         sandbox_id: String::new(),
         cgroup: String::new(),
         conditions: Vec::new(),
@@ -122,6 +124,7 @@ mod tests {
                 name: "app".to_owned(),
                 container_id: "containerd://abc".to_owned(),
                 image: "busybox:local".to_owned(),
+                image_id: String::new(),
                 ready: true,
                 restart_count: 0,
                 state: terminated.clone(),

@@ -78,6 +78,9 @@ pub struct ContainerRecord {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub container_id: String,
     pub image: String,
+    /// The image's digest reference as the runtime reports it (the API's `imageID`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub image_id: String,
     pub ready: bool,
     pub restart_count: u32,
     pub state: ContainerState,
@@ -135,6 +138,9 @@ pub struct PodRecord {
     pub qos_class: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub start_time: String,
+    /// The pod's IP addresses (the sandbox's; none for host-network pods).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_ips: Vec<String>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub sandbox_id: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -189,6 +195,13 @@ struct Inner {
     rejected: BTreeMap<String, Rejection>,
     node: NodeRecord,
     generation: u64,
+    /// Told of every change (the API-server writers).
+    subscribers: Vec<Arc<Notify>>,
+    /// Whether removed records are kept for [`StatusManager::take_removed`].
+    track_removed: bool,
+    removed: Vec<PodRecord>,
+    /// Pods being evicted: their final status is the eviction's, not the removed record.
+    evicting: std::collections::BTreeSet<String>,
 }
 
 /// Shared, cheap to clone; workers set, the writer task persists.
@@ -207,6 +220,48 @@ impl StatusManager {
         f(&mut g)
     }
 
+    /// Wakes the file writer and every subscriber.
+    fn notify(&self) {
+        self.changed.notify_one();
+        for s in self.with(|i| i.subscribers.clone()) {
+            s.notify_one();
+        }
+    }
+
+    /// A wake-up for every later change (a permit is stored while nobody waits, so no change
+    /// is missed between two waits).
+    #[must_use]
+    pub fn subscribe(&self) -> Arc<Notify> {
+        let n = Arc::new(Notify::new());
+        self.with(|i| i.subscribers.push(n.clone()));
+        n
+    }
+
+    /// Wakes the subscribers without a change (a writer that wants to try again).
+    pub fn poke_subscribers(&self) {
+        for s in self.with(|i| i.subscribers.clone()) {
+            s.notify_one();
+        }
+    }
+
+    /// From now on, removed records are kept until [`Self::take_removed`] (the API-server
+    /// pod status writer sends a terminated pod's final status from them).
+    pub fn track_removed(&self) {
+        self.with(|i| i.track_removed = true);
+    }
+
+    /// The records removed since the last call (pods whose worker terminated).
+    #[must_use]
+    pub fn take_removed(&self) -> Vec<PodRecord> {
+        self.with(|i| std::mem::take(&mut i.removed))
+    }
+
+    /// The pod is being evicted: its final status is the evicted one set later, not the
+    /// record its worker removes when it terminated.
+    pub fn evicting(&self, uid: &str) {
+        self.with(|i| i.evicting.insert(uid.to_owned()));
+    }
+
     /// Sets a pod's status (no-op when unchanged).
     pub fn set(&self, record: PodRecord) {
         let changed = self.with(|i| {
@@ -218,7 +273,7 @@ impl StatusManager {
             true
         });
         if changed {
-            self.changed.notify_one();
+            self.notify();
         }
     }
 
@@ -226,9 +281,17 @@ impl StatusManager {
     pub fn remove(&self, uid: &str) {
         if self.with(|i| {
             i.generation += 1;
-            i.pods.remove(uid).is_some()
+            let removed = i.pods.remove(uid);
+            let evicting = i.evicting.remove(uid);
+            if let Some(rec) = &removed
+                && i.track_removed
+                && !evicting
+            {
+                i.removed.push(rec.clone());
+            }
+            removed.is_some()
         }) {
-            self.changed.notify_one();
+            self.notify();
         }
     }
 
@@ -247,7 +310,7 @@ impl StatusManager {
             };
             i.generation += 1;
         });
-        self.changed.notify_one();
+        self.notify();
     }
 
     /// Sets the node's status (no-op when unchanged).
@@ -261,8 +324,14 @@ impl StatusManager {
             true
         });
         if changed {
-            self.changed.notify_one();
+            self.notify();
         }
+    }
+
+    /// The node's status.
+    #[must_use]
+    pub fn node(&self) -> NodeRecord {
+        self.with(|i| i.node.clone())
     }
 
     /// One pod's status.
@@ -561,6 +630,7 @@ mod tests {
             message: String::new(),
             qos_class: "BestEffort".into(),
             start_time: rfc3339(1_000_000_000),
+            pod_ips: vec![],
             sandbox_id: "s".into(),
             cgroup: String::new(),
             conditions: vec![],
@@ -569,6 +639,7 @@ mod tests {
                 name: "c".into(),
                 container_id: "x".into(),
                 image: "busybox:local".into(),
+                image_id: String::new(),
                 ready: false,
                 restart_count: 4,
                 state: ContainerState::Waiting {

@@ -21,6 +21,7 @@ use super::{
 };
 use crate::{
     cgroup::CgroupError,
+    cluster::events::{EventType, Involved},
     policy::{
         backoff::Backoff,
         pod_actions::{
@@ -85,6 +86,8 @@ pub struct WorkerContext<R> {
     pub log_root: PathBuf,
     /// Periodic resync when nothing else wakes the worker.
     pub resync: Duration,
+    /// The pod's events (kubelet's container events).
+    pub events: crate::cluster::events::Recorder,
     /// What containers' security contexts depend on (the seccomp profile root).
     pub security: SecurityOptions,
 }
@@ -229,6 +232,8 @@ pub struct PodWorker<R> {
     start_time: String,
     /// Container id -> (decided, actual) `oom_score_adj`, from the last check in /proc.
     oom: HashMap<String, (i64, Option<i64>)>,
+    /// The sandbox's IPs, by sandbox id (asked once per sandbox).
+    sandbox_ips: Option<(String, Vec<String>)>,
 }
 
 impl<R: ContainerRuntime> PodWorker<R> {
@@ -249,6 +254,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             state: PodWorkerState::Syncing,
             start_time: String::new(),
             oom: HashMap::new(),
+            sandbox_ips: None,
         }
     }
 
@@ -269,6 +275,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             state: PodWorkerState::Terminating { grace: None },
             start_time: String::new(),
             oom: HashMap::new(),
+            sandbox_ips: None,
         }
     }
 
@@ -399,6 +406,19 @@ impl<R: ContainerRuntime> PodWorker<R> {
         if self.pod.is_some()
             && let Some(mut rec) = self.ctx.status.get(&self.uid)
         {
+            for c in rec
+                .container_statuses
+                .iter()
+                .chain(&rec.init_container_statuses)
+                .filter(|c| matches!(c.state, ContainerState::Running { .. }))
+            {
+                self.event(
+                    Some(&c.name),
+                    EventType::Normal,
+                    "Killing",
+                    format!("Stopping container {}", c.name),
+                );
+            }
             rec.phase = PodPhase::Terminating;
             rec.reason = String::new();
             self.ctx.status.set(rec);
@@ -617,6 +637,16 @@ impl<R: ContainerRuntime> PodWorker<R> {
             now,
         );
         for b in &actions.backoff {
+            let id = PodIdent::of(pod);
+            self.event(
+                Some(&b.name),
+                EventType::Warning,
+                "BackOff",
+                format!(
+                    "Back-off restarting failed container {} in pod {}_{}({uid})",
+                    b.name, id.name, id.namespace
+                ),
+            );
             self.waiting.insert(
                 b.name.clone(),
                 ("CrashLoopBackOff".to_owned(), b.message.clone()),
@@ -790,6 +820,23 @@ impl<R: ContainerRuntime> PodWorker<R> {
         self.oom = seen;
     }
 
+    /// Records an event about the pod (or one of its containers).
+    fn event(&self, container: Option<&str>, type_: EventType, reason: &str, message: String) {
+        let (name, namespace) = match &self.pod {
+            Some(p) => {
+                let id = PodIdent::of(p);
+                (id.name, id.namespace)
+            }
+            None => return,
+        };
+        self.ctx.events.event(
+            Involved::pod(&namespace, &name, &self.uid, container),
+            type_,
+            reason,
+            message,
+        );
+    }
+
     /// Makes sure the image is there (pull policy), creates and starts a container.
     #[expect(
         clippy::too_many_arguments,
@@ -859,12 +906,24 @@ impl<R: ContainerRuntime> PodWorker<R> {
             .create_container(sandbox_id, config, sandbox_config.clone())
             .await
             .map_err(self.cri())?;
+        self.event(
+            Some(&c.name),
+            EventType::Normal,
+            "Created",
+            format!("Created container: {}", c.name),
+        );
         if let Some(cpus) = &resources.cpuset {
             self.ctx.enforce.created_with(&id, cpus);
         }
         if let Err(e) = rt.start_container(&id).await {
             // The container is left exited; the next sync restarts it with backoff.
             tracing::warn!(uid = %self.uid, container = %c.name, error = %e, "starting container failed");
+            self.event(
+                Some(&c.name),
+                EventType::Warning,
+                "Failed",
+                format!("Error: {e}"),
+            );
             self.waiting.insert(
                 c.name.clone(),
                 ("RunContainerError".to_owned(), e.to_string()),
@@ -872,6 +931,12 @@ impl<R: ContainerRuntime> PodWorker<R> {
             return Ok(());
         }
         tracing::info!(uid = %self.uid, container = %c.name, id = %id, restart_count, "container started");
+        self.event(
+            Some(&c.name),
+            EventType::Normal,
+            "Started",
+            format!("Started container {}", c.name),
+        );
         Ok(())
     }
 
@@ -889,9 +954,21 @@ impl<R: ContainerRuntime> PodWorker<R> {
         let present = rt.image_status(&image).await.map_err(self.cri())?;
         let is_present = present.is_some();
         if let Some(img) = present.filter(|_| policy != PullPolicy::Always) {
+            self.event(
+                Some(&c.name),
+                EventType::Normal,
+                "Pulled",
+                format!("Container image \"{image}\" already present on machine"),
+            );
             return Ok(Some((img.id.clone(), Some(img))));
         }
         if !is_present && policy == PullPolicy::Never {
+            self.event(
+                Some(&c.name),
+                EventType::Warning,
+                "ErrImageNeverPull",
+                format!("Container image \"{image}\" is not present with pull policy of Never"),
+            );
             self.waiting.insert(
                 c.name.clone(),
                 (
@@ -912,12 +989,36 @@ impl<R: ContainerRuntime> PodWorker<R> {
             );
             return Ok(None);
         }
+        self.event(
+            Some(&c.name),
+            EventType::Normal,
+            "Pulling",
+            format!("Pulling image \"{image}\""),
+        );
+        let pulling = Instant::now();
         match rt.pull_image(&image, Some(sandbox_config.clone())).await {
-            Ok(r) => Ok(Some((r, None))),
+            Ok(r) => {
+                self.event(
+                    Some(&c.name),
+                    EventType::Normal,
+                    "Pulled",
+                    format!(
+                        "Successfully pulled image \"{image}\" in {:?}",
+                        pulling.elapsed()
+                    ),
+                );
+                Ok(Some((r, None)))
+            }
             Err(e) if e.is_unavailable() => Err(self.cri()(e)),
             Err(e) => {
                 self.image_backoff.next(&key, now);
                 tracing::warn!(uid = %self.uid, container = %c.name, image = %image, error = %e, "image pull failed");
+                self.event(
+                    Some(&c.name),
+                    EventType::Warning,
+                    "Failed",
+                    format!("Failed to pull image \"{image}\": {e}"),
+                );
                 self.waiting
                     .insert(c.name.clone(), ("ErrImagePull".to_owned(), e.to_string()));
                 Ok(None)
@@ -942,6 +1043,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
                     name: c.name.clone(),
                     container_id: String::new(),
                     image,
+                    image_id: String::new(),
                     ready: false,
                     restart_count: 0,
                     state: ContainerState::Waiting { reason, message },
@@ -1012,6 +1114,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 name: c.name.clone(),
                 container_id: format!("containerd://{}", latest.id),
                 image,
+                image_id: st.image_ref.clone(),
                 ready: app == AppState::Running,
                 restart_count: restart_count_of(latest),
                 state,
@@ -1075,6 +1178,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
         let ready = phase == PodPhase::Running && states.iter().all(|s| *s == AppState::Running);
         let cond = Condition::new;
         let id = PodIdent::of(pod);
+        let pod_ips = self.pod_ips(pod, sandbox_id).await;
         let record = PodRecord {
             uid: self.uid.clone(),
             name: id.name,
@@ -1085,6 +1189,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             message: self.message.clone(),
             qos_class: qos.as_str().to_owned(),
             start_time: self.start_time.clone(),
+            pod_ips,
             sandbox_id: sandbox_id.to_owned(),
             cgroup: cgroup.to_owned(),
             conditions: vec![
@@ -1102,6 +1207,30 @@ impl<R: ContainerRuntime> PodWorker<R> {
         };
         self.ctx.status.set(record);
         Ok(phase)
+    }
+
+    /// The sandbox's IPs (none for host-network pods); asked once per sandbox, again after
+    /// a failed answer.
+    async fn pod_ips(&mut self, pod: &Pod, sandbox_id: &str) -> Vec<String> {
+        let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);
+        if host_network || sandbox_id.is_empty() {
+            return Vec::new();
+        }
+        if let Some((id, ips)) = &self.sandbox_ips
+            && id == sandbox_id
+        {
+            return ips.clone();
+        }
+        match self.ctx.runtime.pod_sandbox_ips(sandbox_id).await {
+            Ok(ips) => {
+                self.sandbox_ips = Some((sandbox_id.to_owned(), ips.clone()));
+                ips
+            }
+            Err(e) => {
+                tracing::debug!(uid = %self.uid, error = %e, "sandbox status");
+                Vec::new()
+            }
+        }
     }
 
     fn publish_error(&self, pod: &Pod) {
@@ -1146,6 +1275,7 @@ mod tests {
             log_root: dir.path().to_path_buf(),
             security: SecurityOptions::default(),
             resync: Duration::from_secs(60),
+            events: crate::cluster::events::Recorder::default(),
         });
         let pod: Pod = serde_yaml_ng::from_str(yaml).expect("pod");
         let (tx, rx) = mpsc::unbounded_channel();

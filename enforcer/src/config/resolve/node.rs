@@ -236,6 +236,103 @@ pub(super) fn memory_throttling_factor(
     Ok(factor)
 }
 
+/// The validated cluster-mode settings.
+pub(super) struct Cluster {
+    pub hostname_override: String,
+    pub node_labels: BTreeMap<String, String>,
+    pub status_update: Duration,
+    pub status_report: Duration,
+    pub lease_duration_seconds: u32,
+}
+
+/// `hostnameOverride`, `--node-labels`, `nodeStatusUpdateFrequency`,
+/// `nodeStatusReportFrequency` (kubelet's defaulting: 5 m, or the update frequency when only
+/// that is set) and `nodeLeaseDurationSeconds` (40, more than 0).
+pub(super) fn cluster(
+    n: &Namer<'_>,
+    doc: &KubeletConfiguration,
+    args: &ConfigArgs,
+) -> Result<Cluster, ConfigError> {
+    let hostname = Sourced::pick(
+        args.hostname_override.clone(),
+        doc.hostname_override.clone(),
+    );
+    let hostname_override = hostname.value.unwrap_or_default().trim().to_owned();
+    if hostname_override.contains(char::is_whitespace) || hostname_override.contains('/') {
+        return Err(n.invalid(
+            key::HOSTNAME_OVERRIDE,
+            hostname.from_flag,
+            hostname_override,
+            "not a valid node name",
+        ));
+    }
+    let mut node_labels = BTreeMap::new();
+    for part in args.node_labels.iter().flat_map(|l| l.split(',')) {
+        let part = part.trim();
+        if part.is_empty() {
+            continue;
+        }
+        match part.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => {
+                node_labels.insert(k.trim().to_owned(), v.trim().to_owned());
+            }
+            _ => {
+                return Err(n.err(
+                    true,
+                    "--node-labels",
+                    "--node-labels",
+                    part,
+                    "expected KEY=VALUE",
+                ));
+            }
+        }
+    }
+    let update_given =
+        args.node_status_update_frequency.is_some() || doc.node_status_update_frequency.is_some();
+    let status_update = duration_setting(
+        n,
+        key::NODE_STATUS_UPDATE_FREQUENCY,
+        args.node_status_update_frequency.as_ref(),
+        doc.node_status_update_frequency.as_ref(),
+        Duration::from_secs(10),
+    )?;
+    if status_update.is_zero() {
+        return Err(n.invalid(
+            key::NODE_STATUS_UPDATE_FREQUENCY,
+            args.node_status_update_frequency.is_some(),
+            "0s",
+            "must be greater than 0",
+        ));
+    }
+    let status_report = duration_setting(
+        n,
+        key::NODE_STATUS_REPORT_FREQUENCY,
+        None,
+        doc.node_status_report_frequency.as_ref(),
+        if update_given {
+            status_update
+        } else {
+            Duration::from_secs(300)
+        },
+    )?;
+    let lease = doc.node_lease_duration_seconds.unwrap_or(40);
+    if lease <= 0 {
+        return Err(n.invalid(
+            key::NODE_LEASE_DURATION_SECONDS,
+            false,
+            lease.to_string(),
+            "must be greater than 0",
+        ));
+    }
+    Ok(Cluster {
+        hostname_override,
+        node_labels,
+        status_update,
+        status_report,
+        lease_duration_seconds: u32::try_from(lease).unwrap_or(40),
+    })
+}
+
 /// `podPidsLimit` / `--pod-max-pids` (default -1): a positive value is the pod cgroup's
 /// `pids.max`; -1 and 0 leave pods unlimited (kubelet sets the limit only when positive).
 pub(super) fn pod_pids_limit(

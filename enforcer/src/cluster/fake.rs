@@ -1,0 +1,350 @@
+//! A recording [`ClusterApi`] for the unit tests: objects in maps, every call logged, and
+//! switches for an API server that is down or answers 409 Conflict.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Mutex, MutexGuard},
+};
+
+use k8s_openapi::api::{
+    coordination::v1::Lease,
+    core::v1::{Event, Node, Pod},
+};
+
+use super::{ClusterApi, ClusterError};
+
+/// One call, as recorded.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Call {
+    GetNode,
+    CreateNode(String),
+    PatchNode,
+    PatchNodeStatus(String),
+    GetLease,
+    CreateLease,
+    ReplaceLease,
+    GetPod,
+    /// The phase sent.
+    ReplacePodStatus(Option<String>),
+    DeletePod(String),
+    CreatePod(String),
+    CreateEvent(String),
+    PatchEvent,
+    /// Answered 409.
+    Conflict,
+    /// Failed: the API server is down.
+    Failed(&'static str),
+}
+
+#[derive(Debug, Default)]
+struct State {
+    nodes: BTreeMap<String, Node>,
+    leases: BTreeMap<String, Lease>,
+    /// By uid.
+    pods: BTreeMap<String, Pod>,
+    events: BTreeMap<String, Event>,
+    rv: u64,
+    down: bool,
+    conflicts: u32,
+    calls: Vec<Call>,
+    /// When each call came (tokio's clock).
+    times: Vec<tokio::time::Instant>,
+}
+
+/// The fake API (clones of it share its state through [`FakeApi::clone_of`]).
+#[derive(Debug, Default)]
+pub struct FakeApi {
+    state: std::sync::Arc<Mutex<State>>,
+}
+
+fn status(code: u16, reason: &str) -> ClusterError {
+    ClusterError::Status {
+        op: "fake",
+        object: String::new(),
+        code,
+        reason: reason.to_owned(),
+        message: String::new(),
+    }
+}
+
+fn merge(target: &mut serde_json::Value, patch: &serde_json::Value) {
+    match (target.as_object_mut(), patch.as_object()) {
+        (Some(t), Some(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge(t.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+                }
+            }
+        }
+        _ => *target = patch.clone(),
+    }
+}
+
+impl FakeApi {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        match self.state.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Logs the call; fails it while down.
+    fn enter(&self, call: Call, op: &'static str) -> Result<MutexGuard<'_, State>, ClusterError> {
+        let mut s = self.lock();
+        if s.down {
+            s.calls.push(Call::Failed(op));
+            return Err(ClusterError::Transport {
+                op,
+                object: String::new(),
+                message: "connection refused".to_owned(),
+            });
+        }
+        s.calls.push(call);
+        s.times.push(tokio::time::Instant::now());
+        s.rv += 1;
+        Ok(s)
+    }
+
+    /// Another handle on the same state (to wrap one in a decorator and inspect the other).
+    #[must_use]
+    pub fn clone_of(other: &Self) -> Self {
+        Self {
+            state: other.state.clone(),
+        }
+    }
+
+    /// The calls with the time each came.
+    #[must_use]
+    pub fn timed_calls(&self) -> Vec<(tokio::time::Instant, Call)> {
+        let s = self.lock();
+        s.times
+            .iter()
+            .copied()
+            .zip(s.calls.iter().cloned())
+            .collect()
+    }
+
+    pub fn set_down(&self, down: bool) {
+        self.lock().down = down;
+    }
+
+    /// The next `n` pod status updates answer 409.
+    pub fn conflict_next(&self, n: u32) {
+        self.lock().conflicts = n;
+    }
+
+    pub fn add_pod(&self, pod: Pod) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.lock().pods.insert(uid, pod);
+    }
+
+    /// Sets the pod's `deletionTimestamp` (a graceful deletion began).
+    pub fn mark_deleting(&self, uid: &str) {
+        if let Some(p) = self.lock().pods.get_mut(uid) {
+            p.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ));
+        }
+    }
+
+    #[must_use]
+    pub fn pod(&self, uid: &str) -> Option<Pod> {
+        self.lock().pods.get(uid).cloned()
+    }
+
+    #[must_use]
+    pub fn pod_named(&self, ns: &str, name: &str) -> Option<Pod> {
+        self.lock()
+            .pods
+            .values()
+            .find(|p| {
+                p.metadata.namespace.as_deref() == Some(ns)
+                    && p.metadata.name.as_deref() == Some(name)
+            })
+            .cloned()
+    }
+
+    #[must_use]
+    pub fn node(&self, name: &str) -> Option<Node> {
+        self.lock().nodes.get(name).cloned()
+    }
+
+    #[must_use]
+    pub fn events(&self) -> Vec<Event> {
+        self.lock().events.values().cloned().collect()
+    }
+
+    #[must_use]
+    pub fn calls(&self) -> Vec<Call> {
+        self.lock().calls.clone()
+    }
+
+    #[must_use]
+    pub fn count(&self, f: impl Fn(&Call) -> bool) -> usize {
+        self.lock().calls.iter().filter(|c| f(c)).count()
+    }
+}
+
+impl ClusterApi for FakeApi {
+    async fn get_node(&self, name: &str) -> Result<Option<Node>, ClusterError> {
+        let s = self.enter(Call::GetNode, "get node")?;
+        Ok(s.nodes.get(name).cloned())
+    }
+
+    async fn create_node(&self, node: &Node) -> Result<Node, ClusterError> {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let mut s = self.enter(Call::CreateNode(name.clone()), "create node")?;
+        if s.nodes.contains_key(&name) {
+            return Err(status(409, "AlreadyExists"));
+        }
+        let mut n = node.clone();
+        n.metadata.uid = Some(format!("node-uid-{name}"));
+        s.nodes.insert(name, n.clone());
+        Ok(n)
+    }
+
+    async fn patch_node(
+        &self,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Node, ClusterError> {
+        let mut s = self.enter(Call::PatchNode, "patch node")?;
+        let node = s.nodes.get(name).cloned().ok_or(status(404, "NotFound"))?;
+        let mut v = serde_json::to_value(node).map_err(|_| status(422, "Invalid"))?;
+        merge(&mut v, patch);
+        let n: Node = serde_json::from_value(v).map_err(|_| status(422, "Invalid"))?;
+        s.nodes.insert(name.to_owned(), n.clone());
+        Ok(n)
+    }
+
+    async fn patch_node_status(
+        &self,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Node, ClusterError> {
+        let mut s = self.enter(Call::PatchNodeStatus(name.to_owned()), "patch node status")?;
+        let node = s.nodes.get(name).cloned().ok_or(status(404, "NotFound"))?;
+        let mut v = serde_json::to_value(node).map_err(|_| status(422, "Invalid"))?;
+        merge(&mut v, patch);
+        let n: Node = serde_json::from_value(v).map_err(|_| status(422, "Invalid"))?;
+        s.nodes.insert(name.to_owned(), n.clone());
+        Ok(n)
+    }
+
+    async fn get_lease(&self, _ns: &str, name: &str) -> Result<Option<Lease>, ClusterError> {
+        let s = self.enter(Call::GetLease, "get lease")?;
+        Ok(s.leases.get(name).cloned())
+    }
+
+    async fn create_lease(&self, lease: &Lease) -> Result<Lease, ClusterError> {
+        let mut s = self.enter(Call::CreateLease, "create lease")?;
+        let name = lease.metadata.name.clone().unwrap_or_default();
+        if s.leases.contains_key(&name) {
+            return Err(status(409, "AlreadyExists"));
+        }
+        let mut l = lease.clone();
+        l.metadata.resource_version = Some(s.rv.to_string());
+        s.leases.insert(name, l.clone());
+        Ok(l)
+    }
+
+    async fn replace_lease(&self, lease: &Lease) -> Result<Lease, ClusterError> {
+        let mut s = self.enter(Call::ReplaceLease, "update lease")?;
+        let name = lease.metadata.name.clone().unwrap_or_default();
+        let stored = s.leases.get(&name).ok_or(status(404, "NotFound"))?;
+        if stored.metadata.resource_version != lease.metadata.resource_version {
+            return Err(status(409, "Conflict"));
+        }
+        let mut l = lease.clone();
+        l.metadata.resource_version = Some(s.rv.to_string());
+        s.leases.insert(name, l.clone());
+        Ok(l)
+    }
+
+    async fn get_pod(&self, ns: &str, name: &str) -> Result<Option<Pod>, ClusterError> {
+        let s = self.enter(Call::GetPod, "get pod")?;
+        Ok(s.pods
+            .values()
+            .find(|p| {
+                p.metadata.namespace.as_deref() == Some(ns)
+                    && p.metadata.name.as_deref() == Some(name)
+            })
+            .cloned())
+    }
+
+    async fn create_pod(&self, pod: &Pod) -> Result<Pod, ClusterError> {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let mut s = self.enter(Call::CreatePod(name.clone()), "create pod")?;
+        let ns = pod.metadata.namespace.clone();
+        if s.pods.values().any(|p| {
+            p.metadata.namespace == ns && p.metadata.name.as_deref() == Some(name.as_str())
+        }) {
+            return Err(status(409, "AlreadyExists"));
+        }
+        let uid = format!("pod-uid-{}", s.rv);
+        let mut p = pod.clone();
+        p.metadata.uid = Some(uid.clone());
+        p.metadata.resource_version = Some(s.rv.to_string());
+        s.pods.insert(uid, p.clone());
+        Ok(p)
+    }
+
+    async fn replace_pod_status(&self, pod: &Pod) -> Result<Pod, ClusterError> {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
+        let mut s = self.enter(Call::ReplacePodStatus(phase), "update pod status")?;
+        if s.conflicts > 0 {
+            s.conflicts -= 1;
+            s.calls.pop();
+            s.calls.push(Call::Conflict);
+            // Someone else wrote meanwhile.
+            let rv = s.rv.to_string();
+            for p in s.pods.values_mut() {
+                p.metadata.resource_version = Some(rv.clone());
+            }
+            return Err(status(409, "Conflict"));
+        }
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let rv = s.rv.to_string();
+        let stored = s.pods.get_mut(&uid).ok_or(status(404, "NotFound"))?;
+        if stored.metadata.resource_version != pod.metadata.resource_version {
+            return Err(status(409, "Conflict"));
+        }
+        stored.status = pod.status.clone();
+        stored.metadata.resource_version = Some(rv);
+        Ok(stored.clone())
+    }
+
+    async fn delete_pod(&self, _ns: &str, _name: &str, uid: &str) -> Result<(), ClusterError> {
+        let mut s = self.enter(Call::DeletePod(uid.to_owned()), "delete pod")?;
+        s.pods
+            .remove(uid)
+            .map(|_| ())
+            .ok_or(status(404, "NotFound"))
+    }
+
+    async fn create_event(&self, event: &Event) -> Result<Event, ClusterError> {
+        let reason = event.reason.clone().unwrap_or_default();
+        let mut s = self.enter(Call::CreateEvent(reason), "create event")?;
+        let name = event.metadata.name.clone().unwrap_or_default();
+        s.events.insert(name, event.clone());
+        Ok(event.clone())
+    }
+
+    async fn patch_event(
+        &self,
+        _ns: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Event, ClusterError> {
+        let mut s = self.enter(Call::PatchEvent, "patch event")?;
+        let e = s.events.get(name).cloned().ok_or(status(404, "NotFound"))?;
+        let mut v = serde_json::to_value(e).map_err(|_| status(422, "Invalid"))?;
+        merge(&mut v, patch);
+        let e: Event = serde_json::from_value(v).map_err(|_| status(422, "Invalid"))?;
+        s.events.insert(name.to_owned(), e.clone());
+        Ok(e)
+    }
+}

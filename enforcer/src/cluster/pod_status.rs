@@ -1,0 +1,867 @@
+//! Pod status write-back: kubelet's status manager (`pkg/kubelet/status/status_manager.go`)
+//! for the pods of the API-server source.
+//!
+//! Pure parts: [`api_status`] (a [`PodRecord`] as the API's `PodStatus`: phase, reason,
+//! message, conditions, init and app container statuses, hostIP, podIP for host-network pods,
+//! startTime, qosClass), [`finished`] (the status of a pod whose worker terminated: kubelet's
+//! `getPhase` with `podIsTerminal`), [`merge`] (`mergePodStatus`: conditions kubelet does not
+//! own kept, `DisruptionTarget` only once the pod is terminal and stopped, a terminal phase
+//! never reverted, the times of unchanged conditions kept) and [`can_be_deleted`].
+//!
+//! The loop ([`run`]) keeps the newest status of each pod (the [`StatusManager`] is the
+//! queue: newer statuses replace older ones), and syncs a pod whose status changed: GET, merge,
+//! PUT `pods/{name}/status` only when the merged status differs from the API's (a 409 reads
+//! the pod again and retries), then, for a pod with a `deletionTimestamp` whose termination
+//! finished and whose API phase is terminal, DELETE with grace 0 and its uid as precondition.
+//! A failed sync is retried with backoff; nothing waits on it.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+    time::Duration,
+};
+
+use k8s_openapi::{
+    api::core::v1::{
+        ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated,
+        ContainerStateWaiting, ContainerStatus, HostIP, Pod, PodCondition, PodIP, PodStatus,
+    },
+    apimachinery::pkg::apis::meta::v1::Time,
+};
+
+use super::{ClusterApi, ClusterError, backoff};
+use crate::runtime::{
+    StatusManager,
+    apiserver::API_SOURCE,
+    status::{ContainerRecord, ContainerState, PodPhase, PodRecord},
+};
+
+/// Conditions kubelet owns (`kubetypes.PodConditionByKubelet`).
+const OWNED: [&str; 5] = [
+    "PodScheduled",
+    "Ready",
+    "Initialized",
+    "ContainersReady",
+    "PodReadyToStartContainers",
+];
+/// The condition kubelet shares with other writers (`PodConditionSharedByKubelet`).
+const DISRUPTION_TARGET: &str = "DisruptionTarget";
+
+fn time(s: &str) -> Option<Time> {
+    s.parse::<k8s_openapi::jiff::Timestamp>().ok().map(Time)
+}
+
+fn non_empty(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_owned())
+}
+
+fn api_state(s: &ContainerState, container_id: &str) -> ApiState {
+    match s {
+        ContainerState::Waiting { reason, message } => ApiState {
+            waiting: Some(ContainerStateWaiting {
+                reason: non_empty(reason),
+                message: non_empty(message),
+            }),
+            ..ApiState::default()
+        },
+        ContainerState::Running { started_at } => ApiState {
+            running: Some(ContainerStateRunning {
+                started_at: time(started_at),
+            }),
+            ..ApiState::default()
+        },
+        ContainerState::Terminated {
+            exit_code,
+            reason,
+            message,
+            started_at,
+            finished_at,
+        } => ApiState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: *exit_code,
+                reason: non_empty(reason),
+                message: non_empty(message),
+                started_at: time(started_at),
+                finished_at: time(finished_at),
+                container_id: non_empty(container_id),
+                signal: None,
+            }),
+            ..ApiState::default()
+        },
+    }
+}
+
+fn container_status(c: &ContainerRecord) -> ContainerStatus {
+    ContainerStatus {
+        name: c.name.clone(),
+        container_id: non_empty(&c.container_id),
+        image: c.image.clone(),
+        image_id: c.image_id.clone(),
+        ready: c.ready,
+        restart_count: i32::try_from(c.restart_count).unwrap_or(i32::MAX),
+        started: Some(matches!(c.state, ContainerState::Running { .. })),
+        state: Some(api_state(&c.state, &c.container_id)),
+        last_state: Some(
+            c.last_state
+                .as_ref()
+                .map(|s| api_state(s, ""))
+                .unwrap_or_default(),
+        ),
+        ..ContainerStatus::default()
+    }
+}
+
+/// The API phase of a record (`Terminating` is not an API phase: `None` keeps the API's).
+fn api_phase(p: PodPhase) -> Option<String> {
+    match p {
+        PodPhase::Terminating => None,
+        other => Some(other.as_str().to_owned()),
+    }
+}
+
+/// A record as the API's `PodStatus` (conditions without times: [`merge`] sets them).
+#[must_use]
+pub fn api_status(rec: &PodRecord, host_ip: Option<&str>, host_network: bool) -> PodStatus {
+    let host_ip = host_ip.map(str::to_owned);
+    PodStatus {
+        phase: api_phase(rec.phase),
+        reason: non_empty(&rec.reason),
+        message: non_empty(&rec.message),
+        qos_class: non_empty(&rec.qos_class),
+        start_time: time(&rec.start_time),
+        host_ip: host_ip.clone(),
+        host_ips: host_ip.clone().map(|ip| vec![HostIP { ip }]),
+        pod_ip: if host_network {
+            host_ip.clone()
+        } else {
+            rec.pod_ips.first().cloned()
+        },
+        pod_ips: if host_network {
+            host_ip.map(|ip| vec![PodIP { ip }])
+        } else {
+            (!rec.pod_ips.is_empty()).then(|| {
+                rec.pod_ips
+                    .iter()
+                    .map(|ip| PodIP { ip: ip.clone() })
+                    .collect()
+            })
+        },
+        conditions: Some(
+            rec.conditions
+                .iter()
+                .map(|c| PodCondition {
+                    type_: c.kind.clone(),
+                    status: c.status.clone(),
+                    reason: non_empty(&c.reason),
+                    message: non_empty(&c.message),
+                    ..PodCondition::default()
+                })
+                .collect(),
+        ),
+        init_container_statuses: (!rec.init_container_statuses.is_empty()).then(|| {
+            rec.init_container_statuses
+                .iter()
+                .map(container_status)
+                .collect()
+        }),
+        container_statuses: Some(
+            rec.container_statuses
+                .iter()
+                .map(container_status)
+                .collect(),
+        ),
+        ..PodStatus::default()
+    }
+}
+
+/// The status of a pod whose worker terminated (containers stopped and removed): kubelet's
+/// `getPhase` with `podIsTerminal` (Succeeded when every container ended with 0, else Failed);
+/// a container with no final state is `ContainerStatusUnknown` (137), as kubelet reports it;
+/// nothing ready. A terminal record (an eviction) is kept as it is.
+#[must_use]
+pub fn finished(mut rec: PodRecord) -> PodRecord {
+    if rec.phase.is_terminal() {
+        return rec;
+    }
+    let mut all_zero = true;
+    for c in rec
+        .container_statuses
+        .iter_mut()
+        .chain(rec.init_container_statuses.iter_mut())
+    {
+        c.ready = false;
+        if !matches!(c.state, ContainerState::Terminated { .. }) {
+            let last = std::mem::replace(
+                &mut c.state,
+                ContainerState::Terminated {
+                    exit_code: 137,
+                    reason: "ContainerStatusUnknown".to_owned(),
+                    message: "The container could not be located when the pod was terminated"
+                        .to_owned(),
+                    started_at: String::new(),
+                    finished_at: String::new(),
+                },
+            );
+            if let ContainerState::Running { .. } = last {
+                c.last_state = Some(last);
+            }
+        }
+    }
+    for c in &rec.container_statuses {
+        if let ContainerState::Terminated { exit_code, .. } = c.state
+            && exit_code != 0
+        {
+            all_zero = false;
+        }
+    }
+    rec.phase = if all_zero && !rec.container_statuses.is_empty() {
+        PodPhase::Succeeded
+    } else {
+        PodPhase::Failed
+    };
+    for c in &mut rec.conditions {
+        if matches!(
+            c.kind.as_str(),
+            "Ready" | "ContainersReady" | "PodReadyToStartContainers"
+        ) {
+            c.status = "False".to_owned();
+        }
+    }
+    rec
+}
+
+fn is_terminal(phase: Option<&str>) -> bool {
+    matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+/// kubelet's `mergePodStatus` (plus `updateStatusInternal`'s rule that a terminal phase is
+/// never reverted), with the conditions' `lastTransitionTime` kept while their status holds and
+/// set to `now` when it changes.
+#[must_use]
+pub fn merge(
+    old: &PodStatus,
+    mut new: PodStatus,
+    could_have_running_containers: bool,
+    now: &Time,
+) -> PodStatus {
+    let old_conditions = old.conditions.clone().unwrap_or_default();
+    let stamp = |mut c: PodCondition| {
+        c.last_transition_time = old_conditions
+            .iter()
+            .find(|o| o.type_ == c.type_ && o.status == c.status)
+            .and_then(|o| o.last_transition_time.clone())
+            .or_else(|| Some(now.clone()));
+        c.last_probe_time = None;
+        c
+    };
+    let mut conditions: Vec<PodCondition> = old_conditions
+        .iter()
+        .filter(|c| !OWNED.contains(&c.type_.as_str()))
+        .cloned()
+        .collect();
+    if is_terminal(old.phase.as_deref()) && !is_terminal(new.phase.as_deref()) {
+        tracing::debug!(
+            old = ?old.phase,
+            new = ?new.phase,
+            "a terminal pod phase is never reverted"
+        );
+        new.phase = old.phase.clone();
+        new.reason = old.reason.clone();
+        new.message = old.message.clone();
+    }
+    if new.phase.is_none() {
+        new.phase = old.phase.clone().or_else(|| Some("Pending".to_owned()));
+    }
+    let to_terminal = !is_terminal(old.phase.as_deref()) && is_terminal(new.phase.as_deref());
+    for c in new.conditions.take().unwrap_or_default() {
+        if OWNED.contains(&c.type_.as_str()) {
+            conditions.push(stamp(c));
+        } else if c.type_ == DISRUPTION_TARGET && to_terminal && !could_have_running_containers {
+            conditions.retain(|o| o.type_ != DISRUPTION_TARGET);
+            conditions.push(stamp(c));
+        }
+    }
+    new.conditions = Some(conditions);
+    new.resource_claim_statuses = old.resource_claim_statuses.clone();
+    new.nominated_node_name = old.nominated_node_name.clone();
+    if to_terminal && could_have_running_containers {
+        new.phase = old.phase.clone();
+        new.reason = old.reason.clone();
+        new.message = old.message.clone();
+    }
+    if is_terminal(new.phase.as_deref()) {
+        for c in new.conditions.iter_mut().flatten() {
+            if (c.type_ == "Ready" || c.type_ == "ContainersReady") && c.status == "True" {
+                c.status = "False".to_owned();
+                c.reason = Some(
+                    if new.phase.as_deref() == Some("Succeeded") {
+                        "PodCompleted"
+                    } else {
+                        "PodFailed"
+                    }
+                    .to_owned(),
+                );
+                c.last_transition_time = Some(now.clone());
+            }
+        }
+    }
+    // Kept from the API where the node has nothing newer.
+    if new.start_time.is_none() {
+        new.start_time = old.start_time.clone();
+    }
+    if new.pod_ip.is_none() {
+        new.pod_ip = old.pod_ip.clone();
+        new.pod_ips = old.pod_ips.clone();
+    }
+    new
+}
+
+/// kubelet's `canBeDeleted`: the pod is being deleted, is no mirror pod, its API phase is
+/// terminal and its termination finished on the node.
+#[must_use]
+pub fn can_be_deleted(pod: &Pod, finished: bool) -> bool {
+    let mirror = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
+    pod.metadata.deletion_timestamp.is_some()
+        && !mirror
+        && is_terminal(pod.status.as_ref().and_then(|s| s.phase.as_deref()))
+        && finished
+}
+
+/// One pod the writer keeps.
+#[derive(Debug)]
+struct Entry {
+    rec: PodRecord,
+    /// The worker terminated (containers stopped and removed).
+    finished: bool,
+    /// The record last delivered (`None`: not yet).
+    delivered: Option<PodRecord>,
+    failures: u32,
+    retry_at: Option<tokio::time::Instant>,
+}
+
+/// What a sync did.
+#[derive(Debug, PartialEq, Eq)]
+enum Synced {
+    /// Delivered (or nothing to send); the entry stays while the pod runs.
+    Current,
+    /// The pod is gone from the API (or was deleted now): forget it.
+    Gone,
+}
+
+fn now_time() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// GET, merge, PUT when changed (409: again, on a fresh GET), DELETE when it can be deleted.
+async fn sync_one<A: ClusterApi>(
+    api: &A,
+    entry: &Entry,
+    host_ip: Option<&str>,
+) -> Result<Synced, ClusterError> {
+    let rec = &entry.rec;
+    for _ in 0..5 {
+        let Some(mut pod) = api.get_pod(&rec.namespace, &rec.name).await? else {
+            return Ok(Synced::Gone);
+        };
+        // A static pod's status goes to its mirror (whose hash is the static pod's uid).
+        let mirror_of_it = super::mirror::mirror_hash(&pod) == Some(rec.uid.as_str());
+        if pod.metadata.uid.as_deref() != Some(rec.uid.as_str()) && !mirror_of_it {
+            tracing::debug!(pod = %rec.name, uid = %rec.uid, "pod was deleted and then recreated; skipping its status");
+            return Ok(Synced::Gone);
+        }
+        let host_network = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false);
+        let old = pod.status.clone().unwrap_or_default();
+        let could_run = !entry.finished
+            && rec
+                .container_statuses
+                .iter()
+                .chain(&rec.init_container_statuses)
+                .any(|c| matches!(c.state, ContainerState::Running { .. }));
+        let merged = merge(
+            &old,
+            api_status(rec, host_ip, host_network),
+            could_run,
+            &now_time(),
+        );
+        if merged != old {
+            pod.status = Some(merged);
+            match api.replace_pod_status(&pod).await {
+                Ok(p) => pod = p,
+                Err(e) if e.is_conflict() => continue,
+                Err(e) if e.is_not_found() => return Ok(Synced::Gone),
+                Err(e) => return Err(e),
+            }
+        }
+        if can_be_deleted(&pod, entry.finished) {
+            match api.delete_pod(&rec.namespace, &rec.name, &rec.uid).await {
+                Ok(()) => {
+                    tracing::info!(pod = %rec.name, namespace = %rec.namespace, uid = %rec.uid, "pod fully terminated and removed from the API server");
+                    return Ok(Synced::Gone);
+                }
+                Err(e) if e.is_not_found() || e.is_conflict() => return Ok(Synced::Gone),
+                Err(e) => return Err(e),
+            }
+        }
+        return Ok(if entry.finished {
+            Synced::Gone
+        } else {
+            Synced::Current
+        });
+    }
+    Err(ClusterError::Status {
+        op: "update pod status",
+        object: format!("{}/{}", rec.namespace, rec.name),
+        code: 409,
+        reason: "Conflict".to_owned(),
+        message: "still conflicting after 5 attempts".to_owned(),
+    })
+}
+
+/// How often every pod is synced even without a change (kubelet's status manager: 10 s),
+/// so a status the API lost or another writer changed is put back.
+const RESYNC: Duration = Duration::from_secs(10);
+
+/// Writes the status of the API-server source's pods, and of the static pods (`link`: the
+/// pod loop's active pods) to their mirror pods, until cancelled.
+pub async fn run<A: ClusterApi>(
+    api: Arc<A>,
+    status: StatusManager,
+    host_ip: Option<String>,
+    link: Option<crate::runtime::NodeLink>,
+) {
+    let changed = status.subscribe();
+    let mut static_uids: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+    status.track_removed();
+    let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
+    let mut resync = tokio::time::interval_at(tokio::time::Instant::now() + RESYNC, RESYNC);
+    resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        // The newest status of every API pod; the final one of pods that terminated.
+        if let Some(link) = &link {
+            static_uids.extend(
+                link.active()
+                    .iter()
+                    .filter(|(_, e)| super::mirror::is_static(&e.pod))
+                    .map(|(uid, _)| uid.clone()),
+            );
+        }
+        let (_, file) = status.snapshot();
+        let mut live: HashMap<String, PodRecord> = file
+            .pods
+            .into_iter()
+            .filter(|r| r.source == API_SOURCE || static_uids.contains(&r.uid))
+            .map(|r| (r.uid.clone(), r))
+            .collect();
+        for rec in status.take_removed() {
+            // A static pod that ended: its mirror goes (kubelet reports no terminal phase
+            // for static pods).
+            if static_uids.remove(&rec.uid) {
+                entries.remove(&rec.uid);
+                continue;
+            }
+            if rec.source != API_SOURCE || live.contains_key(&rec.uid) {
+                continue;
+            }
+            let rec = finished(rec);
+            let e = entries.entry(rec.uid.clone()).or_insert_with(|| Entry {
+                rec: rec.clone(),
+                finished: true,
+                delivered: None,
+                failures: 0,
+                retry_at: None,
+            });
+            e.rec = rec;
+            e.finished = true;
+        }
+        for (uid, rec) in live.drain() {
+            let e = entries.entry(uid).or_insert_with(|| Entry {
+                rec: rec.clone(),
+                finished: false,
+                delivered: None,
+                failures: 0,
+                retry_at: None,
+            });
+            if !e.finished {
+                e.rec = rec;
+            }
+        }
+        let now = tokio::time::Instant::now();
+        let mut next_retry: Option<tokio::time::Instant> = None;
+        let mut gone = Vec::new();
+        for (uid, e) in &mut entries {
+            if e.delivered.as_ref() == Some(&e.rec) && !e.finished {
+                continue;
+            }
+            if let Some(at) = e.retry_at
+                && at > now
+            {
+                next_retry = Some(next_retry.map_or(at, |n| n.min(at)));
+                continue;
+            }
+            match sync_one(api.as_ref(), e, host_ip.as_deref()).await {
+                Ok(Synced::Gone) => gone.push(uid.clone()),
+                Ok(Synced::Current) => {
+                    if e.failures > 0 {
+                        tracing::info!(uid = %uid, "pod status delivered again");
+                    }
+                    e.delivered = Some(e.rec.clone());
+                    e.failures = 0;
+                    e.retry_at = None;
+                }
+                Err(err) => {
+                    e.failures = e.failures.saturating_add(1);
+                    if e.failures == 1 {
+                        tracing::warn!(uid = %uid, error = %err, "writing the pod status failed; kept and retried");
+                    }
+                    let at = tokio::time::Instant::now() + backoff(e.failures);
+                    e.retry_at = Some(at);
+                    next_retry = Some(next_retry.map_or(at, |n| n.min(at)));
+                }
+            }
+        }
+        for uid in gone {
+            entries.remove(&uid);
+        }
+        // Pods no longer known anywhere (deleted from the source before they ran).
+        let known = status.snapshot().1;
+        entries.retain(|uid, e| e.finished || known.pods.iter().any(|r| &r.uid == uid));
+        let retry = async {
+            match next_retry {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = changed.notified() => {}
+            () = retry => {}
+            _ = resync.tick() => {
+                for e in entries.values_mut() {
+                    e.delivered = None;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::fake::{Call, FakeApi};
+    use crate::runtime::status::Condition;
+
+    fn t(secs: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("time"))
+    }
+
+    fn running_record(uid: &str) -> PodRecord {
+        PodRecord {
+            uid: uid.to_owned(),
+            name: "web".to_owned(),
+            namespace: "default".to_owned(),
+            source: API_SOURCE.to_owned(),
+            phase: PodPhase::Running,
+            reason: String::new(),
+            message: String::new(),
+            qos_class: "Burstable".to_owned(),
+            start_time: "2026-01-01T00:00:00Z".to_owned(),
+            pod_ips: vec![],
+            sandbox_id: "s".to_owned(),
+            cgroup: String::new(),
+            conditions: vec![
+                Condition::new("PodReadyToStartContainers", true),
+                Condition::new("Initialized", true),
+                Condition::new("ContainersReady", true),
+                Condition::new("Ready", true),
+                Condition::new("PodScheduled", true),
+            ],
+            init_container_statuses: vec![],
+            container_statuses: vec![ContainerRecord {
+                name: "app".to_owned(),
+                container_id: "containerd://abc".to_owned(),
+                image: "busybox:local".to_owned(),
+                image_id: "sha256:1".to_owned(),
+                ready: true,
+                restart_count: 1,
+                state: ContainerState::Running {
+                    started_at: "2026-01-01T00:00:01Z".to_owned(),
+                },
+                last_state: Some(ContainerState::Terminated {
+                    exit_code: 137,
+                    reason: "OOMKilled".to_owned(),
+                    message: String::new(),
+                    started_at: "2026-01-01T00:00:00Z".to_owned(),
+                    finished_at: "2026-01-01T00:00:01Z".to_owned(),
+                }),
+                oom_score_adj: None,
+                oom_score_adj_decided: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn a_record_as_api_status() {
+        let s = api_status(&running_record("u"), Some("10.0.0.5"), true);
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(s.qos_class.as_deref(), Some("Burstable"));
+        assert_eq!(s.host_ip.as_deref(), Some("10.0.0.5"));
+        assert_eq!(s.pod_ip.as_deref(), Some("10.0.0.5"), "host network");
+        assert_eq!(s.start_time, Some(t(1_767_225_600)));
+        let c = &s.container_statuses.as_ref().expect("statuses")[0];
+        assert_eq!(c.container_id.as_deref(), Some("containerd://abc"));
+        assert_eq!(c.image_id, "sha256:1");
+        assert_eq!(c.restart_count, 1);
+        assert_eq!(c.started, Some(true));
+        let last = c
+            .last_state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .expect("last terminated");
+        assert_eq!(
+            (last.exit_code, last.reason.as_deref()),
+            (137, Some("OOMKilled"))
+        );
+        let s = api_status(&running_record("u"), Some("10.0.0.5"), false);
+        assert_eq!(s.pod_ip, None, "a pod network address is not the host's");
+        let mut rec = running_record("u");
+        rec.pod_ips = vec!["10.88.0.7".to_owned()];
+        let s = api_status(&rec, Some("10.0.0.5"), false);
+        assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.7"));
+        assert_eq!(s.pod_ips.map(|v| v.len()), Some(1));
+    }
+
+    #[test]
+    fn merge_keeps_foreign_conditions_times_and_terminal_phases() {
+        let mut old = PodStatus {
+            phase: Some("Running".to_owned()),
+            conditions: Some(vec![
+                PodCondition {
+                    type_: "Ready".to_owned(),
+                    status: "True".to_owned(),
+                    last_transition_time: Some(t(5)),
+                    ..PodCondition::default()
+                },
+                PodCondition {
+                    type_: "example.com/Gate".to_owned(),
+                    status: "True".to_owned(),
+                    ..PodCondition::default()
+                },
+            ]),
+            ..PodStatus::default()
+        };
+        let new = api_status(&running_record("u"), None, false);
+        let merged = merge(&old, new.clone(), true, &t(9));
+        let cond = |s: &PodStatus, k: &str| {
+            s.conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == k)
+                .cloned()
+        };
+        assert_eq!(
+            cond(&merged, "Ready").and_then(|c| c.last_transition_time),
+            Some(t(5)),
+            "unchanged: its time is kept"
+        );
+        assert_eq!(
+            cond(&merged, "Initialized").and_then(|c| c.last_transition_time),
+            Some(t(9))
+        );
+        assert!(cond(&merged, "example.com/Gate").is_some(), "not kubelet's");
+        // Merging again changes nothing: no write.
+        assert_eq!(merge(&merged, new.clone(), true, &t(20)), merged);
+        // Terminal is never reverted.
+        old.phase = Some("Failed".to_owned());
+        old.reason = Some("Evicted".to_owned());
+        let merged = merge(&old, new, true, &t(9));
+        assert_eq!(merged.phase.as_deref(), Some("Failed"));
+        assert_eq!(merged.reason.as_deref(), Some("Evicted"));
+    }
+
+    #[test]
+    fn disruption_target_only_when_terminal_and_stopped() {
+        let old = PodStatus {
+            phase: Some("Running".to_owned()),
+            ..PodStatus::default()
+        };
+        let mut rec = finished(running_record("u"));
+        rec.phase = PodPhase::Failed;
+        rec.reason = "Evicted".to_owned();
+        rec.conditions.push(Condition {
+            reason: "TerminationByKubelet".to_owned(),
+            message: "The node was low on resource: memory. ".to_owned(),
+            ..Condition::new("DisruptionTarget", true)
+        });
+        let new = api_status(&rec, None, false);
+        let early = merge(&old, new.clone(), true, &t(1));
+        assert_eq!(
+            early.phase.as_deref(),
+            Some("Running"),
+            "containers may run"
+        );
+        assert!(
+            !early
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "DisruptionTarget")
+        );
+        let done = merge(&old, new, false, &t(1));
+        assert_eq!(done.phase.as_deref(), Some("Failed"));
+        assert_eq!(done.reason.as_deref(), Some("Evicted"));
+        let dt = done
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "DisruptionTarget")
+            .expect("DisruptionTarget");
+        assert_eq!(dt.reason.as_deref(), Some("TerminationByKubelet"));
+        assert!(
+            done.conditions
+                .iter()
+                .flatten()
+                .filter(|c| c.type_ == "Ready")
+                .all(|c| c.status == "False")
+        );
+    }
+
+    #[test]
+    fn finished_pods_get_kubelets_terminal_phase() {
+        let mut rec = running_record("u");
+        rec.phase = PodPhase::Terminating;
+        rec.container_statuses[0].state = ContainerState::Terminated {
+            exit_code: 0,
+            reason: "Completed".to_owned(),
+            message: String::new(),
+            started_at: String::new(),
+            finished_at: String::new(),
+        };
+        assert_eq!(finished(rec.clone()).phase, PodPhase::Succeeded);
+        rec.container_statuses[0].state = ContainerState::Running {
+            started_at: String::new(),
+        };
+        let f = finished(rec);
+        assert_eq!(f.phase, PodPhase::Failed);
+        assert!(matches!(
+            &f.container_statuses[0].state,
+            ContainerState::Terminated { exit_code: 137, reason, .. } if reason == "ContainerStatusUnknown"
+        ));
+    }
+
+    fn api_pod(uid: &str) -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "web", "namespace": "default", "uid": uid, "resourceVersion": "1"},
+            "spec": {"nodeName": "n1", "containers": [{"name": "app", "image": "busybox:local"}]},
+            "status": {"phase": "Pending"}
+        }))
+        .expect("pod")
+    }
+
+    /// Sent when changed only; a 409 is retried on a fresh GET; the final status of a pod being
+    /// deleted goes out, then the delete with grace 0.
+    #[tokio::test(start_paused = true)]
+    async fn sends_changes_retries_conflicts_and_completes_deletion() {
+        let api = Arc::new(FakeApi::default());
+        api.add_pod(api_pod("u1"));
+        let status = StatusManager::default();
+        let task = tokio::spawn(run(
+            api.clone(),
+            status.clone(),
+            Some("10.0.0.5".to_owned()),
+            None,
+        ));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        status.set(running_record("u1"));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(api.count(|c| matches!(c, Call::ReplacePodStatus(_))), 1);
+        assert_eq!(
+            api.pod("u1")
+                .and_then(|p| p.status)
+                .and_then(|s| s.phase)
+                .as_deref(),
+            Some("Running")
+        );
+        // The same status again: nothing sent, even at the resync.
+        status.set(running_record("u1"));
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert_eq!(api.count(|c| matches!(c, Call::ReplacePodStatus(_))), 1);
+        // A conflict: read again, sent again.
+        api.conflict_next(1);
+        let mut rec = running_record("u1");
+        rec.container_statuses[0].restart_count = 2;
+        status.set(rec.clone());
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(api.count(|c| matches!(c, Call::Conflict)), 1);
+        assert_eq!(api.count(|c| matches!(c, Call::ReplacePodStatus(_))), 2);
+        // Graceful deletion: the worker terminates, the final status is sent, then DELETE.
+        api.mark_deleting("u1");
+        rec.phase = PodPhase::Terminating;
+        rec.container_statuses[0].state = ContainerState::Terminated {
+            exit_code: 0,
+            reason: "Completed".to_owned(),
+            message: String::new(),
+            started_at: String::new(),
+            finished_at: String::new(),
+        };
+        status.set(rec);
+        status.remove("u1");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let last = api
+            .calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::ReplacePodStatus(p) => p,
+                _ => None,
+            })
+            .next_back()
+            .expect("a final status");
+        assert_eq!(last.as_str(), "Succeeded");
+        assert_eq!(api.count(|c| matches!(c, Call::DeletePod(_))), 1);
+        assert!(api.pod("u1").is_none());
+        task.abort();
+    }
+
+    /// The API server gone: statuses queue (the newest wins) and are delivered when it answers.
+    #[tokio::test(start_paused = true)]
+    async fn statuses_wait_for_the_api_server_newest_wins() {
+        let api = Arc::new(FakeApi::default());
+        api.add_pod(api_pod("u1"));
+        api.set_down(true);
+        let status = StatusManager::default();
+        let task = tokio::spawn(run(api.clone(), status.clone(), None, None));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let mut rec = running_record("u1");
+        status.set(rec.clone());
+        rec.phase = PodPhase::Failed;
+        rec.reason = "Evicted".to_owned();
+        rec.container_statuses[0].state = ContainerState::Terminated {
+            exit_code: 137,
+            reason: "Error".to_owned(),
+            message: String::new(),
+            started_at: String::new(),
+            finished_at: String::new(),
+        };
+        status.set(rec);
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(api.count(|c| matches!(c, Call::ReplacePodStatus(_))), 0);
+        api.set_down(false);
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let sent: Vec<String> = api
+            .calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::ReplacePodStatus(p) => p,
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sent, ["Failed"], "only the newest status");
+        task.abort();
+    }
+}
