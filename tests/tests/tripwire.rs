@@ -85,7 +85,8 @@ async fn memory_high_tripwire_signals_the_crossing_and_is_lifted_for_the_evictio
     // forking on the way (a fork-heavy grower wakes the eviction manager through the fork
     // tracepoint, which may then see the crossing before the kernel reports it; here only
     // the tripwire can tell): `tail` keeps the last 360 MiB of a stream of zeros.
-    let hog = "dd if=/dev/zero bs=1048576 count=360 2>/dev/null | tail -c 360m >/dev/null; sleep 3600";
+    let hog =
+        "dd if=/dev/zero bs=1048576 count=360 2>/dev/null | tail -c 360m >/dev/null; sleep 3600";
     node.submit(
         "hog.yaml",
         &pod("hog", "cccccccc-0000-0000-0000-000000000002", "", "", hog),
