@@ -34,6 +34,7 @@ mod relist;
 pub mod source;
 pub mod spec;
 pub mod status;
+pub mod volumes;
 pub mod worker;
 
 use std::{collections::HashMap, path::PathBuf, sync::Arc, time::Duration};
@@ -53,6 +54,7 @@ use crate::{
     kernel::Capabilities,
     policy::admission::{self, Admitter, SecurityPolicy},
     policy::eviction::manager::AdmitResult,
+    quantity::{Format, Quantity},
 };
 use feeds::{ApiFeed, DirFeed, next_pod_events};
 use k8s_openapi::api::core::v1::Pod;
@@ -154,11 +156,18 @@ struct Admissions {
 
 impl Admissions {
     fn try_admit(&mut self, uid: &str, pod: &Arc<Pod>, link: &NodeLink) -> Result<(), AdmitResult> {
-        if let Some(a) = &mut self.admitter {
+        if let Some(a) = &self.admitter {
             let r = a.admit(pod, &link.conditions());
             if !r.admitted {
                 return Err(r);
             }
+        }
+        // Never run a pod without a volume it asked for.
+        let r = crate::policy::volumes::admit(pod);
+        if !r.admitted {
+            return Err(r);
+        }
+        if let Some(a) = &mut self.admitter {
             a.add(pod);
         }
         self.admitted.insert(uid.to_owned(), pod.clone());
@@ -315,6 +324,53 @@ impl<R: ContainerRuntime> Pods<R> {
     }
 }
 
+/// The node's allocatable as the downward API and memory emptyDirs read it: admission's,
+/// else the machine's memory and CPUs.
+fn downward_allocatable(opts: &RunPodsOptions) -> crate::policy::resources::ResourceList {
+    if let Some(a) = &opts.admission {
+        return a.node.allocatable.clone();
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    [
+        (
+            "cpu",
+            Quantity::from_int(i64::try_from(cpus).unwrap_or(1), Format::DecimalSI),
+        ),
+        (
+            "memory",
+            Quantity::from_int(opts.node.memory_capacity, Format::BinarySI),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+/// Unmounts the volumes of, and removes, every `<log root>/<uid>` whose uid is not `known`.
+fn remove_stale_pod_dirs(log_root: &std::path::Path, known: impl Fn(&str) -> bool) {
+    let Ok(rd) = std::fs::read_dir(log_root) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let uid = e.file_name().to_string_lossy().into_owned();
+        if !source::is_valid_uid(&uid) || known(&uid) || !e.path().is_dir() {
+            continue;
+        }
+        let dir = e.path();
+        tracing::info!(uid = %uid, path = %dir.display(), "removing the directory of a pod that no longer exists");
+        match volumes::teardown(&dir) {
+            Ok(()) => {
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    tracing::warn!(uid = %uid, path = %dir.display(), error = %e, "removing pod directory");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(uid = %uid, error = %e, "tearing down volumes; the directory stays");
+            }
+        }
+    }
+}
+
 /// [`run_pods`] with any runtime and a status manager the caller can read.
 pub async fn run_pods_with<R: ContainerRuntime>(
     runtime: Arc<R>,
@@ -340,6 +396,12 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         status: status.clone(),
         node: opts.node,
         log_root,
+        downward: crate::policy::env::EnvContext {
+            node_name: opts.node_name.clone(),
+            host_ips: Vec::new(),
+            pod_ips: Vec::new(),
+            allocatable: downward_allocatable(&opts),
+        },
         resync: opts.resync,
         // kubelet's seccompProfileRoot: `<root dir>/seccomp`.
         security: crate::policy::security::SecurityOptions {
@@ -461,6 +523,11 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                                     pods.spawn(uid.clone(), w);
                                 }
                             }
+                            // Pod directories (volumes, logs) of pods no source and no
+                            // runtime knows: left by a pod removed while the enforcer was down.
+                            remove_stale_pod_dirs(&ctx.log_root, |uid| {
+                                pods.workers.contains_key(uid) || now.contains_key(uid)
+                            });
                         }
                         for (uid, fp) in &now {
                             if fingerprints.get(uid) != Some(fp)
