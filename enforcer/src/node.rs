@@ -3,6 +3,7 @@
 //! from the pod cgroups. Reading only; no decisions.
 
 use std::{
+    collections::{BTreeMap, HashMap},
     fs,
     path::{Path, PathBuf},
     time::Duration,
@@ -380,6 +381,27 @@ impl NodeObserver {
         Some((total, per_container))
     }
 
+    /// Bytes used by each emptyDir of one pod (`<nodefs>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>`,
+    /// `du` of the volume's own file system: a memory emptyDir's tmpfs counts its content).
+    #[must_use]
+    pub fn pod_volume_usage(&self, uid: &str) -> BTreeMap<String, i64> {
+        let Ok(dir) = join_inside(&self.nodefs.join("pods"), uid) else {
+            return BTreeMap::new();
+        };
+        fs::read_dir(dir.join("volumes").join("kubernetes.io~empty-dir"))
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| {
+                        (
+                            e.file_name().to_string_lossy().into_owned(),
+                            disk_usage(&e.path()),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Usage of one pod from its cgroup (`pod_rel`: the pod cgroup's path relative to the
     /// hierarchy roots). `None` when the pod cgroup is gone (no stats).
     /// `containers` are (name, runtime id) pairs: a container's cgroup is `<pod>/<id>`.
@@ -410,6 +432,31 @@ impl NodeObserver {
             ..PodStats::default()
         })
     }
+}
+
+/// The writable layer of each running container (kubelet reads CRI `ContainerStats`
+/// `writable_layer`): the `upperdir` of the overlay mounted at a runtime's
+/// `.../<container id>/rootfs` in `/proc/self/mountinfo`, measured like `du`. Container id ->
+/// bytes.
+#[must_use]
+pub fn writable_layers() -> HashMap<String, i64> {
+    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let mount_point = f.get(4)?;
+            let id = mount_point.strip_suffix("/rootfs")?.rsplit('/').next()?;
+            let sep = f.iter().position(|x| *x == "-")?;
+            if *f.get(sep + 1)? != "overlay" {
+                return None;
+            }
+            let upper = f
+                .get(sep + 3)?
+                .split(',')
+                .find_map(|o| o.strip_prefix("upperdir="))?;
+            Some((id.to_owned(), disk_usage(Path::new(upper))))
+        })
+        .collect()
 }
 
 /// Bytes allocated to a file or directory tree (st_blocks x 512), symlinks not followed, on
