@@ -1020,7 +1020,6 @@ spec:
 /// `InodeEviction`: a pod creating files in an emptyDir on nodefs is evicted for
 /// `nodefs.inodesFree`; the innocent pod stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "waits on the Pod spec fidelity issue: emptyDir volumes on nodefs and their inode accounting"]
 async fn inode_eviction() {
     let _scenario = Scenario::begin("inode_eviction").await;
     let cd = Containerd::start("e2e-inodes");
