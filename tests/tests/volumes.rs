@@ -420,3 +420,40 @@ async fn unsupported_volumes_refused_host_path_checked_sub_path_refused() {
     assert!(!state(&cd).join("pods/vol-sub/volumes").exists());
     finish(e, cd).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_of_a_pod_removed_while_the_enforcer_was_down_are_torn_down_on_start() {
+    let cd = Containerd::start("vol-restart");
+    let mut e = Enforcer::start(&cd);
+    let uid = "vol-r";
+    write_manifest(
+        &cd,
+        "r.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: r, uid: vol-r}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 2\n  volumes: [{name: mem, emptyDir: {medium: Memory, sizeLimit: 8Mi}}]\n  containers:\n  - {name: c, image: 'busybox:local', command: [sleep, '3600'], volumeMounts: [{name: mem, mountPath: /mem}]}\n",
+    );
+    wait_status(&cd, "running pod", |s| {
+        pod(s, uid).is_some_and(|p| p.phase == "Running")
+    })
+    .await;
+    // The enforcer stops (pods keep running); meanwhile the pod is deleted and the runtime
+    // forgets it.
+    e.stop().await;
+    std::fs::remove_file(manifests(&cd).join("r.yaml")).expect("rm");
+    cd.remove_all_pods().await;
+    let pod_dir = state(&cd).join("pods").join(uid);
+    assert_eq!(
+        mounts_under(&pod_dir).len(),
+        1,
+        "the tmpfs is still mounted"
+    );
+    // On start, the pod directory no source and no runtime knows is torn down.
+    let e = Enforcer::start(&cd);
+    wait_for(
+        Duration::from_secs(30),
+        "the stale pod directory removed",
+        || (mounts_under(&pod_dir).is_empty() && !pod_dir.exists()).then_some(()),
+        || format!("{:?}", mounts_under(&pod_dir)),
+    )
+    .await;
+    finish(e, cd).await;
+}

@@ -3,7 +3,7 @@
 //! `<state dir>/pods/<uid>/volumes/<plugin>/<name>`, kubelet's layout under its root dir:
 //!
 //! - emptyDir: a 0777 directory; `medium: Memory` mounts a tmpfs there (`size=` from
-//!   `policy::volumes::tmpfs_size`). Its pages are charged to the memory cgroup of the
+//!   `policy::volumes::tmpfs_size`, and `noswap` where the kernel has it). Its pages are charged to the memory cgroup of the
 //!   process that writes them, so the pod's memory usage counts them.
 //! - hostPath: the type check of `host_path.go` (`DirectoryOrCreate` creates, `Directory`
 //!   must be one, ...), with kubelet's `hostPath type check failed: ...` message.
@@ -107,20 +107,30 @@ pub fn setup(
                         pod_memory_limit,
                         *size_limit,
                     );
-                    let data = size.map(|s| format!("size={s}"));
-                    let data = data
-                        .as_deref()
-                        .map(std::ffi::CString::new)
-                        .transpose()
-                        .map_err(|e| fail(e.to_string()))?;
-                    rustix::mount::mount(
-                        "tmpfs",
-                        &path,
-                        "tmpfs",
-                        rustix::mount::MountFlags::empty(),
-                        data.as_deref(),
-                    )
-                    .map_err(|e| fail(format!("mounting tmpfs at {}: {e}", path.display())))?;
+                    // kubelet's generateTmpfsMountOptions: `size=` when known, and `noswap`
+                    // where the kernel has it (6.4+; an older kernel refuses the option,
+                    // and the mount is made without it).
+                    let size_opt = size.map(|s| format!("size={s}"));
+                    let with_noswap = size_opt
+                        .as_ref()
+                        .map_or_else(|| "noswap".to_owned(), |o| format!("{o},noswap"));
+                    let mount = |opts: Option<&str>| -> Result<(), String> {
+                        let data = opts
+                            .map(std::ffi::CString::new)
+                            .transpose()
+                            .map_err(|e| e.to_string())?;
+                        rustix::mount::mount(
+                            "tmpfs",
+                            &path,
+                            "tmpfs",
+                            rustix::mount::MountFlags::empty(),
+                            data.as_deref(),
+                        )
+                        .map_err(|e| format!("mounting tmpfs at {}: {e}", path.display()))
+                    };
+                    mount(Some(&with_noswap))
+                        .or_else(|_| mount(size_opt.as_deref()))
+                        .map_err(fail)?;
                     tracing::info!(volume = %v.name, path = %path.display(), ?size, "memory emptyDir mounted");
                 }
             }
