@@ -767,9 +767,17 @@ impl<R: ContainerRuntime> PodWorker<R> {
 
     /// The container's environment, command and args expanded, and its CRI mounts (kubelet's
     /// `makeEnvironmentVariables`, `ExpandContainerCommandAndArgs`, `makeMounts`).
-    fn env_and_mounts(&self, pod: &Pod, c: &Container) -> Result<EnvAndMounts, String> {
-        let env = crate::policy::env::container_env(pod, c, &self.ctx.downward)
-            .map_err(|e| e.to_string())?;
+    fn env_and_mounts(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        pod_ips: Vec<String>,
+    ) -> Result<EnvAndMounts, String> {
+        let ctx = crate::policy::env::EnvContext {
+            pod_ips,
+            ..self.ctx.downward.clone()
+        };
+        let env = crate::policy::env::container_env(pod, c, &ctx).map_err(|e| e.to_string())?;
         let (command, args) = crate::policy::env::expand_command_and_args(c, &env);
         let planned = volume_plan::plan(pod)?;
         let mut mounts = Vec::new();
@@ -936,7 +944,22 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 return Ok(());
             }
         };
-        let made = match self.env_and_mounts(pod, c) {
+        // `status.podIP(s)` from the sandbox's status, asked only when the env reads it.
+        let reads_ip = c.env.iter().flatten().any(|e| {
+            e.value_from
+                .as_ref()
+                .and_then(|v| v.field_ref.as_ref())
+                .is_some_and(|f| f.field_path.starts_with("status.podIP"))
+        });
+        let pod_ips = if reads_ip {
+            rt.pod_sandbox_ips(sandbox_id).await.unwrap_or_else(|e| {
+                tracing::debug!(uid = %self.uid, error = %e, "pod sandbox status");
+                Vec::new()
+            })
+        } else {
+            Vec::new()
+        };
+        let made = match self.env_and_mounts(pod, c, pod_ips) {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(uid = %self.uid, container = %c.name, error = %e, "container config refused");
