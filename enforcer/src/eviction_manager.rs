@@ -536,6 +536,7 @@ impl EvictionManager {
                 grace_seconds: 0,
                 message: ev.message.clone(),
                 sigkill_ns: None,
+                disruption_target: false,
             });
         }
         !evictions.is_empty()
@@ -636,6 +637,7 @@ impl EvictionManager {
                 grace_seconds: ev.grace_period_seconds,
                 message: ev.message.clone(),
                 sigkill_ns,
+                disruption_target: true,
             });
         }
     }

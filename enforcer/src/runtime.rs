@@ -270,7 +270,7 @@ struct Pods<R: ContainerRuntime> {
     admissions: Admissions,
     /// Pods the eviction manager evicted: their Failed status stays until their source
     /// deletes them; updates are ignored meanwhile (phase Failed is terminal).
-    evicted: HashMap<String, PodRecord>,
+    evicted: HashMap<String, (PodRecord, bool)>,
 }
 
 /// A pod admission rejected: its reason and the message its status carries.
@@ -567,8 +567,8 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                 pods.sync_node();
                 cpu_reconcile.notify_one();
                 link.remove_active(&uid);
-                if let Some(rec) = pods.evicted.get_mut(&uid) {
-                    *rec = evicted_status(rec.clone(), last);
+                if let Some((rec, disruption_target)) = pods.evicted.get_mut(&uid) {
+                    *rec = evicted_status(rec.clone(), last, *disruption_target);
                     status.set(rec.clone());
                     pods.pending.remove(&uid);
                     link.mark_released(&uid);
@@ -587,7 +587,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                     tracing::warn!(uid = %e.uid, grace = e.grace_seconds, message = %e.message, "evicting pod");
                     let rec = failed_record(&pod, "", crate::policy::eviction::manager::REASON, e.message.clone());
                     let rec = PodRecord { source: status.get(&e.uid).map(|r| r.source).unwrap_or_default(), ..rec };
-                    pods.evicted.insert(e.uid.clone(), rec);
+                    pods.evicted.insert(e.uid.clone(), (rec, e.disruption_target));
                     pods.pending.remove(&e.uid);
                     let _ = h.tx.send(WorkUpdate::Kill { grace: Some(e.grace_seconds) });
                 }
