@@ -1478,4 +1478,64 @@ mod tests {
             .count();
         assert_eq!(creates, 1, "{:?}", h.fake.calls());
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_volume_that_cannot_be_set_up_holds_the_pod_before_the_sandbox() {
+        let file = tempfile::NamedTempFile::new().expect("file");
+        let path = file.path().display().to_string();
+        let h = harness(&format!(
+            "metadata: {{name: p, uid: u6}}\nspec:\n  volumes: [{{name: h, hostPath: {{path: '{path}', type: Directory}}}}]\n  containers:\n  - {{name: c, image: 'busybox:local', volumeMounts: [{{name: h, mountPath: /h}}]}}"
+        ));
+        settle().await;
+        let rec = h.status.get("u6").expect("status");
+        assert_eq!(
+            rec.container_statuses[0].state,
+            ContainerState::Waiting {
+                reason: "ContainerCreating".to_owned(),
+                message: format!(
+                    "MountVolume.SetUp failed for volume \"h\" : hostPath type check failed: {path} is not a directory"
+                ),
+            }
+        );
+        assert_eq!(rec.phase, PodPhase::Pending);
+        assert!(
+            !h.fake
+                .calls()
+                .iter()
+                .any(|c| c.starts_with("RunPodSandbox") || c.starts_with("CreateContainer")),
+            "{:?}",
+            h.fake.calls()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_env_or_sub_path_refusal_is_a_create_container_config_error() {
+        let h = harness(
+            "metadata: {name: p, uid: u7}\nspec:\n  volumes: [{name: v, emptyDir: {}}]\n  containers:\n  - {name: env, image: 'busybox:local', env: [{name: X, valueFrom: {secretKeyRef: {name: s, key: k}}}]}\n  - {name: sub, image: 'busybox:local', volumeMounts: [{name: v, mountPath: /v, subPath: /abs}]}\n  - {name: ok, image: 'busybox:local', volumeMounts: [{name: v, mountPath: /v}]}",
+        );
+        settle().await;
+        let rec = h.status.get("u7").expect("status");
+        let waiting = |i: usize| match &rec.container_statuses[i].state {
+            ContainerState::Waiting { reason, message } => (reason.clone(), message.clone()),
+            other => panic!("{other:?}"),
+        };
+        let (reason, message) = waiting(0);
+        assert_eq!(reason, "CreateContainerConfigError");
+        assert!(message.contains("secretKeyRef"), "{message}");
+        assert_eq!(
+            waiting(1),
+            (
+                "CreateContainerConfigError".to_owned(),
+                "error SubPath `/abs` must not be an absolute path".to_owned()
+            )
+        );
+        assert!(rec.container_statuses[2].ready, "{rec:?}");
+        // The emptyDir is under the pod's directory.
+        assert!(
+            h._dir
+                .path()
+                .join("u7/volumes/kubernetes.io~empty-dir/v")
+                .is_dir()
+        );
+    }
 }
