@@ -217,6 +217,7 @@ spec:
       echo "LABELS $(cat /etc/info/labels | tr '\n' ' ')"
       echo "CPU $(cat /etc/info/cpu_limit)"
       echo "ENV $MY_POD $MY_NS $MY_UID $MY_APP $MEM_MI $GREETING"
+      echo "IPS host=$HOST_IP pod=$POD_IP"
       grep ' /mem ' /proc/mounts | sed 's/^/MOUNT /'
       dd if=/dev/zero of=/mem/blob bs=1M count=16 2>/dev/null && echo WROTE-MEM
       sleep 3600
@@ -228,6 +229,8 @@ spec:
     - {name: MY_APP, valueFrom: {fieldRef: {fieldPath: "metadata.labels['app']"}}}
     - {name: MEM_MI, valueFrom: {resourceFieldRef: {resource: limits.memory, divisor: 1Mi}}}
     - {name: GREETING, value: "hi-$(MY_APP)"}
+    - {name: HOST_IP, valueFrom: {fieldRef: {fieldPath: status.hostIP}}}
+    - {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
     volumeMounts:
     - {name: shared, mountPath: /data}
     - {name: shared, mountPath: /ro, readOnly: true}
@@ -280,6 +283,15 @@ async fn emptydirs_readonly_downward_api_and_env_as_kubelet_runs_them() {
         log.contains(&format!("ENV vols-{NODE} default vol-1 web 256 hi-web")),
         "{log}"
     );
+    // A host-network pod's IP is the node's (kubelet's podIPs = hostIPs; both empty on a
+    // machine without a default route).
+    let ips = log.lines().find(|l| l.contains("IPS ")).unwrap_or_default();
+    let host = ips
+        .split("host=")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .unwrap_or_default();
+    assert!(ips.ends_with(&format!("pod={host}")), "{log}");
     // The memory emptyDir is a tmpfs of the sizeLimit (32Mi = 32768k).
     let mount_line = log
         .lines()

@@ -951,7 +951,11 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 .and_then(|v| v.field_ref.as_ref())
                 .is_some_and(|f| f.field_path.starts_with("status.podIP"))
         });
-        let pod_ips = if reads_ip {
+        // A host-network pod has the node's IPs (kubelet's `podIPs = hostIPs`).
+        let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);
+        let pod_ips = if host_network {
+            self.ctx.downward.host_ips.clone()
+        } else if reads_ip {
             rt.pod_sandbox_ips(sandbox_id).await.unwrap_or_else(|e| {
                 tracing::debug!(uid = %self.uid, error = %e, "pod sandbox status");
                 Vec::new()
