@@ -114,6 +114,8 @@ struct Memo {
     imagefs_known: bool,
     /// The v2 tripwire as last written.
     tripwire: Option<Tripwire>,
+    /// Pods evicted for their local storage (asked once; forgotten when they leave).
+    local_storage_evicted: std::collections::BTreeSet<String>,
 }
 
 /// How often the runtime is asked for its image filesystem until it answers.
@@ -451,6 +453,13 @@ impl EvictionManager {
         } else {
             (next, decision)
         };
+        // kubelet's localStorageEviction, before any threshold: on the figures of a full
+        // walk (housekeeping), every pod over an emptyDir sizeLimit or its ephemeral-storage
+        // limits is evicted at once.
+        let mut decision = decision;
+        if trigger_walks(trigger) && self.local_storage_eviction(&snapshot, &active, memo) {
+            decision.eviction = None;
+        }
         self.act(
             state.conditions,
             decision,
@@ -505,6 +514,40 @@ impl EvictionManager {
             }
             Err(e) => tracing::warn!(error = %e, "placing the memory.high tripwire"),
         }
+    }
+
+    /// Evicts the pods over their local storage limits
+    /// (`policy::eviction::local_storage`); true when any was evicted now.
+    fn local_storage_eviction(
+        &self,
+        snapshot: &NodeSnapshot,
+        active: &BTreeMap<String, ActiveEntry>,
+        memo: &mut Memo,
+    ) -> bool {
+        memo.local_storage_evicted
+            .retain(|uid| active.contains_key(uid));
+        let pods: Vec<ActivePod<'_>> = snapshot
+            .pods
+            .iter()
+            .filter(|(uid, _)| !memo.local_storage_evicted.contains(*uid))
+            .filter_map(|(uid, sample)| {
+                let e = active.get(uid)?;
+                Some(ActivePod::new(&e.pod, sample.stats.as_ref()).with_facts(&e.facts))
+            })
+            .collect();
+        let evictions = crate::policy::eviction::local_storage::evictions(&pods);
+        for ev in &evictions {
+            tracing::warn!(uid = %ev.uid, message = %ev.message, "eviction for local storage");
+            memo.local_storage_evicted.insert(ev.uid.clone());
+            self.link.evict(Evict {
+                uid: ev.uid.clone(),
+                grace_seconds: 0,
+                message: ev.message.clone(),
+                sigkill_ns: None,
+                disruption_target: false,
+            });
+        }
+        !evictions.is_empty()
     }
 
     /// The decision core's step on a snapshot.
@@ -615,9 +658,15 @@ impl EvictionManager {
                 grace_seconds: ev.grace_period_seconds,
                 message: ev.message.clone(),
                 sigkill_ns,
+                disruption_target: true,
             });
         }
     }
+}
+
+/// Whether a step on this trigger walks the pods' directories (local storage figures).
+fn trigger_walks(t: Trigger) -> bool {
+    matches!(t, Trigger::Housekeeping | Trigger::Deadline)
 }
 
 fn log_signal(s: &Signal) {

@@ -3,6 +3,7 @@
 //! from the pod cgroups. Reading only; no decisions.
 
 use std::{
+    collections::{BTreeMap, HashMap},
     fs,
     path::{Path, PathBuf},
     time::Duration,
@@ -342,7 +343,8 @@ impl NodeObserver {
     }
 
     /// Ephemeral storage of one pod as far as the node sees it: its container logs under
-    /// `<nodefs>/pods/<uid>/<container>/` (bytes allocated, like `du`). Returns the pod total
+    /// `<nodefs>/pods/<uid>/<container>/` and its disk volumes under `<nodefs>/pods/<uid>/volumes`
+    /// (bytes allocated, like `du`; a memory emptyDir's tmpfs is not crossed). Returns the pod total
     /// and the per-container amounts; `None` when the pod has no log directory.
     #[must_use]
     pub fn pod_log_usage(&self, uid: &str) -> Option<(i64, Vec<(String, i64)>)> {
@@ -354,10 +356,50 @@ impl NodeObserver {
             let used = disk_usage(&e.path());
             total += used;
             if e.file_type().is_ok_and(|t| t.is_dir()) {
-                per_container.push((e.file_name().to_string_lossy().into_owned(), used));
+                let name = e.file_name().to_string_lossy().into_owned();
+                // `volumes/kubernetes.io~*` are the pod's volumes (counted in the pod's total,
+                // as kubelet counts its local ephemeral volumes), not a container's logs.
+                let volumes: i64 = if name == "volumes" {
+                    fs::read_dir(e.path())
+                        .map(|rd| {
+                            rd.flatten()
+                                .filter(|v| {
+                                    v.file_name()
+                                        .to_string_lossy()
+                                        .starts_with("kubernetes.io~")
+                                })
+                                .map(|v| disk_usage(&v.path()))
+                                .sum()
+                        })
+                        .unwrap_or(0)
+                } else {
+                    0
+                };
+                per_container.push((name, used.saturating_sub(volumes)));
             }
         }
         Some((total, per_container))
+    }
+
+    /// Bytes used by each emptyDir of one pod (`<nodefs>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>`,
+    /// `du` of the volume's own file system: a memory emptyDir's tmpfs counts its content).
+    #[must_use]
+    pub fn pod_volume_usage(&self, uid: &str) -> BTreeMap<String, i64> {
+        let Ok(dir) = join_inside(&self.nodefs.join("pods"), uid) else {
+            return BTreeMap::new();
+        };
+        fs::read_dir(dir.join("volumes").join("kubernetes.io~empty-dir"))
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| {
+                        (
+                            e.file_name().to_string_lossy().into_owned(),
+                            disk_usage(&e.path()),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Usage of one pod from its cgroup (`pod_rel`: the pod cgroup's path relative to the
@@ -392,13 +434,50 @@ impl NodeObserver {
     }
 }
 
-/// Bytes allocated to a file or directory tree (st_blocks x 512), symlinks not followed.
+/// The writable layer of each running container (kubelet reads CRI `ContainerStats`
+/// `writable_layer`): the `upperdir` of the overlay mounted at a runtime's
+/// `.../<container id>/rootfs` in `/proc/self/mountinfo`, measured like `du`. Container id ->
+/// bytes.
+#[must_use]
+pub fn writable_layers() -> HashMap<String, i64> {
+    let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let mount_point = f.get(4)?;
+            let id = mount_point.strip_suffix("/rootfs")?.rsplit('/').next()?;
+            let sep = f.iter().position(|x| *x == "-")?;
+            if *f.get(sep + 1)? != "overlay" {
+                return None;
+            }
+            let upper = f
+                .get(sep + 3)?
+                .split(',')
+                .find_map(|o| o.strip_prefix("upperdir="))?;
+            Some((id.to_owned(), disk_usage(Path::new(upper))))
+        })
+        .collect()
+}
+
+/// Bytes allocated to a file or directory tree (st_blocks x 512), symlinks not followed, on
+/// the tree's own file system only (a memory emptyDir's tmpfs inside is memory, not disk).
 #[must_use]
 pub fn disk_usage(path: &Path) -> i64 {
+    use std::os::unix::fs::MetadataExt as _;
+    match fs::symlink_metadata(path) {
+        Ok(meta) => usage_on(path, meta.dev()),
+        Err(_) => 0,
+    }
+}
+
+fn usage_on(path: &Path, dev: u64) -> i64 {
     use std::os::unix::fs::MetadataExt as _;
     let Ok(meta) = fs::symlink_metadata(path) else {
         return 0;
     };
+    if meta.dev() != dev {
+        return 0;
+    }
     let own = i64::try_from(meta.blocks())
         .unwrap_or(i64::MAX)
         .saturating_mul(512);
@@ -408,7 +487,7 @@ pub fn disk_usage(path: &Path) -> i64 {
     fs::read_dir(path)
         .map(|rd| {
             rd.flatten()
-                .map(|e| disk_usage(&e.path()))
+                .map(|e| usage_on(&e.path(), dev))
                 .fold(own, i64::saturating_add)
         })
         .unwrap_or(own)

@@ -13,14 +13,18 @@
 //! - [`cpu`]: the CPU manager's static policy and its checkpoint.
 //! - [`pod_actions`]: the pod worker's plan (kubelet's `computePodActions`) and the pod phase.
 //! - [`backoff`]: crash-loop and image-pull backoff.
+//! - [`env`]: a container's environment (`fieldRef`, `resourceFieldRef`, `$(VAR)` expansion).
+//! - [`volumes`]: the volumes a pod asks for, as set-up steps and CRI mounts, or a refusal.
 //! - [`security`]: the pod's security context as CRI runs it, sysctl and AppArmor admission.
 
 pub mod admission;
 pub mod backoff;
 pub mod cpu;
+pub mod env;
 pub mod eviction;
 pub mod oom;
 pub mod pod_actions;
 pub mod qos;
 pub mod resources;
 pub mod security;
+pub mod volumes;

@@ -34,6 +34,7 @@ mod relist;
 pub mod source;
 pub mod spec;
 pub mod status;
+pub mod volumes;
 pub mod worker;
 
 use std::{collections::HashMap, path::PathBuf, sync::Arc, time::Duration};
@@ -53,6 +54,7 @@ use crate::{
     kernel::Capabilities,
     policy::admission::{self, Admitter, SecurityPolicy},
     policy::eviction::manager::AdmitResult,
+    quantity::{Format, Quantity},
 };
 use feeds::{ApiFeed, DirFeed, next_pod_events};
 use k8s_openapi::api::core::v1::Pod;
@@ -157,11 +159,18 @@ struct Admissions {
 
 impl Admissions {
     fn try_admit(&mut self, uid: &str, pod: &Arc<Pod>, link: &NodeLink) -> Result<(), AdmitResult> {
-        if let Some(a) = &mut self.admitter {
+        if let Some(a) = &self.admitter {
             let r = a.admit(pod, &link.conditions());
             if !r.admitted {
                 return Err(r);
             }
+        }
+        // Never run a pod without a volume it asked for.
+        let r = crate::policy::volumes::admit(pod);
+        if !r.admitted {
+            return Err(r);
+        }
+        if let Some(a) = &mut self.admitter {
             a.add(pod);
         }
         self.admitted.insert(uid.to_owned(), pod.clone());
@@ -265,7 +274,7 @@ struct Pods<R: ContainerRuntime> {
     admissions: Admissions,
     /// Pods the eviction manager evicted: their Failed status stays until their source
     /// deletes them; updates are ignored meanwhile (phase Failed is terminal).
-    evicted: HashMap<String, PodRecord>,
+    evicted: HashMap<String, (PodRecord, bool)>,
 }
 
 /// A pod admission rejected: its reason and the message its status carries.
@@ -319,6 +328,63 @@ impl<R: ContainerRuntime> Pods<R> {
     }
 }
 
+/// The node's IP as kubelet picks one without `--node-ip` (the address of the default route's
+/// interface): the source address the kernel picks for a route to a public address (connecting
+/// a UDP socket sends nothing). Empty without a default route.
+fn node_host_ips() -> Vec<String> {
+    std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("192.0.2.1:9").and_then(|()| s.local_addr()))
+        .map(|a| vec![a.ip().to_string()])
+        .unwrap_or_default()
+}
+
+/// The node's allocatable as the downward API and memory emptyDirs read it: admission's,
+/// else the machine's memory and CPUs.
+fn downward_allocatable(opts: &RunPodsOptions) -> crate::policy::resources::ResourceList {
+    if let Some(a) = &opts.admission {
+        return a.node.allocatable.clone();
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    [
+        (
+            "cpu",
+            Quantity::from_int(i64::try_from(cpus).unwrap_or(1), Format::DecimalSI),
+        ),
+        (
+            "memory",
+            Quantity::from_int(opts.node.memory_capacity, Format::BinarySI),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+/// Unmounts the volumes of, and removes, every `<log root>/<uid>` whose uid is not `known`.
+fn remove_stale_pod_dirs(log_root: &std::path::Path, known: impl Fn(&str) -> bool) {
+    let Ok(rd) = std::fs::read_dir(log_root) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let uid = e.file_name().to_string_lossy().into_owned();
+        if !source::is_valid_uid(&uid) || known(&uid) || !e.path().is_dir() {
+            continue;
+        }
+        let dir = e.path();
+        tracing::info!(uid = %uid, path = %dir.display(), "removing the directory of a pod that no longer exists");
+        match volumes::teardown(&dir) {
+            Ok(()) => {
+                if let Err(e) = std::fs::remove_dir_all(&dir) {
+                    tracing::warn!(uid = %uid, path = %dir.display(), error = %e, "removing pod directory");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(uid = %uid, error = %e, "tearing down volumes; the directory stays");
+            }
+        }
+    }
+}
+
 /// [`run_pods`] with any runtime and a status manager the caller can read.
 pub async fn run_pods_with<R: ContainerRuntime>(
     runtime: Arc<R>,
@@ -344,6 +410,12 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         status: status.clone(),
         node: opts.node,
         log_root,
+        downward: crate::policy::env::EnvContext {
+            node_name: opts.node_name.clone(),
+            host_ips: node_host_ips(),
+            pod_ips: Vec::new(),
+            allocatable: downward_allocatable(&opts),
+        },
         resync: opts.resync,
         events: opts.events.clone(),
         // kubelet's seccompProfileRoot: `<root dir>/seccomp`.
@@ -466,6 +538,11 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                                     pods.spawn(uid.clone(), w);
                                 }
                             }
+                            // Pod directories (volumes, logs) of pods no source and no
+                            // runtime knows: left by a pod removed while the enforcer was down.
+                            remove_stale_pod_dirs(&ctx.log_root, |uid| {
+                                pods.workers.contains_key(uid) || now.contains_key(uid)
+                            });
                         }
                         for (uid, fp) in &now {
                             if fingerprints.get(uid) != Some(fp)
@@ -505,8 +582,8 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                 pods.sync_node();
                 cpu_reconcile.notify_one();
                 link.remove_active(&uid);
-                if let Some(rec) = pods.evicted.get_mut(&uid) {
-                    *rec = evicted_status(rec.clone(), last);
+                if let Some((rec, disruption_target)) = pods.evicted.get_mut(&uid) {
+                    *rec = evicted_status(rec.clone(), last, *disruption_target);
                     status.set(rec.clone());
                     pods.pending.remove(&uid);
                     link.mark_released(&uid);
@@ -526,7 +603,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                     let rec = failed_record(&pod, "", crate::policy::eviction::manager::REASON, e.message.clone());
                     let rec = PodRecord { source: status.get(&e.uid).map(|r| r.source).unwrap_or_default(), ..rec };
                     status.evicting(&e.uid);
-                    pods.evicted.insert(e.uid.clone(), rec);
+                    pods.evicted.insert(e.uid.clone(), (rec, e.disruption_target));
                     pods.pending.remove(&e.uid);
                     let _ = h.tx.send(WorkUpdate::Kill { grace: Some(e.grace_seconds) });
                 }

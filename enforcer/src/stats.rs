@@ -111,6 +111,8 @@ impl Collector {
         now: Duration,
     ) -> Result<Arc<NodeSnapshot>, NodeError> {
         let observations = self.observer.observe(now)?;
+        // Writable layers: read once per walk (one pass over mountinfo).
+        let layers = req.logs.then(crate::node::writable_layers);
         let mut pods = BTreeMap::new();
         for t in targets {
             let old = self.last.pods.get(&t.uid);
@@ -144,6 +146,7 @@ impl Collector {
                     Some(((s.ephemeral_storage?, per), o.logs_at?))
                 })
             };
+            let walked = logs.as_ref().is_some_and(|(_, at)| *at == now);
             if let (Some(s), Some(((total, per_container), at))) = (sample.stats.as_mut(), logs) {
                 s.ephemeral_storage = Some(total);
                 for c in &mut s.containers {
@@ -151,6 +154,26 @@ impl Collector {
                         .iter()
                         .find(|(n, _)| *n == c.name)
                         .map(|(_, b)| *b);
+                }
+                if walked {
+                    // kubelet's pod and container ephemeral storage: logs, local volumes and
+                    // the containers' writable layers.
+                    s.volumes = self.observer.pod_volume_usage(&t.uid);
+                    if let Some(layers) = &layers {
+                        for (name, id) in &t.containers {
+                            let Some(layer) = layers.get(id) else {
+                                continue;
+                            };
+                            s.ephemeral_storage =
+                                Some(s.ephemeral_storage.unwrap_or(0).saturating_add(*layer));
+                            if let Some(c) = s.containers.iter_mut().find(|c| c.name == *name) {
+                                c.ephemeral_storage =
+                                    Some(c.ephemeral_storage.unwrap_or(0).saturating_add(*layer));
+                            }
+                        }
+                    }
+                } else if let Some(old) = old.and_then(|o| o.stats.as_ref()) {
+                    s.volumes = old.volumes.clone();
                 }
                 sample.logs_at = Some(at);
             }

@@ -653,7 +653,7 @@ async fn pod_without_host_network_gets_an_ip_on_the_test_bridge() {
     write_manifest(
         &cd,
         "net.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: net\n  uid: net-1\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: busybox:local\n    command: [/bin/sh, -c]\n    args: [\"ip -4 addr show eth0; trap 'exit 0' TERM; sleep 3600 & wait\"]\n",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: net\n  uid: net-1\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: busybox:local\n    command: [/bin/sh, -c]\n    args: [\"echo POD_IP=$POD_IP; ip -4 addr show eth0; trap 'exit 0' TERM; sleep 3600 & wait\"]\n    env: [{name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}]\n",
     );
     wait_status(
         &cd,
@@ -668,7 +668,8 @@ async fn pod_without_host_network_gets_an_ip_on_the_test_bridge() {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains(&format!("inet {prefix}")) {
+        // ... and `status.podIP` from the downward API named it.
+        if text.contains(&format!("inet {prefix}")) && text.contains(&format!("POD_IP={prefix}")) {
             break;
         }
         assert!(

@@ -199,6 +199,7 @@ fn stats_of(path: &Path, place: &str, pod: &Pod, usage: &Usage) -> Result<PodSta
         inodes: to_bytes(path, place, usage.inodes)?,
         processes: to_bytes(path, place, usage.pids)?,
         containers,
+        volumes: std::collections::BTreeMap::new(),
     })
 }
 

@@ -6,12 +6,13 @@
 //! - [`manager`]: the eviction manager's `synchronize` as a step function over a [`State`],
 //!   the eviction message and node conditions; [`admit`](manager::admit) for eviction admission.
 
+pub mod local_storage;
 pub mod manager;
 pub mod rank;
 pub mod threshold;
 pub mod tripwire;
 
-use std::{fmt, time::Duration};
+use std::{collections::BTreeMap, fmt, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
@@ -262,4 +263,6 @@ pub struct PodStats {
     pub processes: Option<i64>,
     /// Per container, in the order the runtime reports them.
     pub containers: Vec<ContainerStats>,
+    /// Bytes used by each emptyDir volume, by volume name (kubelet's `VolumeStats`).
+    pub volumes: BTreeMap<String, i64>,
 }

@@ -41,6 +41,9 @@ pub struct Evict {
     pub message: String,
     /// CLOCK_MONOTONIC ns when SIGKILL went to the pod's processes (hard memory thresholds).
     pub sigkill_ns: Option<u64>,
+    /// Whether the pod gets the `DisruptionTarget` condition: kubelet adds it for threshold
+    /// evictions, not for local storage limit evictions (condition `nil`).
+    pub disruption_target: bool,
 }
 
 #[derive(Debug, Default)]
@@ -203,6 +206,7 @@ mod tests {
             grace_seconds: 1,
             message: "m".into(),
             sigkill_ns: None,
+            disruption_target: true,
         });
         let got = waiter.await.expect("join");
         // The runtime loop, which owns the active set, takes the pod out.
@@ -213,7 +217,8 @@ mod tests {
                 uid: "u1".into(),
                 grace_seconds: 1,
                 message: "m".into(),
-                sigkill_ns: None
+                sigkill_ns: None,
+                disruption_target: true,
             }]
         );
         assert!(link.active().is_empty());

@@ -26,10 +26,15 @@ pub const DISRUPTION_TARGET_REASON: &str = "TerminationByKubelet";
 
 /// The status kubelet leaves on a pod it evicted: `evicted` (phase `Failed`, reason `Evicted`,
 /// the eviction message) with the containers' terminated states of the pod's `last` status
-/// kept, nothing ready, and the `DisruptionTarget` condition (reason `TerminationByKubelet`,
-/// the eviction message).
+/// kept, nothing ready, and, with `disruption_target` (threshold evictions; not local storage
+/// limit evictions, for which kubelet passes no condition), the `DisruptionTarget` condition
+/// (reason `TerminationByKubelet`, the eviction message).
 #[must_use]
-pub fn evicted_status(evicted: PodRecord, last: Option<PodRecord>) -> PodRecord {
+pub fn evicted_status(
+    evicted: PodRecord,
+    last: Option<PodRecord>,
+    disruption_target: bool,
+) -> PodRecord {
     let mut rec = evicted;
     if let Some(last) = last {
         rec.start_time = last.start_time;
@@ -56,11 +61,13 @@ pub fn evicted_status(evicted: PodRecord, last: Option<PodRecord>) -> PodRecord 
             c.status = "False".to_owned();
         }
     }
-    rec.conditions.push(status::Condition {
-        reason: DISRUPTION_TARGET_REASON.to_owned(),
-        message: rec.message.clone(),
-        ..status::Condition::new("DisruptionTarget", true)
-    });
+    if disruption_target {
+        rec.conditions.push(status::Condition {
+            reason: DISRUPTION_TARGET_REASON.to_owned(),
+            message: rec.message.clone(),
+            ..status::Condition::new("DisruptionTarget", true)
+        });
+    }
     rec
 }
 
@@ -134,7 +141,14 @@ mod tests {
             }],
             ..blank_record(&pod, "u1", "f.yaml", PodPhase::Running)
         };
-        let rec = evicted_status(evicted.clone(), Some(last));
+        let local = evicted_status(evicted.clone(), Some(last.clone()), false);
+        assert!(
+            !local
+                .conditions
+                .iter()
+                .any(|c| c.kind == "DisruptionTarget")
+        );
+        let rec = evicted_status(evicted.clone(), Some(last), true);
         assert_eq!(
             (rec.phase.as_str(), rec.reason.as_str()),
             ("Failed", "Evicted")
@@ -165,7 +179,7 @@ mod tests {
         );
         // Without a last status (the worker could not read it) the condition is still there,
         // and applying it twice keeps one DisruptionTarget.
-        let bare = evicted_status(evicted_status(evicted, None), None);
+        let bare = evicted_status(evicted_status(evicted, None, true), None, true);
         assert_eq!(
             bare.conditions
                 .iter()

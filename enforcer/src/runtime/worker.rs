@@ -18,6 +18,7 @@ use super::{
     source::is_valid_uid,
     spec::{self, ContainerKind, NodeFacts, PodIdent},
     status::{Condition, ContainerRecord, ContainerState, PodRecord, StatusManager, rfc3339},
+    volumes,
 };
 use crate::{
     cgroup::CgroupError,
@@ -29,6 +30,7 @@ use crate::{
             RestartPolicy, RuntimeState, SandboxPlan, SandboxView, compute_pod_actions, pod_phase,
         },
         security::{self, ImageUser, SecurityOptions},
+        volumes as volume_plan,
     },
 };
 
@@ -82,8 +84,12 @@ pub struct WorkerContext<R> {
     pub enforce: Arc<super::enforce::Enforcer>,
     pub status: StatusManager,
     pub node: NodeFacts,
-    /// Where container logs go (`<state dir>/pods`).
+    /// Where container logs go (`<state dir>/pods`); `<log root>/<uid>/volumes` holds the
+    /// pod's volumes.
     pub log_root: PathBuf,
+    /// What the downward API (env and volumes) reads beyond the pod: node name, IPs, the
+    /// node's allocatable.
+    pub downward: crate::policy::env::EnvContext,
     /// Periodic resync when nothing else wakes the worker.
     pub resync: Duration,
     /// The pod's events (kubelet's container events).
@@ -118,6 +124,17 @@ fn kind_of(c: &cri::Container) -> ContainerKind {
             .get(spec::CONTAINER_KIND_ANNOTATION)
             .map_or("", String::as_str),
     )
+}
+
+/// How soon a volume setup that failed is retried.
+const VOLUME_RETRY: Duration = Duration::from_secs(2);
+
+/// What a container is created with beyond its spec's literal values.
+struct EnvAndMounts {
+    env: Vec<cri::KeyValue>,
+    command: Vec<String>,
+    args: Vec<String>,
+    mounts: Vec<cri::Mount>,
 }
 
 const RUNNING: i32 = cri::ContainerState::ContainerRunning as i32;
@@ -472,7 +489,11 @@ impl<R: ContainerRuntime> PodWorker<R> {
         }
         if is_valid_uid(&self.uid) {
             let dir = self.ctx.log_root.join(&self.uid);
-            if let Err(e) = std::fs::remove_dir_all(&dir)
+            if let Err(e) = volumes::teardown(&dir) {
+                // Never walk into a volume still mounted: the directory stays for the next
+                // start's cleanup.
+                tracing::warn!(uid = %self.uid, error = %e, "tearing down volumes");
+            } else if let Err(e) = std::fs::remove_dir_all(&dir)
                 && e.kind() != std::io::ErrorKind::NotFound
             {
                 tracing::warn!(uid = %self.uid, path = %dir.display(), error = %e, "removing pod logs");
@@ -627,6 +648,32 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 uid: uid.clone(),
                 source,
             })?;
+        // The volumes, before the sandbox and every container (kubelet's
+        // WaitForAttachAndMount): a volume that cannot be set up holds the pod in
+        // ContainerCreating and is retried.
+        if let Err(message) = self.setup_volumes(pod, values.memory_limit_bytes) {
+            tracing::warn!(uid = %uid, error = %message, "volume setup failed");
+            let (_, containers, view) = self.observe(pod, now).await?;
+            let sandbox = view
+                .sandboxes
+                .iter()
+                .find(|s| s.ready && s.current)
+                .map(|s| s.id.clone())
+                .unwrap_or_default();
+            for c in pod
+                .spec
+                .iter()
+                .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+            {
+                self.waiting.insert(
+                    c.name.clone(),
+                    ("ContainerCreating".to_owned(), message.clone()),
+                );
+            }
+            self.publish(pod, qos, &cgroup, &sandbox, &containers, false)
+                .await?;
+            return Ok(Some(now + VOLUME_RETRY));
+        }
         let (sandboxes, containers, view) = self.observe(pod, now).await?;
         let actions = compute_pod_actions(
             pod,
@@ -722,6 +769,68 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 .map_err(self.cri())?;
         }
         Ok(actions.wake)
+    }
+
+    /// The pod's directory (`<log root>/<uid>`), its volumes under it.
+    fn pod_dir(&self) -> Option<PathBuf> {
+        is_valid_uid(&self.uid).then(|| self.ctx.log_root.join(&self.uid))
+    }
+
+    /// Sets up the pod's volumes (idempotent); the error is kubelet's mount failure message.
+    fn setup_volumes(&self, pod: &Pod, pod_memory_limit: Option<i64>) -> Result<(), String> {
+        let planned = volume_plan::plan(pod)?;
+        if planned.is_empty() {
+            return Ok(());
+        }
+        let dir = self
+            .pod_dir()
+            .ok_or_else(|| format!("invalid pod uid {:?}", self.uid))?;
+        volumes::setup(
+            &dir,
+            pod,
+            &planned,
+            &self.ctx.downward.allocatable,
+            pod_memory_limit,
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    /// The container's environment, command and args expanded, and its CRI mounts (kubelet's
+    /// `makeEnvironmentVariables`, `ExpandContainerCommandAndArgs`, `makeMounts`).
+    fn env_and_mounts(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        pod_ips: Vec<String>,
+    ) -> Result<EnvAndMounts, String> {
+        let ctx = crate::policy::env::EnvContext {
+            pod_ips,
+            ..self.ctx.downward.clone()
+        };
+        let env = crate::policy::env::container_env(pod, c, &ctx).map_err(|e| e.to_string())?;
+        let (command, args) = crate::policy::env::expand_command_and_args(c, &env);
+        let planned = volume_plan::plan(pod)?;
+        let mut mounts = Vec::new();
+        if c.volume_mounts.as_ref().is_some_and(|m| !m.is_empty()) {
+            let dir = self
+                .pod_dir()
+                .ok_or_else(|| format!("invalid pod uid {:?}", self.uid))?;
+            for m in
+                volume_plan::container_mounts(c, &planned, &dir, &env).map_err(|e| e.to_string())?
+            {
+                let host = volumes::mount_host_path(&m, &c.name).map_err(|e| e.to_string())?;
+                mounts.push(m.to_cri(&host));
+            }
+        }
+        Ok(EnvAndMounts {
+            env: env
+                .into_iter()
+                .map(|(key, value)| cri::KeyValue { key, value })
+                .collect(),
+            command,
+            args,
+            mounts,
+        })
     }
 
     /// Executes one container start of the plan: deals with the earlier instance as the plan
@@ -882,6 +991,34 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 return Ok(());
             }
         };
+        // `status.podIP(s)` from the sandbox's status, asked only when the env reads it.
+        let reads_ip = c.env.iter().flatten().any(|e| {
+            e.value_from
+                .as_ref()
+                .and_then(|v| v.field_ref.as_ref())
+                .is_some_and(|f| f.field_path.starts_with("status.podIP"))
+        });
+        // A host-network pod has the node's IPs (kubelet's `podIPs = hostIPs`).
+        let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);
+        let pod_ips = if host_network {
+            self.ctx.downward.host_ips.clone()
+        } else if reads_ip {
+            rt.pod_sandbox_ips(sandbox_id).await.unwrap_or_else(|e| {
+                tracing::debug!(uid = %self.uid, error = %e, "pod sandbox status");
+                Vec::new()
+            })
+        } else {
+            Vec::new()
+        };
+        let made = match self.env_and_mounts(pod, c, pod_ips) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(uid = %self.uid, container = %c.name, error = %e, "container config refused");
+                self.waiting
+                    .insert(c.name.clone(), ("CreateContainerConfigError".to_owned(), e));
+                return Ok(());
+            }
+        };
         let dir = self.ctx.log_root.join(&self.uid).join(&c.name);
         std::fs::create_dir_all(&dir).map_err(|source| WorkerError::Io {
             uid: self.uid.clone(),
@@ -892,7 +1029,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             cgroup: *self.ctx.cgroups.options(),
             cpuset: self.ctx.enforce.cpuset(&self.uid, &c.name),
         };
-        let config = spec::container_config_with(
+        let mut config = spec::container_config_with(
             pod,
             c,
             kind,
@@ -902,6 +1039,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
             &resources,
             security_context,
         );
+        config.envs = made.env;
+        config.command = made.command;
+        config.args = made.args;
+        config.mounts = made.mounts;
         let id = rt
             .create_container(sandbox_id, config, sandbox_config.clone())
             .await
@@ -1273,6 +1414,7 @@ mod tests {
                 cap_sys_resource: false,
             },
             log_root: dir.path().to_path_buf(),
+            downward: crate::policy::env::EnvContext::default(),
             security: SecurityOptions::default(),
             resync: Duration::from_secs(60),
             events: crate::cluster::events::Recorder::default(),
@@ -1469,5 +1611,65 @@ mod tests {
             .filter(|c| c.starts_with("CreateContainer"))
             .count();
         assert_eq!(creates, 1, "{:?}", h.fake.calls());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_volume_that_cannot_be_set_up_holds_the_pod_before_the_sandbox() {
+        let file = tempfile::NamedTempFile::new().expect("file");
+        let path = file.path().display().to_string();
+        let h = harness(&format!(
+            "metadata: {{name: p, uid: u6}}\nspec:\n  volumes: [{{name: h, hostPath: {{path: '{path}', type: Directory}}}}]\n  containers:\n  - {{name: c, image: 'busybox:local', volumeMounts: [{{name: h, mountPath: /h}}]}}"
+        ));
+        settle().await;
+        let rec = h.status.get("u6").expect("status");
+        assert_eq!(
+            rec.container_statuses[0].state,
+            ContainerState::Waiting {
+                reason: "ContainerCreating".to_owned(),
+                message: format!(
+                    "MountVolume.SetUp failed for volume \"h\" : hostPath type check failed: {path} is not a directory"
+                ),
+            }
+        );
+        assert_eq!(rec.phase, PodPhase::Pending);
+        assert!(
+            !h.fake
+                .calls()
+                .iter()
+                .any(|c| c.starts_with("RunPodSandbox") || c.starts_with("CreateContainer")),
+            "{:?}",
+            h.fake.calls()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_env_or_sub_path_refusal_is_a_create_container_config_error() {
+        let h = harness(
+            "metadata: {name: p, uid: u7}\nspec:\n  volumes: [{name: v, emptyDir: {}}]\n  containers:\n  - {name: env, image: 'busybox:local', env: [{name: X, valueFrom: {secretKeyRef: {name: s, key: k}}}]}\n  - {name: sub, image: 'busybox:local', volumeMounts: [{name: v, mountPath: /v, subPath: /abs}]}\n  - {name: ok, image: 'busybox:local', volumeMounts: [{name: v, mountPath: /v}]}",
+        );
+        settle().await;
+        let rec = h.status.get("u7").expect("status");
+        let waiting = |i: usize| match &rec.container_statuses[i].state {
+            ContainerState::Waiting { reason, message } => (reason.clone(), message.clone()),
+            other => panic!("{other:?}"),
+        };
+        let (reason, message) = waiting(0);
+        assert_eq!(reason, "CreateContainerConfigError");
+        assert!(message.contains("secretKeyRef"), "{message}");
+        assert_eq!(
+            waiting(1),
+            (
+                "CreateContainerConfigError".to_owned(),
+                "error SubPath `/abs` must not be an absolute path".to_owned()
+            )
+        );
+        assert!(rec.container_statuses[2].ready, "{rec:?}");
+        // The emptyDir is under the pod's directory.
+        assert!(
+            h._dir
+                .path()
+                .join("u7/volumes/kubernetes.io~empty-dir/v")
+                .is_dir()
+        );
     }
 }
