@@ -58,6 +58,7 @@ impl Enforcer {
             enforce: std::sync::Arc::default(),
             kubeconfig: None,
             health: std::sync::Arc::default(),
+            events: enforcer::cluster::events::Recorder::default(),
         };
         let (tx, rx) = oneshot::channel();
         let rt = std::sync::Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(5)));

@@ -140,15 +140,6 @@ pub trait ContainerRuntime: Send + Sync + 'static {
     fn sandbox_image(&self) -> impl Future<Output = Result<Option<String>, CriError>> + Send {
         async { Ok(None) }
     }
-    /// The pod's IPs from `PodSandboxStatus` (first the primary, then the additional ones);
-    /// none for a host-network sandbox or a runtime that does not say.
-    fn pod_sandbox_ips(
-        &self,
-        id: &str,
-    ) -> impl Future<Output = Result<Vec<String>, CriError>> + Send {
-        let _ = id;
-        async { Ok(Vec::new()) }
-    }
     /// `UpdateContainerResources` (the CPU manager's cpusets). A runtime without it accepts
     /// and ignores the update.
     fn update_container_resources(
@@ -651,34 +642,6 @@ impl ContainerRuntime for CriRuntime {
             })
             .await?;
         Ok(resp.images)
-    }
-
-    async fn pod_sandbox_ips(&self, id: &str) -> Result<Vec<String>, CriError> {
-        let pod_sandbox_id = id.to_owned();
-        let resp = self
-            .call(
-                "PodSandboxStatus",
-                id,
-                Duration::ZERO,
-                |mut r, _| async move {
-                    r.pod_sandbox_status(cri::PodSandboxStatusRequest {
-                        pod_sandbox_id,
-                        verbose: false,
-                    })
-                    .await
-                },
-            )
-            .await?;
-        Ok(resp
-            .status
-            .and_then(|s| s.network)
-            .map(|n| {
-                std::iter::once(n.ip)
-                    .chain(n.additional_ips.into_iter().map(|i| i.ip))
-                    .filter(|ip| !ip.is_empty())
-                    .collect()
-            })
-            .unwrap_or_default())
     }
 
     async fn sandbox_image(&self) -> Result<Option<String>, CriError> {

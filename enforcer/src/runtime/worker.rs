@@ -1003,10 +1003,8 @@ impl<R: ContainerRuntime> PodWorker<R> {
         let pod_ips = if host_network {
             self.ctx.downward.host_ips.clone()
         } else if reads_ip {
-            rt.pod_sandbox_ips(sandbox_id).await.unwrap_or_else(|e| {
-                tracing::debug!(uid = %self.uid, error = %e, "pod sandbox status");
-                Vec::new()
-            })
+            // The sandbox's IPs, asked once per sandbox (shared with the status record).
+            self.pod_ips(pod, sandbox_id).await
         } else {
             Vec::new()
         };
