@@ -11,6 +11,7 @@ pub mod fake_api;
 pub mod image;
 pub mod local;
 pub mod node;
+pub mod pods;
 
 use std::{
     fs,

@@ -4,139 +4,22 @@
 
 use std::{
     collections::HashMap,
-    path::{Path, PathBuf},
+    path::Path,
     time::{Duration, Instant},
 };
 
-use enforcer::{
-    kernel::Capabilities,
-    runtime::{
-        ContainerRuntime as _, CriRuntime, NodeFacts, RunPodsOptions, StatusManager, run_pods_with,
-        status::{self, ContainerState, PodRecord, StatusFile},
+use enforcer::runtime::{
+    ContainerRuntime as _, CriRuntime,
+    status::{self, ContainerState, StatusFile},
+};
+use enforcer_tests::{
+    containerd::Containerd,
+    layout,
+    pods::{
+        Enforcer, NODE, finish, manifests, pod, read_status, state, wait_status, write_manifest,
     },
 };
-use enforcer_tests::{containerd::Containerd, layout};
 use k8s_cri::v1 as cri;
-use tokio::{sync::oneshot, task::JoinHandle};
-
-const NODE: &str = "testnode";
-
-/// The enforcer's pod runtime, in process, against the fixture's containerd.
-struct Enforcer {
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
-}
-
-fn opts(cd: &Containerd) -> RunPodsOptions {
-    let layout = layout();
-    let caps = Capabilities::probe(&layout);
-    RunPodsOptions {
-        cri_socket: cd.socket.clone(),
-        cri_timeout: Duration::from_secs(5),
-        cgroup_root: cd.cgroup_root.clone(),
-        layout,
-        manifest_dir: manifests(cd),
-        state_dir: state(cd),
-        node_name: NODE.to_owned(),
-        node: NodeFacts {
-            memory_capacity: enforcer::runtime::memory_capacity(),
-            cap_sys_resource: caps.cap_sys_resource,
-        },
-        poll: Duration::from_millis(200),
-        relist: Duration::from_millis(200),
-        resync: Duration::from_secs(2),
-        static_pods: true,
-        admission: None,
-        link: enforcer::runtime::NodeLink::default(),
-        enforce: std::sync::Arc::default(),
-        kubeconfig: None,
-        health: std::sync::Arc::default(),
-        events: enforcer::cluster::events::Recorder::default(),
-    }
-}
-
-fn manifests(cd: &Containerd) -> PathBuf {
-    cd.dir.join("manifests")
-}
-
-fn state(cd: &Containerd) -> PathBuf {
-    cd.dir.join("enforcer-state")
-}
-
-impl Enforcer {
-    fn start(cd: &Containerd) -> Self {
-        std::fs::create_dir_all(manifests(cd)).expect("manifest dir");
-        let (tx, rx) = oneshot::channel();
-        let rt = std::sync::Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(5)));
-        let o = opts(cd);
-        let task = tokio::spawn(async move {
-            run_pods_with(rt, o, StatusManager::default(), async {
-                let _ = rx.await;
-            })
-            .await
-            .expect("run_pods");
-        });
-        Self {
-            stop: Some(tx),
-            task: Some(task),
-        }
-    }
-
-    async fn stop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(60), t)
-                .await
-                .expect("enforcer stops within 60 s")
-                .expect("enforcer task");
-        }
-    }
-}
-
-fn write_manifest(cd: &Containerd, file: &str, text: &str) {
-    let dir = manifests(cd);
-    let tmp = dir.join(format!(".{file}.tmp"));
-    std::fs::write(&tmp, text).expect("write manifest");
-    std::fs::rename(&tmp, dir.join(file)).expect("rename manifest");
-}
-
-fn read_status(cd: &Containerd) -> StatusFile {
-    status::read(&state(cd)).unwrap_or_default()
-}
-
-async fn wait_status(
-    cd: &Containerd,
-    timeout: Duration,
-    what: &str,
-    mut pred: impl FnMut(&StatusFile) -> bool,
-) -> StatusFile {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let s = read_status(cd);
-        if pred(&s) {
-            return s;
-        }
-        if Instant::now() > deadline {
-            panic!(
-                "no {what} within {timeout:?}; last status:\n{}\ncontainerd log tail:\n{}",
-                serde_json::to_string_pretty(&s).unwrap_or_default(),
-                cd.log()
-                    .lines()
-                    .rev()
-                    .take(20)
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn pod<'a>(s: &'a StatusFile, uid: &str) -> Option<&'a PodRecord> {
-    s.pods.iter().find(|p| p.uid == uid)
-}
 
 fn running(s: &StatusFile, uid: &str) -> bool {
     pod(s, uid).is_some_and(|p| {
@@ -184,12 +67,6 @@ fn sleeper(name: &str, arg: &str) -> String {
     format!(
         "  - name: {name}\n    image: busybox:local\n    command: [/bin/sleep]\n    args: ['{arg}']\n"
     )
-}
-
-async fn finish(mut e: Enforcer, mut cd: Containerd) {
-    e.stop().await;
-    cd.remove_all_pods().await;
-    cd.teardown();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

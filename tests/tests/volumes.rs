@@ -3,101 +3,16 @@
 //! containers, real mounts). Needs root, containerd, runc and busybox-static.
 
 use std::{
-    path::{Path, PathBuf},
+    path::Path,
     time::{Duration, Instant},
 };
 
-use enforcer::{
-    kernel::Capabilities,
-    runtime::{
-        CriRuntime, NodeFacts, RunPodsOptions, StatusManager, run_pods_with,
-        status::{self, ContainerState, PodRecord, StatusFile},
-    },
+use enforcer::runtime::status::{self, ContainerState, StatusFile};
+use enforcer_tests::{
+    containerd::Containerd,
+    layout,
+    pods::{Enforcer, NODE, finish, manifests, pod, state, wait_status, write_manifest},
 };
-use enforcer_tests::{containerd::Containerd, layout};
-use tokio::{sync::oneshot, task::JoinHandle};
-
-const NODE: &str = "testnode";
-
-struct Enforcer {
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<()>>,
-}
-
-fn manifests(cd: &Containerd) -> PathBuf {
-    cd.dir.join("manifests")
-}
-
-fn state(cd: &Containerd) -> PathBuf {
-    cd.dir.join("enforcer-state")
-}
-
-impl Enforcer {
-    fn start(cd: &Containerd) -> Self {
-        std::fs::create_dir_all(manifests(cd)).expect("manifest dir");
-        let layout = layout();
-        let caps = Capabilities::probe(&layout);
-        let o = RunPodsOptions {
-            cri_socket: cd.socket.clone(),
-            cri_timeout: Duration::from_secs(5),
-            cgroup_root: cd.cgroup_root.clone(),
-            layout,
-            manifest_dir: manifests(cd),
-            state_dir: state(cd),
-            node_name: NODE.to_owned(),
-            node: NodeFacts {
-                memory_capacity: enforcer::runtime::memory_capacity(),
-                cap_sys_resource: caps.cap_sys_resource,
-            },
-            poll: Duration::from_millis(200),
-            relist: Duration::from_millis(200),
-            resync: Duration::from_secs(2),
-            static_pods: true,
-            admission: None,
-            link: enforcer::runtime::NodeLink::default(),
-            enforce: std::sync::Arc::default(),
-            kubeconfig: None,
-            health: std::sync::Arc::default(),
-            events: enforcer::cluster::events::Recorder::default(),
-        };
-        let (tx, rx) = oneshot::channel();
-        let rt = std::sync::Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(5)));
-        let task = tokio::spawn(async move {
-            run_pods_with(rt, o, StatusManager::default(), async {
-                let _ = rx.await;
-            })
-            .await
-            .expect("run_pods");
-        });
-        Self {
-            stop: Some(tx),
-            task: Some(task),
-        }
-    }
-
-    async fn stop(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(60), t)
-                .await
-                .expect("enforcer stops within 60 s")
-                .expect("enforcer task");
-        }
-    }
-}
-
-fn write_manifest(cd: &Containerd, file: &str, text: &str) {
-    let dir = manifests(cd);
-    let tmp = dir.join(format!(".{file}.tmp"));
-    std::fs::write(&tmp, text).expect("write manifest");
-    std::fs::rename(&tmp, dir.join(file)).expect("rename manifest");
-}
-
-fn pod<'a>(s: &'a StatusFile, uid: &str) -> Option<&'a PodRecord> {
-    s.pods.iter().find(|p| p.uid == uid)
-}
 
 async fn wait_for<T>(
     timeout: Duration,
@@ -119,27 +34,6 @@ async fn wait_for<T>(
     }
 }
 
-async fn wait_status(
-    cd: &Containerd,
-    what: &str,
-    mut pred: impl FnMut(&StatusFile) -> bool,
-) -> StatusFile {
-    let dir = state(cd);
-    wait_for(
-        Duration::from_secs(60),
-        what,
-        || {
-            let s = status::read(&dir).unwrap_or_default();
-            pred(&s).then_some(s)
-        },
-        || {
-            serde_json::to_string_pretty(&status::read(&dir).unwrap_or_default())
-                .unwrap_or_default()
-        },
-    )
-    .await
-}
-
 /// Mounts under `dir` (from /proc/self/mounts): (mount point, fs type, options).
 fn mounts_under(dir: &Path) -> Vec<(String, String, String)> {
     let text = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
@@ -151,16 +45,6 @@ fn mounts_under(dir: &Path) -> Vec<(String, String, String)> {
                 .then(|| (f[1].to_owned(), f[2].to_owned(), f[3].to_owned()))
         })
         .collect()
-}
-
-/// Stops the enforcer, the pods and containerd; unmounts whatever a failed test left.
-async fn finish(mut e: Enforcer, mut cd: Containerd) {
-    e.stop().await;
-    cd.remove_all_pods().await;
-    for (m, _, _) in mounts_under(&cd.dir) {
-        let _ = rustix::mount::unmount(m.as_str(), rustix::mount::UnmountFlags::DETACH);
-    }
-    cd.teardown();
 }
 
 fn log_of(cd: &Containerd, uid: &str, container: &str) -> String {
@@ -245,7 +129,7 @@ async fn emptydirs_readonly_downward_api_and_env_as_kubelet_runs_them() {
     let e = Enforcer::start(&cd);
     let uid = "vol-1";
     write_manifest(&cd, "vols.yaml", SHARED);
-    wait_status(&cd, "running pod", |s| {
+    wait_status(&cd, Duration::from_secs(60), "running pod", |s| {
         pod(s, uid).is_some_and(|p| {
             p.phase == "Running"
                 && p.container_statuses
@@ -329,7 +213,10 @@ async fn emptydirs_readonly_downward_api_and_env_as_kubelet_runs_them() {
 
     // Removal: the tmpfs is unmounted and the volumes are gone.
     std::fs::remove_file(manifests(&cd).join("vols.yaml")).expect("rm");
-    wait_status(&cd, "pod gone", |s| pod(s, uid).is_none()).await;
+    wait_status(&cd, Duration::from_secs(60), "pod gone", |s| {
+        pod(s, uid).is_none()
+    })
+    .await;
     // The worker removes the pod's status record after its teardown.
     let left = mounts_under(&state(&cd));
     assert!(left.is_empty(), "mounts left: {left:?}");
@@ -388,7 +275,7 @@ async fn unsupported_volumes_refused_host_path_checked_sub_path_refused() {
                 |c| matches!(&c.state, ContainerState::Waiting { reason, .. } if reason == want),
             )
     };
-    let s = wait_status(&cd, "refusals", |s| {
+    let s = wait_status(&cd, Duration::from_secs(60), "refusals", |s| {
         pod(s, "vol-cm").is_some_and(|p| p.phase == "Failed")
             && waiting(s, "vol-hp", "ContainerCreating")
             && waiting(s, "vol-sub", "CreateContainerConfigError")
@@ -424,7 +311,7 @@ async fn unsupported_volumes_refused_host_path_checked_sub_path_refused() {
     for f in ["cm.yaml", "hp.yaml", "sub.yaml"] {
         std::fs::remove_file(manifests(&cd).join(f)).expect("rm");
     }
-    wait_status(&cd, "pods gone", |s| {
+    wait_status(&cd, Duration::from_secs(60), "pods gone", |s| {
         ["vol-cm", "vol-hp", "vol-sub"]
             .iter()
             .all(|u| pod(s, u).is_none())
@@ -444,7 +331,7 @@ async fn volumes_of_a_pod_removed_while_the_enforcer_was_down_are_torn_down_on_s
         "r.yaml",
         "apiVersion: v1\nkind: Pod\nmetadata: {name: r, uid: vol-r}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 2\n  volumes: [{name: mem, emptyDir: {medium: Memory, sizeLimit: 8Mi}}]\n  containers:\n  - {name: c, image: 'busybox:local', command: [sleep, '3600'], volumeMounts: [{name: mem, mountPath: /mem}]}\n",
     );
-    wait_status(&cd, "running pod", |s| {
+    wait_status(&cd, Duration::from_secs(60), "running pod", |s| {
         pod(s, uid).is_some_and(|p| p.phase == "Running")
     })
     .await;

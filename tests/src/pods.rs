@@ -1,0 +1,166 @@
+//! The enforcer's pod runtime in process (`run_pods_with`) against a test's private
+//! containerd, with the manifest and state directories beside it: the harness of the
+//! `runtime` and `volumes` tiers.
+
+use std::{
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use enforcer::{
+    kernel::Capabilities,
+    runtime::{
+        CriRuntime, NodeFacts, RunPodsOptions, StatusManager, run_pods_with,
+        status::{self, PodRecord, StatusFile},
+    },
+};
+use tokio::{sync::oneshot, task::JoinHandle};
+
+use crate::{containerd::Containerd, layout, local::mounts_under};
+
+/// The node name the pods run on.
+pub const NODE: &str = "testnode";
+
+/// The manifest directory of `cd`'s enforcer.
+#[must_use]
+pub fn manifests(cd: &Containerd) -> PathBuf {
+    cd.dir.join("manifests")
+}
+
+/// The state directory of `cd`'s enforcer.
+#[must_use]
+pub fn state(cd: &Containerd) -> PathBuf {
+    cd.dir.join("enforcer-state")
+}
+
+/// The pod runtime's options for `cd`: its socket, cgroup root and directories, fast polls.
+#[must_use]
+pub fn opts(cd: &Containerd) -> RunPodsOptions {
+    let layout = layout();
+    let caps = Capabilities::probe(&layout);
+    RunPodsOptions {
+        cri_socket: cd.socket.clone(),
+        cri_timeout: Duration::from_secs(5),
+        cgroup_root: cd.cgroup_root.clone(),
+        layout,
+        manifest_dir: manifests(cd),
+        state_dir: state(cd),
+        node_name: NODE.to_owned(),
+        node: NodeFacts {
+            memory_capacity: enforcer::runtime::memory_capacity(),
+            cap_sys_resource: caps.cap_sys_resource,
+        },
+        poll: Duration::from_millis(200),
+        relist: Duration::from_millis(200),
+        resync: Duration::from_secs(2),
+        static_pods: true,
+        admission: None,
+        link: enforcer::runtime::NodeLink::default(),
+        enforce: Arc::default(),
+        kubeconfig: None,
+        health: Arc::default(),
+        events: enforcer::cluster::events::Recorder::default(),
+    }
+}
+
+/// The enforcer's pod runtime, in process, against the fixture's containerd.
+pub struct Enforcer {
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+impl Enforcer {
+    /// Starts it with [`opts`].
+    #[must_use]
+    pub fn start(cd: &Containerd) -> Self {
+        std::fs::create_dir_all(manifests(cd)).expect("manifest dir");
+        let (tx, rx) = oneshot::channel();
+        let rt = Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(5)));
+        let o = opts(cd);
+        let task = tokio::spawn(async move {
+            run_pods_with(rt, o, StatusManager::default(), async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("run_pods");
+        });
+        Self {
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// Stops it (within 60 s, or the test fails).
+    pub async fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(60), t)
+                .await
+                .expect("enforcer stops within 60 s")
+                .expect("enforcer task");
+        }
+    }
+}
+
+/// Writes a manifest atomically (a temporary file renamed), as an operator's tool would.
+pub fn write_manifest(cd: &Containerd, file: &str, text: &str) {
+    let dir = manifests(cd);
+    let tmp = dir.join(format!(".{file}.tmp"));
+    std::fs::write(&tmp, text).expect("write manifest");
+    std::fs::rename(&tmp, dir.join(file)).expect("rename manifest");
+}
+
+/// The status file now (empty before the first write).
+#[must_use]
+pub fn read_status(cd: &Containerd) -> StatusFile {
+    status::read(&state(cd)).unwrap_or_default()
+}
+
+/// Polls the status file until `pred` holds; fails after `timeout` with the last status and
+/// containerd's log tail.
+pub async fn wait_status(
+    cd: &Containerd,
+    timeout: Duration,
+    what: &str,
+    mut pred: impl FnMut(&StatusFile) -> bool,
+) -> StatusFile {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let s = read_status(cd);
+        if pred(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() <= deadline,
+            "no {what} within {timeout:?}; last status:\n{}\ncontainerd log tail:\n{}",
+            serde_json::to_string_pretty(&s).unwrap_or_default(),
+            cd.log()
+                .lines()
+                .rev()
+                .take(20)
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The record of pod `uid`.
+#[must_use]
+pub fn pod<'a>(s: &'a StatusFile, uid: &str) -> Option<&'a PodRecord> {
+    s.pods.iter().find(|p| p.uid == uid)
+}
+
+/// Stops the enforcer, removes the pods, unmounts what a failed test left below the
+/// fixture's directory (volume tmpfs mounts) and tears containerd down.
+pub async fn finish(mut e: Enforcer, mut cd: Containerd) {
+    e.stop().await;
+    cd.remove_all_pods().await;
+    for m in mounts_under(&cd.dir) {
+        let _ = rustix::mount::unmount(&m, rustix::mount::UnmountFlags::DETACH);
+    }
+    cd.teardown();
+}
