@@ -157,7 +157,12 @@ enum Slot {
     },
     Events {
         watch: usize,
+        /// `memory.events` (hierarchical): polled, and its `oom_kill` counts.
         file: File,
+        /// `memory.events.local` (kernel 5.2+): the cgroup's own `high` and `max` (on v2
+        /// `memory.events` also counts every descendant's, so a pod at its own limit would
+        /// read as a crossing of the watched cgroup).
+        local: Option<File>,
         last: MemEvents,
     },
 }
@@ -197,6 +202,19 @@ fn read_events(file: &mut File) -> MemEvents {
         parse_mem_events(&text)
     } else {
         MemEvents::default()
+    }
+}
+
+/// The watched cgroup's counters: `oom_kill` of the whole subtree, `high` and `max` of the
+/// cgroup itself where the kernel has `memory.events.local` (else of the subtree).
+fn read_own_events(file: &mut File, local: Option<&mut File>) -> MemEvents {
+    let all = read_events(file);
+    match local {
+        Some(l) => MemEvents {
+            oom_kill: all.oom_kill,
+            ..read_events(l)
+        },
+        None => all,
     }
 }
 
@@ -347,6 +365,10 @@ fn psi_slots(
         });
     }
     for (i, w) in watches.iter().enumerate() {
+        // One watch per cgroup (the daemon watches kubepods once per memory threshold).
+        if watches[..i].iter().any(|o| o.cgroup == w.cgroup) {
+            continue;
+        }
         let pressure = w.cgroup.join("memory.pressure");
         if triggers && pressure.exists() {
             slots.push(Slot::Psi {
@@ -357,10 +379,12 @@ fn psi_slots(
         let events = w.cgroup.join("memory.events");
         if memory_events && events.exists() {
             let mut file = File::open(&events).map_err(io(events.display().to_string()))?;
-            let last = read_events(&mut file);
+            let mut local = File::open(w.cgroup.join("memory.events.local")).ok();
+            let last = read_own_events(&mut file, local.as_mut());
             slots.push(Slot::Events {
                 watch: i,
                 file,
+                local,
                 last,
             });
         }
@@ -441,8 +465,13 @@ fn notify_loop(
                     }
                     signals.push(s);
                 }
-                Slot::Events { watch, file, last } => {
-                    let now = read_events(file);
+                Slot::Events {
+                    watch,
+                    file,
+                    local,
+                    last,
+                } => {
+                    let now = read_own_events(file, local.as_mut());
                     let (p, h) = relative(layout, &watches[*watch].cgroup);
                     let grew =
                         |a: u64, b: u64| u32::try_from(a.saturating_sub(b)).unwrap_or(u32::MAX);
@@ -530,5 +559,22 @@ mod tests {
             }
         );
         assert_eq!(parse_mem_events(""), MemEvents::default());
+    }
+
+    /// A watched cgroup's own crossings come from `memory.events.local` (a pod at its own
+    /// limit moves only the hierarchical file); OOM kills anywhere below count.
+    #[test]
+    fn own_high_and_max_subtree_oom_kills() {
+        let dir = tempfile::tempdir().unwrap();
+        let (all, local) = (dir.path().join("events"), dir.path().join("local"));
+        std::fs::write(&all, "low 0\nhigh 9\nmax 4\noom 2\noom_kill 2\n").unwrap();
+        std::fs::write(&local, "low 0\nhigh 1\nmax 0\noom 0\noom_kill 0\n").unwrap();
+        let mut f = File::open(&all).unwrap();
+        let mut l = File::open(&local).unwrap();
+        let own = read_own_events(&mut f, Some(&mut l));
+        assert_eq!((own.high, own.max, own.oom_kill), (1, 0, 2));
+        // Without the local file (kernels before 5.2): the hierarchical counts.
+        let old = read_own_events(&mut f, None);
+        assert_eq!((old.high, old.max, old.oom_kill), (9, 4, 2));
     }
 }
