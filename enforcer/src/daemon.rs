@@ -263,19 +263,11 @@ pub async fn run(
         ro.admission = Some(Admission {
             node: admission::Node {
                 name: ro.node_name.clone(),
-                labels: config
-                    .node_labels
-                    .clone()
-                    .into_iter()
-                    .chain([
-                        ("kubernetes.io/hostname".to_owned(), ro.node_name.clone()),
-                        ("kubernetes.io/os".to_owned(), "linux".to_owned()),
-                        (
-                            "kubernetes.io/arch".to_owned(),
-                            crate::cluster::node_status::go_arch().to_owned(),
-                        ),
-                    ])
-                    .collect(),
+                // The registered Node's labels (cluster mode writes the same).
+                labels: crate::cluster::node_status::node_labels(
+                    &ro.node_name,
+                    &config.node_labels,
+                ),
                 taints: Vec::new(),
                 allocatable: allocatable.clone(),
             },

@@ -131,13 +131,14 @@ impl NodeFacts {
 }
 
 /// kubelet's default labels (`kubernetes.io/hostname`, `kubernetes.io/os`,
-/// `kubernetes.io/arch` and their deprecated `beta.` twins) over `--node-labels`.
+/// `kubernetes.io/arch` and their deprecated `beta.` twins) over `--node-labels`: the labels
+/// of the registered Node and the ones admission matches node selectors and affinity against.
 #[must_use]
-pub fn default_labels(facts: &NodeFacts) -> BTreeMap<String, String> {
-    let mut labels = facts.labels.clone();
+pub fn node_labels(name: &str, node_labels: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut labels = node_labels.clone();
     // kubelet's `hostname`: the override when given, as the node name is.
     for (k, v) in [
-        ("kubernetes.io/hostname", facts.name.as_str()),
+        ("kubernetes.io/hostname", name),
         ("kubernetes.io/os", "linux"),
         ("kubernetes.io/arch", go_arch()),
         ("beta.kubernetes.io/os", "linux"),
@@ -146,6 +147,12 @@ pub fn default_labels(facts: &NodeFacts) -> BTreeMap<String, String> {
         labels.insert(k.to_owned(), v.to_owned());
     }
     labels
+}
+
+/// [`node_labels`] of the node's facts.
+#[must_use]
+pub fn default_labels(facts: &NodeFacts) -> BTreeMap<String, String> {
+    node_labels(&facts.name, &facts.labels)
 }
 
 /// The node's pressure and readiness as the rest of the daemon knows them.
