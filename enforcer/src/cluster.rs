@@ -598,9 +598,11 @@ pub struct NodeResources {
 /// lease controller's backoff), used by every writer.
 #[must_use]
 pub fn backoff(failures: u32) -> Duration {
-    Duration::from_millis(200)
-        .saturating_mul(1 << failures.saturating_sub(1).min(6))
-        .min(Duration::from_secs(7))
+    crate::policy::backoff::exponential(
+        Duration::from_millis(200),
+        Duration::from_secs(7),
+        failures,
+    )
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! kubelet's crash-loop and image-pull backoff (`flowcontrol.Backoff`): the first failure
 //! restarts at once, then 10 s, doubling to 300 s; an entry untouched for twice the maximum
 //! (10 minutes) starts over. Time is a parameter.
+//!
+//! [`exponential`]: the retry delay curve of the API-server writers and the CRI reconnection.
 
 use std::{collections::HashMap, time::Duration};
 
@@ -10,6 +12,15 @@ use tokio::time::Instant;
 pub const INITIAL: Duration = Duration::from_secs(10);
 /// kubelet's maximum container restart backoff.
 pub const MAX: Duration = Duration::from_secs(300);
+
+/// The delay after the `failures`-th failure in a row: `initial`, doubling per failure, at
+/// most `max` (the first failure, and `failures == 0`, wait `initial`).
+#[must_use]
+pub fn exponential(initial: Duration, max: Duration, failures: u32) -> Duration {
+    // 2^31 is past any cap worth having; the clamp keeps the shift in range.
+    let doublings = failures.saturating_sub(1).min(31);
+    initial.saturating_mul(1 << doublings).min(max)
+}
 
 #[derive(Clone, Copy, Debug)]
 struct Entry {
@@ -97,6 +108,35 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exponential_doubles_to_the_cap() {
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let curve = |initial: u64, max: u64, failures: std::ops::RangeInclusive<u32>| {
+            failures
+                .map(|f| {
+                    ms(exponential(
+                        Duration::from_millis(initial),
+                        Duration::from_millis(max),
+                        f,
+                    ))
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            curve(200, 7000, 0..=8),
+            [200, 200, 400, 800, 1600, 3200, 6400, 7000, 7000]
+        );
+        assert_eq!(
+            curve(100, 5000, 1..=8),
+            [100, 200, 400, 800, 1600, 3200, 5000, 5000]
+        );
+        // No overflow however long the outage.
+        let huge = exponential(Duration::from_secs(1), Duration::from_secs(60), u32::MAX);
+        assert_eq!(huge, Duration::from_secs(60));
+        let uncapped = exponential(Duration::from_secs(1), Duration::MAX, u32::MAX);
+        assert_eq!(uncapped, Duration::from_secs(1 << 31));
+    }
 
     #[tokio::test(start_paused = true)]
     async fn crash_loop_schedule() {

@@ -177,10 +177,7 @@ pub const RECONNECT_MAX: Duration = Duration::from_secs(5);
 /// Delay before the next connection attempt after `failures` consecutive failures.
 #[must_use]
 pub fn reconnect_delay(failures: u32) -> Duration {
-    let exp = failures.saturating_sub(1).min(16);
-    RECONNECT_INITIAL
-        .saturating_mul(1u32 << exp)
-        .min(RECONNECT_MAX)
+    crate::policy::backoff::exponential(RECONNECT_INITIAL, RECONNECT_MAX, failures)
 }
 
 async fn connect(socket: &Path) -> Result<Channel, tonic::transport::Error> {
