@@ -58,6 +58,9 @@ pub enum SecurityError {
     /// `seccompProfile.type: Localhost` without `localhostProfile`.
     #[error("localhostProfile must be set if seccompProfile type is Localhost.")]
     SeccompLocalhostWithoutProfile,
+    /// `localhostProfile` would leave the seccomp profile root (`..`, NUL).
+    #[error("localhostProfile {profile:?} must stay inside the seccomp profile root {root}")]
+    SeccompProfileEscape { profile: String, root: String },
     /// `appArmorProfile.type: Localhost` without `localhostProfile`.
     #[error("missing localhost apparmor profile name")]
     AppArmorLocalhostWithoutProfile,
@@ -135,30 +138,21 @@ fn effective_of(pod: &Pod, container: Option<&SecurityContext>) -> SecurityConte
             w.host_process = cw.host_process;
         }
     }
+    // Each field the container sets wins over the pod's.
     if c.capabilities.is_some() {
         e.capabilities.clone_from(&c.capabilities);
-    }
-    if c.privileged.is_some() {
-        e.privileged = c.privileged;
-    }
-    if c.run_as_user.is_some() {
-        e.run_as_user = c.run_as_user;
-    }
-    if c.run_as_group.is_some() {
-        e.run_as_group = c.run_as_group;
-    }
-    if c.run_as_non_root.is_some() {
-        e.run_as_non_root = c.run_as_non_root;
-    }
-    if c.read_only_root_filesystem.is_some() {
-        e.read_only_root_filesystem = c.read_only_root_filesystem;
-    }
-    if c.allow_privilege_escalation.is_some() {
-        e.allow_privilege_escalation = c.allow_privilege_escalation;
     }
     if c.proc_mount.is_some() {
         e.proc_mount.clone_from(&c.proc_mount);
     }
+    e.privileged = c.privileged.or(e.privileged);
+    e.run_as_user = c.run_as_user.or(e.run_as_user);
+    e.run_as_group = c.run_as_group.or(e.run_as_group);
+    e.run_as_non_root = c.run_as_non_root.or(e.run_as_non_root);
+    e.read_only_root_filesystem = c.read_only_root_filesystem.or(e.read_only_root_filesystem);
+    e.allow_privilege_escalation = c
+        .allow_privilege_escalation
+        .or(e.allow_privilege_escalation);
     e
 }
 
@@ -330,10 +324,17 @@ fn field_seccomp_profile(
     match scmp.type_.as_str() {
         "RuntimeDefault" => Ok(profile(ProfileType::RuntimeDefault)),
         "Localhost" => match scmp.localhost_profile.as_deref() {
-            Some(p) if !p.is_empty() => Ok(cri::SecurityProfile {
-                profile_type: ProfileType::Localhost as i32,
-                localhost_ref: std::path::Path::new(root).join(p).display().to_string(),
-            }),
+            // Joined as Go's `filepath.Join` does (a leading `/` stays below the root), and
+            // never out of it: a manifest's profile name is untrusted input.
+            Some(p) if !p.is_empty() => crate::cgroup::join_inside(std::path::Path::new(root), p)
+                .map(|path| cri::SecurityProfile {
+                    profile_type: ProfileType::Localhost as i32,
+                    localhost_ref: path.display().to_string(),
+                })
+                .map_err(|_| SecurityError::SeccompProfileEscape {
+                    profile: p.to_owned(),
+                    root: root.to_owned(),
+                }),
             _ => Err(SecurityError::SeccompLocalhostWithoutProfile),
         },
         _ => Ok(profile(ProfileType::Unconfined)),
@@ -894,11 +895,6 @@ pub fn proc_mounts(pod: &Pod) -> impl Iterator<Item = (&str, Option<String>)> {
     security_contexts(pod).map(move |(n, s)| (n, effective_of(pod, s).proc_mount))
 }
 
-/// The AppArmor profile of every container (init, regular, ephemeral), as it would run.
-pub fn apparmor_profiles(pod: &Pod) -> impl Iterator<Item = (&str, Option<AppArmorProfile>)> {
-    security_contexts(pod).map(move |(n, s)| (n, apparmor_of(pod, n, s)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1160,6 +1156,21 @@ mod tests {
                 "|{seccompProfile: {type: Localhost, localhostProfile: profiles/audit.json}}",
                 false,
                 Ok((Localhost, "/var/lib/enforcer/seccomp/profiles/audit.json")),
+            ),
+            (
+                "localhost, absolute name: below the root, as filepath.Join",
+                "|{seccompProfile: {type: Localhost, localhostProfile: /etc/x.json}}",
+                false,
+                Ok((Localhost, "/var/lib/enforcer/seccomp/etc/x.json")),
+            ),
+            (
+                "localhost escaping the root",
+                "|{seccompProfile: {type: Localhost, localhostProfile: ../../etc/x.json}}",
+                false,
+                Err(SecurityError::SeccompProfileEscape {
+                    profile: "../../etc/x.json".into(),
+                    root: "/var/lib/enforcer/seccomp".into(),
+                }),
             ),
             (
                 "localhost without a profile",
