@@ -19,19 +19,10 @@ use std::{
 use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::OwnerReference};
 
 use super::{ClusterApi, ClusterError, backoff};
-use crate::runtime::{
-    NodeLink, StatusManager,
-    source::{CONFIG_HASH_ANNOTATION, CONFIG_SOURCE_ANNOTATION},
+use crate::{
+    policy::resources::{CONFIG_MIRROR_ANNOTATION, is_mirror, is_static},
+    runtime::{NodeLink, StatusManager, source::CONFIG_HASH_ANNOTATION, spec::PodIdent},
 };
-
-/// kubelet's `kubernetes.io/config.mirror`.
-pub const CONFIG_MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
-
-/// Whether a pod is a mirror pod.
-#[must_use]
-pub fn is_mirror(pod: &Pod) -> bool {
-    mirror_hash(pod).is_some()
-}
 
 /// A mirror pod's hash (its static pod's `kubernetes.io/config.hash`).
 #[must_use]
@@ -41,16 +32,6 @@ pub fn mirror_hash(pod: &Pod) -> Option<&str> {
         .as_ref()
         .and_then(|a| a.get(CONFIG_MIRROR_ANNOTATION))
         .map(String::as_str)
-}
-
-/// Whether a pod is a static pod (from the manifest directory, run as kubelet runs them).
-#[must_use]
-pub fn is_static(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(CONFIG_SOURCE_ANNOTATION))
-        .is_some_and(|s| s != "api")
 }
 
 /// A static pod's hash: `kubernetes.io/config.hash`, else its uid.
@@ -99,14 +80,8 @@ fn desired(link: &NodeLink) -> BTreeMap<(String, String), Arc<Pod>> {
         .values()
         .filter(|e| is_static(&e.pod))
         .map(|e| {
-            let ns = e
-                .pod
-                .metadata
-                .namespace
-                .clone()
-                .unwrap_or_else(|| "default".to_owned());
-            let name = e.pod.metadata.name.clone().unwrap_or_default();
-            ((ns, name), e.pod.clone())
+            let id = PodIdent::of(&e.pod);
+            ((id.namespace, id.name), e.pod.clone())
         })
         .collect()
 }
@@ -118,12 +93,11 @@ async fn ensure<A: ClusterApi>(
     node: &str,
     node_uid: &str,
 ) -> Result<bool, ClusterError> {
-    let ns = static_pod
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".to_owned());
-    let name = static_pod.metadata.name.clone().unwrap_or_default();
+    let PodIdent {
+        name,
+        namespace: ns,
+        ..
+    } = PodIdent::of(static_pod);
     let hash = static_hash(static_pod);
     match api.get_pod(&ns, &name).await? {
         Some(existing) if mirror_hash(&existing) == Some(hash.as_str()) => return Ok(true),

@@ -30,6 +30,7 @@ use k8s_openapi::{
 };
 
 use super::{ClusterApi, ClusterError, backoff};
+use crate::policy::resources::{is_mirror, is_static};
 use crate::runtime::{
     StatusManager,
     apiserver::API_SOURCE,
@@ -320,13 +321,8 @@ pub fn merge(
 /// terminal and its termination finished on the node.
 #[must_use]
 pub fn can_be_deleted(pod: &Pod, finished: bool) -> bool {
-    let mirror = pod
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"));
     pod.metadata.deletion_timestamp.is_some()
-        && !mirror
+        && !is_mirror(pod)
         && is_terminal(pod.status.as_ref().and_then(|s| s.phase.as_deref()))
         && finished
 }
@@ -449,7 +445,7 @@ pub async fn run<A: ClusterApi>(
             static_uids.extend(
                 link.active()
                     .iter()
-                    .filter(|(_, e)| super::mirror::is_static(&e.pod))
+                    .filter(|(_, e)| is_static(&e.pod))
                     .map(|(uid, _)| uid.clone()),
             );
         }

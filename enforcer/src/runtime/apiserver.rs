@@ -133,7 +133,7 @@ impl ApiPods {
     fn apply(&mut self, mut pod: Pod, out: &mut Vec<SourceEvent>) {
         // A mirror pod is the API's copy of a static pod this node runs from its manifest
         // directory: never run it again.
-        if crate::cluster::mirror::is_mirror(&pod) {
+        if crate::policy::resources::is_mirror(&pod) {
             return;
         }
         let key = key_of(&pod);
