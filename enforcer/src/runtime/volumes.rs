@@ -379,31 +379,37 @@ pub fn teardown(pod_dir: &Path) -> Result<(), VolumeError> {
     std::fs::remove_dir_all(&root).with_path(&root)
 }
 
-/// Bytes used under `path` (`du`, one file system: a mount inside is not crossed).
-#[must_use]
-pub fn disk_usage(path: &Path) -> u64 {
-    let Ok(top) = std::fs::symlink_metadata(path) else {
-        return 0;
+/// Removes a pod's directory: its volumes torn down first ([`teardown`]), then the rest
+/// (logs) without ever crossing into another file system: a mount found below (one a
+/// privileged container propagated back, say) is refused, and its directory left, rather
+/// than its live contents deleted.
+pub fn remove_pod_dir(pod_dir: &Path) -> Result<(), VolumeError> {
+    teardown(pod_dir)?;
+    let top = match std::fs::symlink_metadata(pod_dir) {
+        Ok(md) => md,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_path(pod_dir),
     };
-    let dev = top.dev();
-    let mut total = top.blocks().saturating_mul(512);
-    let mut stack = vec![path.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let Ok(md) = e.metadata() else { continue };
+    remove_on_device(pod_dir, top.dev())
+}
+
+fn remove_on_device(dir: &Path, dev: u64) -> Result<(), VolumeError> {
+    for e in std::fs::read_dir(dir).with_path(dir)?.flatten() {
+        let path = e.path();
+        let md = std::fs::symlink_metadata(&path).with_path(&path)?;
+        if md.is_dir() {
             if md.dev() != dev {
-                continue;
+                return Err(VolumeError::Io {
+                    path,
+                    source: std::io::Error::other("a mount point: not removed"),
+                });
             }
-            total = total.saturating_add(md.blocks().saturating_mul(512));
-            if md.is_dir() {
-                stack.push(e.path());
-            }
+            remove_on_device(&path, dev)?;
+        } else {
+            std::fs::remove_file(&path).with_path(&path)?;
         }
     }
-    total
+    std::fs::remove_dir(dir).with_path(dir)
 }
 
 #[cfg(test)]
@@ -526,9 +532,40 @@ mod tests {
             .join("x");
         std::fs::create_dir_all(&v).expect("dir");
         std::fs::write(v.join("f"), b"data").expect("file");
-        assert!(disk_usage(&v) > 0);
+        assert!(crate::node::disk_usage(&v) > 0);
         teardown(&pod_dir).expect("teardown");
         assert!(!pod_dir.join("volumes").exists());
         teardown(&pod_dir).expect("idempotent");
+    }
+
+    /// The pod directory goes (volumes, logs, nested), but never through a mount found below
+    /// it: the mount's contents survive and the error names it. Needs root (a tmpfs).
+    #[test]
+    fn pod_dir_removal_stops_at_mount_points() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pod_dir = dir.path().join("pod");
+        std::fs::create_dir_all(pod_dir.join("app")).expect("dir");
+        std::fs::write(pod_dir.join("app/0.log"), b"log").expect("log");
+        std::fs::create_dir_all(pod_dir.join("volumes/kubernetes.io~empty-dir/x/a")).expect("v");
+        remove_pod_dir(&pod_dir).expect("removed");
+        assert!(!pod_dir.exists());
+        remove_pod_dir(&pod_dir).expect("a missing directory is fine");
+
+        let mnt = pod_dir.join("app/propagated");
+        std::fs::create_dir_all(&mnt).expect("dir");
+        rustix::mount::mount(
+            "tmpfs",
+            &mnt,
+            "tmpfs",
+            rustix::mount::MountFlags::empty(),
+            None,
+        )
+        .expect("tmpfs (root)");
+        std::fs::write(mnt.join("live"), b"data").expect("file in the mount");
+        let err = remove_pod_dir(&pod_dir).expect_err("a mount below is refused");
+        assert!(err.to_string().contains("propagated"), "{err}");
+        assert!(mnt.join("live").exists(), "the mount's contents are kept");
+        rustix::mount::unmount(&mnt, rustix::mount::UnmountFlags::DETACH).expect("unmount");
+        remove_pod_dir(&pod_dir).expect("removed once unmounted");
     }
 }

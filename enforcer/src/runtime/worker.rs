@@ -489,14 +489,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
         }
         if is_valid_uid(&self.uid) {
             let dir = self.ctx.log_root.join(&self.uid);
-            if let Err(e) = volumes::teardown(&dir) {
-                // Never walk into a volume still mounted: the directory stays for the next
+            if let Err(e) = volumes::remove_pod_dir(&dir) {
+                // Never walks into a volume still mounted: the directory stays for the next
                 // start's cleanup.
-                tracing::warn!(uid = %self.uid, error = %e, "tearing down volumes");
-            } else if let Err(e) = std::fs::remove_dir_all(&dir)
-                && e.kind() != std::io::ErrorKind::NotFound
-            {
-                tracing::warn!(uid = %self.uid, path = %dir.display(), error = %e, "removing pod logs");
+                tracing::warn!(uid = %self.uid, error = %e, "removing the pod directory");
             }
         }
         let last = self
