@@ -233,7 +233,7 @@ async fn settle(failures: &mut u32, failed: bool) {
 mod tests {
     use super::*;
     use crate::cluster::fake::{Call, FakeApi};
-    use crate::runtime::ActiveEntry;
+    use crate::runtime::{ActiveEntry, records::blank_record, status::PodPhase};
 
     fn static_pod(hash: &str, image: &str) -> Pod {
         serde_json::from_value(serde_json::json!({
@@ -274,28 +274,29 @@ mod tests {
             status.clone(),
             "n1".to_owned(),
         ));
-        link.set_active(
-            "h1",
-            ActiveEntry::new(Arc::new(static_pod("h1", "etcd:1")), String::new()),
-        );
-        status.poke_subscribers();
+        // As the pod loop does: active, then its worker's status (which wakes the loop).
+        let start = |hash: &str, image: &str| {
+            let pod = Arc::new(static_pod(hash, image));
+            link.set_active(hash, ActiveEntry::new(pod.clone(), String::new()));
+            status.set(blank_record(&pod, hash, "file", PodPhase::Running));
+        };
+        let stop = |hash: &str| {
+            link.remove_active(hash);
+            status.remove(hash);
+        };
+        start("h1", "etcd:1");
         tokio::time::sleep(Duration::from_millis(10)).await;
         let mirror = api.pod_named("kube-system", "etcd-n1").expect("mirror");
         assert_eq!(mirror_hash(&mirror), Some("h1"));
         // The manifest changed: a new hash.
-        link.remove_active("h1");
-        link.set_active(
-            "h2",
-            ActiveEntry::new(Arc::new(static_pod("h2", "etcd:2")), String::new()),
-        );
-        status.poke_subscribers();
+        stop("h1");
+        start("h2", "etcd:2");
         tokio::time::sleep(Duration::from_millis(10)).await;
         let mirror = api.pod_named("kube-system", "etcd-n1").expect("mirror");
         assert_eq!(mirror_hash(&mirror), Some("h2"));
         assert_eq!(api.count(|c| matches!(c, Call::DeletePod(_))), 1);
         // Gone: the mirror is deleted.
-        link.remove_active("h2");
-        status.poke_subscribers();
+        stop("h2");
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert!(api.pod_named("kube-system", "etcd-n1").is_none());
         task.abort();

@@ -467,13 +467,18 @@ pub async fn run<A: ClusterApi>(
     let mut tick = tokio::time::interval(periods.update);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failures = 0u32;
+    // After a failure: try again once the backoff passed, without waiting for the next tick
+    // (a pressure change must get through).
+    let mut retry = false;
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            () = changed.notified() => {
-                // Only a change of the node's own conditions is pushed at once.
-                if last_health.as_ref() == Some(&health_now()) {
-                    continue;
+        if !std::mem::take(&mut retry) {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = changed.notified() => {
+                    // Only a change of the node's own conditions is pushed at once.
+                    if last_health.as_ref() == Some(&health_now()) {
+                        continue;
+                    }
                 }
             }
         }
@@ -490,6 +495,7 @@ pub async fn run<A: ClusterApi>(
                 failures = failures.saturating_add(1);
                 tracing::debug!(error = %e, "reading the node failed");
                 tokio::time::sleep(backoff(failures).min(periods.update)).await;
+                retry = true;
                 continue;
             }
         };
@@ -533,9 +539,8 @@ pub async fn run<A: ClusterApi>(
                 if failures == 1 {
                     tracing::warn!(node = %facts.name, error = %e, "updating the node status failed; retrying");
                 }
-                // Retry soon (not only at the next tick): a pressure change must get through.
                 tokio::time::sleep(backoff(failures).min(periods.update)).await;
-                status.poke_subscribers();
+                retry = true;
             }
         }
     }
@@ -805,6 +810,44 @@ mod tests {
         // Report period: a patch without change after 5 m.
         tokio::time::sleep(Duration::from_secs(311)).await;
         assert_eq!(api.count(|c| matches!(c, Call::PatchNodeStatus(_))), 3);
+        task.abort();
+    }
+
+    /// A pressure change whose patch fails, and whose node read then fails too, is retried
+    /// after the backoff, not at the next update tick.
+    #[tokio::test(start_paused = true)]
+    async fn failed_writes_are_retried_before_the_next_tick() {
+        let api = Arc::new(FakeApi::default());
+        let status = StatusManager::default();
+        let task = tokio::spawn(run(
+            api.clone(),
+            facts(),
+            Periods {
+                update: Duration::from_secs(10),
+                report: Duration::from_secs(300),
+            },
+            status.clone(),
+            Arc::new(Health::default()),
+            Recorder::default(),
+        ));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(api.count(|c| matches!(c, Call::PatchNodeStatus(_))), 1);
+        api.set_down(true);
+        status.set_node(NodeRecord {
+            conditions: vec![crate::runtime::status::Condition::new(
+                "MemoryPressure",
+                true,
+            )],
+        });
+        // The patch fails at once, the read of the node 200 ms later.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let failed = |op| api.count(|c| *c == Call::Failed(op));
+        assert_eq!((failed("patch node status"), failed("get node")), (1, 1));
+        api.set_down(false);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(api.count(|c| matches!(c, Call::PatchNodeStatus(_))), 2);
+        let s = api.node("node-1").and_then(|n| n.status).expect("status");
+        assert_eq!(by_type(&s, "MemoryPressure").status, "True");
         task.abort();
     }
 }

@@ -237,13 +237,6 @@ impl StatusManager {
         n
     }
 
-    /// Wakes the subscribers without a change (a writer that wants to try again).
-    pub fn poke_subscribers(&self) {
-        for s in self.with(|i| i.subscribers.clone()) {
-            s.notify_one();
-        }
-    }
-
     /// From now on, removed records are kept until [`Self::take_removed`] (the API-server
     /// pod status writer sends a terminated pod's final status from them).
     pub fn track_removed(&self) {
