@@ -90,12 +90,32 @@ pub struct PipelineOptions {
     /// programs their field offsets, the first that has a tracepoint winning (tracefs, then
     /// debugfs; tests put a directory of other kernels' formats first).
     pub tracing_roots: Vec<PathBuf>,
-    /// The PSI source also reads the watched cgroups' v2 `memory.events` (`high` / `max`
-    /// counted); off only to measure a PSI trigger alone (the eviction benchmark).
-    pub memory_events: bool,
-    /// The PSI source registers PSI triggers; off for the `memory.events` watch that runs
-    /// beside eBPF on cgroup v2.
-    pub psi_triggers: bool,
+    /// What the PSI source watches.
+    pub psi_watch: PsiWatch,
+}
+
+/// What the PSI source watches: PSI triggers, the watched cgroups' v2 `memory.events`, or
+/// both (the default).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PsiWatch {
+    #[default]
+    TriggersAndEvents,
+    /// A PSI trigger alone (the eviction benchmark measures it so).
+    Triggers,
+    /// `memory.events` alone: the watch that runs beside eBPF on cgroup v2.
+    Events,
+}
+
+impl PsiWatch {
+    #[must_use]
+    pub fn triggers(self) -> bool {
+        self != Self::Events
+    }
+
+    #[must_use]
+    pub fn events(self) -> bool {
+        self != Self::Triggers
+    }
 }
 
 impl Default for PipelineOptions {
@@ -108,8 +128,7 @@ impl Default for PipelineOptions {
             poll_interval: Duration::from_secs(10),
             channel_capacity: 65_536,
             tracing_roots: tracefmt::TRACING_ROOTS.iter().map(PathBuf::from).collect(),
-            memory_events: true,
-            psi_triggers: true,
+            psi_watch: PsiWatch::default(),
         }
     }
 }
@@ -181,21 +200,20 @@ pub fn start(
                 .filter(|w| w.threshold_bytes.is_some())
                 .cloned()
                 .collect();
-            let v2 = matches!(layout.controller("memory"), Some((_, CgroupVersion::V2)));
-            let beside = if watches.is_empty() {
-                None
-            } else if fallback::best_for(layout, caps) == SourceKind::Eventfd {
-                Some((SourceKind::Eventfd, "usage-threshold eventfds"))
-            } else if v2 {
-                Some((SourceKind::Psi, "memory.events notifications"))
-            } else {
-                None
+            let beside = match layout.controller("memory") {
+                _ if watches.is_empty() => None,
+                Some((_, CgroupVersion::V1)) => {
+                    Some((SourceKind::Eventfd, "usage-threshold eventfds"))
+                }
+                Some((_, CgroupVersion::V2)) => {
+                    Some((SourceKind::Psi, "memory.events notifications"))
+                }
+                None => None,
             };
             let threads = beside.and_then(|(kind, what)| {
                 let o = PipelineOptions {
                     watches,
-                    psi_triggers: false,
-                    memory_events: true,
+                    psi_watch: PsiWatch::Events,
                     ..opts.clone()
                 };
                 match fallback::start(kind, &o, caps, layout, tx, stats.clone()) {

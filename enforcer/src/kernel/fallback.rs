@@ -258,7 +258,7 @@ pub fn start(
                 }
                 eventfd_slots(&watches)?
             } else {
-                if opts.psi_triggers && !caps.psi {
+                if opts.psi_watch.triggers() && !caps.psi {
                     return Err(KernelError::Unavailable {
                         signal_source: kind,
                         why: "/proc/pressure/memory is missing".into(),
@@ -266,8 +266,8 @@ pub fn start(
                 }
                 psi_slots(
                     &watches,
-                    opts.psi_triggers.then(|| caps.psi_window_us()),
-                    opts.memory_events,
+                    opts.psi_watch.triggers().then(|| caps.psi_window_us()),
+                    opts.psi_watch.events(),
                 )?
             };
             let s = stop.clone();
@@ -341,10 +341,8 @@ fn psi_slots(
     window_us: Option<u64>,
     memory_events: bool,
 ) -> Result<Vec<Slot>, KernelError> {
-    let window_us = window_us.unwrap_or(0);
-    let triggers = window_us > 0;
-    let trigger = format!("some {} {}\0", window_us / 10, window_us);
-    let open_trigger = |path: &Path| -> Result<File, KernelError> {
+    let trigger = window_us.map(|w| format!("some {} {}\0", w / 10, w));
+    let open_trigger = |path: &Path, trigger: &str| -> Result<File, KernelError> {
         let mut f = OpenOptions::new()
             .read(true)
             .write(true)
@@ -358,10 +356,10 @@ fn psi_slots(
         Ok(f)
     };
     let mut slots = Vec::new();
-    if triggers {
+    if let Some(t) = &trigger {
         slots.push(Slot::Psi {
             cgroup: None,
-            file: open_trigger(Path::new("/proc/pressure/memory"))?,
+            file: open_trigger(Path::new("/proc/pressure/memory"), t)?,
         });
     }
     for (i, w) in watches.iter().enumerate() {
@@ -370,10 +368,12 @@ fn psi_slots(
             continue;
         }
         let pressure = w.cgroup.join("memory.pressure");
-        if triggers && pressure.exists() {
+        if let Some(t) = &trigger
+            && pressure.exists()
+        {
             slots.push(Slot::Psi {
                 cgroup: Some(i),
-                file: open_trigger(&pressure)?,
+                file: open_trigger(&pressure, t)?,
             });
         }
         let events = w.cgroup.join("memory.events");

@@ -29,7 +29,7 @@ use anyhow::{Context as _, bail};
 use enforcer::{
     config::{ConfigArgs, SignalSource},
     eviction_manager::EvictionManager,
-    kernel::{self, Capabilities, PipelineOptions, SourceChoice, Watch},
+    kernel::{self, Capabilities, PipelineOptions, PsiWatch, SourceChoice, Watch},
     node::NodeObserver,
     runtime::{ActiveEntry, NodeLink, StatusManager},
     signal::{SourceKind, monotonic_ns},
@@ -169,8 +169,8 @@ struct Mode {
     housekeeping: Duration,
     /// The v2 `memory.high` tripwire on kubepods.
     tripwire: bool,
-    /// The PSI source also reads kubepods' `memory.events` (the daemon's default).
-    memory_events: bool,
+    /// What the PSI source watches (the daemon's default: triggers and `memory.events`).
+    psi_watch: PsiWatch,
 }
 
 impl Mode {
@@ -185,13 +185,13 @@ impl Mode {
             source,
             housekeeping,
             tripwire,
-            memory_events: true,
+            psi_watch: PsiWatch::default(),
         }
     }
 
     /// The PSI trigger alone, without `memory.events`.
     fn without_memory_events(mut self) -> Self {
-        self.memory_events = false;
+        self.psi_watch = PsiWatch::Triggers;
         self
     }
 }
@@ -259,7 +259,7 @@ async fn run_mode(mode: &Mode, trials: u64, hog: &std::path::Path) -> anyhow::Re
                 threshold_bytes: Some(threshold_usage),
             }],
             poll_interval: housekeeping,
-            memory_events: mode.memory_events,
+            psi_watch: mode.psi_watch,
             ..PipelineOptions::default()
         },
         &caps,
