@@ -46,8 +46,8 @@ pub struct CgroupValues {
     pub memory_limit: Option<Option<i64>>,
     /// Memory QoS `memory.min` (cgroup v2 only; ignored on v1).
     pub memory_min: Option<i64>,
-    /// `pids.max`; `Some(None)` is unlimited.
-    pub pids_max: Option<Option<i64>>,
+    /// `pids.max`; `None` leaves it as it is (kubelet writes it only when limited).
+    pub pids_max: Option<i64>,
 }
 
 /// The node's numbers the `kubepods` cgroup is sized from.
@@ -150,8 +150,7 @@ pub fn pod_values(v: &PodCgroupValues) -> CgroupValues {
         cpu_period: v.cpu_period_micros,
         memory_limit: Some(v.memory_limit_bytes),
         memory_min: v.memory_min_bytes,
-        // Written only when limited (kubelet leaves pids.max alone otherwise).
-        pids_max: v.pids_limit.map(Some),
+        pids_max: v.pids_limit,
     }
 }
 
@@ -215,26 +214,24 @@ impl Kubepods {
         self.layout.controller("memory").map(|(_, v)| v)
     }
 
-    /// Creates `rel` (below the root) where the memory and cpu controllers live and writes
-    /// `values` there.
+    /// Creates `rel` (below the root) where the memory and cpu controllers live (and the
+    /// pids controller, when a limit is set) and writes `values` there.
     pub fn apply(&self, rel: &str, values: &CgroupValues) -> Result<(), CgroupError> {
-        for ctrl in ["memory", "cpu", "pids"] {
-            if ctrl == "pids" && values.pids_max.is_none() {
-                continue;
-            }
+        for ctrl in ["memory", "cpu"] {
             let Some((mount, version)) = self.layout.controller(ctrl) else {
                 continue;
             };
             let dir = self.create(mount, version, rel)?;
             match ctrl {
                 "memory" => self.writer.set_memory(&dir, mount, version, values)?,
-                "cpu" => self.writer.set_cpu(&dir, mount, version, values)?,
-                _ => {
-                    if let Some(max) = values.pids_max {
-                        self.writer.set_pids(&dir, mount, version, max)?;
-                    }
-                }
+                _ => self.writer.set_cpu(&dir, mount, version, values)?,
             }
+        }
+        if let Some(max) = values.pids_max
+            && let Some((mount, version)) = self.layout.controller("pids")
+        {
+            let dir = self.create(mount, version, rel)?;
+            self.writer.set_pids(&dir, mount, version, max)?;
         }
         Ok(())
     }

@@ -40,13 +40,13 @@ pub trait CgroupWriter: Send + Sync + fmt::Debug {
         version: CgroupVersion,
         values: &CgroupValues,
     ) -> Result<(), CgroupError>;
-    /// Writes `pids.max` (`None`: `max`).
+    /// Writes `pids.max`.
     fn set_pids(
         &self,
         dir: &Path,
         mount: &Path,
         version: CgroupVersion,
-        max: Option<i64>,
+        max: i64,
     ) -> Result<(), CgroupError>;
     /// Sets cgroup v2 `memory.high` (`None`: `max`).
     fn set_memory_high(
@@ -154,14 +154,14 @@ impl CgroupWriter for KernelCgroups {
         dir: &Path,
         mount: &Path,
         version: CgroupVersion,
-        max: Option<i64>,
+        max: i64,
     ) -> Result<(), CgroupError> {
         PidController::new(
             dir.to_path_buf(),
             mount.to_path_buf(),
             version == CgroupVersion::V2,
         )
-        .set_pid_max(max.map_or(MaxValue::Max, MaxValue::Value))
+        .set_pid_max(MaxValue::Value(max))
         .map_err(controller_err(dir, "pids.max"))
     }
 
@@ -306,9 +306,9 @@ impl CgroupWriter for RecordingCgroups {
         dir: &Path,
         _mount: &Path,
         version: CgroupVersion,
-        max: Option<i64>,
+        max: i64,
     ) -> Result<(), CgroupError> {
-        self.push(format!("pids {} {version:?} max={max:?}", dir.display()));
+        self.push(format!("pids {} {version:?} max={max}", dir.display()));
         Ok(())
     }
 
