@@ -384,16 +384,14 @@ impl ClusterApi for KubeApi {
     }
 }
 
-/// What cluster mode needs: the node's facts and the periods (kubelet's defaults in
-/// [`ClusterOptions::new`]).
+/// What cluster mode needs: the node's facts and the periods (the daemon takes them from
+/// the validated configuration: [`spawn_for_daemon`]).
 #[derive(Clone, Debug)]
 pub struct ClusterOptions {
     pub kubeconfig: PathBuf,
     pub node: node_status::NodeFacts,
-    /// `nodeStatusUpdateFrequency` (10 s).
-    pub status_update: Duration,
-    /// `nodeStatusReportFrequency` (5 m).
-    pub status_report: Duration,
+    /// `nodeStatusUpdateFrequency` (10 s) and `nodeStatusReportFrequency` (5 m).
+    pub status_periods: node_status::Periods,
     /// `nodeLeaseDurationSeconds` (40).
     pub lease_duration_seconds: i32,
     /// `kubeAPIQPS` / `kubeAPIBurst`.
@@ -456,10 +454,7 @@ pub async fn run_with<A: ClusterApi>(
     tasks.spawn(node_status::run(
         api.clone(),
         opts.node.clone(),
-        node_status::Periods {
-            update: opts.status_update,
-            report: opts.status_report,
-        },
+        opts.status_periods,
         status.clone(),
         health,
         events.recorder,
@@ -535,10 +530,10 @@ pub fn spawn_for_daemon(
     } = start;
     let name = config.node_name();
     let labels = config.node_labels.clone();
-    let (update, report) = (
-        config.node_status_update_frequency,
-        config.node_status_report_frequency,
-    );
+    let status_periods = node_status::Periods {
+        update: config.node_status_update_frequency,
+        report: config.node_status_report_frequency,
+    };
     let lease = i32::try_from(config.node_lease_duration_seconds).unwrap_or(40);
     let (qps, burst) = (config.kube_api_qps, config.kube_api_burst);
     let (event_qps, event_burst) = (config.event_record_qps, config.event_burst);
@@ -562,8 +557,7 @@ pub fn spawn_for_daemon(
         let opts = ClusterOptions {
             kubeconfig,
             node,
-            status_update: update,
-            status_report: report,
+            status_periods,
             lease_duration_seconds: lease,
             qps,
             burst,
@@ -592,6 +586,11 @@ pub struct DaemonStart {
 pub struct NodeResources {
     pub capacity: std::collections::BTreeMap<String, crate::quantity::Quantity>,
     pub allocatable: std::collections::BTreeMap<String, crate::quantity::Quantity>,
+}
+
+/// Now, as the API's time (the writers' `lastTransitionTime`s and heartbeats).
+fn now_time() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
 }
 
 /// Retry delay after the `failures`-th failure in a row: 200 ms doubling up to 7 s (the

@@ -249,7 +249,6 @@ fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
 fn facts(name: &str) -> NodeFacts {
     NodeFacts {
         name: name.to_owned(),
-        hostname: name.to_owned(),
         labels: BTreeMap::from([("example.com/role".to_owned(), "edge".to_owned())]),
         capacity: BTreeMap::from([
             ("cpu".to_owned(), "2".to_owned()),
@@ -281,8 +280,10 @@ async fn cluster_mode_registers_the_node_renews_its_lease_and_pushes_pressure() 
         cluster::ClusterOptions {
             kubeconfig: fake.kubeconfig(dir.path()),
             node: facts("cluster-node-1"),
-            status_update: Duration::from_secs(10),
-            status_report: Duration::from_secs(300),
+            status_periods: cluster::node_status::Periods {
+                update: Duration::from_secs(10),
+                report: Duration::from_secs(300),
+            },
             lease_duration_seconds: 40,
             qps: 50,
             burst: 100,
@@ -431,8 +432,10 @@ async fn pod_status_conflicts_are_retried_on_a_fresh_get() {
         cluster::ClusterOptions {
             kubeconfig: fake.kubeconfig(dir.path()),
             node: facts("n-conflict"),
-            status_update: Duration::from_secs(10),
-            status_report: Duration::from_secs(300),
+            status_periods: cluster::node_status::Periods {
+                update: Duration::from_secs(10),
+                report: Duration::from_secs(300),
+            },
             lease_duration_seconds: 40,
             qps: 50,
             burst: 100,

@@ -5,8 +5,8 @@
 //! behind their own rate limit (`eventRecordQPS` / `eventBurst`).
 //!
 //! [`Recorder::record`] never waits: events go through a bounded queue (1000, client-go's
-//! `maxQueuedEvents`) and are dropped, counted, when it is full or nobody writes them
-//! (standalone mode: [`Recorder::default`]).
+//! `maxQueuedEvents`) and are dropped when it is full or nobody writes them (standalone
+//! mode: [`Recorder::default`]).
 //!
 //! Similar events (one object, type and reason, 10 different messages within 10 minutes) are
 //! combined as client-go's `EventAggregator` does: "(combined from similar events): ...". Not
@@ -14,10 +14,7 @@
 
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::Arc,
 };
 
 use k8s_openapi::{
@@ -100,7 +97,6 @@ pub struct EventRecord {
 #[derive(Clone, Debug, Default)]
 pub struct Recorder {
     tx: Option<mpsc::Sender<EventRecord>>,
-    dropped: Arc<AtomicU64>,
 }
 
 /// client-go's `maxQueuedEvents`.
@@ -111,21 +107,14 @@ impl Recorder {
     #[must_use]
     pub fn channel() -> (Self, mpsc::Receiver<EventRecord>) {
         let (tx, rx) = mpsc::channel(QUEUE);
-        (
-            Self {
-                tx: Some(tx),
-                dropped: Arc::default(),
-            },
-            rx,
-        )
+        (Self { tx: Some(tx) }, rx)
     }
 
     /// Records an event (never waits; dropped when the queue is full).
     pub fn record(&self, event: EventRecord) {
-        if let Some(tx) = &self.tx
-            && tx.try_send(event).is_err()
-        {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
+        if let Some(tx) = &self.tx {
+            // Full: dropped, as client-go drops past maxQueuedEvents.
+            let _ = tx.try_send(event);
         }
     }
 
@@ -138,12 +127,6 @@ impl Recorder {
             message,
             annotations: BTreeMap::new(),
         });
-    }
-
-    /// Events dropped so far.
-    #[must_use]
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
     }
 }
 

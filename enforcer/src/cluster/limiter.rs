@@ -77,7 +77,7 @@ impl Limiter {
         b.last = now;
         let until_one = || Duration::from_secs_f64(((1.0 - b.tokens) / self.qps).max(0.001));
         if priority == Priority::Normal && b.lease_waiting > 0 {
-            return Err(until_one().max(Duration::from_millis(1)));
+            return Err(until_one());
         }
         if b.tokens >= 1.0 {
             b.tokens -= 1.0;

@@ -24,6 +24,7 @@ use serde_json::json;
 use super::{
     ClusterApi, backoff,
     events::{EventType, Involved, Recorder},
+    now_time,
 };
 use crate::{
     health::Health,
@@ -41,11 +42,9 @@ pub fn kubelet_version() -> String {
 /// What the node reports about itself.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NodeFacts {
-    /// `hostnameOverride`, else the hostname; lower-cased.
+    /// `hostnameOverride`, else the hostname; lower-cased (also the `kubernetes.io/hostname`
+    /// label and the `Hostname` address, as kubelet's hostname is the override when given).
     pub name: String,
-    /// The machine's hostname (as read; the label and the `Hostname` address use `name`, which
-    /// is kubelet's hostname: the override when given).
-    pub hostname: String,
     /// `--node-labels` (the default labels are added by [`default_labels`]).
     pub labels: BTreeMap<String, String>,
     pub capacity: BTreeMap<String, String>,
@@ -115,7 +114,6 @@ impl NodeFacts {
         };
         Self {
             name: name.to_owned(),
-            hostname: read_trimmed("/proc/sys/kernel/hostname"),
             labels,
             capacity: q(capacity),
             allocatable: q(allocatable),
@@ -404,10 +402,6 @@ pub struct Periods {
     pub report: Duration,
 }
 
-fn now_time() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::now())
-}
-
 /// Registers the node: create; on AlreadyExists, reconcile the default labels. Retries with
 /// backoff until it works; returns the node as the API has it.
 async fn register<A: ClusterApi>(api: &A, facts: &NodeFacts, h: &NodeHealth) -> Node {
@@ -558,7 +552,6 @@ mod tests {
     fn facts() -> NodeFacts {
         NodeFacts {
             name: "node-1".to_owned(),
-            hostname: "Node-1".to_owned(),
             labels: BTreeMap::from([("role".to_owned(), "edge".to_owned())]),
             capacity: BTreeMap::from([("memory".to_owned(), "1Gi".to_owned())]),
             allocatable: BTreeMap::from([("memory".to_owned(), "900Mi".to_owned())]),

@@ -29,7 +29,7 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::Time,
 };
 
-use super::{ClusterApi, ClusterError, backoff};
+use super::{ClusterApi, ClusterError, backoff, now_time};
 use crate::policy::resources::{is_mirror, is_static};
 use crate::runtime::{
     StatusManager,
@@ -346,10 +346,6 @@ enum Synced {
     Current,
     /// The pod is gone from the API (or was deleted now): forget it.
     Gone,
-}
-
-fn now_time() -> Time {
-    Time(k8s_openapi::jiff::Timestamp::now())
 }
 
 /// GET, merge, PUT when changed (409: again, on a fresh GET), DELETE when it can be deleted.
