@@ -534,7 +534,16 @@ pub fn spawn_for_daemon(
         update: config.node_status_update_frequency,
         report: config.node_status_report_frequency,
     };
-    let lease = i32::try_from(config.node_lease_duration_seconds).unwrap_or(40);
+    // Validated as a positive int32 when the configuration was loaded; the Lease field is
+    // an int32.
+    let lease = i32::try_from(config.node_lease_duration_seconds).unwrap_or_else(|_| {
+        tracing::error!(
+            seconds = config.node_lease_duration_seconds,
+            "nodeLeaseDurationSeconds is past the Lease's int32; using {}",
+            i32::MAX
+        );
+        i32::MAX
+    });
     let (qps, burst) = (config.kube_api_qps, config.kube_api_burst);
     let (event_qps, event_burst) = (config.event_record_qps, config.event_burst);
     // From now on: a pod that terminates before the writers run still has its final status.

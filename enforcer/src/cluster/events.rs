@@ -239,14 +239,15 @@ pub async fn run<A: ClusterApi>(
         let now = k8s_openapi::jiff::Timestamp::now();
         let key = similar.key(&mut e, tokio::time::Instant::now());
         if let Some((ns, name, count)) = seen.get(&key).cloned() {
+            let count = count.saturating_add(1);
             let patch = serde_json::json!({
-                "count": count + 1,
+                "count": count,
                 "lastTimestamp": Time(now),
                 "message": e.message,
             });
             match api.patch_event(&ns, &name, &patch).await {
                 Ok(_) => {
-                    seen.insert(key, (ns, name, count + 1));
+                    seen.insert(key, (ns, name, count));
                     continue;
                 }
                 Err(err) if err.is_not_found() => {}
