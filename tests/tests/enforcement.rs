@@ -84,6 +84,8 @@ fn records(state: &Path) -> Vec<PodRecord> {
 }
 
 async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    // Stretched under emulation (the VM tier), as the shared harness's waits are.
+    let timeout = enforcer_tests::scaled(timeout);
     let deadline = tokio::time::Instant::now() + timeout;
     while !f() {
         assert!(
@@ -480,31 +482,25 @@ async fn cpu_manager_static_gives_an_exclusive_cpu_and_restores_it() {
     drop(cd);
 }
 
-/// Memory QoS and `podPidsLimit` on a pure cgroup v2 node, read back from the real files:
-/// `memory.min` on the container, the pod, the burstable tier and kubepods (kubelet's
-/// `setMemoryQoS` sums), the container's `memory.high` from `memoryThrottlingFactor`
-/// (kubelet's formula, page-aligned), and the pod's `pids.max` holding a fork loop.
+/// Memory QoS on a pure cgroup v2 node, read back from the real files: `memory.min` on the
+/// container, the pod, the burstable tier and kubepods (kubelet's `setMemoryQoS` sums), and
+/// the container's `memory.high` from `memoryThrottlingFactor` (kubelet's formula,
+/// page-aligned).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_qos_and_pod_pids_limit_on_real_files_v2only() {
-    assert!(
-        is_v2("memory") && is_v2("pids"),
-        "this test needs the memory and pids controllers on cgroup v2 (cargo xtask vm-test)"
-    );
+async fn memory_qos_on_real_files_v2only() {
+    enforcer_tests::require_memory_v2("Memory QoS");
     let cd = Containerd::start("memqos");
-    const PIDS: i64 = 24;
     let files = Files::new(
         &cd,
-        &format!(
-            "memoryThrottlingFactor: 0.8\npodPidsLimit: {PIDS}\nenforcer: {{memoryQoS: true}}\n"
-        ),
+        "memoryThrottlingFactor: 0.8\nenforcer: {memoryQoS: true}\n",
     );
     let (manifests, state) = (files.manifests.clone(), files.state.clone());
-    let burstable = "dddddddd-0000-0000-0000-000000000001";
-    let guaranteed = "dddddddd-0000-0000-0000-000000000002";
     std::fs::write(
         manifests.join("burstable.yaml"),
-        format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: forker, uid: {burstable}}}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: app\n    image: busybox:local\n    imagePullPolicy: Never\n    command: [/bin/sh, -c, 'sh -c \"while true; do sleep 3600 & done\"; exec sleep 3600']\n    resources: {{requests: {{memory: 64Mi}}, limits: {{memory: 256Mi}}}}\n"
+        pod(
+            "burstable",
+            "dddddddd-0000-0000-0000-000000000001",
+            "    resources: {requests: {memory: 64Mi}, limits: {memory: 256Mi}}\n",
         ),
     )
     .expect("write");
@@ -512,7 +508,7 @@ async fn memory_qos_and_pod_pids_limit_on_real_files_v2only() {
         manifests.join("guaranteed.yaml"),
         pod(
             "guaranteed",
-            guaranteed,
+            "dddddddd-0000-0000-0000-000000000002",
             "    resources: {limits: {cpu: 100m, memory: 32Mi}}\n",
         ),
     )
@@ -522,22 +518,22 @@ async fn memory_qos_and_pod_pids_limit_on_real_files_v2only() {
         ..files.args(&cd)
     };
     let config = enforcer::config::load(&args).expect("configuration").config;
-    assert!(config.enforcer.memory_qos && config.pod_pids_limit == PIDS);
+    assert!(config.enforcer.memory_qos);
     let daemon = Daemon::start(config);
     wait_until("both pods running", Duration::from_secs(60), || {
         let r = records(&state);
-        container_of(&r, "forker").is_some() && container_of(&r, "guaranteed").is_some()
+        container_of(&r, "burstable").is_some() && container_of(&r, "guaranteed").is_some()
     })
     .await;
     let recs = records(&state);
-    let (forker_pod, forker_id) = container_of(&recs, "forker").expect("forker");
+    let (burstable_pod, burstable_id) = container_of(&recs, "burstable").expect("burstable");
     let (guaranteed_pod, guaranteed_id) = container_of(&recs, "guaranteed").expect("guaranteed");
     let memory = |rel: &str, file: &str| read(&dir_of("memory", rel).join(file));
 
     // Containers: memory.min = request; memory.high = request + (limit - request) * factor,
     // rounded down to a page (kubelet's float64 arithmetic); a Guaranteed container has no
     // memory.high (request == limit).
-    let container = format!("{forker_pod}/{forker_id}");
+    let container = format!("{burstable_pod}/{burstable_id}");
     assert_eq!(memory(&container, "memory.min"), (64 * MIB).to_string());
     #[expect(
         clippy::cast_precision_loss,
@@ -552,7 +548,7 @@ async fn memory_qos_and_pod_pids_limit_on_real_files_v2only() {
     assert_eq!(memory(&g, "memory.min"), (32 * MIB).to_string());
     assert_eq!(memory(&g, "memory.high"), "max");
     // Pods, the burstable tier and kubepods: the sums of the requests below them.
-    assert_eq!(memory(&forker_pod, "memory.min"), (64 * MIB).to_string());
+    assert_eq!(memory(&burstable_pod, "memory.min"), (64 * MIB).to_string());
     assert_eq!(
         memory(&guaranteed_pod, "memory.min"),
         (32 * MIB).to_string()
@@ -565,14 +561,55 @@ async fn memory_qos_and_pod_pids_limit_on_real_files_v2only() {
     .await;
     assert_eq!(memory(&format!("{kubepods}/besteffort"), "memory.min"), "0");
 
-    // podPidsLimit: pids.max on the pod cgroup (not on kubepods), and the fork loop is held
-    // at it: the kernel refused forks (pids.events max) and the pod is still Running.
+    daemon.stop().await;
+    cd.remove_all_pods().await;
+    drop(cd);
+}
+
+/// `podPidsLimit` on the real pids controller (v1 here, v2 in the VM tier): `pids.max` on
+/// every pod cgroup and not on kubepods, and a fork loop held at it: the kernel refused
+/// forks (`pids.events`) and the pod keeps running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_pids_limit_holds_a_fork_loop() {
+    assert!(
+        layout().controller("pids").is_some(),
+        "this test needs the pids controller"
+    );
+    let cd = Containerd::start("pidslimit");
+    const PIDS: i64 = 24;
+    let files = Files::new(&cd, &format!("podPidsLimit: {PIDS}\n"));
+    let (manifests, state) = (files.manifests.clone(), files.state.clone());
+    std::fs::write(
+        manifests.join("forker.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: forker, uid: dddddddd-0000-0000-0000-000000000003}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: app\n    image: busybox:local\n    imagePullPolicy: Never\n    command: [/bin/sh, -c, 'sh -c \"while true; do sleep 3600 & done\"; exec sleep 3600']\n",
+    )
+    .expect("write");
+    std::fs::write(
+        manifests.join("quiet.yaml"),
+        pod("quiet", "dddddddd-0000-0000-0000-000000000004", ""),
+    )
+    .expect("write");
+    let config = enforcer::config::load(&files.args(&cd))
+        .expect("configuration")
+        .config;
+    assert_eq!(config.pod_pids_limit, PIDS);
+    let daemon = Daemon::start(config);
+    wait_until("both pods running", Duration::from_secs(60), || {
+        let r = records(&state);
+        container_of(&r, "forker").is_some() && container_of(&r, "quiet").is_some()
+    })
+    .await;
+    let recs = records(&state);
+    let (forker_pod, forker_id) = container_of(&recs, "forker").expect("forker");
+    let (quiet_pod, _) = container_of(&recs, "quiet").expect("quiet");
+    let container = format!("{forker_pod}/{forker_id}");
+    let kubepods = format!("{}/kubepods", cd.cgroup_root.trim_end_matches('/'));
     let pids = |rel: &str, file: &str| read(&dir_of("pids", rel).join(file));
     assert_eq!(pids(&forker_pod, "pids.max"), PIDS.to_string());
-    assert_eq!(pids(&guaranteed_pod, "pids.max"), PIDS.to_string());
+    assert_eq!(pids(&quiet_pod, "pids.max"), PIDS.to_string());
     assert_eq!(pids(&kubepods, "pids.max"), "max");
-    // The refused forks are counted in the forking task's cgroup (the container's) on 6.1
-    // and also up the hierarchy on newer kernels: either counts.
+    // The refused forks are counted in the forking task's cgroup (the container's) on v1 and
+    // 6.1, and also up the hierarchy on newer v2 kernels: either counts.
     let refused = |rel: &str| {
         pids(rel, "pids.events")
             .lines()
