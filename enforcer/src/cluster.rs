@@ -597,6 +597,28 @@ pub struct NodeResources {
     pub allocatable: std::collections::BTreeMap<String, crate::quantity::Quantity>,
 }
 
+/// A JSON merge patch (RFC 7386, `application/merge-patch+json`) applied to `target`: objects
+/// merge key by key, `null` removes a key, anything else replaces. The fake API servers (the
+/// unit tests' and `enforcer-tests`') apply patches with it.
+pub fn merge_patch(target: &mut serde_json::Value, patch: &serde_json::Value) {
+    let Some(p) = patch.as_object() else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = serde_json::Value::Object(serde_json::Map::new());
+    }
+    if let Some(t) = target.as_object_mut() {
+        for (k, v) in p {
+            if v.is_null() {
+                t.remove(k);
+            } else {
+                merge_patch(t.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+            }
+        }
+    }
+}
+
 /// Now, as the API's time (the writers' `lastTransitionTime`s and heartbeats).
 fn now_time() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
     k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now())
@@ -619,6 +641,20 @@ pub(crate) mod fake;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merge_patch_is_rfc7386() {
+        let mut t = serde_json::json!({"a": {"b": 1, "c": [1, 2]}, "d": 1, "f": 2});
+        merge_patch(
+            &mut t,
+            &serde_json::json!({"a": {"b": null, "c": [3]}, "e": "x", "f": {"g": null, "h": 1}}),
+        );
+        assert_eq!(
+            t,
+            serde_json::json!({"a": {"c": [3]}, "d": 1, "e": "x", "f": {"h": 1}}),
+            "null removes; a non-object target is replaced by the patch without its nulls"
+        );
+    }
 
     #[test]
     fn backoff_doubles_to_seven_seconds() {

@@ -563,27 +563,6 @@ fn route(path: &str) -> Option<Route> {
     })
 }
 
-/// RFC 7386.
-fn merge_patch(target: &mut Value, patch: &Value) {
-    match (target.as_object_mut(), patch.as_object()) {
-        (Some(t), Some(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        (_, Some(p)) => {
-            let mut fresh = Value::Object(serde_json::Map::new());
-            merge_patch(&mut fresh, &Value::Object(p.clone()));
-            *target = fresh;
-        }
-        _ => *target = patch.clone(),
-    }
-}
-
 /// Checks a body against the URL and the resource's type: 422 when the real server refuses it.
 fn validate(r: &Route, body: &Value) -> Result<(), (u16, Value)> {
     let invalid = |m: String| (422, status_body(422, "Invalid", &m));
@@ -852,7 +831,7 @@ fn handle(
                     );
                 }
                 let mut merged = stored.clone();
-                merge_patch(&mut merged, body);
+                enforcer::cluster::merge_patch(&mut merged, body);
                 if let Err(e) = validate(&r, &merged) {
                     return e;
                 }
@@ -1016,13 +995,6 @@ async fn serve(mut conn: TcpStream, state: Arc<Mutex<Store>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn merge_patch_is_rfc7386() {
-        let mut t = json!({"a": {"b": 1, "c": [1, 2]}, "d": 1});
-        merge_patch(&mut t, &json!({"a": {"b": null, "c": [3]}, "e": "x"}));
-        assert_eq!(t, json!({"a": {"c": [3]}, "d": 1, "e": "x"}));
-    }
 
     #[test]
     fn routes() {

@@ -67,19 +67,15 @@ fn status(code: u16, reason: &str) -> ClusterError {
     }
 }
 
-fn merge(target: &mut serde_json::Value, patch: &serde_json::Value) {
-    match (target.as_object_mut(), patch.as_object()) {
-        (Some(t), Some(p)) => {
-            for (k, v) in p {
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    merge(t.entry(k.clone()).or_insert(serde_json::Value::Null), v);
-                }
-            }
-        }
-        _ => *target = patch.clone(),
-    }
+/// `object` with the JSON merge patch applied, as the API server answers a patch (422 when
+/// the result is not a valid object of its type).
+fn patched<T: serde::Serialize + serde::de::DeserializeOwned>(
+    object: &T,
+    patch: &serde_json::Value,
+) -> Result<T, ClusterError> {
+    let mut v = serde_json::to_value(object).map_err(|_| status(422, "Invalid"))?;
+    super::merge_patch(&mut v, patch);
+    serde_json::from_value(v).map_err(|_| status(422, "Invalid"))
 }
 
 impl FakeApi {
@@ -188,6 +184,17 @@ impl FakeApi {
     }
 }
 
+/// A patch of the stored node (its object or its status: the fake keeps them as one).
+fn patch_node(
+    mut s: MutexGuard<'_, State>,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<Node, ClusterError> {
+    let n = patched(s.nodes.get(name).ok_or(status(404, "NotFound"))?, patch)?;
+    s.nodes.insert(name.to_owned(), n.clone());
+    Ok(n)
+}
+
 impl ClusterApi for FakeApi {
     async fn get_node(&self, name: &str) -> Result<Option<Node>, ClusterError> {
         let s = self.enter(Call::GetNode, "get node")?;
@@ -211,13 +218,8 @@ impl ClusterApi for FakeApi {
         name: &str,
         patch: &serde_json::Value,
     ) -> Result<Node, ClusterError> {
-        let mut s = self.enter(Call::PatchNode, "patch node")?;
-        let node = s.nodes.get(name).cloned().ok_or(status(404, "NotFound"))?;
-        let mut v = serde_json::to_value(node).map_err(|_| status(422, "Invalid"))?;
-        merge(&mut v, patch);
-        let n: Node = serde_json::from_value(v).map_err(|_| status(422, "Invalid"))?;
-        s.nodes.insert(name.to_owned(), n.clone());
-        Ok(n)
+        let s = self.enter(Call::PatchNode, "patch node")?;
+        patch_node(s, name, patch)
     }
 
     async fn patch_node_status(
@@ -225,13 +227,8 @@ impl ClusterApi for FakeApi {
         name: &str,
         patch: &serde_json::Value,
     ) -> Result<Node, ClusterError> {
-        let mut s = self.enter(Call::PatchNodeStatus(name.to_owned()), "patch node status")?;
-        let node = s.nodes.get(name).cloned().ok_or(status(404, "NotFound"))?;
-        let mut v = serde_json::to_value(node).map_err(|_| status(422, "Invalid"))?;
-        merge(&mut v, patch);
-        let n: Node = serde_json::from_value(v).map_err(|_| status(422, "Invalid"))?;
-        s.nodes.insert(name.to_owned(), n.clone());
-        Ok(n)
+        let s = self.enter(Call::PatchNodeStatus(name.to_owned()), "patch node status")?;
+        patch_node(s, name, patch)
     }
 
     async fn get_lease(&self, _ns: &str, name: &str) -> Result<Option<Lease>, ClusterError> {
@@ -340,10 +337,7 @@ impl ClusterApi for FakeApi {
         patch: &serde_json::Value,
     ) -> Result<Event, ClusterError> {
         let mut s = self.enter(Call::PatchEvent, "patch event")?;
-        let e = s.events.get(name).cloned().ok_or(status(404, "NotFound"))?;
-        let mut v = serde_json::to_value(e).map_err(|_| status(422, "Invalid"))?;
-        merge(&mut v, patch);
-        let e: Event = serde_json::from_value(v).map_err(|_| status(422, "Invalid"))?;
+        let e = patched(s.events.get(name).ok_or(status(404, "NotFound"))?, patch)?;
         s.events.insert(name.to_owned(), e.clone());
         Ok(e)
     }
