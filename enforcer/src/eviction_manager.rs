@@ -477,6 +477,9 @@ impl EvictionManager {
     /// Places the v2 tripwire for the next crossing (`policy::eviction::tripwire`): off while
     /// a memory threshold is met or an evicted pod is being cleaned up.
     fn place_tripwire(&self, snapshot: &NodeSnapshot, memo: &mut Memo) {
+        if self.tripwire.is_none() {
+            return;
+        }
         let next = match snapshot.kubepods_usage {
             Some(usage) if memo.cleanup.is_none() => tripwire::place(
                 &self.config.eviction,

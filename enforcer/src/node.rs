@@ -323,14 +323,19 @@ impl NodeObserver {
         Ok(obs)
     }
 
-    /// The kubepods cgroup's memory usage, page cache included (`memory.current` on v2,
-    /// `memory.usage_in_bytes` on v1): what `memory.high` is compared with.
+    /// The kubepods cgroup's memory usage, page cache included (`memory.current`): what the
+    /// v2 tripwire's `memory.high` is compared with. `None` on a v1 memory controller, where
+    /// there is no tripwire (and no file read for it).
     #[must_use]
     pub fn kubepods_usage(&self) -> Option<i64> {
+        if !matches!(
+            self.layout.controller("memory"),
+            Some((_, crate::cgroup::CgroupVersion::V2))
+        ) {
+            return None;
+        }
         let dir = self.memory_dir(&self.kubepods).ok()?;
-        read_i64(&dir.join("memory.current"))
-            .or_else(|_| read_i64(&dir.join("memory.usage_in_bytes")))
-            .ok()
+        read_i64(&dir.join("memory.current")).ok()
     }
 
     /// Tasks in the kubepods cgroup (`pids.current`, hierarchical); 0 before any pod ran.
