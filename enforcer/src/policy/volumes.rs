@@ -244,8 +244,9 @@ fn downward_items(
         .collect()
 }
 
-/// The source kinds a volume names (its JSON keys besides `name`).
-fn source_kinds(v: &Volume) -> Vec<String> {
+/// The source kinds a volume (or projected source) names: its JSON keys besides `name`.
+/// Asked only of what is refused, to name it.
+fn source_kinds(v: &impl serde::Serialize) -> Vec<String> {
     match serde_json::to_value(v) {
         Ok(serde_json::Value::Object(m)) => m.keys().filter(|k| *k != "name").cloned().collect(),
         _ => Vec::new(),
@@ -258,7 +259,6 @@ fn plan_volume(v: &Volume) -> Result<PlannedVolume, String> {
     if !is_component(&name) {
         return Err(format!("volume name {name:?} is not a valid name"));
     }
-    let kinds = source_kinds(v);
     let kind = if let Some(e) = &v.empty_dir {
         let memory = match e.medium.as_deref().unwrap_or("") {
             "" => false,
@@ -303,12 +303,7 @@ fn plan_volume(v: &Volume) -> Result<PlannedVolume, String> {
         let mut items = Vec::new();
         for s in p.sources.iter().flatten() {
             let Some(d) = s.downward_api.as_ref() else {
-                let what = match serde_json::to_value(s) {
-                    Ok(serde_json::Value::Object(m)) => {
-                        m.keys().cloned().collect::<Vec<_>>().join(", ")
-                    }
-                    _ => "unknown".to_owned(),
-                };
+                let what = source_kinds(s).join(", ");
                 return Err(format!(
                     "volume {name:?}: projected source {what} is not supported by this node (it needs API server objects; only downwardAPI sources are projected here)"
                 ));
@@ -323,24 +318,27 @@ fn plan_volume(v: &Volume) -> Result<PlannedVolume, String> {
             plugin: PROJECTED_PLUGIN,
             items,
         }
-    } else if kinds.is_empty() {
-        // The API defaults a volume with no source to an emptyDir.
-        VolumeKind::EmptyDir {
-            memory: false,
-            size_limit: None,
-        }
     } else {
-        let what = kinds.join(", ");
-        let why = match what.as_str() {
-            "configMap" | "secret" => {
-                " (it needs API server objects, which this node does not fetch)"
+        let kinds = source_kinds(v);
+        if kinds.is_empty() {
+            // The API defaults a volume with no source to an emptyDir.
+            VolumeKind::EmptyDir {
+                memory: false,
+                size_limit: None,
             }
-            "persistentVolumeClaim" | "ephemeral" => " (it needs a volume controller)",
-            _ => "",
-        };
-        return Err(format!(
-            "volume {name:?}: {what} volumes are not supported by this node{why}"
-        ));
+        } else {
+            let what = kinds.join(", ");
+            let why = match what.as_str() {
+                "configMap" | "secret" => {
+                    " (it needs API server objects, which this node does not fetch)"
+                }
+                "persistentVolumeClaim" | "ephemeral" => " (it needs a volume controller)",
+                _ => "",
+            };
+            return Err(format!(
+                "volume {name:?}: {what} volumes are not supported by this node{why}"
+            ));
+        }
     };
     Ok(PlannedVolume { name, kind })
 }

@@ -251,6 +251,9 @@ pub struct PodWorker<R> {
     oom: HashMap<String, (i64, Option<i64>)>,
     /// The sandbox's IPs, by sandbox id (asked once per sandbox).
     sandbox_ips: Option<(String, Vec<String>)>,
+    /// The pod (and pod memory limit) the volumes were last set up for: setup runs again
+    /// only when the spec or metadata change (kubelet's volume manager mounts once).
+    volumes_set_up: Option<(Pod, Option<i64>)>,
 }
 
 impl<R: ContainerRuntime> PodWorker<R> {
@@ -272,6 +275,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             start_time: String::new(),
             oom: HashMap::new(),
             sandbox_ips: None,
+            volumes_set_up: None,
         }
     }
 
@@ -293,6 +297,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             start_time: String::new(),
             oom: HashMap::new(),
             sandbox_ips: None,
+            volumes_set_up: None,
         }
     }
 
@@ -773,22 +778,30 @@ impl<R: ContainerRuntime> PodWorker<R> {
     }
 
     /// Sets up the pod's volumes (idempotent); the error is kubelet's mount failure message.
-    fn setup_volumes(&self, pod: &Pod, pod_memory_limit: Option<i64>) -> Result<(), String> {
-        let planned = volume_plan::plan(pod)?;
-        if planned.is_empty() {
+    fn setup_volumes(&mut self, pod: &Pod, pod_memory_limit: Option<i64>) -> Result<(), String> {
+        if self
+            .volumes_set_up
+            .as_ref()
+            .is_some_and(|(p, limit)| p == pod && *limit == pod_memory_limit)
+        {
             return Ok(());
         }
-        let dir = self
-            .pod_dir()
-            .ok_or_else(|| format!("invalid pod uid {:?}", self.uid))?;
-        volumes::setup(
-            &dir,
-            pod,
-            &planned,
-            &self.ctx.downward.allocatable,
-            pod_memory_limit,
-        )
-        .map_err(|e| e.to_string())
+        let planned = volume_plan::plan(pod)?;
+        if !planned.is_empty() {
+            let dir = self
+                .pod_dir()
+                .ok_or_else(|| format!("invalid pod uid {:?}", self.uid))?;
+            volumes::setup(
+                &dir,
+                pod,
+                &planned,
+                &self.ctx.downward.allocatable,
+                pod_memory_limit,
+            )
+            .map_err(|e| e.to_string())?;
+        }
+        self.volumes_set_up = Some((pod.clone(), pod_memory_limit));
+        Ok(())
     }
 
     /// The container's environment, command and args expanded, and its CRI mounts (kubelet's
