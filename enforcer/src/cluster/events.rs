@@ -285,7 +285,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::cluster::fake::FakeApi;
+    use crate::cluster::fake::{Call, FakeApi};
 
     #[test]
     fn the_event_object() {
@@ -381,7 +381,20 @@ mod tests {
         let events = api.events();
         assert_eq!(events.len(), 1, "{events:?}");
         assert_eq!(events[0].count, Some(3));
-        assert!(start.elapsed() >= Duration::from_secs(2), "1 per second");
+        // One write per second (qps 1, burst 1): the create, then the two count patches.
+        let writes: Vec<(u128, Call)> = api
+            .timed_calls()
+            .into_iter()
+            .map(|(at, c)| (at.duration_since(start).as_millis(), c))
+            .collect();
+        assert_eq!(
+            writes,
+            [
+                (0, Call::CreateEvent("BackOff".to_owned())),
+                (1000, Call::PatchEvent),
+                (2000, Call::PatchEvent)
+            ]
+        );
         task.abort();
     }
 }

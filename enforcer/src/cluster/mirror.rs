@@ -255,8 +255,14 @@ mod tests {
             (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
             ("Node", "node-uid", Some(true))
         );
-        assert!(is_static(&static_pod("h1", "etcd:1")));
-        assert!(!is_static(&m) || is_mirror(&m));
+        // The API source recognizes the mirror (and never runs it); the static pod is none.
+        assert!(is_mirror(&m));
+        assert!(!is_mirror(&static_pod("h1", "etcd:1")));
+        assert_eq!(
+            m.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+            Some("n1")
+        );
+        assert!(m.status.is_none(), "its status is the node's to write");
     }
 
     /// Created for a static pod, recreated when its hash changes, deleted when it is gone.

@@ -787,7 +787,6 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(35)).await;
         assert_eq!(api.count(|c| matches!(c, Call::PatchNodeStatus(_))), 1);
         // Pressure: pushed within the same instant.
-        let start = tokio::time::Instant::now();
         status.set_node(NodeRecord {
             conditions: vec![crate::runtime::status::Condition::new(
                 "MemoryPressure",
@@ -796,7 +795,6 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(1)).await;
         assert_eq!(api.count(|c| matches!(c, Call::PatchNodeStatus(_))), 2);
-        assert!(start.elapsed() < Duration::from_secs(1));
         let node = api.node("node-1").expect("node");
         let s = node.status.expect("status");
         assert_eq!(by_type(&s, "MemoryPressure").status, "True");
