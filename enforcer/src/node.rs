@@ -347,64 +347,65 @@ impl NodeObserver {
             .unwrap_or(0)
     }
 
-    /// Ephemeral storage of one pod as far as the node sees it: its container logs under
-    /// `<nodefs>/pods/<uid>/<container>/` and its disk volumes under `<nodefs>/pods/<uid>/volumes`
-    /// (bytes allocated, like `du`; a memory emptyDir's tmpfs is not crossed). Returns the pod total
-    /// and the per-container amounts; `None` when the pod has no log directory.
+    /// Ephemeral storage of one pod as far as the node sees it, in one walk of
+    /// `<nodefs>/pods/<uid>/` (bytes allocated, like `du`): its container logs
+    /// (`<container>/`) and its volumes (`volumes/kubernetes.io~<plugin>/<name>`). A volume
+    /// on another file system (a memory emptyDir's tmpfs) is not in the total (it is memory)
+    /// but its emptyDir usage is measured all the same, for `sizeLimit`. `None` when the pod
+    /// has no directory.
     #[must_use]
-    pub fn pod_log_usage(&self, uid: &str) -> Option<(i64, Vec<(String, i64)>)> {
+    pub fn pod_disk_usage(&self, uid: &str) -> Option<PodDiskUsage> {
+        use std::os::unix::fs::MetadataExt as _;
         let dir = join_inside(&self.nodefs.join("pods"), uid).ok()?;
-        let entries = fs::read_dir(&dir).ok()?;
-        let mut total = 0;
-        let mut per_container = Vec::new();
-        for e in entries.flatten() {
-            let used = disk_usage(&e.path());
-            total += used;
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                let name = e.file_name().to_string_lossy().into_owned();
-                // `volumes/kubernetes.io~*` are the pod's volumes (counted in the pod's total,
-                // as kubelet counts its local ephemeral volumes), not a container's logs.
-                let volumes: i64 = if name == "volumes" {
-                    fs::read_dir(e.path())
-                        .map(|rd| {
-                            rd.flatten()
-                                .filter(|v| {
-                                    v.file_name()
-                                        .to_string_lossy()
-                                        .starts_with("kubernetes.io~")
-                                })
-                                .map(|v| disk_usage(&v.path()))
-                                .sum()
-                        })
-                        .unwrap_or(0)
-                } else {
-                    0
-                };
-                per_container.push((name, used.saturating_sub(volumes)));
+        let dev = fs::symlink_metadata(&dir).ok()?.dev();
+        let mut usage = PodDiskUsage::default();
+        for e in fs::read_dir(&dir).ok()?.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+            if !is_dir {
+                usage.total = usage.total.saturating_add(disk_usage(&e.path()));
+                continue;
             }
+            if name != "volumes" {
+                let used = disk_usage(&e.path());
+                usage.total = usage.total.saturating_add(used);
+                usage.containers.push((name, used));
+                continue;
+            }
+            // `volumes/`: the plugins' volumes (the pod's local ephemeral volumes, in its
+            // total as kubelet counts them), and whatever else is there (the logs of a
+            // container named `volumes`).
+            let mut own = fs::symlink_metadata(e.path()).map_or(0, |m| {
+                i64::try_from(m.blocks().saturating_mul(512)).unwrap_or(i64::MAX)
+            });
+            for v in fs::read_dir(e.path()).into_iter().flatten().flatten() {
+                let plugin = v.file_name().to_string_lossy().into_owned();
+                if !plugin.starts_with("kubernetes.io~") {
+                    own = own.saturating_add(disk_usage(&v.path()));
+                    continue;
+                }
+                usage.total =
+                    usage
+                        .total
+                        .saturating_add(fs::symlink_metadata(v.path()).map_or(0, |m| {
+                            i64::try_from(m.blocks().saturating_mul(512)).unwrap_or(0)
+                        }));
+                for vol in fs::read_dir(v.path()).into_iter().flatten().flatten() {
+                    let used = disk_usage(&vol.path());
+                    if fs::symlink_metadata(vol.path()).is_ok_and(|m| m.dev() == dev) {
+                        usage.total = usage.total.saturating_add(used);
+                    }
+                    if plugin == crate::policy::volumes::EMPTY_DIR_PLUGIN {
+                        usage
+                            .empty_dirs
+                            .insert(vol.file_name().to_string_lossy().into_owned(), used);
+                    }
+                }
+            }
+            usage.total = usage.total.saturating_add(own);
+            usage.containers.push((name, own));
         }
-        Some((total, per_container))
-    }
-
-    /// Bytes used by each emptyDir of one pod (`<nodefs>/pods/<uid>/volumes/kubernetes.io~empty-dir/<name>`,
-    /// `du` of the volume's own file system: a memory emptyDir's tmpfs counts its content).
-    #[must_use]
-    pub fn pod_volume_usage(&self, uid: &str) -> BTreeMap<String, i64> {
-        let Ok(dir) = join_inside(&self.nodefs.join("pods"), uid) else {
-            return BTreeMap::new();
-        };
-        fs::read_dir(dir.join("volumes").join("kubernetes.io~empty-dir"))
-            .map(|rd| {
-                rd.flatten()
-                    .map(|e| {
-                        (
-                            e.file_name().to_string_lossy().into_owned(),
-                            disk_usage(&e.path()),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+        Some(usage)
     }
 
     /// Usage of one pod from its cgroup (`pod_rel`: the pod cgroup's path relative to the
@@ -439,18 +440,32 @@ impl NodeObserver {
     }
 }
 
-/// The writable layer of each running container (kubelet reads CRI `ContainerStats`
+/// One pod's local storage ([`NodeObserver::pod_disk_usage`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodDiskUsage {
+    /// Logs and disk volumes.
+    pub total: i64,
+    /// Each container's logs, by container name.
+    pub containers: Vec<(String, i64)>,
+    /// Each emptyDir's usage (a memory emptyDir's too), by volume name.
+    pub empty_dirs: BTreeMap<String, i64>,
+}
+
+/// The writable layer of each wanted container (kubelet reads CRI `ContainerStats`
 /// `writable_layer`): the `upperdir` of the overlay mounted at a runtime's
-/// `.../<container id>/rootfs` in `/proc/self/mountinfo`, measured like `du`. Container id ->
-/// bytes.
+/// `.../<container id>/rootfs` in `/proc/self/mountinfo`, measured like `du`; the other
+/// containers on the host are not walked. Container id -> bytes.
 #[must_use]
-pub fn writable_layers() -> HashMap<String, i64> {
+pub fn writable_layers(wanted: &std::collections::HashSet<&str>) -> HashMap<String, i64> {
     let text = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     text.lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
             let mount_point = f.get(4)?;
             let id = mount_point.strip_suffix("/rootfs")?.rsplit('/').next()?;
+            if !wanted.contains(id) {
+                return None;
+            }
             let sep = f.iter().position(|x| *x == "-")?;
             if *f.get(sep + 1)? != "overlay" {
                 return None;
@@ -610,7 +625,7 @@ mod tests {
     }
 
     #[test]
-    fn log_usage_of_a_pod() {
+    fn disk_usage_of_a_pod() {
         let dir = tempfile::tempdir().expect("tempdir");
         let logs = dir.path().join("pods/u1/app");
         fs::create_dir_all(&logs).expect("mkdir");
@@ -625,12 +640,27 @@ mod tests {
             imagefs: None,
             pid_capacity: Some(100),
         };
-        let (total, per) = observer.pod_log_usage("u1").expect("usage");
-        assert!(total >= 64 * 1024, "{total}");
-        assert_eq!(per.len(), 1);
-        assert_eq!(per[0].0, "app");
-        assert!(per[0].1 >= 64 * 1024 && per[0].1 <= total);
-        assert!(observer.pod_log_usage("u2").is_none());
-        assert!(observer.pod_log_usage("../u1").is_none());
+        let vol = dir
+            .path()
+            .join("pods/u1/volumes/kubernetes.io~empty-dir/cache");
+        fs::create_dir_all(&vol).expect("mkdir");
+        fs::write(vol.join("f"), vec![b'y'; 128 * 1024]).expect("write");
+        let u = observer.pod_disk_usage("u1").expect("usage");
+        // The logs and the disk emptyDir, each walked once.
+        assert!(u.total >= (64 + 128) * 1024, "{u:?}");
+        let app = u.containers.iter().find(|(n, _)| n == "app").expect("app");
+        assert!(app.1 >= 64 * 1024 && app.1 < 128 * 1024, "{u:?}");
+        let volumes = u
+            .containers
+            .iter()
+            .find(|(n, _)| n == "volumes")
+            .expect("volumes");
+        assert!(
+            volumes.1 < 64 * 1024,
+            "the volumes are not a container's logs: {u:?}"
+        );
+        assert!(u.empty_dirs["cache"] >= 128 * 1024, "{u:?}");
+        assert!(observer.pod_disk_usage("u2").is_none());
+        assert!(observer.pod_disk_usage("../u1").is_none());
     }
 }

@@ -11,7 +11,7 @@
 //! re-read are carried over from the previous snapshot with their old time.
 
 use std::{
-    collections::BTreeMap,
+    collections::{BTreeMap, HashMap},
     path::PathBuf,
     sync::{Arc, mpsc as std_mpsc},
     time::Duration,
@@ -111,8 +111,9 @@ impl Collector {
         now: Duration,
     ) -> Result<Arc<NodeSnapshot>, NodeError> {
         let observations = self.observer.observe(now)?;
-        // Writable layers: read once per walk (one pass over mountinfo).
-        let layers = req.logs.then(crate::node::writable_layers);
+        // Writable layers: read once per refresh that walks a pod (one pass over mountinfo),
+        // of the targets' containers only.
+        let mut layers: Option<HashMap<String, i64>> = None;
         let mut pods = BTreeMap::new();
         for t in targets {
             let old = self.last.pods.get(&t.uid);
@@ -130,52 +131,56 @@ impl Collector {
                     logs_at: None,
                 },
             };
-            // Log usage: walked now, or carried over from the last walk.
-            let logs = if req.logs || old.is_none_or(|o| o.logs_at.is_none()) {
-                self.observer
-                    .pod_log_usage(&t.uid)
-                    .map(|usage| (usage, now))
-            } else {
-                old.and_then(|o| {
-                    let s = o.stats.as_ref()?;
-                    let per = s
-                        .containers
-                        .iter()
-                        .map(|c| (c.name.clone(), c.ephemeral_storage.unwrap_or(0)))
-                        .collect();
-                    Some(((s.ephemeral_storage?, per), o.logs_at?))
-                })
-            };
-            let walked = logs.as_ref().is_some_and(|(_, at)| *at == now);
-            if let (Some(s), Some(((total, per_container), at))) = (sample.stats.as_mut(), logs) {
-                s.ephemeral_storage = Some(total);
-                for c in &mut s.containers {
-                    c.ephemeral_storage = per_container
-                        .iter()
-                        .find(|(n, _)| *n == c.name)
-                        .map(|(_, b)| *b);
-                }
-                if walked {
-                    // kubelet's pod and container ephemeral storage: logs, local volumes and
-                    // the containers' writable layers.
-                    s.volumes = self.observer.pod_volume_usage(&t.uid);
-                    if let Some(layers) = &layers {
-                        for (name, id) in &t.containers {
-                            let Some(layer) = layers.get(id) else {
-                                continue;
-                            };
-                            s.ephemeral_storage =
-                                Some(s.ephemeral_storage.unwrap_or(0).saturating_add(*layer));
-                            if let Some(c) = s.containers.iter_mut().find(|c| c.name == *name) {
-                                c.ephemeral_storage =
-                                    Some(c.ephemeral_storage.unwrap_or(0).saturating_add(*layer));
-                            }
+            // Local storage: walked now (the housekeeping walk, or a pod never walked), or
+            // carried over from the last walk.
+            let walk = req.logs || old.is_none_or(|o| o.logs_at.is_none());
+            if walk && let Some(usage) = self.observer.pod_disk_usage(&t.uid) {
+                if let Some(s) = sample.stats.as_mut() {
+                    s.ephemeral_storage = Some(usage.total);
+                    for c in &mut s.containers {
+                        c.ephemeral_storage = usage
+                            .containers
+                            .iter()
+                            .find(|(n, _)| *n == c.name)
+                            .map(|(_, b)| *b);
+                    }
+                    s.volumes = usage.empty_dirs;
+                    // kubelet's pod and container ephemeral storage: logs, local volumes
+                    // and the containers' writable layers.
+                    let layers = layers.get_or_insert_with(|| {
+                        let wanted = targets
+                            .iter()
+                            .flat_map(|t| t.containers.iter().map(|(_, id)| id.as_str()))
+                            .collect();
+                        crate::node::writable_layers(&wanted)
+                    });
+                    for (name, id) in &t.containers {
+                        let Some(layer) = layers.get(id) else {
+                            continue;
+                        };
+                        s.ephemeral_storage =
+                            Some(s.ephemeral_storage.unwrap_or(0).saturating_add(*layer));
+                        if let Some(c) = s.containers.iter_mut().find(|c| c.name == *name) {
+                            c.ephemeral_storage =
+                                Some(c.ephemeral_storage.unwrap_or(0).saturating_add(*layer));
                         }
                     }
-                } else if let Some(old) = old.and_then(|o| o.stats.as_ref()) {
-                    s.volumes = old.volumes.clone();
+                    sample.logs_at = Some(now);
                 }
-                sample.logs_at = Some(at);
+            } else if !walk && let Some(o) = old {
+                // Carried over: the last walk's figures and time.
+                if let (Some(s), Some(os)) = (sample.stats.as_mut(), o.stats.as_ref()) {
+                    s.ephemeral_storage = os.ephemeral_storage;
+                    for c in &mut s.containers {
+                        c.ephemeral_storage = os
+                            .containers
+                            .iter()
+                            .find(|oc| oc.name == c.name)
+                            .and_then(|oc| oc.ephemeral_storage);
+                    }
+                    s.volumes = os.volumes.clone();
+                }
+                sample.logs_at = o.logs_at;
             }
             pods.insert(t.uid.clone(), sample);
         }
