@@ -268,36 +268,66 @@ fn facts(name: &str) -> NodeFacts {
     }
 }
 
+/// Cluster mode alone (no pods run) as node `name` against `fake`, with kubelet's periods.
+struct ClusterMode {
+    status: StatusManager,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+    /// Holds the kubeconfig.
+    _dir: tempfile::TempDir,
+}
+
+impl ClusterMode {
+    fn start(fake: &FakeApi, name: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let status = StatusManager::default();
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(cluster::run(
+            cluster::ClusterOptions {
+                kubeconfig: fake.kubeconfig(dir.path()),
+                node: facts(name),
+                status_periods: cluster::node_status::Periods {
+                    update: Duration::from_secs(10),
+                    report: Duration::from_secs(300),
+                },
+                lease_duration_seconds: 40,
+                qps: 50,
+                burst: 100,
+                event_qps: 50,
+                event_burst: 100,
+                link: None,
+            },
+            status.clone(),
+            Arc::new(Health::default()),
+            cluster::EventQueue::new(),
+            async {
+                let _ = stop_rx.await;
+            },
+        ));
+        Self {
+            status,
+            stop,
+            task,
+            _dir: dir,
+        }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(5), self.task)
+            .await
+            .expect("cluster mode stops")
+            .expect("task");
+    }
+}
+
 /// Registration, the lease, and a pressure condition pushed within 1 s; nothing rejected by
 /// the strict fake.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_mode_registers_the_node_renews_its_lease_and_pushes_pressure() {
     let fake = FakeApi::start().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let status = StatusManager::default();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(cluster::run(
-        cluster::ClusterOptions {
-            kubeconfig: fake.kubeconfig(dir.path()),
-            node: facts("cluster-node-1"),
-            status_periods: cluster::node_status::Periods {
-                update: Duration::from_secs(10),
-                report: Duration::from_secs(300),
-            },
-            lease_duration_seconds: 40,
-            qps: 50,
-            burst: 100,
-            event_qps: 50,
-            event_burst: 100,
-            link: None,
-        },
-        status.clone(),
-        Arc::new(Health::default()),
-        cluster::EventQueue::new(),
-        async {
-            let _ = stop_rx.await;
-        },
-    ));
+    let cluster = ClusterMode::start(&fake, "cluster-node-1");
+    let status = cluster.status.clone();
     wait_until("the node and its lease", Duration::from_secs(20), || {
         fake.get(Kind::Node, "", "cluster-node-1").is_some()
             && fake
@@ -406,11 +436,7 @@ async fn cluster_mode_registers_the_node_renews_its_lease_and_pushes_pressure() 
         },
     )
     .await;
-    let _ = stop_tx.send(());
-    tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .expect("cluster mode stops")
-        .expect("task");
+    cluster.stop().await;
 }
 
 /// Another writer changes the pod between the node's GET and its status update: the 409 is
@@ -418,7 +444,6 @@ async fn cluster_mode_registers_the_node_renews_its_lease_and_pushes_pressure() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_status_conflicts_are_retried_on_a_fresh_get() {
     let fake = FakeApi::start().await;
-    let dir = tempfile::tempdir().expect("tempdir");
     fake.put_pod(node_pod(
         "web",
         "uid-web",
@@ -426,30 +451,8 @@ async fn pod_status_conflicts_are_retried_on_a_fresh_get() {
         json!({}),
         "sleep 1",
     ));
-    let status = StatusManager::default();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(cluster::run(
-        cluster::ClusterOptions {
-            kubeconfig: fake.kubeconfig(dir.path()),
-            node: facts("n-conflict"),
-            status_periods: cluster::node_status::Periods {
-                update: Duration::from_secs(10),
-                report: Duration::from_secs(300),
-            },
-            lease_duration_seconds: 40,
-            qps: 50,
-            burst: 100,
-            event_qps: 50,
-            event_burst: 100,
-            link: None,
-        },
-        status.clone(),
-        Arc::new(Health::default()),
-        cluster::EventQueue::new(),
-        async {
-            let _ = stop_rx.await;
-        },
-    ));
+    let cluster = ClusterMode::start(&fake, "n-conflict");
+    let status = cluster.status.clone();
     fake.interfere("/pods/web/status", 2);
     status.set(enforcer::runtime::status::PodRecord {
         uid: "uid-web".to_owned(),
@@ -487,11 +490,7 @@ async fn pod_status_conflicts_are_retried_on_a_fresh_get() {
         pod["metadata"]["labels"]["fake/interference"].is_string(),
         "the other writer's change is kept: {pod}"
     );
-    let _ = stop_tx.send(());
-    tokio::time::timeout(Duration::from_secs(5), task)
-        .await
-        .expect("cluster mode stops")
-        .expect("task");
+    cluster.stop().await;
 }
 
 /// A busybox API pod for the daemon's node.
@@ -523,19 +522,17 @@ fn node_pod(name: &str, uid: &str, node: &str, extra: Value, script: &str) -> Va
     pod
 }
 
-/// The daemon in cluster mode on a private containerd, named `node` (`hostnameOverride`).
-async fn cluster_node(tag: &str, node: &str, fake: &FakeApi, args: ConfigArgs) -> Node {
-    cluster_node_with(tag, node, fake, args, false).await
-}
-
-/// [`cluster_node`], manifest pods run as static pods when `static_pods`.
-async fn cluster_node_with(
+/// The start of a daemon test: the lock the daemon tests share, a fresh strict fake API, and
+/// the daemon in cluster mode on a private containerd, named `node` (`hostnameOverride`),
+/// registered; manifest pods run as static pods when `static_pods`.
+async fn cluster_test(
     tag: &str,
     node: &str,
-    fake: &FakeApi,
     args: ConfigArgs,
     static_pods: bool,
-) -> Node {
+) -> (tokio::sync::MutexGuard<'static, ()>, FakeApi, Node) {
+    let serial = SERIAL.lock().await;
+    let fake = FakeApi::start().await;
     let cd = Containerd::start(tag);
     let kubeconfig = fake.kubeconfig(&cd.dir);
     let args = ConfigArgs {
@@ -553,7 +550,27 @@ async fn cluster_node_with(
         fake.get(Kind::Node, "", node).is_some()
     })
     .await;
-    n
+    (serial, fake, n)
+}
+
+/// Puts the API pod [`node_pod`] on `node` and waits until the API has it Running, its
+/// container running.
+async fn run_api_pod(
+    fake: &FakeApi,
+    node: &str,
+    name: &str,
+    uid: &str,
+    extra: Value,
+    script: &str,
+) {
+    fake.put_pod(node_pod(name, uid, node, extra, script));
+    wait_until("Running in the API", Duration::from_secs(60), || {
+        fake.get(Kind::Pod, "default", name).is_some_and(|p| {
+            p["status"]["phase"] == "Running"
+                && p["status"]["containerStatuses"][0]["state"]["running"].is_object()
+        })
+    })
+    .await;
 }
 
 fn api_phase(fake: &FakeApi, name: &str) -> Option<String> {
@@ -565,16 +582,17 @@ fn api_phase(fake: &FakeApi, name: &str) -> Option<String> {
 /// then the delete with grace 0 (the pod is gone from the API).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_status_is_written_back_and_graceful_deletion_completes() {
-    let _serial = SERIAL.lock().await;
-    let fake = FakeApi::start().await;
-    let node = cluster_node("cl-del", "cl-del-node", &fake, ConfigArgs::default()).await;
-    fake.put_pod(node_pod(
+    let (_serial, fake, node) =
+        cluster_test("cl-del", "cl-del-node", ConfigArgs::default(), false).await;
+    run_api_pod(
+        &fake,
+        "cl-del-node",
         "web",
         "cl-uid-web",
-        "cl-del-node",
         json!({"resources": {"requests": {"memory": "10Mi"}}}),
         "trap 'exit 0' TERM; sleep 3600 & wait",
-    ));
+    )
+    .await;
     // The daemon's node: its real facts.
     let node_obj = fake.get(Kind::Node, "", "cl-del-node").expect("node");
     let info = &node_obj["status"]["nodeInfo"];
@@ -602,13 +620,6 @@ async fn pod_status_is_written_back_and_graceful_deletion_completes() {
         node_obj["metadata"]["labels"]["kubernetes.io/hostname"],
         "cl-del-node"
     );
-    wait_until("Running in the API", Duration::from_secs(60), || {
-        fake.get(Kind::Pod, "default", "web").is_some_and(|p| {
-            p["status"]["phase"] == "Running"
-                && p["status"]["containerStatuses"][0]["state"]["running"].is_object()
-        })
-    })
-    .await;
     let pod = fake.get(Kind::Pod, "default", "web").expect("pod");
     let st = &pod["status"];
     assert_eq!(st["qosClass"], "Burstable");
@@ -696,9 +707,8 @@ async fn pod_status_is_written_back_and_graceful_deletion_completes() {
 /// An OOM-killed container: exit 137, `OOMKilled`, phase Failed, in the API.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oom_killed_container_shows_in_the_api() {
-    let _serial = SERIAL.lock().await;
-    let fake = FakeApi::start().await;
-    let node = cluster_node("cl-oom", "cl-oom-node", &fake, ConfigArgs::default()).await;
+    let (_serial, fake, node) =
+        cluster_test("cl-oom", "cl-oom-node", ConfigArgs::default(), false).await;
     fake.put_pod(node_pod(
         "oom",
         "cl-uid-oom",
@@ -727,8 +737,6 @@ async fn oom_killed_container_shows_in_the_api() {
 /// terminated state) once its containers stopped: within the 1 s grace period + 1 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eviction_reaches_the_api_within_a_second() {
-    let _serial = SERIAL.lock().await;
-    let fake = FakeApi::start().await;
     // Allocatable memory 50Mi (1Gi - 724Mi reserved - 250Mi threshold): a 240Mi hog trips it.
     let args = ConfigArgs {
         kube_reserved: vec!["memory=724Mi".to_owned()],
@@ -737,7 +745,7 @@ async fn eviction_reaches_the_api_within_a_second() {
         enforce_node_allocatable: Some("pods".to_owned()),
         ..ConfigArgs::default()
     };
-    let node = cluster_node("cl-evict", "cl-evict-node", &fake, args).await;
+    let (_serial, fake, node) = cluster_test("cl-evict", "cl-evict-node", args, false).await;
     fake.put_pod(node_pod(
         "hog",
         "cl-uid-hog",
@@ -838,19 +846,16 @@ async fn eviction_reaches_the_api_within_a_second() {
 /// delivered when the server answers again, and the lease is renewed again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_final_status_is_lost_while_the_api_server_is_gone() {
-    let _serial = SERIAL.lock().await;
-    let fake = FakeApi::start().await;
-    let node = cluster_node("cl-gone", "cl-gone-node", &fake, ConfigArgs::default()).await;
-    fake.put_pod(node_pod(
+    let (_serial, fake, node) =
+        cluster_test("cl-gone", "cl-gone-node", ConfigArgs::default(), false).await;
+    run_api_pod(
+        &fake,
+        "cl-gone-node",
         "job",
         "cl-uid-job",
-        "cl-gone-node",
         json!({"restartPolicy": "Never"}),
         "sleep 4; exit 3",
-    ));
-    wait_until("Running in the API", Duration::from_secs(60), || {
-        api_phase(&fake, "job").as_deref() == Some("Running")
-    })
+    )
     .await;
     fake.stop().await;
     let gone = Instant::now();
@@ -911,16 +916,8 @@ async fn no_final_status_is_lost_while_the_api_server_is_gone() {
 /// there; the API source does not run the mirror; removing the manifest deletes the mirror.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_pods_get_mirror_pods() {
-    let _serial = SERIAL.lock().await;
-    let fake = FakeApi::start().await;
-    let node = cluster_node_with(
-        "cl-mirror",
-        "cl-mirror-node",
-        &fake,
-        ConfigArgs::default(),
-        true,
-    )
-    .await;
+    let (_serial, fake, node) =
+        cluster_test("cl-mirror", "cl-mirror-node", ConfigArgs::default(), true).await;
     node.submit(
         "static.yaml",
         &enforcer_tests::node::pod(
@@ -971,19 +968,16 @@ async fn static_pods_get_mirror_pods() {
 /// the newest status.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_api_server_delays_nothing_on_the_node() {
-    let _serial = SERIAL.lock().await;
-    let fake = FakeApi::start().await;
-    let node = cluster_node("cl-slow", "cl-slow-node", &fake, ConfigArgs::default()).await;
-    fake.put_pod(node_pod(
+    let (_serial, fake, node) =
+        cluster_test("cl-slow", "cl-slow-node", ConfigArgs::default(), false).await;
+    run_api_pod(
+        &fake,
+        "cl-slow-node",
         "slowjob",
         "cl-uid-slowjob",
-        "cl-slow-node",
         json!({"restartPolicy": "Never"}),
         "sleep 3; exit 4",
-    ));
-    wait_until("Running in the API", Duration::from_secs(60), || {
-        api_phase(&fake, "slowjob").as_deref() == Some("Running")
-    })
+    )
     .await;
     let api_delay = Duration::from_secs(3);
     fake.set_delay(api_delay);
