@@ -237,14 +237,6 @@ pub fn container_resource_value(
         r if r.starts_with("hugepages-") => ceil_div(value.value(), divisor.value()),
         _ => return Err(EnvError::Resource(fs.resource.clone())),
     };
-    if matches!(resource, "cpu") && divisor.milli_value() == 0
-        || resource != "cpu" && divisor.value() == 0
-    {
-        return Err(EnvError::Divisor {
-            resource: fs.resource.clone(),
-            divisor: divisor.canonical(),
-        });
-    }
     Ok(v.to_string())
 }
 
@@ -344,10 +336,7 @@ pub fn container_env(
         } else {
             let defined = &out;
             expand(e.value.as_deref().unwrap_or(""), &|name| {
-                defined
-                    .iter()
-                    .find(|(k, _)| k == name)
-                    .map(|(_, v)| v.clone())
+                lookup(defined, name)
             })
         };
         match out.iter_mut().find(|(k, _)| *k == e.name) {
@@ -358,22 +347,23 @@ pub fn container_env(
     Ok(out)
 }
 
+/// The value of `name` in a container's env (names are unique: [`container_env`] replaces
+/// a repeated one).
+#[must_use]
+pub fn lookup(env: &[(String, String)], name: &str) -> Option<String> {
+    env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+}
+
 /// `ExpandContainerCommandAndArgs`: the command and args with `$(VAR)` from the final env.
 #[must_use]
 pub fn expand_command_and_args(
     c: &Container,
     env: &[(String, String)],
 ) -> (Vec<String>, Vec<String>) {
-    let lookup = |name: &str| {
-        env.iter()
-            .rev()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-    };
     let each = |v: &Option<Vec<String>>| {
         v.iter()
             .flatten()
-            .map(|s| expand(s, &lookup))
+            .map(|s| expand(s, &|name| lookup(env, name)))
             .collect::<Vec<_>>()
     };
     (each(&c.command), each(&c.args))

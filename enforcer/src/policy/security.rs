@@ -80,15 +80,11 @@ pub enum SecurityError {
     SysctlNotNamespaced(String),
 }
 
-/// kubelet's `format.Pod`: `name_namespace(uid)`.
+/// kubelet's `format.Pod`: `name_namespace(uid)` (the namespace defaulted as the API does).
 #[must_use]
 pub fn format_pod(pod: &Pod) -> String {
-    format!(
-        "{}_{}({})",
-        pod.metadata.name.as_deref().unwrap_or(""),
-        pod.metadata.namespace.as_deref().unwrap_or(""),
-        pod.metadata.uid.as_deref().unwrap_or("")
-    )
+    use super::resources::{pod_name, pod_namespace, pod_uid};
+    format!("{}_{}({})", pod_name(pod), pod_namespace(pod), pod_uid(pod))
 }
 
 fn pod_security_context(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::PodSecurityContext> {

@@ -421,12 +421,7 @@ pub fn propagation(mode: Option<&str>) -> Result<cri::MountPropagation, MountErr
 pub fn expand_sub_path_expr(expr: &str, env: &[(String, String)]) -> Result<String, MountError> {
     let missing = std::cell::RefCell::new(std::collections::BTreeSet::new());
     let out = env::expand(expr, &|name| {
-        let v = env
-            .iter()
-            .rev()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default();
+        let v = env::lookup(env, name).unwrap_or_default();
         if v.is_empty() {
             missing.borrow_mut().insert(name.to_owned());
         }

@@ -685,14 +685,14 @@ impl<R: ContainerRuntime> PodWorker<R> {
             now,
         );
         for b in &actions.backoff {
-            let id = PodIdent::of(pod);
             self.event(
                 Some(&b.name),
                 EventType::Warning,
                 "BackOff",
                 format!(
-                    "Back-off restarting failed container {} in pod {}_{}({uid})",
-                    b.name, id.name, id.namespace
+                    "Back-off restarting failed container {} in pod {}",
+                    b.name,
+                    crate::policy::security::format_pod(pod)
                 ),
             );
             self.waiting.insert(

@@ -5,7 +5,7 @@
 //! (grace period 0), with kubelet's messages.
 
 use super::manager::ActivePod;
-use crate::policy::resources;
+use crate::{policy::resources, quantity::Quantity};
 
 /// A pod evicted for its local storage.
 #[must_use]
@@ -18,6 +18,11 @@ pub struct LocalStorageEviction {
     pub message: String,
 }
 
+/// Whether `used` bytes are more than `limit` (compared exactly, in the quantity's nanos).
+fn exceeds(used: i64, limit: &Quantity) -> bool {
+    i128::from(used) * 1_000_000_000 > limit.nanos()
+}
+
 /// `emptyDirLimitEviction`: the first emptyDir (in spec order) used beyond its sizeLimit.
 fn empty_dir_over(p: &ActivePod<'_>) -> Option<String> {
     let stats = p.stats?;
@@ -28,7 +33,7 @@ fn empty_dir_over(p: &ActivePod<'_>) -> Option<String> {
         .find_map(|v| {
             let size = resources::lenient(v.empty_dir.as_ref()?.size_limit.as_ref()?);
             let used = *stats.volumes.get(&v.name)?;
-            (size.signum() == 1 && i128::from(used) * 1_000_000_000 > size.nanos()).then(|| {
+            (size.signum() == 1 && exceeds(used, &size)).then(|| {
                 format!(
                     "Usage of EmptyDir volume {:?} exceeds the limit {:?}. ",
                     v.name,
@@ -42,7 +47,7 @@ fn empty_dir_over(p: &ActivePod<'_>) -> Option<String> {
 fn pod_over(p: &ActivePod<'_>) -> Option<String> {
     let limit = *resources::pod_limits(p.pod).get("ephemeral-storage")?;
     let used = p.stats?.ephemeral_storage.unwrap_or(0);
-    (i128::from(used) * 1_000_000_000 > limit.nanos()).then(|| {
+    exceeds(used, &limit).then(|| {
         format!(
             "Pod ephemeral local storage usage exceeds the total limit of containers {}. ",
             limit.canonical()
@@ -59,7 +64,7 @@ fn container_over(p: &ActivePod<'_>) -> Option<String> {
         let c = spec.containers.iter().find(|c| c.name == cs.name)?;
         let limit = *resources::container_limits(c).get("ephemeral-storage")?;
         let used = cs.ephemeral_storage.unwrap_or(0);
-        (limit.value() != 0 && i128::from(used) * 1_000_000_000 > limit.nanos()).then(|| {
+        (limit.value() != 0 && exceeds(used, &limit)).then(|| {
             format!(
                 "Container {} exceeded its local ephemeral storage limit {:?}. ",
                 cs.name,
