@@ -31,7 +31,7 @@ pub struct Capabilities {
 }
 
 /// Where the kernel says whether AppArmor is enabled.
-pub const APPARMOR_ENABLED: &str = "/sys/module/apparmor/parameters/enabled";
+const APPARMOR_ENABLED: &str = "/sys/module/apparmor/parameters/enabled";
 
 /// Whether the kernel enforces AppArmor (kubelet's AppArmor admission needs it for any
 /// profile other than `unconfined`).
