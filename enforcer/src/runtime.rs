@@ -328,16 +328,6 @@ impl<R: ContainerRuntime> Pods<R> {
     }
 }
 
-/// The node's IP as kubelet picks one without `--node-ip` (the address of the default route's
-/// interface): the source address the kernel picks for a route to a public address (connecting
-/// a UDP socket sends nothing). Empty without a default route.
-fn node_host_ips() -> Vec<String> {
-    std::net::UdpSocket::bind("0.0.0.0:0")
-        .and_then(|s| s.connect("192.0.2.1:9").and_then(|()| s.local_addr()))
-        .map(|a| vec![a.ip().to_string()])
-        .unwrap_or_default()
-}
-
 /// The node's allocatable as the downward API and memory emptyDirs read it: admission's,
 /// else the machine's memory and CPUs.
 fn downward_allocatable(opts: &RunPodsOptions) -> crate::policy::resources::ResourceList {
@@ -412,7 +402,10 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         log_root,
         downward: crate::policy::env::EnvContext {
             node_name: opts.node_name.clone(),
-            host_ips: node_host_ips(),
+            // The Node's InternalIP (cluster mode's `status.hostIP`): the same probe.
+            host_ips: crate::cluster::node_status::default_route_ip()
+                .into_iter()
+                .collect(),
             pod_ips: Vec::new(),
             allocatable: downward_allocatable(&opts),
         },

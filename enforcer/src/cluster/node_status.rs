@@ -88,8 +88,10 @@ pub fn os_image(os_release: &str) -> String {
         .unwrap_or_else(|| "Linux".to_owned())
 }
 
-/// The address this machine reaches the outside from (the default route's source address,
-/// found by connecting a UDP socket, which sends nothing); `None` without a route.
+/// The node's IP as kubelet picks one without `--node-ip` (the address of the default route's
+/// interface): the source address the kernel picks for a route to a public address (found by
+/// connecting a UDP socket, which sends nothing); `None` without a default route. The Node's
+/// `InternalIP`, pods' `status.hostIP`, and the downward API's `status.hostIP(s)`.
 #[must_use]
 pub fn default_route_ip() -> Option<String> {
     let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
