@@ -20,7 +20,14 @@ struct State {
     down: bool,
     /// StartContainer calls still to fail (as a runtime timing out would).
     failing_starts: u32,
+    /// `PodSandboxStatus` asks for the sandbox IPs.
+    ip_asks: usize,
+    /// Each created container's env, by container name (the last creation's).
+    envs: HashMap<String, Vec<(String, String)>>,
 }
+
+/// The IP every fake sandbox has on its pod network.
+pub const SANDBOX_IP: &str = "10.88.0.7";
 
 /// The recording runtime. Clone shares the state.
 #[derive(Clone, Debug, Default)]
@@ -122,6 +129,18 @@ impl FakeRuntime {
     pub fn counts(&self) -> (usize, usize) {
         self.with(|s| (s.sandboxes.len(), s.containers.len()))
     }
+
+    /// How many times the sandbox IPs were asked.
+    #[must_use]
+    pub fn ip_asks(&self) -> usize {
+        self.with(|s| s.ip_asks)
+    }
+
+    /// The env the container named `name` was last created with.
+    #[must_use]
+    pub fn env_of(&self, name: &str) -> Vec<(String, String)> {
+        self.with(|s| s.envs.get(name).cloned().unwrap_or_default())
+    }
 }
 
 impl ContainerRuntime for FakeRuntime {
@@ -157,8 +176,9 @@ impl ContainerRuntime for FakeRuntime {
     }
 
     async fn pod_sandbox_ips(&self, _id: &str) -> Result<Vec<String>, CriError> {
-        // Not logged: the recorded call sequences are the pod lifecycle's.
-        Ok(Vec::new())
+        // Not logged: the recorded call sequences are the pod lifecycle's; counted instead.
+        self.with(|s| s.ip_asks += 1);
+        Ok(vec![SANDBOX_IP.to_owned()])
     }
 
     async fn stop_pod_sandbox(&self, id: &str) -> Result<(), CriError> {
@@ -217,7 +237,13 @@ impl ContainerRuntime for FakeRuntime {
             .map(|m| m.name.clone())
             .unwrap_or_default();
         self.log(format!("CreateContainer {name}"))?;
+        let env = config
+            .envs
+            .iter()
+            .map(|kv| (kv.key.clone(), kv.value.clone()))
+            .collect();
         Ok(self.with(|s| {
+            s.envs.insert(name.clone(), env);
             s.next += 1;
             let id = format!("c{}", s.next);
             let c = cri::Container {

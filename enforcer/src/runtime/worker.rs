@@ -1451,6 +1451,23 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
+    /// A pod on a pod network: `status.podIP` in two containers' env and the pod record
+    /// come from one `PodSandboxStatus` (asked once per sandbox).
+    #[tokio::test(start_paused = true)]
+    async fn sandbox_ips_reach_env_and_status_asked_once() {
+        let h = harness(
+            "metadata: {name: p, uid: u9}\nspec:\n  containers:\n  - {name: a, image: 'busybox:local', env: [{name: IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}]}\n  - {name: b, image: 'busybox:local', env: [{name: IPS, valueFrom: {fieldRef: {fieldPath: status.podIPs}}}]}",
+        );
+        settle().await;
+        let ip = crate::runtime::fake::SANDBOX_IP.to_owned();
+        assert_eq!(h.fake.env_of("a"), [("IP".to_owned(), ip.clone())]);
+        assert_eq!(h.fake.env_of("b"), [("IPS".to_owned(), ip.clone())]);
+        let _ = h.tx.send(WorkUpdate::Relist);
+        settle().await;
+        assert_eq!(h.status.get("u9").expect("status").pod_ips, [ip]);
+        assert_eq!(h.fake.ip_asks(), 1, "{:?}", h.fake.calls());
+    }
+
     /// A StartContainer that failed (or a CreateContainer that timed out and completed) leaves
     /// a created container: the next sync starts it, it never creates a second one.
     #[tokio::test(start_paused = true)]
