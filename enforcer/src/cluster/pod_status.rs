@@ -13,7 +13,11 @@
 //! PUT `pods/{name}/status` only when the merged status differs from the API's (a 409 reads
 //! the pod again and retries), then, for a pod with a `deletionTimestamp` whose termination
 //! finished and whose API phase is terminal, DELETE with grace 0 and its uid as precondition.
-//! A failed sync is retried with backoff; nothing waits on it.
+//! A failed sync is retried with backoff; nothing waits on it. A delivered status is not read
+//! back: a pod is synced again only when its status changes, its last sync failed, or it was
+//! not found (a mirror pod not created yet: tried again every 10 s). Unlike kubelet, which
+//! compares its watch cache with what it sent, the node does not put back a status that
+//! another writer changed while the node's own did not change.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -417,8 +421,9 @@ async fn sync_one<A: ClusterApi>(
     })
 }
 
-/// How often every pod is synced even without a change (kubelet's status manager: 10 s),
-/// so a status the API lost or another writer changed is put back.
+/// How often the writer wakes without a change (kubelet's status manager syncs every 10 s):
+/// pods not delivered yet (their pod missing from the API at the last try, e.g. a mirror not
+/// created yet) are tried again; delivered ones are not read back.
 const RESYNC: Duration = Duration::from_secs(10);
 
 /// Writes the status of the API-server source's pods, and of the static pods (`link`: the
@@ -534,11 +539,7 @@ pub async fn run<A: ClusterApi>(
         tokio::select! {
             () = changed.notified() => {}
             () = retry => {}
-            _ = resync.tick() => {
-                for e in entries.values_mut() {
-                    e.delivered = None;
-                }
-            }
+            _ = resync.tick() => {}
         }
     }
 }
@@ -780,10 +781,12 @@ mod tests {
                 .as_deref(),
             Some("Running")
         );
-        // The same status again: nothing sent, even at the resync.
+        // The same status again: nothing sent, nor read back, even at the resync.
+        let gets = api.count(|c| matches!(c, Call::GetPod));
         status.set(running_record("u1"));
         tokio::time::sleep(Duration::from_secs(11)).await;
         assert_eq!(api.count(|c| matches!(c, Call::ReplacePodStatus(_))), 1);
+        assert_eq!(api.count(|c| matches!(c, Call::GetPod)), gets);
         // A conflict: read again, sent again.
         api.conflict_next(1);
         let mut rec = running_record("u1");
@@ -817,6 +820,29 @@ mod tests {
         assert_eq!(last.as_str(), "Succeeded");
         assert_eq!(api.count(|c| matches!(c, Call::DeletePod(_))), 1);
         assert!(api.pod("u1").is_none());
+        task.abort();
+    }
+
+    /// A pod missing from the API when its status changed (a mirror pod not created yet) gets
+    /// it at the next resync once it is there.
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_missing_from_the_api_is_tried_again_at_the_resync() {
+        let api = Arc::new(FakeApi::default());
+        let status = StatusManager::default();
+        let task = tokio::spawn(run(api.clone(), status.clone(), None, None));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        status.set(running_record("u1"));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(api.count(|c| matches!(c, Call::GetPod)), 1);
+        api.add_pod(api_pod("u1"));
+        tokio::time::sleep(RESYNC).await;
+        assert_eq!(
+            api.pod("u1")
+                .and_then(|p| p.status)
+                .and_then(|s| s.phase)
+                .as_deref(),
+            Some("Running")
+        );
         task.abort();
     }
 
