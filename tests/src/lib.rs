@@ -160,6 +160,17 @@ pub fn enable_subtree_controllers(dir: &Path) {
         .unwrap_or_else(|e| panic!("write {:?} to {}: {e}", enable.join(" "), p.display()));
 }
 
+/// The `oom_kill` counter of one memory cgroup directory (v1 `memory.oom_control`, v2
+/// `memory.events`), through the daemon's own parser.
+#[must_use]
+pub fn oom_kills_in(dir: &Path) -> u64 {
+    fs::read_to_string(dir.join("memory.oom_control"))
+        .or_else(|_| fs::read_to_string(dir.join("memory.events")))
+        .map_or(0, |t| {
+            enforcer::kernel::fallback::parse_mem_events(&t).oom_kill
+        })
+}
+
 /// This kernel's release (`uname -r`), for reports.
 #[must_use]
 pub fn kernel_release() -> String {

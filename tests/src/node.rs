@@ -96,16 +96,7 @@ pub fn oom_kills_below(dir: &Path) -> u64 {
     let mut total = 0;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let text = std::fs::read_to_string(d.join("memory.oom_control"))
-            .or_else(|_| std::fs::read_to_string(d.join("memory.events")))
-            .unwrap_or_default();
-        total += text
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("oom_kill ")
-                    .and_then(|v| v.trim().parse::<u64>().ok())
-            })
-            .unwrap_or(0);
+        total += crate::oom_kills_in(&d);
         if let Ok(rd) = std::fs::read_dir(&d) {
             stack.extend(
                 rd.flatten()

@@ -6,7 +6,7 @@
 
 use std::{path::Path, time::Duration};
 
-use enforcer::{cgroup::CgroupVersion, config::ConfigArgs};
+use enforcer::config::ConfigArgs;
 use enforcer_tests::{
     layout,
     node::{Node, find, phase, pod, status_file, wait_until},
@@ -21,22 +21,15 @@ fn read(p: &Path) -> String {
         .to_owned()
 }
 
-fn high_events(kubepods: &Path) -> i64 {
-    read(&kubepods.join("memory.events"))
-        .lines()
-        .find_map(|l| l.strip_prefix("high ").and_then(|v| v.trim().parse().ok()))
-        .unwrap_or(0)
+fn high_events(kubepods: &Path) -> u64 {
+    enforcer::kernel::fallback::parse_mem_events(&read(&kubepods.join("memory.events"))).high
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_high_tripwire_signals_the_crossing_and_is_lifted_for_the_eviction_v2only() {
+    enforcer_tests::require_memory_v2("the memory.high tripwire");
     let l = layout();
-    let (mount, version) = l.controller("memory").expect("a memory controller");
-    assert_eq!(
-        version,
-        CgroupVersion::V2,
-        "this test needs a cgroup v2 memory controller (run it with `cargo xtask vm-test`)"
-    );
+    let (mount, _) = l.controller("memory").expect("a memory controller");
     let args = ConfigArgs {
         node_capacity: vec!["memory=400Mi".to_owned()],
         eviction_hard: vec!["memory.available<100Mi".to_owned()],

@@ -44,18 +44,6 @@ fn arg(name: &str, default: u64) -> u64 {
     enforcer_tests::arg_u64(name, default)
 }
 
-fn oom_kills(dir: &std::path::Path) -> u64 {
-    std::fs::read_to_string(dir.join("memory.oom_control"))
-        .or_else(|_| std::fs::read_to_string(dir.join("memory.events")))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("oom_kill ")
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 struct ModeResult {
     name: &'static str,
     to_kill: Vec<u64>,
@@ -209,11 +197,11 @@ async fn run_mode(mode: &Mode, trials: u64, hog: &std::path::Path) -> anyhow::Re
     let (name, source, housekeeping) = (mode.name, mode.source, mode.housekeeping);
     let l = layout();
     let caps = Capabilities::probe(&l);
-    let (mem_mount, _) = l.controller("memory").context("memory controller")?;
+    let (mem_mount, version) = l.controller("memory").context("memory controller")?;
     let root = format!("/{}", unique_name("bench-evict"));
     let kubepods_rel = format!("{root}/kubepods");
     let kubepods = TestCgroup::create(mem_mount, &kubepods_rel);
-    let v1 = kubepods.dir.join("memory.limit_in_bytes").exists();
+    let v1 = version == enforcer::cgroup::CgroupVersion::V1;
     kubepods.write(
         if v1 {
             "memory.limit_in_bytes"
@@ -305,7 +293,7 @@ async fn run_mode(mode: &Mode, trials: u64, hog: &std::path::Path) -> anyhow::Re
         let ctr = TestCgroup::create(mem_mount, &format!("{pod_rel}/ctr"));
         let _ = link.take_evictions();
         link.set_active(&uid, ActiveEntry::new(pod.clone(), pod_rel.clone()));
-        let ooms = oom_kills(&kubepods.dir);
+        let ooms = enforcer_tests::oom_kills_in(&kubepods.dir);
         let mut cmd = Command::new(hog);
         // Grow fast to 40 MiB under the threshold, then 1 MiB per ms (with the page faults,
         // about 100-200 MiB/s) up to 600 MiB: past the limit if nothing acts.
@@ -364,7 +352,8 @@ async fn run_mode(mode: &Mode, trials: u64, hog: &std::path::Path) -> anyhow::Re
         let evictions = link.take_evictions();
         // On cgroup v1 the kill is counted in the victim's own memory cgroup, on v2 also up
         // the tree: look at both.
-        let oom = oom_kills(&kubepods.dir) > ooms || oom_kills(&ctr.dir) > 0;
+        let oom = enforcer_tests::oom_kills_in(&kubepods.dir) > ooms
+            || enforcer_tests::oom_kills_in(&ctr.dir) > 0;
         // The MiB at which the working set crossed the threshold (the baseline is what was
         // charged before the process grew: its binary, stack and the fast part).
         // The growth is known MiB by MiB (the process's stamps); what else is charged (its
