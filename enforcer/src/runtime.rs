@@ -12,6 +12,7 @@
 //! - [`worker`]: pod workers (syncing -> terminating -> terminated), crash backoff, kill.
 //! - [`spec`]: Pod -> CRI configs, kubelet's labels and annotations.
 //! - [`podcgroup`]: pod cgroups below the cgroup root.
+//! - [`probe`]: startup, liveness and readiness probes (exec, httpGet, tcpSocket, grpc).
 //! - [`status`]: the status manager, `pods.json`, `enforcer pods`.
 //! - [`records`]: the blank, Failed (rejected, evicted) and evicted status records.
 //!
@@ -29,6 +30,7 @@ pub mod gc;
 pub mod limit;
 pub mod link;
 pub mod podcgroup;
+pub mod probe;
 pub mod records;
 mod relist;
 pub mod source;

@@ -104,7 +104,10 @@ fn container_status(c: &ContainerRecord) -> ContainerStatus {
         image_id: c.image_id.clone(),
         ready: c.ready,
         restart_count: i32::try_from(c.restart_count).unwrap_or(i32::MAX),
-        started: Some(matches!(c.state, ContainerState::Running { .. })),
+        started: Some(
+            c.started
+                .unwrap_or(matches!(c.state, ContainerState::Running { .. })),
+        ),
         state: Some(api_state(&c.state, &c.container_id)),
         last_state: Some(
             c.last_state
@@ -582,6 +585,7 @@ mod tests {
                 image: "busybox:local".to_owned(),
                 image_id: "sha256:1".to_owned(),
                 ready: true,
+                started: Some(true),
                 restart_count: 1,
                 state: ContainerState::Running {
                     started_at: "2026-01-01T00:00:01Z".to_owned(),

@@ -140,6 +140,25 @@ pub trait ContainerRuntime: Send + Sync + 'static {
     fn sandbox_image(&self) -> impl Future<Output = Result<Option<String>, CriError>> + Send {
         async { Ok(None) }
     }
+    /// `ExecSync`: runs `cmd` in the container, killed after `timeout` (exec probes). A
+    /// runtime without it answers an error (the probe errors; never a silent success).
+    fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<super::probe::ExecOutput, CriError>> + Send {
+        let _ = (cmd, timeout);
+        let id = id.to_owned();
+        async move {
+            Err(CriError::Status {
+                op: "ExecSync",
+                id,
+                code: tonic::Code::Unimplemented,
+                message: "this runtime cannot exec in containers".to_owned(),
+            })
+        }
+    }
     /// `UpdateContainerResources` (the CPU manager's cpusets). A runtime without it accepts
     /// and ignores the update.
     fn update_container_resources(
@@ -523,6 +542,31 @@ impl ContainerRuntime for CriRuntime {
         )
         .await
         .map(drop)
+    }
+
+    async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: Duration,
+    ) -> Result<super::probe::ExecOutput, CriError> {
+        let container_id = id.to_owned();
+        let secs = i64::try_from(timeout.as_secs().max(1)).unwrap_or(i64::MAX);
+        let resp = self
+            .call("ExecSync", id, timeout, |mut r, _| async move {
+                r.exec_sync(cri::ExecSyncRequest {
+                    container_id,
+                    cmd,
+                    timeout: secs,
+                })
+                .await
+            })
+            .await?;
+        Ok(super::probe::ExecOutput {
+            exit_code: resp.exit_code,
+            stdout: resp.stdout,
+            stderr: resp.stderr,
+        })
     }
 
     async fn remove_container(&self, id: &str) -> Result<(), CriError> {

@@ -24,6 +24,11 @@ struct State {
     ip_asks: usize,
     /// Each created container's env, by container name (the last creation's).
     envs: HashMap<String, Vec<(String, String)>>,
+    /// What `ExecSync` answers, by `"<container name> <command>"` or by container name:
+    /// exit code and output (`None`: the exec timed out).
+    execs: HashMap<String, Option<(i32, String)>>,
+    /// `ExecSync` calls, by container name and by `"<container name> <command>"`.
+    exec_counts: HashMap<String, usize>,
 }
 
 /// The IP every fake sandbox has on its pod network.
@@ -134,6 +139,25 @@ impl FakeRuntime {
     #[must_use]
     pub fn ip_asks(&self) -> usize {
         self.with(|s| s.ip_asks)
+    }
+
+    /// Makes every later `ExecSync` in the container named `key` (or, with a key such as
+    /// `"app cat /ready"`, of that command in it) exit with `code` and print `output`
+    /// (`None`: time out). Unset, an exec succeeds silently.
+    pub fn set_exec(&self, key: &str, answer: Option<(i32, &str)>) {
+        self.with(|s| {
+            s.execs.insert(
+                key.to_owned(),
+                answer.map(|(code, out)| (code, out.to_owned())),
+            )
+        });
+    }
+
+    /// How many `ExecSync` calls reached the container named `key` (or ran that command
+    /// in it, with a `"<name> <command>"` key).
+    #[must_use]
+    pub fn exec_count(&self, name: &str) -> usize {
+        self.with(|s| s.exec_counts.get(name).copied().unwrap_or(0))
     }
 
     /// The env the container named `name` was last created with.
@@ -297,7 +321,7 @@ impl ContainerRuntime for FakeRuntime {
                 Some((c, st)) => {
                     c.state = cri::ContainerState::ContainerRunning as i32;
                     st.state = c.state;
-                    st.started_at = 1;
+                    st.started_at = super::status::now_nanos();
                     Ok(())
                 }
                 None => Err(not_found("StartContainer", id)),
@@ -326,6 +350,51 @@ impl ContainerRuntime for FakeRuntime {
             }
         });
         Ok(())
+    }
+
+    async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        timeout: std::time::Duration,
+    ) -> Result<super::probe::ExecOutput, CriError> {
+        // Not logged (probes run every period); counted by container name.
+        let answer = self.with(|s| {
+            let running = s
+                .containers
+                .iter()
+                .find(|(c, _)| {
+                    c.id == id && c.state == cri::ContainerState::ContainerRunning as i32
+                })
+                .and_then(|(c, _)| c.metadata.as_ref().map(|m| m.name.clone()));
+            running.map(|name| {
+                let full = format!("{name} {}", cmd.join(" "));
+                *s.exec_counts.entry(name.clone()).or_default() += 1;
+                *s.exec_counts.entry(full.clone()).or_default() += 1;
+                s.execs
+                    .get(&full)
+                    .or_else(|| s.execs.get(&name))
+                    .cloned()
+                    .unwrap_or(Some((0, String::new())))
+            })
+        });
+        match answer {
+            None => Err(not_found("ExecSync", id)),
+            Some(Some((exit_code, out))) => Ok(super::probe::ExecOutput {
+                exit_code,
+                stdout: out.into_bytes(),
+                stderr: Vec::new(),
+            }),
+            Some(None) => {
+                tokio::time::sleep(timeout).await;
+                Err(CriError::Status {
+                    op: "ExecSync",
+                    id: id.to_owned(),
+                    code: tonic::Code::DeadlineExceeded,
+                    message: "context deadline exceeded".to_owned(),
+                })
+            }
+        }
     }
 
     async fn remove_container(&self, id: &str) -> Result<(), CriError> {

@@ -51,6 +51,7 @@ pub fn evicted_status(
         .chain(rec.init_container_statuses.iter_mut())
     {
         c.ready = false;
+        c.started = Some(false);
     }
     rec.conditions.retain(|c| c.kind != "DisruptionTarget");
     for c in &mut rec.conditions {
@@ -133,6 +134,7 @@ mod tests {
                 image: "busybox:local".to_owned(),
                 image_id: String::new(),
                 ready: true,
+                started: Some(false),
                 restart_count: 0,
                 state: terminated.clone(),
                 last_state: None,

@@ -82,6 +82,10 @@ pub struct ContainerRecord {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub image_id: String,
     pub ready: bool,
+    /// kubelet's `started`: running, and past its startup probe if it has one (`None` in
+    /// records written before probes existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<bool>,
     pub restart_count: u32,
     pub state: ContainerState,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -634,6 +638,7 @@ mod tests {
                 image: "busybox:local".into(),
                 image_id: String::new(),
                 ready: false,
+                started: Some(false),
                 restart_count: 4,
                 state: ContainerState::Waiting {
                     reason: "CrashLoopBackOff".into(),

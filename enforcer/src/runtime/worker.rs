@@ -15,6 +15,7 @@ use tokio::{sync::mpsc, task::JoinSet, time::Instant};
 use super::{
     cri::{ContainerRuntime, CriError},
     podcgroup::PodCgroups,
+    probe::{self, ProbeContext, ProbeType, Prober},
     source::is_valid_uid,
     spec::{self, ContainerKind, NodeFacts, PodIdent},
     status::{Condition, ContainerRecord, ContainerState, PodRecord, StatusManager, rfc3339},
@@ -254,6 +255,8 @@ pub struct PodWorker<R> {
     /// The pod (and pod memory limit) the volumes were last set up for: setup runs again
     /// only when the spec or metadata change (kubelet's volume manager mounts once).
     volumes_set_up: Option<(Pod, Option<i64>)>,
+    /// The pod's container probes and their results (kubelet's probe manager).
+    probes: Prober,
 }
 
 impl<R: ContainerRuntime> PodWorker<R> {
@@ -276,6 +279,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             oom: HashMap::new(),
             sandbox_ips: None,
             volumes_set_up: None,
+            probes: Prober::default(),
         }
     }
 
@@ -298,6 +302,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             oom: HashMap::new(),
             sandbox_ips: None,
             volumes_set_up: None,
+            probes: Prober::default(),
         }
     }
 
@@ -316,6 +321,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
         done: mpsc::UnboundedSender<Terminated>,
     ) {
         let mut failures: u32 = 0;
+        let probed = self.probes.notifier();
         loop {
             if let PodWorkerState::Terminating { grace } = self.state {
                 let last = self.terminate(grace, &mut rx).await;
@@ -361,6 +367,8 @@ impl<R: ContainerRuntime> PodWorker<R> {
                     }
                 }
                 () = tokio::time::sleep_until(wake) => {}
+                // A probe result changed, or a container failed its liveness probe.
+                () = probed.notified() => {}
             }
         }
     }
@@ -425,6 +433,8 @@ impl<R: ContainerRuntime> PodWorker<R> {
             None => self.orphan_grace().await,
         };
         tracing::info!(uid = %self.uid, grace, "killing pod");
+        // kubelet stops probing a pod being deleted (liveness and startup never kill it now).
+        self.probes.clear();
         if self.pod.is_some()
             && let Some(mut rec) = self.ctx.status.get(&self.uid)
         {
@@ -675,6 +685,9 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 .await?;
             return Ok(Some(now + VOLUME_RETRY));
         }
+        // Containers that failed their liveness or startup probe are killed first; the plan
+        // then restarts them as their restart policy says (kubelet's computePodActions).
+        self.probe_kills(pod).await?;
         let (sandboxes, containers, view) = self.observe(pod, now).await?;
         let actions = compute_pod_actions(
             pod,
@@ -705,6 +718,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
         let (sandbox_id, attempt) = match &actions.sandbox {
             SandboxPlan::Finished(old) => {
                 self.state = PodWorkerState::Terminated;
+                self.probes.clear();
                 self.publish(pod, qos, &cgroup, old, &containers, false)
                     .await?;
                 return Ok(None);
@@ -759,12 +773,14 @@ impl<R: ContainerRuntime> PodWorker<R> {
         let mut after = self.pod_containers().await.map_err(self.cri())?;
         after.sort_by_key(|c| std::cmp::Reverse(c.created_at));
         self.check_oom(pod, &cgroup, &sandbox_id, &after);
+        self.sync_probes(pod, &sandbox_id, &after).await?;
         let phase = self
             .publish(pod, qos, &cgroup, &sandbox_id, &after, actions.init_failed)
             .await?;
         if phase.is_terminal() {
             tracing::info!(uid = %uid, %phase, "pod finished; stopping its sandbox");
             self.state = PodWorkerState::Terminated;
+            self.probes.clear();
             kill_pod(&rt, &uid, spec::grace_seconds(pod), false)
                 .await
                 .map_err(self.cri())?;
@@ -905,6 +921,115 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 self.exit_seen.remove(old);
             }
         }
+        Ok(())
+    }
+
+    /// Kills the containers whose liveness or startup probe failed past its threshold, with
+    /// kubelet's `Killing` event and the probe's grace period when it sets one.
+    async fn probe_kills(&mut self, pod: &Pod) -> Result<(), WorkerError> {
+        for k in self.probes.take_kills() {
+            let sidecar = pod
+                .spec
+                .iter()
+                .flat_map(|s| s.init_containers.iter().flatten())
+                .any(|c| c.name == k.name);
+            let restart = sidecar || RestartPolicy::of(pod) != RestartPolicy::Never;
+            let what = match k.probe {
+                ProbeType::Startup => "startup",
+                _ => "liveness",
+            };
+            let mut message = format!("Container {} failed {what} probe", k.name);
+            if restart {
+                message.push_str(", will be restarted");
+            }
+            let grace = k
+                .grace
+                .unwrap_or_else(|| spec::grace_seconds(pod))
+                .max(spec::MIN_GRACE_SECONDS);
+            tracing::info!(uid = %self.uid, container = %k.name, id = %k.container_id, grace, "{message}");
+            self.event(Some(&k.name), EventType::Normal, "Killing", message);
+            if let Err(e) = ignore_not_found(
+                self.ctx
+                    .runtime
+                    .stop_container(&k.container_id, grace)
+                    .await,
+            ) {
+                // Asked again at the next sync.
+                self.probes.requeue(k);
+                return Err(self.cri()(e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Where the pod's network probes go without a `host`: the pod IP; for host-network
+    /// pods the node's IP; 127.0.0.1 without either (kubelet dials the empty host, local).
+    async fn probe_host(&mut self, pod: &Pod, sandbox_id: &str) -> String {
+        let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);
+        let ips = if host_network {
+            self.ctx.downward.host_ips.clone()
+        } else {
+            self.pod_ips(pod, sandbox_id).await
+        };
+        ips.into_iter()
+            .next()
+            .unwrap_or_else(|| "127.0.0.1".to_owned())
+    }
+
+    /// Probes exactly the running app containers and sidecars that have probes (new
+    /// instances get new probes; the probes of stopped ones end).
+    async fn sync_probes(
+        &mut self,
+        pod: &Pod,
+        sandbox_id: &str,
+        all: &[cri::Container],
+    ) -> Result<(), WorkerError> {
+        let defs: Vec<Container> = pod
+            .spec
+            .iter()
+            .flat_map(|s| {
+                s.init_containers
+                    .iter()
+                    .flatten()
+                    .filter(|c| ContainerKind::of_init(c) == ContainerKind::Sidecar)
+                    .chain(&s.containers)
+            })
+            .filter(|c| probe::has_probes(c))
+            .cloned()
+            .collect();
+        let mut targets = Vec::new();
+        let mut host = None;
+        for def in defs {
+            let Some(c) = all.iter().find(|x| {
+                x.pod_sandbox_id == sandbox_id && x.state == RUNNING && name_of(x) == def.name
+            }) else {
+                continue;
+            };
+            let started_at = self.status_of(c).await?.started_at;
+            let pod_host = match &host {
+                Some(h) => String::clone(h),
+                None => {
+                    let h = self.probe_host(pod, sandbox_id).await;
+                    host = Some(h.clone());
+                    h
+                }
+            };
+            targets.push(probe::Target {
+                container_id: c.id.clone(),
+                container: def,
+                started_at,
+                pod_host,
+            });
+        }
+        let id = PodIdent::of(pod);
+        let ctx = ProbeContext {
+            runtime: self.ctx.runtime.clone(),
+            events: self.ctx.events.clone(),
+            namespace: id.namespace,
+            name: id.name,
+            uid: self.uid.clone(),
+        };
+        self.probes.sync(&ctx, &targets);
         Ok(())
     }
 
@@ -1193,6 +1318,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
                     image,
                     image_id: String::new(),
                     ready: false,
+                    started: Some(false),
                     restart_count: 0,
                     state: ContainerState::Waiting { reason, message },
                     last_state: None,
@@ -1257,13 +1383,18 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 last_state,
             )
         };
+        // kubelet's prober manager: started once past the startup probe, ready once started
+        // and past the readiness probe (each without its probe: as soon as running).
+        let started = app == AppState::Running && self.probes.started(&latest.id, c);
+        let ready = started && self.probes.ready(&latest.id, c);
         Ok((
             ContainerRecord {
                 name: c.name.clone(),
                 container_id: format!("containerd://{}", latest.id),
                 image,
                 image_id: st.image_ref.clone(),
-                ready: app == AppState::Running,
+                ready,
+                started: Some(started),
                 restart_count: restart_count_of(latest),
                 state,
                 last_state,
@@ -1295,6 +1426,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             .collect();
         let mut inits = Vec::new();
         let mut init_pending = false;
+        let mut unready = Vec::new();
         for c in spec_ref.init_containers.iter().flatten() {
             let inst: Vec<&cri::Container> = in_sandbox
                 .iter()
@@ -1303,6 +1435,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 .collect();
             let (rec, st) = self.record(c, &inst).await?;
             let done = if ContainerKind::of_init(c) == ContainerKind::Sidecar {
+                // Sidecars count towards ContainersReady (kubelet 1.29+).
+                if !rec.ready {
+                    unready.push(c.name.clone());
+                }
                 st == AppState::Running
             } else {
                 st == AppState::Exited { code: 0 }
@@ -1319,12 +1455,30 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 .filter(|x| name_of(x) == c.name)
                 .collect();
             let (rec, st) = self.record(c, &inst).await?;
+            if !rec.ready {
+                unready.push(c.name.clone());
+            }
             apps.push(rec);
             states.push(st);
         }
         let phase = pod_phase(RestartPolicy::of(pod), init_failed, init_pending, &states);
-        let ready = phase == PodPhase::Running && states.iter().all(|s| *s == AppState::Running);
+        let ready = phase == PodPhase::Running && unready.is_empty();
         let cond = Condition::new;
+        // kubelet's GenerateContainersReadyCondition / GeneratePodReadyCondition.
+        let ready_cond = |kind: &str| {
+            let mut c = Condition::new(kind, ready);
+            if phase == PodPhase::Succeeded {
+                c.reason = "PodCompleted".to_owned();
+            } else if !unready.is_empty() {
+                c.reason = "ContainersNotReady".to_owned();
+                c.message = format!("containers with unready status: [{}]", unready.join(" "));
+            }
+            if ready {
+                c.reason.clear();
+                c.message.clear();
+            }
+            c
+        };
         let id = PodIdent::of(pod);
         let pod_ips = self.pod_ips(pod, sandbox_id).await;
         let record = PodRecord {
@@ -1346,8 +1500,8 @@ impl<R: ContainerRuntime> PodWorker<R> {
                     self.state == PodWorkerState::Syncing,
                 ),
                 cond("Initialized", !init_pending),
-                cond("ContainersReady", ready),
-                cond("Ready", ready),
+                ready_cond("ContainersReady"),
+                ready_cond("Ready"),
                 cond("PodScheduled", true),
             ],
             init_container_statuses: inits,
@@ -1404,13 +1558,38 @@ mod tests {
         status: StatusManager,
         tx: mpsc::UnboundedSender<WorkUpdate>,
         done: mpsc::UnboundedReceiver<Terminated>,
+        events: mpsc::Receiver<crate::cluster::events::EventRecord>,
         _dir: tempfile::TempDir,
+    }
+
+    impl Harness {
+        /// The events recorded since the last call: (type, reason, message).
+        fn events(&mut self) -> Vec<(EventType, String, String)> {
+            let mut out = Vec::new();
+            while let Ok(e) = self.events.try_recv() {
+                out.push((e.type_, e.reason, e.message));
+            }
+            out
+        }
+
+        fn record(&self, uid: &str) -> PodRecord {
+            self.status.get(uid).expect("status")
+        }
+    }
+
+    fn condition(rec: &PodRecord, kind: &str) -> Condition {
+        rec.conditions
+            .iter()
+            .find(|c| c.kind == kind)
+            .cloned()
+            .expect("condition")
     }
 
     fn harness(yaml: &str) -> Harness {
         let fake = FakeRuntime::with_images(&["busybox:local"]);
         let dir = tempfile::tempdir().expect("tempdir");
         let status = StatusManager::default();
+        let (recorder, events) = crate::cluster::events::Recorder::channel();
         let ctx = Arc::new(WorkerContext {
             runtime: Arc::new(fake.clone()),
             cgroups: PodCgroups::new("/t", CgroupLayout::default()),
@@ -1424,7 +1603,7 @@ mod tests {
             downward: crate::policy::env::EnvContext::default(),
             security: SecurityOptions::default(),
             resync: Duration::from_secs(60),
-            events: crate::cluster::events::Recorder::default(),
+            events: recorder,
         });
         let pod: Pod = serde_yaml_ng::from_str(yaml).expect("pod");
         let (tx, rx) = mpsc::unbounded_channel();
@@ -1436,6 +1615,7 @@ mod tests {
             status,
             tx,
             done,
+            events,
             _dir: dir,
         }
     }
@@ -1695,5 +1875,292 @@ mod tests {
                 .join("u7/volumes/kubernetes.io~empty-dir/v")
                 .is_dir()
         );
+    }
+    fn has_event(
+        events: &[(EventType, String, String)],
+        t: EventType,
+        reason: &str,
+        msg: &str,
+    ) -> bool {
+        events
+            .iter()
+            .any(|(et, r, m)| *et == t && r == reason && m == msg)
+    }
+
+    /// Liveness (exec) failing `failureThreshold` times in a row, one period apart: kubelet's
+    /// `Unhealthy` events, then `Killing` with the probe's grace period, then the restart
+    /// (restart count 1); the new instance is probed anew.
+    #[tokio::test(start_paused = true)]
+    async fn liveness_failures_kill_and_restart_the_container() {
+        let mut h = harness(
+            "metadata: {name: p, uid: l1}\nspec:\n  containers:\n  - {name: c, image: 'busybox:local', livenessProbe: {exec: {command: [check]}, periodSeconds: 10, failureThreshold: 3, terminationGracePeriodSeconds: 5}}",
+        );
+        h.fake.set_exec("c", Some((1, "boom")));
+        settle().await;
+        assert_eq!(starts(&h.fake, "c"), 1);
+        assert_eq!(
+            h.fake.exec_count("c"),
+            1,
+            "probed at once (no initial delay)"
+        );
+        // Two failures: below the threshold, still running.
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        assert_eq!(h.fake.exec_count("c"), 2);
+        assert_eq!(starts(&h.fake, "c"), 1);
+        assert!(h.record("l1").container_statuses[0].ready);
+        // The third, at 20 s: killed with the probe's grace, restarted at once.
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert_eq!(
+            h.fake.exec_count("c"),
+            4,
+            "the new instance is probed: {:?}",
+            h.fake.calls()
+        );
+        assert!(
+            h.fake.calls().contains(&"StopContainer c 5".to_owned()),
+            "{:?}",
+            h.fake.calls()
+        );
+        assert_eq!(starts(&h.fake, "c"), 2);
+        let rec = h.record("l1");
+        assert_eq!(rec.container_statuses[0].restart_count, 1, "{rec:?}");
+        assert!(matches!(
+            rec.container_statuses[0].state,
+            ContainerState::Running { .. }
+        ));
+        let ev = h.events();
+        assert!(
+            has_event(
+                &ev,
+                EventType::Warning,
+                "Unhealthy",
+                "Liveness probe failed: boom"
+            ),
+            "{ev:?}"
+        );
+        assert!(
+            has_event(
+                &ev,
+                EventType::Normal,
+                "Killing",
+                "Container c failed liveness probe, will be restarted"
+            ),
+            "{ev:?}"
+        );
+        // Healthy from now on: no more kills.
+        h.fake.set_exec("c", Some((0, "")));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(starts(&h.fake, "c"), 2);
+    }
+
+    /// restartPolicy Never: the liveness kill says nothing of a restart, the container stays
+    /// terminated and the pod fails.
+    #[tokio::test(start_paused = true)]
+    async fn liveness_kill_under_restart_policy_never_ends_the_pod() {
+        let mut h = harness(
+            "metadata: {name: p, uid: l2}\nspec:\n  restartPolicy: Never\n  containers:\n  - {name: c, image: 'busybox:local', livenessProbe: {exec: {command: [check]}, periodSeconds: 1, failureThreshold: 1}}",
+        );
+        h.fake.set_exec("c", Some((1, "")));
+        settle().await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(starts(&h.fake, "c"), 1);
+        let rec = h.record("l2");
+        assert_eq!(rec.phase, PodPhase::Failed, "{rec:?}");
+        let ev = h.events();
+        assert!(
+            has_event(
+                &ev,
+                EventType::Normal,
+                "Killing",
+                "Container c failed liveness probe"
+            ),
+            "{ev:?}"
+        );
+        assert!(
+            h.fake.calls().contains(&"StopContainer c 30".to_owned()),
+            "{:?}",
+            h.fake.calls()
+        );
+    }
+
+    /// Readiness drives the container's `ready` and the ContainersReady / Ready conditions,
+    /// both ways, without restarting anything; a container without probes is ready.
+    #[tokio::test(start_paused = true)]
+    async fn readiness_drives_ready_and_the_pod_conditions() {
+        let mut h = harness(
+            "metadata: {name: p, uid: r1}\nspec:\n  containers:\n  - {name: web, image: 'busybox:local', readinessProbe: {exec: {command: [ready]}, periodSeconds: 5, successThreshold: 2, failureThreshold: 2}}\n  - {name: plain, image: 'busybox:local'}",
+        );
+        h.fake.set_exec("web", Some((1, "not yet")));
+        settle().await;
+        let rec = h.record("r1");
+        assert_eq!(rec.phase, PodPhase::Running);
+        assert!(!rec.container_statuses[0].ready);
+        assert_eq!(rec.container_statuses[0].started, Some(true));
+        assert!(rec.container_statuses[1].ready);
+        let cr = condition(&rec, "ContainersReady");
+        assert_eq!(
+            (cr.status.as_str(), cr.reason.as_str(), cr.message.as_str()),
+            (
+                "False",
+                "ContainersNotReady",
+                "containers with unready status: [web]"
+            )
+        );
+        assert_eq!(condition(&rec, "Ready").status, "False");
+        // Two successes (successThreshold 2), 5 s apart.
+        h.fake.set_exec("web", Some((0, "")));
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        assert!(
+            !h.record("r1").container_statuses[0].ready,
+            "one success is not enough"
+        );
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let rec = h.record("r1");
+        assert!(rec.container_statuses[0].ready, "{rec:?}");
+        assert_eq!(
+            condition(&rec, "ContainersReady"),
+            Condition::new("ContainersReady", true)
+        );
+        assert_eq!(condition(&rec, "Ready"), Condition::new("Ready", true));
+        // Failing again (failureThreshold 2): unready, never restarted.
+        h.fake.set_exec("web", Some((1, "overloaded")));
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        let rec = h.record("r1");
+        assert!(!rec.container_statuses[0].ready);
+        assert_eq!(condition(&rec, "Ready").status, "False");
+        assert_eq!(starts(&h.fake, "web"), 1);
+        let ev = h.events();
+        assert!(
+            has_event(
+                &ev,
+                EventType::Warning,
+                "Unhealthy",
+                "Readiness probe failed: overloaded"
+            ),
+            "{ev:?}"
+        );
+    }
+
+    /// The startup probe gates liveness and readiness: neither runs, the container is not
+    /// started and not ready, until it succeeds; then readiness runs at once.
+    #[tokio::test(start_paused = true)]
+    async fn startup_probe_gates_liveness_and_readiness() {
+        let mut h = harness(
+            "metadata: {name: p, uid: s1}\nspec:\n  containers:\n  - name: c\n    image: 'busybox:local'\n    startupProbe: {exec: {command: [started]}, periodSeconds: 1, failureThreshold: 30}\n    livenessProbe: {exec: {command: [live]}, periodSeconds: 1}\n    readinessProbe: {exec: {command: [ready]}, periodSeconds: 10}",
+        );
+        h.fake.set_exec("c started", Some((1, "")));
+        settle().await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let rec = h.record("s1");
+        assert!(h.fake.exec_count("c started") >= 5);
+        assert_eq!(h.fake.exec_count("c live"), 0);
+        assert_eq!(h.fake.exec_count("c ready"), 0);
+        assert_eq!(rec.container_statuses[0].started, Some(false));
+        assert!(!rec.container_statuses[0].ready);
+        assert_eq!(condition(&rec, "Ready").status, "False");
+        let ev = h.events();
+        assert!(
+            has_event(
+                &ev,
+                EventType::Warning,
+                "Unhealthy",
+                "Startup probe failed: "
+            ),
+            "{ev:?}"
+        );
+        // Started: readiness probes at once (not 10 s later), liveness on its period.
+        h.fake.set_exec("c started", Some((0, "")));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let rec = h.record("s1");
+        assert_eq!(rec.container_statuses[0].started, Some(true));
+        assert!(rec.container_statuses[0].ready, "{rec:?}");
+        assert_eq!(h.fake.exec_count("c ready"), 1);
+        assert!(h.fake.exec_count("c live") >= 1);
+        let startup_probes = h.fake.exec_count("c started");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(
+            h.fake.exec_count("c started"),
+            startup_probes,
+            "no startup probe once started"
+        );
+        assert_eq!(starts(&h.fake, "c"), 1);
+    }
+
+    /// A startup probe failing past its threshold kills the container (kubelet's message).
+    #[tokio::test(start_paused = true)]
+    async fn startup_failure_kills_the_container() {
+        let mut h = harness(
+            "metadata: {name: p, uid: s2}\nspec:\n  containers:\n  - {name: c, image: 'busybox:local', startupProbe: {exec: {command: [started]}, initialDelaySeconds: 3, periodSeconds: 1, failureThreshold: 2}}",
+        );
+        h.fake.set_exec("c", Some((1, "")));
+        settle().await;
+        tokio::time::sleep(Duration::from_millis(2900)).await;
+        assert_eq!(h.fake.exec_count("c"), 0, "initialDelaySeconds");
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(starts(&h.fake, "c"), 2, "{:?}", h.fake.calls());
+        let ev = h.events();
+        assert!(
+            has_event(
+                &ev,
+                EventType::Normal,
+                "Killing",
+                "Container c failed startup probe, will be restarted"
+            ),
+            "{ev:?}"
+        );
+    }
+
+    /// A probe the prober cannot run (an unknown named port, an HTTPS probe) is never
+    /// dropped: each attempt is a Warning event saying why, its result is thrown away as
+    /// kubelet does (readiness stays false, liveness never kills).
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_that_cannot_run_is_reported_not_dropped() {
+        let mut h = harness(
+            "metadata: {name: p, uid: e1}\nspec:\n  containers:\n  - {name: c, image: 'busybox:local', livenessProbe: {httpGet: {port: nope}, periodSeconds: 1}, readinessProbe: {httpGet: {port: 443, scheme: HTTPS}, periodSeconds: 1}}",
+        );
+        settle().await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let rec = h.record("e1");
+        assert!(!rec.container_statuses[0].ready);
+        assert_eq!(starts(&h.fake, "c"), 1);
+        let ev = h.events();
+        assert!(
+            has_event(
+                &ev,
+                EventType::Warning,
+                "Unhealthy",
+                "Liveness probe errored and resulted in unknown state: port \"nope\" not found in container c"
+            ),
+            "{ev:?}"
+        );
+        assert!(
+            ev.iter().any(|(t, r, m)| *t == EventType::Warning
+                && r == "Unhealthy"
+                && m.starts_with("Readiness probe errored")
+                && m.contains("HTTPS")),
+            "{ev:?}"
+        );
+    }
+
+    /// An exec probe that times out (timeoutSeconds) fails with kubelet's message.
+    #[tokio::test(start_paused = true)]
+    async fn an_exec_probe_timeout_is_a_failure() {
+        let mut h = harness(
+            "metadata: {name: p, uid: t1}\nspec:\n  containers:\n  - {name: c, image: 'busybox:local', readinessProbe: {exec: {command: [sleep, '9']}, timeoutSeconds: 2, periodSeconds: 5}}",
+        );
+        h.fake.set_exec("c", None);
+        settle().await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let ev = h.events();
+        assert!(
+            has_event(
+                &ev,
+                EventType::Warning,
+                "Unhealthy",
+                "Readiness probe failed: command \"sleep 9\" timed out"
+            ),
+            "{ev:?}"
+        );
+        assert!(!h.record("t1").container_statuses[0].ready);
     }
 }
