@@ -18,6 +18,7 @@
 //! the writers are tasks of their own that read the [`StatusManager`] and keep the newest
 //! status per pod until it is delivered.
 
+pub mod event_store;
 pub mod events;
 pub mod lease;
 pub mod limiter;

@@ -235,15 +235,39 @@ pub async fn run(
     };
 
     let status = StatusManager::default();
-    // Cluster mode records events; standalone, the recorder drops them.
+    // Events: kept in the state directory in both modes (`enforcer events`), passed on to
+    // the API-server writer in cluster mode.
     let events = opts
         .kubeconfig
         .as_ref()
         .map(|_| crate::cluster::EventQueue::new());
-    let recorder = events
-        .as_ref()
-        .map(|e| e.recorder.clone())
-        .unwrap_or_default();
+    let kept = crate::cluster::EventQueue::new();
+    let recorder = kept.recorder.clone();
+    let store = match crate::cluster::event_store::EventStore::open(&config.enforcer.state_dir) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::warn!(error = %e, "events are not kept in the state directory");
+            None
+        }
+    };
+    tokio::spawn(crate::cluster::event_store::keep(
+        kept.rx,
+        store,
+        config.node_name(),
+        events.as_ref().map(|e| e.recorder.clone()),
+    ));
+    // Standalone, the node's own events (cluster mode records them as it builds the Node's
+    // status).
+    if opts.kubeconfig.is_none() {
+        tokio::spawn(crate::cluster::node_status::record_node_events(
+            status.clone(),
+            health.clone(),
+            config.node_name(),
+            config.node_status_update_frequency,
+            recorder.clone(),
+            stopped(),
+        ));
+    }
     let mut pods_task = None;
     let mut node_reclaim = None;
     if opts.run_pods {

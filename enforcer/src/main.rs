@@ -52,6 +52,9 @@ enum Command {
     Config(ConfigCommand),
     /// The pods the daemon runs (from its state directory): a table, or `-o json`.
     Pods(enforcer::runtime::status::PodsArgs),
+    /// The node's events (kept in its state directory): a table as `kubectl get events`
+    /// prints it, or `-o json`; `--pod NAME` for one pod's.
+    Events(enforcer::cluster::event_store::EventsArgs),
 }
 
 #[derive(Subcommand)]
@@ -136,6 +139,7 @@ fn main() -> ExitCode {
         Command::Signals(args) => signals(args),
         Command::Probe => probe(),
         Command::Pods(args) => return enforcer::runtime::status::pods_main(&args),
+        Command::Events(args) => return enforcer::cluster::event_store::events_main(&args),
         Command::Simulate { scenario } => return print_lines(enforcer::cli::simulate(&scenario)),
         Command::Explain(args) => return print_lines(enforcer::cli::explain(&args)),
         Command::Config(ConfigCommand::Check(args)) => {

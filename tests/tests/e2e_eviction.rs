@@ -21,9 +21,10 @@
 //!   soft grace 3 s (1 m), polls every 50 ms (2 s), the "stays clear" check 10 s (1 m), no
 //!   20 s `pressureDelay` (the enforcer's conditions are not behind an API server), the
 //!   critical pod's "not evicted" watch 10 s (8 m), OOM targets sleep 1 s (5 s).
-//! - No API server here: the starved resource is checked in the pod's status message; the
-//!   `Evicted` event (`starved_resource` and the offending containers) is checked against the
-//!   fake API server in `apiserver.rs`.
+//! - No API server here: the starved resource is checked in the pod's status message and in
+//!   the `Evicted` event kept in the state directory (what `enforcer events` shows); the
+//!   event as the API server gets it is checked against the fake API server in
+//!   `apiserver.rs`.
 //! - "OOM killer for a pod using more than node allocatable": kubelet lets the kernel OOM-kill
 //!   at the kubepods limit; the enforcer's `allocatableMemory.available` threshold evicts the
 //!   pod first. The test asserts the eviction and that no kernel OOM kill happened.
@@ -261,6 +262,65 @@ fn verify_evicted_status(state: &std::path::Path, spec: &Spec, resource: &str) {
     }
 }
 
+/// The `Evicted` event kept in the state directory (standalone: what `enforcer events` shows),
+/// as kubelet records it: Warning, on the pod, the status message, and for threshold
+/// evictions the `starved_resource` annotation.
+async fn verify_evicted_event(state: &std::path::Path, spec: &Spec, resource: &str) {
+    // The pod's name is node-suffixed: the record's.
+    let r = record(state, &spec.name).expect("evicted pod's record");
+    let find = || {
+        enforcer::cluster::event_store::read(state)
+            .expect("the event store")
+            .0
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("Evicted")
+                    && e.involved_object.name.as_deref() == Some(r.name.as_str())
+            })
+    };
+    wait_until(
+        &format!("{}: the Evicted event kept", spec.name),
+        Duration::from_secs(5),
+        || find().is_some(),
+    )
+    .await;
+    let e = find().expect("the Evicted event");
+    // What `enforcer events` prints here (`--nocapture` shows it).
+    let (all, _) = enforcer::cluster::event_store::read(state).expect("the event store");
+    eprintln!(
+        "{}",
+        enforcer::cluster::event_store::render(
+            &all,
+            &enforcer::cluster::event_store::EventsArgs {
+                output: enforcer::cluster::event_store::EventsOutput::Table,
+                pod: None,
+                namespace: None,
+                state_dir: state.to_path_buf(),
+            },
+            k8s_openapi::jiff::Timestamp::now(),
+        )
+    );
+    assert_eq!(
+        (
+            e.type_.as_deref(),
+            e.involved_object.kind.as_deref(),
+            e.message.as_deref()
+        ),
+        (Some("Warning"), Some("Pod"), Some(r.message.as_str())),
+        "{}: {e:?}",
+        spec.name
+    );
+    if resource != LOCAL_STORAGE {
+        let starved = e
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("starved_resource"))
+            .map(String::as_str);
+        assert_eq!(starved, Some(resource), "{}: {e:?}", spec.name);
+    }
+}
+
 /// The `resource` of local storage capacity isolation: pods over their own limits, no
 /// starved node resource, kubelet's `localStorageEviction` messages.
 const LOCAL_STORAGE: &str = "local-storage";
@@ -305,6 +365,7 @@ async fn run_eviction_test(node: &Node, specs: &[Spec], expect: &Expect) {
     }
     for s in specs.iter().filter(|s| s.priority != 0) {
         verify_evicted_status(&state, s, expect.resource);
+        verify_evicted_event(&state, s, expect.resource).await;
     }
     if let Some(c) = expect.condition {
         wait_until(&format!("{c} cleared"), Duration::from_secs(60), || {

@@ -434,3 +434,68 @@ async fn shutdown_is_bounded_while_a_kill_keeps_failing() {
     }
     drop(node.shutdown().await);
 }
+
+/// `enforcer events` on a store with a damaged line (a crash, a disk error): the line is
+/// skipped and said, the rest is shown and filtered; a state directory it cannot read is a
+/// clear error (exit 2) naming the path.
+#[test]
+fn events_cli_skips_a_damaged_line_and_names_an_unreadable_store() {
+    use enforcer::cluster::{
+        event_store::{self, EventStore},
+        events::{EventRecord, EventType, Involved, event_object},
+    };
+    let bin = enforcer_tests::enforcer_binary();
+    let dir = std::env::temp_dir().join(format!("enforcer-events-cli-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut store = EventStore::open(&dir).expect("store");
+    let t =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    for (i, name) in ["hog", "web"].into_iter().enumerate() {
+        let e = EventRecord {
+            involved: Involved::pod("default", name, &format!("u{i}"), None),
+            type_: EventType::Warning,
+            reason: "Evicted".to_owned(),
+            message: "The node was low on resource: memory. ".to_owned(),
+            annotations: std::collections::BTreeMap::new(),
+        };
+        store
+            .append(&event_object(
+                &e,
+                "n1",
+                t.clone(),
+                i128::try_from(i).unwrap_or(0),
+            ))
+            .expect("append");
+    }
+    drop(store);
+    let file = dir.join(event_store::DIR).join("events.jsonl");
+    let mut text = std::fs::read_to_string(&file).expect("read");
+    text.insert_str(0, "{\"kind\": 1\n");
+    std::fs::write(&file, text).expect("damage");
+    let out = Command::new(&bin)
+        .args(["events", "-o", "json", "--pod", "hog", "--state-dir"])
+        .arg(&dir)
+        .output()
+        .expect("enforcer events");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("skipped 1 unreadable line"), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let names: Vec<&str> = v["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .filter_map(|e| e["involvedObject"]["name"].as_str())
+        .collect();
+    assert_eq!(names, ["hog"]);
+    // A state directory that is a file: exit 2, the path named.
+    let out = Command::new(&bin)
+        .args(["events", "--state-dir"])
+        .arg(&file)
+        .output()
+        .expect("enforcer events");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&file.display().to_string()), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -5,8 +5,9 @@
 //! behind their own rate limit (`eventRecordQPS` / `eventBurst`).
 //!
 //! [`Recorder::record`] never waits: events go through a bounded queue (1000, client-go's
-//! `maxQueuedEvents`) and are dropped when it is full or nobody writes them (standalone
-//! mode: [`Recorder::default`]).
+//! `maxQueuedEvents`) and are dropped when it is full. The daemon's recorder feeds
+//! [`super::event_store::keep`], which keeps them in the state directory (both modes) and
+//! passes them on to this writer in cluster mode.
 //!
 //! Similar events (one object, type and reason, 10 different messages within 10 minutes) are
 //! combined as client-go's `EventAggregator` does: "(combined from similar events): ...". Not
@@ -172,13 +173,13 @@ pub fn event_object(e: &EventRecord, host: &str, now: Time, nanos: i128) -> Even
 }
 
 /// The aggregation key: identical events (object, type, reason, message) are one.
-type Key = (Involved, EventType, String, String);
+pub(super) type Key = (Involved, EventType, String, String);
 
 /// client-go's `EventAggregator`: when 10 events of one object, type and reason with
 /// different messages come within 10 minutes, the next ones are one event, "(combined from
 /// similar events): <message>".
 #[derive(Debug, Default)]
-struct Similar {
+pub(super) struct Similar {
     /// (object, type, reason) -> (first seen, the distinct messages).
     groups: HashMap<(Involved, EventType, String), (tokio::time::Instant, HashSet<String>)>,
 }
@@ -190,7 +191,7 @@ const COMBINED: &str = "(combined from similar events): ";
 
 impl Similar {
     /// The aggregation key of `e` (rewriting its message when it is combined).
-    fn key(&mut self, e: &mut EventRecord, now: tokio::time::Instant) -> Key {
+    pub(super) fn key(&mut self, e: &mut EventRecord, now: tokio::time::Instant) -> Key {
         let group = (e.involved.clone(), e.type_, e.reason.clone());
         if self.groups.len() >= 4096 {
             self.groups.clear();

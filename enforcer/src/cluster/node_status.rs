@@ -395,6 +395,63 @@ pub fn condition_events(previous: &[NodeCondition], next: &[NodeCondition]) -> V
         .collect()
 }
 
+/// Records the node events of the condition changes from `previous` to `next`.
+fn record_condition_events(
+    events: &Recorder,
+    name: &str,
+    previous: &[NodeCondition],
+    next: &[NodeCondition],
+) {
+    for reason in condition_events(previous, next) {
+        let type_ = if reason == "NodeNotReady" {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        events.event(
+            Involved::node(name),
+            type_,
+            reason,
+            format!("Node {name} status is now: {reason}"),
+        );
+    }
+}
+
+/// Standalone (no API server): the node events cluster mode records while it builds the
+/// status, `Starting` and then each condition change, checked on every change of the
+/// node's status and every `period`, until `shutdown`.
+pub async fn record_node_events(
+    status: StatusManager,
+    health: Arc<Health>,
+    name: String,
+    period: Duration,
+    events: Recorder,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let changed = status.subscribe();
+    events.event(
+        Involved::node(&name),
+        EventType::Normal,
+        "Starting",
+        "Starting kubelet.".to_owned(),
+    );
+    let mut built: Vec<NodeCondition> = Vec::new();
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tokio::pin!(shutdown);
+    loop {
+        let h = NodeHealth::of(&status.node(), &health);
+        let conds = conditions(&built, &h, &now_time());
+        record_condition_events(&events, &name, &built, &conds);
+        built = conds;
+        tokio::select! {
+            () = &mut shutdown => return,
+            _ = tick.tick() => {}
+            () = changed.notified() => {}
+        }
+    }
+}
+
 /// The update and report periods.
 #[derive(Clone, Copy, Debug)]
 pub struct Periods {
@@ -497,19 +554,7 @@ pub async fn run<A: ClusterApi>(
         };
         let new = build_status(&facts, node.status.as_ref(), &h, &now_time());
         let conds = new.conditions.clone().unwrap_or_default();
-        for reason in condition_events(&built, &conds) {
-            let type_ = if reason == "NodeNotReady" {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            };
-            events.event(
-                involved.clone(),
-                type_,
-                reason,
-                format!("Node {} status is now: {reason}", facts.name),
-            );
-        }
+        record_condition_events(&events, &facts.name, &built, &conds);
         built = conds;
         let due = last_report.is_none_or(|t| t.elapsed() >= periods.report);
         if !status_changed(node.status.as_ref(), &new) && !due {
@@ -803,6 +848,52 @@ mod tests {
         // Report period: a patch without change after 5 m.
         tokio::time::sleep(Duration::from_secs(311)).await;
         assert_eq!(api.count(|c| matches!(c, Call::PatchNodeStatus(_))), 3);
+        task.abort();
+    }
+
+    /// Standalone: `Starting`, the first conditions, then a pressure change at once (not at
+    /// the next tick), and nothing while nothing changes.
+    #[tokio::test(start_paused = true)]
+    async fn standalone_node_events_follow_the_conditions() {
+        let status = StatusManager::default();
+        let (rec, mut rx) = Recorder::channel();
+        let task = tokio::spawn(record_node_events(
+            status.clone(),
+            Arc::new(Health::default()),
+            "node-1".to_owned(),
+            Duration::from_secs(10),
+            rec,
+            std::future::pending(),
+        ));
+        let mut reasons = || {
+            let mut out = Vec::new();
+            while let Ok(e) = rx.try_recv() {
+                assert_eq!(e.involved, Involved::node("node-1"));
+                out.push(e.reason);
+            }
+            out
+        };
+        tokio::time::sleep(Duration::from_secs(25)).await;
+        assert_eq!(
+            reasons(),
+            [
+                "Starting",
+                "NodeHasSufficientMemory",
+                "NodeHasNoDiskPressure",
+                "NodeHasSufficientPID",
+                "NodeReady"
+            ]
+        );
+        status.set_node(NodeRecord {
+            conditions: vec![crate::runtime::status::Condition::new(
+                "MemoryPressure",
+                true,
+            )],
+        });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(reasons(), ["NodeHasInsufficientMemory"]);
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(reasons().is_empty());
         task.abort();
     }
 

@@ -1,0 +1,617 @@
+//! The node's events kept in its state directory, in both modes, and `enforcer events`.
+//!
+//! Every event the node records goes through [`keep`]: aggregated as kubelet's recorder
+//! aggregates them (identical events: one with `count` and `lastTimestamp`; similar ones
+//! combined), appended as one core/v1 Event per line (JSON) to `events/events.jsonl` under
+//! the state directory, and, in cluster mode, passed on to the API-server writer. A repeat is
+//! a new line with the same name: the last line of a name wins when read. The files are
+//! bounded: past [`MAX_FILE_BYTES`] the file becomes `events.jsonl.1` (the older one goes),
+//! so at most twice that is kept. Standalone, this is where an operator reads them; in
+//! cluster mode it is a local copy that outlives an unreachable API server.
+//!
+//! Writing never stops the node: a state directory that cannot be written is logged once and
+//! the events still reach the API server.
+
+use std::{
+    collections::HashMap,
+    fs,
+    io::Write as _,
+    path::{Path, PathBuf},
+};
+
+use k8s_openapi::{api::core::v1::Event, apimachinery::pkg::apis::meta::v1::Time};
+use tokio::sync::mpsc;
+
+use super::events::{EventRecord, Key, Recorder, Similar, event_object};
+
+/// The directory under the state directory.
+pub const DIR: &str = "events";
+const CURRENT: &str = "events.jsonl";
+const PREVIOUS: &str = "events.jsonl.1";
+/// One file's bound (the store keeps two).
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// Errors of the store, each naming its file.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{action} {path}: {source}")]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
+    move |source| StoreError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The append end of the store.
+#[derive(Debug)]
+pub struct EventStore {
+    dir: PathBuf,
+    max_bytes: u64,
+    file: fs::File,
+    size: u64,
+}
+
+impl EventStore {
+    /// Opens (creating) `<state_dir>/events` for appending.
+    ///
+    /// # Errors
+    /// The directory or file cannot be created or opened.
+    pub fn open(state_dir: &Path) -> Result<Self, StoreError> {
+        Self::with_limit(&state_dir.join(DIR), MAX_FILE_BYTES)
+    }
+
+    /// Opens `dir` with a per-file bound of `max_bytes`.
+    ///
+    /// # Errors
+    /// The directory or file cannot be created or opened.
+    pub fn with_limit(dir: &Path, max_bytes: u64) -> Result<Self, StoreError> {
+        fs::create_dir_all(dir).map_err(io("creating", dir))?;
+        let path = dir.join(CURRENT);
+        let file = open_append(&path)?;
+        let size = file.metadata().map_err(io("reading", &path))?.len();
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            max_bytes: max_bytes.max(1),
+            file,
+            size,
+        })
+    }
+
+    /// Appends one event (rotating first when the line would pass the bound).
+    ///
+    /// # Errors
+    /// Writing or rotating failed.
+    pub fn append(&mut self, event: &Event) -> Result<(), StoreError> {
+        let current = self.dir.join(CURRENT);
+        let mut line = serde_json::to_vec(event).map_err(|e| StoreError::Io {
+            action: "encoding an event for",
+            path: current.clone(),
+            source: std::io::Error::other(e),
+        })?;
+        line.push(b'\n');
+        let len = u64::try_from(line.len()).unwrap_or(u64::MAX);
+        if self.size > 0 && self.size.saturating_add(len) > self.max_bytes {
+            let previous = self.dir.join(PREVIOUS);
+            fs::rename(&current, &previous).map_err(io("rotating", &current))?;
+            self.file = open_append(&current)?;
+            self.size = 0;
+        }
+        // One write per line: a reader sees whole lines, or a last one without its newline.
+        self.file
+            .write_all(&line)
+            .map_err(io("writing", &current))?;
+        self.size = self.size.saturating_add(len);
+        Ok(())
+    }
+}
+
+fn open_append(path: &Path) -> Result<fs::File, StoreError> {
+    fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(io("opening", path))
+}
+
+/// Keeps the recorded events until the recorders are gone: aggregated, appended to `store`
+/// (when there is one) and passed on to `forward` (the API-server writer's queue, cluster
+/// mode). `host` is the node's name (the events' `source.host`).
+pub async fn keep(
+    mut rx: mpsc::Receiver<EventRecord>,
+    mut store: Option<EventStore>,
+    host: String,
+    forward: Option<Recorder>,
+) {
+    let mut seen: HashMap<Key, Event> = HashMap::new();
+    let mut similar = Similar::default();
+    let mut failed = false;
+    while let Some(e) = rx.recv().await {
+        if let Some(f) = &forward {
+            f.record(e.clone());
+        }
+        let Some(s) = store.as_mut() else {
+            continue;
+        };
+        let mut e = e;
+        let key = similar.key(&mut e, tokio::time::Instant::now());
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let event = if let Some(ev) = seen.get_mut(&key) {
+            ev.count = Some(ev.count.unwrap_or(1).saturating_add(1));
+            ev.last_timestamp = Some(Time(now));
+            ev.message = Some(e.message);
+            ev.clone()
+        } else {
+            // client-go's cache is an LRU of 4096; clearing when full is enough here.
+            if seen.len() >= 4096 {
+                seen.clear();
+            }
+            let ev = event_object(&e, &host, Time(now), now.as_nanosecond());
+            seen.insert(key, ev.clone());
+            ev
+        };
+        match s.append(&event) {
+            Ok(()) if failed => {
+                tracing::info!("events are kept in the state directory again");
+                failed = false;
+            }
+            Ok(()) => {}
+            Err(err) if !failed => {
+                tracing::warn!(error = %err, "keeping an event in the state directory failed; dropped (logged once until it works again)");
+                failed = true;
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// The events kept under `state_dir`, oldest last-seen first, the last line of each name
+/// winning; with the count of lines that could not be read (a line being written, the last
+/// without its newline, is not counted).
+///
+/// # Errors
+/// The directory cannot be read (a missing one: no events).
+pub fn read(state_dir: &Path) -> Result<(Vec<Event>, usize), StoreError> {
+    let dir = state_dir.join(DIR);
+    let mut order: Vec<String> = Vec::new();
+    let mut by_name: HashMap<String, Event> = HashMap::new();
+    let mut bad = 0;
+    for file in [PREVIOUS, CURRENT] {
+        let path = dir.join(file);
+        let text = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io("reading", &path)(e)),
+        };
+        let complete = text.ends_with(b"\n");
+        let lines: Vec<&[u8]> = text.split(|b| *b == b'\n').collect();
+        let n = lines.len();
+        for (i, line) in lines.into_iter().enumerate() {
+            if line.is_empty() {
+                continue;
+            }
+            let Ok(ev) = serde_json::from_slice::<Event>(line) else {
+                if complete || i + 1 < n {
+                    bad += 1;
+                }
+                continue;
+            };
+            let name = format!(
+                "{}/{}",
+                ev.metadata.namespace.as_deref().unwrap_or(""),
+                ev.metadata.name.as_deref().unwrap_or("")
+            );
+            if by_name.insert(name.clone(), ev).is_none() {
+                order.push(name);
+            }
+        }
+    }
+    let mut events: Vec<Event> = order
+        .into_iter()
+        .filter_map(|n| by_name.remove(&n))
+        .collect();
+    events.sort_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0));
+    Ok((events, bad))
+}
+
+/// `enforcer events`: the node's events from its state directory.
+#[derive(Clone, Debug, clap::Args)]
+pub struct EventsArgs {
+    /// Output format: a table as `kubectl get events` prints it, or `json` (an EventList).
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = EventsOutput::Table)]
+    pub output: EventsOutput,
+    /// Only the events of this pod (by name; every namespace unless `--namespace`).
+    #[arg(long)]
+    pub pod: Option<String>,
+    /// Only the events in this namespace.
+    #[arg(short = 'n', long)]
+    pub namespace: Option<String>,
+    /// The daemon's state directory.
+    #[arg(long, default_value = crate::runtime::DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
+}
+
+/// `enforcer events -o ...`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum EventsOutput {
+    Table,
+    Json,
+}
+
+/// Whether `e` passes the `--pod` / `--namespace` filters.
+fn selected(e: &Event, args: &EventsArgs) -> bool {
+    let o = &e.involved_object;
+    let ns = e.metadata.namespace.as_deref().unwrap_or("");
+    args.namespace.as_deref().is_none_or(|n| n == ns)
+        && args
+            .pod
+            .as_deref()
+            .is_none_or(|p| o.kind.as_deref() == Some("Pod") && o.name.as_deref() == Some(p))
+}
+
+/// kubectl's `duration.HumanDuration`.
+#[must_use]
+pub fn human_duration(secs: i64) -> String {
+    if secs < -1 {
+        return "<invalid>".to_owned();
+    }
+    let s = secs.max(0);
+    let (m, h, d) = (s / 60, s / 3600, s / 86_400);
+    let y = d / 365;
+    if s < 120 {
+        format!("{s}s")
+    } else if m < 10 {
+        if s % 60 == 0 {
+            format!("{m}m")
+        } else {
+            format!("{m}m{}s", s % 60)
+        }
+    } else if h < 3 {
+        format!("{m}m")
+    } else if h < 8 {
+        if m % 60 == 0 {
+            format!("{h}h")
+        } else {
+            format!("{h}h{}m", m % 60)
+        }
+    } else if h < 48 {
+        format!("{h}h")
+    } else if h < 192 {
+        if h % 24 == 0 {
+            format!("{d}d")
+        } else {
+            format!("{d}d{}h", h % 24)
+        }
+    } else if y < 2 {
+        format!("{d}d")
+    } else if y < 8 {
+        if d % 365 == 0 {
+            format!("{y}y")
+        } else {
+            format!("{y}y{}d", d % 365)
+        }
+    } else {
+        format!("{y}y")
+    }
+}
+
+/// A field for the table: control characters (a hostile name or message) shown escaped.
+fn cell(s: &str) -> String {
+    s.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
+}
+
+/// The table or JSON for `events` (selected by `args`), `now` for the ages.
+#[must_use]
+pub fn render(events: &[Event], args: &EventsArgs, now: k8s_openapi::jiff::Timestamp) -> String {
+    let picked: Vec<&Event> = events.iter().filter(|e| selected(e, args)).collect();
+    if args.output == EventsOutput::Json {
+        let list = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "EventList",
+            "items": picked,
+        });
+        return serde_json::to_string_pretty(&list).unwrap_or_default();
+    }
+    if picked.is_empty() {
+        return "No events found.".to_owned();
+    }
+    let rows: Vec<[String; 6]> = picked
+        .iter()
+        .map(|e| {
+            let o = &e.involved_object;
+            let age = e.last_timestamp.as_ref().map_or_else(String::new, |t| {
+                human_duration(now.duration_since(t.0).as_secs())
+            });
+            let count = e.count.unwrap_or(1);
+            let message = e.message.as_deref().unwrap_or("");
+            let message = if count > 1 {
+                format!("{message} (x{count})")
+            } else {
+                message.to_owned()
+            };
+            [
+                cell(e.metadata.namespace.as_deref().unwrap_or("")),
+                age,
+                cell(e.type_.as_deref().unwrap_or("")),
+                cell(e.reason.as_deref().unwrap_or("")),
+                cell(&format!(
+                    "{}/{}",
+                    o.kind.as_deref().unwrap_or("").to_lowercase(),
+                    o.name.as_deref().unwrap_or("")
+                )),
+                cell(message.trim_end()),
+            ]
+        })
+        .collect();
+    let header = [
+        "NAMESPACE",
+        "LAST SEEN",
+        "TYPE",
+        "REASON",
+        "OBJECT",
+        "MESSAGE",
+    ];
+    let mut widths = header.map(str::len);
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: [&str; 6]| {
+        let mut out = String::new();
+        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
+            if i == 5 {
+                out.push_str(c);
+            } else {
+                out.push_str(&format!("{c:<w$}   "));
+            }
+        }
+        out.trim_end().to_owned()
+    };
+    let mut out = vec![line(header)];
+    for r in &rows {
+        out.push(line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]));
+    }
+    out.join("\n")
+}
+
+/// Runs `enforcer events`: exit 2 when the state directory cannot be read.
+#[must_use]
+pub fn events_main(args: &EventsArgs) -> std::process::ExitCode {
+    use std::io::Write as _;
+    match read(&args.state_dir) {
+        Ok((events, bad)) => {
+            if bad > 0 {
+                eprintln!(
+                    "enforcer: skipped {bad} unreadable line(s) in {}",
+                    args.state_dir.join(DIR).display()
+                );
+            }
+            let text = render(&events, args, k8s_openapi::jiff::Timestamp::now());
+            if writeln!(std::io::stdout().lock(), "{text}").is_err() {
+                return std::process::ExitCode::FAILURE;
+            }
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("enforcer: {e} (is the daemon running with this --state-dir?)");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::cluster::events::{EventType, Involved};
+
+    fn tmp(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "enforcer-events-{tag}-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = fs::remove_dir_all(&d);
+        d
+    }
+
+    fn args(pod: Option<&str>, output: EventsOutput) -> EventsArgs {
+        EventsArgs {
+            output,
+            pod: pod.map(str::to_owned),
+            namespace: None,
+            state_dir: PathBuf::new(),
+        }
+    }
+
+    fn evicted(name: &str) -> EventRecord {
+        EventRecord {
+            involved: Involved::pod("ns", name, "u1", None),
+            type_: EventType::Warning,
+            reason: "Evicted".to_owned(),
+            message: "The node was low on resource: memory. ".to_owned(),
+            annotations: BTreeMap::from([("starved_resource".to_owned(), "memory".to_owned())]),
+        }
+    }
+
+    /// Repeats aggregate into one event (count 3), every event is passed on to the API
+    /// writer's queue, and the CLI reads them back, filtered by pod.
+    #[tokio::test]
+    async fn kept_aggregated_forwarded_and_read_back() {
+        let state = tmp("keep");
+        let (rec, rx) = Recorder::channel();
+        let (fwd, mut fwd_rx) = Recorder::channel();
+        let store = EventStore::open(&state).expect("store");
+        let task = tokio::spawn(keep(rx, Some(store), "n1".to_owned(), Some(fwd)));
+        for _ in 0..3 {
+            rec.event(
+                Involved::pod("ns", "web", "u2", Some("app")),
+                EventType::Warning,
+                "BackOff",
+                "Back-off restarting failed container app in pod web_ns(u2)".to_owned(),
+            );
+        }
+        rec.record(evicted("hog"));
+        drop(rec);
+        task.await.expect("keep");
+        let mut forwarded = 0;
+        while fwd_rx.try_recv().is_ok() {
+            forwarded += 1;
+        }
+        assert_eq!(forwarded, 4, "every event reaches the API writer");
+        let (events, bad) = read(&state).expect("read");
+        assert_eq!(bad, 0);
+        assert_eq!(events.len(), 2, "{events:?}");
+        let backoff = events
+            .iter()
+            .find(|e| e.reason.as_deref() == Some("BackOff"))
+            .expect("BackOff");
+        assert_eq!(backoff.count, Some(3));
+        assert_eq!(
+            backoff.source.as_ref().and_then(|s| s.host.as_deref()),
+            Some("n1")
+        );
+        let text = render(
+            &events,
+            &args(Some("hog"), EventsOutput::Json),
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(v["kind"], "EventList");
+        let items = v["items"].as_array().expect("items");
+        assert_eq!(items.len(), 1, "{text}");
+        assert_eq!(items[0]["reason"], "Evicted");
+        assert_eq!(items[0]["type"], "Warning");
+        assert_eq!(
+            items[0]["metadata"]["annotations"]["starved_resource"],
+            "memory"
+        );
+        let table = render(
+            &events,
+            &args(None, EventsOutput::Table),
+            k8s_openapi::jiff::Timestamp::now(),
+        );
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 3, "{table}");
+        assert!(lines[0].starts_with("NAMESPACE   LAST SEEN"), "{table}");
+        assert!(
+            table.contains("pod/web") && table.contains("(x3)"),
+            "{table}"
+        );
+        let _ = fs::remove_dir_all(&state);
+    }
+
+    /// The files stay bounded: past the bound the current file becomes the previous one and
+    /// the oldest events go; what is kept is read back whole.
+    #[test]
+    fn bounded_and_rotating() {
+        let dir = tmp("rotate");
+        let mut store = EventStore::with_limit(&dir.join(DIR), 4096).expect("store");
+        let t = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).expect("t"));
+        for i in 0..200 {
+            let ev = event_object(&evicted(&format!("p{i}")), "n1", t.clone(), i);
+            store.append(&ev).expect("append");
+        }
+        let total: u64 = [CURRENT, PREVIOUS]
+            .iter()
+            .map(|f| fs::metadata(dir.join(DIR).join(f)).map_or(0, |m| m.len()))
+            .sum();
+        assert!(total <= 2 * 4096, "bounded: {total} bytes");
+        let (events, bad) = read(&dir).expect("read");
+        assert_eq!(bad, 0);
+        assert!(events.len() > 5 && events.len() < 200, "{}", events.len());
+        let last = events
+            .iter()
+            .filter_map(|e| e.involved_object.name.clone())
+            .any(|n| n == "p199");
+        assert!(last, "the newest is kept");
+        assert!(
+            !events
+                .iter()
+                .any(|e| e.involved_object.name.as_deref() == Some("p0")),
+            "the oldest went"
+        );
+        // Reopened (a daemon restart): appends continue, nothing lost.
+        drop(store);
+        let mut store = EventStore::with_limit(&dir.join(DIR), 4096).expect("reopen");
+        store
+            .append(&event_object(&evicted("after"), "n1", t, 999))
+            .expect("append");
+        let (events2, _) = read(&dir).expect("read");
+        assert!(
+            events2
+                .iter()
+                .any(|e| e.involved_object.name.as_deref() == Some("after"))
+        );
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A damaged line is counted and skipped; a last line being written (no newline) is
+    /// skipped without counting; a hostile name cannot break the table.
+    #[test]
+    fn damaged_lines_and_hostile_names() {
+        let dir = tmp("damaged");
+        let d = dir.join(DIR);
+        fs::create_dir_all(&d).expect("dir");
+        let t = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).expect("t"));
+        let good = serde_json::to_string(&event_object(&evicted("a\u{1b}[2Jb"), "n1", t, 1))
+            .expect("json");
+        fs::write(d.join(CURRENT), format!("{{not json\n{good}\n{{\"metad")).expect("write");
+        let (events, bad) = read(&dir).expect("read");
+        assert_eq!((events.len(), bad), (1, 1));
+        let table = render(
+            &events,
+            &args(None, EventsOutput::Table),
+            k8s_openapi::jiff::Timestamp::from_second(1_000 + 300).expect("now"),
+        );
+        assert!(!table.contains('\u{1b}'), "{table:?}");
+        assert!(table.contains("pod/a\\u{1b}[2Jb"), "{table}");
+        assert!(table.contains("   5m   "), "the age: {table}");
+        assert_eq!(
+            render(
+                &events,
+                &args(Some("other"), EventsOutput::Table),
+                k8s_openapi::jiff::Timestamp::now()
+            ),
+            "No events found."
+        );
+        // No directory at all: no events, not an error.
+        assert_eq!(read(&tmp("none")).expect("none").0.len(), 0);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn kubectl_ages() {
+        for (s, want) in [
+            (-5, "<invalid>"),
+            (0, "0s"),
+            (119, "119s"),
+            (125, "2m5s"),
+            (600, "10m"),
+            (3 * 3600 + 120, "3h2m"),
+            (10 * 3600, "10h"),
+            (50 * 3600, "2d2h"),
+            (10 * 86_400, "10d"),
+            (3 * 365 * 86_400, "3y"),
+        ] {
+            assert_eq!(human_duration(s), want, "{s}");
+        }
+    }
+}
