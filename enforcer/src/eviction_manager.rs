@@ -542,6 +542,22 @@ impl EvictionManager {
         for ev in &evictions {
             tracing::warn!(uid = %ev.uid, message = %ev.message, "eviction for local storage");
             memo.local_storage_evicted.insert(ev.uid.clone());
+            // kubelet's evictPod: the Evicted event, without annotations for these.
+            if let Some(p) = pods.get(ev.index) {
+                let meta = &p.pod.metadata;
+                self.events.record(EventRecord {
+                    involved: Involved::pod(
+                        meta.namespace.as_deref().unwrap_or_default(),
+                        meta.name.as_deref().unwrap_or_default(),
+                        &ev.uid,
+                        None,
+                    ),
+                    type_: EventType::Warning,
+                    reason: crate::policy::eviction::manager::REASON.to_owned(),
+                    message: ev.message.clone(),
+                    annotations: BTreeMap::new(),
+                });
+            }
             self.link.evict(Evict {
                 uid: ev.uid.clone(),
                 grace_seconds: 0,
