@@ -19,7 +19,7 @@ use enforcer::{
 };
 use enforcer_tests::{
     containerd::Containerd,
-    pods::{manifests, opts, pod, wait_status, write_manifest},
+    pods::{manifests, opts, pod, read_status, wait_status, write_manifest},
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -146,6 +146,17 @@ async fn exec_liveness_restarts_and_exec_readiness_drives_the_ready_condition() 
             "  - name: r\n    image: busybox:local\n    command: [sh, -c, 'sleep 3; touch /tmp/ready; sleep 4; rm /tmp/ready; sleep 3600']\n    readinessProbe: {exec: {command: [cat, /tmp/ready]}, periodSeconds: 1, failureThreshold: 1}\n",
         ),
     );
+    // An exec probe past its timeoutSeconds: killed by the runtime, a failure with
+    // kubelet's message.
+    write_manifest(
+        &cd,
+        "slow.yaml",
+        &manifest(
+            "slow",
+            "slow-1",
+            "  - name: s\n    image: busybox:local\n    command: [sleep, '3600']\n    readinessProbe: {exec: {command: [sleep, '5']}, timeoutSeconds: 1, periodSeconds: 2}\n",
+        ),
+    );
     // Readiness: running but not ready, Ready=False...
     let s = wait_status(&cd, Duration::from_secs(30), "running, unready pod", |s| {
         running(s, "ready-1", "r")
@@ -178,6 +189,17 @@ async fn exec_liveness_restarts_and_exec_readiness_drives_the_ready_condition() 
             && m.contains("/tmp/ready")),
         "{ev:?}"
     );
+
+    let ev = e.events_of("slow", "s");
+    assert!(
+        ev.iter().any(|(t, reason, m)| *t == EventType::Warning
+            && reason == "Unhealthy"
+            && m == "Readiness probe failed: command \"sleep 5\" timed out"),
+        "{ev:?}"
+    );
+    let s = read_status(&cd);
+    let slow = container(&s, "slow-1", "s").expect("s");
+    assert!(!slow.ready && slow.restart_count == 0, "{slow:?}");
 
     // Liveness: killed and restarted (the first restart is immediate).
     let s = wait_status(&cd, Duration::from_secs(40), "a liveness restart", |s| {

@@ -27,6 +27,8 @@ struct State {
     /// What `ExecSync` answers, by `"<container name> <command>"` or by container name:
     /// exit code and output (`None`: the exec timed out).
     execs: HashMap<String, Option<(i32, String)>>,
+    /// The exit code StopContainer leaves (143 unless set: SIGTERM unhandled).
+    stop_exit_code: Option<i32>,
     /// `ExecSync` calls, by container name and by `"<container name> <command>"`.
     exec_counts: HashMap<String, usize>,
 }
@@ -151,6 +153,11 @@ impl FakeRuntime {
                 answer.map(|(code, out)| (code, out.to_owned())),
             )
         });
+    }
+
+    /// Containers stopped from now on exit with `code` (as a process handling SIGTERM).
+    pub fn set_stop_exit_code(&self, code: i32) {
+        self.with(|s| s.stop_exit_code = Some(code));
     }
 
     /// How many `ExecSync` calls reached the container named `key` (or ran that command
@@ -341,12 +348,13 @@ impl ContainerRuntime for FakeRuntime {
             name.unwrap_or_default()
         ))?;
         self.with(|s| {
+            let code = s.stop_exit_code.unwrap_or(143);
             if let Some((c, st)) = s.containers.iter_mut().find(|(c, _)| c.id == id)
                 && c.state == cri::ContainerState::ContainerRunning as i32
             {
                 c.state = cri::ContainerState::ContainerExited as i32;
                 st.state = c.state;
-                st.exit_code = 143;
+                st.exit_code = code;
             }
         });
         Ok(())

@@ -8,10 +8,11 @@
 //! probes wait until the startup probe succeeded. A liveness or startup result turning
 //! `Failure` asks the pod worker to kill the container ([`Prober::take_kills`]); the worker
 //! restarts it per the restart policy. Every failed probe is a `Warning` `Unhealthy` event
-//! (`Liveness probe failed: ...`). A probe that cannot run (no handler, an unknown named port,
-//! an HTTPS probe) is a prober error, as in kubelet: its result is thrown away (the initial
-//! value stays) and each attempt is a `Warning` event saying why; it is never dropped
-//! silently.
+//! (`Liveness probe failed: ...`). HTTPS probes do not verify the server's certificate, as
+//! kubelet. A probe that cannot run (no handler, an unknown named port, a liveness
+//! successThreshold other than 1) is a prober error, as in kubelet: its result is thrown away
+//! (the initial value stays) and each attempt is a `Warning` event saying why; it is never
+//! dropped silently.
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -411,17 +412,129 @@ fn request(host_port: &str, path: &str, headers: &[(String, String)]) -> String 
 }
 
 /// One GET: (status code, headers, body up to [`MAX_BODY`]).
+type Response = (u16, Vec<(String, String)>, String);
+
+/// The TLS client of HTTPS probes: no certificate verification, as kubelet's
+/// `InsecureSkipVerify` (a probe checks health, not identity).
+fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
+    static CONFIG: std::sync::OnceLock<Result<Arc<rustls::ClientConfig>, String>> =
+        std::sync::OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+                .with_safe_default_protocol_versions()
+                .map_err(|e| format!("TLS client: {e}"))?
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
+                .with_no_client_auth();
+            Ok(Arc::new(config))
+        })
+        .clone()
+}
+
+/// Accepts any server certificate (signatures are still checked, so the handshake is sound).
+#[derive(Debug)]
+struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoVerify {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+impl Scheme {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Http => "http",
+            Self::Https => "https",
+        }
+    }
+
+    fn default_port(self) -> u16 {
+        match self {
+            Self::Http => 80,
+            Self::Https => 443,
+        }
+    }
+}
+
+/// One GET over a new connection (TLS for HTTPS).
 async fn get_once(
+    scheme: Scheme,
     host: &str,
     port: u16,
     path: &str,
     headers: &[(String, String)],
-) -> Result<(u16, Vec<(String, String)>, String), String> {
+) -> Result<Response, String> {
     let addr = join_host_port(host, port);
-    let mut s = TcpStream::connect((host, port))
+    let tcp = TcpStream::connect((host, port))
         .await
         .map_err(|e| dial_error(&addr, &e))?;
-    s.write_all(request(&addr, path, headers).as_bytes())
+    match scheme {
+        Scheme::Http => exchange(tcp, &addr, path, headers).await,
+        Scheme::Https => {
+            let name = rustls::pki_types::ServerName::try_from(host.to_owned())
+                .map_err(|e| format!("invalid server name {host:?}: {e}"))?;
+            let tls = tokio_rustls::TlsConnector::from(tls_config()?)
+                .connect(name, tcp)
+                .await
+                .map_err(|e| format!("tls: {e}"))?;
+            exchange(tls, &addr, path, headers).await
+        }
+    }
+}
+
+/// Sends the request and reads the response head and up to [`MAX_BODY`] of its body.
+async fn exchange<S>(
+    mut s: S,
+    addr: &str,
+    path: &str,
+    headers: &[(String, String)],
+) -> Result<Response, String>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    s.write_all(request(addr, path, headers).as_bytes())
         .await
         .map_err(|e| format!("write: {e}"))?;
     let mut buf = Vec::with_capacity(1024);
@@ -455,13 +568,22 @@ async fn get_once(
     Ok((code, hdrs, String::from_utf8_lossy(&body).into_owned()))
 }
 
-/// Where a redirect leads: (host, port, path), `None` for another host (not followed, as
-/// kubelet's `followNonLocalRedirects=false`).
-fn redirect_target(location: &str, host: &str, port: u16) -> Option<(String, u16, String)> {
+/// Where a redirect leads: (scheme, host, port, path), `None` for another host (not
+/// followed, as kubelet's `followNonLocalRedirects=false`) or a scheme other than HTTP(S).
+fn redirect_target(
+    location: &str,
+    scheme: Scheme,
+    host: &str,
+    port: u16,
+) -> Option<(Scheme, String, u16, String)> {
     if location.starts_with('/') {
-        return Some((host.to_owned(), port, location.to_owned()));
+        return Some((scheme, host.to_owned(), port, location.to_owned()));
     }
-    let rest = location.strip_prefix("http://")?;
+    let (scheme, rest) = if let Some(rest) = location.strip_prefix("http://") {
+        (Scheme::Http, rest)
+    } else {
+        (Scheme::Https, location.strip_prefix("https://")?)
+    };
     let (authority, path) = match rest.find('/') {
         Some(i) => (&rest[..i], rest[i..].to_owned()),
         None => (rest, "/".to_owned()),
@@ -470,33 +592,35 @@ fn redirect_target(location: &str, host: &str, port: u16) -> Option<(String, u16
         Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => {
             (h.trim_matches(['[', ']']), p.parse().ok()?)
         }
-        _ => (authority.trim_matches(['[', ']']), 80),
+        _ => (authority.trim_matches(['[', ']']), scheme.default_port()),
     };
-    (h == host).then(|| (h.to_owned(), p, path))
+    (h == host).then(|| (scheme, h.to_owned(), p, path))
 }
 
-/// kubelet's HTTP probe: 200..399 succeeds; redirects to the same host are followed, one to
-/// another host ends the probe with a warning (a success).
+/// kubelet's HTTP(S) probe: 200..399 succeeds; redirects to the same host are followed,
+/// one to another host ends the probe with a warning (a success). HTTPS does not verify
+/// the server's certificate, as kubelet.
 pub async fn http_probe(
+    scheme: Scheme,
     host: &str,
     port: u16,
     path: &str,
     headers: &[(String, String)],
     timeout: Duration,
 ) -> Outcome {
-    let url = format!("http://{}{path}", join_host_port(host, port));
+    let url = format!("{}://{}{path}", scheme.as_str(), join_host_port(host, port));
     let run = async {
-        let (mut h, mut p, mut path) = (host.to_owned(), port, path.to_owned());
+        let (mut sc, mut h, mut p, mut path) = (scheme, host.to_owned(), port, path.to_owned());
         let mut redirects = 0;
         loop {
-            let (code, hdrs, body) = get_once(&h, p, &path, headers).await?;
+            let (code, hdrs, body) = get_once(sc, &h, p, &path, headers).await?;
             if (300..400).contains(&code)
                 && let Some((_, loc)) = hdrs.iter().find(|(k, _)| k == "location")
             {
-                match redirect_target(loc, &h, p) {
+                match redirect_target(loc, sc, &h, p) {
                     Some(next) if redirects < MAX_REDIRECTS => {
                         redirects += 1;
-                        (h, p, path) = next;
+                        (sc, h, p, path) = next;
                         continue;
                     }
                     Some(_) => return Err("stopped after 10 redirects".to_owned()),
@@ -677,20 +801,14 @@ pub async fn run_handler<R: ContainerRuntime>(
     match handler {
         Handler::Exec { command } => exec_probe(rt, container_id, command, timeout).await,
         Handler::Http {
-            scheme: Scheme::Https,
-            ..
-        } => Outcome::Error(
-            "HTTPS probes are not supported by this node (the enforcer probes plain HTTP only)"
-                .to_owned(),
-        ),
-        Handler::Http {
-            scheme: Scheme::Http,
+            scheme,
             host,
             port,
             path,
             headers,
         } => {
             http_probe(
+                *scheme,
                 host.as_deref().unwrap_or(pod_host),
                 *port,
                 path,
@@ -1225,19 +1343,26 @@ mod tests {
             user_agent()
         );
         assert_eq!(
-            redirect_target("/a", "h", 8),
-            Some(("h".to_owned(), 8, "/a".to_owned()))
+            redirect_target("/a", Scheme::Http, "h", 8),
+            Some((Scheme::Http, "h".to_owned(), 8, "/a".to_owned()))
         );
         assert_eq!(
-            redirect_target("http://h:9/b?c", "h", 8),
-            Some(("h".to_owned(), 9, "/b?c".to_owned()))
+            redirect_target("http://h:9/b?c", Scheme::Http, "h", 8),
+            Some((Scheme::Http, "h".to_owned(), 9, "/b?c".to_owned()))
         );
         assert_eq!(
-            redirect_target("http://h", "h", 8),
-            Some(("h".to_owned(), 80, "/".to_owned()))
+            redirect_target("http://h", Scheme::Http, "h", 8),
+            Some((Scheme::Http, "h".to_owned(), 80, "/".to_owned()))
         );
-        assert_eq!(redirect_target("http://other:8/", "h", 8), None);
-        assert_eq!(redirect_target("https://h/", "h", 8), None);
+        assert_eq!(
+            redirect_target("http://other:8/", Scheme::Http, "h", 8),
+            None
+        );
+        assert_eq!(
+            redirect_target("https://h/", Scheme::Http, "h", 8),
+            Some((Scheme::Https, "h".to_owned(), 443, "/".to_owned()))
+        );
+        assert_eq!(redirect_target("ftp://h/", Scheme::Http, "h", 8), None);
         assert_eq!(join_host_port("::1", 80), "[::1]:80");
     }
 
@@ -1275,7 +1400,7 @@ mod tests {
         let h = [("X-Probe".to_owned(), "1".to_owned())];
         let t = Duration::from_secs(2);
         assert_eq!(
-            http_probe("127.0.0.1", port, "/ok", &h, t).await,
+            http_probe(Scheme::Http, "127.0.0.1", port, "/ok", &h, t).await,
             Outcome::Success("hi".to_owned())
         );
         let seen = seen.await.expect("server");
@@ -1285,23 +1410,23 @@ mod tests {
 
         let (port, _) = http_server(vec![(500, "")]).await;
         assert_eq!(
-            http_probe("127.0.0.1", port, "/", &[], t).await,
+            http_probe(Scheme::Http, "127.0.0.1", port, "/", &[], t).await,
             Outcome::Failure("HTTP probe failed with statuscode: 500".to_owned())
         );
         // A redirect to the same host is followed; 400 fails.
         let (port, _) = http_server(vec![(301, "/next"), (204, "")]).await;
         assert_eq!(
-            http_probe("127.0.0.1", port, "/", &[], t).await,
+            http_probe(Scheme::Http, "127.0.0.1", port, "/", &[], t).await,
             Outcome::Success("hi".to_owned())
         );
         let (port, _) = http_server(vec![(302, "http://elsewhere.invalid/")]).await;
         assert_eq!(
-            http_probe("127.0.0.1", port, "/", &[], t).await,
+            http_probe(Scheme::Http, "127.0.0.1", port, "/", &[], t).await,
             Outcome::Warning("Probe terminated redirects, Response body: hi".to_owned())
         );
         let (port, _) = http_server(vec![(400, "")]).await;
         assert!(matches!(
-            http_probe("127.0.0.1", port, "/", &[], t).await,
+            http_probe(Scheme::Http, "127.0.0.1", port, "/", &[], t).await,
             Outcome::Failure(_)
         ));
         // Nothing listening.
@@ -1309,7 +1434,7 @@ mod tests {
         let closed = l.local_addr().expect("addr").port();
         drop(l);
         assert_eq!(
-            http_probe("127.0.0.1", closed, "/h", &[], t).await,
+            http_probe(Scheme::Http, "127.0.0.1", closed, "/h", &[], t).await,
             Outcome::Failure(format!(
                 "Get \"http://127.0.0.1:{closed}/h\": dial tcp 127.0.0.1:{closed}: connect: connection refused"
             ))
@@ -1334,12 +1459,92 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(5)).await;
             drop(c);
         });
-        let out = http_probe("127.0.0.1", open, "/", &[], Duration::from_millis(300)).await;
+        let out = http_probe(
+            Scheme::Http,
+            "127.0.0.1",
+            open,
+            "/",
+            &[],
+            Duration::from_millis(300),
+        )
+        .await;
         assert!(
             matches!(&out, Outcome::Failure(m) if m.contains("Client.Timeout exceeded")),
             "{out:?}"
         );
         silent.abort();
+    }
+
+    /// A self-signed certificate (P-256, `CN=probe-test`) and its key for the HTTPS server.
+    const TEST_CERT: &str = "-----BEGIN CERTIFICATE-----
+MIIBgjCCASegAwIBAgIUF8Hxgl1JRTvZvPxGn8C3VVcArM4wCgYIKoZIzj0EAwIw
+FTETMBEGA1UEAwwKcHJvYmUtdGVzdDAgFw0yNjEyMDExMjIzNTlaGA8yMTI2MTEw
+NzEyMjM1OVowFTETMBEGA1UEAwwKcHJvYmUtdGVzdDBZMBMGByqGSM49AgEGCCqG
+SM49AwEHA0IABNBuZHtcPdoIefGNsz4vhCcuIH7crJWa5paIstxSStJB81eABAj+
+V/7QjWbO+X3vX/njuN3IVRe2IeSJdUpjVSyjUzBRMB0GA1UdDgQWBBSEj7AjhGOl
+iXKDgU7OKbSVBHQshDAfBgNVHSMEGDAWgBSEj7AjhGOliXKDgU7OKbSVBHQshDAP
+BgNVHRMBAf8EBTADAQH/MAoGCCqGSM49BAMCA0kAMEYCIQCLw5NA/g/MJ/u6woIH
+rAcnVSNAhy+Ghxcxu/CryE5angIhAPfKt8StjuKapo96N7U64oGpvsIcakCe5sR9
+Nr75DKju
+-----END CERTIFICATE-----";
+    const TEST_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgwwsNHELlpIcuuS2e
+AYJbKT4Tf8sp/f8vz37ezZ8X7mahRANCAATQbmR7XD3aCHnxjbM+L4QnLiB+3KyV
+muaWiLLcUkrSQfNXgAQI/lf+0I1mzvl971/547jdyFUXtiHkiXVKY1Us
+-----END PRIVATE KEY-----";
+
+    /// An HTTPS server (self-signed certificate) answering one request with `code`.
+    async fn https_server(code: u16) -> u16 {
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject as _};
+        let cert = CertificateDer::from_pem_slice(TEST_CERT.as_bytes()).expect("cert");
+        let key = PrivateKeyDer::from_pem_slice(TEST_KEY.as_bytes()).expect("key");
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)
+        .expect("server config");
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            let Ok((s, _)) = l.accept().await else { return };
+            let Ok(mut tls) = acceptor.accept(s).await else {
+                return;
+            };
+            let mut buf = vec![0u8; 4096];
+            let _ = tls.read(&mut buf).await;
+            let resp = format!("HTTP/1.1 {code} X\r\nContent-Length: 6\r\n\r\nsecure");
+            let _ = tls.write_all(resp.as_bytes()).await;
+            let _ = tls.shutdown().await;
+        });
+        port
+    }
+
+    /// HTTPS probes do not verify the certificate (kubelet's InsecureSkipVerify).
+    #[tokio::test]
+    async fn https_probe_skips_certificate_verification() {
+        let t = Duration::from_secs(2);
+        let port = https_server(200).await;
+        assert_eq!(
+            http_probe(Scheme::Https, "127.0.0.1", port, "/", &[], t).await,
+            Outcome::Success("secure".to_owned())
+        );
+        let port = https_server(503).await;
+        assert_eq!(
+            http_probe(Scheme::Https, "127.0.0.1", port, "/", &[], t).await,
+            Outcome::Failure("HTTP probe failed with statuscode: 503".to_owned())
+        );
+        // Plain HTTP against a TLS server: a failure, not a hang.
+        let port = https_server(200).await;
+        assert!(matches!(
+            http_probe(Scheme::Http, "127.0.0.1", port, "/", &[], t).await,
+            Outcome::Failure(_)
+        ));
     }
 
     /// An in-process `grpc.health.v1.Health` server answering `status` (or Unimplemented

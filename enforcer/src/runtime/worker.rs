@@ -6,7 +6,12 @@
 //! the pod cgroup. All decisions are re-derived from the runtime's state, so a restarted
 //! enforcer adopts what is running and never starts a second copy.
 
-use std::{collections::HashMap, path::PathBuf, sync::Arc, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    path::PathBuf,
+    sync::Arc,
+    time::Duration,
+};
 
 use k8s_cri::v1 as cri;
 use k8s_openapi::api::core::v1::{Container, Pod};
@@ -257,6 +262,9 @@ pub struct PodWorker<R> {
     volumes_set_up: Option<(Pod, Option<i64>)>,
     /// The pod's container probes and their results (kubelet's probe manager).
     probes: Prober,
+    /// Containers killed for a failed liveness or startup probe: restarted unless the
+    /// restart policy is Never, whatever their exit code (kubelet's computePodActions).
+    probe_killed: HashSet<String>,
 }
 
 impl<R: ContainerRuntime> PodWorker<R> {
@@ -280,6 +288,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             sandbox_ips: None,
             volumes_set_up: None,
             probes: Prober::default(),
+            probe_killed: HashSet::new(),
         }
     }
 
@@ -303,6 +312,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             sandbox_ips: None,
             volumes_set_up: None,
             probes: Prober::default(),
+            probe_killed: HashSet::new(),
         }
     }
 
@@ -592,6 +602,8 @@ impl<R: ContainerRuntime> PodWorker<R> {
             .map_err(self.cri())?;
         let mut containers = self.pod_containers().await.map_err(self.cri())?;
         containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        self.probe_killed
+            .retain(|id| containers.iter().any(|c| &c.id == id));
         let want_sandbox = spec::sandbox_hash(pod);
         let hashes: HashMap<&str, String> = pod
             .spec
@@ -619,8 +631,9 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 CREATED => RuntimeState::Created,
                 EXITED => {
                     self.exit_seen.entry(c.id.clone()).or_insert(now);
+                    let code = self.status_of(c).await?.exit_code;
                     RuntimeState::Exited {
-                        code: self.status_of(c).await?.exit_code,
+                        code: self.effective_exit_code(&c.id, code),
                     }
                 }
                 _ => RuntimeState::Unknown,
@@ -958,8 +971,20 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 self.probes.requeue(k);
                 return Err(self.cri()(e));
             }
+            self.probe_killed.insert(k.container_id);
         }
         Ok(())
+    }
+
+    /// The exit code the plan and the phase see: a probe kill the container answered with
+    /// exit 0 (it handled SIGTERM) is still a failure, restarted under OnFailure and never
+    /// a success of the pod (the status shows the real code).
+    fn effective_exit_code(&self, id: &str, code: i32) -> i32 {
+        if code == 0 && self.probe_killed.contains(id) {
+            1
+        } else {
+            code
+        }
     }
 
     /// Where the pod's network probes go without a `host`: the pod IP; for host-network
@@ -1329,6 +1354,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             ));
         };
         let st = self.status_of(latest).await?;
+        let exit_code = self.effective_exit_code(&latest.id, st.exit_code);
         let term = |st: &cri::ContainerStatus| ContainerState::Terminated {
             exit_code: st.exit_code,
             reason: if st.reason.is_empty() {
@@ -1364,14 +1390,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
                         reason: reason.clone(),
                         message: message.clone(),
                     },
-                    AppState::Exited { code: st.exit_code },
+                    AppState::Exited { code: exit_code },
                     Some(term(&st)),
                 ),
-                None => (
-                    term(&st),
-                    AppState::Exited { code: st.exit_code },
-                    last_state,
-                ),
+                None => (term(&st), AppState::Exited { code: exit_code }, last_state),
             }
         } else {
             (
@@ -2110,13 +2132,13 @@ mod tests {
         );
     }
 
-    /// A probe the prober cannot run (an unknown named port, an HTTPS probe) is never
+    /// A probe the prober cannot run (an unknown named port, no handler) is never
     /// dropped: each attempt is a Warning event saying why, its result is thrown away as
     /// kubelet does (readiness stays false, liveness never kills).
     #[tokio::test(start_paused = true)]
     async fn a_probe_that_cannot_run_is_reported_not_dropped() {
         let mut h = harness(
-            "metadata: {name: p, uid: e1}\nspec:\n  containers:\n  - {name: c, image: 'busybox:local', livenessProbe: {httpGet: {port: nope}, periodSeconds: 1}, readinessProbe: {httpGet: {port: 443, scheme: HTTPS}, periodSeconds: 1}}",
+            "metadata: {name: p, uid: e1}\nspec:\n  containers:\n  - {name: c, image: 'busybox:local', livenessProbe: {httpGet: {port: nope}, periodSeconds: 1}, readinessProbe: {periodSeconds: 1}}",
         );
         settle().await;
         tokio::time::sleep(Duration::from_secs(5)).await;
@@ -2136,8 +2158,8 @@ mod tests {
         assert!(
             ev.iter().any(|(t, r, m)| *t == EventType::Warning
                 && r == "Unhealthy"
-                && m.starts_with("Readiness probe errored")
-                && m.contains("HTTPS")),
+                && m
+                    == "Readiness probe errored and resulted in unknown state: missing probe handler for container c"),
             "{ev:?}"
         );
     }
@@ -2162,5 +2184,30 @@ mod tests {
             "{ev:?}"
         );
         assert!(!h.record("t1").container_statuses[0].ready);
+    }
+
+    /// restartPolicy OnFailure: a container killed for its liveness probe is restarted even
+    /// when it exits 0 on SIGTERM (kubelet restarts unless the policy is Never).
+    #[tokio::test(start_paused = true)]
+    async fn a_liveness_kill_restarts_under_on_failure_whatever_the_exit_code() {
+        let h = harness(
+            "metadata: {name: p, uid: l3}\nspec:\n  restartPolicy: OnFailure\n  containers:\n  - {name: c, image: 'busybox:local', livenessProbe: {exec: {command: [check]}, periodSeconds: 1, failureThreshold: 1}}",
+        );
+        h.fake.set_exec("c", Some((1, "")));
+        h.fake.set_stop_exit_code(0);
+        settle().await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(starts(&h.fake, "c"), 2, "{:?}", h.fake.calls());
+        let rec = h.record("l3");
+        assert_eq!(rec.phase, PodPhase::Running, "{rec:?}");
+        assert_eq!(rec.container_statuses[0].restart_count, 1, "{rec:?}");
+        assert!(
+            !h.fake
+                .calls()
+                .iter()
+                .any(|c| c.starts_with("StopPodSandbox")),
+            "{:?}",
+            h.fake.calls()
+        );
     }
 }
