@@ -951,12 +951,23 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 ProbeType::Startup => "startup",
                 _ => "liveness",
             };
-            let mut message = format!("Container {} failed {what} probe", k.name);
-            if restart {
-                message.push_str(", will be restarted");
-            }
-            let grace = k
-                .grace
+            // kubelet's computePodActions / computeInitContainerActions messages.
+            let message = if sidecar {
+                format!("Init container {} failed {what} probe", k.name)
+            } else if restart {
+                format!(
+                    "Container {} failed {what} probe, will be restarted",
+                    k.name
+                )
+            } else {
+                format!("Container {} failed {what} probe", k.name)
+            };
+            // kubelet's setTerminationGracePeriod: the deletion's, else the probe's, else
+            // the pod's; never below the runtime floor.
+            let grace = pod
+                .metadata
+                .deletion_grace_period_seconds
+                .or(k.grace)
                 .unwrap_or_else(|| spec::grace_seconds(pod))
                 .max(spec::MIN_GRACE_SECONDS);
             tracing::info!(uid = %self.uid, container = %k.name, id = %k.container_id, grace, "{message}");
@@ -2208,6 +2219,46 @@ mod tests {
                 .any(|c| c.starts_with("StopPodSandbox")),
             "{:?}",
             h.fake.calls()
+        );
+    }
+
+    /// A sidecar's readiness counts towards ContainersReady (kubelet 1.29+), and its
+    /// liveness failure restarts it (sidecars always restart; kubelet's init container
+    /// message).
+    #[tokio::test(start_paused = true)]
+    async fn sidecar_probes_count_for_ready_and_restart_it() {
+        let mut h = harness(
+            "metadata: {name: p, uid: sc1}\nspec:\n  restartPolicy: Never\n  initContainers:\n  - {name: side, image: 'busybox:local', restartPolicy: Always, readinessProbe: {exec: {command: [ready]}, periodSeconds: 1, failureThreshold: 1}, livenessProbe: {exec: {command: [live]}, periodSeconds: 1, failureThreshold: 2}}\n  containers:\n  - {name: app, image: 'busybox:local'}",
+        );
+        h.fake.set_exec("side ready", Some((1, "")));
+        settle().await;
+        let rec = h.record("sc1");
+        assert_eq!(rec.phase, PodPhase::Running, "{rec:?}");
+        let cr = condition(&rec, "ContainersReady");
+        assert_eq!(
+            (cr.status.as_str(), cr.message.as_str()),
+            ("False", "containers with unready status: [side]"),
+            "{rec:?}"
+        );
+        h.fake.set_exec("side ready", Some((0, "")));
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let rec = h.record("sc1");
+        assert!(rec.init_container_statuses[0].ready, "{rec:?}");
+        assert_eq!(condition(&rec, "Ready").status, "True", "{rec:?}");
+        // Liveness fails twice: killed, restarted although the pod's policy is Never.
+        h.fake.set_exec("side live", Some((1, "dead")));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(starts(&h.fake, "side"), 2, "{:?}", h.fake.calls());
+        assert_eq!(starts(&h.fake, "app"), 1);
+        let ev = h.events();
+        assert!(
+            has_event(
+                &ev,
+                EventType::Normal,
+                "Killing",
+                "Init container side failed liveness probe"
+            ),
+            "{ev:?}"
         );
     }
 }
