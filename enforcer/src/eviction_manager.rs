@@ -11,6 +11,7 @@ use crate::{
     config::Config,
     health::Health,
     kernel,
+    kills::{self, KillKind, KillLog, KillRecord, TriggerSignal},
     policy::eviction::tripwire::{self, Tripwire},
     policy::eviction::{
         ActivePod, NodeCondition, State,
@@ -116,6 +117,12 @@ struct Memo {
     tripwire: Option<Tripwire>,
     /// Pods evicted for their local storage (asked once; forgotten when they leave).
     local_storage_evicted: std::collections::BTreeSet<String>,
+    /// The kill records (`kills`).
+    kills: KillLog,
+    /// The kernel signal that started this step (`None` on a tick or a due instant).
+    trigger: Option<TriggerSignal>,
+    /// The record of the eviction this step decided, completed when it is carried out.
+    pending: Option<KillRecord>,
 }
 
 /// How often the runtime is asked for its image filesystem until it answers.
@@ -181,7 +188,10 @@ impl EvictionManager {
         // A soft threshold's grace period or a condition's transition period ending: a step
         // is due then even if no signal comes.
         let mut due: Option<tokio::time::Instant> = None;
-        let mut memo = Memo::default();
+        let mut memo = Memo {
+            kills: KillLog::open(&self.config.enforcer.state_dir),
+            ..Memo::default()
+        };
         let mut signals_open = true;
         // The pods the signals of this round named (their memory is re-read).
         let mut named: Vec<String> = Vec::new();
@@ -194,6 +204,7 @@ impl EvictionManager {
                 }
             };
             named.clear();
+            memo.trigger = None;
             let trigger = tokio::select! {
                 () = &mut stop => break,
                 _ = tick.tick() => Trigger::Housekeeping,
@@ -210,13 +221,19 @@ impl EvictionManager {
                         if !is_pressure(&s) {
                             continue;
                         }
-                        self.poke_oom_killed(&s);
+                        self.poke_oom_killed(&s, &mut memo.kills);
                         let mut urgent = is_urgent(&s);
+                        // The step's trigger: the first urgent signal of the burst, else
+                        // its first.
+                        memo.trigger = Some(TriggerSignal::of(&s));
                         named.extend(s.pod_uid.clone());
                         // Coalesce the rest of the burst.
                         while let Ok(more) = pipeline.signals.try_recv() {
                             log_signal(&more);
-                            self.poke_oom_killed(&more);
+                            self.poke_oom_killed(&more, &mut memo.kills);
+                            if !urgent && is_urgent(&more) {
+                                memo.trigger = Some(TriggerSignal::of(&more));
+                            }
                             urgent |= is_urgent(&more);
                             if is_pressure(&more) {
                                 named.extend(more.pod_uid.clone());
@@ -340,13 +357,56 @@ impl EvictionManager {
 
     /// A kernel OOM kill inside a pod: its worker resyncs now, so the container's `OOMKilled`
     /// shows at once instead of on the next relist.
-    fn poke_oom_killed(&self, s: &Signal) {
-        if s.kind == SignalKind::OomKill
-            && let Some(uid) = &s.pod_uid
-        {
+    fn poke_oom_killed(&self, s: &Signal, kills: &mut KillLog) {
+        if s.kind != SignalKind::OomKill {
+            return;
+        }
+        let entry = s
+            .pod_uid
+            .as_ref()
+            .and_then(|uid| self.link.active().get(uid).cloned());
+        if let Some(uid) = &s.pod_uid {
             tracing::warn!(uid, pid = s.pid, "kernel OOM kill in a pod");
             self.link.poke(uid);
         }
+        let pod = entry.as_ref().map(|e| e.pod.as_ref());
+        let who = s
+            .pod_uid
+            .clone()
+            .unwrap_or_else(|| format!("pid{}", s.pid.unwrap_or(0)));
+        kills.record(&KillRecord {
+            id: kills::record_id(&who),
+            kind: KillKind::KernelOomKill,
+            namespace: pod
+                .map(|p| crate::policy::resources::pod_namespace(p).to_owned())
+                .unwrap_or_default(),
+            name: pod
+                .map(|p| crate::policy::resources::pod_name(p).to_owned())
+                .unwrap_or_default(),
+            uid: s.pod_uid.clone().unwrap_or_default(),
+            qos: pod
+                .map(|p| format!("{:?}", crate::policy::qos::pod_qos(p)))
+                .unwrap_or_default(),
+            at: kills::now_rfc3339(),
+            step: String::new(),
+            trigger: Some(TriggerSignal::of(s)),
+            signal: String::new(),
+            threshold: String::new(),
+            observed: None,
+            observations: BTreeMap::new(),
+            candidates: Vec::new(),
+            message: format!(
+                "The kernel's OOM killer killed pid {} ({}) in cgroup {}",
+                s.pid.unwrap_or(0),
+                s.comm.as_deref().unwrap_or("?"),
+                s.cgroup.as_deref().unwrap_or("?")
+            ),
+            grace_period_seconds: 0,
+            decision_ns: None,
+            sigkill_ns: None,
+            released_ns: None,
+            release: String::new(),
+        });
     }
 
     /// The pods to collect stats of: the active pods (kubelet's active pods: not one that ran
@@ -397,15 +457,18 @@ impl EvictionManager {
         // kubelet's waitForPodsCleanup, checked before observing: the step that sees the
         // victim released observes what it freed.
         if let Some((wait, cgroup)) = &memo.cleanup {
+            let uid = wait.uid.clone();
             match wait.check(now, self.released(&wait.uid, cgroup)) {
                 Cleanup::Waiting => {}
                 Cleanup::Released => {
                     tracing::info!(uid = %wait.uid, after_ms = now.saturating_sub(wait.since).as_millis(), "evicted pod's resources released");
                     memo.cleanup = None;
+                    memo.kills.released(&uid, true);
                 }
                 Cleanup::TimedOut => {
                     tracing::warn!(uid = %wait.uid, "timed out waiting for the evicted pod to be cleaned up");
                     memo.cleanup = None;
+                    memo.kills.released(&uid, false);
                 }
             }
         }
@@ -453,6 +516,17 @@ impl EvictionManager {
         } else {
             (next, decision)
         };
+        let decision_ns = crate::signal::monotonic_ns();
+        memo.pending = decision.eviction.as_ref().map(|ev| {
+            self.kill_record(
+                ev,
+                &snapshot,
+                &active,
+                trigger,
+                memo.trigger.clone(),
+                decision_ns,
+            )
+        });
         // kubelet's localStorageEviction, before any threshold: on the figures of a full
         // walk (housekeeping), every pod over an emptyDir sizeLimit or its ephemeral-storage
         // limits is evicted at once.
@@ -470,8 +544,67 @@ impl EvictionManager {
             memo,
         )
         .await;
+        memo.pending = None;
         self.place_tripwire(&snapshot, memo);
         next
+    }
+
+    /// The record of an eviction just decided (`kills`): what triggered the step, the
+    /// observation and threshold, kubelet's ranking's first candidates.
+    fn kill_record(
+        &self,
+        ev: &crate::policy::eviction::manager::Eviction,
+        snapshot: &NodeSnapshot,
+        active: &BTreeMap<String, ActiveEntry>,
+        trigger: Trigger,
+        signal: Option<TriggerSignal>,
+        decision_ns: u64,
+    ) -> KillRecord {
+        let pods: Vec<ActivePod<'_>> = snapshot
+            .pods
+            .iter()
+            .filter_map(|(uid, sample)| {
+                let e = active.get(uid)?;
+                Some(ActivePod::new(&e.pod, sample.stats.as_ref()).with_facts(&e.facts))
+            })
+            .collect();
+        let t = &ev.threshold;
+        let kind = if t.is_hard() {
+            "hard".to_owned()
+        } else {
+            format!("soft, grace {:?}", t.grace_period)
+        };
+        KillRecord {
+            id: kills::record_id(&ev.uid),
+            kind: KillKind::Eviction,
+            namespace: ev.namespace.clone(),
+            name: ev.name.clone(),
+            uid: ev.uid.clone(),
+            qos: active
+                .get(&ev.uid)
+                .map(|e| format!("{:?}", crate::policy::qos::pod_qos(&e.pod)))
+                .unwrap_or_default(),
+            at: kills::now_rfc3339(),
+            step: trigger.to_string(),
+            trigger: signal,
+            signal: ev.signal.to_string(),
+            threshold: format!("{}<{} ({kind})", t.signal, t.value),
+            observed: snapshot
+                .observations
+                .get(&ev.signal)
+                .map(|o| kills::Observed {
+                    available: o.available,
+                    capacity: o.capacity,
+                }),
+            observations: kills::observation_map(&snapshot.observations),
+            candidates: kills::candidates(ev.signal, &pods, kills::CANDIDATES),
+            message: ev.message.clone(),
+            grace_period_seconds: ev.grace_period_seconds,
+            decision_ns: Some(decision_ns),
+            sigkill_ns: None,
+            released_ns: None,
+            release: String::new(),
+        }
     }
 
     /// Places the v2 tripwire for the next crossing (`policy::eviction::tripwire`): off while
@@ -545,6 +678,28 @@ impl EvictionManager {
             // kubelet's evictPod: the Evicted event, without annotations for these.
             if let Some(p) = pods.get(ev.index) {
                 let meta = &p.pod.metadata;
+                memo.kills.record(&KillRecord {
+                    id: kills::record_id(&ev.uid),
+                    kind: KillKind::Eviction,
+                    namespace: meta.namespace.clone().unwrap_or_default(),
+                    name: meta.name.clone().unwrap_or_default(),
+                    uid: ev.uid.clone(),
+                    qos: format!("{:?}", crate::policy::qos::pod_qos(p.pod)),
+                    at: kills::now_rfc3339(),
+                    step: "housekeeping".to_owned(),
+                    trigger: None,
+                    signal: String::new(),
+                    threshold: "the pod's own local storage limits".to_owned(),
+                    observed: None,
+                    observations: BTreeMap::new(),
+                    candidates: Vec::new(),
+                    message: ev.message.clone(),
+                    grace_period_seconds: 0,
+                    decision_ns: Some(crate::signal::monotonic_ns()),
+                    sigkill_ns: None,
+                    released_ns: None,
+                    release: String::new(),
+                });
                 self.events.record(EventRecord {
                     involved: Involved::pod(
                         meta.namespace.as_deref().unwrap_or_default(),
@@ -665,12 +820,18 @@ impl EvictionManager {
                     e.cgroup.clone(),
                 ));
             }
+            let mut annotations = ev.annotations.clone();
+            if let Some(mut r) = memo.pending.take() {
+                r.sigkill_ns = sigkill_ns;
+                annotations.insert(kills::ANNOTATION.to_owned(), r.id.clone());
+                memo.kills.evicted(r);
+            }
             self.events.record(EventRecord {
                 involved: Involved::pod(&ev.namespace, &ev.name, &ev.uid, None),
                 type_: EventType::Warning,
                 reason: crate::policy::eviction::manager::REASON.to_owned(),
                 message: ev.message.clone(),
-                annotations: ev.annotations.clone(),
+                annotations,
             });
             self.link.evict(Evict {
                 uid: ev.uid.clone(),

@@ -55,6 +55,12 @@ enum Command {
     /// The node's events (kept in its state directory): a table as `kubectl get events`
     /// prints it, or `-o json`; `--pod NAME` for one pod's.
     Events(enforcer::cluster::event_store::EventsArgs),
+    /// Why a pod died: the causal record of its latest kill (eviction or kernel OOM kill):
+    /// trigger, threshold and observation, ranking, and the times from the kernel event to
+    /// the memory released.
+    Why(enforcer::kills::WhyArgs),
+    /// Every kill recorded on this node (evictions and kernel OOM kills): a table, or `-o json`.
+    Evictions(enforcer::kills::EvictionsArgs),
 }
 
 #[derive(Subcommand)]
@@ -140,6 +146,8 @@ fn main() -> ExitCode {
         Command::Probe => probe(),
         Command::Pods(args) => return enforcer::runtime::status::pods_main(&args),
         Command::Events(args) => return enforcer::cluster::event_store::events_main(&args),
+        Command::Why(args) => return enforcer::kills::why_main(&args),
+        Command::Evictions(args) => return enforcer::kills::evictions_main(&args),
         Command::Simulate { scenario } => return print_lines(enforcer::cli::simulate(&scenario)),
         Command::Explain(args) => return print_lines(enforcer::cli::explain(&args)),
         Command::Config(ConfigCommand::Check(args)) => {

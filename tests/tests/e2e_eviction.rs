@@ -459,7 +459,95 @@ async fn memory_allocatable_eviction() {
         "MemoryPressure with no hog running: allocatable counted the threshold twice"
     );
     run_eviction_test(&node, &specs, &MEMORY).await;
+    verify_why(&node.state, "memory-hog-pod").await;
     drop(node.shutdown().await);
+}
+
+/// The causal record of the eviction, as `enforcer why` shows it: every time of the chain
+/// (kernel event, received, decided, SIGKILL, memory released) present and in order, the
+/// threshold and the ranking with the victim first; `enforcer evictions -o json` lists it.
+async fn verify_why(state: &std::path::Path, prefix: &str) {
+    let find = || {
+        enforcer::kills::read(state)
+            .expect("the kill records")
+            .0
+            .into_iter()
+            .rev()
+            .find(|r| {
+                r.kind == enforcer::kills::KillKind::Eviction
+                    && r.name.starts_with(&format!("{prefix}-"))
+            })
+    };
+    wait_until(
+        &format!("{prefix}: the kill record with its release"),
+        Duration::from_secs(30),
+        || find().is_some_and(|r| !r.release.is_empty()),
+    )
+    .await;
+    let r = find().expect("the kill record");
+    assert_eq!(r.release, "released", "{r:?}");
+    let chain = r.chain();
+    let names: Vec<&str> = chain.iter().map(|c| c.0).collect();
+    for want in ["decided", "SIGKILL sent", "memory released"] {
+        assert!(names.contains(&want), "{want} missing: {r:?}");
+    }
+    if matches!(r.step.as_str(), "crossing" | "signal") {
+        assert!(
+            names.contains(&"received by the daemon"),
+            "a signal step names its signal: {r:?}"
+        );
+    }
+    assert!(
+        chain.windows(2).all(|w| w[0].1 <= w[1].1),
+        "the chain in order: {chain:?}"
+    );
+    assert!(r.threshold.contains('<') && r.observed.is_some(), "{r:?}");
+    assert_eq!(
+        r.candidates.first().map(|c| c.uid.as_str()),
+        Some(r.uid.as_str()),
+        "the victim ranks first: {r:?}"
+    );
+    let bin = enforcer_tests::enforcer_binary();
+    let out = std::process::Command::new(&bin)
+        .args(["why", &r.name, "--state-dir"])
+        .arg(state)
+        .output()
+        .expect("enforcer why");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("$ enforcer why {}\n{text}", r.name);
+    // The printed timeline: the chain's steps, each later than the one before.
+    let mut last = -1.0_f64;
+    let mut seen = Vec::new();
+    for line in text
+        .lines()
+        .skip_while(|l| !l.starts_with("Timeline:"))
+        .skip(1)
+    {
+        let Some((what, t)) = line.trim().rsplit_once('+') else {
+            break;
+        };
+        let ms: f64 = t
+            .trim_end_matches(" ms")
+            .parse()
+            .unwrap_or_else(|_| panic!("a time in {line:?}"));
+        assert!(ms >= last, "out of order at {line:?}:\n{text}");
+        last = ms;
+        seen.push(what.trim().to_owned());
+    }
+    assert_eq!(seen, names, "{text}");
+    let out = std::process::Command::new(&bin)
+        .args(["evictions", "-o", "json", "--state-dir"])
+        .arg(state)
+        .output()
+        .expect("enforcer evictions");
+    let all: Vec<enforcer::kills::KillRecord> =
+        serde_json::from_slice(&out.stdout).expect("evictions -o json");
+    assert!(all.iter().any(|x| x.id == r.id), "{all:?}");
 }
 
 /// A 1Gi node with a hard `memory.available<500Mi`, the specs run through

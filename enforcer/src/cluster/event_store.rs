@@ -14,8 +14,6 @@
 
 use std::{
     collections::HashMap,
-    fs,
-    io::Write as _,
     path::{Path, PathBuf},
 };
 
@@ -23,41 +21,18 @@ use k8s_openapi::{api::core::v1::Event, apimachinery::pkg::apis::meta::v1::Time}
 use tokio::sync::mpsc;
 
 use super::events::{EventRecord, Key, Recorder, Similar, event_object};
+pub use crate::state_log::StoreError;
+use crate::state_log::{self, LineStore, cell};
 
 /// The directory under the state directory.
 pub const DIR: &str = "events";
-const CURRENT: &str = "events.jsonl";
-const PREVIOUS: &str = "events.jsonl.1";
+const FILE: &str = "events.jsonl";
 /// One file's bound (the store keeps two).
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
-/// Errors of the store, each naming its file.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("{action} {path}: {source}")]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}
-
-fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
-    move |source| StoreError::Io {
-        action,
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
 /// The append end of the store.
 #[derive(Debug)]
-pub struct EventStore {
-    dir: PathBuf,
-    max_bytes: u64,
-    file: fs::File,
-    size: u64,
-}
+pub struct EventStore(LineStore);
 
 impl EventStore {
     /// Opens (creating) `<state_dir>/events` for appending.
@@ -73,16 +48,7 @@ impl EventStore {
     /// # Errors
     /// The directory or file cannot be created or opened.
     pub fn with_limit(dir: &Path, max_bytes: u64) -> Result<Self, StoreError> {
-        fs::create_dir_all(dir).map_err(io("creating", dir))?;
-        let path = dir.join(CURRENT);
-        let file = open_append(&path)?;
-        let size = file.metadata().map_err(io("reading", &path))?.len();
-        Ok(Self {
-            dir: dir.to_path_buf(),
-            max_bytes: max_bytes.max(1),
-            file,
-            size,
-        })
+        LineStore::open(dir, FILE, max_bytes).map(Self)
     }
 
     /// Appends one event (rotating first when the line would pass the bound).
@@ -90,35 +56,8 @@ impl EventStore {
     /// # Errors
     /// Writing or rotating failed.
     pub fn append(&mut self, event: &Event) -> Result<(), StoreError> {
-        let current = self.dir.join(CURRENT);
-        let mut line = serde_json::to_vec(event).map_err(|e| StoreError::Io {
-            action: "encoding an event for",
-            path: current.clone(),
-            source: std::io::Error::other(e),
-        })?;
-        line.push(b'\n');
-        let len = u64::try_from(line.len()).unwrap_or(u64::MAX);
-        if self.size > 0 && self.size.saturating_add(len) > self.max_bytes {
-            let previous = self.dir.join(PREVIOUS);
-            fs::rename(&current, &previous).map_err(io("rotating", &current))?;
-            self.file = open_append(&current)?;
-            self.size = 0;
-        }
-        // One write per line: a reader sees whole lines, or a last one without its newline.
-        self.file
-            .write_all(&line)
-            .map_err(io("writing", &current))?;
-        self.size = self.size.saturating_add(len);
-        Ok(())
+        self.0.append(event)
     }
-}
-
-fn open_append(path: &Path) -> Result<fs::File, StoreError> {
-    fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(io("opening", path))
 }
 
 /// Keeps the recorded events until the recorders are gone: aggregated, appended to `store`
@@ -179,44 +118,14 @@ pub async fn keep(
 /// # Errors
 /// The directory cannot be read (a missing one: no events).
 pub fn read(state_dir: &Path) -> Result<(Vec<Event>, usize), StoreError> {
-    let dir = state_dir.join(DIR);
-    let mut order: Vec<String> = Vec::new();
-    let mut by_name: HashMap<String, Event> = HashMap::new();
-    let mut bad = 0;
-    for file in [PREVIOUS, CURRENT] {
-        let path = dir.join(file);
-        let text = match fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(io("reading", &path)(e)),
-        };
-        let complete = text.ends_with(b"\n");
-        let lines: Vec<&[u8]> = text.split(|b| *b == b'\n').collect();
-        let n = lines.len();
-        for (i, line) in lines.into_iter().enumerate() {
-            if line.is_empty() {
-                continue;
-            }
-            let Ok(ev) = serde_json::from_slice::<Event>(line) else {
-                if complete || i + 1 < n {
-                    bad += 1;
-                }
-                continue;
-            };
-            let name = format!(
-                "{}/{}",
-                ev.metadata.namespace.as_deref().unwrap_or(""),
-                ev.metadata.name.as_deref().unwrap_or("")
-            );
-            if by_name.insert(name.clone(), ev).is_none() {
-                order.push(name);
-            }
-        }
-    }
-    let mut events: Vec<Event> = order
-        .into_iter()
-        .filter_map(|n| by_name.remove(&n))
-        .collect();
+    let (lines, bad) = state_log::read::<Event>(&state_dir.join(DIR), FILE)?;
+    let mut events = state_log::last_by_key(lines, |ev| {
+        format!(
+            "{}/{}",
+            ev.metadata.namespace.as_deref().unwrap_or(""),
+            ev.metadata.name.as_deref().unwrap_or("")
+        )
+    });
     events.sort_by_key(|e| e.last_timestamp.as_ref().map(|t| t.0));
     Ok((events, bad))
 }
@@ -302,19 +211,6 @@ pub fn human_duration(secs: i64) -> String {
     }
 }
 
-/// A field for the table: control characters (a hostile name or message) shown escaped.
-fn cell(s: &str) -> String {
-    s.chars()
-        .flat_map(|c| {
-            if c.is_control() {
-                c.escape_default().collect::<Vec<_>>()
-            } else {
-                vec![c]
-            }
-        })
-        .collect()
-}
-
 /// The table or JSON for `events` (selected by `args`), `now` for the ages.
 #[must_use]
 pub fn render(events: &[Event], args: &EventsArgs, now: k8s_openapi::jiff::Timestamp) -> String {
@@ -358,36 +254,17 @@ pub fn render(events: &[Event], args: &EventsArgs, now: k8s_openapi::jiff::Times
             ]
         })
         .collect();
-    let header = [
-        "NAMESPACE",
-        "LAST SEEN",
-        "TYPE",
-        "REASON",
-        "OBJECT",
-        "MESSAGE",
-    ];
-    let mut widths = header.map(str::len);
-    for r in &rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let line = |cells: [&str; 6]| {
-        let mut out = String::new();
-        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
-            if i == 5 {
-                out.push_str(c);
-            } else {
-                out.push_str(&format!("{c:<w$}   "));
-            }
-        }
-        out.trim_end().to_owned()
-    };
-    let mut out = vec![line(header)];
-    for r in &rows {
-        out.push(line([&r[0], &r[1], &r[2], &r[3], &r[4], &r[5]]));
-    }
-    out.join("\n")
+    state_log::table(
+        [
+            "NAMESPACE",
+            "LAST SEEN",
+            "TYPE",
+            "REASON",
+            "OBJECT",
+            "MESSAGE",
+        ],
+        &rows,
+    )
 }
 
 /// Runs `enforcer events`: exit 2 when the state directory cannot be read.
@@ -428,7 +305,7 @@ mod tests {
             std::process::id(),
             std::thread::current().id()
         ));
-        let _ = fs::remove_dir_all(&d);
+        let _ = std::fs::remove_dir_all(&d);
         d
     }
 
@@ -515,7 +392,7 @@ mod tests {
             table.contains("pod/web") && table.contains("(x3)"),
             "{table}"
         );
-        let _ = fs::remove_dir_all(&state);
+        let _ = std::fs::remove_dir_all(&state);
     }
 
     /// The files stay bounded: past the bound the current file becomes the previous one and
@@ -529,9 +406,9 @@ mod tests {
             let ev = event_object(&evicted(&format!("p{i}")), "n1", t.clone(), i);
             store.append(&ev).expect("append");
         }
-        let total: u64 = [CURRENT, PREVIOUS]
+        let total: u64 = [FILE, "events.jsonl.1"]
             .iter()
-            .map(|f| fs::metadata(dir.join(DIR).join(f)).map_or(0, |m| m.len()))
+            .map(|f| std::fs::metadata(dir.join(DIR).join(f)).map_or(0, |m| m.len()))
             .sum();
         assert!(total <= 2 * 4096, "bounded: {total} bytes");
         let (events, bad) = read(&dir).expect("read");
@@ -560,7 +437,7 @@ mod tests {
                 .iter()
                 .any(|e| e.involved_object.name.as_deref() == Some("after"))
         );
-        let _ = fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A damaged line is counted and skipped; a last line being written (no newline) is
@@ -569,11 +446,11 @@ mod tests {
     fn damaged_lines_and_hostile_names() {
         let dir = tmp("damaged");
         let d = dir.join(DIR);
-        fs::create_dir_all(&d).expect("dir");
+        std::fs::create_dir_all(&d).expect("dir");
         let t = Time(k8s_openapi::jiff::Timestamp::from_second(1_000).expect("t"));
         let good = serde_json::to_string(&event_object(&evicted("a\u{1b}[2Jb"), "n1", t, 1))
             .expect("json");
-        fs::write(d.join(CURRENT), format!("{{not json\n{good}\n{{\"metad")).expect("write");
+        std::fs::write(d.join(FILE), format!("{{not json\n{good}\n{{\"metad")).expect("write");
         let (events, bad) = read(&dir).expect("read");
         assert_eq!((events.len(), bad), (1, 1));
         let table = render(
@@ -594,7 +471,7 @@ mod tests {
         );
         // No directory at all: no events, not an error.
         assert_eq!(read(&tmp("none")).expect("none").0.len(), 0);
-        let _ = fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -1,0 +1,686 @@
+//! The causal record of every kill: for each eviction and each kernel OOM kill the node saw,
+//! one record with the pod, what triggered the step (the kernel signal, its source and
+//! timestamps), the observation and threshold that decided it, kubelet's ranking's first
+//! candidates with their usage and requests, the grace period, and the chain of times:
+//! kernel event -> received -> decided -> SIGKILL -> memory released.
+//!
+//! Kept under the state directory (`kills/kills.jsonl`, bounded and rotating as the event
+//! store is: at most 2 x 1 MiB), shown by `enforcer why POD` and `enforcer evictions`. A
+//! record is written when the kill is decided (or seen, for the kernel's) and again when the
+//! victim's memory is released; the last line of an id wins. The pod's `Evicted` event
+//! carries the record's id in its `enforcer/kill-record` annotation.
+//!
+//! All chain times are CLOCK_MONOTONIC nanoseconds (the clock of the eBPF timestamps), so
+//! their differences are exact; `at` is the wall-clock time of the decision for people.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    policy::{
+        eviction::{Observations, Resource, Signal as EvictionSignal, manager::ActivePod, rank},
+        qos, resources,
+    },
+    quantity::{Format, Quantity},
+    signal::Signal,
+    state_log::{self, LineStore, StoreError, cell},
+};
+
+/// The directory under the state directory.
+pub const DIR: &str = "kills";
+const FILE: &str = "kills.jsonl";
+/// One file's bound (the log keeps two).
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+/// Candidates kept per record.
+pub const CANDIDATES: usize = 5;
+/// The annotation of the `Evicted` event naming the record.
+pub const ANNOTATION: &str = "enforcer/kill-record";
+
+/// Who killed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum KillKind {
+    /// The eviction manager evicted the pod.
+    Eviction,
+    /// The kernel's OOM killer killed a process (seen, not decided, by the node).
+    KernelOomKill,
+}
+
+/// The kernel signal that started the step.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TriggerSignal {
+    /// `memcgReclaim`, `thresholdCrossed`, `oomKill`, ... (as `enforcer signals` prints).
+    pub kind: String,
+    /// `ebpf`, `memcgEventfd`, `psi`, `poll`, ...
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_ns: Option<u64>,
+    pub received_ns: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+}
+
+impl TriggerSignal {
+    /// From a decoded signal.
+    #[must_use]
+    pub fn of(s: &Signal) -> Self {
+        let name = |v: serde_json::Result<serde_json::Value>| {
+            v.ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default()
+        };
+        Self {
+            kind: name(serde_json::to_value(s.kind)),
+            source: name(serde_json::to_value(s.source)),
+            kernel_ns: s.kernel_ns,
+            received_ns: s.received_ns,
+            pid: s.pid,
+            comm: s.comm.clone(),
+            cgroup: s.cgroup.clone(),
+        }
+    }
+}
+
+/// One pod of the ranking.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Candidate {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub qos: String,
+    pub priority: i32,
+    /// Usage of the starved resource (bytes, inodes or processes); `None`: no stats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<i64>,
+    /// The request of the starved resource (memory and ephemeral storage; else 0).
+    pub request: i64,
+    /// Critical: ranked but never evicted.
+    #[serde(default)]
+    pub critical: bool,
+}
+
+/// The observation the threshold was compared with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Observed {
+    pub available: i64,
+    pub capacity: i64,
+}
+
+/// One kill.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KillRecord {
+    /// `<wall-clock ns, hex>-<uid or pid>`.
+    pub id: String,
+    pub kind: KillKind,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub qos: String,
+    /// Wall-clock time of the decision (or of the kill seen), RFC 3339.
+    pub at: String,
+    /// What woke the eviction manager: `crossing`, `signal`, `housekeeping`, `deadline`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub step: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<TriggerSignal>,
+    /// The eviction signal (`memory.available`), empty for the kernel's kills.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub signal: String,
+    /// The threshold met (`memory.available<250Mi`), with `hard` or its grace period.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub threshold: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<Observed>,
+    /// Every signal's available amount in the step's observations.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub observations: BTreeMap<String, i64>,
+    /// kubelet's ranking for the starved resource, first [`CANDIDATES`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<Candidate>,
+    pub message: String,
+    #[serde(default)]
+    pub grace_period_seconds: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sigkill_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_ns: Option<u64>,
+    /// `released`, `timed out` (kubelet's cleanup wait), or empty while waiting.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub release: String,
+}
+
+impl KillRecord {
+    /// The chain's times in order of the chain: (what, monotonic ns).
+    #[must_use]
+    pub fn chain(&self) -> Vec<(&'static str, u64)> {
+        let mut out = Vec::new();
+        if let Some(t) = &self.trigger {
+            if let Some(k) = t.kernel_ns {
+                out.push(("kernel event", k));
+            }
+            out.push(("received by the daemon", t.received_ns));
+        }
+        let steps = [
+            ("decided", self.decision_ns),
+            ("SIGKILL sent", self.sigkill_ns),
+            ("memory released", self.released_ns),
+        ];
+        out.extend(steps.into_iter().filter_map(|(w, t)| t.map(|t| (w, t))));
+        out
+    }
+}
+
+/// kubelet's ranking for `signal` over `pods`, the first `n` with their figures.
+#[must_use]
+pub fn candidates(signal: EvictionSignal, pods: &[ActivePod<'_>], n: usize) -> Vec<Candidate> {
+    let resource = signal.resource();
+    rank::rank(signal, pods)
+        .into_iter()
+        .take(n)
+        .filter_map(|i| pods.get(i))
+        .map(|p| {
+            let facts = p
+                .facts
+                .copied()
+                .unwrap_or_else(|| rank::PodFacts::of(p.pod));
+            let usage = p.stats.and_then(|s| match resource {
+                Resource::Memory => s.memory,
+                Resource::EphemeralStorage => s.ephemeral_storage,
+                Resource::Inodes => s.inodes,
+                Resource::Pids => s.processes,
+            });
+            let request = match resource {
+                Resource::Memory => facts.memory_request,
+                Resource::EphemeralStorage => facts.storage_request,
+                Resource::Inodes | Resource::Pids => 0,
+            } / 1_000_000_000;
+            Candidate {
+                namespace: resources::pod_namespace(p.pod).to_owned(),
+                name: resources::pod_name(p.pod).to_owned(),
+                uid: p.pod.metadata.uid.clone().unwrap_or_default(),
+                qos: format!("{:?}", qos::pod_qos(p.pod)),
+                priority: facts.priority,
+                usage,
+                request: i64::try_from(request).unwrap_or(i64::MAX),
+                critical: facts.critical,
+            }
+        })
+        .collect()
+}
+
+/// Every signal's available amount, by name.
+#[must_use]
+pub fn observation_map(obs: &Observations) -> BTreeMap<String, i64> {
+    obs.iter()
+        .map(|(s, o)| (s.as_str().to_owned(), o.available))
+        .collect()
+}
+
+/// The append end, held by the eviction manager; a log that cannot be written is reported
+/// once and costs the node nothing.
+#[derive(Debug, Default)]
+pub struct KillLog {
+    store: Option<LineStore>,
+    failed: bool,
+    /// Evictions whose memory is not released yet, by uid.
+    waiting: BTreeMap<String, KillRecord>,
+}
+
+impl KillLog {
+    /// Opens `<state_dir>/kills`.
+    #[must_use]
+    pub fn open(state_dir: &Path) -> Self {
+        match LineStore::open(&state_dir.join(DIR), FILE, MAX_FILE_BYTES) {
+            Ok(s) => Self {
+                store: Some(s),
+                ..Self::default()
+            },
+            Err(e) => {
+                tracing::warn!(error = %e, "kill records are not kept");
+                Self::default()
+            }
+        }
+    }
+
+    fn write(&mut self, r: &KillRecord) {
+        let Some(s) = self.store.as_mut() else {
+            return;
+        };
+        match s.append(r) {
+            Ok(()) => self.failed = false,
+            Err(e) if !self.failed => {
+                tracing::warn!(error = %e, "writing a kill record failed (logged once until it works again)");
+                self.failed = true;
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// Records a decided eviction; its release is recorded by [`Self::released`].
+    pub fn evicted(&mut self, r: KillRecord) {
+        self.write(&r);
+        if self.waiting.len() >= 64 {
+            self.waiting.clear();
+        }
+        self.waiting.insert(r.uid.clone(), r);
+    }
+
+    /// Records the end of the cleanup wait of `uid` (`released`: its resources were freed;
+    /// else the wait timed out).
+    pub fn released(&mut self, uid: &str, released: bool) {
+        if let Some(mut r) = self.waiting.remove(uid) {
+            if released {
+                r.released_ns = Some(crate::signal::monotonic_ns());
+                "released".clone_into(&mut r.release);
+            } else {
+                "timed out".clone_into(&mut r.release);
+            }
+            self.write(&r);
+        }
+    }
+
+    /// Records a kill nobody waits on (a kernel OOM kill, a local-storage eviction).
+    pub fn record(&mut self, r: &KillRecord) {
+        self.write(r);
+    }
+}
+
+/// A record's id: the wall-clock time and who.
+#[must_use]
+pub fn record_id(who: &str) -> String {
+    format!("{:x}-{who}", crate::runtime::status::now_nanos())
+}
+
+/// The wall-clock time now, RFC 3339.
+#[must_use]
+pub fn now_rfc3339() -> String {
+    crate::runtime::status::rfc3339(crate::runtime::status::now_nanos())
+}
+
+/// The records kept under `state_dir`, the last line of each id, oldest first; with the
+/// count of unreadable lines.
+///
+/// # Errors
+/// A file exists but cannot be read.
+pub fn read(state_dir: &Path) -> Result<(Vec<KillRecord>, usize), StoreError> {
+    let (lines, bad) = state_log::read::<KillRecord>(&state_dir.join(DIR), FILE)?;
+    Ok((state_log::last_by_key(lines, |r| r.id.clone()), bad))
+}
+
+/// Output of `enforcer why` / `enforcer evictions`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+/// `enforcer why POD`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct WhyArgs {
+    /// The pod: its name, `namespace/name`, or uid (the latest kill of it is shown).
+    pub pod: String,
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    /// The daemon's state directory.
+    #[arg(long, default_value = crate::runtime::DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
+}
+
+/// `enforcer evictions`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct EvictionsArgs {
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    /// The daemon's state directory.
+    #[arg(long, default_value = crate::runtime::DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
+}
+
+fn matches(r: &KillRecord, pod: &str) -> bool {
+    r.uid == pod || r.name == pod || format!("{}/{}", r.namespace, r.name) == pod
+}
+
+/// An amount of `signal`'s resource, as kubelet prints it.
+fn amount(signal: &str, v: i64) -> String {
+    if signal.contains("inodes") || signal.starts_with("pid") {
+        v.to_string()
+    } else {
+        Quantity::from_int(v, Format::BinarySI).to_string()
+    }
+}
+
+fn ms_since(base: u64, t: u64) -> String {
+    #[expect(clippy::cast_precision_loss, reason = "a printed figure")]
+    let ms = t.saturating_sub(base) as f64 / 1e6;
+    format!("+{ms:.3} ms")
+}
+
+/// `enforcer why`'s text for one record.
+#[must_use]
+pub fn render_why(r: &KillRecord) -> String {
+    let mut out = Vec::new();
+    let pod = if r.name.is_empty() {
+        "(no pod)".to_owned()
+    } else {
+        format!("{}/{}", r.namespace, r.name)
+    };
+    out.push(format!(
+        "Pod:         {} (uid {}){}",
+        cell(&pod),
+        cell(&r.uid),
+        if r.qos.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", r.qos)
+        }
+    ));
+    out.push(format!(
+        "Killed by:   {} at {}",
+        match r.kind {
+            KillKind::Eviction => "the enforcer's eviction manager",
+            KillKind::KernelOomKill => "the kernel's OOM killer",
+        },
+        r.at
+    ));
+    if !r.threshold.is_empty() {
+        let observed = r.observed.map_or_else(String::new, |o| {
+            format!(
+                "; observed {} available of {}",
+                amount(&r.signal, o.available),
+                amount(&r.signal, o.capacity)
+            )
+        });
+        out.push(format!("Threshold:   {}{observed}", r.threshold));
+        out.push(format!("Grace:       {} s", r.grace_period_seconds));
+    }
+    out.push(format!("Message:     {}", cell(r.message.trim_end())));
+    let step = if r.step.is_empty() {
+        String::new()
+    } else {
+        format!("{} step", r.step)
+    };
+    match &r.trigger {
+        Some(t) => out.push(format!(
+            "Trigger:     {step}{}{} from {}{}{}",
+            if step.is_empty() { "" } else { ": " },
+            t.kind,
+            t.source,
+            t.pid.map_or_else(String::new, |p| format!(", pid {p}")),
+            t.cgroup
+                .as_deref()
+                .map_or_else(String::new, |c| format!(", cgroup {}", cell(c)))
+        )),
+        None if !step.is_empty() => out.push(format!("Trigger:     {step}")),
+        None => {}
+    }
+    let chain = r.chain();
+    if let Some(&(_, base)) = chain.first() {
+        out.push("Timeline:".to_owned());
+        for (what, t) in &chain {
+            out.push(format!("  {what:<24}{}", ms_since(base, *t)));
+        }
+        if r.kind == KillKind::Eviction && r.released_ns.is_none() {
+            out.push(format!(
+                "  memory released         {}",
+                if r.release.is_empty() {
+                    "(not yet)"
+                } else {
+                    r.release.as_str()
+                }
+            ));
+        }
+    }
+    if !r.candidates.is_empty() {
+        out.push(format!("Ranking ({}, kubelet's order):", r.signal));
+        let rows: Vec<[String; 7]> = r
+            .candidates
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let mark = if c.uid == r.uid {
+                    "evicted"
+                } else if c.critical {
+                    "critical: skipped"
+                } else {
+                    ""
+                };
+                [
+                    format!("  {}", i + 1),
+                    cell(&format!("{}/{}", c.namespace, c.name)),
+                    c.qos.clone(),
+                    c.priority.to_string(),
+                    c.usage
+                        .map_or_else(|| "-".to_owned(), |u| amount(&r.signal, u)),
+                    amount(&r.signal, c.request),
+                    mark.to_owned(),
+                ]
+            })
+            .collect();
+        out.push(state_log::table(
+            ["  #", "POD", "QOS", "PRIORITY", "USAGE", "REQUEST", ""],
+            &rows,
+        ));
+    }
+    out.join("\n")
+}
+
+/// `enforcer evictions`' table.
+#[must_use]
+pub fn render_list(records: &[KillRecord]) -> String {
+    if records.is_empty() {
+        return "No kills recorded.".to_owned();
+    }
+    let rows: Vec<[String; 7]> = records
+        .iter()
+        .map(|r| {
+            let base = r.chain().first().map(|c| c.1);
+            let to = |t: Option<u64>| match (base, t) {
+                (Some(b), Some(t)) => ms_since(b, t),
+                _ => "-".to_owned(),
+            };
+            [
+                r.at.clone(),
+                match r.kind {
+                    KillKind::Eviction => "eviction".to_owned(),
+                    KillKind::KernelOomKill => "kernel OOM".to_owned(),
+                },
+                cell(&format!("{}/{}", r.namespace, r.name)),
+                r.qos.clone(),
+                if r.threshold.is_empty() {
+                    "-".to_owned()
+                } else {
+                    r.threshold.clone()
+                },
+                to(r.sigkill_ns),
+                to(r.released_ns),
+            ]
+        })
+        .collect();
+    state_log::table(
+        [
+            "TIME",
+            "KIND",
+            "POD",
+            "QOS",
+            "THRESHOLD",
+            "TO SIGKILL",
+            "TO RELEASED",
+        ],
+        &rows,
+    )
+}
+
+fn print(text: &str) -> std::process::ExitCode {
+    use std::io::Write as _;
+    if writeln!(std::io::stdout().lock(), "{text}").is_err() {
+        return std::process::ExitCode::FAILURE;
+    }
+    std::process::ExitCode::SUCCESS
+}
+
+fn load(state_dir: &Path) -> Result<Vec<KillRecord>, std::process::ExitCode> {
+    match read(state_dir) {
+        Ok((records, bad)) => {
+            if bad > 0 {
+                eprintln!(
+                    "enforcer: skipped {bad} unreadable line(s) in {}",
+                    state_dir.join(DIR).display()
+                );
+            }
+            Ok(records)
+        }
+        Err(e) => {
+            eprintln!("enforcer: {e} (is the daemon running with this --state-dir?)");
+            Err(std::process::ExitCode::from(2))
+        }
+    }
+}
+
+/// Runs `enforcer why`: exit 1 when the pod has no record, 2 when the store is unreadable.
+#[must_use]
+pub fn why_main(args: &WhyArgs) -> std::process::ExitCode {
+    let records = match load(&args.state_dir) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    let Some(r) = records.iter().rev().find(|r| matches(r, &args.pod)) else {
+        eprintln!(
+            "enforcer: no kill of pod {:?} recorded in {}",
+            args.pod,
+            args.state_dir.join(DIR).display()
+        );
+        return std::process::ExitCode::FAILURE;
+    };
+    match args.output {
+        Output::Json => print(&serde_json::to_string_pretty(r).unwrap_or_default()),
+        Output::Text => print(&render_why(r)),
+    }
+}
+
+/// Runs `enforcer evictions`.
+#[must_use]
+pub fn evictions_main(args: &EvictionsArgs) -> std::process::ExitCode {
+    let records = match load(&args.state_dir) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    match args.output {
+        Output::Json => print(&serde_json::to_string_pretty(&records).unwrap_or_default()),
+        Output::Text => print(&render_list(&records)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(uid: &str) -> KillRecord {
+        KillRecord {
+            id: record_id(uid),
+            kind: KillKind::Eviction,
+            namespace: "default".to_owned(),
+            name: "hog".to_owned(),
+            uid: uid.to_owned(),
+            qos: "BestEffort".to_owned(),
+            at: "2026-12-01T12:00:00Z".to_owned(),
+            step: "crossing".to_owned(),
+            trigger: Some(TriggerSignal {
+                kind: "memcgReclaim".to_owned(),
+                source: "ebpf".to_owned(),
+                kernel_ns: Some(1_000_000),
+                received_ns: 1_100_000,
+                pid: Some(42),
+                comm: None,
+                cgroup: Some("/kubepods/besteffort/podu1/c".to_owned()),
+            }),
+            signal: "memory.available".to_owned(),
+            threshold: "memory.available<250Mi (hard)".to_owned(),
+            observed: Some(Observed {
+                available: 200 << 20,
+                capacity: 1 << 30,
+            }),
+            observations: BTreeMap::new(),
+            candidates: vec![Candidate {
+                namespace: "default".to_owned(),
+                name: "hog".to_owned(),
+                uid: uid.to_owned(),
+                qos: "BestEffort".to_owned(),
+                priority: 0,
+                usage: Some(100 << 20),
+                request: 0,
+                critical: false,
+            }],
+            message: "The node was low on resource: memory. ".to_owned(),
+            grace_period_seconds: 1,
+            decision_ns: Some(2_000_000),
+            sigkill_ns: Some(2_100_000),
+            released_ns: None,
+            release: String::new(),
+        }
+    }
+
+    /// Written at the decision, again at the release: read back as one record with the
+    /// whole chain, in order, and shown by `why`.
+    #[test]
+    fn decided_then_released_reads_back_as_one_record() {
+        let dir = std::env::temp_dir().join(format!("enforcer-kills-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut log = KillLog::open(&dir);
+        log.evicted(record("u1"));
+        log.released("u1", true);
+        log.released("u-unknown", true);
+        let (records, bad) = read(&dir).expect("read");
+        assert_eq!((records.len(), bad), (1, 0));
+        let r = &records[0];
+        assert_eq!(r.release, "released");
+        let chain = r.chain();
+        let names: Vec<&str> = chain.iter().map(|c| c.0).collect();
+        assert_eq!(
+            names,
+            [
+                "kernel event",
+                "received by the daemon",
+                "decided",
+                "SIGKILL sent",
+                "memory released"
+            ]
+        );
+        assert!(chain.windows(2).all(|w| w[0].1 <= w[1].1), "{chain:?}");
+        let text = render_why(r);
+        assert!(
+            text.contains(
+                "Threshold:   memory.available<250Mi (hard); observed 200Mi available of 1Gi"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("kernel event            +0.000 ms"), "{text}");
+        assert!(text.contains("SIGKILL sent            +1.100 ms"), "{text}");
+        assert!(text.contains("evicted"), "{text}");
+        let list = render_list(&records);
+        assert!(list.starts_with("TIME"), "{list}");
+        assert!(list.contains("default/hog"), "{list}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_timed_out_wait_says_so() {
+        let mut r = record("u2");
+        "timed out".clone_into(&mut r.release);
+        assert!(render_why(&r).contains("memory released         timed out"));
+        assert!(matches(&r, "default/hog") && matches(&r, "u2") && !matches(&r, "web"));
+    }
+}
