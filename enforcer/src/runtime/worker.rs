@@ -702,7 +702,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
         // then restarts them as their restart policy says (kubelet's computePodActions).
         self.probe_kills(pod).await?;
         let (sandboxes, containers, view) = self.observe(pod, now).await?;
-        let actions = compute_pod_actions(
+        let mut actions = compute_pod_actions(
             pod,
             &view,
             &spec::container_hash,
@@ -710,6 +710,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             &self.exit_seen,
             now,
         );
+        self.gate_on_sidecar_startup(pod, &containers, &mut actions);
         for b in &actions.backoff {
             self.event(
                 Some(&b.name),
@@ -996,6 +997,48 @@ impl<R: ContainerRuntime> PodWorker<R> {
         } else {
             code
         }
+    }
+
+    /// kubelet's computeInitContainerActions: the containers after a sidecar with a startup
+    /// probe are not started for the first time until that probe succeeded (a sidecar
+    /// starting now has not). Restarts of containers that already ran are not held.
+    fn gate_on_sidecar_startup(
+        &self,
+        pod: &Pod,
+        containers: &[cri::Container],
+        actions: &mut crate::policy::pod_actions::PodActions,
+    ) {
+        let Some(spec) = pod.spec.as_ref() else {
+            return;
+        };
+        let sandbox = match &actions.sandbox {
+            SandboxPlan::Keep(id) => Some(id.as_str()),
+            _ => None,
+        };
+        let inits: Vec<&Container> = spec.init_containers.iter().flatten().collect();
+        let gate = inits.iter().position(|c| {
+            ContainerKind::of_init(c) == ContainerKind::Sidecar
+                && c.startup_probe.is_some()
+                && (actions.start.iter().any(|s| s.name == c.name)
+                    || containers.iter().any(|x| {
+                        Some(x.pod_sandbox_id.as_str()) == sandbox
+                            && x.state == RUNNING
+                            && name_of(x) == c.name
+                            && !self.probes.started(&x.id, c)
+                    }))
+        });
+        let Some(i) = gate else {
+            return;
+        };
+        let later: HashSet<&str> = inits[i + 1..]
+            .iter()
+            .map(|c| c.name.as_str())
+            .chain(spec.containers.iter().map(|c| c.name.as_str()))
+            .collect();
+        actions.start.retain(|s| {
+            !later.contains(s.name.as_str())
+                || matches!(s.replace, Replace::Restart { .. } | Replace::Stop(_))
+        });
     }
 
     /// Where the pod's network probes go without a `host`: the pod IP; for host-network
@@ -1460,6 +1503,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
         let mut inits = Vec::new();
         let mut init_pending = false;
         let mut unready = Vec::new();
+        let app_created = spec_ref
+            .containers
+            .iter()
+            .any(|c| in_sandbox.iter().any(|x| name_of(x) == c.name));
         for c in spec_ref.init_containers.iter().flatten() {
             let inst: Vec<&cri::Container> = in_sandbox
                 .iter()
@@ -1468,15 +1515,18 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 .collect();
             let (rec, st) = self.record(c, &inst).await?;
             let done = if ContainerKind::of_init(c) == ContainerKind::Sidecar {
-                // Sidecars count towards ContainersReady (kubelet 1.29+).
+                // Sidecars count towards ContainersReady (kubelet 1.29+), and are done
+                // initializing once started (past their startup probe).
                 if !rec.ready {
                     unready.push(c.name.clone());
                 }
-                st == AppState::Running
+                st == AppState::Running && rec.started == Some(true)
             } else {
                 st == AppState::Exited { code: 0 }
             };
-            init_pending |= !done;
+            // kubelet's GeneratePodInitializedCondition: initialized for good once a regular
+            // container started.
+            init_pending |= !done && !app_created;
             inits.push(rec);
         }
         let mut apps = Vec::new();
@@ -2260,5 +2310,35 @@ mod tests {
             ),
             "{ev:?}"
         );
+    }
+
+    /// A sidecar's startup probe holds the containers after it (kubelet starts the next
+    /// container once the sidecar has started): Pending and not Initialized until then.
+    #[tokio::test(start_paused = true)]
+    async fn a_sidecar_startup_probe_holds_the_next_containers() {
+        let h = harness(
+            "metadata: {name: p, uid: sc2}\nspec:\n  initContainers:\n  - {name: side, image: 'busybox:local', restartPolicy: Always, startupProbe: {exec: {command: [up]}, periodSeconds: 1, failureThreshold: 100}}\n  - {name: init, image: 'busybox:local'}\n  containers:\n  - {name: app, image: 'busybox:local'}",
+        );
+        h.fake.set_exec("side", Some((1, "")));
+        settle().await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(starts(&h.fake, "side"), 1);
+        assert_eq!((starts(&h.fake, "init"), starts(&h.fake, "app")), (0, 0));
+        let rec = h.record("sc2");
+        assert_eq!(rec.phase, PodPhase::Pending, "{rec:?}");
+        assert_eq!(condition(&rec, "Initialized").status, "False");
+        assert_eq!(rec.init_container_statuses[0].started, Some(false));
+        // Started: the init container runs, then the app.
+        h.fake.set_exec("side", Some((0, "")));
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        assert_eq!(starts(&h.fake, "init"), 1, "{:?}", h.fake.calls());
+        h.fake.exit("init", 0, "Completed");
+        let _ = h.tx.send(WorkUpdate::Relist);
+        settle().await;
+        assert_eq!(starts(&h.fake, "app"), 1, "{:?}", h.fake.calls());
+        let rec = h.record("sc2");
+        assert_eq!(rec.phase, PodPhase::Running, "{rec:?}");
+        assert_eq!(condition(&rec, "Initialized").status, "True");
+        assert_eq!(condition(&rec, "Ready").status, "True", "{rec:?}");
     }
 }
