@@ -35,6 +35,11 @@ fn main() -> anyhow::Result<()> {
         // decide on -Z build-std, and the child cargo inherits it.
         unsafe { env::set_var("RUSTC_BOOTSTRAP", "1") };
     }
+    // aya-build forwards every line the child cargo writes to stderr as a build warning
+    // ("Compiling enforcer-ebpf ...", "Finished ..."): a quiet child keeps only what matters
+    // (the compiler's own warnings and errors come through its JSON messages).
+    // SAFETY: as above, single-threaded; the child cargo inherits it.
+    unsafe { env::set_var("CARGO_TERM_QUIET", "true") };
     aya_build::build_ebpf(
         [aya_build::Package {
             name: "enforcer-ebpf",
