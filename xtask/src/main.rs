@@ -22,6 +22,8 @@ const PACKAGES: &[&str] = &[
     "bpftool",
     "containernetworking-plugins",
     "iproute2",
+    // systemd-analyze checks deploy/systemd (tests/tests/deploy.rs)
+    "systemd",
 ];
 const BPF_LINKER: &str = "0.10.3";
 

@@ -767,6 +767,24 @@ pub const LEFT_OUT: &[(&str, &str)] = &[
         "the security context reaches the process through containerd and runc: nothing \
          cgroup-version specific",
     ),
+    (
+        "volumes",
+        "mounts and files under the pod directory (a memory emptyDir's limit is the pod \
+         cgroup's, checked on both versions by enforcement)",
+    ),
+    (
+        "probes",
+        "exec, HTTP, TCP and gRPC probes through containerd and the network: nothing \
+         cgroup-version specific",
+    ),
+    (
+        "operations",
+        "the HTTP endpoints and metrics of a running daemon: nothing cgroup-version specific",
+    ),
+    (
+        "deploy",
+        "the systemd unit and the cluster manifests: files, no kernel in them",
+    ),
 ];
 
 /// Options of `cargo xtask vm-test`.

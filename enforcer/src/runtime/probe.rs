@@ -863,6 +863,12 @@ impl Shared {
         }
     }
 
+    /// Sets a new container's initial result (kubelet's `initialValue`) without waking the
+    /// pod worker: it is the value its status already assumes.
+    fn init(&self, id: &str, kind: ProbeType) {
+        self.with(|s| s.results.insert((id.to_owned(), kind), kind.initial()));
+    }
+
     fn get(&self, id: &str, kind: ProbeType) -> Option<ProbeResult> {
         self.with(|s| s.results.get(&(id.to_owned(), kind)).copied())
     }
@@ -976,7 +982,7 @@ impl Prober {
                 continue;
             };
             let spec = ProbeSpec::parse(kind, p, &t.container);
-            self.shared.set(&t.container_id, kind, kind.initial());
+            self.shared.init(&t.container_id, kind);
             let first = now + spec.initial_delay.saturating_sub(since_start);
             let task = ProbeTask {
                 kind,
@@ -1169,6 +1175,100 @@ impl<R: ContainerRuntime> ProbeTask<R> {
                 tokio::time::sleep_until(next).await;
             }
         }
+    }
+}
+
+/// An in-process `grpc.health.v1.Health` server for tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::{
+        convert::Infallible,
+        future::Future,
+        pin::Pin,
+        sync::{
+            Arc,
+            atomic::{AtomicI32, Ordering},
+        },
+        task::{Context, Poll},
+    };
+
+    use tokio::net::TcpStream;
+    use tonic::codegen::http;
+
+    use super::{HEALTH_CHECK_PATH, HealthCheckRequest, HealthCheckResponse};
+
+    /// Answers the status it holds (Unimplemented for any other method, NotFound for the
+    /// service `missing`).
+    #[derive(Clone)]
+    struct Health(Arc<AtomicI32>);
+
+    impl tonic::server::NamedService for Health {
+        const NAME: &'static str = "grpc.health.v1.Health";
+    }
+
+    struct Check(i32);
+
+    type Answer<T> = Pin<Box<dyn Future<Output = T> + Send>>;
+
+    impl tonic::server::UnaryService<HealthCheckRequest> for Check {
+        type Response = HealthCheckResponse;
+        type Future = Answer<Result<tonic::Response<Self::Response>, tonic::Status>>;
+        fn call(&mut self, req: tonic::Request<HealthCheckRequest>) -> Self::Future {
+            let status = self.0;
+            Box::pin(async move {
+                if req.get_ref().service == "missing" {
+                    return Err(tonic::Status::not_found("unknown service"));
+                }
+                Ok(tonic::Response::new(HealthCheckResponse { status }))
+            })
+        }
+    }
+
+    impl tower::Service<http::Request<tonic::body::Body>> for Health {
+        type Response = http::Response<tonic::body::Body>;
+        type Error = Infallible;
+        type Future = Answer<Result<Self::Response, Infallible>>;
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+            let status = self.0.load(Ordering::SeqCst);
+            Box::pin(async move {
+                if req.uri().path() == HEALTH_CHECK_PATH {
+                    let codec =
+                        tonic_prost::ProstCodec::<HealthCheckResponse, HealthCheckRequest>::default(
+                        );
+                    let mut grpc = tonic::server::Grpc::new(codec);
+                    Ok(grpc.unary(Check(status), req).await)
+                } else {
+                    Ok(tonic::Status::unimplemented("no such method").into_http())
+                }
+            })
+        }
+    }
+
+    /// A server on 127.0.0.1 answering `status` (1 SERVING, 2 NOT_SERVING), switchable
+    /// through the returned cell; aborting the task stops it.
+    pub(crate) async fn grpc_health_server(
+        status: i32,
+    ) -> (u16, Arc<AtomicI32>, tokio::task::JoinHandle<()>) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = l.local_addr().expect("addr").port();
+        let cell = Arc::new(AtomicI32::new(status));
+        let incoming = futures::stream::unfold(l, |l| async move {
+            let r: Result<TcpStream, std::io::Error> = l.accept().await.map(|(s, _)| s);
+            Some((r, l))
+        });
+        let health = Health(cell.clone());
+        let task = tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(health)
+                .serve_with_incoming(incoming)
+                .await;
+        });
+        (port, cell, task)
     }
 }
 
@@ -1547,101 +1647,10 @@ muaWiLLcUkrSQfNXgAQI/lf+0I1mzvl971/547jdyFUXtiHkiXVKY1Us
         ));
     }
 
-    /// An in-process `grpc.health.v1.Health` server answering `status` (or Unimplemented
-    /// for the service `missing`).
-    mod health_server {
-        use std::{
-            convert::Infallible,
-            future::Future,
-            pin::Pin,
-            task::{Context, Poll},
-        };
-
-        use tonic::codegen::http;
-
-        use super::super::{HealthCheckRequest, HealthCheckResponse};
-
-        #[derive(Clone)]
-        pub struct Health(pub i32);
-
-        impl tonic::server::NamedService for Health {
-            const NAME: &'static str = "grpc.health.v1.Health";
-        }
-
-        struct Check(i32);
-
-        impl tonic::server::UnaryService<HealthCheckRequest> for Check {
-            type Response = HealthCheckResponse;
-            type Future = Pin<
-                Box<
-                    dyn Future<Output = Result<tonic::Response<Self::Response>, tonic::Status>>
-                        + Send,
-                >,
-            >;
-            fn call(&mut self, req: tonic::Request<HealthCheckRequest>) -> Self::Future {
-                let status = self.0;
-                Box::pin(async move {
-                    if req.get_ref().service == "missing" {
-                        return Err(tonic::Status::not_found("unknown service"));
-                    }
-                    Ok(tonic::Response::new(HealthCheckResponse { status }))
-                })
-            }
-        }
-
-        impl tower::Service<http::Request<tonic::body::Body>> for Health {
-            type Response = http::Response<tonic::body::Body>;
-            type Error = Infallible;
-            type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
-            fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-                Poll::Ready(Ok(()))
-            }
-            fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
-                let status = self.0;
-                Box::pin(async move {
-                    if req.uri().path() == super::super::HEALTH_CHECK_PATH {
-                        let codec = tonic_prost::ProstCodec::<
-                            HealthCheckResponse,
-                            HealthCheckRequest,
-                        >::default();
-                        let mut grpc = tonic::server::Grpc::new(codec);
-                        Ok(grpc.unary(Check(status), req).await)
-                    } else {
-                        Ok(tonic::Status::unimplemented("no such method").into_http())
-                    }
-                })
-            }
-        }
-    }
-
-    async fn grpc_server(status: i32) -> (u16, tokio::task::JoinHandle<()>) {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let port = l.local_addr().expect("addr").port();
-        let incoming = tokio_stream_of(l);
-        let task = tokio::spawn(async move {
-            let _ = tonic::transport::Server::builder()
-                .add_service(health_server::Health(status))
-                .serve_with_incoming(incoming)
-                .await;
-        });
-        (port, task)
-    }
-
-    fn tokio_stream_of(
-        l: tokio::net::TcpListener,
-    ) -> impl futures::Stream<Item = Result<TcpStream, std::io::Error>> {
-        futures::stream::unfold(l, |l| async move {
-            let r = l.accept().await.map(|(s, _)| s);
-            Some((r, l))
-        })
-    }
-
     #[tokio::test]
     async fn grpc_probe_against_an_in_process_health_server() {
         let t = Duration::from_secs(2);
-        let (port, serving) = grpc_server(1).await;
+        let (port, _status, serving) = testing::grpc_health_server(1).await;
         assert_eq!(
             grpc_probe("127.0.0.1", port, "", t).await,
             Outcome::Success("service healthy".to_owned())
@@ -1652,7 +1661,7 @@ muaWiLLcUkrSQfNXgAQI/lf+0I1mzvl971/547jdyFUXtiHkiXVKY1Us
             "{out:?}"
         );
         serving.abort();
-        let (port, not_serving) = grpc_server(2).await;
+        let (port, _status, not_serving) = testing::grpc_health_server(2).await;
         assert_eq!(
             grpc_probe("127.0.0.1", port, "svc", t).await,
             Outcome::Failure("service unhealthy (responded with \"NOT_SERVING\")".to_owned())

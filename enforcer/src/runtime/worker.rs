@@ -2341,4 +2341,64 @@ mod tests {
         assert_eq!(condition(&rec, "Initialized").status, "True");
         assert_eq!(condition(&rec, "Ready").status, "True", "{rec:?}");
     }
+
+    /// gRPC probes through the pod worker, on the real clock against an in-process
+    /// `grpc.health.v1.Health` server (a host-network pod without node IPs is probed at
+    /// 127.0.0.1): SERVING makes the container ready, NOT_SERVING unready, then its
+    /// liveness failures restart it.
+    #[tokio::test]
+    async fn grpc_probes_drive_ready_and_restarts() {
+        let (port, status, server) = probe::testing::grpc_health_server(2).await;
+        let mut h = harness(&format!(
+            "metadata: {{name: p, uid: g1}}\nspec:\n  hostNetwork: true\n  containers:\n  - {{name: c, image: 'busybox:local', readinessProbe: {{grpc: {{port: {port}}}, periodSeconds: 1, failureThreshold: 1}}, livenessProbe: {{grpc: {{port: {port}, service: live}}, initialDelaySeconds: 3, periodSeconds: 1, failureThreshold: 1}}}}"
+        ));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let wait = async |what: &str, f: &dyn Fn(&PodRecord) -> bool| loop {
+            if h.status.get("g1").is_some_and(|r| f(&r)) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {what}: {:?}",
+                h.status.get("g1")
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        wait("running, unready", &|r| {
+            r.phase == PodPhase::Running && !r.container_statuses[0].ready
+        })
+        .await;
+        status.store(1, std::sync::atomic::Ordering::SeqCst);
+        wait("ready on SERVING", &|r| {
+            r.container_statuses[0].ready && condition(r, "Ready").status == "True"
+        })
+        .await;
+        assert_eq!(starts(&h.fake, "c"), 1);
+        // NOT_SERVING: unready at once, then (after the liveness delay) restarted.
+        status.store(2, std::sync::atomic::Ordering::SeqCst);
+        wait("restarted on NOT_SERVING", &|r| {
+            r.container_statuses[0].restart_count >= 1
+        })
+        .await;
+        server.abort();
+        let ev = h.events();
+        assert!(
+            has_event(
+                &ev,
+                EventType::Warning,
+                "Unhealthy",
+                "Liveness probe failed: service unhealthy (responded with \"NOT_SERVING\")"
+            ),
+            "{ev:?}"
+        );
+        assert!(
+            has_event(
+                &ev,
+                EventType::Normal,
+                "Killing",
+                "Container c failed liveness probe, will be restarted"
+            ),
+            "{ev:?}"
+        );
+    }
 }

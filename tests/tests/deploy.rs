@@ -1,0 +1,275 @@
+//! The deployment files in `deploy/`: the systemd unit passes `systemd-analyze verify` and
+//! keeps its hardening (`systemd-analyze security`), the cluster manifests parse into
+//! k8s-openapi's types, grant what the node's API writers request, and carry a configuration
+//! the enforcer's own loader accepts.
+
+use std::{
+    collections::BTreeSet,
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use k8s_openapi::api::{
+    apps::v1::DaemonSet,
+    core::v1::{ConfigMap, Namespace, ServiceAccount},
+    rbac::v1::{ClusterRole, ClusterRoleBinding},
+};
+use serde::Deserialize as _;
+
+fn deploy(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .join("deploy")
+        .join(path)
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("enforcer-deploy-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// `systemd-analyze` (systemd is on every machine this runs on; missing, the test fails).
+fn analyze(args: &[&str], unit: &Path) -> (bool, String, String) {
+    let out = Command::new("systemd-analyze")
+        .args(args)
+        .arg(unit)
+        .output()
+        .expect("systemd-analyze (package systemd) is needed to check deploy/systemd");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The unit verifies (with its binary at the built one: `verify` checks that `ExecStart`
+/// exists), runs `enforcer run` with a configuration file, keeps the pods when it stops, and
+/// its exposure stays at systemd's MEDIUM or better.
+#[test]
+fn the_systemd_unit_verifies_and_is_hardened() {
+    let text = std::fs::read_to_string(deploy("systemd/enforcer.service")).expect("the unit");
+    assert!(
+        text.contains("ExecStart=/usr/local/bin/enforcer run --config /etc/enforcer/config.yaml")
+    );
+    assert!(
+        text.contains("\nKillMode=process\n"),
+        "stopping the daemon must not kill the pods"
+    );
+    for cap in ["CAP_BPF", "CAP_SYS_RESOURCE", "CAP_KILL"] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("CapabilityBoundingSet=") && l.contains(cap)),
+            "{cap} in the bounding set"
+        );
+    }
+    let bin = enforcer_tests::enforcer_binary();
+    let dir = scratch("unit");
+    let unit = dir.join("enforcer.service");
+    std::fs::write(
+        &unit,
+        text.replace("/usr/local/bin/enforcer", &bin.display().to_string()),
+    )
+    .expect("unit copy");
+    let (ok, out, err) = analyze(&["verify"], &unit);
+    assert!(ok, "systemd-analyze verify: {out}{err}");
+    assert!(
+        !err.contains("enforcer.service:"),
+        "systemd-analyze verify warns about the unit: {err}"
+    );
+    let (_, out, err) = analyze(&["security", "--offline=yes", "--no-pager"], &unit);
+    let line = out
+        .lines()
+        .chain(err.lines())
+        .find(|l| l.contains("Overall exposure level"))
+        .unwrap_or_else(|| panic!("no exposure level: {out}{err}"));
+    let score: f64 = line
+        .split(':')
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("exposure in {line:?}"));
+    eprintln!("{line}");
+    assert!(
+        score <= 6.5,
+        "hardening regressed (README: Deployment): {line}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every document parses into its k8s-openapi type; the role grants each request the node's
+/// writers make; the DaemonSet mounts what the daemon reads and runs it with the ConfigMap's
+/// files; the configuration loads.
+#[test]
+fn the_cluster_manifests_parse_and_grant_what_the_node_writes() {
+    let text = std::fs::read_to_string(deploy("kubernetes/enforcer.yaml")).expect("the manifests");
+    let mut kinds = Vec::new();
+    let (mut role, mut binding, mut ds, mut cm, mut sa) = (None, None, None, None, None);
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let v = serde_yaml_ng::Value::deserialize(doc).expect("a YAML document");
+        let kind = v["kind"].as_str().expect("kind").to_owned();
+        let json = serde_json::to_value(&v).expect("as JSON");
+        let strict = |what: &str| format!("{kind} does not parse as {what}");
+        match kind.as_str() {
+            "Namespace" => {
+                serde_json::from_value::<Namespace>(json).expect(&strict("Namespace"));
+            }
+            "ServiceAccount" => {
+                sa = Some(serde_json::from_value::<ServiceAccount>(json).expect(&strict("SA")));
+            }
+            "ClusterRole" => {
+                role = Some(serde_json::from_value::<ClusterRole>(json).expect(&strict("role")));
+            }
+            "ClusterRoleBinding" => {
+                binding = Some(
+                    serde_json::from_value::<ClusterRoleBinding>(json).expect(&strict("binding")),
+                );
+            }
+            "ConfigMap" => {
+                cm = Some(serde_json::from_value::<ConfigMap>(json).expect(&strict("ConfigMap")));
+            }
+            "DaemonSet" => {
+                ds = Some(serde_json::from_value::<DaemonSet>(json).expect(&strict("DaemonSet")));
+            }
+            other => panic!("unexpected kind {other}"),
+        }
+        kinds.push(kind);
+    }
+    assert_eq!(
+        kinds,
+        [
+            "Namespace",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ConfigMap",
+            "DaemonSet"
+        ]
+    );
+    let (role, binding, ds, cm, sa) = (
+        role.expect("role"),
+        binding.expect("binding"),
+        ds.expect("ds"),
+        cm.expect("cm"),
+        sa.expect("sa"),
+    );
+    // What the writers request (cluster/*.rs, runtime/apiserver.rs): (group, resource, verb).
+    let granted: BTreeSet<(String, String, String)> = role
+        .rules
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|r| {
+            let groups = r.api_groups.clone().unwrap_or_default();
+            let resources = r.resources.clone().unwrap_or_default();
+            groups.into_iter().flat_map(move |g| {
+                let verbs = r.verbs.clone();
+                resources.clone().into_iter().flat_map(move |res| {
+                    let g = g.clone();
+                    verbs
+                        .clone()
+                        .into_iter()
+                        .map(move |v| (g.clone(), res.clone(), v))
+                })
+            })
+        })
+        .collect();
+    for (g, res, verb) in [
+        ("", "nodes", "create"),
+        ("", "nodes", "get"),
+        ("", "nodes", "patch"),
+        ("", "nodes/status", "patch"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
+        ("", "pods", "get"),
+        ("", "pods", "create"),
+        ("", "pods", "delete"),
+        ("", "pods/status", "update"),
+        ("", "events", "create"),
+        ("", "events", "patch"),
+        ("coordination.k8s.io", "leases", "get"),
+        ("coordination.k8s.io", "leases", "create"),
+        ("coordination.k8s.io", "leases", "update"),
+    ] {
+        assert!(
+            granted.contains(&(g.to_owned(), res.to_owned(), verb.to_owned())),
+            "the role does not grant {verb} {g}/{res}"
+        );
+    }
+    let subject = binding
+        .subjects
+        .unwrap_or_default()
+        .into_iter()
+        .next()
+        .expect("a subject");
+    assert_eq!(
+        (
+            Some(subject.name.as_str()),
+            subject.namespace.as_deref(),
+            binding.role_ref.name.as_str()
+        ),
+        (
+            sa.metadata.name.as_deref(),
+            sa.metadata.namespace.as_deref(),
+            role.metadata.name.as_deref().unwrap_or_default()
+        )
+    );
+    let pod = ds.spec.template.spec.expect("pod spec");
+    assert_eq!(pod.service_account_name, sa.metadata.name);
+    assert_eq!((pod.host_pid, pod.host_network), (Some(true), Some(true)));
+    let c = &pod.containers[0];
+    let args = c.args.clone().unwrap_or_default();
+    assert_eq!(args.first().map(String::as_str), Some("run"));
+    let mounts: Vec<&str> = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|m| m.mount_path.as_str())
+        .collect();
+    for path in [
+        "/sys/fs/cgroup",
+        "/sys/kernel/tracing",
+        "/var/lib/enforcer",
+        "/run/containerd",
+        "/etc/enforcer",
+    ] {
+        assert!(mounts.contains(&path), "{path} not mounted: {mounts:?}");
+    }
+    let data = cm.data.expect("ConfigMap data");
+    for key in ["config.yaml", "kubeconfig"] {
+        assert!(
+            args.iter()
+                .any(|a| a.ends_with(&format!("/etc/enforcer/{key}"))),
+            "{key} not passed: {args:?}"
+        );
+        assert!(data.contains_key(key), "{key} missing from the ConfigMap");
+    }
+    // The configuration, through the enforcer's own loader.
+    let dir = scratch("config");
+    let config = dir.join("config.yaml");
+    std::fs::write(&config, &data["config.yaml"]).expect("config");
+    let loaded = enforcer::config::load(&enforcer::config::ConfigArgs {
+        config: Some(config),
+        ..enforcer::config::ConfigArgs::default()
+    })
+    .expect("the DaemonSet's configuration loads");
+    assert!(
+        loaded.warnings.is_empty(),
+        "configuration warnings: {:?}",
+        loaded.warnings
+    );
+    // The kubeconfig: the in-cluster server through the pod's service-account token.
+    let kc: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(&data["kubeconfig"]).expect("the kubeconfig parses");
+    assert_eq!(kc["current-context"].as_str(), Some("in-cluster"));
+    assert_eq!(
+        kc["clusters"][0]["cluster"]["server"].as_str(),
+        Some("https://kubernetes.default.svc")
+    );
+    assert_eq!(
+        kc["users"][0]["user"]["tokenFile"].as_str(),
+        Some("/var/run/secrets/kubernetes.io/serviceaccount/token")
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
