@@ -39,6 +39,8 @@ use crate::cluster::events::{EventType, Involved, Recorder};
 const MAX_PROBE_RETRIES: usize = 3;
 /// kubelet's `maxRespBodyLength` for HTTP probes.
 const MAX_BODY: usize = 10 * 1024;
+/// kubelet's exec probe keeps at most this much output (`maxReadLength`).
+const MAX_EXEC_OUTPUT: usize = 10 * 1024;
 /// Go's `http.Client` follows at most this many redirects.
 const MAX_REDIRECTS: usize = 10;
 
@@ -765,6 +767,18 @@ fn is_exec_timeout(e: &CriError) -> bool {
     }
 }
 
+/// stdout then stderr, at most kubelet's `maxReadLength` (10 KiB) of them.
+fn combined_output(out: &ExecOutput) -> String {
+    let bytes: Vec<u8> = out
+        .stdout
+        .iter()
+        .chain(&out.stderr)
+        .take(MAX_EXEC_OUTPUT)
+        .copied()
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 /// kubelet's exec probe through CRI `ExecSync`: exit 0 succeeds; the output is stdout then
 /// stderr; a timeout fails with kubelet's `command "..." timed out`.
 pub async fn exec_probe<R: ContainerRuntime>(
@@ -775,8 +789,7 @@ pub async fn exec_probe<R: ContainerRuntime>(
 ) -> Outcome {
     match rt.exec_sync(container_id, command.to_vec(), timeout).await {
         Ok(out) => {
-            let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
-            text.push_str(&String::from_utf8_lossy(&out.stderr));
+            let text = combined_output(&out);
             if out.exit_code == 0 {
                 Outcome::Success(text)
             } else {
@@ -1381,6 +1394,24 @@ mod tests {
             &bad,
         );
         assert_eq!(b.handler, Err("invalid port number: 70000".to_owned()));
+    }
+
+    #[test]
+    fn exec_output_is_stdout_then_stderr_capped_at_10_kib() {
+        let out = ExecOutput {
+            exit_code: 1,
+            stdout: b"out ".to_vec(),
+            stderr: b"err".to_vec(),
+        };
+        assert_eq!(combined_output(&out), "out err");
+        let big = ExecOutput {
+            exit_code: 1,
+            stdout: vec![b'x'; 8 * 1024],
+            stderr: vec![b'y'; 8 * 1024],
+        };
+        let text = combined_output(&big);
+        assert_eq!(text.len(), MAX_EXEC_OUTPUT);
+        assert!(text.starts_with('x') && text.ends_with('y'));
     }
 
     #[test]
