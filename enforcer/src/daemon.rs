@@ -206,25 +206,27 @@ pub async fn run(
     let pipeline = kernel::start(&pipeline_opts, &caps, &layout)?;
     tracing::info!(source = ?pipeline.source, reason = %pipeline.reason, "signal pipeline started");
 
-    let stats = pipeline.stats.clone();
     let link = NodeLink::default();
-    let metrics_link = link.clone();
-    let pages = Arc::new(server::Pages {
-        metrics: Box::new(move || {
-            let mut out = stats.render();
-            out.push_str(&crate::metrics::render_conditions(&metrics_link));
-            out
-        }),
-        capabilities: serde_json::to_string(&caps).unwrap_or_default(),
-        health: health.clone(),
-    });
-    let (addr, server_task) = server::serve(config.enforcer.http_address, pages)
-        .await
-        .map_err(|source| DaemonError::Http {
-            addr: config.enforcer.http_address,
-            source,
-        })?;
-    tracing::info!(%addr, "serving /metrics, /healthz, /capabilities");
+    let status = StatusManager::default();
+    let server = server::serve(
+        config.enforcer.http_address,
+        server::Sources {
+            config: config.clone(),
+            capabilities: serde_json::to_string(&caps).unwrap_or_default(),
+            health: health.clone(),
+            metrics: crate::metrics::global().clone(),
+            pipeline: pipeline.stats.clone(),
+            link: link.clone(),
+            status: status.clone(),
+            observer: observer.clone(),
+        },
+    )
+    .await
+    .map_err(|source| DaemonError::Http {
+        addr: config.enforcer.http_address,
+        source,
+    })?;
+    tracing::info!(addr = %server.addr, "serving /metrics, /healthz, /configz, /pods, /stats/summary, /debug");
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stopped = move || {
@@ -234,7 +236,6 @@ pub async fn run(
         }
     };
 
-    let status = StatusManager::default();
     // Events: kept in the state directory in both modes (`enforcer events`), passed on to
     // the API-server writer in cluster mode.
     let events = opts
@@ -371,7 +372,7 @@ pub async fn run(
     if let Some(t) = cluster_task {
         let _ = t.await;
     }
-    server_task.abort();
+    server.shutdown().await;
     Ok(())
 }
 

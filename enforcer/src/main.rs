@@ -125,16 +125,37 @@ struct SignalsArgs {
     count: Option<u64>,
 }
 
+/// Installs the subscriber (text or JSON on stderr, filtered by `RUST_LOG`, default `info`)
+/// with a reloadable filter: `PUT /debug/flags/v` changes it at run time
+/// (`enforcer::server::debug` maps kubelet's verbosity numbers to filters).
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_writer(std::io::stderr);
     match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => {
+            let builder = builder.with_env_filter(filter).with_filter_reloading();
+            install_reload(builder.reload_handle());
+            builder.init();
+        }
+        LogFormat::Json => {
+            let builder = builder
+                .json()
+                .with_env_filter(filter)
+                .with_filter_reloading();
+            install_reload(builder.reload_handle());
+            builder.init();
+        }
     }
+}
+
+fn install_reload<S: 'static>(
+    handle: tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, S>,
+) {
+    enforcer::server::debug::install_verbosity(Box::new(move |spec| {
+        let filter = tracing_subscriber::EnvFilter::try_new(spec).map_err(|e| e.to_string())?;
+        handle.reload(filter).map_err(|e| e.to_string())
+    }));
 }
 
 fn main() -> ExitCode {

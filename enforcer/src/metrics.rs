@@ -1,20 +1,841 @@
-//! The daemon's own metric pages (beside the signal pipeline's counters).
+//! The daemon's metrics: one [`Metrics`] registry with kubelet's instruments (same names,
+//! labels and buckets as `pkg/kubelet/metrics`) and the enforcer's own (`enforcer_`), exposed
+//! as OpenMetrics text on `/metrics` (see [`crate::server`]).
+//!
+//! As kubelet's legacy registry, the registry is process-wide ([`global`]): the CRI client,
+//! the relister, the pod workers and the eviction manager record into it without a handle
+//! being threaded through. What is a view of the node's state (pods desired and active, node
+//! conditions, the signal pipeline's counters) is read at scrape time by [`NodeStateCollector`].
+//!
+//! OpenMetrics names every counter `<name>_total`: kubelet's `kubelet_evictions` and
+//! `kubelet_preemptions` are therefore scraped as `kubelet_evictions_total` and
+//! `kubelet_preemptions_total` (what Prometheus' Go client serves in OpenMetrics too).
 
-use crate::runtime::NodeLink;
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, OnceLock},
+    time::{Duration, Instant},
+};
 
-/// `enforcer_node_condition{condition=...}`: 1 while the eviction manager reports it.
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric as _},
+    metrics::{
+        MetricType,
+        counter::{ConstCounter, Counter},
+        family::Family,
+        gauge::{ConstGauge, Gauge},
+        histogram::Histogram,
+    },
+    registry::Registry,
+};
+
+use crate::{
+    policy::pod_actions::{ContainerKind, PodPhase},
+    runtime::{NodeLink, StatusManager},
+    signal::PipelineStats,
+};
+
+/// Prometheus' default buckets (`prometheus.DefBuckets`).
+pub const DEF_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+/// kubelet's `podStartupDurationBuckets`.
+pub const POD_START_BUCKETS: [f64; 25] = [
+    0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 20.0, 30.0, 45.0, 60.0, 120.0, 180.0, 240.0,
+    300.0, 360.0, 480.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0,
+];
+/// Buckets of the enforcer's latency chain (signal -> decision -> SIGKILL -> memory
+/// released): 10 us to 10 s, the range between an eBPF signal and a housekeeping tick.
+pub const LATENCY_BUCKETS: [f64; 16] = [
+    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025,
+    0.05, 0.1, 0.5, 2.0, 10.0,
+];
+
+fn def_histogram() -> Histogram {
+    Histogram::new(DEF_BUCKETS)
+}
+
+/// `metrics.ExponentialBuckets(.005, 2.5, 14)` (kubelet's runtime operation buckets).
+fn runtime_histogram() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.005, 2.5, 14,
+    ))
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OperationType {
+    operation_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ContainerType {
+    container_type: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ContainerStateLabel {
+    container_state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EvictionSignal {
+    eviction_signal: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PreemptionSignal {
+    preemption_signal: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QosClass {
+    qos_class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Source {
+    source: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+#[derive(Debug)]
+struct Inner {
+    registry: Registry,
+    runtime_operations: Family<OperationType, Counter>,
+    runtime_operations_errors: Family<OperationType, Counter>,
+    runtime_operations_duration: HistogramFamily<OperationType>,
+    started_pods: Counter,
+    started_pods_errors: Counter,
+    started_containers: Family<ContainerType, Counter>,
+    pod_start_duration: Histogram,
+    pod_worker_duration: HistogramFamily<OperationType>,
+    pleg_relist_duration: Histogram,
+    pleg_relist_interval: Histogram,
+    pleg_last_seen: Gauge<f64, std::sync::atomic::AtomicU64>,
+    running_pods: Gauge,
+    running_containers: Family<ContainerStateLabel, Gauge>,
+    cgroup_manager_duration: HistogramFamily<OperationType>,
+    evictions: Family<EvictionSignal, Counter>,
+    eviction_stats_age: HistogramFamily<EvictionSignal>,
+    preemptions: Family<PreemptionSignal, Counter>,
+    signal_delay: HistogramFamily<Source>,
+    crossing_to_decision: HistogramFamily<EvictionSignal>,
+    decision_to_sigkill: Histogram,
+    sigkill_to_released: Histogram,
+    oom_kills: Family<QosClass, Counter>,
+    /// When each pod was first seen, until it runs (kubelet's pod start duration).
+    first_seen: Mutex<HashMap<String, Instant>>,
+    last_relist: Mutex<Option<Instant>>,
+}
+
+/// Pods remembered for `kubelet_pod_start_duration_seconds` at most (pods that never run and
+/// are never reported gone cannot grow the map without bound).
+const FIRST_SEEN_MAX: usize = 10_000;
+
+/// The registry and its instruments; a cheap handle (`Arc`).
+#[derive(Clone, Debug)]
+pub struct Metrics(Arc<Inner>);
+
+/// The process-wide registry (kubelet's `legacyregistry`).
 #[must_use]
-pub fn render_conditions(link: &NodeLink) -> String {
-    let conds = link.conditions();
-    let mut out = String::from(
-        "# HELP enforcer_node_condition Node conditions from the eviction manager (1 = reported).\n# TYPE enforcer_node_condition gauge\n",
-    );
-    for c in ["DiskPressure", "MemoryPressure", "PIDPressure"] {
-        let on = conds.iter().any(|x| x.as_str() == c);
-        out.push_str(&format!(
-            "enforcer_node_condition{{condition=\"{c}\"}} {}\n",
-            u8::from(on)
-        ));
+pub fn global() -> &'static Metrics {
+    static GLOBAL: OnceLock<Metrics> = OnceLock::new();
+    GLOBAL.get_or_init(Metrics::new)
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
     }
-    out
+}
+
+impl Metrics {
+    /// A registry with every instrument registered (tests make their own; the daemon uses
+    /// [`global`]).
+    #[must_use]
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let runtime_operations = Family::<OperationType, Counter>::default();
+        registry.register(
+            "kubelet_runtime_operations",
+            "Cumulative number of runtime operations by operation type.",
+            runtime_operations.clone(),
+        );
+        let runtime_operations_errors = Family::<OperationType, Counter>::default();
+        registry.register(
+            "kubelet_runtime_operations_errors",
+            "Cumulative number of runtime operation errors by operation type.",
+            runtime_operations_errors.clone(),
+        );
+        let runtime_operations_duration: HistogramFamily<OperationType> =
+            Family::new_with_constructor(runtime_histogram);
+        registry.register(
+            "kubelet_runtime_operations_duration_seconds",
+            "Duration in seconds of runtime operations. Broken down by operation type.",
+            runtime_operations_duration.clone(),
+        );
+        let started_pods = Counter::default();
+        registry.register(
+            "kubelet_started_pods",
+            "Cumulative number of pods started",
+            started_pods.clone(),
+        );
+        let started_pods_errors = Counter::default();
+        registry.register(
+            "kubelet_started_pods_errors",
+            "Cumulative number of errors when starting pods",
+            started_pods_errors.clone(),
+        );
+        let started_containers = Family::<ContainerType, Counter>::default();
+        registry.register(
+            "kubelet_started_containers",
+            "Cumulative number of containers started",
+            started_containers.clone(),
+        );
+        let pod_start_duration = Histogram::new(POD_START_BUCKETS);
+        registry.register(
+            "kubelet_pod_start_duration_seconds",
+            "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
+            pod_start_duration.clone(),
+        );
+        let pod_worker_duration: HistogramFamily<OperationType> =
+            Family::new_with_constructor(def_histogram);
+        registry.register(
+            "kubelet_pod_worker_duration_seconds",
+            "Duration in seconds to sync a single pod. Broken down by operation type: sync or kill",
+            pod_worker_duration.clone(),
+        );
+        let pleg_relist_duration = def_histogram();
+        registry.register(
+            "kubelet_pleg_relist_duration_seconds",
+            "Duration in seconds for relisting pods in PLEG.",
+            pleg_relist_duration.clone(),
+        );
+        let pleg_relist_interval = def_histogram();
+        registry.register(
+            "kubelet_pleg_relist_interval_seconds",
+            "Interval in seconds between relisting in PLEG.",
+            pleg_relist_interval.clone(),
+        );
+        let pleg_last_seen = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "kubelet_pleg_last_seen_seconds",
+            "Timestamp in seconds when PLEG was last seen active.",
+            pleg_last_seen.clone(),
+        );
+        let running_pods = Gauge::default();
+        registry.register(
+            "kubelet_running_pods",
+            "Number of pods that have a running pod sandbox",
+            running_pods.clone(),
+        );
+        let running_containers = Family::<ContainerStateLabel, Gauge>::default();
+        registry.register(
+            "kubelet_running_containers",
+            "Number of containers currently running",
+            running_containers.clone(),
+        );
+        let cgroup_manager_duration: HistogramFamily<OperationType> =
+            Family::new_with_constructor(def_histogram);
+        registry.register(
+            "kubelet_cgroup_manager_duration_seconds",
+            "Duration in seconds for cgroup manager operations. Broken down by method.",
+            cgroup_manager_duration.clone(),
+        );
+        let evictions = Family::<EvictionSignal, Counter>::default();
+        registry.register(
+            "kubelet_evictions",
+            "Cumulative number of pod evictions by eviction signal",
+            evictions.clone(),
+        );
+        let eviction_stats_age: HistogramFamily<EvictionSignal> =
+            Family::new_with_constructor(def_histogram);
+        registry.register(
+            "kubelet_eviction_stats_age_seconds",
+            "Time between when stats are collected, and when pod is evicted based on those stats by eviction signal",
+            eviction_stats_age.clone(),
+        );
+        let preemptions = Family::<PreemptionSignal, Counter>::default();
+        registry.register(
+            "kubelet_preemptions",
+            "Cumulative number of pod preemptions by preemption resource",
+            preemptions.clone(),
+        );
+        let signal_delay: HistogramFamily<Source> = Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "enforcer_signal_delay_seconds",
+            "Delay from the kernel's timestamp of a signal to the daemon receiving it, by signal source.",
+            signal_delay.clone(),
+        );
+        let crossing_to_decision: HistogramFamily<EvictionSignal> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "enforcer_eviction_crossing_to_decision_seconds",
+            "Time from a threshold crossing (the signal's kernel timestamp) to the eviction decision, by eviction signal.",
+            crossing_to_decision.clone(),
+        );
+        let decision_to_sigkill = latency_histogram();
+        registry.register(
+            "enforcer_eviction_decision_to_sigkill_seconds",
+            "Time from the eviction decision to SIGKILL reaching the victim's processes.",
+            decision_to_sigkill.clone(),
+        );
+        let sigkill_to_released = latency_histogram();
+        registry.register(
+            "enforcer_eviction_sigkill_to_memory_released_seconds",
+            "Time from SIGKILL to the victim's memory being released (its cgroup emptied).",
+            sigkill_to_released.clone(),
+        );
+        let oom_kills = Family::<QosClass, Counter>::default();
+        registry.register(
+            "enforcer_kernel_oom_kills",
+            "Kernel OOM kills seen in pods, by the pod's QoS class.",
+            oom_kills.clone(),
+        );
+        Self(Arc::new(Inner {
+            registry,
+            runtime_operations,
+            runtime_operations_errors,
+            runtime_operations_duration,
+            started_pods,
+            started_pods_errors,
+            started_containers,
+            pod_start_duration,
+            pod_worker_duration,
+            pleg_relist_duration,
+            pleg_relist_interval,
+            pleg_last_seen,
+            running_pods,
+            running_containers,
+            cgroup_manager_duration,
+            evictions,
+            eviction_stats_age,
+            preemptions,
+            signal_delay,
+            crossing_to_decision,
+            decision_to_sigkill,
+            sigkill_to_released,
+            oom_kills,
+            first_seen: Mutex::new(HashMap::new()),
+            last_relist: Mutex::new(None),
+        }))
+    }
+
+    /// The registry (to encode).
+    #[must_use]
+    pub fn registry(&self) -> &Registry {
+        &self.0.registry
+    }
+
+    // --- the container runtime (CRI client) ---
+
+    /// Times one CRI call `method` (its gRPC name, e.g. `RunPodSandbox`): counted in
+    /// `kubelet_runtime_operations_total` and timed when the guard drops; an error unless
+    /// [`RuntimeOperation::ok`] was called. `RunPodSandbox` also counts
+    /// `kubelet_started_pods_total` (and its errors), as kubelet counts every attempt.
+    pub fn runtime_operation(&self, method: &'static str) -> RuntimeOperation {
+        let operation_type = operation_type(method);
+        self.0
+            .runtime_operations
+            .get_or_create(&OperationType {
+                operation_type: operation_type.to_owned(),
+            })
+            .inc();
+        if method == "RunPodSandbox" {
+            self.0.started_pods.inc();
+        }
+        RuntimeOperation {
+            metrics: self.clone(),
+            method,
+            start: Instant::now(),
+            ok: false,
+        }
+    }
+
+    /// A container is about to be created and started (`kubelet_started_containers_total`).
+    pub fn container_started(&self, kind: ContainerKind) {
+        let container_type = match kind {
+            ContainerKind::Regular => "container",
+            ContainerKind::Init | ContainerKind::Sidecar => "init_container",
+        };
+        self.0
+            .started_containers
+            .get_or_create(&ContainerType {
+                container_type: container_type.to_owned(),
+            })
+            .inc();
+    }
+
+    // --- pod workers ---
+
+    /// Times one pod worker operation (`sync`, `kill`) until the guard drops.
+    pub fn pod_worker(&self, operation_type: &'static str) -> Timer {
+        Timer::new(self.clone(), TimerKind::PodWorker(operation_type))
+    }
+
+    /// Times one cgroup manager operation (`create`, `update`, `destroy`) until the guard
+    /// drops.
+    pub fn cgroup_manager(&self, operation_type: &'static str) -> Timer {
+        Timer::new(self.clone(), TimerKind::CgroupManager(operation_type))
+    }
+
+    /// Runs `f` as one cgroup manager operation (`create`, `update`, `destroy`).
+    pub fn time_cgroup_manager<T>(&self, operation_type: &'static str, f: impl FnOnce() -> T) -> T {
+        let _timer = self.cgroup_manager(operation_type);
+        f()
+    }
+
+    /// A pod's worker was created: the start of `kubelet_pod_start_duration_seconds`.
+    pub fn pod_seen(&self, uid: &str) {
+        let mut seen = lock(&self.0.first_seen);
+        if seen.len() < FIRST_SEEN_MAX {
+            seen.entry(uid.to_owned()).or_insert_with(Instant::now);
+        }
+    }
+
+    /// A pod's status phase, published: the first `Running` of a pod seen by
+    /// [`Self::pod_seen`] ends its start duration; a terminal phase forgets it.
+    pub fn pod_phase(&self, uid: &str, phase: PodPhase) {
+        if phase == PodPhase::Pending {
+            return;
+        }
+        let Some(seen) = lock(&self.0.first_seen).remove(uid) else {
+            return;
+        };
+        if phase == PodPhase::Running {
+            self.0
+                .pod_start_duration
+                .observe(seen.elapsed().as_secs_f64());
+        }
+    }
+
+    // --- the relister (PLEG) ---
+
+    /// Times one relist until the guard drops (`kubelet_pleg_relist_duration_seconds`), and
+    /// records the interval since the previous one.
+    pub fn pleg_relist(&self) -> Timer {
+        let now = Instant::now();
+        if let Some(prev) = lock(&self.0.last_relist).replace(now) {
+            self.0
+                .pleg_relist_interval
+                .observe(now.duration_since(prev).as_secs_f64());
+        }
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.0.pleg_last_seen.set(unix);
+        Timer::new(self.clone(), TimerKind::PlegRelist)
+    }
+
+    /// What a relist found: pod sandboxes ready (`kubelet_running_pods`) and containers by
+    /// state (`kubelet_running_containers{container_state}`).
+    pub fn relisted(
+        &self,
+        sandboxes: &[k8s_cri::v1::PodSandbox],
+        containers: &[k8s_cri::v1::Container],
+    ) {
+        use k8s_cri::v1::{ContainerState as S, PodSandboxState};
+        let ready = sandboxes
+            .iter()
+            .filter(|s| s.state == PodSandboxState::SandboxReady as i32)
+            .count();
+        self.0
+            .running_pods
+            .set(i64::try_from(ready).unwrap_or(i64::MAX));
+        for (state, name) in [
+            (S::ContainerCreated, "created"),
+            (S::ContainerRunning, "running"),
+            (S::ContainerExited, "exited"),
+            (S::ContainerUnknown, "unknown"),
+        ] {
+            let n = containers
+                .iter()
+                .filter(|c| c.state == state as i32)
+                .count();
+            self.0
+                .running_containers
+                .get_or_create(&ContainerStateLabel {
+                    container_state: name.to_owned(),
+                })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    // --- the eviction manager ---
+
+    /// A pod was evicted for `signal` (kubelet's signal name, e.g. `memory.available`):
+    /// `kubelet_evictions{eviction_signal}`.
+    pub fn eviction(&self, signal: &str) {
+        self.0
+            .evictions
+            .get_or_create(&EvictionSignal {
+                eviction_signal: signal.to_owned(),
+            })
+            .inc();
+    }
+
+    /// The age of the stats an eviction for `signal` was decided on:
+    /// `kubelet_eviction_stats_age_seconds{eviction_signal}`.
+    pub fn eviction_stats_age(&self, signal: &str, age: Duration) {
+        self.0
+            .eviction_stats_age
+            .get_or_create(&EvictionSignal {
+                eviction_signal: signal.to_owned(),
+            })
+            .observe(age.as_secs_f64());
+    }
+
+    /// A pod was preempted by admission for `resource` (e.g. `memory`):
+    /// `kubelet_preemptions{preemption_signal}`.
+    pub fn preemption(&self, resource: &str) {
+        self.0
+            .preemptions
+            .get_or_create(&PreemptionSignal {
+                preemption_signal: resource.to_owned(),
+            })
+            .inc();
+    }
+
+    /// A signal from `source` (`ebpf`, `eventfd`, `psi`, `poll`) reached the daemon `delay`
+    /// after the kernel's timestamp: `enforcer_signal_delay_seconds{source}`.
+    pub fn signal_delay(&self, source: &str, delay: Duration) {
+        self.0
+            .signal_delay
+            .get_or_create(&Source {
+                source: source.to_owned(),
+            })
+            .observe(delay.as_secs_f64());
+    }
+
+    /// From a threshold crossing (the triggering signal's kernel time) to the eviction
+    /// decision for `signal`: `enforcer_eviction_crossing_to_decision_seconds{eviction_signal}`.
+    pub fn crossing_to_decision(&self, signal: &str, elapsed: Duration) {
+        self.0
+            .crossing_to_decision
+            .get_or_create(&EvictionSignal {
+                eviction_signal: signal.to_owned(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// From the eviction decision to SIGKILL reaching the victim:
+    /// `enforcer_eviction_decision_to_sigkill_seconds`.
+    pub fn decision_to_sigkill(&self, elapsed: Duration) {
+        self.0.decision_to_sigkill.observe(elapsed.as_secs_f64());
+    }
+
+    /// From SIGKILL to the victim's memory released:
+    /// `enforcer_eviction_sigkill_to_memory_released_seconds`.
+    pub fn sigkill_to_released(&self, elapsed: Duration) {
+        self.0.sigkill_to_released.observe(elapsed.as_secs_f64());
+    }
+
+    /// A kernel OOM kill inside a pod of `qos_class` (`Guaranteed`, `Burstable`,
+    /// `BestEffort`): `enforcer_kernel_oom_kills_total{qos_class}`.
+    pub fn oom_kill(&self, qos_class: &str) {
+        self.0
+            .oom_kills
+            .get_or_create(&QosClass {
+                qos_class: qos_class.to_owned(),
+            })
+            .inc();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// kubelet's `operation_type` of a CRI method (its `instrumentedRuntimeService` names).
+#[must_use]
+pub fn operation_type(method: &str) -> &'static str {
+    match method {
+        "Version" => "version",
+        "RunPodSandbox" => "run_podsandbox",
+        "StopPodSandbox" => "stop_podsandbox",
+        "RemovePodSandbox" => "remove_podsandbox",
+        "PodSandboxStatus" => "podsandbox_status",
+        "ListPodSandbox" => "list_podsandbox",
+        "CreateContainer" => "create_container",
+        "StartContainer" => "start_container",
+        "StopContainer" => "stop_container",
+        "RemoveContainer" => "remove_container",
+        "ListContainers" => "list_containers",
+        "ContainerStatus" => "container_status",
+        "UpdateContainerResources" => "update_container_resources",
+        "ExecSync" => "exec_sync",
+        "Status" => "status",
+        "ListImages" => "list_images",
+        "ImageStatus" => "image_status",
+        "PullImage" => "pull_image",
+        "RemoveImage" => "remove_image",
+        "ImageFsInfo" => "image_fs_info",
+        "ContainerStats" => "container_stats",
+        "ListContainerStats" => "list_container_stats",
+        "PodSandboxStats" => "podsandbox_stats",
+        "ListPodSandboxStats" => "list_podsandbox_stats",
+        _ => "other",
+    }
+}
+
+/// A CRI call in flight ([`Metrics::runtime_operation`]).
+#[derive(Debug)]
+#[must_use]
+pub struct RuntimeOperation {
+    metrics: Metrics,
+    method: &'static str,
+    start: Instant,
+    ok: bool,
+}
+
+impl RuntimeOperation {
+    /// The call succeeded; returns `v`.
+    pub fn ok<T>(mut self, v: T) -> T {
+        self.ok = true;
+        v
+    }
+}
+
+impl Drop for RuntimeOperation {
+    fn drop(&mut self) {
+        let label = OperationType {
+            operation_type: operation_type(self.method).to_owned(),
+        };
+        let m = &self.metrics.0;
+        m.runtime_operations_duration
+            .get_or_create(&label)
+            .observe(self.start.elapsed().as_secs_f64());
+        if !self.ok {
+            m.runtime_operations_errors.get_or_create(&label).inc();
+            if self.method == "RunPodSandbox" {
+                m.started_pods_errors.inc();
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+enum TimerKind {
+    PodWorker(&'static str),
+    CgroupManager(&'static str),
+    PlegRelist,
+}
+
+/// Observes the time from its creation to its drop into one histogram.
+#[derive(Debug)]
+#[must_use]
+pub struct Timer {
+    metrics: Metrics,
+    kind: TimerKind,
+    start: Instant,
+}
+
+impl Timer {
+    fn new(metrics: Metrics, kind: TimerKind) -> Self {
+        Self {
+            metrics,
+            kind,
+            start: Instant::now(),
+        }
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        let secs = self.start.elapsed().as_secs_f64();
+        let m = &self.metrics.0;
+        match self.kind {
+            TimerKind::PodWorker(op) => m
+                .pod_worker_duration
+                .get_or_create(&OperationType {
+                    operation_type: op.to_owned(),
+                })
+                .observe(secs),
+            TimerKind::CgroupManager(op) => m
+                .cgroup_manager_duration
+                .get_or_create(&OperationType {
+                    operation_type: op.to_owned(),
+                })
+                .observe(secs),
+            TimerKind::PlegRelist => m.pleg_relist_duration.observe(secs),
+        }
+    }
+}
+
+/// The node's state as series, read at each scrape: `enforcer_node_condition{condition}`,
+/// the signal pipeline's counters, `kubelet_desired_pods{static}` and
+/// `kubelet_active_pods{static}`.
+#[derive(Debug)]
+pub struct NodeStateCollector {
+    pub pipeline: Arc<PipelineStats>,
+    pub link: NodeLink,
+    pub status: StatusManager,
+}
+
+/// Whether a pod record's source is not the API server (kubelet's `static` label).
+fn is_static(source: &str) -> &'static str {
+    if source == "api" { "false" } else { "true" }
+}
+
+impl Collector for NodeStateCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let conds = self.link.conditions();
+        {
+            let mut family = encoder.encode_descriptor(
+                "enforcer_node_condition",
+                "Node conditions from the eviction manager (1 = reported).",
+                None,
+                MetricType::Gauge,
+            )?;
+            for c in ["DiskPressure", "MemoryPressure", "PIDPressure"] {
+                let on = conds.iter().any(|x| x.as_str() == c);
+                let labels = vec![("condition", c)];
+                ConstGauge::new(i64::from(on)).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        let p = &self.pipeline;
+        let g = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+        for (name, help, v) in [
+            (
+                "enforcer_signals_decoded",
+                "Ring-buffer records decoded into signals.",
+                g(&p.decoded),
+            ),
+            (
+                "enforcer_signals_malformed",
+                "Records that failed to decode.",
+                g(&p.malformed),
+            ),
+            (
+                "enforcer_signals_dropped",
+                "Signals dropped because the consumer lagged.",
+                g(&p.dropped),
+            ),
+            (
+                "enforcer_kernel_records_emitted",
+                "Records the eBPF programs wrote.",
+                g(&p.kernel_emitted),
+            ),
+            (
+                "enforcer_kernel_ringbuf_full",
+                "Ring-buffer reservations that failed (records lost).",
+                g(&p.kernel_ring_full),
+            ),
+            (
+                "enforcer_kernel_events_suppressed",
+                "Events folded into a later record by the per-cgroup burst limiter.",
+                g(&p.kernel_suppressed),
+            ),
+            (
+                "enforcer_kernel_events_seen",
+                "Events the eBPF programs saw.",
+                g(&p.kernel_seen),
+            ),
+        ] {
+            let counter = ConstCounter::new(v);
+            counter.encode(encoder.encode_descriptor(
+                name,
+                help,
+                None,
+                counter.metric_type(),
+            )?)?;
+        }
+        // Desired: every pod a source gave that is not finished; active: admitted and
+        // running (the eviction manager's candidates).
+        let (_, file) = self.status.snapshot();
+        let source_of: HashMap<&str, &str> = file
+            .pods
+            .iter()
+            .map(|r| (r.uid.as_str(), r.source.as_str()))
+            .collect();
+        let mut desired = [0i64; 2];
+        for r in file.pods.iter().filter(|r| !r.phase.is_terminal()) {
+            desired[usize::from(is_static(&r.source) == "true")] += 1;
+        }
+        let mut active = [0i64; 2];
+        for uid in self.link.active().keys() {
+            let source = source_of.get(uid.as_str()).copied().unwrap_or("");
+            active[usize::from(is_static(source) == "true")] += 1;
+        }
+        for (name, help, counts) in [
+            (
+                "kubelet_desired_pods",
+                "The number of pods the kubelet is being instructed to run. static is true if the pod is not from the apiserver.",
+                desired,
+            ),
+            (
+                "kubelet_active_pods",
+                "The number of pods the kubelet considers active and which are being considered when admitting new pods. static is true if the pod is not from the apiserver.",
+                active,
+            ),
+        ] {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+            for (i, s) in ["false", "true"].into_iter().enumerate() {
+                let labels = vec![("static", s)];
+                ConstGauge::new(counts[i]).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// OpenMetrics text of `registries`, in order, ended by `# EOF`.
+pub fn encode(registries: &[&Registry]) -> Result<String, std::fmt::Error> {
+    let mut out = String::new();
+    for r in registries {
+        prometheus_client::encoding::text::encode_registry(&mut out, r)?;
+    }
+    prometheus_client::encoding::text::encode_eof(&mut out)?;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubelet_names_labels_and_buckets() {
+        let m = Metrics::new();
+        let op = m.runtime_operation("RunPodSandbox");
+        drop(op);
+        let op = m.runtime_operation("ListContainers");
+        assert_eq!(op.ok(7), 7);
+        m.container_started(ContainerKind::Init);
+        m.eviction("memory.available");
+        m.pod_seen("u1");
+        m.pod_phase("u1", PodPhase::Running);
+        m.pod_phase("u1", PodPhase::Running);
+        let text = encode(&[m.registry()]).expect("encode");
+        for want in [
+            "kubelet_runtime_operations_total{operation_type=\"run_podsandbox\"} 1",
+            "kubelet_runtime_operations_errors_total{operation_type=\"run_podsandbox\"} 1",
+            "kubelet_runtime_operations_total{operation_type=\"list_containers\"} 1",
+            "kubelet_started_pods_total 1",
+            "kubelet_started_pods_errors_total 1",
+            "kubelet_started_containers_total{container_type=\"init_container\"} 1",
+            "kubelet_evictions_total{eviction_signal=\"memory.available\"} 1",
+            "kubelet_pod_start_duration_seconds_count 1",
+            "kubelet_runtime_operations_duration_seconds_bucket{le=\"0.005\",operation_type=\"list_containers\"} 1",
+            "# EOF",
+        ] {
+            assert!(text.contains(want), "{want} missing in:\n{text}");
+        }
+        assert!(
+            !text.contains(
+                "kubelet_runtime_operations_errors_total{operation_type=\"list_containers\"}"
+            ),
+            "{text}"
+        );
+        // ExponentialBuckets(.005, 2.5, 14): the last finite bucket is .005 * 2.5^13.
+        assert!(text.contains("le=\"745.058059692382"), "{text}");
+    }
 }

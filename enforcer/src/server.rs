@@ -1,62 +1,337 @@
-//! A small read-only HTTP endpoint: `/metrics` (Prometheus text), `/healthz`, `/capabilities`.
+//! The operator's HTTP surface, kubelet's read-only port in the small (axum on hyper 1):
+//!
+//! | path | what |
+//! |---|---|
+//! | `/metrics` | OpenMetrics text: kubelet's `kubelet_*` series and the enforcer's `enforcer_*` ([`crate::metrics`]) |
+//! | `/metrics/resource` | kubelet's resource metrics: `node_`, `pod_`, `container_` CPU and memory working set ([`resource`]) |
+//! | `/healthz` | `ok`, or 503 naming every failing check ([`crate::health`]): signal pipeline ended, eviction loop stalled, runtime unreachable, state directory not writable |
+//! | `/configz` | the effective configuration, as kubelet prints it: `{"kubeletconfig": {...}}` |
+//! | `/pods` | a `PodList` of the pods as the node runs them |
+//! | `/stats/summary` | kubelet's Summary API (`stats/v1alpha1`), the fields eviction reads ([`summary`]) |
+//! | `/debug/flags/v` | `PUT` a number: log verbosity at run time ([`debug`]) |
+//! | `/debug/pprof/profile?seconds=N` | a CPU profile in pprof protobuf (N from 1 to [`debug::MAX_PROFILE_SECONDS`], default 30) |
+//! | `/debug/pprof/heap` | 501: the system allocator keeps no heap profile |
+//! | `/capabilities` | the kernel capability probe (JSON) |
 //!
 //! Hardened so that nothing on this port can blind the eviction manager: at most
-//! [`MAX_CONNECTIONS`] connections are open at once (the rest wait in the kernel's listen
-//! backlog and hold no descriptor of ours), a connection that sends no complete request
-//! within [`REQUEST_TIMEOUT`] is closed, accept errors (such as running out of descriptors)
-//! back off instead of spinning, and requests are read until their header ends (split across
-//! TCP writes is fine), with query strings ignored and `HEAD` answered.
+//! [`MAX_CONNECTIONS`] connections are served at once (the rest wait in the kernel's listen
+//! backlog and hold no descriptor of ours); a connection that does not deliver a complete
+//! request header within [`HEADER_TIMEOUT`] (also between keep-alive requests) is closed;
+//! a request is answered within [`REQUEST_TIMEOUT`] (a profile: its bounded seconds)
+//! or gets 503; no connection lives longer than [`MAX_CONNECTION_LIFETIME`]; accept errors
+//! (such as running out of descriptors) back off instead of spinning. On the daemon's
+//! shutdown the server stops accepting, lets requests in flight finish for up to
+//! [`SHUTDOWN_GRACE`], then closes what is left.
+
+pub mod debug;
+pub mod resource;
+pub mod summary;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use tokio::{
-    io::{AsyncReadExt as _, AsyncWriteExt as _},
-    net::{TcpListener, TcpStream},
-    sync::Semaphore,
+use axum::{
+    Router,
+    extract::{Request, State},
+    http::{StatusCode, header},
+    middleware::{self, Next},
+    response::{IntoResponse, Response},
+    routing::get,
 };
+use hyper_util::{
+    rt::{TokioIo, TokioTimer},
+    server::graceful::GracefulShutdown,
+    service::TowerToHyperService,
+};
+use tokio::{net::TcpListener, sync::Semaphore};
 
-use crate::health::Health;
+use crate::{
+    config::Config,
+    health::Health,
+    metrics::{Metrics, NodeStateCollector},
+    node::NodeObserver,
+    runtime::{NodeLink, StatusManager},
+    signal::PipelineStats,
+};
 
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 64;
-/// Time a connection has to deliver its request header, and to take the answer.
+/// Time a request has to be answered.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Time a connection has to deliver a complete request header, counted from its opening or
+/// from the end of its previous answer (the keep-alive idle time): short, so that idle
+/// connections give their slot back quickly, and so that a client reading an answer until
+/// the connection closes gets its end at once.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(1);
+/// No connection is kept longer (keep-alive clients reconnect).
+pub const MAX_CONNECTION_LIFETIME: Duration = Duration::from_secs(120);
+/// Time requests in flight get to finish when the daemon stops.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Largest request header read.
-const MAX_REQUEST: usize = 8 * 1024;
+const MAX_REQUEST_HEADER: usize = 8 * 1024;
 
-/// What the server shows; each closure renders one page.
-pub struct Pages {
-    pub metrics: Box<dyn Fn() -> String + Send + Sync>,
+/// What the pages are made of (the daemon's handles).
+#[derive(Debug)]
+pub struct Sources {
+    /// The effective configuration (`/configz`).
+    pub config: Config,
+    /// The capability probe as JSON (`/capabilities`).
     pub capabilities: String,
     pub health: Arc<Health>,
+    /// The process-wide instruments ([`crate::metrics::global`]).
+    pub metrics: Metrics,
+    pub pipeline: Arc<PipelineStats>,
+    pub link: NodeLink,
+    pub status: StatusManager,
+    /// Where `/stats/summary` and `/metrics/resource` read (the stats collector's own
+    /// reading code, run on demand off the async threads).
+    pub observer: NodeObserver,
 }
 
-/// Binds and serves until the returned task is aborted (the daemon aborts it when it stops;
-/// dropping the handle alone does not stop it).
-pub async fn serve(
-    addr: SocketAddr,
-    pages: Arc<Pages>,
-) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+struct AppState {
+    sources: Sources,
+    node: prometheus_client::registry::Registry,
+    stats: summary::StatsReader,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").finish_non_exhaustive()
+    }
+}
+
+type Shared = Arc<AppState>;
+
+/// The running server.
+#[derive(Debug)]
+pub struct Server {
+    /// The address bound (the configured one, with its port resolved).
+    pub addr: SocketAddr,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Stops accepting, gives requests in flight [`SHUTDOWN_GRACE`], then closes the rest.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = self.task.await;
+    }
+}
+
+/// Binds `addr` and serves `sources` until [`Server::shutdown`].
+pub async fn serve(addr: SocketAddr, sources: Sources) -> std::io::Result<Server> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
-    let handle = tokio::spawn(accept_loop(listener, pages));
-    Ok((local, handle))
+    let mut node = prometheus_client::registry::Registry::default();
+    node.register_collector(Box::new(NodeStateCollector {
+        pipeline: sources.pipeline.clone(),
+        link: sources.link.clone(),
+        status: sources.status.clone(),
+    }));
+    let stats = summary::StatsReader::new(sources.observer.clone());
+    let state = Arc::new(AppState {
+        sources,
+        node,
+        stats,
+    });
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(accept_loop(listener, router(state), stopped));
+    Ok(Server {
+        addr: local,
+        stop,
+        task,
+    })
 }
 
-async fn accept_loop(listener: TcpListener, pages: Arc<Pages>) {
+fn router(state: Shared) -> Router {
+    let bounded = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/metrics/resource", get(resource::handler))
+        .route("/healthz", get(healthz))
+        .route("/configz", get(configz))
+        .route("/pods", get(pods))
+        .route("/stats/summary", get(summary::handler))
+        .route("/capabilities", get(capabilities))
+        .route("/debug/flags/v", axum::routing::put(debug::set_verbosity))
+        .route("/debug/pprof/heap", get(debug::heap))
+        .layer(middleware::from_fn(deadline));
+    Router::new()
+        // Bounded by its own `seconds` (see debug::profile).
+        .route("/debug/pprof/profile", get(debug::profile))
+        .merge(bounded)
+        .fallback(not_found)
+        .layer(middleware::from_fn(log_request))
+        .with_state(state)
+}
+
+/// Answers within [`REQUEST_TIMEOUT`] or 503.
+async fn deadline(req: Request, next: Next) -> Response {
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not answered within {REQUEST_TIMEOUT:?}\n"),
+        )
+            .into_response(),
+    }
+}
+
+/// Logs each request at `debug` (kubelet logs them from verbosity 3: see [`debug`]).
+async fn log_request(req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let path = req.uri().path().to_owned();
+    let t0 = std::time::Instant::now();
+    let resp = next.run(req).await;
+    tracing::debug!(%method, %path, status = resp.status().as_u16(), elapsed_ms = t0.elapsed().as_millis() as u64, "HTTP request");
+    resp
+}
+
+async fn not_found() -> Response {
+    (StatusCode::NOT_FOUND, "not found\n").into_response()
+}
+
+fn text(status: StatusCode, content_type: &'static str, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+fn json(value: &impl serde::Serialize) -> Response {
+    match serde_json::to_string(value) {
+        Ok(body) => text(StatusCode::OK, "application/json", body),
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain; charset=utf-8",
+            format!("encoding JSON: {e}\n"),
+        ),
+    }
+}
+
+/// The OpenMetrics content type.
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+async fn metrics(State(s): State<Shared>) -> Response {
+    match crate::metrics::encode(&[s.sources.metrics.registry(), &s.node]) {
+        Ok(body) => text(StatusCode::OK, OPENMETRICS, body),
+        Err(_) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain; charset=utf-8",
+            "encoding the metrics failed\n".to_owned(),
+        ),
+    }
+}
+
+async fn healthz(State(s): State<Shared>) -> Response {
+    let failures = s.sources.health.failures();
+    if failures.is_empty() {
+        return text(
+            StatusCode::OK,
+            "text/plain; charset=utf-8",
+            "ok\n".to_owned(),
+        );
+    }
+    let mut body = String::new();
+    for f in failures {
+        body.push_str("failed: ");
+        body.push_str(&f);
+        body.push('\n');
+    }
+    text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "text/plain; charset=utf-8",
+        body,
+    )
+}
+
+async fn capabilities(State(s): State<Shared>) -> Response {
+    text(
+        StatusCode::OK,
+        "application/json",
+        s.sources.capabilities.clone(),
+    )
+}
+
+async fn configz(State(s): State<Shared>) -> Response {
+    json(&serde_json::json!({ "kubeletconfig": &s.sources.config }))
+}
+
+/// kubelet's `/pods`: every pod the node has a status for, with its spec while the pod is
+/// active (admitted and not terminating; a pod past that shows metadata and status only), its
+/// status as the API server gets it.
+async fn pods(State(s): State<Shared>) -> Response {
+    use k8s_openapi::{
+        api::core::v1::Pod,
+        apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta},
+    };
+    let active = s.sources.link.active();
+    let (_, file) = s.sources.status.snapshot();
+    let items = file
+        .pods
+        .iter()
+        .map(|rec| {
+            let mut pod = active.get(&rec.uid).map_or_else(
+                || Pod {
+                    metadata: ObjectMeta {
+                        name: Some(rec.name.clone()),
+                        namespace: Some(rec.namespace.clone()),
+                        uid: Some(rec.uid.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    ..Pod::default()
+                },
+                |e| Pod::clone(&e.pod),
+            );
+            let host_network = pod
+                .spec
+                .as_ref()
+                .and_then(|sp| sp.host_network)
+                .unwrap_or(false);
+            pod.status = Some(crate::cluster::pod_status::api_status(
+                rec,
+                None,
+                host_network,
+            ));
+            pod
+        })
+        .collect();
+    json(&k8s_openapi::List::<Pod> {
+        items,
+        metadata: ListMeta::default(),
+    })
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    app: Router,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let graceful = GracefulShutdown::new();
     let mut backoff = Duration::ZERO;
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(MAX_REQUEST_HEADER.max(8192))
+        .keep_alive(true);
     loop {
         // A slot first: beyond the cap, connections wait in the backlog, not in our table.
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
+        let slot = tokio::select! {
+            s = slots.clone().acquire_owned() => match s {
+                Ok(s) => s,
+                Err(_) => break,
+            },
+            _ = stopped.wait_for(|s| *s) => break,
         };
-        match listener.accept().await {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stopped.wait_for(|s| *s) => break,
+        };
+        match accepted {
             Ok((sock, _)) => {
                 backoff = Duration::ZERO;
-                let pages = pages.clone();
+                let conn = http
+                    .serve_connection(TokioIo::new(sock), TowerToHyperService::new(app.clone()));
+                let conn = graceful.watch(conn);
                 tokio::spawn(async move {
-                    let _ = tokio::time::timeout(REQUEST_TIMEOUT * 2, handle(sock, &pages)).await;
+                    let _ = tokio::time::timeout(MAX_CONNECTION_LIFETIME, conn).await;
                     drop(slot);
                 });
             }
@@ -70,147 +345,49 @@ async fn accept_loop(listener: TcpListener, pages: Arc<Pages>) {
             }
         }
     }
-}
-
-/// The request line's method and path (query string dropped), once the header is complete.
-#[must_use]
-pub fn parse_request(head: &[u8]) -> Option<(&str, &str)> {
-    let text = std::str::from_utf8(head).ok()?;
-    let line = text.lines().next()?;
-    let mut parts = line.split_whitespace();
-    let method = parts.next()?;
-    let target = parts.next()?;
-    let path = target.split(['?', '#']).next().unwrap_or("/");
-    Some((method, path))
-}
-
-fn header_end(buf: &[u8]) -> Option<usize> {
-    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
-}
-
-async fn handle(mut sock: TcpStream, pages: &Pages) {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    let head = loop {
-        if let Some(end) = header_end(&buf) {
-            break &buf[..end];
-        }
-        if buf.len() >= MAX_REQUEST {
-            let _ = respond(
-                &mut sock,
-                "431 Request Header Fields Too Large",
-                "text/plain",
-                "request header too large\n",
-                true,
-            )
-            .await;
-            return;
-        }
-        match tokio::time::timeout(REQUEST_TIMEOUT, sock.read(&mut chunk)).await {
-            Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
-            _ => return,
-        }
-    };
-    let Some((method, path)) = parse_request(head) else {
-        let _ = respond(
-            &mut sock,
-            "400 Bad Request",
-            "text/plain",
-            "bad request\n",
-            true,
-        )
-        .await;
-        return;
-    };
-    let with_body = method != "HEAD";
-    if method != "GET" && method != "HEAD" {
-        let _ = respond(
-            &mut sock,
-            "405 Method Not Allowed",
-            "text/plain",
-            "GET or HEAD only\n",
-            true,
-        )
-        .await;
-        return;
-    }
-    let (status, ctype, body) = match path {
-        "/metrics" => ("200 OK", "text/plain; version=0.0.4", (pages.metrics)()),
-        "/healthz" => {
-            let failures = pages.health.failures();
-            if failures.is_empty() {
-                ("200 OK", "text/plain", "ok\n".to_owned())
-            } else {
-                let mut body = String::new();
-                for f in failures {
-                    body.push_str("failed: ");
-                    body.push_str(&f);
-                    body.push('\n');
-                }
-                ("503 Service Unavailable", "text/plain", body)
-            }
-        }
-        "/capabilities" => ("200 OK", "application/json", pages.capabilities.clone()),
-        _ => ("404 Not Found", "text/plain", "not found\n".to_owned()),
-    };
-    let _ = respond(&mut sock, status, ctype, &body, with_body).await;
-}
-
-async fn respond(
-    sock: &mut TcpStream,
-    status: &str,
-    ctype: &str,
-    body: &str,
-    with_body: bool,
-) -> std::io::Result<()> {
-    let mut resp = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    if with_body {
-        resp.push_str(body);
-    }
-    tokio::time::timeout(REQUEST_TIMEOUT, sock.write_all(resp.as_bytes()))
+    drop(listener);
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
         .await
-        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
-    let _ = sock.shutdown().await;
-    Ok(())
+        .is_err()
+    {
+        tracing::debug!("HTTP connections still open after the shutdown grace; closed");
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Instant;
+
+    use tokio::{
+        io::{AsyncReadExt as _, AsyncWriteExt as _},
+        net::TcpStream,
+    };
+
     use super::*;
 
-    #[test]
-    fn request_lines() {
-        for (head, want) in [
-            (
-                &b"GET /metrics HTTP/1.1\r\n\r\n"[..],
-                Some(("GET", "/metrics")),
-            ),
-            (
-                b"GET /healthz?verbose=1 HTTP/1.1\r\nHost: x\r\n\r\n",
-                Some(("GET", "/healthz")),
-            ),
-            (
-                b"HEAD /healthz HTTP/1.0\r\n\r\n",
-                Some(("HEAD", "/healthz")),
-            ),
-            (b"GET\r\n\r\n", None),
-            (b"\xff\xfe /x HTTP/1.1\r\n\r\n", None),
-        ] {
-            assert_eq!(
-                parse_request(head),
-                want,
-                "{:?}",
-                String::from_utf8_lossy(head)
-            );
+    fn sources(health: Arc<Health>) -> Sources {
+        let config = crate::config::load(&crate::config::ConfigArgs::default())
+            .expect("config")
+            .config;
+        let observer = NodeObserver::for_node(
+            &config,
+            &crate::cgroup::CgroupLayout::default(),
+            &config.enforcer.node_capacity,
+        );
+        Sources {
+            config,
+            capabilities: "{}".to_owned(),
+            health,
+            metrics: Metrics::new(),
+            pipeline: Arc::default(),
+            link: NodeLink::default(),
+            status: StatusManager::default(),
+            observer,
         }
-        assert_eq!(header_end(b"GET / HTTP/1.1\r\n\r\nbody"), Some(18));
-        assert_eq!(header_end(b"GET / HTTP/1.1\r\n"), None);
     }
 
-    async fn get(addr: SocketAddr, parts: &[&[u8]]) -> String {
+    /// Writes `parts` with pauses, then reads until the server closes.
+    async fn exchange(addr: SocketAddr, parts: &[&[u8]]) -> String {
         let mut s = TcpStream::connect(addr).await.expect("connect");
         for p in parts {
             s.write_all(p).await.expect("write");
@@ -218,39 +395,137 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let mut out = String::new();
-        s.read_to_string(&mut out).await.expect("read");
+        let _ = s.read_to_string(&mut out).await;
         out
     }
 
     #[tokio::test]
-    async fn split_requests_head_and_health_failures() {
+    async fn split_requests_head_health_failures_and_methods() {
         let health = Arc::new(Health::default());
-        let pages = Arc::new(Pages {
-            metrics: Box::new(|| "m 1\n".to_owned()),
-            capabilities: "{}".to_owned(),
-            health: health.clone(),
-        });
-        let (addr, task) = serve("127.0.0.1:0".parse().expect("addr"), pages)
-            .await
-            .expect("serve");
-        let split = get(addr, &[b"GET /metr", b"ics?x=1 HTTP/1.1\r\n", b"\r\n"]).await;
+        let server = serve(
+            "127.0.0.1:0".parse().expect("addr"),
+            sources(health.clone()),
+        )
+        .await
+        .expect("serve");
+        let addr = server.addr;
+        let split = exchange(
+            addr,
+            &[
+                b"GET /metr",
+                b"ics?x=1 HTTP/1.1\r\nHost: x\r\n",
+                b"Connection: close\r\n\r\n",
+            ],
+        )
+        .await;
         assert!(
-            split.starts_with("HTTP/1.1 200 OK") && split.ends_with("m 1\n"),
+            split.starts_with("HTTP/1.1 200 OK")
+                && split.contains("application/openmetrics-text")
+                && split.contains("enforcer_node_condition")
+                && split.trim_end().ends_with("# EOF"),
             "{split}"
         );
-        let head = get(addr, &[b"HEAD /healthz HTTP/1.1\r\n\r\n"]).await;
+        let head = exchange(
+            addr,
+            &[b"HEAD /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
+        )
+        .await;
         assert!(
             head.starts_with("HTTP/1.1 200 OK") && head.ends_with("\r\n\r\n"),
             "{head}"
         );
         health.set_runtime(false);
-        let failed = get(addr, &[b"GET /healthz HTTP/1.1\r\n\r\n"]).await;
+        let failed = exchange(
+            addr,
+            &[b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
+        )
+        .await;
         assert!(
             failed.starts_with("HTTP/1.1 503") && failed.contains("failed: runtime"),
             "{failed}"
         );
-        let post = get(addr, &[b"POST /healthz HTTP/1.1\r\n\r\n"]).await;
+        let post = exchange(
+            addr,
+            &[b"POST /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
+        )
+        .await;
         assert!(post.starts_with("HTTP/1.1 405"), "{post}");
-        task.abort();
+        let missing = exchange(
+            addr,
+            &[b"GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
+        )
+        .await;
+        assert!(missing.starts_with("HTTP/1.1 404"), "{missing}");
+        let heap = exchange(
+            addr,
+            &[b"GET /debug/pprof/heap HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
+        )
+        .await;
+        assert!(
+            heap.starts_with("HTTP/1.1 501") && heap.contains("allocator"),
+            "{heap}"
+        );
+        server.shutdown().await;
+        assert!(TcpStream::connect(addr).await.is_err(), "still listening");
+    }
+
+    /// A connection that sends nothing, or nothing after its first request (keep-alive), is
+    /// closed after HEADER_TIMEOUT (real time: the sockets are real).
+    #[tokio::test]
+    async fn idle_connections_are_closed() {
+        let server = serve(
+            "127.0.0.1:0".parse().expect("addr"),
+            sources(Arc::default()),
+        )
+        .await
+        .expect("serve");
+        let mut silent = TcpStream::connect(server.addr).await.expect("connect");
+        let mut kept = TcpStream::connect(server.addr).await.expect("connect");
+        kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("write");
+        let mut buf = vec![0u8; 4096];
+        let n = kept.read(&mut buf).await.expect("read");
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        let t0 = Instant::now();
+        let mut rest = Vec::new();
+        let closed = tokio::time::timeout(HEADER_TIMEOUT * 3, async {
+            let _ = silent.read_to_end(&mut rest).await;
+            let _ = kept.read_to_end(&mut rest).await;
+        })
+        .await;
+        assert!(closed.is_ok(), "an idle connection stayed open");
+        assert!(t0.elapsed() <= HEADER_TIMEOUT * 2, "{:?}", t0.elapsed());
+        server.shutdown().await;
+    }
+
+    /// Shutdown lets a request in flight finish.
+    #[tokio::test]
+    async fn shutdown_is_graceful() {
+        let server = serve(
+            "127.0.0.1:0".parse().expect("addr"),
+            sources(Arc::default()),
+        )
+        .await
+        .expect("serve");
+        let addr = server.addr;
+        let mut s = TcpStream::connect(addr).await.expect("connect");
+        s.write_all(b"GET /configz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .expect("write");
+        let mut buf = vec![0u8; 64 * 1024];
+        let n = s.read(&mut buf).await.expect("read");
+        let got = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(got.contains("\"kubeletconfig\""), "{got}");
+        let t0 = Instant::now();
+        server.shutdown().await;
+        assert!(t0.elapsed() < SHUTDOWN_GRACE + Duration::from_secs(1));
+        // The idle keep-alive connection was closed by the shutdown.
+        let mut rest = Vec::new();
+        let n = tokio::time::timeout(Duration::from_secs(1), s.read_to_end(&mut rest))
+            .await
+            .expect("closed")
+            .unwrap_or(0);
+        assert_eq!(n, 0);
     }
 }

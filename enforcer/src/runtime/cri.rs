@@ -334,6 +334,7 @@ impl CriRuntime {
         F: FnOnce(RuntimeServiceClient<Channel>, ImageServiceClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        let timer = crate::metrics::global().runtime_operation(op);
         let ch = self.channel().await?;
         let after = self.timeout + extra;
         let fut = f(
@@ -341,7 +342,7 @@ impl CriRuntime {
             ImageServiceClient::new(ch),
         );
         match tokio::time::timeout(after, fut).await {
-            Ok(Ok(resp)) => Ok(resp.into_inner()),
+            Ok(Ok(resp)) => Ok(timer.ok(resp.into_inner())),
             Ok(Err(status)) => {
                 if matches!(
                     status.code(),

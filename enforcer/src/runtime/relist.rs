@@ -12,6 +12,7 @@ use super::{ContainerRuntime, CriError, spec};
 pub(super) async fn relist_runtime<R: ContainerRuntime>(
     runtime: &R,
 ) -> Result<HashMap<String, String>, CriError> {
+    let _timer = crate::metrics::global().pleg_relist();
     let managed = HashMap::from([(spec::MANAGED_LABEL.to_owned(), "true".to_owned())]);
     let sandboxes = runtime
         .list_pod_sandboxes(cri_api::PodSandboxFilter {
@@ -25,6 +26,7 @@ pub(super) async fn relist_runtime<R: ContainerRuntime>(
             ..Default::default()
         })
         .await?;
+    crate::metrics::global().relisted(&sandboxes, &containers);
     let mut out: HashMap<String, Vec<String>> = HashMap::new();
     let mut seen = HashSet::new();
     for s in &sandboxes {

@@ -332,8 +332,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
     ) {
         let mut failures: u32 = 0;
         let probed = self.probes.notifier();
+        crate::metrics::global().pod_seen(&self.uid);
         loop {
             if let PodWorkerState::Terminating { grace } = self.state {
+                let _timer = crate::metrics::global().pod_worker("kill");
                 let last = self.terminate(grace, &mut rx).await;
                 let _ = done.send(Terminated {
                     uid: self.uid.clone(),
@@ -345,6 +347,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             if let Some(pod) = self.pod.clone()
                 && self.state == PodWorkerState::Syncing
             {
+                let _timer = crate::metrics::global().pod_worker("sync");
                 match self.sync(&pod).await {
                     Ok(next) => {
                         failures = 0;
@@ -664,10 +667,8 @@ impl<R: ContainerRuntime> PodWorker<R> {
         // The pod cgroup (created and limited before the sandbox, as kubelet does), its
         // values re-written on every sync so they stay as decided.
         let values = spec::pod_cgroup_values(pod, self.ctx.cgroups.options());
-        let cgroup = self
-            .ctx
-            .cgroups
-            .ensure(&uid, qos, &values)
+        let cgroup = crate::metrics::global()
+            .time_cgroup_manager("update", || self.ctx.cgroups.ensure(&uid, qos, &values))
             .map_err(|source| WorkerError::Cgroup {
                 uid: uid.clone(),
                 source,
@@ -1254,6 +1255,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
         config.command = made.command;
         config.args = made.args;
         config.mounts = made.mounts;
+        crate::metrics::global().container_started(kind);
         let id = rt
             .create_container(sandbox_id, config, sandbox_config.clone())
             .await
@@ -1545,6 +1547,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             states.push(st);
         }
         let phase = pod_phase(RestartPolicy::of(pod), init_failed, init_pending, &states);
+        crate::metrics::global().pod_phase(&self.uid, phase);
         let ready = phase == PodPhase::Running && unready.is_empty();
         let cond = Condition::new;
         // kubelet's GenerateContainersReadyCondition / GeneratePodReadyCondition.

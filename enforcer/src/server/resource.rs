@@ -1,0 +1,144 @@
+//! `/metrics/resource`: kubelet's resource metrics (what metrics-server scrapes), with
+//! kubelet's names and labels: `node_cpu_usage_seconds_total`, `node_memory_working_set_bytes`,
+//! `pod_cpu_usage_seconds_total{namespace,pod}`, `pod_memory_working_set_bytes{namespace,pod}`,
+//! `container_cpu_usage_seconds_total{container,namespace,pod}`,
+//! `container_memory_working_set_bytes{container,namespace,pod}` and `resource_scrape_error`.
+//! Read on demand ([`super::summary::StatsReader`]), without the log walk. OpenMetrics text
+//! (no per-sample timestamps, which kubelet adds).
+
+use std::sync::atomic::AtomicU64;
+
+use axum::{extract::State, http::StatusCode, response::Response};
+use prometheus_client::{
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
+
+use super::{OPENMETRICS, Shared, summary::Reading, text};
+
+type Labels = Vec<(&'static str, String)>;
+type FloatCounter = Counter<f64, AtomicU64>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+#[expect(clippy::cast_precision_loss, reason = "metric values are floats")]
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+#[expect(clippy::cast_precision_loss, reason = "metric values are floats")]
+fn bytes(b: i64) -> f64 {
+    b as f64
+}
+
+/// The registry of one reading (`None`: the reading failed: only `resource_scrape_error 1`).
+#[must_use]
+pub fn registry(reading: Option<&Reading>) -> Registry {
+    let mut reg = Registry::default();
+    let scrape_error = Gauge::<i64>::default();
+    reg.register(
+        "resource_scrape_error",
+        "1 if there was an error while getting container metrics, 0 otherwise",
+        scrape_error.clone(),
+    );
+    let Some(r) = reading else {
+        scrape_error.set(1);
+        return reg;
+    };
+    let node_cpu = FloatCounter::default();
+    let node_mem = FloatGauge::default();
+    let pod_cpu = Family::<Labels, FloatCounter>::default();
+    let pod_mem = Family::<Labels, FloatGauge>::default();
+    let container_cpu = Family::<Labels, FloatCounter>::default();
+    let container_mem = Family::<Labels, FloatGauge>::default();
+    if let Some(ns) = r.node_cpu_ns {
+        node_cpu.inc_by(secs(ns));
+    }
+    if let Some(o) = r
+        .snapshot
+        .observations
+        .get(&crate::policy::eviction::Signal::MemoryAvailable)
+    {
+        node_mem.set(bytes(o.capacity - o.available));
+    }
+    for t in &r.targets {
+        let Some(rec) = r.records.get(&t.uid) else {
+            continue;
+        };
+        let pod_labels: Labels = vec![
+            ("namespace", rec.namespace.clone()),
+            ("pod", rec.name.clone()),
+        ];
+        let stats = r.snapshot.pods.get(&t.uid).and_then(|s| s.stats.as_ref());
+        if let Some(ns) = r.cpu_ns.get(&t.cgroup) {
+            pod_cpu.get_or_create(&pod_labels).inc_by(secs(*ns));
+        }
+        if let Some(m) = stats.and_then(|s| s.memory) {
+            pod_mem.get_or_create(&pod_labels).set(bytes(m));
+        }
+        for (name, id) in &t.containers {
+            let labels: Labels = vec![
+                ("container", name.clone()),
+                ("namespace", rec.namespace.clone()),
+                ("pod", rec.name.clone()),
+            ];
+            if let Some(ns) = r.cpu_ns.get(&format!("{}/{id}", t.cgroup)) {
+                container_cpu.get_or_create(&labels).inc_by(secs(*ns));
+            }
+            if let Some(m) = stats
+                .and_then(|s| s.containers.iter().find(|c| c.name == *name))
+                .and_then(|c| c.memory)
+            {
+                container_mem.get_or_create(&labels).set(bytes(m));
+            }
+        }
+    }
+    reg.register(
+        "node_cpu_usage_seconds",
+        "Cumulative cpu time consumed by the node in core-seconds",
+        node_cpu,
+    );
+    reg.register(
+        "node_memory_working_set_bytes",
+        "Current working set of the node in bytes",
+        node_mem,
+    );
+    reg.register(
+        "pod_cpu_usage_seconds",
+        "Cumulative cpu time consumed by the pod in core-seconds",
+        pod_cpu,
+    );
+    reg.register(
+        "pod_memory_working_set_bytes",
+        "Current working set of the pod in bytes",
+        pod_mem,
+    );
+    reg.register(
+        "container_cpu_usage_seconds",
+        "Cumulative cpu time consumed by the container in core-seconds",
+        container_cpu,
+    );
+    reg.register(
+        "container_memory_working_set_bytes",
+        "Current working set of the container in bytes",
+        container_mem,
+    );
+    reg
+}
+
+pub(super) async fn handler(State(s): State<Shared>) -> Response {
+    let reading = s
+        .stats
+        .read(&s.sources.link, &s.sources.status, false)
+        .await;
+    if let Err(e) = &reading {
+        tracing::warn!(error = %e, "resource metrics: reading the node failed");
+    }
+    match crate::metrics::encode(&[&registry(reading.as_ref().ok())]) {
+        Ok(body) => text(StatusCode::OK, OPENMETRICS, body),
+        Err(_) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain; charset=utf-8",
+            "encoding the metrics failed\n".to_owned(),
+        ),
+    }
+}

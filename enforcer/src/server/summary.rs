@@ -1,0 +1,529 @@
+//! `/stats/summary`: kubelet's Summary API (`stats/v1alpha1`), reduced to the fields the
+//! eviction manager reads (node memory, nodefs, imagefs, pids, the `pods` system container's
+//! memory against allocatable; per pod memory working set, ephemeral storage, emptyDir
+//! volumes, processes; per container memory and storage) plus CPU usage.
+//!
+//! The figures are read on demand by the stats collector's own code ([`Collector`]), on a
+//! blocking thread, one reading at a time: the same functions that feed the eviction
+//! manager, read at the time of the request. A container's `rootfs.usedBytes` is its writable
+//! layer plus its logs (what eviction ranks by); `logs` is not reported separately.
+
+use std::{
+    collections::HashMap,
+    path::Path,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use axum::{extract::State, http::StatusCode, response::Response};
+use serde::Serialize;
+
+use super::{Shared, json, text};
+use crate::{
+    cgroup::{CgroupLayout, CgroupVersion, join_inside},
+    node::NodeObserver,
+    policy::eviction::Signal,
+    runtime::{NodeLink, StatusManager, status::PodRecord},
+    stats::{Collector, NodeSnapshot, PodScope, PodTarget, Refresh},
+};
+
+/// One on-demand reading of the node.
+#[derive(Debug)]
+pub struct Reading {
+    pub snapshot: Arc<NodeSnapshot>,
+    /// Cumulative CPU time in nanoseconds by cgroup (relative path), pods and containers.
+    pub cpu_ns: HashMap<String, u64>,
+    /// CPU rate in nano-cores since the previous reading, by cgroup (`""`: the node).
+    pub nano_cores: HashMap<String, u64>,
+    /// The node's cumulative CPU time in nanoseconds.
+    pub node_cpu_ns: Option<u64>,
+    /// Wall-clock time of the reading (ns since the epoch).
+    pub at_nanos: i64,
+    /// The pod records (name, namespace, start times, container ids), by uid.
+    pub records: HashMap<String, PodRecord>,
+    /// Each pod's cgroup and containers, as read.
+    pub targets: Vec<PodTarget>,
+}
+
+/// Reads the node for the summary and the resource metrics.
+#[derive(Debug)]
+pub struct StatsReader {
+    inner: Arc<Mutex<ReaderState>>,
+}
+
+#[derive(Debug)]
+struct ReaderState {
+    collector: Collector,
+    layout: CgroupLayout,
+    /// The previous CPU figures (for rates).
+    last_cpu: HashMap<String, (Instant, u64)>,
+}
+
+impl StatsReader {
+    #[must_use]
+    pub fn new(observer: NodeObserver) -> Self {
+        let layout = observer.layout.clone();
+        Self {
+            inner: Arc::new(Mutex::new(ReaderState {
+                collector: Collector::new(observer),
+                layout,
+                last_cpu: HashMap::new(),
+            })),
+        }
+    }
+
+    /// Reads the node and the active pods now (`logs`: walk the pods' log directories too).
+    pub async fn read(
+        &self,
+        link: &NodeLink,
+        status: &StatusManager,
+        logs: bool,
+    ) -> Result<Reading, String> {
+        let (targets, records) = targets(link, status);
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut st = match inner.lock() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            let now = Duration::from_nanos(crate::signal::monotonic_ns());
+            let snapshot = st
+                .collector
+                .refresh(
+                    &Refresh {
+                        pods: PodScope::All,
+                        logs,
+                    },
+                    &targets,
+                    now,
+                )
+                .map_err(|e| e.to_string())?;
+            let taken = Instant::now();
+            let mut cpu_ns = HashMap::new();
+            for t in &targets {
+                if let Some(ns) = cpu_usage_ns(&st.layout, &t.cgroup) {
+                    cpu_ns.insert(t.cgroup.clone(), ns);
+                }
+                for (_, id) in &t.containers {
+                    let c = format!("{}/{id}", t.cgroup);
+                    if let Some(ns) = cpu_usage_ns(&st.layout, &c) {
+                        cpu_ns.insert(c, ns);
+                    }
+                }
+            }
+            let node_cpu_ns = cpu_usage_ns(&st.layout, "/").or_else(proc_stat_cpu_ns);
+            let mut nano_cores = HashMap::new();
+            let mut next = HashMap::new();
+            for (k, v) in cpu_ns
+                .iter()
+                .map(|(k, v)| (k.as_str(), *v))
+                .chain(node_cpu_ns.map(|v| ("", v)))
+            {
+                if let Some((t0, v0)) = st.last_cpu.get(k) {
+                    let dt = taken.duration_since(*t0).as_nanos();
+                    if dt > 0 && v >= *v0 {
+                        let rate = u128::from(v - v0) * 1_000_000_000 / dt;
+                        nano_cores.insert(k.to_owned(), u64::try_from(rate).unwrap_or(u64::MAX));
+                    }
+                }
+                next.insert(k.to_owned(), (taken, v));
+            }
+            st.last_cpu = next;
+            Ok(Reading {
+                snapshot,
+                cpu_ns,
+                nano_cores,
+                node_cpu_ns,
+                at_nanos: crate::runtime::status::now_nanos(),
+                records,
+                targets,
+            })
+        })
+        .await
+        .map_err(|e| format!("the stats reading failed: {e}"))?
+    }
+}
+
+/// The active pods to read (not finished), with their containers' runtime ids, and every
+/// pod record by uid.
+fn targets(
+    link: &NodeLink,
+    status: &StatusManager,
+) -> (Vec<PodTarget>, HashMap<String, PodRecord>) {
+    let (_, file) = status.snapshot();
+    let records: HashMap<String, PodRecord> =
+        file.pods.into_iter().map(|r| (r.uid.clone(), r)).collect();
+    let mut out = Vec::new();
+    for (uid, e) in link.active().iter() {
+        let record = records.get(uid);
+        if record.is_some_and(|r| r.phase.is_terminal()) {
+            continue;
+        }
+        let containers = record
+            .map(|r| {
+                r.container_statuses
+                    .iter()
+                    .filter(|c| !c.container_id.is_empty())
+                    .map(|c| {
+                        // kubelet's form `<runtime>://<id>`; the cgroup is named by the id.
+                        let id = c.container_id.rsplit("://").next().unwrap_or_default();
+                        (c.name.clone(), id.to_owned())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.push(PodTarget {
+            uid: uid.clone(),
+            cgroup: e.cgroup.clone(),
+            containers,
+        });
+    }
+    (out, records)
+}
+
+/// Cumulative CPU time of a cgroup (relative to the hierarchy roots) in nanoseconds:
+/// `cpuacct.usage` on cgroup v1, `cpu.stat` `usage_usec` on v2.
+#[must_use]
+pub fn cpu_usage_ns(layout: &CgroupLayout, rel: &str) -> Option<u64> {
+    if let Some((mount, CgroupVersion::V1)) = layout.controller("cpuacct") {
+        let dir = join_inside(mount, rel).ok()?;
+        return std::fs::read_to_string(dir.join("cpuacct.usage"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok();
+    }
+    let unified = layout.unified.as_deref()?;
+    let dir = join_inside(unified, rel).ok()?;
+    let stat = std::fs::read_to_string(dir.join("cpu.stat")).ok()?;
+    stat.lines()
+        .find_map(|l| l.strip_prefix("usage_usec "))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(|us| us.saturating_mul(1000))
+}
+
+/// The node's busy CPU time from `/proc/stat` (user, nice, system, irq, softirq, steal), in
+/// nanoseconds.
+fn proc_stat_cpu_ns() -> Option<u64> {
+    let text = std::fs::read_to_string(Path::new("/proc/stat")).ok()?;
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let f: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    let busy: u64 = [0, 1, 2, 5, 6, 7].iter().filter_map(|i| f.get(*i)).sum();
+    let hz = rustix::param::clock_ticks_per_second();
+    Some(busy.saturating_mul(1_000_000_000) / hz.max(1))
+}
+
+// --- kubelet's stats/v1alpha1 types (the fields served) ---
+
+/// `Summary`.
+#[derive(Debug, Serialize)]
+pub struct Summary {
+    pub node: NodeStats,
+    pub pods: Vec<PodStats>,
+}
+
+/// `NodeStats`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStats {
+    pub node_name: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub system_containers: Vec<ContainerStats>,
+    pub start_time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fs: Option<FsStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<RuntimeStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rlimit: Option<RlimitStats>,
+}
+
+/// `RuntimeStats`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RuntimeStats {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_fs: Option<FsStats>,
+}
+
+/// `RlimitStats`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RlimitStats {
+    pub time: String,
+    pub maxpid: Option<i64>,
+    pub curproc: Option<i64>,
+}
+
+/// `CPUStats`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CpuStats {
+    pub time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_nano_cores: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage_core_nano_seconds: Option<u64>,
+}
+
+/// `MemoryStats`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryStats {
+    pub time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub available_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub working_set_bytes: Option<u64>,
+}
+
+/// `FsStats` (also the body of `VolumeStats`).
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FsStats {
+    pub time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub available_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub used_bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inodes_free: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inodes: Option<u64>,
+}
+
+/// `PodReference`.
+#[derive(Debug, Serialize)]
+pub struct PodReference {
+    pub name: String,
+    pub namespace: String,
+    pub uid: String,
+}
+
+/// `VolumeStats`.
+#[derive(Debug, Serialize)]
+pub struct VolumeStats {
+    pub name: String,
+    #[serde(flatten)]
+    pub fs: FsStats,
+}
+
+/// `ProcessStats`.
+#[derive(Debug, Serialize)]
+pub struct ProcessStats {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process_count: Option<u64>,
+}
+
+/// `PodStats`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStats {
+    pub pod_ref: PodReference,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub start_time: String,
+    pub containers: Vec<ContainerStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStats>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub volume: Vec<VolumeStats>,
+    #[serde(rename = "ephemeral-storage", skip_serializing_if = "Option::is_none")]
+    pub ephemeral_storage: Option<FsStats>,
+    #[serde(rename = "process_stats", skip_serializing_if = "Option::is_none")]
+    pub process_stats: Option<ProcessStats>,
+}
+
+/// `ContainerStats`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContainerStats {
+    pub name: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub start_time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rootfs: Option<FsStats>,
+}
+
+fn u(v: i64) -> Option<u64> {
+    u64::try_from(v).ok()
+}
+
+/// The node's boot time (RFC 3339), from `/proc/uptime`.
+fn boot_time(now_nanos: i64) -> String {
+    let up = std::fs::read_to_string("/proc/uptime")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "uptime in ns fits an i64 for 292 years"
+    )]
+    let up_ns = (up * 1e9) as i64;
+    crate::runtime::status::rfc3339(now_nanos - up_ns)
+}
+
+/// The Summary of one reading.
+#[must_use]
+pub fn summarize(r: &Reading, node_name: &str) -> Summary {
+    let time = crate::runtime::status::rfc3339(r.at_nanos);
+    let obs = &r.snapshot.observations;
+    let fs = |avail: Signal, inodes: Signal| {
+        let o = obs.get(&avail)?;
+        let i = obs.get(&inodes);
+        Some(FsStats {
+            time: time.clone(),
+            available_bytes: u(o.available),
+            capacity_bytes: u(o.capacity),
+            used_bytes: u(o.capacity - o.available),
+            inodes_free: i.and_then(|i| u(i.available)),
+            inodes: i.and_then(|i| u(i.capacity)),
+        })
+    };
+    let memory = |s: Signal| {
+        obs.get(&s).map(|o| MemoryStats {
+            time: time.clone(),
+            available_bytes: u(o.available),
+            working_set_bytes: u(o.capacity - o.available),
+        })
+    };
+    let cpu = |key: &str, total: Option<u64>| {
+        total.map(|ns| CpuStats {
+            time: time.clone(),
+            usage_nano_cores: r.nano_cores.get(key).copied(),
+            usage_core_nano_seconds: Some(ns),
+        })
+    };
+    let node = NodeStats {
+        node_name: node_name.to_owned(),
+        system_containers: memory(Signal::AllocatableMemoryAvailable)
+            .map(|m| ContainerStats {
+                name: "pods".to_owned(),
+                start_time: String::new(),
+                cpu: None,
+                memory: Some(m),
+                rootfs: None,
+            })
+            .into_iter()
+            .collect(),
+        start_time: boot_time(r.at_nanos),
+        cpu: cpu("", r.node_cpu_ns),
+        memory: memory(Signal::MemoryAvailable),
+        fs: fs(Signal::NodeFsAvailable, Signal::NodeFsInodesFree),
+        runtime: fs(Signal::ImageFsAvailable, Signal::ImageFsInodesFree).map(|image_fs| {
+            RuntimeStats {
+                image_fs: Some(image_fs),
+            }
+        }),
+        rlimit: obs.get(&Signal::PidAvailable).map(|o| RlimitStats {
+            time: time.clone(),
+            maxpid: Some(o.capacity),
+            curproc: Some(o.capacity - o.available),
+        }),
+    };
+    let mut pods = Vec::new();
+    for t in &r.targets {
+        let Some(sample) = r.snapshot.pods.get(&t.uid) else {
+            continue;
+        };
+        let rec = r.records.get(&t.uid);
+        let stats = sample.stats.as_ref();
+        let containers = t
+            .containers
+            .iter()
+            .map(|(name, id)| {
+                let cs = stats.and_then(|s| s.containers.iter().find(|c| c.name == *name));
+                let started = rec
+                    .and_then(|r| r.container_statuses.iter().find(|c| c.name == *name))
+                    .and_then(|c| match &c.state {
+                        crate::runtime::status::ContainerState::Running { started_at } => {
+                            Some(started_at.clone())
+                        }
+                        _ => None,
+                    })
+                    .unwrap_or_default();
+                let key = format!("{}/{id}", t.cgroup);
+                ContainerStats {
+                    name: name.clone(),
+                    start_time: started,
+                    cpu: cpu(&key, r.cpu_ns.get(&key).copied()),
+                    memory: cs.and_then(|c| c.memory).map(|m| MemoryStats {
+                        time: time.clone(),
+                        available_bytes: None,
+                        working_set_bytes: u(m),
+                    }),
+                    rootfs: cs.and_then(|c| c.ephemeral_storage).map(|b| FsStats {
+                        time: time.clone(),
+                        used_bytes: u(b),
+                        ..FsStats::default()
+                    }),
+                }
+            })
+            .collect();
+        pods.push(PodStats {
+            pod_ref: PodReference {
+                name: rec.map(|r| r.name.clone()).unwrap_or_default(),
+                namespace: rec.map(|r| r.namespace.clone()).unwrap_or_default(),
+                uid: t.uid.clone(),
+            },
+            start_time: rec.map(|r| r.start_time.clone()).unwrap_or_default(),
+            containers,
+            cpu: cpu(&t.cgroup, r.cpu_ns.get(&t.cgroup).copied()),
+            memory: stats.and_then(|s| s.memory).map(|m| MemoryStats {
+                time: time.clone(),
+                available_bytes: None,
+                working_set_bytes: u(m),
+            }),
+            volume: stats
+                .map(|s| {
+                    s.volumes
+                        .iter()
+                        .map(|(name, used)| VolumeStats {
+                            name: name.clone(),
+                            fs: FsStats {
+                                time: time.clone(),
+                                used_bytes: u(*used),
+                                ..FsStats::default()
+                            },
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            ephemeral_storage: stats.and_then(|s| s.ephemeral_storage).map(|b| FsStats {
+                time: time.clone(),
+                used_bytes: u(b),
+                ..FsStats::default()
+            }),
+            process_stats: stats.map(|s| ProcessStats {
+                process_count: s.processes.and_then(u),
+            }),
+        });
+    }
+    Summary { node, pods }
+}
+
+pub(super) async fn handler(State(s): State<Shared>) -> Response {
+    match s.stats.read(&s.sources.link, &s.sources.status, true).await {
+        Ok(r) => json(&summarize(&r, &s.sources.config.node_name())),
+        Err(e) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain; charset=utf-8",
+            format!("reading the node's stats: {e}\n"),
+        ),
+    }
+}
