@@ -13,6 +13,12 @@
 //! successThreshold other than 1) is a prober error, as in kubelet: its result is thrown away
 //! (the initial value stays) and each attempt is a `Warning` event saying why; it is never
 //! dropped silently.
+//!
+//! Timing differs from kubelet's in phase only: kubelet's probe workers tick from when the
+//! pod was added (and skip ticks inside the initial delay); here a container's first probe
+//! runs as soon as its initial delay (counted from the container's start) has passed, then
+//! every period. Readiness probes run at once when the startup probe succeeds (kubelet
+//! triggers them from the status update), liveness probes at their next period.
 
 use std::{
     collections::{BTreeMap, HashMap},
