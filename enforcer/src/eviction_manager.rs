@@ -123,6 +123,10 @@ struct Memo {
     trigger: Option<TriggerSignal>,
     /// The record of the eviction this step decided, completed when it is carried out.
     pending: Option<KillRecord>,
+    /// Signal delays per source, for `enforcer status`.
+    delays: crate::node_report::Delays,
+    /// When `eviction.json` was last written, and with which conditions.
+    reported: Option<(tokio::time::Instant, Vec<NodeCondition>)>,
 }
 
 /// How often the runtime is asked for its image filesystem until it answers.
@@ -222,6 +226,7 @@ impl EvictionManager {
                             continue;
                         }
                         self.poke_oom_killed(&s, &mut memo.kills);
+                        memo.delays.observe(&s);
                         let mut urgent = is_urgent(&s);
                         // The step's trigger: the first urgent signal of the burst, else
                         // its first.
@@ -231,6 +236,7 @@ impl EvictionManager {
                         while let Ok(more) = pipeline.signals.try_recv() {
                             log_signal(&more);
                             self.poke_oom_killed(&more, &mut memo.kills);
+                            memo.delays.observe(&more);
                             if !urgent && is_urgent(&more) {
                                 memo.trigger = Some(TriggerSignal::of(&more));
                             }
@@ -256,6 +262,7 @@ impl EvictionManager {
                 .step(state, start.elapsed(), trigger, &named, &mut memo)
                 .await;
             self.health.step_done();
+            self.report(&state, &mut memo);
             due = next_deadline(&self.config.eviction, &state, start.elapsed()).map(|d| start + d);
             // Waiting for an evicted pod's cleanup: look again soon, as kubelet polls it.
             if memo.cleanup.is_some() {
@@ -265,6 +272,34 @@ impl EvictionManager {
         }
         // Nobody watches the tripwire once the manager stops: leave kubepods unthrottled.
         self.write_tripwire(Tripwire::Off, &mut memo);
+    }
+
+    /// Writes `eviction.json` for `enforcer status` (`node_report`): at most once a second,
+    /// and at once when the conditions change.
+    fn report(&self, state: &State, memo: &mut Memo) {
+        let now = tokio::time::Instant::now();
+        if memo.reported.as_ref().is_some_and(|(at, conds)| {
+            now.duration_since(*at) < Duration::from_secs(1) && *conds == state.conditions
+        }) {
+            return;
+        }
+        memo.reported = Some((now, state.conditions.clone()));
+        let met: Vec<usize> = state.first_observed.keys().copied().collect();
+        let nanos = crate::runtime::status::now_nanos();
+        let report = crate::node_report::Report {
+            updated: crate::runtime::status::rfc3339(nanos),
+            updated_ns: nanos,
+            conditions: state.conditions.iter().map(ToString::to_string).collect(),
+            thresholds: crate::node_report::threshold_lines(
+                &self.config.eviction,
+                &state.last_observations,
+                &met,
+            ),
+            sources: memo.delays.summary(),
+        };
+        if let Err(e) = crate::node_report::write(&self.config.enforcer.state_dir, &report) {
+            tracing::debug!(error = %e, "writing eviction.json");
+        }
     }
 
     /// kubelet's imagefs is where the runtime keeps its images (CRI `ImageFsInfo`); until the

@@ -14,6 +14,7 @@ pub mod kernel;
 pub mod kills;
 pub mod metrics;
 pub mod node;
+pub mod node_report;
 pub mod policy;
 pub mod quantity;
 pub mod runtime;

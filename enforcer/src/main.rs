@@ -61,6 +61,12 @@ enum Command {
     Why(enforcer::kills::WhyArgs),
     /// Every kill recorded on this node (evictions and kernel OOM kills): a table, or `-o json`.
     Evictions(enforcer::kills::EvictionsArgs),
+    /// One screen for an operator: node conditions, each threshold with its observation and
+    /// margin, the signal sources with their delays, the last kills, pods by QoS class.
+    Status(enforcer::node_report::StatusArgs),
+    /// Checks the node against what the enforcer expects (kernel features, capabilities,
+    /// pod cgroups, OOM scores, leftover cgroups); each finding with its fix; exit 0 when clean.
+    Doctor(Box<enforcer::node_report::DoctorArgs>),
 }
 
 #[derive(Subcommand)]
@@ -169,6 +175,8 @@ fn main() -> ExitCode {
         Command::Events(args) => return enforcer::cluster::event_store::events_main(&args),
         Command::Why(args) => return enforcer::kills::why_main(&args),
         Command::Evictions(args) => return enforcer::kills::evictions_main(&args),
+        Command::Status(args) => return enforcer::node_report::status_main(&args),
+        Command::Doctor(args) => return enforcer::node_report::doctor_main(&args),
         Command::Simulate { scenario } => return print_lines(enforcer::cli::simulate(&scenario)),
         Command::Explain(args) => return print_lines(enforcer::cli::explain(&args)),
         Command::Config(ConfigCommand::Check(args)) => {

@@ -45,6 +45,17 @@ fn analyze(args: &[&str], unit: &Path) -> (bool, String, String) {
     )
 }
 
+/// One document as its k8s-openapi type (unknown fields are refused by none of them, so the
+/// test checks the fields it relies on below).
+fn parse<T: serde::de::DeserializeOwned>(kind: &str, json: serde_json::Value) -> T {
+    serde_json::from_value(json).unwrap_or_else(|e| {
+        panic!(
+            "{kind} does not parse as {}: {e}",
+            std::any::type_name::<T>()
+        )
+    })
+}
+
 /// The unit verifies (with its binary at the built one: `verify` checks that `ExecStart`
 /// exists), runs `enforcer run` with a configuration file, keeps the pods when it stops, and
 /// its exposure stays at systemd's MEDIUM or better.
@@ -111,27 +122,24 @@ fn the_cluster_manifests_parse_and_grant_what_the_node_writes() {
         let v = serde_yaml_ng::Value::deserialize(doc).expect("a YAML document");
         let kind = v["kind"].as_str().expect("kind").to_owned();
         let json = serde_json::to_value(&v).expect("as JSON");
-        let strict = |what: &str| format!("{kind} does not parse as {what}");
         match kind.as_str() {
             "Namespace" => {
-                serde_json::from_value::<Namespace>(json).expect(&strict("Namespace"));
+                parse::<Namespace>(&kind, json);
             }
             "ServiceAccount" => {
-                sa = Some(serde_json::from_value::<ServiceAccount>(json).expect(&strict("SA")));
+                sa = Some(parse::<ServiceAccount>(&kind, json));
             }
             "ClusterRole" => {
-                role = Some(serde_json::from_value::<ClusterRole>(json).expect(&strict("role")));
+                role = Some(parse::<ClusterRole>(&kind, json));
             }
             "ClusterRoleBinding" => {
-                binding = Some(
-                    serde_json::from_value::<ClusterRoleBinding>(json).expect(&strict("binding")),
-                );
+                binding = Some(parse::<ClusterRoleBinding>(&kind, json));
             }
             "ConfigMap" => {
-                cm = Some(serde_json::from_value::<ConfigMap>(json).expect(&strict("ConfigMap")));
+                cm = Some(parse::<ConfigMap>(&kind, json));
             }
             "DaemonSet" => {
-                ds = Some(serde_json::from_value::<DaemonSet>(json).expect(&strict("DaemonSet")));
+                ds = Some(parse::<DaemonSet>(&kind, json));
             }
             other => panic!("unexpected kind {other}"),
         }

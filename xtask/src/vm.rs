@@ -782,6 +782,11 @@ pub const LEFT_OUT: &[(&str, &str)] = &[
         "the HTTP endpoints and metrics of a running daemon: nothing cgroup-version specific",
     ),
     (
+        "operator_cli",
+        "enforcer status and doctor over a running daemon's state: nothing cgroup-version \
+         specific",
+    ),
+    (
         "deploy",
         "the systemd unit and the cluster manifests: files, no kernel in them",
     ),

@@ -1,0 +1,697 @@
+//! The operator's view of the node: `enforcer status` (one screen: conditions, each threshold
+//! with its observation and margin, the signal sources in use with their delays, the last
+//! kills, pods by QoS class) and `enforcer doctor` (the node checked against what the
+//! enforcer expects, each finding with its fix).
+//!
+//! The eviction manager writes what only it knows to `<state>/eviction.json` (at most once a
+//! second, and whenever a condition changes): the thresholds against the step's
+//! observations, and per signal source the delay from the kernel event to the daemon over
+//! the last [`DELAY_WINDOW`] signals. The rest comes from the state directory (`pods.json`,
+//! the kill records) and from the kernel itself.
+
+use std::{
+    collections::{BTreeMap, VecDeque},
+    path::{Path, PathBuf},
+};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    config::ConfigArgs,
+    policy::eviction::{Observations, manager::EvictionConfig},
+    quantity::{Format, Quantity},
+    signal::Signal,
+    state_log::{cell, table},
+};
+
+/// The file under the state directory.
+pub const FILE: &str = "eviction.json";
+/// Signals per source the delay percentiles are taken over.
+pub const DELAY_WINDOW: usize = 1024;
+
+/// One threshold against the latest observation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThresholdLine {
+    pub signal: String,
+    /// As configured: `100Mi`, `10%`.
+    pub threshold: String,
+    /// `hard`, or the soft threshold's grace period.
+    pub kind: String,
+    /// The threshold resolved against the capacity (base units); `None`: no observation.
+    #[serde(default)]
+    pub threshold_value: Option<i64>,
+    #[serde(default)]
+    pub available: Option<i64>,
+    #[serde(default)]
+    pub capacity: Option<i64>,
+    /// Whether the decision core counts it met.
+    pub met: bool,
+}
+
+/// Delays of one signal source.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceDelay {
+    pub source: String,
+    /// Signals seen since the daemon started.
+    pub signals: u64,
+    /// Kernel event -> daemon, over the last signals that carry a kernel time (µs).
+    #[serde(default)]
+    pub p50_us: Option<u64>,
+    #[serde(default)]
+    pub p99_us: Option<u64>,
+}
+
+/// What the eviction manager writes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    /// Wall-clock time of the step, RFC 3339.
+    pub updated: String,
+    /// Nanoseconds since the Unix epoch of the same (for ages).
+    pub updated_ns: i64,
+    pub conditions: Vec<String>,
+    pub thresholds: Vec<ThresholdLine>,
+    pub sources: Vec<SourceDelay>,
+}
+
+/// The thresholds of `config` against `obs` (`met`: the decision core's indices).
+#[must_use]
+pub fn threshold_lines(
+    config: &EvictionConfig,
+    obs: &Observations,
+    met: &[usize],
+) -> Vec<ThresholdLine> {
+    config
+        .thresholds
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let o = obs.get(&t.signal);
+            ThresholdLine {
+                signal: t.signal.to_string(),
+                threshold: t.value.to_string(),
+                kind: if t.is_hard() {
+                    "hard".to_owned()
+                } else {
+                    format!("soft, grace {:?}", t.grace_period)
+                },
+                threshold_value: o.map(|o| t.value.resolve(o.capacity).value()),
+                available: o.map(|o| o.available),
+                capacity: o.map(|o| o.capacity),
+                met: met.contains(&i),
+            }
+        })
+        .collect()
+}
+
+/// Signal delays per source, over a window.
+#[derive(Debug, Default)]
+pub struct Delays {
+    by_source: BTreeMap<String, (u64, VecDeque<u64>)>,
+}
+
+impl Delays {
+    /// Counts `s` and, when it carries a kernel time, its delay.
+    pub fn observe(&mut self, s: &Signal) {
+        let source = serde_json::to_value(s.source)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let (count, window) = self.by_source.entry(source).or_default();
+        *count = count.saturating_add(1);
+        if let Some(k) = s.kernel_ns {
+            if window.len() >= DELAY_WINDOW {
+                window.pop_front();
+            }
+            window.push_back(s.received_ns.saturating_sub(k) / 1000);
+        }
+    }
+
+    /// The sources with their percentiles.
+    #[must_use]
+    pub fn summary(&self) -> Vec<SourceDelay> {
+        self.by_source
+            .iter()
+            .map(|(source, (signals, window))| {
+                let mut v: Vec<u64> = window.iter().copied().collect();
+                v.sort_unstable();
+                let pct = |p: usize| (!v.is_empty()).then(|| v[(v.len() - 1) * p / 100]);
+                SourceDelay {
+                    source: source.clone(),
+                    signals: *signals,
+                    p50_us: pct(50),
+                    p99_us: pct(99),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Writes the report (a temporary file renamed over the old one: readers see a whole one).
+///
+/// # Errors
+/// Writing or renaming failed.
+pub fn write(state_dir: &Path, report: &Report) -> std::io::Result<()> {
+    let data = serde_json::to_vec_pretty(report).map_err(std::io::Error::other)?;
+    let path = state_dir.join(FILE);
+    let tmp = state_dir.join(format!(".{FILE}.tmp"));
+    std::fs::write(&tmp, data)?;
+    std::fs::rename(&tmp, &path)
+}
+
+/// Reads the report; `None` when the daemon has not written one.
+///
+/// # Errors
+/// The file exists but cannot be read or decoded.
+pub fn read(state_dir: &Path) -> Result<Option<Report>, String> {
+    let path = state_dir.join(FILE);
+    match std::fs::read(&path) {
+        Ok(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+fn amount(signal: &str, v: i64) -> String {
+    if signal.contains("inodes") || signal.starts_with("pid") {
+        v.to_string()
+    } else {
+        let q = Quantity::from_int(v.abs(), Format::BinarySI).to_string();
+        if v < 0 { format!("-{q}") } else { q }
+    }
+}
+
+fn us(v: Option<u64>) -> String {
+    #[expect(clippy::cast_precision_loss, reason = "a printed figure")]
+    v.map_or_else(
+        || "-".to_owned(),
+        |v| format!("{:.3} ms", v as f64 / 1000.0),
+    )
+}
+
+/// `enforcer status`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct StatusArgs {
+    /// The daemon's state directory.
+    #[arg(long, default_value = crate::runtime::DEFAULT_STATE_DIR)]
+    pub state_dir: PathBuf,
+}
+
+/// The screen of `enforcer status` (`now_ns`: wall clock, for ages).
+#[must_use]
+pub fn render_status(
+    pods: Option<&crate::runtime::status::StatusFile>,
+    report: Option<&Report>,
+    kills: &[crate::kills::KillRecord],
+    now_ns: i64,
+) -> String {
+    let mut out = Vec::new();
+    let node_conditions = pods.map_or_else(Vec::new, |p| {
+        p.node
+            .conditions
+            .iter()
+            .map(|c| format!("{} {}", c.kind, c.status))
+            .collect()
+    });
+    out.push(format!(
+        "Conditions:  {}",
+        if node_conditions.is_empty() {
+            "(none reported)".to_owned()
+        } else {
+            node_conditions.join(", ")
+        }
+    ));
+    match report {
+        Some(r) => {
+            let age = (now_ns - r.updated_ns).max(0) / 1_000_000_000;
+            out.push(format!(
+                "Thresholds (the eviction manager's last step, {age}s ago):"
+            ));
+            let rows: Vec<[String; 6]> = r
+                .thresholds
+                .iter()
+                .map(|t| {
+                    let observed = t.available.map_or_else(
+                        || "-".to_owned(),
+                        |a| {
+                            format!(
+                                "{} of {}",
+                                amount(&t.signal, a),
+                                amount(&t.signal, t.capacity.unwrap_or(0))
+                            )
+                        },
+                    );
+                    let margin = t
+                        .available
+                        .zip(t.threshold_value)
+                        .map_or_else(|| "-".to_owned(), |(a, v)| amount(&t.signal, a - v));
+                    [
+                        format!("  {}", t.signal),
+                        format!("<{} ({})", t.threshold, t.kind),
+                        observed,
+                        margin,
+                        if t.met { "MET" } else { "ok" }.to_owned(),
+                        String::new(),
+                    ]
+                })
+                .collect();
+            out.push(table(
+                ["  SIGNAL", "THRESHOLD", "AVAILABLE", "MARGIN", "STATE", ""],
+                &rows,
+            ));
+            out.push("Signal sources (kernel event -> daemon):".to_owned());
+            let rows: Vec<[String; 4]> = r
+                .sources
+                .iter()
+                .map(|s| {
+                    [
+                        format!("  {}", s.source),
+                        s.signals.to_string(),
+                        us(s.p50_us),
+                        us(s.p99_us),
+                    ]
+                })
+                .collect();
+            if rows.is_empty() {
+                out.push("  (no signal yet)".to_owned());
+            } else {
+                out.push(table(["  SOURCE", "SIGNALS", "P50", "P99"], &rows));
+            }
+        }
+        None => out.push("Thresholds:  (the eviction manager has not reported yet)".to_owned()),
+    }
+    out.push("Last kills:".to_owned());
+    if kills.is_empty() {
+        out.push("  (none)".to_owned());
+    } else {
+        let start = kills.len().saturating_sub(5);
+        for line in crate::kills::render_list(&kills[start..]).lines() {
+            out.push(format!("  {line}"));
+        }
+    }
+    let mut by_qos: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for p in pods.map_or(&[][..], |f| &f.pods[..]) {
+        let e = by_qos.entry(p.qos_class.clone()).or_default();
+        if matches!(
+            p.phase,
+            crate::runtime::status::PodPhase::Succeeded | crate::runtime::status::PodPhase::Failed
+        ) {
+            e.1 += 1;
+        } else {
+            e.0 += 1;
+        }
+    }
+    let qos: Vec<String> = by_qos
+        .iter()
+        .map(|(q, (live, done))| format!("{} {live} ({done} ended)", cell(q)))
+        .collect();
+    out.push(format!(
+        "Pods:        {}",
+        if qos.is_empty() {
+            "none".to_owned()
+        } else {
+            qos.join(", ")
+        }
+    ));
+    out.join("\n")
+}
+
+/// Runs `enforcer status`: exit 2 when the state directory cannot be read.
+#[must_use]
+pub fn status_main(args: &StatusArgs) -> std::process::ExitCode {
+    let pods = match crate::runtime::status::read(&args.state_dir) {
+        Ok(p) => Some(p),
+        Err(crate::runtime::status::StatusError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            None
+        }
+        Err(e) => {
+            eprintln!("enforcer: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let report = match read(&args.state_dir) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("enforcer: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    if pods.is_none() && report.is_none() {
+        eprintln!(
+            "enforcer: nothing in {} (is the daemon running with this --state-dir?)",
+            args.state_dir.display()
+        );
+        return std::process::ExitCode::from(2);
+    }
+    let kills = crate::kills::read(&args.state_dir).map_or_else(|_| Vec::new(), |k| k.0);
+    println!(
+        "{}",
+        render_status(
+            pods.as_ref(),
+            report.as_ref(),
+            &kills,
+            crate::runtime::status::now_nanos()
+        )
+    );
+    std::process::ExitCode::SUCCESS
+}
+
+/// One finding of `enforcer doctor`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub check: &'static str,
+    pub problem: String,
+    pub fix: String,
+}
+
+/// `enforcer doctor`: the configuration the daemon runs with (its file and flags).
+#[derive(Clone, Debug, clap::Args)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Print the findings as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Whether `adj` is what kubelet gives a process of a pod of `qos` (its sandbox -998).
+#[must_use]
+pub fn oom_score_fits(qos: &str, adj: i32) -> bool {
+    adj == -998
+        || match qos {
+            "Guaranteed" => adj == -997,
+            "BestEffort" => adj == 1000,
+            "Burstable" => (2..=999).contains(&adj),
+            _ => true,
+        }
+}
+
+fn processes_below(dir: &Path) -> Vec<u32> {
+    let mut pids = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        if let Ok(text) = std::fs::read_to_string(d.join("cgroup.procs")) {
+            pids.extend(text.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
+        }
+        if let Ok(rd) = std::fs::read_dir(&d) {
+            stack.extend(
+                rd.flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    pids
+}
+
+/// The checks (see the module doc); an empty list: the node is as the enforcer expects.
+#[must_use]
+pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let mut add = |check, problem: String, fix: &str| {
+        out.push(Finding {
+            check,
+            problem,
+            fix: fix.to_owned(),
+        });
+    };
+    let layout = match crate::cgroup::CgroupLayout::discover() {
+        Ok(l) => l,
+        Err(e) => {
+            add(
+                "cgroups",
+                format!("no cgroup hierarchy found: {e}"),
+                "mount cgroup2 on /sys/fs/cgroup",
+            );
+            return out;
+        }
+    };
+    let caps = crate::kernel::Capabilities::probe(&layout);
+    if !caps.btf {
+        add(
+            "kernel",
+            "no BTF (/sys/kernel/btf/vmlinux)".to_owned(),
+            "boot a kernel built with CONFIG_DEBUG_INFO_BTF=y; until then the fallback signal sources are used",
+        );
+    }
+    if !caps.tracefs_mounted {
+        add(
+            "kernel",
+            "tracefs is not mounted".to_owned(),
+            "mount -t tracefs nodev /sys/kernel/tracing (the daemon tries at start)",
+        );
+    }
+    if !caps.tracepoints_missing.is_empty() {
+        add(
+            "kernel",
+            format!(
+                "tracepoints missing: {}",
+                caps.tracepoints_missing.join(", ")
+            ),
+            "a kernel with these tracepoints (see `enforcer probe`); the signals they carry come from the fallbacks",
+        );
+    }
+    if !caps.psi {
+        add(
+            "kernel",
+            "PSI is off".to_owned(),
+            "boot with psi=1 (CONFIG_PSI)",
+        );
+    }
+    if caps.memory_controller.is_none() {
+        add(
+            "cgroups",
+            "no memory controller".to_owned(),
+            "enable the memory controller (cgroup_enable=memory; on v2, +memory in the root's cgroup.subtree_control)",
+        );
+    }
+    if !caps.cap_sys_resource {
+        add(
+            "capabilities",
+            "no CAP_SYS_RESOURCE: negative oom_score_adj values (Guaranteed pods, -997) are clamped".to_owned(),
+            "run the daemon with CAP_SYS_RESOURCE (deploy/systemd/enforcer.service keeps it)",
+        );
+    }
+    if !caps.cap_bpf_or_sys_admin {
+        add(
+            "capabilities",
+            "neither CAP_BPF nor CAP_SYS_ADMIN: the eBPF programs cannot load".to_owned(),
+            "run the daemon with CAP_BPF and CAP_PERFMON",
+        );
+    }
+    let state = &config.enforcer.state_dir;
+    let pods = match crate::runtime::status::read(state) {
+        Ok(p) => p,
+        Err(e) => {
+            add(
+                "state",
+                format!("cannot read the pods' status: {e}"),
+                "start the daemon (enforcer run) with this --state-dir",
+            );
+            return out;
+        }
+    };
+    let Some((mount, _)) = layout.controller("memory") else {
+        return out;
+    };
+    let known: std::collections::BTreeSet<&str> =
+        pods.pods.iter().map(|p| p.cgroup.as_str()).collect();
+    for p in &pods.pods {
+        if p.cgroup.is_empty()
+            || matches!(
+                p.phase,
+                crate::runtime::status::PodPhase::Succeeded
+                    | crate::runtime::status::PodPhase::Failed
+            )
+        {
+            continue;
+        }
+        let Ok(dir) = crate::cgroup::join_inside(mount, &p.cgroup) else {
+            add(
+                "cgroups",
+                format!(
+                    "pod {}/{}: cgroup {:?} escapes the hierarchy",
+                    p.namespace, p.name, p.cgroup
+                ),
+                "delete the pod; its state is corrupt",
+            );
+            continue;
+        };
+        if !dir.exists() {
+            add(
+                "cgroups",
+                format!(
+                    "pod {}/{} is running but its cgroup {} is gone",
+                    cell(&p.namespace),
+                    cell(&p.name),
+                    dir.display()
+                ),
+                "restart the daemon: it adopts running pods and recreates their cgroups",
+            );
+            continue;
+        }
+        for pid in processes_below(&dir) {
+            let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")) else {
+                continue;
+            };
+            let Ok(adj) = text.trim().parse::<i32>() else {
+                continue;
+            };
+            if !oom_score_fits(&p.qos_class, adj) {
+                add(
+                    "oom_score_adj",
+                    format!(
+                        "pod {}/{} ({}): pid {pid} has oom_score_adj {adj}",
+                        cell(&p.namespace),
+                        cell(&p.name),
+                        p.qos_class
+                    ),
+                    "the daemon sets it at container start; with CAP_SYS_RESOURCE a restart of the container fixes it",
+                );
+            }
+        }
+    }
+    // Pod cgroups of pods the daemon no longer knows.
+    if let Ok(kubepods) = crate::cgroup::join_inside(
+        mount,
+        &format!("{}/kubepods", config.cgroup_root.trim_end_matches('/')),
+    ) {
+        for tier in [
+            kubepods.clone(),
+            kubepods.join("burstable"),
+            kubepods.join("besteffort"),
+        ] {
+            let Ok(rd) = std::fs::read_dir(&tier) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !name.starts_with("pod") || !e.path().is_dir() {
+                    continue;
+                }
+                let rel = e
+                    .path()
+                    .strip_prefix(mount)
+                    .map(|r| format!("/{}", r.display()))
+                    .unwrap_or_default();
+                if !known.contains(rel.as_str()) {
+                    let procs = processes_below(&e.path()).len();
+                    add(
+                        "cgroups",
+                        format!(
+                            "leftover pod cgroup {} ({procs} processes): no pod of this node has it",
+                            e.path().display()
+                        ),
+                        if procs == 0 {
+                            "rmdir it (and its container cgroups first)"
+                        } else {
+                            "its processes run outside any pod the node knows: stop them, then rmdir it"
+                        },
+                    );
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Runs `enforcer doctor`: exit 0 when clean, 1 with findings, 2 on a bad configuration.
+#[must_use]
+pub fn doctor_main(args: &DoctorArgs) -> std::process::ExitCode {
+    let config = match crate::config::load(&args.config) {
+        Ok(l) => l.config,
+        Err(e) => {
+            eprintln!("enforcer: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let findings = doctor(&config);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&findings).unwrap_or_default()
+        );
+    } else if findings.is_empty() {
+        println!("No findings: the node is as the enforcer expects.");
+    } else {
+        for f in &findings {
+            println!("[{}] {}\n    fix: {}", f.check, f.problem, f.fix);
+        }
+    }
+    if findings.is_empty() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn oom_scores_by_class() {
+        assert!(oom_score_fits("Guaranteed", -997));
+        assert!(!oom_score_fits("Guaranteed", 0));
+        assert!(oom_score_fits("BestEffort", 1000));
+        assert!(!oom_score_fits("BestEffort", 999));
+        assert!(oom_score_fits("Burstable", 2) && oom_score_fits("Burstable", 999));
+        assert!(!oom_score_fits("Burstable", 1000) && !oom_score_fits("Burstable", 0));
+        assert!(oom_score_fits("Burstable", -998), "the sandbox");
+    }
+
+    #[test]
+    fn delays_and_the_status_screen() {
+        let mut d = Delays::default();
+        for i in 0..100u64 {
+            d.observe(&Signal {
+                kind: crate::signal::SignalKind::MemcgReclaim,
+                source: crate::signal::SourceKind::Ebpf,
+                kernel_ns: Some(1_000_000),
+                received_ns: 1_000_000 + (i + 1) * 1000,
+                count: 1,
+                pid: None,
+                comm: None,
+                cgroup: None,
+                hierarchy: None,
+                cgroup_id: None,
+                pod_uid: None,
+                qos: None,
+                detail: crate::signal::Detail::default(),
+            });
+        }
+        let s = d.summary();
+        assert_eq!(s.len(), 1);
+        assert_eq!(
+            (s[0].signals, s[0].p50_us, s[0].p99_us),
+            (100, Some(50), Some(99))
+        );
+        let report = Report {
+            updated: String::new(),
+            updated_ns: 1_000_000_000,
+            conditions: vec![],
+            thresholds: vec![ThresholdLine {
+                signal: "memory.available".to_owned(),
+                threshold: "100Mi".to_owned(),
+                kind: "hard".to_owned(),
+                threshold_value: Some(100 << 20),
+                available: Some(300 << 20),
+                capacity: Some(1 << 30),
+                met: false,
+            }],
+            sources: s,
+        };
+        let text = render_status(None, Some(&report), &[], 4_000_000_000);
+        assert!(text.contains("last step, 3s ago"), "{text}");
+        assert!(text.contains("memory.available"), "{text}");
+        assert!(text.contains("300Mi of 1Gi"), "{text}");
+        assert!(text.contains("200Mi"), "the margin: {text}");
+        assert!(text.contains("0.050 ms"), "{text}");
+    }
+}

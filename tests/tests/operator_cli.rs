@@ -1,0 +1,121 @@
+//! `enforcer status` and `enforcer doctor` against a running daemon on a private containerd:
+//! the status screen shows the thresholds with their observations and the pods by QoS class;
+//! the doctor finds a leftover pod cgroup it was given, and not once it is gone.
+
+use std::{path::Path, process::Command, time::Duration};
+
+use enforcer::config::ConfigArgs;
+use enforcer_tests::node::{Node, phase, pod, wait_until};
+
+/// The binary, built once for the test.
+fn binary() -> &'static Path {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(enforcer_tests::enforcer_binary)
+}
+
+fn run(args: &[&str], state: &Path) -> (Option<i32>, String, String) {
+    let out = Command::new(binary())
+        .args(args)
+        .arg("--state-dir")
+        .arg(state)
+        .output()
+        .expect("the enforcer binary");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn findings(node: &Node, state: &Path) -> (Option<i32>, Vec<serde_json::Value>) {
+    let mut args = vec!["doctor", "--json", "--cgroup-root"];
+    let root = node.cd.cgroup_root.clone();
+    args.push(&root);
+    let (code, out, err) = run(&args, state);
+    let list: Vec<serde_json::Value> =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("doctor --json: {e}: {out}{err}"));
+    (code, list)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_the_node_and_doctor_finds_a_leftover_cgroup() {
+    let node = Node::start(
+        "opcli",
+        ConfigArgs {
+            node_capacity: vec!["memory=1Gi".to_owned()],
+            eviction_hard: vec!["memory.available<100Mi".to_owned()],
+            ..ConfigArgs::default()
+        },
+        None,
+    );
+    let state = node.state.clone();
+    node.submit(
+        "web.yaml",
+        &pod(
+            "web",
+            "opcli-0000-0000-0000-000000000001",
+            "",
+            "",
+            "trap 'exit 0' TERM; sleep 3600 & wait",
+        ),
+    );
+    wait_until("web running", Duration::from_secs(60), || {
+        phase(&state, "web").as_deref() == Some("Running")
+    })
+    .await;
+    wait_until("eviction.json", Duration::from_secs(20), || {
+        state.join("eviction.json").exists()
+    })
+    .await;
+    let (code, out, err) = run(&["status"], &state);
+    assert_eq!(code, Some(0), "{out}{err}");
+    eprintln!("$ enforcer status\n{out}");
+    assert!(out.contains("Conditions:  "), "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("memory.available"))
+        .unwrap_or_else(|| panic!("no memory.available threshold line: {out}"));
+    assert!(
+        line.contains("<100Mi (hard)") && line.contains(" of 1Gi") && line.contains("ok"),
+        "{line}"
+    );
+    assert!(out.contains("Pods:        BestEffort 1 (0 ended)"), "{out}");
+
+    // The doctor: the running pod's cgroup is known (no leftover); a pod cgroup nobody owns
+    // is found, and gone once removed.
+    let leftover = |list: &[serde_json::Value]| {
+        list.iter()
+            .filter(|f| {
+                f["problem"]
+                    .as_str()
+                    .is_some_and(|p| p.starts_with("leftover pod cgroup"))
+            })
+            .count()
+    };
+    let (_, before) = findings(&node, &state);
+    assert_eq!(leftover(&before), 0, "{before:?}");
+    let stray = node
+        .kubepods_memory_dir()
+        .join("besteffort")
+        .join("pod00000000-dead-beef-0000-000000000000");
+    std::fs::create_dir_all(&stray).expect("a stray pod cgroup");
+    let (code, with) = findings(&node, &state);
+    let _ = std::fs::remove_dir(&stray);
+    assert_eq!(code, Some(1), "findings exit 1: {with:?}");
+    assert_eq!(leftover(&with), 1, "{with:?}");
+    let f = with
+        .iter()
+        .find(|f| {
+            f["problem"]
+                .as_str()
+                .is_some_and(|p| p.contains("pod00000000-dead-beef"))
+        })
+        .expect("the stray cgroup named");
+    assert!(
+        f["fix"].as_str().is_some_and(|x| x.starts_with("rmdir")),
+        "{f}"
+    );
+    let (_, after) = findings(&node, &state);
+    assert_eq!(leftover(&after), 0, "{after:?}");
+    drop(node.shutdown().await);
+}
