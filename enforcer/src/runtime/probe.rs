@@ -395,13 +395,43 @@ fn parse_head(buf: &[u8]) -> Option<Result<Head, String>> {
 }
 
 /// The request kubelet's HTTP prober sends (Go's `http.Client` with kubelet's headers).
-fn request(host_port: &str, path: &str, headers: &[(String, String)]) -> String {
+/// The request path as sent: spaces, control and non-ASCII bytes percent-encoded (Go's
+/// URL encoding of a path it parsed), so a path never breaks the request line.
+fn escape_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for b in path.bytes() {
+        if b <= b' ' || b >= 0x7f {
+            out.push_str(&format!("%{b:02X}"));
+        } else {
+            out.push(char::from(b));
+        }
+    }
+    out
+}
+
+/// Whether a header name is an HTTP token (Go refuses others).
+fn is_token(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn request(host_port: &str, path: &str, headers: &[(String, String)]) -> Result<String, String> {
+    for (k, v) in headers {
+        if !is_token(k) {
+            return Err(format!("net/http: invalid header field name {k:?}"));
+        }
+        if v.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+            return Err(format!("net/http: invalid header field value for {k:?}"));
+        }
+    }
     let has = |name: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
     let host = headers
         .iter()
         .find(|(k, _)| k.eq_ignore_ascii_case("host"))
         .map_or(host_port, |(_, v)| v.as_str());
-    let mut r = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n");
+    let mut r = format!("GET {} HTTP/1.1\r\nHost: {host}\r\n", escape_path(path));
     if !has("user-agent") {
         r.push_str(&format!("User-Agent: {}\r\n", user_agent()));
     }
@@ -416,7 +446,7 @@ fn request(host_port: &str, path: &str, headers: &[(String, String)]) -> String 
         r.push_str(&format!("{k}: {v}\r\n"));
     }
     r.push_str("Connection: close\r\n\r\n");
-    r
+    Ok(r)
 }
 
 /// One GET: (status code, headers, body up to [`MAX_BODY`]).
@@ -542,7 +572,7 @@ async fn exchange<S>(
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    s.write_all(request(addr, path, headers).as_bytes())
+    s.write_all(request(addr, path, headers)?.as_bytes())
         .await
         .map_err(|e| format!("write: {e}"))?;
     let mut buf = Vec::with_capacity(1024);
@@ -1450,7 +1480,8 @@ mod tests {
             )))
         );
         assert!(matches!(parse_head(b"garbage\r\n\r\n"), Some(Err(_))));
-        let r = request("10.0.0.1:80", "/h", &[("X-Y".to_owned(), "z".to_owned())]);
+        let r =
+            request("10.0.0.1:80", "/h", &[("X-Y".to_owned(), "z".to_owned())]).expect("request");
         assert!(
             r.starts_with("GET /h HTTP/1.1\r\nHost: 10.0.0.1:80\r\n"),
             "{r}"
@@ -1468,7 +1499,8 @@ mod tests {
                 ("User-Agent".to_owned(), "me".to_owned()),
                 ("Accept".to_owned(), String::new()),
             ],
-        );
+        )
+        .expect("request");
         assert!(
             r.contains("Host: example\r\n") && r.contains("User-Agent: me\r\n"),
             "{r}"
@@ -1478,6 +1510,17 @@ mod tests {
             user_agent().starts_with("kube-probe/1."),
             "{}",
             user_agent()
+        );
+        // A path never breaks the request line; a header that would is refused, as Go does.
+        let r = request("h:1", "/a b\r\nX: y", &[]).expect("request");
+        assert!(r.starts_with("GET /a%20b%0D%0AX:%20y HTTP/1.1\r\n"), "{r}");
+        assert_eq!(
+            request("h:1", "/", &[("X".to_owned(), "a\r\nEvil: 1".to_owned())]),
+            Err("net/http: invalid header field value for \"X\"".to_owned())
+        );
+        assert_eq!(
+            request("h:1", "/", &[("Bad Name".to_owned(), "v".to_owned())]),
+            Err("net/http: invalid header field name \"Bad Name\"".to_owned())
         );
         assert_eq!(
             redirect_target("/a", Scheme::Http, "h", 8),
