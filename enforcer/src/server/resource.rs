@@ -142,3 +142,33 @@ pub(super) async fn handler(State(s): State<Shared>) -> Response {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubelets_resource_series() {
+        let reading = crate::server::summary::tests::reading();
+        let text = crate::metrics::encode(&[&registry(Some(&reading))]).expect("encode");
+        for want in [
+            "resource_scrape_error 0\n",
+            "node_cpu_usage_seconds_total 10.0\n",
+            "node_memory_working_set_bytes 300.0\n",
+            "pod_cpu_usage_seconds_total{namespace=\"default\",pod=\"web\"} 3.0\n",
+            "pod_memory_working_set_bytes{namespace=\"default\",pod=\"web\"} 300.0\n",
+            "container_cpu_usage_seconds_total{container=\"app\",namespace=\"default\",pod=\"web\"} 2.0\n",
+            "container_memory_working_set_bytes{container=\"app\",namespace=\"default\",pod=\"web\"} 200.0\n",
+        ] {
+            assert!(text.contains(want), "{want:?} missing in:\n{text}");
+        }
+        let failed = crate::metrics::encode(&[&registry(None)]).expect("encode");
+        assert_eq!(
+            failed
+                .lines()
+                .filter(|l| !l.starts_with('#'))
+                .collect::<Vec<_>>(),
+            ["resource_scrape_error 1"]
+        );
+    }
+}

@@ -527,3 +527,134 @@ pub(super) async fn handler(State(s): State<Shared>) -> Response {
         ),
     }
 }
+
+#[cfg(test)]
+pub(super) mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::{
+        policy::eviction::{ContainerStats as CStats, Observation, PodStats as PStats},
+        runtime::status::{ContainerRecord, ContainerState},
+        stats::PodSample,
+    };
+
+    /// A reading of one pod `web` (uid `u1`) with container `app` (id `c1`).
+    pub(in crate::server) fn reading() -> Reading {
+        let obs = |available, capacity| Observation {
+            available,
+            capacity,
+            time: None,
+        };
+        let mut observations = crate::policy::eviction::Observations::new();
+        observations.insert(Signal::MemoryAvailable, obs(700, 1000));
+        observations.insert(Signal::AllocatableMemoryAvailable, obs(500, 900));
+        observations.insert(Signal::NodeFsAvailable, obs(40, 100));
+        observations.insert(Signal::NodeFsInodesFree, obs(7, 10));
+        observations.insert(Signal::PidAvailable, obs(900, 1000));
+        let pod = PStats {
+            memory: Some(300),
+            ephemeral_storage: Some(4096),
+            processes: Some(2),
+            containers: vec![CStats {
+                name: "app".to_owned(),
+                memory: Some(200),
+                ephemeral_storage: Some(1024),
+            }],
+            volumes: BTreeMap::from([("scratch".to_owned(), 512)]),
+            ..PStats::default()
+        };
+        let snapshot = NodeSnapshot {
+            observations,
+            pods: BTreeMap::from([(
+                "u1".to_owned(),
+                PodSample {
+                    stats: Some(pod),
+                    ..PodSample::default()
+                },
+            )]),
+            kubepods_usage: None,
+        };
+        let record = PodRecord {
+            uid: "u1".to_owned(),
+            name: "web".to_owned(),
+            namespace: "default".to_owned(),
+            source: "api".to_owned(),
+            phase: crate::runtime::status::PodPhase::Running,
+            reason: String::new(),
+            message: String::new(),
+            qos_class: "BestEffort".to_owned(),
+            start_time: "2026-01-01T00:00:00Z".to_owned(),
+            pod_ips: Vec::new(),
+            sandbox_id: String::new(),
+            cgroup: "/kubepods/podu1".to_owned(),
+            conditions: Vec::new(),
+            init_container_statuses: Vec::new(),
+            container_statuses: vec![ContainerRecord {
+                name: "app".to_owned(),
+                container_id: "containerd://c1".to_owned(),
+                image: "busybox".to_owned(),
+                image_id: String::new(),
+                ready: true,
+                started: Some(true),
+                restart_count: 0,
+                state: ContainerState::Running {
+                    started_at: "2026-01-01T00:00:01Z".to_owned(),
+                },
+                last_state: None,
+                oom_score_adj: None,
+                oom_score_adj_decided: None,
+            }],
+        };
+        Reading {
+            snapshot: Arc::new(snapshot),
+            cpu_ns: HashMap::from([
+                ("/kubepods/podu1".to_owned(), 3_000_000_000),
+                ("/kubepods/podu1/c1".to_owned(), 2_000_000_000),
+            ]),
+            nano_cores: HashMap::from([("".to_owned(), 1_500_000_000)]),
+            node_cpu_ns: Some(10_000_000_000),
+            at_nanos: 1_767_225_600_000_000_000,
+            records: HashMap::from([("u1".to_owned(), record)]),
+            targets: vec![PodTarget {
+                uid: "u1".to_owned(),
+                cgroup: "/kubepods/podu1".to_owned(),
+                containers: vec![("app".to_owned(), "c1".to_owned())],
+            }],
+        }
+    }
+
+    #[test]
+    fn the_summary_carries_what_eviction_reads() {
+        let s = serde_json::to_value(summarize(&reading(), "n1")).expect("json");
+        let node = &s["node"];
+        assert_eq!(node["nodeName"], "n1");
+        assert_eq!(node["memory"]["availableBytes"], 700);
+        assert_eq!(node["memory"]["workingSetBytes"], 300);
+        assert_eq!(node["memory"]["time"], "2026-01-01T00:00:00Z");
+        assert_eq!(node["cpu"]["usageCoreNanoSeconds"], 10_000_000_000_u64);
+        assert_eq!(node["cpu"]["usageNanoCores"], 1_500_000_000_u64);
+        assert_eq!(node["fs"]["usedBytes"], 60);
+        assert_eq!(node["fs"]["inodesFree"], 7);
+        assert_eq!(node["rlimit"]["maxpid"], 1000);
+        assert_eq!(node["rlimit"]["curproc"], 100);
+        assert!(node.get("runtime").is_none(), "no imagefs observed");
+        assert_eq!(node["systemContainers"][0]["name"], "pods");
+        assert_eq!(node["systemContainers"][0]["memory"]["availableBytes"], 500);
+        let pod = &s["pods"][0];
+        assert_eq!(pod["podRef"]["uid"], "u1");
+        assert_eq!(pod["podRef"]["name"], "web");
+        assert_eq!(pod["memory"]["workingSetBytes"], 300);
+        assert_eq!(pod["cpu"]["usageCoreNanoSeconds"], 3_000_000_000_u64);
+        assert_eq!(pod["ephemeral-storage"]["usedBytes"], 4096);
+        assert_eq!(pod["volume"][0]["name"], "scratch");
+        assert_eq!(pod["volume"][0]["usedBytes"], 512);
+        assert_eq!(pod["process_stats"]["process_count"], 2);
+        let c = &pod["containers"][0];
+        assert_eq!(c["name"], "app");
+        assert_eq!(c["startTime"], "2026-01-01T00:00:01Z");
+        assert_eq!(c["memory"]["workingSetBytes"], 200);
+        assert_eq!(c["rootfs"]["usedBytes"], 1024);
+        assert_eq!(c["cpu"]["usageCoreNanoSeconds"], 2_000_000_000_u64);
+    }
+}
