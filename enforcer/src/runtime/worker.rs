@@ -265,6 +265,9 @@ pub struct PodWorker<R> {
     /// Containers killed for a failed liveness or startup probe: restarted unless the
     /// restart policy is Never, whatever their exit code (kubelet's computePodActions).
     probe_killed: HashSet<String>,
+    /// Whether the probes of regular init containers (which kubelet's API refuses) were
+    /// reported as not run.
+    init_probes_reported: bool,
 }
 
 impl<R: ContainerRuntime> PodWorker<R> {
@@ -289,6 +292,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             volumes_set_up: None,
             probes: Prober::default(),
             probe_killed: HashSet::new(),
+            init_probes_reported: false,
         }
     }
 
@@ -313,6 +317,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             volumes_set_up: None,
             probes: Prober::default(),
             probe_killed: HashSet::new(),
+            init_probes_reported: false,
         }
     }
 
@@ -1064,6 +1069,22 @@ impl<R: ContainerRuntime> PodWorker<R> {
         sandbox_id: &str,
         all: &[cri::Container],
     ) -> Result<(), WorkerError> {
+        // The API refuses probes on regular init containers; a static pod may still carry
+        // them: they are not run, and the log says so once.
+        if !self.init_probes_reported {
+            let ignored: Vec<&str> = pod
+                .spec
+                .iter()
+                .flat_map(|s| s.init_containers.iter().flatten())
+                .filter(|c| ContainerKind::of_init(c) != ContainerKind::Sidecar)
+                .filter(|c| probe::has_probes(c))
+                .map(|c| c.name.as_str())
+                .collect();
+            if !ignored.is_empty() {
+                tracing::warn!(uid = %self.uid, containers = ?ignored, "probes on init containers without restartPolicy Always are not run (the API server refuses them)");
+                self.init_probes_reported = true;
+            }
+        }
         let defs: Vec<Container> = pod
             .spec
             .iter()
