@@ -127,6 +127,8 @@ struct Memo {
     delays: crate::node_report::Delays,
     /// When `eviction.json` was last written, and with which conditions.
     reported: Option<(tokio::time::Instant, Vec<NodeCondition>)>,
+    /// The age of the observation the pending eviction was decided on.
+    pending_age: Option<Duration>,
 }
 
 /// How often the runtime is asked for its image filesystem until it answers.
@@ -226,7 +228,7 @@ impl EvictionManager {
                             continue;
                         }
                         self.poke_oom_killed(&s, &mut memo.kills);
-                        memo.delays.observe(&s);
+                        observe_signal(&mut memo.delays, &s);
                         let mut urgent = is_urgent(&s);
                         // The step's trigger: the first urgent signal of the burst, else
                         // its first.
@@ -236,7 +238,7 @@ impl EvictionManager {
                         while let Ok(more) = pipeline.signals.try_recv() {
                             log_signal(&more);
                             self.poke_oom_killed(&more, &mut memo.kills);
-                            memo.delays.observe(&more);
+                            observe_signal(&mut memo.delays, &more);
                             if !urgent && is_urgent(&more) {
                                 memo.trigger = Some(TriggerSignal::of(&more));
                             }
@@ -405,6 +407,9 @@ impl EvictionManager {
             self.link.poke(uid);
         }
         let pod = entry.as_ref().map(|e| e.pod.as_ref());
+        if let Some(p) = pod {
+            crate::metrics::global().oom_kill(&format!("{:?}", crate::policy::qos::pod_qos(p)));
+        }
         let who = s
             .pod_uid
             .clone()
@@ -552,6 +557,10 @@ impl EvictionManager {
             (next, decision)
         };
         let decision_ns = crate::signal::monotonic_ns();
+        memo.pending_age = decision.eviction.as_ref().and_then(|ev| {
+            let at = snapshot.observations.get(&ev.signal)?.time?;
+            Some(now.saturating_sub(at))
+        });
         memo.pending = decision.eviction.as_ref().map(|ev| {
             self.kill_record(
                 ev,
@@ -580,6 +589,7 @@ impl EvictionManager {
         )
         .await;
         memo.pending = None;
+        memo.pending_age = None;
         self.place_tripwire(&snapshot, memo);
         next
     }
@@ -856,8 +866,25 @@ impl EvictionManager {
                 ));
             }
             let mut annotations = ev.annotations.clone();
+            let m = crate::metrics::global();
+            m.eviction(ev.signal.as_str());
+            if let Some(age) = memo.pending_age.take() {
+                m.eviction_stats_age(ev.signal.as_str(), age);
+            }
             if let Some(mut r) = memo.pending.take() {
                 r.sigkill_ns = sigkill_ns;
+                if let Some(d) = r.decision_ns {
+                    if let Some(t) = r.trigger.as_ref() {
+                        let from = t.kernel_ns.unwrap_or(t.received_ns);
+                        m.crossing_to_decision(
+                            ev.signal.as_str(),
+                            Duration::from_nanos(d.saturating_sub(from)),
+                        );
+                    }
+                    if let Some(k) = sigkill_ns {
+                        m.decision_to_sigkill(Duration::from_nanos(k.saturating_sub(d)));
+                    }
+                }
                 annotations.insert(kills::ANNOTATION.to_owned(), r.id.clone());
                 memo.kills.evicted(r);
             }
@@ -876,6 +903,21 @@ impl EvictionManager {
                 disruption_target: true,
             });
         }
+    }
+}
+
+/// Counts a signal for `enforcer status` and its delay for `enforcer_signal_delay_seconds`.
+fn observe_signal(delays: &mut crate::node_report::Delays, s: &Signal) {
+    delays.observe(s);
+    if let Some(k) = s.kernel_ns {
+        let source = serde_json::to_value(s.source)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        crate::metrics::global().signal_delay(
+            &source,
+            Duration::from_nanos(s.received_ns.saturating_sub(k)),
+        );
     }
 }
 

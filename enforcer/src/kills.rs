@@ -284,7 +284,13 @@ impl KillLog {
     pub fn released(&mut self, uid: &str, released: bool) {
         if let Some(mut r) = self.waiting.remove(uid) {
             if released {
-                r.released_ns = Some(crate::signal::monotonic_ns());
+                let now = crate::signal::monotonic_ns();
+                r.released_ns = Some(now);
+                if let Some(k) = r.sigkill_ns {
+                    crate::metrics::global().sigkill_to_released(std::time::Duration::from_nanos(
+                        now.saturating_sub(k),
+                    ));
+                }
                 "released".clone_into(&mut r.release);
             } else {
                 "timed out".clone_into(&mut r.release);

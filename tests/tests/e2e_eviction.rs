@@ -548,6 +548,23 @@ async fn verify_why(state: &std::path::Path, prefix: &str) {
     let all: Vec<enforcer::kills::KillRecord> =
         serde_json::from_slice(&out.stdout).expect("evictions -o json");
     assert!(all.iter().any(|x| x.id == r.id), "{all:?}");
+    // The same chain in the metrics (the daemon runs in this process).
+    let text =
+        enforcer::metrics::encode(&[enforcer::metrics::global().registry()]).expect("the metrics");
+    let value = |prefix: &str, label: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with(prefix) && l.contains(label))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let signal = format!("eviction_signal=\"{}\"", r.signal);
+    assert!(value("kubelet_evictions", &signal) >= 1.0, "{text}");
+    for h in [
+        "enforcer_eviction_decision_to_sigkill_seconds_count",
+        "enforcer_eviction_sigkill_to_memory_released_seconds_count",
+    ] {
+        assert!(value(h, "") >= 1.0, "{h}: {text}");
+    }
 }
 
 /// A 1Gi node with a hard `memory.available<500Mi`, the specs run through
