@@ -782,18 +782,25 @@ async fn every_endpoint_of_a_running_daemon_parses() {
     let heap = get(addr, "/debug/pprof/heap");
     assert_eq!(heap.status, 501);
     assert!(heap.text().contains("allocator"), "{}", heap.text());
-    // Load while sampling: this process is the daemon's (the profiler samples every thread).
-    let busy = std::thread::spawn(|| {
-        let t0 = std::time::Instant::now();
-        let mut x: u64 = 1;
-        while t0.elapsed() < Duration::from_millis(1500) {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
-        }
-        x
-    });
-    let prof = tokio::task::spawn_blocking(move || get(addr, "/debug/pprof/profile?seconds=1"))
+    // Load while sampling, until the profile is answered: this process is the daemon's (the
+    // profiler samples every thread).
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let busy = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut x: u64 = 1;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                for _ in 0..10_000 {
+                    x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                }
+            }
+            x
+        })
+    };
+    let prof = tokio::task::spawn_blocking(move || get(addr, "/debug/pprof/profile?seconds=2"))
         .await
         .expect("join");
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
     let _ = busy.join();
     assert_eq!(prof.status, 200, "{}", prof.text());
     use pprof::protos::Message as _;
@@ -811,7 +818,7 @@ async fn every_endpoint_of_a_running_daemon_parses() {
         .collect();
     assert!(types.contains(&"cpu"), "{types:?}");
     assert!(
-        profile.duration_nanos >= 1_000_000_000,
+        profile.duration_nanos >= 2_000_000_000,
         "{}",
         profile.duration_nanos
     );
