@@ -838,4 +838,68 @@ mod tests {
         // ExponentialBuckets(.005, 2.5, 14): the last finite bucket is .005 * 2.5^13.
         assert!(text.contains("le=\"745.058059692382"), "{text}");
     }
+
+    fn record(uid: &str, source: &str, phase: &str) -> crate::runtime::status::PodRecord {
+        serde_json::from_value(serde_json::json!({
+            "uid": uid, "name": uid, "namespace": "default", "source": source,
+            "phase": phase, "qosClass": "BestEffort", "conditions": [],
+            "initContainerStatuses": [], "containerStatuses": [],
+        }))
+        .expect("record")
+    }
+
+    /// Desired: not finished, by source; active: the eviction manager's set; conditions and
+    /// the pipeline's counters as they are at the scrape.
+    #[test]
+    fn node_state_is_read_at_each_scrape() {
+        let status = StatusManager::default();
+        let link = NodeLink::default();
+        status.set(record("a", "/etc/manifests/a.yaml", "Running"));
+        status.set(record("b", "api", "Running"));
+        status.set(record("c", "api", "Pending"));
+        status.set(record("d", "api", "Succeeded"));
+        for uid in ["a", "b"] {
+            link.set_active(
+                uid,
+                crate::runtime::link::ActiveEntry::new(
+                    Arc::new(k8s_openapi::api::core::v1::Pod::default()),
+                    format!("/kubepods/pod{uid}"),
+                ),
+            );
+        }
+        let pipeline = Arc::new(PipelineStats::default());
+        pipeline
+            .dropped
+            .store(3, std::sync::atomic::Ordering::Relaxed);
+        let mut reg = Registry::default();
+        reg.register_collector(Box::new(NodeStateCollector {
+            pipeline: pipeline.clone(),
+            link: link.clone(),
+            status,
+        }));
+        let text = encode(&[&reg]).expect("encode");
+        for want in [
+            "kubelet_desired_pods{static=\"false\"} 2\n",
+            "kubelet_desired_pods{static=\"true\"} 1\n",
+            "kubelet_active_pods{static=\"false\"} 1\n",
+            "kubelet_active_pods{static=\"true\"} 1\n",
+            "enforcer_signals_dropped_total 3\n",
+            "enforcer_node_condition{condition=\"MemoryPressure\"} 0\n",
+        ] {
+            assert!(text.contains(want), "{want:?} missing in:\n{text}");
+        }
+        link.set_conditions(vec![crate::policy::eviction::NodeCondition::MemoryPressure]);
+        pipeline
+            .dropped
+            .store(4, std::sync::atomic::Ordering::Relaxed);
+        let text = encode(&[&reg]).expect("encode");
+        assert!(
+            text.contains("enforcer_node_condition{condition=\"MemoryPressure\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("enforcer_signals_dropped_total 4\n"),
+            "{text}"
+        );
+    }
 }
