@@ -129,6 +129,8 @@ struct Memo {
     reported: Option<(tokio::time::Instant, Vec<NodeCondition>)>,
     /// The age of the observation the pending eviction was decided on.
     pending_age: Option<Duration>,
+    /// The generation of the cgroup-value ledger last written to `cgroups.json`.
+    cgroups_written: Option<u64>,
 }
 
 /// How often the runtime is asked for its image filesystem until it answers.
@@ -301,6 +303,15 @@ impl EvictionManager {
         };
         if let Err(e) = crate::node_report::write(&self.config.enforcer.state_dir, &report) {
             tracing::debug!(error = %e, "writing eviction.json");
+        }
+        let (generation, files) = crate::cgroup::writer::written();
+        if memo.cgroups_written != Some(generation) {
+            memo.cgroups_written = Some(generation);
+            if let Err(e) =
+                crate::node_report::write_cgroups(&self.config.enforcer.state_dir, &files)
+            {
+                tracing::debug!(error = %e, "writing cgroups.json");
+            }
         }
     }
 

@@ -26,6 +26,8 @@ use crate::{
 
 /// The file under the state directory.
 pub const FILE: &str = "eviction.json";
+/// The cgroup values the daemon wrote (file -> value), for `enforcer doctor`.
+pub const CGROUPS_FILE: &str = "cgroups.json";
 /// Signals per source the delay percentiles are taken over.
 pub const DELAY_WINDOW: usize = 1024;
 
@@ -159,6 +161,39 @@ pub fn write(state_dir: &Path, report: &Report) -> std::io::Result<()> {
     let tmp = state_dir.join(format!(".{FILE}.tmp"));
     std::fs::write(&tmp, data)?;
     std::fs::rename(&tmp, &path)
+}
+
+/// Writes the cgroup values the daemon wrote (`cgroup::writer::written`).
+///
+/// # Errors
+/// Writing or renaming failed.
+pub fn write_cgroups(state_dir: &Path, files: &BTreeMap<PathBuf, String>) -> std::io::Result<()> {
+    let map: BTreeMap<String, &String> = files
+        .iter()
+        .map(|(f, v)| (f.display().to_string(), v))
+        .collect();
+    let data = serde_json::to_vec_pretty(&map).map_err(std::io::Error::other)?;
+    let tmp = state_dir.join(format!(".{CGROUPS_FILE}.tmp"));
+    std::fs::write(&tmp, data)?;
+    std::fs::rename(&tmp, state_dir.join(CGROUPS_FILE))
+}
+
+/// Whether `have` (read back from `file`) is the `want` the daemon wrote: memory values are
+/// rounded down to pages by the kernel, and v1's unlimited reads back as a huge number.
+#[must_use]
+pub fn same_cgroup_value(file: &str, want: &str, have: &str) -> bool {
+    const PAGE: i64 = 4096;
+    let huge = |v: &str| v.parse::<i64>().is_ok_and(|n| n >= 1 << 62);
+    if file.starts_with("memory.") {
+        return match (want, want.parse::<i64>()) {
+            ("max", _) => have == "max" || huge(have),
+            (_, Ok(w)) => have
+                .parse::<i64>()
+                .is_ok_and(|h| h == w / PAGE * PAGE || h == w),
+            _ => want == have,
+        };
+    }
+    want == have
 }
 
 /// Reads the report; `None` when the daemon has not written one.
@@ -557,6 +592,33 @@ pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
             }
         }
     }
+    // The values the daemon wrote against what is on disk now.
+    if let Ok(text) = std::fs::read(state.join(CGROUPS_FILE)) {
+        let written: BTreeMap<String, String> = serde_json::from_slice(&text).unwrap_or_default();
+        for (file, want) in &written {
+            let path = Path::new(file);
+            if !path.parent().is_some_and(Path::exists) {
+                continue;
+            }
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            match std::fs::read_to_string(path) {
+                Ok(have) if same_cgroup_value(&name, want, have.trim()) => {}
+                Ok(have) => add(
+                    "cgroup values",
+                    format!("{file} is {} on disk; the daemon wrote {want}", have.trim()),
+                    "another writer changed it (a second node agent, an operator): find it; a restart of the daemon writes the values again",
+                ),
+                Err(e) => add(
+                    "cgroup values",
+                    format!("{file}: {e}"),
+                    "the controller file is gone from an existing cgroup: check the controllers enabled for it",
+                ),
+            }
+        }
+    }
     // Pod cgroups of pods the daemon no longer knows.
     if let Ok(kubepods) = crate::cgroup::join_inside(
         mount,
@@ -634,6 +696,24 @@ pub fn doctor_main(args: &DoctorArgs) -> std::process::ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cgroup_values_as_the_kernel_shows_them() {
+        assert!(same_cgroup_value("memory.max", "max", "max"));
+        assert!(same_cgroup_value(
+            "memory.limit_in_bytes",
+            "max",
+            "9223372036854771712"
+        ));
+        assert!(
+            same_cgroup_value("memory.max", "104857601", "104857600"),
+            "page rounding"
+        );
+        assert!(!same_cgroup_value("memory.max", "104857600", "52428800"));
+        assert!(same_cgroup_value("cpu.weight", "39", "39"));
+        assert!(!same_cgroup_value("pids.max", "100", "max"));
+        assert!(same_cgroup_value("cpu.max", "max 100000", "max 100000"));
+    }
 
     #[test]
     fn oom_scores_by_class() {

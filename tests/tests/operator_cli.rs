@@ -1,6 +1,7 @@
 //! `enforcer status` and `enforcer doctor` against a running daemon on a private containerd:
 //! the status screen shows the thresholds with their observations and the pods by QoS class;
-//! the doctor finds a leftover pod cgroup it was given, and not once it is gone.
+//! the doctor finds a leftover pod cgroup it was given, and not once it is gone, and a value
+//! the daemon wrote that something else changed, and not once it is put back.
 
 use std::{path::Path, process::Command, time::Duration};
 
@@ -117,5 +118,41 @@ async fn status_shows_the_node_and_doctor_finds_a_leftover_cgroup() {
     );
     let (_, after) = findings(&node, &state);
     assert_eq!(leftover(&after), 0, "{after:?}");
+
+    // A value the daemon wrote, changed behind its back (in this test's own cgroups): named,
+    // and not once it is put back.
+    wait_until("cgroups.json", Duration::from_secs(20), || {
+        state.join("cgroups.json").exists()
+    })
+    .await;
+    let written: std::collections::BTreeMap<String, String> =
+        serde_json::from_slice(&std::fs::read(state.join("cgroups.json")).expect("cgroups.json"))
+            .expect("cgroups.json decodes");
+    let root = node.cd.cgroup_root.trim_start_matches('/').to_owned();
+    let (file, want) = written
+        .iter()
+        .find(|(f, _)| {
+            f.contains(&root) && (f.ends_with("/cpu.shares") || f.ends_with("/cpu.weight"))
+        })
+        .unwrap_or_else(|| panic!("no cpu value written under {root}: {written:?}"));
+    let original = std::fs::read_to_string(file).expect("the value on disk");
+    assert_eq!(original.trim(), want, "{file} as written");
+    let other = (want.parse::<u64>().expect("a number") + 7).to_string();
+    std::fs::write(file, &other).expect("change it");
+    let (_, changed) = findings(&node, &state);
+    std::fs::write(file, original.trim()).expect("put it back");
+    let named = |list: &[serde_json::Value]| {
+        list.iter()
+            .filter(|f| {
+                f["check"] == "cgroup values"
+                    && f["problem"]
+                        .as_str()
+                        .is_some_and(|p| p.starts_with(file.as_str()))
+            })
+            .count()
+    };
+    assert_eq!(named(&changed), 1, "{changed:?}");
+    let (_, restored) = findings(&node, &state);
+    assert_eq!(named(&restored), 0, "{restored:?}");
     drop(node.shutdown().await);
 }

@@ -5,7 +5,12 @@
 //! it in the unit tests of the code that decides what to write (kubepods, pod cgroups, the
 //! eviction kill). Paths arrive already joined inside their root ([`super::join_inside`]).
 
-use std::{fmt, io, path::Path};
+use std::{
+    collections::BTreeMap,
+    fmt, io,
+    path::{Path, PathBuf},
+    sync::Mutex,
+};
 
 use cgroups_rs::fs::{
     MaxValue,
@@ -16,6 +21,40 @@ use cgroups_rs::fs::{
 
 use super::{CgroupError, CgroupVersion, WithPath as _, kubepods::CgroupValues};
 use crate::policy::resources::cgroup::shares_to_weight;
+
+/// What [`KernelCgroups`] last wrote, file by file (the value as the kernel shows it back,
+/// before page rounding), so `enforcer doctor` can compare it with what is on disk now.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    files: BTreeMap<PathBuf, String>,
+    generation: u64,
+}
+
+static LEDGER: Mutex<Ledger> = Mutex::new(Ledger {
+    files: BTreeMap::new(),
+    generation: 0,
+});
+
+fn ledger() -> std::sync::MutexGuard<'static, Ledger> {
+    match LEDGER.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+fn wrote(dir: &Path, file: &str, value: String) {
+    let mut l = ledger();
+    if l.files.insert(dir.join(file), value.clone()).as_ref() != Some(&value) {
+        l.generation += 1;
+    }
+}
+
+/// The values written so far (file -> value) and a generation that moves on every change.
+#[must_use]
+pub fn written() -> (u64, BTreeMap<PathBuf, String>) {
+    let l = ledger();
+    (l.generation, l.files.clone())
+}
 
 /// The cgroup effects.
 pub trait CgroupWriter: Send + Sync + fmt::Debug {
@@ -102,6 +141,11 @@ impl CgroupWriter for KernelCgroups {
                     MemController::new(dir.to_path_buf(), mount.to_path_buf(), false)
                         .set_limit(limit.unwrap_or(-1))
                         .map_err(controller_err(dir, "memory.limit_in_bytes"))?;
+                    wrote(
+                        dir,
+                        "memory.limit_in_bytes",
+                        limit.map_or_else(|| "max".to_owned(), |l| l.to_string()),
+                    );
                 }
             }
             CgroupVersion::V2 => {
@@ -118,6 +162,16 @@ impl CgroupWriter for KernelCgroups {
                             max,
                         })
                         .map_err(controller_err(dir, "memory.max"))?;
+                    if let Some(limit) = v.memory_limit {
+                        wrote(
+                            dir,
+                            "memory.max",
+                            limit.map_or_else(|| "max".to_owned(), |l| l.to_string()),
+                        );
+                    }
+                    if let Some(m) = v.memory_min {
+                        wrote(dir, "memory.min", m.to_string());
+                    }
                 }
             }
         }
@@ -140,11 +194,22 @@ impl CgroupWriter for KernelCgroups {
                 ("cpu.shares", shares)
             };
             cpu.set_shares(value).map_err(controller_err(dir, file))?;
+            wrote(dir, file, value.to_string());
         }
         if let Some(quota) = v.cpu_quota {
             let file = if v2 { "cpu.max" } else { "cpu.cfs_quota_us" };
             cpu.set_cfs_quota_and_period(Some(quota.unwrap_or(-1)), v.cpu_period)
                 .map_err(controller_err(dir, file))?;
+            let q = quota.map_or_else(|| "max".to_owned(), |q| q.to_string());
+            wrote(
+                dir,
+                file,
+                if v2 {
+                    format!("{q} {}", v.cpu_period.unwrap_or(100_000))
+                } else {
+                    quota.unwrap_or(-1).to_string()
+                },
+            );
         }
         Ok(())
     }
@@ -162,7 +227,9 @@ impl CgroupWriter for KernelCgroups {
             version == CgroupVersion::V2,
         )
         .set_pid_max(MaxValue::Value(max))
-        .map_err(controller_err(dir, "pids.max"))
+        .map_err(controller_err(dir, "pids.max"))?;
+        wrote(dir, "pids.max", max.to_string());
+        Ok(())
     }
 
     fn set_memory_high(
@@ -182,6 +249,14 @@ impl CgroupWriter for KernelCgroups {
     }
 
     fn remove_dir(&self, dir: &Path) -> Result<(), CgroupError> {
+        {
+            let mut l = ledger();
+            let before = l.files.len();
+            l.files.retain(|f, _| !f.starts_with(dir));
+            if l.files.len() != before {
+                l.generation += 1;
+            }
+        }
         match std::fs::remove_dir(dir) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e).with_path(dir),
             _ => Ok(()),
