@@ -12,6 +12,7 @@
 //! - [`worker`]: pod workers (syncing -> terminating -> terminated), crash backoff, kill.
 //! - [`spec`]: Pod -> CRI configs, kubelet's labels and annotations.
 //! - [`podcgroup`]: pod cgroups below the cgroup root.
+//! - [`lifecycle`]: postStart and preStop hooks, the termination message.
 //! - [`probe`]: startup, liveness and readiness probes (exec, httpGet, tcpSocket, grpc).
 //! - [`status`]: the status manager, `pods.json`, `enforcer pods`.
 //! - [`records`]: the blank, Failed (rejected, evicted) and evicted status records.
@@ -27,6 +28,7 @@ pub mod enforce;
 pub mod fake;
 mod feeds;
 pub mod gc;
+pub mod lifecycle;
 pub mod limit;
 pub mod link;
 pub mod podcgroup;

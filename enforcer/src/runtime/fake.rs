@@ -119,6 +119,19 @@ impl FakeRuntime {
         })
     }
 
+    /// The mounts the newest container named `name` was created with.
+    #[must_use]
+    pub fn mounts_of(&self, name: &str) -> Vec<cri::Mount> {
+        self.with(|s| {
+            s.containers
+                .iter()
+                .rev()
+                .find(|(c, _)| c.metadata.as_ref().is_some_and(|m| m.name == name))
+                .map(|(_, st)| st.mounts.clone())
+                .unwrap_or_default()
+        })
+    }
+
     /// Names of running containers.
     #[must_use]
     pub fn running(&self) -> Vec<String> {
@@ -296,6 +309,8 @@ impl ContainerRuntime for FakeRuntime {
                 created_at: c.created_at,
                 labels: config.labels,
                 annotations: config.annotations,
+                mounts: config.mounts,
+                log_path: config.log_path,
                 ..Default::default()
             };
             s.containers.push((c, st));

@@ -23,6 +23,9 @@ pub const CONTAINER_HASH_ANNOTATION: &str = "io.kubernetes.container.hash";
 pub const CONTAINER_RESTART_COUNT_ANNOTATION: &str = "io.kubernetes.container.restartCount";
 pub const TERMINATION_MESSAGE_PATH_ANNOTATION: &str =
     "io.kubernetes.container.terminationMessagePath";
+/// `terminationMessagePolicy` (kubelet's annotation).
+pub const TERMINATION_MESSAGE_POLICY_ANNOTATION: &str =
+    "io.kubernetes.container.terminationMessagePolicy";
 pub const GRACE_PERIOD_ANNOTATION: &str = "io.kubernetes.pod.terminationGracePeriod";
 /// Marks sandboxes and containers this enforcer manages (recovery touches nothing else).
 pub const MANAGED_LABEL: &str = "io.kubernetes.enforcer.managed";
@@ -412,6 +415,12 @@ pub fn container_config_with(
             c.termination_message_path
                 .clone()
                 .unwrap_or_else(|| "/dev/termination-log".to_owned()),
+        ),
+        (
+            TERMINATION_MESSAGE_POLICY_ANNOTATION.to_owned(),
+            c.termination_message_policy
+                .clone()
+                .unwrap_or_else(|| "File".to_owned()),
         ),
         (
             GRACE_PERIOD_ANNOTATION.to_owned(),

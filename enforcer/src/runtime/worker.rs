@@ -19,6 +19,7 @@ use tokio::{sync::mpsc, task::JoinSet, time::Instant};
 
 use super::{
     cri::{ContainerRuntime, CriError},
+    lifecycle::{self, Hook},
     podcgroup::PodCgroups,
     probe::{self, ProbeContext, ProbeType, Prober},
     source::is_valid_uid,
@@ -148,14 +149,68 @@ const EXITED: i32 = cri::ContainerState::ContainerExited as i32;
 const CREATED: i32 = cri::ContainerState::ContainerCreated as i32;
 const SANDBOX_READY: i32 = cri::PodSandboxState::SandboxReady as i32;
 
+/// Reports a failed preStop hook: the container's name and kubelet's message.
+pub type HookFailed = Arc<dyn Fn(&str, String) + Send + Sync>;
+
+/// The preStop hooks of a pod's containers, as the stop paths run them.
+#[derive(Clone)]
+pub struct PreStop {
+    /// By container name.
+    pub hooks: HashMap<String, Hook>,
+    /// kubelet's `format.Pod`, for the hook's messages.
+    pub pod: String,
+    /// Where an httpGet hook without `host` goes.
+    pub pod_host: String,
+    pub failed: HookFailed,
+}
+
+impl PreStop {
+    fn for_container(&self, name: &str) -> Option<(Hook, Self)> {
+        self.hooks.get(name).map(|h| (h.clone(), self.clone()))
+    }
+}
+
+/// kubelet's `killContainer`: runs the container's preStop hook (bounded by the grace period;
+/// a failure is reported and the stop goes on), then stops it with what is left of the grace
+/// period, never less than the runtime floor.
+async fn stop_container<R: ContainerRuntime>(
+    runtime: &R,
+    id: &str,
+    name: &str,
+    grace: i64,
+    pre_stop: Option<(Hook, PreStop)>,
+) -> Result<(), CriError> {
+    let mut timeout = grace.max(spec::MIN_GRACE_SECONDS);
+    if let Some((hook, ps)) = pre_stop
+        && grace > 0
+    {
+        let started = Instant::now();
+        let bound = Duration::from_secs(u64::try_from(grace).unwrap_or(0));
+        let run = lifecycle::run_hook(runtime, id, name, &ps.pod, &hook, &ps.pod_host, bound);
+        match tokio::time::timeout(bound, run).await {
+            Ok(Ok(())) => {}
+            Ok(Err(message)) => {
+                tracing::warn!(container = %name, id = %id, %message, "preStop hook failed");
+                (ps.failed)(name, message);
+            }
+            Err(_) => {
+                tracing::info!(container = %name, id = %id, grace, "preStop hook not completed in grace period");
+            }
+        }
+        timeout = lifecycle::remaining_grace(grace, started.elapsed());
+    }
+    runtime.stop_container(id, timeout).await
+}
+
 /// Stops the pod's containers (regular ones first, then init containers and sidecars, each
-/// with what is left of the grace period, never less than the runtime floor), then its
-/// sandboxes; with `remove`, removes them all too.
+/// after its preStop hook, with what is left of the grace period, never less than the
+/// runtime floor), then its sandboxes; with `remove`, removes them all too.
 pub async fn kill_pod<R: ContainerRuntime>(
     runtime: &Arc<R>,
     uid: &str,
     grace: i64,
     remove: bool,
+    pre_stop: Option<&PreStop>,
 ) -> Result<(), CriError> {
     let started = Instant::now();
     let containers = runtime
@@ -170,12 +225,14 @@ pub async fn kill_pod<R: ContainerRuntime>(
         .partition(|c| kind_of(c) == ContainerKind::Regular);
     for group in [regular, others] {
         let elapsed = i64::try_from(started.elapsed().as_secs()).unwrap_or(i64::MAX);
-        let timeout = (grace - elapsed).max(spec::MIN_GRACE_SECONDS);
+        let timeout = grace.saturating_sub(elapsed);
         let mut set = JoinSet::new();
         for c in group {
             let rt = runtime.clone();
             let id = c.id.clone();
-            set.spawn(async move { rt.stop_container(&id, timeout).await });
+            let name = name_of(c).to_owned();
+            let hook = pre_stop.and_then(|p| p.for_container(&name));
+            set.spawn(async move { stop_container(&*rt, &id, &name, timeout, hook).await });
         }
         while let Some(r) = set.join_next().await {
             match r {
@@ -204,6 +261,11 @@ pub async fn kill_pod<R: ContainerRuntime>(
         }
     }
     Ok(())
+}
+
+/// Whether an httpGet hook goes to the pod's address (no `host` of its own).
+fn needs_pod_host(h: &Hook) -> bool {
+    matches!(h, Hook::Probe(probe::Handler::Http { host: None, .. }))
 }
 
 fn ignore_not_found(r: Result<(), CriError>) -> Result<(), CriError> {
@@ -473,13 +535,19 @@ impl<R: ContainerRuntime> PodWorker<R> {
             rec.reason = String::new();
             self.ctx.status.set(rec);
         }
+        let pre_stop = match self.pod.clone() {
+            Some(pod) => Some(self.pre_stop(&pod).await),
+            None => None,
+        };
         // Stop everything (kept, so its final state can be read), then remove it.
         for remove in [false, true] {
             let mut failures = 0u32;
             loop {
                 let runtime = self.ctx.runtime.clone();
                 let uid = self.uid.clone();
-                let kill = async move { kill_pod(&runtime, &uid, grace, remove).await };
+                let hooks = pre_stop.clone();
+                let kill =
+                    async move { kill_pod(&runtime, &uid, grace, remove, hooks.as_ref()).await };
                 tokio::pin!(kill);
                 let result = loop {
                     tokio::select! {
@@ -589,6 +657,18 @@ impl<R: ContainerRuntime> PodWorker<R> {
             .container_status(&c.id)
             .await
             .map_err(self.cri())?;
+        let mut s = s;
+        if s.state == EXITED {
+            // kubelet's toKubeContainerStatus: the runtime's message, then the
+            // container's termination message.
+            let message = lifecycle::termination_message(&s);
+            if !message.is_empty() {
+                if !s.message.is_empty() {
+                    s.message.push_str(": ");
+                }
+                s.message.push_str(&message);
+            }
+        }
         self.statuses.insert(c.id.clone(), s.clone());
         Ok(s)
     }
@@ -757,7 +837,8 @@ impl<R: ContainerRuntime> PodWorker<R> {
             } => {
                 if *kill_first {
                     tracing::info!(uid = %uid, "sandbox changed or not ready; restarting the pod");
-                    kill_pod(&rt, &uid, spec::grace_seconds(pod), true)
+                    let hooks = self.pre_stop(pod).await;
+                    kill_pod(&rt, &uid, spec::grace_seconds(pod), true, Some(&hooks))
                         .await
                         .map_err(self.cri())?;
                 }
@@ -801,7 +882,8 @@ impl<R: ContainerRuntime> PodWorker<R> {
             tracing::info!(uid = %uid, %phase, "pod finished; stopping its sandbox");
             self.state = PodWorkerState::Terminated;
             self.probes.clear();
-            kill_pod(&rt, &uid, spec::grace_seconds(pod), false)
+            let hooks = self.pre_stop(pod).await;
+            kill_pod(&rt, &uid, spec::grace_seconds(pod), false, Some(&hooks))
                 .await
                 .map_err(self.cri())?;
         }
@@ -915,9 +997,16 @@ impl<R: ContainerRuntime> PodWorker<R> {
             }
             Replace::Stop(id) => {
                 tracing::info!(uid = %self.uid, container = %s.name, "container definition changed; restarting it");
+                let hooks = self.pre_stop(pod).await;
                 ignore_not_found(
-                    rt.stop_container(id, spec::grace_seconds(pod).max(spec::MIN_GRACE_SECONDS))
-                        .await,
+                    stop_container(
+                        &*rt,
+                        id,
+                        &s.name,
+                        spec::grace_seconds(pod),
+                        hooks.for_container(&s.name),
+                    )
+                    .await,
                 )
                 .map_err(self.cri())?;
             }
@@ -979,11 +1068,16 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 .max(spec::MIN_GRACE_SECONDS);
             tracing::info!(uid = %self.uid, container = %k.name, id = %k.container_id, grace, "{message}");
             self.event(Some(&k.name), EventType::Normal, "Killing", message);
+            let hooks = self.pre_stop(pod).await;
             if let Err(e) = ignore_not_found(
-                self.ctx
-                    .runtime
-                    .stop_container(&k.container_id, grace)
-                    .await,
+                stop_container(
+                    &*self.ctx.runtime,
+                    &k.container_id,
+                    &k.name,
+                    grace,
+                    hooks.for_container(&k.name),
+                )
+                .await,
             ) {
                 // Asked again at the next sync.
                 self.probes.requeue(k);
@@ -1276,6 +1370,9 @@ impl<R: ContainerRuntime> PodWorker<R> {
         config.command = made.command;
         config.args = made.args;
         config.mounts = made.mounts;
+        if let Some(m) = self.termination_message_mount(c)? {
+            config.mounts.push(m);
+        }
         crate::metrics::global().container_started(kind);
         let id = rt
             .create_container(sandbox_id, config, sandbox_config.clone())
@@ -1312,7 +1409,173 @@ impl<R: ContainerRuntime> PodWorker<R> {
             "Started",
             format!("Started container {}", c.name),
         );
+        self.post_start(pod, c, &id, sandbox_id).await
+    }
+
+    /// kubelet's postStart step of `startContainer`: runs the hook; when it fails, records
+    /// `FailedPostStartHook`, kills the container (its preStop first) and leaves it waiting
+    /// with `PostStartHookError`; the restart follows the restart policy.
+    async fn post_start(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        id: &str,
+        sandbox_id: &str,
+    ) -> Result<(), WorkerError> {
+        let Some(handler) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) else {
+            return Ok(());
+        };
+        let pod_name = security::format_pod(pod);
+        let result = match Hook::parse(handler, c) {
+            Ok(hook) => {
+                let host = if needs_pod_host(&hook) {
+                    self.probe_host(pod, sandbox_id).await
+                } else {
+                    String::new()
+                };
+                lifecycle::run_hook(
+                    &*self.ctx.runtime,
+                    id,
+                    &c.name,
+                    &pod_name,
+                    &hook,
+                    &host,
+                    lifecycle::POST_START_EXEC_TIMEOUT,
+                )
+                .await
+            }
+            Err(e) => Err(format!("Cannot run handler: {e}")),
+        };
+        let Err(message) = result else {
+            return Ok(());
+        };
+        tracing::warn!(uid = %self.uid, container = %c.name, id = %id, %message, "postStart hook failed; killing the container");
+        self.event(
+            Some(&c.name),
+            EventType::Warning,
+            "FailedPostStartHook",
+            message.clone(),
+        );
+        self.event(
+            Some(&c.name),
+            EventType::Normal,
+            "Killing",
+            "FailedPostStartHook".to_owned(),
+        );
+        let hooks = self.pre_stop(pod).await;
+        ignore_not_found(
+            stop_container(
+                &*self.ctx.runtime,
+                id,
+                &c.name,
+                spec::grace_seconds(pod),
+                hooks.for_container(&c.name),
+            )
+            .await,
+        )
+        .map_err(self.cri())?;
+        self.waiting
+            .insert(c.name.clone(), ("PostStartHookError".to_owned(), message));
         Ok(())
+    }
+
+    /// The pod's preStop hooks (a hook that cannot be parsed is reported when it would run).
+    async fn pre_stop(&mut self, pod: &Pod) -> PreStop {
+        let mut hooks = HashMap::new();
+        let mut bad = Vec::new();
+        for c in pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+        {
+            if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref()) {
+                match Hook::parse(h, c) {
+                    Ok(hook) => {
+                        hooks.insert(c.name.clone(), hook);
+                    }
+                    Err(e) => bad.push((c.name.clone(), e)),
+                }
+            }
+        }
+        for (name, e) in bad {
+            self.event(
+                Some(&name),
+                EventType::Warning,
+                "FailedPreStopHook",
+                format!("Cannot run handler: {e}"),
+            );
+        }
+        let pod_host = if hooks.values().any(needs_pod_host) {
+            let sandbox = self
+                .ctx
+                .runtime
+                .list_pod_sandboxes(cri::PodSandboxFilter {
+                    label_selector: label_filter(&self.uid),
+                    ..Default::default()
+                })
+                .await
+                .ok()
+                .and_then(|all| {
+                    all.into_iter()
+                        .filter(|s| s.state == SANDBOX_READY)
+                        .max_by_key(|s| s.created_at)
+                })
+                .map(|s| s.id)
+                .unwrap_or_default();
+            self.probe_host(pod, &sandbox).await
+        } else {
+            String::new()
+        };
+        let events = self.ctx.events.clone();
+        let id = PodIdent::of(pod);
+        let uid = self.uid.clone();
+        PreStop {
+            hooks,
+            pod: security::format_pod(pod),
+            pod_host,
+            failed: Arc::new(move |container: &str, message: String| {
+                events.event(
+                    Involved::pod(&id.namespace, &id.name, &uid, Some(container)),
+                    EventType::Warning,
+                    "FailedPreStopHook",
+                    message,
+                );
+            }),
+        }
+    }
+
+    /// kubelet's `makeMounts` for `terminationMessagePath`: a new empty file (mode 0666) under
+    /// `<pod dir>/containers/<name>/` for this instance, bind-mounted at the path.
+    fn termination_message_mount(&self, c: &Container) -> Result<Option<cri::Mount>, WorkerError> {
+        let path = c
+            .termination_message_path
+            .clone()
+            .unwrap_or_else(|| lifecycle::DEFAULT_MESSAGE_PATH.to_owned());
+        let Some(pod_dir) = self.pod_dir() else {
+            return Ok(None);
+        };
+        if path.is_empty() || !path.starts_with('/') {
+            return Ok(None);
+        }
+        let io = |path: &std::path::Path| {
+            let uid = self.uid.clone();
+            let path = path.to_path_buf();
+            move |source| WorkerError::Io { uid, path, source }
+        };
+        let dir = pod_dir.join("containers").join(&c.name);
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let file = dir.join(format!("{:016x}", super::status::now_nanos()));
+        std::fs::File::create(&file).map_err(io(&file))?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666))
+                .map_err(io(&file))?;
+        }
+        Ok(Some(cri::Mount {
+            container_path: path,
+            host_path: file.display().to_string(),
+            ..Default::default()
+        }))
     }
 
     /// The image reference to create from and, when it was already there, its status; `None`
@@ -1992,6 +2255,151 @@ mod tests {
         events
             .iter()
             .any(|(et, r, m)| *et == t && r == reason && m == msg)
+    }
+
+    fn stop_calls(f: &FakeRuntime) -> Vec<String> {
+        f.calls()
+            .into_iter()
+            .filter(|c| c.starts_with("StopContainer"))
+            .collect()
+    }
+
+    /// kubelet's killContainer: the preStop hook runs first and its time is taken from the
+    /// grace period StopContainer gets.
+    #[tokio::test(start_paused = true)]
+    async fn pre_stop_time_is_counted_against_the_grace_period() {
+        let mut h = harness(
+            "metadata: {name: p, uid: ps1}\nspec:\n  terminationGracePeriodSeconds: 10\n  containers:\n  - {name: c, image: 'busybox:local', lifecycle: {preStop: {sleep: {seconds: 3}}}}",
+        );
+        settle().await;
+        assert_eq!(starts(&h.fake, "c"), 1);
+        let _ = h.tx.send(WorkUpdate::Kill { grace: None });
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(stop_calls(&h.fake).is_empty(), "{:?}", h.fake.calls());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(stop_calls(&h.fake), vec!["StopContainer c 7".to_owned()]);
+        let ev = h.events();
+        assert!(
+            !ev.iter().any(|(_, r, _)| r == "FailedPreStopHook"),
+            "{ev:?}"
+        );
+    }
+
+    /// A preStop that outlives the grace period is abandoned at its end; the stop gets the
+    /// 2 s minimum. A failing one is an event, and the stop goes on with the grace left.
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_pre_stop_ends_with_the_grace_and_a_failing_one_is_reported() {
+        let h = harness(
+            "metadata: {name: p, uid: ps2}\nspec:\n  terminationGracePeriodSeconds: 5\n  containers:\n  - {name: c, image: 'busybox:local', lifecycle: {preStop: {exec: {command: [drain]}}}}",
+        );
+        h.fake.set_exec("c drain", None);
+        settle().await;
+        let _ = h.tx.send(WorkUpdate::Kill { grace: None });
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        assert!(stop_calls(&h.fake).is_empty(), "{:?}", h.fake.calls());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(stop_calls(&h.fake), vec!["StopContainer c 2".to_owned()]);
+        assert_eq!(h.fake.exec_count("c drain"), 1);
+
+        let mut h = harness(
+            "metadata: {name: p, uid: ps3}\nspec:\n  terminationGracePeriodSeconds: 5\n  containers:\n  - {name: c, image: 'busybox:local', lifecycle: {preStop: {exec: {command: [drain]}}}}",
+        );
+        h.fake.set_exec("c drain", Some((3, "busy")));
+        settle().await;
+        let _ = h.tx.send(WorkUpdate::Kill { grace: None });
+        settle().await;
+        assert_eq!(stop_calls(&h.fake), vec!["StopContainer c 5".to_owned()]);
+        let ev = h.events();
+        assert!(
+            has_event(
+                &ev,
+                EventType::Warning,
+                "FailedPreStopHook",
+                "Exec lifecycle hook ([drain]) for Container \"c\" in Pod \"p_default(ps3)\" failed - error: command 'drain' exited with 3: , message: \"busy\""
+            ),
+            "{ev:?}"
+        );
+    }
+
+    /// A failing postStart: `FailedPostStartHook`, the container killed (`Killing`), waiting
+    /// with `PostStartHookError`, then restarted as the restart policy says (with backoff).
+    #[tokio::test(start_paused = true)]
+    async fn a_failing_post_start_kills_the_container_and_the_restart_follows_the_policy() {
+        let mut h = harness(
+            "metadata: {name: p, uid: pst1}\nspec:\n  terminationGracePeriodSeconds: 7\n  containers:\n  - {name: c, image: 'busybox:local', lifecycle: {postStart: {exec: {command: [setup]}}}}",
+        );
+        h.fake.set_exec("c setup", Some((1, "no config")));
+        settle().await;
+        assert_eq!(starts(&h.fake, "c"), 1);
+        assert_eq!(h.fake.exec_count("c setup"), 1);
+        assert_eq!(stop_calls(&h.fake), vec!["StopContainer c 7".to_owned()]);
+        let message = "Exec lifecycle hook ([setup]) for Container \"c\" in Pod \"p_default(pst1)\" failed - error: command 'setup' exited with 1: , message: \"no config\"";
+        let ev = h.events();
+        assert!(
+            has_event(&ev, EventType::Warning, "FailedPostStartHook", message),
+            "{ev:?}"
+        );
+        assert!(
+            has_event(&ev, EventType::Normal, "Killing", "FailedPostStartHook"),
+            "{ev:?}"
+        );
+        let rec = h.record("pst1");
+        assert!(
+            matches!(&rec.container_statuses[0].state, ContainerState::Waiting { reason, message: m } if reason == "PostStartHookError" && m == message),
+            "{rec:?}"
+        );
+        // restartPolicy Always: restarted (the first restart at once), and it succeeds now.
+        h.fake.set_exec("c setup", Some((0, "")));
+        let _ = h.tx.send(WorkUpdate::Relist);
+        settle().await;
+        assert_eq!(starts(&h.fake, "c"), 2);
+        assert_eq!(stop_calls(&h.fake).len(), 1);
+        let rec = h.record("pst1");
+        assert_eq!(rec.container_statuses[0].restart_count, 1);
+        assert!(matches!(
+            rec.container_statuses[0].state,
+            ContainerState::Running { .. }
+        ));
+
+        // restartPolicy Never: killed and left terminated.
+        let h = harness(
+            "metadata: {name: p, uid: pst2}\nspec:\n  restartPolicy: Never\n  containers:\n  - {name: c, image: 'busybox:local', lifecycle: {postStart: {exec: {command: [setup]}}}}",
+        );
+        h.fake.set_exec("c setup", Some((1, "")));
+        settle().await;
+        let _ = h.tx.send(WorkUpdate::Relist);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(starts(&h.fake, "c"), 1);
+        assert_eq!(h.record("pst2").phase, PodPhase::Failed);
+    }
+
+    /// The file bind-mounted at terminationMessagePath reaches the terminated state's
+    /// message once the container exits.
+    #[tokio::test(start_paused = true)]
+    async fn the_termination_message_file_reaches_the_status() {
+        let h = harness(
+            "metadata: {name: p, uid: tm1}\nspec:\n  restartPolicy: Never\n  containers:\n  - {name: c, image: 'busybox:local', terminationMessagePath: /tmp/why}",
+        );
+        settle().await;
+        let mounts = h.fake.mounts_of("c");
+        let m = mounts
+            .iter()
+            .find(|m| m.container_path == "/tmp/why")
+            .expect("the termination message mount");
+        assert!(
+            m.host_path.contains("/tm1/containers/c/"),
+            "{}",
+            m.host_path
+        );
+        std::fs::write(&m.host_path, "disk full").expect("write");
+        assert!(h.fake.exit("c", 2, "Error"));
+        let _ = h.tx.send(WorkUpdate::Relist);
+        settle().await;
+        let rec = h.record("tm1");
+        assert!(
+            matches!(&rec.container_statuses[0].state, ContainerState::Terminated { message, exit_code: 2, .. } if message == "disk full"),
+            "{rec:?}"
+        );
     }
 
     /// Liveness (exec) failing `failureThreshold` times in a row, one period apart: kubelet's
