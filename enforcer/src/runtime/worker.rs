@@ -1474,8 +1474,18 @@ impl<R: ContainerRuntime> PodWorker<R> {
             .await,
         )
         .map_err(self.cri())?;
-        self.waiting
-            .insert(c.name.clone(), ("PostStartHookError".to_owned(), message));
+        // Waiting with kubelet's reason only when it will be restarted (kubelet's
+        // convertToAPIContainerStatuses); otherwise it stays terminated.
+        let sidecar = ContainerKind::of_init(c) == ContainerKind::Sidecar
+            && pod
+                .spec
+                .iter()
+                .flat_map(|s| s.init_containers.iter().flatten())
+                .any(|i| i.name == c.name);
+        if sidecar || RestartPolicy::of(pod) != RestartPolicy::Never {
+            self.waiting
+                .insert(c.name.clone(), ("PostStartHookError".to_owned(), message));
+        }
         Ok(())
     }
 
@@ -2370,7 +2380,15 @@ mod tests {
         let _ = h.tx.send(WorkUpdate::Relist);
         tokio::time::sleep(Duration::from_secs(60)).await;
         assert_eq!(starts(&h.fake, "c"), 1);
-        assert_eq!(h.record("pst2").phase, PodPhase::Failed);
+        let rec = h.record("pst2");
+        assert_eq!(rec.phase, PodPhase::Failed);
+        assert!(
+            matches!(
+                rec.container_statuses[0].state,
+                ContainerState::Terminated { exit_code: 143, .. }
+            ),
+            "{rec:?}"
+        );
     }
 
     /// The file bind-mounted at terminationMessagePath reaches the terminated state's
