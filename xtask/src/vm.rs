@@ -778,6 +778,11 @@ pub const LEFT_OUT: &[(&str, &str)] = &[
          cgroup-version specific",
     ),
     (
+        "lifecycle",
+        "postStart / preStop hooks and termination messages through containerd: nothing \
+         cgroup-version specific",
+    ),
+    (
         "operations",
         "the HTTP endpoints and metrics of a running daemon: nothing cgroup-version specific",
     ),
