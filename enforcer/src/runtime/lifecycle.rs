@@ -59,9 +59,14 @@ impl Hook {
             http_get: h.http_get.clone(),
             ..Probe::default()
         };
-        ProbeSpec::parse(ProbeType::Readiness, &as_probe, c)
-            .handler
-            .map(Self::Probe)
+        let parsed = ProbeSpec::parse(ProbeType::Readiness, &as_probe, c).handler?;
+        Ok(Self::Probe(match (parsed, &h.exec) {
+            // kubelet runs a hook's command as written (no `$(VAR)` expansion, unlike probes).
+            (Handler::Exec { .. }, Some(e)) => Handler::Exec {
+                command: e.command.clone().unwrap_or_default(),
+            },
+            (other, _) => other,
+        }))
     }
 }
 
@@ -235,6 +240,95 @@ mod tests {
                 "{grace} {spent}"
             );
         }
+    }
+
+    fn handler(yaml: &str) -> Result<Hook, String> {
+        let c: Container = serde_yaml_ng::from_str(
+            "{name: c, env: [{name: X, value: x}], ports: [{name: web, containerPort: 8080}]}",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let h: LifecycleHandler = serde_yaml_ng::from_str(yaml).unwrap_or_else(|e| panic!("{e}"));
+        Hook::parse(&h, &c)
+    }
+
+    #[test]
+    fn hooks_parse_as_kubelet_runs_them() {
+        assert_eq!(
+            handler("{exec: {command: [echo, '$(X)']}}"),
+            Ok(Hook::Probe(Handler::Exec {
+                command: vec!["echo".to_owned(), "$(X)".to_owned()]
+            }))
+        );
+        assert_eq!(
+            handler("{sleep: {seconds: 4}}"),
+            Ok(Hook::Sleep { seconds: 4 })
+        );
+        assert!(matches!(
+            handler("{httpGet: {port: web, path: drain}}"),
+            Ok(Hook::Probe(Handler::Http { port: 8080, ref path, host: None, .. })) if path == "/drain"
+        ));
+        assert!(handler("{tcpSocket: {port: 80}}").is_err());
+        assert!(handler("{sleep: {seconds: 1}, exec: {command: [x]}}").is_err());
+        assert!(handler("{}").is_err());
+    }
+
+    /// kubelet's lifecycle HTTP client does not look at the status code: any answer is a
+    /// success; no answer is a failure with kubelet's message.
+    #[tokio::test]
+    async fn an_http_hook_fails_only_without_an_answer() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let port = l.local_addr().unwrap_or_else(|e| panic!("{e}")).port();
+        let server = tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            while let Ok((mut s, _)) = l.accept().await {
+                let mut buf = [0u8; 1024];
+                let _ = s.read(&mut buf).await;
+                let _ = s
+                    .write_all(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 2\r\nConnection: close\r\n\r\nno")
+                    .await;
+            }
+        });
+        let rt = super::super::fake::FakeRuntime::with_images(&[]);
+        let hook = |port: u16| {
+            Hook::Probe(Handler::Http {
+                scheme: probe::Scheme::Http,
+                host: None,
+                port,
+                path: "/drain".to_owned(),
+                headers: Vec::new(),
+            })
+        };
+        let run = |h: Hook| {
+            let rt = rt.clone();
+            async move {
+                run_hook(
+                    &rt,
+                    "id",
+                    "c",
+                    "p_ns(u)",
+                    &h,
+                    "127.0.0.1",
+                    Duration::from_secs(2),
+                )
+                .await
+            }
+        };
+        assert_eq!(run(hook(port)).await, Ok(()));
+        server.abort();
+        let _ = server.await;
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .unwrap_or_else(|e| panic!("{e}"));
+        let err = run(hook(closed)).await.expect_err("nothing listens");
+        assert!(
+            err.starts_with(
+                "HTTP lifecycle hook (/drain) for Container \"c\" in Pod \"p_ns(u)\" failed - error: "
+            ),
+            "{err}"
+        );
     }
 
     #[test]

@@ -2331,6 +2331,20 @@ mod tests {
         );
     }
 
+    /// A liveness kill runs the preStop hook first, its time taken from the probe's grace.
+    #[tokio::test(start_paused = true)]
+    async fn a_liveness_kill_runs_pre_stop_within_the_probe_grace() {
+        let h = harness(
+            "metadata: {name: p, uid: lps1}\nspec:\n  containers:\n  - {name: c, image: 'busybox:local', lifecycle: {preStop: {sleep: {seconds: 2}}}, livenessProbe: {exec: {command: [check]}, periodSeconds: 10, failureThreshold: 1, terminationGracePeriodSeconds: 5}}",
+        );
+        h.fake.set_exec("c check", Some((1, "")));
+        settle().await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(stop_calls(&h.fake).is_empty(), "{:?}", h.fake.calls());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(stop_calls(&h.fake), vec!["StopContainer c 3".to_owned()]);
+    }
+
     /// A failing postStart: `FailedPostStartHook`, the container killed (`Killing`), waiting
     /// with `PostStartHookError`, then restarted as the restart policy says (with backoff).
     #[tokio::test(start_paused = true)]
