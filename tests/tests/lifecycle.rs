@@ -176,6 +176,98 @@ async fn post_start_runs_and_pre_stop_runs_before_sigterm_within_the_grace() {
     e.finish(cd).await;
 }
 
+/// A server on 127.0.0.1 that records each request's path and when it came, answers
+/// `/poststart` with 500 at once and `/prestop` with 200 after 2 s.
+async fn hook_server() -> (u16, Arc<std::sync::Mutex<Vec<(String, Instant)>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 2048];
+                let n = s.read(&mut buf).await.unwrap_or(0);
+                let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+                let path = head.split(' ').nth(1).unwrap_or_default().to_owned();
+                log.lock()
+                    .expect("log")
+                    .push((path.clone(), Instant::now()));
+                let answer: &[u8] = if path == "/prestop" {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                } else {
+                    b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                };
+                let _ = s.write_all(answer).await;
+            });
+        }
+    });
+    (port, seen)
+}
+
+/// httpGet hooks: the postStart request is made (its 500 is no failure: kubelet's lifecycle
+/// client does not look at the status code), and on deletion the preStop request is made and
+/// answered (2 s later) before SIGTERM reaches the main process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_hooks_run_and_pre_stop_is_answered_before_sigterm() {
+    let cd = Containerd::start("lifecycle-http");
+    let mut e = Enforcer::start(&cd);
+    let (port, seen) = hook_server().await;
+    let host = cd.dir.join("http-shared");
+    std::fs::create_dir_all(&host).expect("host dir");
+    write_manifest(
+        &cd,
+        "web.yaml",
+        &format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: web, uid: web-1}}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 8\n  volumes: [{{name: h, hostPath: {{path: '{}', type: Directory}}}}]\n  containers:\n  - name: c\n    image: busybox:local\n    volumeMounts: [{{name: h, mountPath: /h}}]\n    command: [sh, -c, 'trap \"echo term > /h/term; exit 0\" TERM; while true; do sleep 1; done']\n    lifecycle:\n      postStart: {{httpGet: {{host: 127.0.0.1, port: {port}, path: /poststart}}}}\n      preStop: {{httpGet: {{host: 127.0.0.1, port: {port}, path: prestop}}}}\n",
+            host.display()
+        ),
+    );
+    wait_status(&cd, Duration::from_secs(30), "web running", |s| {
+        matches!(
+            container(s, "web-1", "c").map(|c| &c.state),
+            Some(ContainerState::Running { .. })
+        )
+    })
+    .await;
+    let paths = |seen: &std::sync::Mutex<Vec<(String, Instant)>>| -> Vec<String> {
+        seen.lock()
+            .expect("log")
+            .iter()
+            .map(|(p, _)| p.clone())
+            .collect()
+    };
+    assert_eq!(paths(&seen), vec!["/poststart".to_owned()]);
+    std::fs::remove_file(manifests(&cd).join("web.yaml")).expect("delete manifest");
+    wait_file(&host.join("term"), Duration::from_secs(20)).await;
+    let term_seen = Instant::now();
+    assert_eq!(
+        paths(&seen),
+        vec!["/poststart".to_owned(), "/prestop".to_owned()]
+    );
+    let asked = seen.lock().expect("log")[1].1;
+    assert!(
+        term_seen.duration_since(asked) >= Duration::from_secs(2),
+        "SIGTERM only after the preStop request was answered"
+    );
+    wait_status(&cd, Duration::from_secs(20), "web gone", |s| {
+        pod(s, "web-1").is_none()
+    })
+    .await;
+    let ev = e.events_of("web", "c");
+    assert!(
+        !ev.iter()
+            .any(|(_, r, _)| r == "FailedPreStopHook" || r == "FailedPostStartHook"),
+        "{ev:?}"
+    );
+    e.finish(cd).await;
+}
+
 /// A failing postStart: kubelet's `FailedPostStartHook` event with the hook's output, the
 /// container killed, and under `restartPolicy: Never` left terminated (the pod Failed).
 /// A failing preStop is reported (`FailedPreStopHook`) and the stop goes on.
