@@ -475,24 +475,7 @@ impl EvictionManager {
             if record.as_ref().is_some_and(|r| r.phase.is_terminal()) {
                 continue;
             }
-            let containers = record
-                .map(|r| {
-                    r.container_statuses
-                        .into_iter()
-                        .filter(|c| !c.container_id.is_empty())
-                        .map(|c| {
-                            // kubelet's form `<runtime>://<id>`; the cgroup is named by the id.
-                            let id = c.container_id.rsplit("://").next().unwrap_or_default();
-                            (c.name.clone(), id.to_owned())
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            targets.push(PodTarget {
-                uid: uid.clone(),
-                cgroup: e.cgroup.clone(),
-                containers,
-            });
+            targets.push(PodTarget::of(uid, &e.cgroup, record.as_ref()));
         }
         (active, targets)
     }
@@ -616,14 +599,7 @@ impl EvictionManager {
         signal: Option<TriggerSignal>,
         decision_ns: u64,
     ) -> KillRecord {
-        let pods: Vec<ActivePod<'_>> = snapshot
-            .pods
-            .iter()
-            .filter_map(|(uid, sample)| {
-                let e = active.get(uid)?;
-                Some(ActivePod::new(&e.pod, sample.stats.as_ref()).with_facts(&e.facts))
-            })
-            .collect();
+        let pods = active_pods(snapshot, active);
         let t = &ev.threshold;
         let kind = if t.is_hard() {
             "hard".to_owned()
@@ -788,14 +764,7 @@ impl EvictionManager {
         active: &BTreeMap<String, ActiveEntry>,
         now: Duration,
     ) -> (State, crate::policy::eviction::manager::StepDecision) {
-        let pods: Vec<ActivePod<'_>> = snapshot
-            .pods
-            .iter()
-            .filter_map(|(uid, sample)| {
-                let e = active.get(uid)?;
-                Some(ActivePod::new(&e.pod, sample.stats.as_ref()).with_facts(&e.facts))
-            })
-            .collect();
+        let pods = active_pods(snapshot, active);
         step(
             &self.config.eviction,
             state,
@@ -915,6 +884,21 @@ impl EvictionManager {
             });
         }
     }
+}
+
+/// The decision core's view of the active pods that have a sample in `snapshot`.
+fn active_pods<'a>(
+    snapshot: &'a NodeSnapshot,
+    active: &'a BTreeMap<String, ActiveEntry>,
+) -> Vec<ActivePod<'a>> {
+    snapshot
+        .pods
+        .iter()
+        .filter_map(|(uid, sample)| {
+            let e = active.get(uid)?;
+            Some(ActivePod::new(&e.pod, sample.stats.as_ref()).with_facts(&e.facts))
+        })
+        .collect()
 }
 
 /// Counts a signal for `enforcer status` and its delay for `enforcer_signal_delay_seconds`.

@@ -34,6 +34,32 @@ pub struct PodTarget {
     pub containers: Vec<(String, String)>,
 }
 
+impl PodTarget {
+    /// The target of the active pod `uid` in `cgroup`, its containers from its status record
+    /// (those with a runtime id, kubelet's form `<runtime>://<id>`: the cgroup is named by
+    /// the id).
+    #[must_use]
+    pub fn of(uid: &str, cgroup: &str, record: Option<&crate::runtime::status::PodRecord>) -> Self {
+        let containers = record
+            .map(|r| {
+                r.container_statuses
+                    .iter()
+                    .filter(|c| !c.container_id.is_empty())
+                    .map(|c| {
+                        let id = c.container_id.rsplit("://").next().unwrap_or_default();
+                        (c.name.clone(), id.to_owned())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Self {
+            uid: uid.to_owned(),
+            cgroup: cgroup.to_owned(),
+            containers,
+        }
+    }
+}
+
 /// One pod's figures.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodSample {

@@ -8,6 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use enforcer::cluster::events::{EventRecord, EventType, Recorder};
 use enforcer::{
     kernel::Capabilities,
     runtime::{
@@ -64,10 +65,13 @@ pub fn opts(cd: &Containerd) -> RunPodsOptions {
     }
 }
 
-/// The enforcer's pod runtime, in process, against the fixture's containerd.
+/// The enforcer's pod runtime, in process, against the fixture's containerd; the events it
+/// records are kept for [`Enforcer::events_of`].
 pub struct Enforcer {
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<()>>,
+    events: tokio::sync::mpsc::Receiver<EventRecord>,
+    seen: Vec<EventRecord>,
 }
 
 impl Enforcer {
@@ -77,7 +81,9 @@ impl Enforcer {
         std::fs::create_dir_all(manifests(cd)).expect("manifest dir");
         let (tx, rx) = oneshot::channel();
         let rt = Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(5)));
-        let o = opts(cd);
+        let (recorder, events) = Recorder::channel();
+        let mut o = opts(cd);
+        o.events = recorder;
         let task = tokio::spawn(async move {
             run_pods_with(rt, o, StatusManager::default(), async {
                 let _ = rx.await;
@@ -88,7 +94,23 @@ impl Enforcer {
         Self {
             stop: Some(tx),
             task: Some(task),
+            events,
+            seen: Vec::new(),
         }
+    }
+
+    /// Every event so far (type, reason, message) of the container `container` of the pod
+    /// whose name starts with `name` (static pods are named `<name>-<node>`).
+    pub fn events_of(&mut self, name: &str, container: &str) -> Vec<(EventType, String, String)> {
+        while let Ok(e) = self.events.try_recv() {
+            self.seen.push(e);
+        }
+        let field = format!("spec.containers{{{container}}}");
+        self.seen
+            .iter()
+            .filter(|e| e.involved.name.starts_with(name) && e.involved.field_path == field)
+            .map(|e| (e.type_, e.reason.clone(), e.message.clone()))
+            .collect()
     }
 
     /// Stops it (within 60 s, or the test fails).

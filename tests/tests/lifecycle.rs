@@ -12,77 +12,13 @@ use std::{
 };
 
 use enforcer::{
-    cluster::events::{EventRecord, EventType, Recorder},
-    runtime::{
-        CriRuntime, StatusManager, run_pods_with,
-        status::{ContainerRecord, ContainerState, StatusFile},
-    },
+    cluster::events::EventType,
+    runtime::status::{ContainerRecord, ContainerState, StatusFile},
 };
 use enforcer_tests::{
     containerd::Containerd,
-    pods::{manifests, opts, pod, wait_status, write_manifest},
+    pods::{Enforcer, finish, manifests, pod, wait_status, write_manifest},
 };
-use tokio::sync::{mpsc, oneshot};
-
-/// The enforcer's pod runtime in process, its events kept.
-struct Enforcer {
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
-    events: mpsc::Receiver<EventRecord>,
-    seen: Vec<EventRecord>,
-}
-
-impl Enforcer {
-    fn start(cd: &Containerd) -> Self {
-        std::fs::create_dir_all(manifests(cd)).expect("manifest dir");
-        let (recorder, events) = Recorder::channel();
-        let mut o = opts(cd);
-        o.events = recorder;
-        let rt = Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(5)));
-        let (tx, rx) = oneshot::channel();
-        let task = tokio::spawn(async move {
-            run_pods_with(rt, o, StatusManager::default(), async {
-                let _ = rx.await;
-            })
-            .await
-            .expect("run_pods");
-        });
-        Self {
-            stop: Some(tx),
-            task: Some(task),
-            events,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Every event so far (type, reason, message) of container `container` of the pod whose
-    /// name starts with `name`.
-    fn events_of(&mut self, name: &str, container: &str) -> Vec<(EventType, String, String)> {
-        while let Ok(e) = self.events.try_recv() {
-            self.seen.push(e);
-        }
-        let field = format!("spec.containers{{{container}}}");
-        self.seen
-            .iter()
-            .filter(|e| e.involved.name.starts_with(name) && e.involved.field_path == field)
-            .map(|e| (e.type_, e.reason.clone(), e.message.clone()))
-            .collect()
-    }
-
-    async fn finish(mut self, mut cd: Containerd) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(60), t)
-                .await
-                .expect("enforcer stops within 60 s")
-                .expect("enforcer task");
-        }
-        cd.remove_all_pods().await;
-        cd.teardown();
-    }
-}
 
 fn container<'a>(s: &'a StatusFile, uid: &str, name: &str) -> Option<&'a ContainerRecord> {
     pod(s, uid).and_then(|p| p.container_statuses.iter().find(|c| c.name == name))
@@ -173,7 +109,7 @@ async fn post_start_runs_and_pre_stop_runs_before_sigterm_within_the_grace() {
             .any(|(_, r, _)| r == "FailedPreStopHook" || r == "FailedPostStartHook"),
         "{ev:?}"
     );
-    e.finish(cd).await;
+    finish(e, cd).await;
 }
 
 /// A server on 127.0.0.1 that records each request's path and when it came, answers
@@ -265,7 +201,7 @@ async fn http_hooks_run_and_pre_stop_is_answered_before_sigterm() {
             .any(|(_, r, _)| r == "FailedPreStopHook" || r == "FailedPostStartHook"),
         "{ev:?}"
     );
-    e.finish(cd).await;
+    finish(e, cd).await;
 }
 
 /// A failing postStart: kubelet's `FailedPostStartHook` event with the hook's output, the
@@ -326,7 +262,7 @@ async fn a_failing_post_start_kills_the_container_and_a_failing_pre_stop_is_repo
             && m.ends_with("message: \"cannot drain\\n\"")),
         "{ev:?}"
     );
-    e.finish(cd).await;
+    finish(e, cd).await;
 }
 
 /// The termination message: what the container wrote to `terminationMessagePath` (the
@@ -364,5 +300,5 @@ async fn termination_messages_from_the_file_or_the_log_tail_reach_the_status() {
         .collect();
     assert_eq!(tail, expected, "the last 80 log lines");
     assert_eq!(terminated(&s, "msg-1", "logsok"), Some((0, String::new())));
-    e.finish(cd).await;
+    finish(e, cd).await;
 }

@@ -8,81 +8,16 @@
 //! against an in-process tonic health server in the enforcer's unit tests (busybox has no
 //! gRPC server).
 
-use std::{sync::Arc, time::Duration};
+use std::time::Duration;
 
 use enforcer::{
-    cluster::events::{EventRecord, EventType, Recorder},
-    runtime::{
-        CriRuntime, StatusManager, run_pods_with,
-        status::{ContainerState, PodRecord, StatusFile},
-    },
+    cluster::events::EventType,
+    runtime::status::{ContainerState, PodRecord, StatusFile},
 };
 use enforcer_tests::{
     containerd::Containerd,
-    pods::{manifests, opts, pod, read_status, wait_status, write_manifest},
+    pods::{Enforcer, finish, pod, read_status, wait_status, write_manifest},
 };
-use tokio::sync::{mpsc, oneshot};
-
-/// The enforcer's pod runtime in process, its events kept.
-struct Enforcer {
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
-    events: mpsc::Receiver<EventRecord>,
-    seen: Vec<EventRecord>,
-}
-
-impl Enforcer {
-    fn start(cd: &Containerd) -> Self {
-        std::fs::create_dir_all(manifests(cd)).expect("manifest dir");
-        let (recorder, events) = Recorder::channel();
-        let mut o = opts(cd);
-        o.events = recorder;
-        let rt = Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(5)));
-        let (tx, rx) = oneshot::channel();
-        let task = tokio::spawn(async move {
-            run_pods_with(rt, o, StatusManager::default(), async {
-                let _ = rx.await;
-            })
-            .await
-            .expect("run_pods");
-        });
-        Self {
-            stop: Some(tx),
-            task: Some(task),
-            events,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Every event so far (type, reason, message) of the container `container` of the pod
-    /// whose name starts with `name`.
-    fn events_of(&mut self, name: &str, container: &str) -> Vec<(EventType, String, String)> {
-        while let Ok(e) = self.events.try_recv() {
-            self.seen.push(e);
-        }
-        let field = format!("spec.containers{{{container}}}");
-        self.seen
-            .iter()
-            // Static pods are named `<name>-<node>`.
-            .filter(|e| e.involved.name.starts_with(name) && e.involved.field_path == field)
-            .map(|e| (e.type_, e.reason.clone(), e.message.clone()))
-            .collect()
-    }
-
-    async fn finish(mut self, mut cd: Containerd) {
-        if let Some(tx) = self.stop.take() {
-            let _ = tx.send(());
-        }
-        if let Some(t) = self.task.take() {
-            tokio::time::timeout(Duration::from_secs(60), t)
-                .await
-                .expect("enforcer stops within 60 s")
-                .expect("enforcer task");
-        }
-        cd.remove_all_pods().await;
-        cd.teardown();
-    }
-}
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("0.0.0.0:0")
@@ -235,7 +170,7 @@ async fn exec_liveness_restarts_and_exec_readiness_drives_the_ready_condition() 
         |s| container(s, "live-1", "c").is_some_and(|c| c.restart_count >= 2),
     )
     .await;
-    e.finish(cd).await;
+    finish(e, cd).await;
 }
 
 /// httpGet readiness against busybox httpd (named port, path, a custom header) and tcpSocket
@@ -318,5 +253,5 @@ async fn http_readiness_tcp_liveness_and_startup_gating() {
             && m.contains(&format!(":{closed}: connect: connection refused"))),
         "{ev:?}"
     );
-    e.finish(cd).await;
+    finish(e, cd).await;
 }

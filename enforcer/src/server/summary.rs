@@ -159,24 +159,7 @@ fn targets(
         if record.is_some_and(|r| r.phase.is_terminal()) {
             continue;
         }
-        let containers = record
-            .map(|r| {
-                r.container_statuses
-                    .iter()
-                    .filter(|c| !c.container_id.is_empty())
-                    .map(|c| {
-                        // kubelet's form `<runtime>://<id>`; the cgroup is named by the id.
-                        let id = c.container_id.rsplit("://").next().unwrap_or_default();
-                        (c.name.clone(), id.to_owned())
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        out.push(PodTarget {
-            uid: uid.clone(),
-            cgroup: e.cgroup.clone(),
-            containers,
-        });
+        out.push(PodTarget::of(uid, &e.cgroup, record));
     }
     (out, records)
 }
