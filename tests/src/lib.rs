@@ -428,6 +428,15 @@ pub fn enforcer_binary() -> PathBuf {
     if profile_dir.file_name().is_some_and(|n| n == "release") {
         build.arg("--release");
     }
+    // The test's environment is cargo's for a test run (`CARGO_*`, `LD_LIBRARY_PATH`, ...):
+    // passed on, it gives the nested build other fingerprints than the test build's, and the
+    // two rebuilt ring, rustls, kube and the enforcer over each other at every call.
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy();
+        if (k.starts_with("CARGO_") && k != "CARGO_HOME") || k == "LD_LIBRARY_PATH" {
+            build.env_remove(k.as_ref());
+        }
+    }
     let status = build
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
