@@ -905,12 +905,8 @@ fn active_pods<'a>(
 fn observe_signal(delays: &mut crate::node_report::Delays, s: &Signal) {
     delays.observe(s);
     if let Some(k) = s.kernel_ns {
-        let source = serde_json::to_value(s.source)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
         crate::metrics::global().signal_delay(
-            &source,
+            s.source.as_str(),
             Duration::from_nanos(s.received_ns.saturating_sub(k)),
         );
     }

@@ -80,7 +80,7 @@ impl TriggerSignal {
         };
         Self {
             kind: name(serde_json::to_value(s.kind)),
-            source: name(serde_json::to_value(s.source)),
+            source: s.source.as_str().to_owned(),
             kernel_ns: s.kernel_ns,
             received_ns: s.received_ns,
             pid: s.pid,

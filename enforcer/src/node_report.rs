@@ -111,17 +111,13 @@ pub fn threshold_lines(
 /// Signal delays per source, over a window.
 #[derive(Debug, Default)]
 pub struct Delays {
-    by_source: BTreeMap<String, (u64, VecDeque<u64>)>,
+    by_source: BTreeMap<&'static str, (u64, VecDeque<u64>)>,
 }
 
 impl Delays {
     /// Counts `s` and, when it carries a kernel time, its delay.
     pub fn observe(&mut self, s: &Signal) {
-        let source = serde_json::to_value(s.source)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        let (count, window) = self.by_source.entry(source).or_default();
+        let (count, window) = self.by_source.entry(s.source.as_str()).or_default();
         *count = count.saturating_add(1);
         if let Some(k) = s.kernel_ns {
             if window.len() >= DELAY_WINDOW {
@@ -141,7 +137,7 @@ impl Delays {
                 v.sort_unstable();
                 let pct = |p: usize| (!v.is_empty()).then(|| v[(v.len() - 1) * p / 100]);
                 SourceDelay {
-                    source: source.clone(),
+                    source: (*source).to_owned(),
                     signals: *signals,
                     p50_us: pct(50),
                     p99_us: pct(99),
@@ -731,19 +727,12 @@ mod tests {
         let mut d = Delays::default();
         for i in 0..100u64 {
             d.observe(&Signal {
-                kind: crate::signal::SignalKind::MemcgReclaim,
-                source: crate::signal::SourceKind::Ebpf,
                 kernel_ns: Some(1_000_000),
                 received_ns: 1_000_000 + (i + 1) * 1000,
-                count: 1,
-                pid: None,
-                comm: None,
-                cgroup: None,
-                hierarchy: None,
-                cgroup_id: None,
-                pod_uid: None,
-                qos: None,
-                detail: crate::signal::Detail::default(),
+                ..Signal::new(
+                    crate::signal::SignalKind::MemcgReclaim,
+                    crate::signal::SourceKind::Ebpf,
+                )
             });
         }
         let s = d.summary();

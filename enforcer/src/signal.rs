@@ -53,6 +53,19 @@ pub enum SourceKind {
     Poll,
 }
 
+impl SourceKind {
+    /// Its name as `enforcer signals` prints it (`ebpf`, `eventfd`, `psi`, `poll`).
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Ebpf => "ebpf",
+            Self::Eventfd => "eventfd",
+            Self::Psi => "psi",
+            Self::Poll => "poll",
+        }
+    }
+}
+
 /// One signal, as the rest of the daemon (and `enforcer signals`) sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -223,5 +236,25 @@ impl PipelineStats {
             ));
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn source_names_match_the_json() {
+        for k in [
+            SourceKind::Ebpf,
+            SourceKind::Eventfd,
+            SourceKind::Psi,
+            SourceKind::Poll,
+        ] {
+            assert_eq!(
+                serde_json::to_value(k).ok(),
+                Some(serde_json::json!(k.as_str()))
+            );
+        }
     }
 }
