@@ -205,6 +205,7 @@ pub async fn run(
     };
     let pipeline = kernel::start(&pipeline_opts, &caps, &layout)?;
     tracing::info!(source = ?pipeline.source, reason = %pipeline.reason, "signal pipeline started");
+    health.watch_readers(&pipeline.heartbeats);
 
     let link = NodeLink::default();
     let status = StatusManager::default();
@@ -339,7 +340,7 @@ pub async fn run(
                 stopped(),
             )
         });
-    health.expect_steps_within(config.enforcer.housekeeping_interval.saturating_mul(2));
+    health.expect_steps_every(config.enforcer.housekeeping_interval);
     let manager = crate::eviction_manager::EvictionManager {
         config: config.clone(),
         layout: observer.layout.clone(),

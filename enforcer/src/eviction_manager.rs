@@ -174,7 +174,7 @@ pub struct EvictionManager {
     pub housekeeping: Duration,
     /// The runtime for node-level reclaim before disk-pressure evictions (`None`: no pods run).
     pub node_reclaim: Option<Arc<CriRuntime>>,
-    /// Told of every completed step and of the signal pipeline ending (`/healthz`).
+    /// Told of every wakeup and of the signal pipeline ending (`/healthz`).
     pub health: Arc<Health>,
     /// `EvictionThresholdMet` on the node, `Evicted` on the pod (cluster mode).
     pub events: crate::cluster::events::Recorder,
@@ -205,6 +205,9 @@ impl EvictionManager {
         let mut named: Vec<String> = Vec::new();
         tokio::pin!(stop);
         loop {
+            // Alive: every wakeup beats the heartbeat (`/healthz`); the housekeeping tick
+            // wakes the loop at least every period.
+            self.health.step_done();
             let deadline = async {
                 match due {
                     Some(d) => tokio::time::sleep_until(d).await,
@@ -265,7 +268,6 @@ impl EvictionManager {
             state = self
                 .step(state, start.elapsed(), trigger, &named, &mut memo)
                 .await;
-            self.health.step_done();
             self.report(&state, &mut memo);
             due = next_deadline(&self.config.eviction, &state, start.elapsed()).map(|d| start + d);
             // Waiting for an evicted pod's cleanup: look again soon, as kubelet polls it.

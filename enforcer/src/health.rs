@@ -1,9 +1,13 @@
 //! What `/healthz` reports: not only that the process answers, but that the parts the node
 //! relies on work. Each part sets its own flag; the page lists every failing check.
+//!
+//! The loops that must keep running (the signal readers and the eviction manager) carry a
+//! [`Heartbeat`]: a "last alive" stamp each bumps on every iteration, so a loop that hangs
+//! (a read that never returns, a step that never ends) is reported, not only one that ended.
 
 use std::{
     sync::{
-        Mutex,
+        Arc, LazyLock, Mutex,
         atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering},
     },
     time::{Duration, Instant},
@@ -13,14 +17,104 @@ const RUNTIME_UNUSED: u8 = 0;
 const RUNTIME_OK: u8 = 1;
 const RUNTIME_DOWN: u8 = 2;
 
+/// A heartbeat older than this many of its periods is a stall...
+pub const STALL_PERIODS: u32 = 3;
+/// ...and never one younger than this (a loaded node delays a loop by seconds, not half a
+/// minute).
+pub const STALL_FLOOR: Duration = Duration::from_secs(30);
+
+/// The process-wide origin of the heartbeat stamps.
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+/// Milliseconds since [`EPOCH`] (the heartbeats' clock).
+fn now_ms() -> u64 {
+    u64::try_from(EPOCH.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A loop's "last alive" stamp: one relaxed atomic store per iteration. The loop must
+/// iterate at least every `period`, also when it has nothing to do (a reader waiting for
+/// events waits with a timeout); it is reported stalled once its stamp is older than
+/// [`Heartbeat::stall_after`].
+#[derive(Debug)]
+pub struct Heartbeat {
+    /// The `/healthz` check it belongs to (`signals`, `eviction`).
+    check: &'static str,
+    /// What the loop is, as the failure names it.
+    component: String,
+    period: Duration,
+    /// [`now_ms`] at the last beat.
+    last_ms: AtomicU64,
+}
+
+impl Heartbeat {
+    /// A heartbeat stamped now.
+    #[must_use]
+    pub fn new(check: &'static str, component: impl Into<String>, period: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            check,
+            component: component.into(),
+            period,
+            last_ms: AtomicU64::new(now_ms()),
+        })
+    }
+
+    /// The loop is alive.
+    pub fn beat(&self) {
+        self.beat_at(now_ms());
+    }
+
+    fn beat_at(&self, ms: u64) {
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// When it last beat (ms on the heartbeat clock).
+    #[cfg(test)]
+    #[must_use]
+    pub(crate) fn last_ms(&self) -> u64 {
+        self.last_ms.load(Ordering::Relaxed)
+    }
+
+    /// The component's name.
+    #[must_use]
+    pub fn component(&self) -> &str {
+        &self.component
+    }
+
+    /// How old the stamp may get: [`STALL_PERIODS`] periods, at least [`STALL_FLOOR`].
+    #[must_use]
+    pub fn stall_after(&self) -> Duration {
+        self.period.saturating_mul(STALL_PERIODS).max(STALL_FLOOR)
+    }
+
+    /// The failure line when the stamp is older than [`Self::stall_after`] at `now` (ms on
+    /// the heartbeat clock).
+    fn stalled_at(&self, now: u64) -> Option<String> {
+        let since = now.saturating_sub(self.last_ms.load(Ordering::Relaxed));
+        let limit = millis(self.stall_after());
+        (since > limit).then(|| {
+            format!(
+                "{}: the {} has stalled: no sign of life for {:.1} s (it runs every {} ms; unhealthy after {} s)",
+                self.check,
+                self.component,
+                Duration::from_millis(since).as_secs_f64(),
+                self.period.as_millis(),
+                limit / 1000,
+            )
+        })
+    }
+}
+
 /// The daemon's health, shared by the parts that report it and the HTTP page.
 #[derive(Debug)]
 pub struct Health {
-    start: Instant,
-    /// Milliseconds since `start` when the eviction manager last completed a step.
-    last_step_ms: AtomicU64,
-    /// A step is due at least this often (twice the housekeeping interval); 0: not checked.
-    step_budget_ms: AtomicU64,
+    /// The eviction manager's heartbeat, once the daemon expects steps.
+    eviction: Mutex<Option<Arc<Heartbeat>>>,
+    /// The signal readers' heartbeats.
+    readers: Mutex<Vec<Arc<Heartbeat>>>,
     pipeline_ok: AtomicBool,
     runtime: AtomicU8,
     state_error: Mutex<Option<String>>,
@@ -29,9 +123,8 @@ pub struct Health {
 impl Default for Health {
     fn default() -> Self {
         Self {
-            start: Instant::now(),
-            last_step_ms: AtomicU64::new(0),
-            step_budget_ms: AtomicU64::new(0),
+            eviction: Mutex::new(None),
+            readers: Mutex::new(Vec::new()),
             pipeline_ok: AtomicBool::new(true),
             runtime: AtomicU8::new(RUNTIME_UNUSED),
             state_error: Mutex::new(None),
@@ -39,23 +132,35 @@ impl Default for Health {
     }
 }
 
+fn locked<T, R>(m: &Mutex<T>, f: impl FnOnce(&mut T) -> R) -> R {
+    match m.lock() {
+        Ok(mut g) => f(&mut g),
+        Err(p) => f(&mut p.into_inner()),
+    }
+}
+
 impl Health {
-    fn now_ms(&self) -> u64 {
-        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    /// The eviction manager completes a step at least every `period` (its housekeeping
+    /// interval) from now on; a step not completed within [`Heartbeat::stall_after`] is a
+    /// stall.
+    pub fn expect_steps_every(&self, period: Duration) {
+        locked(&self.eviction, |e| {
+            *e = Some(Heartbeat::new("eviction", "eviction manager", period));
+        });
     }
 
-    /// The eviction manager must complete a step at least every `budget` (from now on).
-    pub fn expect_steps_within(&self, budget: Duration) {
-        self.last_step_ms.store(self.now_ms(), Ordering::Relaxed);
-        self.step_budget_ms.store(
-            u64::try_from(budget.as_millis()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
-    }
-
-    /// The eviction manager completed a step.
+    /// The eviction manager is alive (it beats on every wakeup of its loop).
     pub fn step_done(&self) {
-        self.last_step_ms.store(self.now_ms(), Ordering::Relaxed);
+        locked(&self.eviction, |e| {
+            if let Some(h) = e {
+                h.beat();
+            }
+        });
+    }
+
+    /// Watches the signal readers' heartbeats (those of a [`crate::kernel::Pipeline`]).
+    pub fn watch_readers(&self, beats: &[Arc<Heartbeat>]) {
+        locked(&self.readers, |r| r.extend(beats.iter().cloned()));
     }
 
     /// The signal pipeline ended (or runs again).
@@ -77,36 +182,31 @@ impl Health {
 
     /// The last attempt to write the state directory: `None` when it worked.
     pub fn set_state(&self, error: Option<String>) {
-        match self.state_error.lock() {
-            Ok(mut g) => *g = error,
-            Err(p) => *p.into_inner() = error,
-        }
+        locked(&self.state_error, |s| *s = error);
     }
 
     /// Every failing check, named (empty: healthy).
     #[must_use]
     pub fn failures(&self) -> Vec<String> {
+        self.failures_at(now_ms())
+    }
+
+    /// [`Self::failures`] at `now` (ms on the heartbeat clock).
+    fn failures_at(&self, now: u64) -> Vec<String> {
         let mut out = Vec::new();
         if !self.pipeline_ok.load(Ordering::Relaxed) {
             out.push("signals: the signal pipeline stopped".to_owned());
         }
-        let budget = self.step_budget_ms.load(Ordering::Relaxed);
-        let since = self
-            .now_ms()
-            .saturating_sub(self.last_step_ms.load(Ordering::Relaxed));
-        if budget > 0 && since > budget {
-            out.push(format!(
-                "eviction: no eviction-manager step for {since} ms (expected within {budget} ms)"
-            ));
-        }
+        locked(&self.readers, |r| {
+            out.extend(r.iter().filter_map(|h| h.stalled_at(now)));
+        });
+        locked(&self.eviction, |e| {
+            out.extend(e.as_ref().and_then(|h| h.stalled_at(now)));
+        });
         if self.runtime.load(Ordering::Relaxed) == RUNTIME_DOWN {
             out.push("runtime: the container runtime is unreachable".to_owned());
         }
-        let state = match self.state_error.lock() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
-        };
-        if let Some(e) = state {
+        if let Some(e) = locked(&self.state_error, |s| s.clone()) {
             out.push(format!("state: {e}"));
         }
         out
@@ -135,22 +235,81 @@ mod tests {
         assert!(h.set_runtime(false));
         assert!(!h.set_runtime(false), "no change the second time");
         h.set_state(Some("state directory /x is not writable".to_owned()));
-        h.expect_steps_within(Duration::ZERO);
-        std::thread::sleep(Duration::from_millis(5));
-        h.step_budget_ms.store(1, Ordering::Relaxed);
-        let f = h.failures();
-        assert_eq!(f.len(), 4, "{f:?}");
-        assert!(f[0].starts_with("signals:") && f[1].starts_with("eviction:"));
-        assert!(f[2].starts_with("runtime:") && f[3].starts_with("state:"));
+        h.expect_steps_every(Duration::from_secs(10));
+        let reader = Heartbeat::new("signals", "eBPF ring-buffer reader", Duration::from_secs(1));
+        h.watch_readers(std::slice::from_ref(&reader));
+        let now = now_ms();
+        let f = h.failures_at(now + 31_000);
+        assert_eq!(f.len(), 5, "{f:?}");
+        assert!(f[0].starts_with("signals: the signal pipeline"), "{f:?}");
+        assert!(f[1].starts_with("signals: the eBPF ring-buffer reader"));
+        assert!(f[2].starts_with("eviction:") && f[3].starts_with("runtime:"));
+        assert!(f[4].starts_with("state:"));
         h.set_pipeline(true);
         assert!(h.set_runtime(true));
         h.set_state(None);
         h.step_done();
-        h.step_budget_ms.store(60_000, Ordering::Relaxed);
-        assert!(h.failures().is_empty());
+        reader.beat();
+        assert!(h.failures().is_empty(), "{:?}", h.failures());
         let dir = tempfile::tempdir().expect("tempdir");
         assert!(probe_writable(dir.path()).is_ok());
         let err = probe_writable(std::path::Path::new("/proc/enforcer-no")).expect_err("ro");
         assert!(err.contains("/proc/enforcer-no"), "{err}");
+    }
+
+    /// A heartbeat is stale after 3 periods, never before 30 s; the failure names the
+    /// component and how long it has been silent.
+    #[test]
+    fn a_stale_heartbeat_is_a_stall_named_with_its_age() {
+        let h = Health::default();
+        let fast = Heartbeat::new("signals", "PSI notifier", Duration::from_millis(200));
+        let slow = Heartbeat::new("eviction", "eviction manager", Duration::from_secs(20));
+        assert_eq!(fast.stall_after(), STALL_FLOOR);
+        assert_eq!(slow.stall_after(), Duration::from_secs(60));
+        fast.beat_at(1_000);
+        slow.beat_at(1_000);
+        h.watch_readers(&[fast.clone(), slow.clone()]);
+        assert!(h.failures_at(1_000).is_empty());
+        assert!(h.failures_at(31_000).is_empty(), "exactly at the limit");
+        assert_eq!(
+            h.failures_at(46_500),
+            [
+                "signals: the PSI notifier has stalled: no sign of life for 45.5 s \
+                 (it runs every 200 ms; unhealthy after 30 s)"
+            ]
+        );
+        let both = h.failures_at(62_000);
+        assert_eq!(both.len(), 2, "{both:?}");
+        assert!(
+            both[1].starts_with(
+                "eviction: the eviction manager has stalled: no sign of life for 61.0 s"
+            ),
+            "{both:?}"
+        );
+        // A beat clears it.
+        fast.beat_at(61_000);
+        slow.beat_at(61_000);
+        assert!(h.failures_at(62_000).is_empty());
+        // A clock that went backwards is no stall.
+        assert!(h.failures_at(0).is_empty());
+    }
+
+    /// The eviction manager is checked only once the daemon expects steps; each step (or
+    /// wakeup) renews it.
+    #[test]
+    fn eviction_steps_are_expected_once_asked() {
+        let h = Health::default();
+        h.step_done();
+        assert!(h.failures_at(u64::MAX).is_empty(), "not expected yet");
+        h.expect_steps_every(Duration::from_secs(10));
+        let now = now_ms();
+        assert!(h.failures_at(now + 29_000).is_empty());
+        assert_eq!(h.failures_at(now + 40_000).len(), 1);
+        std::thread::sleep(Duration::from_millis(5));
+        h.step_done();
+        assert!(
+            h.failures_at(now + 30_004).is_empty(),
+            "renewed by the step"
+        );
     }
 }

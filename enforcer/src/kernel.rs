@@ -15,6 +15,7 @@ pub use probe::{Capabilities, apparmor_enabled};
 
 use crate::{
     cgroup::{CgroupError, CgroupLayout, CgroupVersion},
+    health::Heartbeat,
     signal::{PipelineStats, Signal, SourceKind},
 };
 
@@ -144,6 +145,9 @@ pub struct Pipeline {
     /// With eBPF: each tracepoint's program, attached, with the fields found (offsets from
     /// this kernel's formats) or absent. Empty for the fallback sources.
     pub tracepoints: Vec<tracefmt::TracepointStatus>,
+    /// One per reader (the eBPF ring-buffer task, each fallback thread), beaten on every
+    /// iteration of its loop (`/healthz` reports a reader that stops beating).
+    pub heartbeats: Vec<Arc<Heartbeat>>,
     _guard: Guard,
 }
 
@@ -171,12 +175,13 @@ pub fn start(
 ) -> Result<Pipeline, KernelError> {
     let stats = Arc::new(PipelineStats::default());
     let (tx, rx) = mpsc::channel(opts.channel_capacity.max(1));
-    let pipeline = |source, reason, task, threads, tracepoints| Pipeline {
+    let pipeline = |source, reason, task, threads, tracepoints, heartbeats| Pipeline {
         source,
         reason,
         stats: stats.clone(),
         signals: rx,
         tracepoints,
+        heartbeats,
         _guard: Guard { task, threads },
     };
     let (source, reason) = match opts.source {
@@ -184,10 +189,19 @@ pub fn start(
         SourceChoice::Auto => (SourceKind::Ebpf, "eBPF preferred".to_owned()),
     };
     if source != SourceKind::Ebpf {
-        let stop = fallback::start(source, opts, caps, layout, tx, stats.clone())?;
-        return Ok(pipeline(source, reason, None, Some(stop), Vec::new()));
+        let beat = fallback::heartbeat(source, opts);
+        let stop = fallback::start(source, opts, caps, layout, tx, stats.clone(), beat.clone())?;
+        return Ok(pipeline(
+            source,
+            reason,
+            None,
+            Some(stop),
+            Vec::new(),
+            vec![beat],
+        ));
     }
-    match ebpf::start(opts, layout, tx.clone(), stats.clone()) {
+    let ebpf_beat = Heartbeat::new("signals", "eBPF ring-buffer reader", ebpf::TICK);
+    match ebpf::start(opts, layout, tx.clone(), stats.clone(), ebpf_beat.clone()) {
         Ok((handle, tracepoints)) => {
             // Kernel events mark limits (reclaim) and OOM kills; a threshold *below* a limit
             // (an eviction threshold) has no tracepoint, so the watched cgroups with a
@@ -210,14 +224,19 @@ pub fn start(
                 }
                 None => None,
             };
+            let mut heartbeats = vec![ebpf_beat];
             let threads = beside.and_then(|(kind, what)| {
                 let o = PipelineOptions {
                     watches,
                     psi_watch: PsiWatch::Events,
                     ..opts.clone()
                 };
-                match fallback::start(kind, &o, caps, layout, tx, stats.clone()) {
-                    Ok(stop) => Some((stop, what)),
+                let beat = fallback::heartbeat(kind, &o);
+                match fallback::start(kind, &o, caps, layout, tx, stats.clone(), beat.clone()) {
+                    Ok(stop) => {
+                        heartbeats.push(beat);
+                        Some((stop, what))
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "{what} beside eBPF could not be armed");
                         None
@@ -228,13 +247,28 @@ pub fn start(
                 Some((stop, what)) => (Some(stop), format!("{reason}; with {what}")),
                 None => (None, reason),
             };
-            Ok(pipeline(source, reason, Some(handle), threads, tracepoints))
+            Ok(pipeline(
+                source,
+                reason,
+                Some(handle),
+                threads,
+                tracepoints,
+                heartbeats,
+            ))
         }
         Err(e) if opts.source == SourceChoice::Auto => {
             let k = fallback::best_for(layout, caps);
             let reason = format!("eBPF unavailable ({e}); falling back to {k:?}");
-            let stop = fallback::start(k, opts, caps, layout, tx, stats.clone())?;
-            Ok(pipeline(k, reason, None, Some(stop), Vec::new()))
+            let beat = fallback::heartbeat(k, opts);
+            let stop = fallback::start(k, opts, caps, layout, tx, stats.clone(), beat.clone())?;
+            Ok(pipeline(
+                k,
+                reason,
+                None,
+                Some(stop),
+                Vec::new(),
+                vec![beat],
+            ))
         }
         Err(e) => Err(e),
     }

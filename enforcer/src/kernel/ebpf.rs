@@ -24,8 +24,13 @@ use super::{
 };
 use crate::{
     cgroup::CgroupLayout,
+    health::Heartbeat,
     signal::{Attributor, PipelineStats, Signal, decode},
 };
+
+/// The reader's tick: kernel counters refreshed and the heartbeat beaten at least this often,
+/// also when the ring buffer stays empty.
+pub const TICK: Duration = Duration::from_secs(1);
 
 /// The eBPF object built by build.rs (empty when built with AYA_BUILD_SKIP=1).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/enforcer"));
@@ -229,6 +234,7 @@ pub fn start(
     layout: &CgroupLayout,
     tx: mpsc::Sender<Signal>,
     stats: Arc<PipelineStats>,
+    beat: Arc<Heartbeat>,
 ) -> Result<(tokio::task::JoinHandle<()>, Vec<TracepointStatus>), KernelError> {
     let Loaded {
         ebpf,
@@ -247,7 +253,7 @@ pub fn start(
         source: std::io::Error::other(e.to_string()),
     })?;
     let attributor = Attributor::new(layout.clone());
-    let task = tokio::spawn(pump(ebpf, ring, stats_map, attributor, tx, stats));
+    let task = tokio::spawn(pump(ebpf, ring, stats_map, attributor, tx, stats, beat));
     Ok((task, tracepoints))
 }
 
@@ -288,11 +294,13 @@ async fn pump(
     mut attributor: Attributor,
     tx: mpsc::Sender<Signal>,
     stats: Arc<PipelineStats>,
+    beat: Arc<Heartbeat>,
 ) {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_full = 0;
     loop {
+        beat.beat();
         tokio::select! {
             guard = ring.readable_mut() => {
                 let mut guard = match guard {

@@ -19,8 +19,32 @@ use tokio::sync::mpsc;
 use super::{Capabilities, KernelError, PipelineOptions, Watch};
 use crate::{
     cgroup::{CgroupLayout, CgroupVersion},
+    health::Heartbeat,
     signal::{PipelineStats, Signal, SignalKind, SourceKind},
 };
+
+/// The longest a notification thread blocks in `poll(2)`: it notices `stop`, a closed
+/// channel, and beats its heartbeat at least this often when the kernel is quiet.
+const NOTIFY_WAIT: Duration = Duration::from_millis(200);
+/// The longest the polling thread sleeps between two looks at the clock (same reasons).
+const POLL_NAP: Duration = Duration::from_millis(100);
+
+/// The heartbeat of the thread [`start`] runs for `kind`, named after it.
+#[must_use]
+pub fn heartbeat(kind: SourceKind, opts: &PipelineOptions) -> Arc<Heartbeat> {
+    match kind {
+        SourceKind::Poll => Heartbeat::new("signals", "polling signal source", POLL_NAP),
+        SourceKind::Eventfd => {
+            Heartbeat::new("signals", "eventfd notification reader", NOTIFY_WAIT)
+        }
+        SourceKind::Psi if opts.psi_watch == super::PsiWatch::Events => {
+            Heartbeat::new("signals", "memory.events notification reader", NOTIFY_WAIT)
+        }
+        SourceKind::Psi | SourceKind::Ebpf => {
+            Heartbeat::new("signals", "PSI notification reader", NOTIFY_WAIT)
+        }
+    }
+}
 
 /// Stops the fallback threads when dropped or asked.
 #[derive(Clone, Debug, Default)]
@@ -218,7 +242,7 @@ fn read_own_events(file: &mut File, local: Option<&mut File>) -> MemEvents {
     }
 }
 
-/// Starts a fallback source on its own thread.
+/// Starts a fallback source on its own thread, which beats `beat` on every iteration.
 pub fn start(
     kind: SourceKind,
     opts: &PipelineOptions,
@@ -226,6 +250,7 @@ pub fn start(
     layout: &CgroupLayout,
     tx: mpsc::Sender<Signal>,
     stats: Arc<PipelineStats>,
+    beat: Arc<Heartbeat>,
 ) -> Result<Stop, KernelError> {
     let stop = Stop::default();
     let watches = opts.watches.clone();
@@ -245,7 +270,13 @@ pub fn start(
             let interval = opts.poll_interval;
             let s = stop.clone();
             spawn("enforcer-poll", move || {
-                poll_loop(&watches, &thresholds, interval, &layout, &tx, &stats, &s)
+                let io = LoopIo {
+                    tx: &tx,
+                    stats: &stats,
+                    stop: &s,
+                    beat: &beat,
+                };
+                poll_loop(&watches, &thresholds, interval, &layout, &io);
             })?;
         }
         SourceKind::Eventfd | SourceKind::Psi => {
@@ -272,7 +303,13 @@ pub fn start(
             };
             let s = stop.clone();
             spawn("enforcer-notify", move || {
-                notify_loop(slots, &watches, &layout, &tx, &stats, &s)
+                let io = LoopIo {
+                    tx: &tx,
+                    stats: &stats,
+                    stop: &s,
+                    beat: &beat,
+                };
+                notify_loop(slots, &watches, &layout, &io);
             })?;
         }
     }
@@ -392,21 +429,31 @@ fn psi_slots(
     Ok(slots)
 }
 
-fn notify_loop(
-    mut slots: Vec<Slot>,
-    watches: &[Watch],
-    layout: &CgroupLayout,
-    tx: &mpsc::Sender<Signal>,
-    stats: &PipelineStats,
-    stop: &Stop,
-) {
+/// What a fallback thread's loop sends to and is told by.
+struct LoopIo<'a> {
+    tx: &'a mpsc::Sender<Signal>,
+    stats: &'a PipelineStats,
+    stop: &'a Stop,
+    beat: &'a Heartbeat,
+}
+
+impl LoopIo<'_> {
+    /// Beats the heartbeat; whether the loop goes on (not stopped, the consumer is there).
+    fn next(&self) -> bool {
+        self.beat.beat();
+        !self.stop.stopped() && !self.tx.is_closed()
+    }
+}
+
+fn notify_loop(mut slots: Vec<Slot>, watches: &[Watch], layout: &CgroupLayout, io: &LoopIo<'_>) {
     use rustix::event::{PollFd, PollFlags};
-    // Wake up at least every 200 ms to notice `stop` and a closed channel.
+    let LoopIo { tx, stats, .. } = *io;
+    // Wake up at least every NOTIFY_WAIT to notice `stop` and a closed channel.
     let timeout = rustix::time::Timespec {
         tv_sec: 0,
-        tv_nsec: 200_000_000,
+        tv_nsec: NOTIFY_WAIT.subsec_nanos().into(),
     };
-    while !stop.stopped() && !tx.is_closed() {
+    while io.next() {
         // The descriptors are borrowed from the slots for the poll only: handling a ready
         // slot below reads (mutably) from it.
         let ready: Vec<bool> = {
@@ -511,15 +558,14 @@ fn poll_loop(
     thresholds: &[u64],
     interval: Duration,
     layout: &CgroupLayout,
-    tx: &mpsc::Sender<Signal>,
-    stats: &PipelineStats,
-    stop: &Stop,
+    io: &LoopIo<'_>,
 ) {
+    let LoopIo { tx, stats, .. } = *io;
     let mut next = Instant::now();
-    while !stop.stopped() && !tx.is_closed() {
+    while io.next() {
         let now = Instant::now();
         if now < next {
-            std::thread::sleep((next - now).min(Duration::from_millis(100)));
+            std::thread::sleep((next - now).min(POLL_NAP));
             continue;
         }
         next += interval;
@@ -544,6 +590,51 @@ fn poll_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With nothing to read, both fallback loops keep beating (a bounded wait), and stop
+    /// when asked.
+    #[test]
+    fn quiet_loops_keep_beating() {
+        for polling in [false, true] {
+            let (tx, _rx) = mpsc::channel(1);
+            let stats = PipelineStats::default();
+            let stop = Stop::default();
+            let beat = heartbeat(
+                if polling {
+                    SourceKind::Poll
+                } else {
+                    SourceKind::Eventfd
+                },
+                &PipelineOptions::default(),
+            );
+            let first = beat.last_ms();
+            std::thread::scope(|s| {
+                let t = s.spawn(|| {
+                    let io = LoopIo {
+                        tx: &tx,
+                        stats: &stats,
+                        stop: &stop,
+                        beat: &beat,
+                    };
+                    let layout = CgroupLayout::default();
+                    if polling {
+                        poll_loop(&[], &[], Duration::from_secs(3600), &layout, &io);
+                    } else {
+                        notify_loop(Vec::new(), &[], &layout, &io);
+                    }
+                });
+                std::thread::sleep(Duration::from_millis(700));
+                let last = beat.last_ms();
+                stop.stop();
+                assert!(t.join().is_ok());
+                assert!(
+                    last >= first + 200,
+                    "{}: beat at {first} ms, then last at {last} ms",
+                    beat.component()
+                );
+            });
+        }
+    }
 
     #[test]
     fn memory_events() {
