@@ -197,6 +197,7 @@ pub struct KubeletConfiguration {
     pub node_status_report_frequency: Option<Scalar>,
     pub node_lease_duration_seconds: Option<i32>,
     pub pod_pids_limit: Option<i64>,
+    pub sync_frequency: Option<Scalar>,
     pub allowed_unsafe_sysctls: Option<Vec<String>>,
     pub enforcer: Option<EnforcerSection>,
 }
@@ -285,6 +286,10 @@ pub struct ConfigArgs {
     /// Most processes in one pod (`pids.max` of the pod cgroup); -1 or 0: unlimited.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub pod_max_pids: Option<i64>,
+    /// How often each pod is synced when nothing else happens (and its configMap, secret
+    /// and projected volumes refreshed); default 1m.
+    #[arg(long, value_name = "DURATION")]
+    pub sync_frequency: Option<String>,
     /// Where pressure signals come from.
     #[arg(
         long = "signal-source",
@@ -436,6 +441,10 @@ pub struct Config {
     pub node_lease_duration_seconds: u32,
     /// `podPidsLimit`: `pids.max` of every pod cgroup; -1 (the default) or 0 is unlimited.
     pub pod_pids_limit: i64,
+    /// `syncFrequency` (1 m): the pod workers' periodic sync, which also refreshes the
+    /// volumes of API objects.
+    #[serde(serialize_with = "ser_duration")]
+    pub sync_frequency: Duration,
     /// `allowedUnsafeSysctls`: sysctls (names or `prefix*` patterns, each known to be
     /// namespaced) pods may set beyond kubelet's safe ones.
     pub allowed_unsafe_sysctls: Vec<String>,
@@ -728,6 +737,21 @@ mod tests {
         assert_eq!(l.config.max_pods, 30);
         // podPidsLimit: -1 by default, the file's value, the flag over the file.
         assert_eq!(l.config.pod_pids_limit, -1);
+        assert_eq!(l.config.sync_frequency, Duration::from_secs(60));
+        let l = resolve(
+            "test.yaml",
+            &doc("syncFrequency: 5s\n"),
+            &ConfigArgs::default(),
+        )
+        .expect("syncFrequency");
+        assert_eq!(l.config.sync_frequency, Duration::from_secs(5));
+        let e = resolve(
+            "test.yaml",
+            &doc("syncFrequency: 0s\n"),
+            &ConfigArgs::default(),
+        )
+        .expect_err("zero");
+        assert!(e.to_string().contains("syncFrequency"), "{e}");
         let d = doc("podPidsLimit: 1024\n");
         let l = resolve("test.yaml", &d, &ConfigArgs::default()).unwrap();
         assert_eq!(l.config.pod_pids_limit, 1024);

@@ -282,6 +282,7 @@ pub async fn run(
         ro.node.memory_capacity = memory_capacity;
         ro.static_pods = opts.static_pods;
         ro.kubeconfig = opts.kubeconfig.clone();
+        ro.resync = config.sync_frequency;
         ro.enforce = enforcer.clone();
         ro.link = link.clone();
         ro.health = health.clone();

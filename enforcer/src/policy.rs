@@ -22,6 +22,7 @@ pub mod backoff;
 pub mod cpu;
 pub mod env;
 pub mod eviction;
+pub mod objects;
 pub mod oom;
 pub mod pod_actions;
 pub mod qos;

@@ -31,6 +31,7 @@ pub mod gc;
 pub mod lifecycle;
 pub mod limit;
 pub mod link;
+pub mod objects;
 pub mod podcgroup;
 pub mod probe;
 pub mod records;
@@ -159,6 +160,9 @@ fn as_workload(mut u: PodUpdate) -> PodUpdate {
 struct Admissions {
     admitter: Option<Admitter>,
     admitted: HashMap<String, Arc<Pod>>,
+    /// The pod being admitted came from the API server and the node reads API objects
+    /// (configMap, secret and token volumes are admitted).
+    from_api: bool,
 }
 
 impl Admissions {
@@ -170,7 +174,7 @@ impl Admissions {
             }
         }
         // Never run a pod without a volume it asked for.
-        let r = crate::policy::volumes::admit(pod);
+        let r = crate::policy::volumes::admit_with(pod, self.from_api);
         if !r.admitted {
             return Err(r);
         }
@@ -306,6 +310,7 @@ impl<R: ContainerRuntime> Pods<R> {
     /// CPUs allocated, kubepods in step, active for the eviction manager. A rejected pod gets
     /// its Failed status instead.
     fn admit_and_spawn(&mut self, uid: String, u: PodUpdate) -> Result<(), Rejected> {
+        self.admissions.from_api = self.ctx.objects.is_some() && u.source == apiserver::API_SOURCE;
         match self.admissions.try_admit(&uid, &u.pod, &self.link) {
             Ok(()) => {
                 self.ctx.enforce.admit_cpus(&u.pod);
@@ -412,9 +417,15 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                 .collect(),
             pod_ips: Vec::new(),
             allocatable: downward_allocatable(&opts),
+            objects: None,
         },
         resync: opts.resync,
         events: opts.events.clone(),
+        // Cluster mode: the ConfigMaps, Secrets and tokens of API pods.
+        objects: opts
+            .kubeconfig
+            .clone()
+            .map(|k| Arc::new(objects::ApiObjects::new(k))),
         // kubelet's seccompProfileRoot: `<root dir>/seccomp`.
         security: crate::policy::security::SecurityOptions {
             seccomp_profile_root: opts.state_dir.join("seccomp").display().to_string(),
@@ -458,6 +469,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                 .clone()
                 .map(|a| Admitter::new(a.node, a.security, std::iter::empty())),
             admitted: HashMap::new(),
+            from_api: false,
         },
         evicted: HashMap::new(),
     };

@@ -67,6 +67,7 @@ pub(super) mod key {
         /// File only.
         MEMORY_THROTTLING_FACTOR = "memoryThrottlingFactor", "memoryThrottlingFactor";
         POD_PIDS_LIMIT = "podPidsLimit", "--pod-max-pids";
+        SYNC_FREQUENCY = "syncFrequency", "--sync-frequency";
         ALLOWED_UNSAFE_SYSCTLS = "allowedUnsafeSysctls", "--allowed-unsafe-sysctls";
         HOUSEKEEPING_INTERVAL = "enforcer.housekeepingInterval", "--housekeeping-interval";
         NODE_CAPACITY = "enforcer.nodeCapacity", "--node-capacity";
@@ -367,6 +368,7 @@ pub fn resolve(
         node_status_report_frequency: cluster.status_report,
         node_lease_duration_seconds: cluster.lease_duration_seconds,
         pod_pids_limit: node::pod_pids_limit(&n, doc, args)?,
+        sync_frequency: node::sync_frequency(&n, doc, args)?,
         allowed_unsafe_sysctls,
         enforcer,
     };

@@ -3,14 +3,19 @@
 //! before it, `fieldRef` (`podFieldSelectorRuntimeValue`, `fieldpath.ExtractFieldPathAsString`)
 //! and `resourceFieldRef` (`ExtractResourceValueByContainerName` on the pod with
 //! `MergeContainerResourceLimits` from the node's allocatable); the command and args expanded
-//! with the result (`ExpandContainerCommandAndArgs`). ConfigMap and Secret references need an
-//! API server's objects, which this node does not fetch: they are refused, never dropped.
+//! with the result (`ExpandContainerCommandAndArgs`). ConfigMap and Secret references
+//! (`envFrom`, `configMapKeyRef`, `secretKeyRef`) read the objects the worker fetched for the
+//! sync; where none can be read (standalone, static pods) they fail with kubelet's message,
+//! never dropped.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, ObjectFieldSelector, Pod, ResourceFieldSelector};
 
-use super::resources::{self, ResourceList};
+use super::{
+    objects::{self, ObjectKind, PodObjects},
+    resources::{self, ResourceList},
+};
 use crate::quantity::{Format, Quantity};
 
 /// Why a container's environment (or a downward API file) cannot be made.
@@ -28,7 +33,7 @@ pub enum EnvError {
     /// A divisor of zero or one that does not parse.
     #[error("invalid divisor {divisor:?} for {resource}")]
     Divisor { resource: String, divisor: String },
-    /// An env source this node cannot resolve (configMap, secret).
+    /// An env source this node cannot resolve (configMap, secret) with kubelet's message.
     #[error("{0}")]
     Unsupported(String),
 }
@@ -45,6 +50,9 @@ pub struct EnvContext {
     /// The node's allocatable (`cpu`, `memory`, `ephemeral-storage`): the limit a
     /// `resourceFieldRef` reads for a container that sets none.
     pub allocatable: ResourceList,
+    /// The ConfigMaps and Secrets the pod reads, as read for this sync; `None` on a
+    /// standalone node and for static pods (no objects can be read).
+    pub objects: Option<std::sync::Arc<PodObjects>>,
 }
 
 /// kubelet's `expansion.Expand`: `$(VAR)` is replaced by the mapping's value, `$$` is a
@@ -297,18 +305,57 @@ pub fn container_env(
     c: &Container,
     ctx: &EnvContext,
 ) -> Result<Vec<(String, String)>, EnvError> {
-    if let Some(from) = c.env_from.as_ref().and_then(|f| f.first()) {
-        let what = if from.config_map_ref.is_some() {
-            "configMap"
+    let none;
+    let objects = match &ctx.objects {
+        Some(o) => o.as_ref(),
+        None => {
+            none = PodObjects::none(pod.metadata.namespace.as_deref().unwrap_or("default"));
+            &none
+        }
+    };
+    let mut out: Vec<(String, String)> = Vec::new();
+    // envFrom first (each source's keys in order, a later source replacing an earlier
+    // value), then `env`, which overrides them: kubelet's `makeEnvironmentVariables`.
+    for from in c.env_from.iter().flatten() {
+        let prefix = from.prefix.as_deref().unwrap_or("");
+        let got = if let Some(r) = &from.config_map_ref {
+            objects::env_from(
+                objects,
+                ObjectKind::ConfigMap,
+                &r.name,
+                prefix,
+                r.optional.unwrap_or(false),
+            )
+            .map(|v| (v, &r.name))
+        } else if let Some(r) = &from.secret_ref {
+            objects::env_from(
+                objects,
+                ObjectKind::Secret,
+                &r.name,
+                prefix,
+                r.optional.unwrap_or(false),
+            )
+            .map(|v| (v, &r.name))
         } else {
-            "secret"
+            continue;
         };
-        return Err(EnvError::Unsupported(format!(
-            "envFrom a {what}: this node has no API server objects to read it from"
-        )));
+        let ((vars, invalid), name) = got.map_err(EnvError::Unsupported)?;
+        if !invalid.is_empty() {
+            tracing::warn!(
+                container = %c.name,
+                source = %name,
+                keys = %invalid.join(", "),
+                "InvalidEnvironmentVariableNames: keys skipped since they are considered invalid environment variable names"
+            );
+        }
+        for (k, v) in vars {
+            match out.iter_mut().find(|(n, _)| *n == k) {
+                Some(slot) => slot.1 = v,
+                None => out.push((k, v)),
+            }
+        }
     }
     let merged = pod_for_downward_api(pod, &ctx.allocatable);
-    let mut out: Vec<(String, String)> = Vec::new();
     for e in c.env.iter().flatten() {
         let value = if let Some(src) = &e.value_from {
             if let Some(fs) = &src.field_ref {
@@ -321,17 +368,23 @@ pub fn container_env(
                     .unwrap_or(&c.name);
                 resource_by_container(&merged, fs, name)?
             } else {
-                let what = if src.config_map_key_ref.is_some() {
-                    "configMapKeyRef"
-                } else if src.secret_key_ref.is_some() {
-                    "secretKeyRef"
+                let (kind, name, key, optional) = if let Some(k) = &src.config_map_key_ref {
+                    (ObjectKind::ConfigMap, &k.name, &k.key, k.optional)
+                } else if let Some(k) = &src.secret_key_ref {
+                    (ObjectKind::Secret, &k.name, &k.key, k.optional)
                 } else {
-                    "an unknown source"
+                    return Err(EnvError::Unsupported(format!(
+                        "env {:?}: valueFrom names no source this node knows",
+                        e.name
+                    )));
                 };
-                return Err(EnvError::Unsupported(format!(
-                    "env {:?} from {what}: this node has no API server objects to read it from",
-                    e.name
-                )));
+                match objects::env_key(objects, kind, name, key, optional.unwrap_or(false))
+                    .map_err(EnvError::Unsupported)?
+                {
+                    Some(v) => v,
+                    // An optional object or key that is missing: no variable.
+                    None => continue,
+                }
             }
         } else {
             let defined = &out;
@@ -509,9 +562,9 @@ spec:
     }
 
     #[test]
-    fn config_map_and_secret_refs_are_refused() {
+    fn config_map_and_secret_refs_without_an_api_server_fail_as_kubelet() {
         let p = pod(r#"
-metadata: {name: web}
+metadata: {name: web, namespace: ns}
 spec:
   containers:
   - name: c
@@ -519,13 +572,91 @@ spec:
 "#);
         let c = &p.spec.as_ref().expect("spec").containers[0];
         let e = container_env(&p, c, &EnvContext::default()).expect_err("refused");
-        assert!(e.to_string().contains("configMapKeyRef"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "couldn't get configMap ns/cm, no kubeClient defined"
+        );
         let p = pod(
             "metadata: {name: web}\nspec: {containers: [{name: c, envFrom: [{secretRef: {name: s}}]}]}",
         );
         let c = &p.spec.as_ref().expect("spec").containers[0];
         let e = container_env(&p, c, &EnvContext::default()).expect_err("refused");
-        assert!(e.to_string().contains("secret"), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "couldn't get secret default/s, no kubeClient defined"
+        );
+    }
+
+    /// envFrom (prefixed, a later source replacing an earlier value), then `env` overriding
+    /// it and expanding over it; optional references that are missing leave nothing.
+    #[test]
+    fn env_from_objects_as_make_environment_variables() {
+        use std::sync::Arc;
+
+        use k8s_openapi::{
+            ByteString,
+            api::core::v1::{ConfigMap, Secret},
+        };
+
+        use crate::policy::objects::Fetched;
+        let p = pod(r#"
+metadata: {name: web, namespace: ns}
+spec:
+  containers:
+  - name: c
+    envFrom:
+    - configMapRef: {name: cfg}
+    - secretRef: {name: sec}
+      prefix: S_
+    - configMapRef: {name: missing, optional: true}
+    env:
+    - {name: MODE, value: "$(MODE)-override"}
+    - {name: PW, valueFrom: {secretKeyRef: {name: sec, key: pw}}}
+    - {name: GONE, valueFrom: {configMapKeyRef: {name: cfg, key: nope, optional: true}}}
+"#);
+        let objects = PodObjects {
+            api: true,
+            namespace: "ns".into(),
+            config_maps: BTreeMap::from([
+                (
+                    "cfg".to_owned(),
+                    Fetched::Found(Arc::new(ConfigMap {
+                        data: Some(BTreeMap::from([
+                            ("MODE".into(), "fast".into()),
+                            ("LEVEL".into(), "3".into()),
+                        ])),
+                        ..Default::default()
+                    })),
+                ),
+                ("missing".to_owned(), Fetched::NotFound),
+            ]),
+            secrets: BTreeMap::from([(
+                "sec".to_owned(),
+                Fetched::Found(Arc::new(Secret {
+                    data: Some(BTreeMap::from([(
+                        "pw".into(),
+                        ByteString(b"s3cret".to_vec()),
+                    )])),
+                    ..Default::default()
+                })),
+            )]),
+            tokens: BTreeMap::new(),
+        };
+        let ctx = EnvContext {
+            objects: Some(Arc::new(objects)),
+            ..EnvContext::default()
+        };
+        let c = &p.spec.as_ref().expect("spec").containers[0];
+        let env = container_env(&p, c, &ctx).expect("env");
+        assert_eq!(
+            env,
+            [
+                ("LEVEL".to_owned(), "3".to_owned()),
+                ("MODE".to_owned(), "fast-override".to_owned()),
+                ("S_pw".to_owned(), "s3cret".to_owned()),
+                ("PW".to_owned(), "s3cret".to_owned()),
+            ]
+        );
     }
 
     #[test]

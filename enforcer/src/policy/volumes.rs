@@ -5,10 +5,13 @@
 //! Supported, as kubelet runs them: `emptyDir` (on disk, or `medium: Memory` as a tmpfs sized
 //! as `calculateEmptyDirMemorySize` does), `hostPath` with its type checks (admission refuses
 //! it unless the node allows host paths), `downwardAPI`, and `projected` with `downwardAPI`
-//! sources. Everything else needs objects or drivers this node does not have (configMap,
-//! secret and service-account tokens from an API server, PVCs, CSI, network file systems): the
-//! pod is refused at admission with reason [`UNSUPPORTED_VOLUME_REASON`], never run without a
-//! volume it asked for. kubelet has no such reason (it would wait for the mount forever).
+//! sources. Pods from the API server also get `configMap`, `secret` and `projected` with
+//! configMap, secret and service-account token sources (their objects read through
+//! `runtime::objects`); a static or standalone pod asking for them is refused, as everything
+//! else that needs objects or drivers this node does not have (PVCs, CSI, network file
+//! systems): the pod is refused at admission with reason [`UNSUPPORTED_VOLUME_REASON`], never
+//! run without a volume it asked for. kubelet has no such reason (it would wait for the mount
+//! forever).
 
 use std::path::{Component, Path, PathBuf};
 
@@ -20,6 +23,7 @@ use k8s_openapi::api::core::v1::{
 use super::{
     env::{self, EnvError},
     eviction::manager::AdmitResult,
+    objects::{self, KeyToPath, ObjectProjection, PodObjects, TokenRef},
     resources::{self, ResourceList},
 };
 
@@ -29,6 +33,8 @@ pub const UNSUPPORTED_VOLUME_REASON: &str = "UnsupportedVolume";
 pub const EMPTY_DIR_PLUGIN: &str = "kubernetes.io~empty-dir";
 pub const DOWNWARD_API_PLUGIN: &str = "kubernetes.io~downward-api";
 pub const PROJECTED_PLUGIN: &str = "kubernetes.io~projected";
+pub const CONFIG_MAP_PLUGIN: &str = "kubernetes.io~configmap";
+pub const SECRET_PLUGIN: &str = "kubernetes.io~secret";
 /// The mode of downward API files when the volume names none (`DownwardAPIVolumeSourceDefaultMode`).
 pub const DEFAULT_FILE_MODE: u32 = 0o644;
 
@@ -103,6 +109,23 @@ pub struct DownwardItem {
     pub mode: u32,
 }
 
+/// A projected service-account token file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenProjection {
+    pub token: TokenRef,
+    pub path: String,
+    pub mode: u32,
+}
+
+/// One source of an object-backed volume's files.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FileSource {
+    Downward(Vec<DownwardItem>),
+    ConfigMap(ObjectProjection),
+    Secret(ObjectProjection),
+    Token(TokenProjection),
+}
+
 /// What a volume is.
 #[derive(Debug, Clone, PartialEq)]
 pub enum VolumeKind {
@@ -118,6 +141,14 @@ pub enum VolumeKind {
         plugin: &'static str,
         items: Vec<DownwardItem>,
     },
+    /// Files from API objects, written atomically (configMap, secret, projected with
+    /// configMap, secret or token sources); on a tmpfs (`memory`) for secrets and projected
+    /// volumes, as kubelet's wrapped `emptyDir{medium: Memory}`, so they never reach a disk.
+    Objects {
+        plugin: &'static str,
+        sources: Vec<FileSource>,
+        memory: bool,
+    },
 }
 
 impl VolumeKind {
@@ -125,7 +156,13 @@ impl VolumeKind {
     /// read-only whatever the volumeMount says.
     #[must_use]
     pub fn read_only(&self) -> bool {
-        matches!(self, Self::Downward { .. })
+        matches!(self, Self::Downward { .. } | Self::Objects { .. })
+    }
+
+    /// Whether its content comes from the API server (and is re-read at every sync).
+    #[must_use]
+    pub fn from_api(&self) -> bool {
+        matches!(self, Self::Objects { .. })
     }
 }
 
@@ -144,7 +181,7 @@ impl PlannedVolume {
         let plugin = match &self.kind {
             VolumeKind::HostPath { path, .. } => return Some(path.clone()),
             VolumeKind::EmptyDir { .. } => EMPTY_DIR_PLUGIN,
-            VolumeKind::Downward { plugin, .. } => plugin,
+            VolumeKind::Downward { plugin, .. } | VolumeKind::Objects { plugin, .. } => plugin,
         };
         is_component(&self.name).then(|| pod_dir.join("volumes").join(plugin).join(&self.name))
     }
@@ -253,8 +290,53 @@ fn source_kinds(v: &impl serde::Serialize) -> Vec<String> {
     }
 }
 
-/// One volume as this node sets it up, or why it cannot.
-fn plan_volume(v: &Volume) -> Result<PlannedVolume, String> {
+/// A configMap's or secret's `items` and modes, validated (relative paths, no `..`).
+fn object_projection(
+    volume: &str,
+    name: &str,
+    items: Option<&[k8s_openapi::api::core::v1::KeyToPath]>,
+    default_mode: Option<i32>,
+    optional: Option<bool>,
+) -> Result<ObjectProjection, String> {
+    if !objects::valid_name(name) {
+        return Err(format!(
+            "volume {volume:?}: {name:?} is not a valid object name"
+        ));
+    }
+    let items = items
+        .unwrap_or(&[])
+        .iter()
+        .map(|i| {
+            relative_no_backsteps(&i.path)
+                .map_err(|e| format!("volume {volume:?}: item path {:?} {e}", i.path))?;
+            Ok(KeyToPath {
+                key: i.key.clone(),
+                path: i.path.clone(),
+                mode: i
+                    .mode
+                    .and_then(|m| u32::try_from(m).ok())
+                    .map(|m| m & 0o7777),
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(ObjectProjection {
+        name: name.to_owned(),
+        items,
+        default_mode: file_mode(None, default_mode),
+        optional: optional.unwrap_or(false),
+    })
+}
+
+/// Why a volume that needs API objects cannot be set up for this pod.
+fn no_api(name: &str, what: &str) -> String {
+    format!(
+        "volume {name:?}: {what} needs API server objects; only pods from the API server read them (not static pods, not a standalone node)"
+    )
+}
+
+/// One volume as this node sets it up, or why it cannot. `api`: the pod came from the API
+/// server and the node reads objects there.
+fn plan_volume(pod: &Pod, v: &Volume, api: bool) -> Result<PlannedVolume, String> {
     let name = v.name.clone();
     if !is_component(&name) {
         return Err(format!("volume name {name:?} is not a valid name"));
@@ -299,24 +381,115 @@ fn plan_volume(v: &Volume) -> Result<PlannedVolume, String> {
             plugin: DOWNWARD_API_PLUGIN,
             items: downward_items(&name, d.items.as_deref().unwrap_or(&[]), d.default_mode)?,
         }
+    } else if let Some(c) = &v.config_map {
+        if !api {
+            return Err(no_api(&name, "a configMap volume"));
+        }
+        VolumeKind::Objects {
+            plugin: CONFIG_MAP_PLUGIN,
+            sources: vec![FileSource::ConfigMap(object_projection(
+                &name,
+                &c.name,
+                c.items.as_deref(),
+                c.default_mode,
+                c.optional,
+            )?)],
+            memory: false,
+        }
+    } else if let Some(sv) = &v.secret {
+        if !api {
+            return Err(no_api(&name, "a secret volume"));
+        }
+        VolumeKind::Objects {
+            plugin: SECRET_PLUGIN,
+            sources: vec![FileSource::Secret(object_projection(
+                &name,
+                sv.secret_name.as_deref().unwrap_or(""),
+                sv.items.as_deref(),
+                sv.default_mode,
+                sv.optional,
+            )?)],
+            memory: true,
+        }
     } else if let Some(p) = &v.projected {
         let mut items = Vec::new();
+        let mut sources = Vec::new();
         for s in p.sources.iter().flatten() {
-            let Some(d) = s.downward_api.as_ref() else {
+            if let Some(d) = s.downward_api.as_ref() {
+                let d = downward_items(&name, d.items.as_deref().unwrap_or(&[]), p.default_mode)?;
+                items.extend(d.iter().cloned());
+                sources.push(FileSource::Downward(d));
+                continue;
+            }
+            if !api {
+                let what = source_kinds(s).join(", ");
+                return Err(no_api(&name, &format!("projected source {what}")));
+            }
+            if let Some(c) = &s.config_map {
+                sources.push(FileSource::ConfigMap(object_projection(
+                    &name,
+                    &c.name,
+                    c.items.as_deref(),
+                    p.default_mode,
+                    c.optional,
+                )?));
+            } else if let Some(c) = &s.secret {
+                sources.push(FileSource::Secret(object_projection(
+                    &name,
+                    &c.name,
+                    c.items.as_deref(),
+                    p.default_mode,
+                    c.optional,
+                )?));
+            } else if let Some(t) = &s.service_account_token {
+                relative_no_backsteps(&t.path)
+                    .map_err(|e| format!("volume {name:?}: token path {:?} {e}", t.path))?;
+                let service_account = objects::service_account(pod);
+                if !objects::valid_name(&service_account) {
+                    return Err(format!(
+                        "volume {name:?}: service account {service_account:?} is not a valid name"
+                    ));
+                }
+                let has_fs_group = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.security_context.as_ref())
+                    .is_some_and(|c| c.fs_group.is_some());
+                sources.push(FileSource::Token(TokenProjection {
+                    token: TokenRef {
+                        service_account,
+                        audience: t.audience.clone().filter(|a| !a.is_empty()),
+                        expiration_seconds: t
+                            .expiration_seconds
+                            .unwrap_or(objects::DEFAULT_TOKEN_EXPIRATION_SECONDS),
+                    },
+                    path: t.path.clone(),
+                    // kubelet: 0600 when an fsGroup will widen it to 0640, else the
+                    // volume's default mode.
+                    mode: if has_fs_group {
+                        0o600
+                    } else {
+                        file_mode(None, p.default_mode)
+                    },
+                }));
+            } else {
                 let what = source_kinds(s).join(", ");
                 return Err(format!(
-                    "volume {name:?}: projected source {what} is not supported by this node (it needs API server objects; only downwardAPI sources are projected here)"
+                    "volume {name:?}: projected source {what} is not supported by this node"
                 ));
-            };
-            items.extend(downward_items(
-                &name,
-                d.items.as_deref().unwrap_or(&[]),
-                p.default_mode,
-            )?);
+            }
         }
-        VolumeKind::Downward {
-            plugin: PROJECTED_PLUGIN,
-            items,
+        if sources.iter().all(|s| matches!(s, FileSource::Downward(_))) {
+            VolumeKind::Downward {
+                plugin: PROJECTED_PLUGIN,
+                items,
+            }
+        } else {
+            VolumeKind::Objects {
+                plugin: PROJECTED_PLUGIN,
+                sources,
+                memory: true,
+            }
         }
     } else {
         let kinds = source_kinds(v);
@@ -329,9 +502,6 @@ fn plan_volume(v: &Volume) -> Result<PlannedVolume, String> {
         } else {
             let what = kinds.join(", ");
             let why = match what.as_str() {
-                "configMap" | "secret" => {
-                    " (it needs API server objects, which this node does not fetch)"
-                }
                 "persistentVolumeClaim" | "ephemeral" => " (it needs a volume controller)",
                 _ => "",
             };
@@ -343,18 +513,29 @@ fn plan_volume(v: &Volume) -> Result<PlannedVolume, String> {
     Ok(PlannedVolume { name, kind })
 }
 
-/// The pod's volumes, in spec order, or the first one this node cannot set up.
+/// The pod's volumes, in spec order, or the first one this node cannot set up (a pod that
+/// reads no API objects: standalone, or static).
 pub fn plan(pod: &Pod) -> Result<Vec<PlannedVolume>, String> {
+    plan_with(pod, false)
+}
+
+/// [`plan`], for a pod from the API server when `api` (configMap, secret, token volumes).
+pub fn plan_with(pod: &Pod, api: bool) -> Result<Vec<PlannedVolume>, String> {
     pod.spec
         .iter()
         .flat_map(|s| s.volumes.iter().flatten())
-        .map(plan_volume)
+        .map(|v| plan_volume(pod, v, api))
         .collect()
 }
 
 /// Admission: refuses a pod with a volume this node cannot set up ([`UNSUPPORTED_VOLUME_REASON`]).
 pub fn admit(pod: &Pod) -> AdmitResult {
-    match plan(pod) {
+    admit_with(pod, false)
+}
+
+/// [`admit`] for a pod from the API server when `api`.
+pub fn admit_with(pod: &Pod, api: bool) -> AdmitResult {
+    match plan_with(pod, api) {
         Ok(_) => AdmitResult::admit(),
         Err(message) => AdmitResult::reject(UNSUPPORTED_VOLUME_REASON, message),
     }
@@ -511,6 +692,51 @@ pub fn downward_files(
             Ok((i.path.clone(), content.into_bytes(), i.mode))
         })
         .collect()
+}
+
+/// The files of an object-backed volume (kubelet's projected `collectData`, and the
+/// configMap and secret plugins' payloads): every source's files, later ones replacing
+/// earlier ones at the same path; the errors of all failing sources together (kubelet's
+/// aggregate: one error as is, several as `[a, b]`). Every path is checked as the
+/// AtomicWriter checks it (relative, no `..`), a key included.
+pub fn object_files(
+    pod: &Pod,
+    sources: &[FileSource],
+    objects: &PodObjects,
+    allocatable: &ResourceList,
+) -> Result<Vec<objects::File>, String> {
+    let mut files: Vec<objects::File> = Vec::new();
+    let mut errors: Vec<String> = Vec::new();
+    for s in sources {
+        let got = match s {
+            FileSource::Downward(items) => {
+                downward_files(pod, items, allocatable).map_err(|e| e.to_string())
+            }
+            FileSource::ConfigMap(p) => objects::config_map_payload(objects, p),
+            FileSource::Secret(p) => objects::secret_payload(objects, p),
+            FileSource::Token(t) => objects
+                .token(&t.token)
+                .map(|tok| vec![(t.path.clone(), tok.as_bytes().to_vec(), t.mode)]),
+        };
+        match got {
+            Ok(fs) => {
+                for f in fs {
+                    if let Err(e) = relative_no_backsteps(&f.0) {
+                        errors.push(format!("invalid path {:?}: {e}", f.0));
+                        continue;
+                    }
+                    files.retain(|g| g.0 != f.0);
+                    files.push(f);
+                }
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    match errors.len() {
+        0 => Ok(files),
+        1 => Err(errors.remove(0)),
+        _ => Err(format!("[{}]", errors.join(", "))),
+    }
 }
 
 #[cfg(test)]
@@ -746,11 +972,11 @@ spec:
         };
         let m = refused("{name: cfg, configMap: {name: x}}");
         assert!(
-            m.contains("configMap volumes are not supported") && m.contains("API server"),
+            m.contains("configMap volume needs API server objects") && m.contains("static"),
             "{m}"
         );
         let m = refused("{name: s, secret: {secretName: x}}");
-        assert!(m.contains("secret volumes"), "{m}");
+        assert!(m.contains("secret volume"), "{m}");
         let m = refused("{name: d, persistentVolumeClaim: {claimName: x}}");
         assert!(m.contains("persistentVolumeClaim"), "{m}");
         let m = refused("{name: n, nfs: {server: s, path: /x}}");
@@ -773,6 +999,144 @@ spec:
         assert!(m.contains("unsupported fieldPath"), "{m}");
         let ok = pod(POD);
         assert!(admit(&ok).admitted);
+    }
+
+    /// An API pod's configMap, secret and kube-api-access volumes: planned with kubelet's
+    /// plugins, modes and media, and their files from a snapshot of the objects.
+    #[test]
+    fn api_pods_get_object_volumes() {
+        use std::sync::Arc;
+
+        use k8s_openapi::api::core::v1::ConfigMap;
+
+        use crate::policy::objects::Fetched;
+        let p = pod(r#"
+metadata: {name: web, namespace: ns, uid: u1}
+spec:
+  securityContext: {fsGroup: 2000}
+  volumes:
+  - {name: cfg, configMap: {name: app, defaultMode: 288, items: [{key: a, path: conf/a}]}}
+  - {name: sec, secret: {secretName: creds, optional: true}}
+  - name: kube-api-access
+    projected:
+      defaultMode: 272
+      sources:
+      - serviceAccountToken: {expirationSeconds: 3607, path: token}
+      - configMap: {name: kube-root-ca.crt, items: [{key: ca.crt, path: ca.crt}]}
+      - downwardAPI: {items: [{path: namespace, fieldRef: {fieldPath: metadata.namespace}}]}
+  containers: [{name: c}]
+"#);
+        assert!(!admit(&p).admitted, "not from the API server");
+        assert!(admit_with(&p, true).admitted);
+        let vs = plan_with(&p, true).expect("planned");
+        let dir = Path::new("/s/pods/u1");
+        assert_eq!(
+            vs[0].path(dir),
+            Some(PathBuf::from(
+                "/s/pods/u1/volumes/kubernetes.io~configmap/cfg"
+            ))
+        );
+        assert_eq!(
+            vs[1].path(dir),
+            Some(PathBuf::from("/s/pods/u1/volumes/kubernetes.io~secret/sec"))
+        );
+        let media: Vec<bool> = vs
+            .iter()
+            .map(|v| matches!(v.kind, VolumeKind::Objects { memory: true, .. }))
+            .collect();
+        assert_eq!(media, [false, true, true], "secrets and projected on tmpfs");
+        assert!(vs.iter().all(|v| v.kind.read_only() && v.kind.from_api()));
+        let VolumeKind::Objects { sources, .. } = &vs[2].kind else {
+            panic!("projected");
+        };
+        let FileSource::Token(t) = &sources[0] else {
+            panic!("token first");
+        };
+        assert_eq!(
+            t.mode, 0o600,
+            "fsGroup: 0600, widened by the ownership change"
+        );
+        assert_eq!(t.token.expiration_seconds, 3607);
+        assert_eq!(t.token.service_account, "default");
+        let objects = PodObjects {
+            api: true,
+            namespace: "ns".into(),
+            config_maps: BTreeMap::from([
+                (
+                    "app".to_owned(),
+                    Fetched::Found(Arc::new(ConfigMap {
+                        data: Some(BTreeMap::from([("a".into(), "1".into())])),
+                        ..Default::default()
+                    })),
+                ),
+                (
+                    "kube-root-ca.crt".to_owned(),
+                    Fetched::Found(Arc::new(ConfigMap {
+                        data: Some(BTreeMap::from([("ca.crt".into(), "PEM".into())])),
+                        ..Default::default()
+                    })),
+                ),
+            ]),
+            secrets: BTreeMap::from([("creds".to_owned(), Fetched::NotFound)]),
+            tokens: BTreeMap::from([(t.token.clone(), Ok("jwt".to_owned()))]),
+        };
+        let files = |i: usize| {
+            let VolumeKind::Objects { sources, .. } = &vs[i].kind else {
+                panic!("objects");
+            };
+            object_files(&p, sources, &objects, &BTreeMap::new())
+        };
+        assert_eq!(files(0), Ok(vec![("conf/a".into(), b"1".to_vec(), 0o440)]));
+        assert_eq!(
+            files(1),
+            Ok(Vec::new()),
+            "an optional secret that is missing"
+        );
+        assert_eq!(
+            files(2),
+            Ok(vec![
+                ("token".into(), b"jwt".to_vec(), 0o600),
+                ("ca.crt".into(), b"PEM".to_vec(), 0o420),
+                ("namespace".into(), b"ns".to_vec(), 0o420),
+            ])
+        );
+        // A failing token and a missing configMap: both named.
+        let mut broken = objects.clone();
+        broken
+            .tokens
+            .insert(t.token.clone(), Err("failed to fetch token: 403".into()));
+        broken
+            .config_maps
+            .insert("kube-root-ca.crt".into(), Fetched::NotFound);
+        let VolumeKind::Objects { sources, .. } = &vs[2].kind else {
+            panic!("objects");
+        };
+        assert_eq!(
+            object_files(&p, sources, &broken, &BTreeMap::new()),
+            Err("[failed to fetch token: 403, configmaps \"kube-root-ca.crt\" not found]".into())
+        );
+        // A key that would leave the volume.
+        broken.config_maps.insert(
+            "app".into(),
+            Fetched::Found(Arc::new(ConfigMap {
+                data: Some(BTreeMap::from([("..evil".into(), "x".into())])),
+                ..Default::default()
+            })),
+        );
+        let all = pod(
+            "metadata: {name: w, namespace: ns}\nspec: {volumes: [{name: c, configMap: {name: app}}], containers: [{name: c}]}",
+        );
+        let vs = plan_with(&all, true).expect("planned");
+        let VolumeKind::Objects { sources, .. } = &vs[0].kind else {
+            panic!("objects");
+        };
+        let e = object_files(&all, sources, &broken, &BTreeMap::new()).expect_err("refused");
+        assert!(e.contains("..evil"), "{e}");
+        // Hostile object names never reach a URL.
+        let hostile = pod(
+            "metadata: {name: w}\nspec: {volumes: [{name: c, secret: {secretName: ../../nodes/x}}], containers: [{name: c}]}",
+        );
+        assert!(!admit_with(&hostile, true).admitted);
     }
 
     #[test]

@@ -7,9 +7,14 @@
 //!   process that writes them, so the pod's memory usage counts them.
 //! - hostPath: the type check of `host_path.go` (`DirectoryOrCreate` creates, `Directory`
 //!   must be one, ...), with kubelet's `hostPath type check failed: ...` message.
-//! - downwardAPI / projected: files written as kubelet's `AtomicWriter` does: a fresh
-//!   `..<timestamp>` directory, the `..data` symlink swapped to it by rename, one symlink per
-//!   top-level name pointing into `..data`; rewritten only when the content changes.
+//! - downwardAPI / projected / configMap / secret: files written as kubelet's `AtomicWriter`
+//!   does: a fresh `..<timestamp>` directory, the `..data` symlink swapped to it by rename,
+//!   one symlink per top-level name pointing into `..data`; rewritten only when the content
+//!   changes. Secret and projected volumes with API sources sit on a tmpfs (kubelet's wrapped
+//!   memory emptyDir): a secret or token never reaches a disk.
+//! - With a pod `fsGroup`, kubelet's `SetVolumeOwnership`: every file and directory of an
+//!   emptyDir or object volume gets the group, group read (and write for emptyDirs), and
+//!   directories the setgid bit.
 
 use std::{
     collections::BTreeMap,
@@ -24,6 +29,7 @@ use std::{
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::policy::{
+    objects::PodObjects,
     resources::ResourceList,
     volumes::{self, HostPathType, PlannedMount, PlannedVolume, VolumeKind},
 };
@@ -80,7 +86,66 @@ fn make_dir(path: &Path, mode: u32) -> Result<(), VolumeError> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).with_path(path)
 }
 
-/// The pod's volumes, set up (idempotent: each sync calls it).
+/// Mounts a tmpfs of `size` bytes at `path` (kubelet's `generateTmpfsMountOptions`: `size=`
+/// when known, and `noswap` where the kernel has it: 6.4+; an older kernel refuses the
+/// option, and the mount is made without it).
+fn mount_tmpfs(path: &Path, size: Option<i64>) -> Result<(), String> {
+    let size_opt = size.map(|s| format!("size={s}"));
+    let with_noswap = size_opt
+        .as_ref()
+        .map_or_else(|| "noswap".to_owned(), |o| format!("{o},noswap"));
+    let mount = |opts: Option<&str>| -> Result<(), String> {
+        let data = opts
+            .map(std::ffi::CString::new)
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        rustix::mount::mount(
+            "tmpfs",
+            path,
+            "tmpfs",
+            rustix::mount::MountFlags::empty(),
+            data.as_deref(),
+        )
+        .map_err(|e| format!("mounting tmpfs at {}: {e}", path.display()))
+    };
+    mount(Some(&with_noswap)).or_else(|_| mount(size_opt.as_deref()))
+}
+
+/// The pod's `securityContext.fsGroup`.
+fn fs_group(pod: &Pod) -> Option<u32> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|c| c.fs_group)
+        .and_then(|g| u32::try_from(g).ok())
+}
+
+/// kubelet's `SetVolumeOwnership` (`changeFilePermission`): the group of everything below
+/// `dir` becomes `gid`; files get group read (and write unless `read_only`), directories
+/// also group execute and setgid. Symlinks get the group only.
+pub fn set_volume_ownership(dir: &Path, gid: u32, read_only: bool) -> Result<(), VolumeError> {
+    let mask = if read_only { 0o440 } else { 0o660 };
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let md = std::fs::symlink_metadata(&p).with_path(&p)?;
+        std::os::unix::fs::lchown(&p, None, Some(gid)).with_path(&p)?;
+        if md.file_type().is_symlink() {
+            continue;
+        }
+        let mut mode = md.permissions().mode() & 0o7777 | mask;
+        if md.is_dir() {
+            mode |= 0o2000 | 0o110;
+            for e in std::fs::read_dir(&p).with_path(&p)?.flatten() {
+                stack.push(e.path());
+            }
+        }
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).with_path(&p)?;
+    }
+    Ok(())
+}
+
+/// The pod's volumes, set up (idempotent: each sync calls it). `objects` holds the API
+/// objects read for this sync (configMap, secret and projected volumes).
 ///
 /// `pod_memory_limit` is the pod cgroup's memory limit, `allocatable` the node's.
 pub fn setup(
@@ -89,7 +154,9 @@ pub fn setup(
     planned: &[PlannedVolume],
     allocatable: &ResourceList,
     pod_memory_limit: Option<i64>,
+    objects: &PodObjects,
 ) -> Result<(), VolumeError> {
+    let group = fs_group(pod);
     for v in planned {
         let fail = |message: String| VolumeError::SetUp {
             volume: v.name.clone(),
@@ -100,6 +167,7 @@ pub fn setup(
         };
         match &v.kind {
             VolumeKind::EmptyDir { memory, size_limit } => {
+                let fresh = std::fs::symlink_metadata(&path).is_err();
                 make_dir(&path, 0o777)?;
                 if *memory && !is_mount_point(&path) {
                     let size = volumes::tmpfs_size(
@@ -107,31 +175,14 @@ pub fn setup(
                         pod_memory_limit,
                         *size_limit,
                     );
-                    // kubelet's generateTmpfsMountOptions: `size=` when known, and `noswap`
-                    // where the kernel has it (6.4+; an older kernel refuses the option,
-                    // and the mount is made without it).
-                    let size_opt = size.map(|s| format!("size={s}"));
-                    let with_noswap = size_opt
-                        .as_ref()
-                        .map_or_else(|| "noswap".to_owned(), |o| format!("{o},noswap"));
-                    let mount = |opts: Option<&str>| -> Result<(), String> {
-                        let data = opts
-                            .map(std::ffi::CString::new)
-                            .transpose()
-                            .map_err(|e| e.to_string())?;
-                        rustix::mount::mount(
-                            "tmpfs",
-                            &path,
-                            "tmpfs",
-                            rustix::mount::MountFlags::empty(),
-                            data.as_deref(),
-                        )
-                        .map_err(|e| format!("mounting tmpfs at {}: {e}", path.display()))
-                    };
-                    mount(Some(&with_noswap))
-                        .or_else(|_| mount(size_opt.as_deref()))
-                        .map_err(fail)?;
+                    mount_tmpfs(&path, size).map_err(fail)?;
                     tracing::info!(volume = %v.name, path = %path.display(), ?size, "memory emptyDir mounted");
+                }
+                if let Some(gid) = group
+                    && (fresh || *memory)
+                    && std::fs::metadata(&path).is_ok_and(|m| m.gid() != gid)
+                {
+                    set_volume_ownership(&path, gid, false)?;
                 }
             }
             VolumeKind::HostPath { path, kind } => check_host_path(path, *kind).map_err(fail)?,
@@ -139,11 +190,54 @@ pub fn setup(
                 let files = volumes::downward_files(pod, items, allocatable)
                     .map_err(|e| fail(e.to_string()))?;
                 make_dir(&path, 0o755)?;
-                write_atomic(&path, &files)?;
+                if write_atomic(&path, &owned_modes(files, group))?
+                    && let Some(gid) = group
+                {
+                    set_volume_ownership(&path, gid, true)?;
+                }
+            }
+            VolumeKind::Objects {
+                sources, memory, ..
+            } => {
+                // Everything is read first: a volume whose objects cannot be read is not
+                // touched (its last content stays).
+                let files =
+                    volumes::object_files(pod, sources, objects, allocatable).map_err(fail)?;
+                make_dir(&path, 0o755)?;
+                if *memory && !is_mount_point(&path) {
+                    let size = volumes::tmpfs_size(
+                        allocatable.get("memory").map(|q| q.value()),
+                        pod_memory_limit,
+                        None,
+                    );
+                    mount_tmpfs(&path, size).map_err(fail)?;
+                    tracing::info!(volume = %v.name, path = %path.display(), "volume tmpfs mounted");
+                }
+                if write_atomic(&path, &owned_modes(files, group))? {
+                    tracing::info!(volume = %v.name, path = %path.display(), "volume content written");
+                    if let Some(gid) = group {
+                        set_volume_ownership(&path, gid, true)?;
+                    }
+                }
             }
         }
     }
     Ok(())
+}
+
+/// The modes files end with after [`set_volume_ownership`] (group read), so that an
+/// unchanged volume is recognised as such.
+fn owned_modes(
+    files: Vec<(String, Vec<u8>, u32)>,
+    group: Option<u32>,
+) -> Vec<(String, Vec<u8>, u32)> {
+    if group.is_none() {
+        return files;
+    }
+    files
+        .into_iter()
+        .map(|(p, c, m)| (p, c, m | 0o440))
+        .collect()
 }
 
 /// `checkType` of `host_path.go`.
@@ -231,10 +325,11 @@ fn unchanged(dir: &Path, files: &[(String, Vec<u8>, u32)]) -> bool {
         })
 }
 
-/// kubelet's `AtomicWriter.Write` for one volume directory.
-pub fn write_atomic(dir: &Path, files: &[(String, Vec<u8>, u32)]) -> Result<(), VolumeError> {
+/// kubelet's `AtomicWriter.Write` for one volume directory; whether it wrote (false when
+/// the volume already held exactly `files`).
+pub fn write_atomic(dir: &Path, files: &[(String, Vec<u8>, u32)]) -> Result<bool, VolumeError> {
     if unchanged(dir, files) {
-        return Ok(());
+        return Ok(false);
     }
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -296,7 +391,7 @@ pub fn write_atomic(dir: &Path, files: &[(String, Vec<u8>, u32)]) -> Result<(), 
             let _ = std::fs::remove_dir_all(old);
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// The host path of one mount: the volume's, or its subPath inside the volume, created when

@@ -32,6 +32,7 @@ use crate::{
     cluster::events::{EventType, Involved},
     policy::{
         backoff::Backoff,
+        objects::{ObjectRefs, PodObjects},
         pod_actions::{
             AppState, ContainerStart, ContainerView, PodPhase, PodRuntime, PullPolicy, Replace,
             RestartPolicy, RuntimeState, SandboxPlan, SandboxView, compute_pod_actions, pod_phase,
@@ -103,6 +104,8 @@ pub struct WorkerContext<R> {
     pub events: crate::cluster::events::Recorder,
     /// What containers' security contexts depend on (the seccomp profile root).
     pub security: SecurityOptions,
+    /// Cluster mode: where API pods' ConfigMaps, Secrets and tokens are read.
+    pub objects: Option<Arc<super::objects::ApiObjects>>,
 }
 
 fn label_filter(uid: &str) -> HashMap<String, String> {
@@ -322,6 +325,8 @@ pub struct PodWorker<R> {
     /// The pod (and pod memory limit) the volumes were last set up for: setup runs again
     /// only when the spec or metadata change (kubelet's volume manager mounts once).
     volumes_set_up: Option<(Pod, Option<i64>)>,
+    /// The API objects (ConfigMaps, Secrets, tokens) read for the current sync.
+    objects: Option<Arc<PodObjects>>,
     /// The pod's container probes and their results (kubelet's probe manager).
     probes: Prober,
     /// Containers killed for a failed liveness or startup probe: restarted unless the
@@ -352,6 +357,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             oom: HashMap::new(),
             sandbox_ips: None,
             volumes_set_up: None,
+            objects: None,
             probes: Prober::default(),
             probe_killed: HashSet::new(),
             init_probes_reported: false,
@@ -377,6 +383,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             oom: HashMap::new(),
             sandbox_ips: None,
             volumes_set_up: None,
+            objects: None,
             probes: Prober::default(),
             probe_killed: HashSet::new(),
             init_probes_reported: false,
@@ -404,6 +411,9 @@ impl<R: ContainerRuntime> PodWorker<R> {
             if let PodWorkerState::Terminating { grace } = self.state {
                 let _timer = crate::metrics::global().pod_worker("kill");
                 let last = self.terminate(grace, &mut rx).await;
+                if let Some(o) = &self.ctx.objects {
+                    o.forget(&self.uid);
+                }
                 let _ = done.send(Terminated {
                     uid: self.uid.clone(),
                     last,
@@ -420,6 +430,19 @@ impl<R: ContainerRuntime> PodWorker<R> {
                         failures = 0;
                         if let Some(next) = next {
                             wake = wake.min(next);
+                        }
+                        // A projected token is rewritten before kubelet's token manager
+                        // would let it age out, whatever the sync period.
+                        if let Some(at) = self
+                            .ctx
+                            .objects
+                            .as_ref()
+                            .and_then(|o| o.next_refresh(&self.uid))
+                        {
+                            let after = at
+                                .duration_since(std::time::SystemTime::now())
+                                .unwrap_or(Duration::ZERO);
+                            wake = wake.min(Instant::now() + after);
                         }
                     }
                     Err(e) => {
@@ -758,6 +781,8 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 uid: uid.clone(),
                 source,
             })?;
+        // The API objects the pod reads, for its volumes and environment.
+        self.objects = Some(Arc::new(self.read_objects(pod).await));
         // The volumes, before the sandbox and every container (kubelet's
         // WaitForAttachAndMount): a volume that cannot be set up holds the pod in
         // ContainerCreating and is retried.
@@ -895,28 +920,62 @@ impl<R: ContainerRuntime> PodWorker<R> {
         is_valid_uid(&self.uid).then(|| self.ctx.log_root.join(&self.uid))
     }
 
+    /// Whether the pod reads API objects: it came from the API server, in cluster mode.
+    fn reads_api(&self) -> bool {
+        self.ctx.objects.is_some() && self.source == super::apiserver::API_SOURCE
+    }
+
+    /// The ConfigMaps, Secrets and tokens the pod names, read now (nothing, and kubelet's
+    /// standalone messages, when the pod reads no API objects).
+    async fn read_objects(&self, pod: &Pod) -> PodObjects {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let refs = ObjectRefs::of(pod);
+        match &self.ctx.objects {
+            Some(o) if self.reads_api() && !refs.is_empty() => o.snapshot(pod, &refs).await,
+            _ => PodObjects {
+                api: self.reads_api(),
+                ..PodObjects::none(namespace)
+            },
+        }
+    }
+
     /// Sets up the pod's volumes (idempotent); the error is kubelet's mount failure message.
+    /// Volumes from API objects are rewritten at every sync where their objects changed; a
+    /// failure to refresh them once the pod runs is reported (`FailedMount`) and leaves
+    /// their last content, the pod running on.
     fn setup_volumes(&mut self, pod: &Pod, pod_memory_limit: Option<i64>) -> Result<(), String> {
-        if self
+        let planned = volume_plan::plan_with(pod, self.reads_api())?;
+        let from_api = planned.iter().any(|v| v.kind.from_api());
+        let set_up = self
             .volumes_set_up
             .as_ref()
-            .is_some_and(|(p, limit)| p == pod && *limit == pod_memory_limit)
-        {
+            .is_some_and(|(p, limit)| p == pod && *limit == pod_memory_limit);
+        if set_up && !from_api {
             return Ok(());
         }
-        let planned = volume_plan::plan(pod)?;
         if !planned.is_empty() {
             let dir = self
                 .pod_dir()
                 .ok_or_else(|| format!("invalid pod uid {:?}", self.uid))?;
-            volumes::setup(
+            let none = PodObjects::none(pod.metadata.namespace.as_deref().unwrap_or("default"));
+            let objects = self.objects.as_deref().unwrap_or(&none);
+            let result = volumes::setup(
                 &dir,
                 pod,
                 &planned,
                 &self.ctx.downward.allocatable,
                 pod_memory_limit,
+                objects,
             )
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.to_string());
+            if let Err(message) = result {
+                self.event(None, EventType::Warning, "FailedMount", message.clone());
+                if set_up {
+                    tracing::warn!(uid = %self.uid, error = %message, "volume refresh failed; the pod keeps their last content");
+                    return Ok(());
+                }
+                return Err(message);
+            }
         }
         self.volumes_set_up = Some((pod.clone(), pod_memory_limit));
         Ok(())
@@ -932,11 +991,12 @@ impl<R: ContainerRuntime> PodWorker<R> {
     ) -> Result<EnvAndMounts, String> {
         let ctx = crate::policy::env::EnvContext {
             pod_ips,
+            objects: self.objects.clone(),
             ..self.ctx.downward.clone()
         };
         let env = crate::policy::env::container_env(pod, c, &ctx).map_err(|e| e.to_string())?;
         let (command, args) = crate::policy::env::expand_command_and_args(c, &env);
-        let planned = volume_plan::plan(pod)?;
+        let planned = volume_plan::plan_with(pod, self.reads_api())?;
         let mut mounts = Vec::new();
         if c.volume_mounts.as_ref().is_some_and(|m| !m.is_empty()) {
             let dir = self
@@ -1984,6 +2044,7 @@ mod tests {
             security: SecurityOptions::default(),
             resync: Duration::from_secs(60),
             events: recorder,
+            objects: None,
         });
         let pod: Pod = serde_yaml_ng::from_str(yaml).expect("pod");
         let (tx, rx) = mpsc::unbounded_channel();

@@ -353,6 +353,30 @@ pub(super) fn pod_pids_limit(
     Ok(limit)
 }
 
+/// `syncFrequency` / `--sync-frequency` (1 m), greater than 0.
+pub(super) fn sync_frequency(
+    n: &Namer<'_>,
+    doc: &KubeletConfiguration,
+    args: &ConfigArgs,
+) -> Result<Duration, ConfigError> {
+    let d = duration_setting(
+        n,
+        key::SYNC_FREQUENCY,
+        args.sync_frequency.as_ref(),
+        doc.sync_frequency.as_ref(),
+        Duration::from_secs(60),
+    )?;
+    if d.is_zero() {
+        return Err(n.invalid(
+            key::SYNC_FREQUENCY,
+            args.sync_frequency.is_some(),
+            "0s",
+            "must be greater than 0",
+        ));
+    }
+    Ok(d)
+}
+
 /// `allowedUnsafeSysctls` (the flag's list if given, else the file's): each a sysctl name or
 /// `prefix*` pattern known to be namespaced, as kubelet refuses to start otherwise.
 pub(super) fn allowed_unsafe_sysctls(
