@@ -265,6 +265,8 @@ const FAST_RELIST_WINDOW: Duration = Duration::from_secs(2);
 
 struct Handle {
     tx: mpsc::UnboundedSender<WorkUpdate>,
+    /// The worker as `kubelet_working_pods` counts it.
+    working: crate::metrics::WorkingPod,
 }
 
 /// The pods of the runtime loop: one worker each, their admission, the updates queued behind a
@@ -293,10 +295,32 @@ struct Rejected {
 
 impl<R: ContainerRuntime> Pods<R> {
     /// Starts `worker` as the pod `uid`'s worker.
-    fn spawn(&mut self, uid: String, worker: PodWorker<R>) {
+    fn spawn(&mut self, uid: String, worker: PodWorker<R>, working: crate::metrics::WorkingPod) {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.workers.insert(uid, Handle { tx });
+        self.workers.insert(uid, Handle { tx, working });
         self.tasks.spawn(worker.run(rx, self.done.clone()));
+    }
+
+    /// The workers by lifecycle, config and static (`kubelet_working_pods`): a syncing
+    /// worker whose pod ran to its end is terminated, and so is an evicted pod kept until its
+    /// source deletes it.
+    fn working_pods(&self, status: &StatusManager) -> crate::metrics::WorkingPods {
+        let finished: std::collections::HashSet<String> = [PodPhase::Succeeded, PodPhase::Failed]
+            .into_iter()
+            .flat_map(|p| status.uids_in_phase(p))
+            .collect();
+        let mut counts = crate::metrics::WorkingPods::default();
+        for (uid, h) in &self.workers {
+            counts.add(h.working.now(finished.contains(uid)));
+        }
+        for (uid, (rec, _)) in &self.evicted {
+            if !self.workers.contains_key(uid) {
+                let mut w = crate::metrics::WorkingPod::desired(&rec.source);
+                w.lifecycle = crate::metrics::WorkingLifecycle::Terminated;
+                counts.add(w);
+            }
+        }
+        counts
     }
 
     /// kubepods and the QoS tiers in step with the admitted pods.
@@ -319,8 +343,9 @@ impl<R: ContainerRuntime> Pods<R> {
                     self.link
                         .set_active(&uid, ActiveEntry::new(u.pod.clone(), cgroup));
                 }
+                let working = crate::metrics::WorkingPod::desired(&u.source);
                 let w = PodWorker::new(self.ctx.clone(), u.pod, u.source);
-                self.spawn(uid, w);
+                self.spawn(uid, w, working);
                 Ok(())
             }
             Err(r) => {
@@ -499,8 +524,9 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                                 continue;
                             }
                             tracing::info!(uid = %uid, op = ?u.op, source = %u.source, "pod update");
-                            match (u.op, pods.workers.get(&uid)) {
+                            match (u.op, pods.workers.get_mut(&uid)) {
                                 (PodOp::Delete, Some(h)) => {
+                                    h.working.deleted();
                                     pods.pending.remove(&uid);
                                     let _ = h.tx.send(WorkUpdate::Kill { grace: None });
                                 }
@@ -510,6 +536,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                                     status.remove(&uid);
                                 }
                                 (_, Some(h)) => {
+                                    h.working.updated();
                                     // A terminating worker ignores it; it is re-added when done.
                                     pods.pending.insert(uid.clone(), u.clone());
                                     let _ = h.tx.send(WorkUpdate::Sync { pod: u.pod, source: u.source });
@@ -544,7 +571,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                                 if !pods.workers.contains_key(uid) {
                                     tracing::info!(uid = %uid, "removing pod unknown to every source");
                                     let w = PodWorker::orphan(ctx.clone(), uid.clone());
-                                    pods.spawn(uid.clone(), w);
+                                    pods.spawn(uid.clone(), w, crate::metrics::WorkingPod::runtime_only());
                                 }
                             }
                             // Pod directories (volumes, logs) of pods no source and no
@@ -606,8 +633,9 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             () = link.evictions_pending() => {
                 for e in link.take_evictions() {
                     link.remove_active(&e.uid);
-                    let Some(h) = pods.workers.get(&e.uid) else { continue };
+                    let Some(h) = pods.workers.get_mut(&e.uid) else { continue };
                     let Some(pod) = pods.admissions.admitted.get(&e.uid).cloned() else { continue };
+                    h.working.killed();
                     tracing::warn!(uid = %e.uid, grace = e.grace_seconds, message = %e.message, "evicting pod");
                     let rec = failed_record(&pod, "", crate::policy::eviction::manager::REASON, e.message.clone());
                     let rec = PodRecord { source: status.get(&e.uid).map(|r| r.source).unwrap_or_default(), ..rec };
@@ -621,6 +649,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         // Pods whose worker terminated while an update was queued are handled above; drop
         // pending entries of workers that are syncing normally.
         pods.pending.retain(|uid, _| pods.workers.contains_key(uid));
+        crate::metrics::global().working_pods(&pods.working_pods(&status));
     }
     tracing::info!(
         pods = pods.workers.len(),

@@ -629,6 +629,23 @@ async fn every_endpoint_of_a_running_daemon_parses() {
         value(&fams, "kubelet_active_pods", &[("static", "true")]),
         Some(1.0)
     );
+    // Its worker: syncing, desired, static; kubelet's 15 working-pod series are all set.
+    let working = family(&fams, "kubelet_working_pods", "gauge");
+    assert_eq!(working.samples.len(), 15, "{working:?}");
+    let sum: f64 = working.samples.iter().map(|s| s.value).sum();
+    assert_eq!(sum, 1.0, "{working:?}");
+    assert_eq!(
+        value(
+            &fams,
+            "kubelet_working_pods",
+            &[
+                ("lifecycle", "sync"),
+                ("config", "desired"),
+                ("static", "true")
+            ]
+        ),
+        Some(1.0)
+    );
 
     // /metrics/resource
     let r = get(addr, "/metrics/resource");
