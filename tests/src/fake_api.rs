@@ -37,8 +37,9 @@ use std::{
 
 use k8s_openapi::{
     api::{
+        authentication::v1::TokenRequest,
         coordination::v1::Lease,
-        core::v1::{Event, Node, Pod},
+        core::v1::{ConfigMap, Event, Node, Pod, Secret},
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
@@ -61,12 +62,14 @@ pub enum Kind {
     Event,
     /// events.k8s.io/v1 events (stored apart from core ones).
     EventV1,
+    ConfigMap,
+    Secret,
 }
 
 impl Kind {
     fn api_version(self) -> &'static str {
         match self {
-            Self::Pod | Self::Node | Self::Event => "v1",
+            Self::Pod | Self::Node | Self::Event | Self::ConfigMap | Self::Secret => "v1",
             Self::Lease => "coordination.k8s.io/v1",
             Self::EventV1 => "events.k8s.io/v1",
         }
@@ -78,6 +81,8 @@ impl Kind {
             Self::Node => "Node",
             Self::Lease => "Lease",
             Self::Event | Self::EventV1 => "Event",
+            Self::ConfigMap => "ConfigMap",
+            Self::Secret => "Secret",
         }
     }
 
@@ -101,6 +106,8 @@ impl Kind {
             Self::Lease => meta::<Lease>(v, |l| l.metadata),
             Self::Event => meta::<Event>(v, |e| e.metadata),
             Self::EventV1 => meta::<k8s_openapi::api::events::v1::Event>(v, |e| e.metadata),
+            Self::ConfigMap => meta::<ConfigMap>(v, |c| c.metadata),
+            Self::Secret => meta::<Secret>(v, |s| s.metadata),
         }
     }
 }
@@ -133,6 +140,23 @@ struct Store {
     interfere: Vec<(String, u32)>,
     /// How long every answer (but a watch's) is held back: a slow server.
     delay: Duration,
+    /// Service-account tokens issued, in order.
+    tokens: Vec<IssuedToken>,
+    /// The TTL every token gets whatever was asked (`None`: as asked).
+    token_ttl: Option<i64>,
+}
+
+/// A token the fake's TokenRequest endpoint issued.
+#[derive(Clone, Debug)]
+pub struct IssuedToken {
+    pub token: String,
+    pub namespace: String,
+    pub service_account: String,
+    /// The request as it came (spec: audiences, expirationSeconds, boundObjectRef).
+    pub request: Value,
+    /// The TTL given, in seconds.
+    pub ttl: i64,
+    pub issued: Instant,
 }
 
 struct Watch {
@@ -326,6 +350,18 @@ impl FakeApi {
 
     pub fn interfere(&self, fragment: &str, n: u32) {
         lock(&self.state).interfere.push((fragment.to_owned(), n));
+    }
+
+    /// Every token issued later gets `ttl` seconds whatever it asked for (a real server
+    /// honours at least 10 min; tests need tokens that age within seconds).
+    pub fn set_token_ttl(&self, ttl: Option<i64>) {
+        lock(&self.state).token_ttl = ttl;
+    }
+
+    /// The tokens issued so far, in order.
+    #[must_use]
+    pub fn tokens(&self) -> Vec<IssuedToken> {
+        lock(&self.state).tokens.clone()
     }
 
     /// The requests received so far.
@@ -543,6 +579,8 @@ fn route(path: &str) -> Option<Route> {
         ("core", "pods") => Kind::Pod,
         ("core", "nodes") => Kind::Node,
         ("core", "events") => Kind::Event,
+        ("core", "configmaps") => Kind::ConfigMap,
+        ("core", "secrets") => Kind::Secret,
         ("coordination", "leases") => Kind::Lease,
         ("events", "events") => Kind::EventV1,
         _ => return None,
@@ -607,6 +645,8 @@ fn not_found(r: &Route, name: &str) -> (u16, Value) {
         Kind::Node => "nodes",
         Kind::Lease => "leases.coordination.k8s.io",
         Kind::Event | Kind::EventV1 => "events",
+        Kind::ConfigMap => "configmaps",
+        Kind::Secret => "secrets",
     };
     (
         404,
@@ -699,6 +739,66 @@ fn delete(
     (200, obj)
 }
 
+/// `POST /api/v1/namespaces/<ns>/serviceaccounts/<sa>/token`: a TokenRequest answered with
+/// a fresh token and its expiry (the store's TTL, else the one asked, else 1 h).
+fn token_request(st: &mut Store, path: &str, body: Option<&Value>) -> Option<(u16, Value)> {
+    let p = path.split('?').next().unwrap_or("");
+    let segs: Vec<&str> = p.trim_matches('/').split('/').collect();
+    let [
+        "api",
+        "v1",
+        "namespaces",
+        ns,
+        "serviceaccounts",
+        sa,
+        "token",
+    ] = segs.as_slice()
+    else {
+        return None;
+    };
+    let Some(body) = body else {
+        return Some((422, status_body(422, "Invalid", "the body is not JSON")));
+    };
+    if let Err(e) = serde_json::from_value::<TokenRequest>(body.clone()) {
+        return Some((
+            422,
+            status_body(422, "Invalid", &format!("decoding TokenRequest: {e}")),
+        ));
+    }
+    if body["kind"].as_str().is_some_and(|k| k != "TokenRequest") {
+        return Some((
+            422,
+            status_body(422, "Invalid", "kind: expected TokenRequest"),
+        ));
+    }
+    let asked = body["spec"]["expirationSeconds"].as_i64().unwrap_or(3600);
+    let ttl = st.token_ttl.unwrap_or(asked);
+    st.uid_seq += 1;
+    let token = format!("fake-token-{}-{ns}-{sa}", st.uid_seq);
+    let expires = k8s_openapi::jiff::Timestamp::now()
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(ttl))
+        .and_then(|t| t.round(k8s_openapi::jiff::Unit::Second))
+        .map(|t| t.to_string())
+        .unwrap_or_default();
+    st.tokens.push(IssuedToken {
+        token: token.clone(),
+        namespace: (*ns).to_owned(),
+        service_account: (*sa).to_owned(),
+        request: body.clone(),
+        ttl,
+        issued: Instant::now(),
+    });
+    let mut spec = body["spec"].clone();
+    spec["expirationSeconds"] = json!(ttl);
+    Some((
+        201,
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+               "metadata": {"name": sa, "namespace": ns},
+               "spec": spec,
+               "status": {"token": token, "expirationTimestamp": expires}}),
+    ))
+}
+
 /// Handles one non-watch request.
 fn handle(
     st: &mut Store,
@@ -707,6 +807,11 @@ fn handle(
     content_type: &str,
     body: Option<&Value>,
 ) -> (u16, Value) {
+    if method == "POST"
+        && let Some(answer) = token_request(st, path, body)
+    {
+        return answer;
+    }
     let Some(r) = route(path) else {
         return (
             404,

@@ -1027,3 +1027,222 @@ async fn a_slow_api_server_delays_nothing_on_the_node() {
     fake.set_delay(Duration::ZERO);
     drop(node.shutdown().await);
 }
+
+/// The last line of the container's log holding `prefix`, without the CRI log prefix.
+fn last_log_line(node: &Node, uid: &str, prefix: &str) -> Option<String> {
+    let log = std::fs::read_to_string(node.state.join("pods").join(uid).join("app/0.log"))
+        .unwrap_or_default();
+    log.lines()
+        .rev()
+        .filter_map(|l| l.split_once(" F ").map(|(_, t)| t.to_owned()))
+        .find(|t| t.starts_with(prefix))
+}
+
+/// kubelet's configMap, secret and projected-volume e2e tests on the node
+/// (`test/e2e/common/storage/{configmap,secret,projected}_*.go`): an API pod's configMap,
+/// secret and kube-api-access volumes and its env from both, as the container (uid 1000 with
+/// fsGroup 2000) reads them; the secret on a tmpfs with the fsGroup's ownership; the token
+/// bound to the pod and refreshed before it expires; a ConfigMap change reaching the running
+/// container; a pod whose ConfigMap does not exist yet waiting in ContainerCreating with
+/// kubelet's FailedMount event, and starting once it appears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_maps_secrets_and_tokens_reach_the_container() {
+    let args = ConfigArgs {
+        sync_frequency: Some("2s".to_owned()),
+        ..ConfigArgs::default()
+    };
+    let (_serial, fake, node) = cluster_test("cl-obj", "cl-obj-node", args, false).await;
+    // Tokens live 20 s (a real server gives at least 10 min): refreshed within the test.
+    fake.set_token_ttl(Some(20));
+    fake.put(
+        Kind::ConfigMap,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "app", "namespace": "default"},
+               "data": {"mode": "fast", "greeting": "hello"}}),
+    );
+    fake.put(
+        Kind::ConfigMap,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "kube-root-ca.crt", "namespace": "default"},
+               "data": {"ca.crt": "PEM-DATA"}}),
+    );
+    fake.put(
+        Kind::Secret,
+        json!({"apiVersion": "v1", "kind": "Secret",
+               "metadata": {"name": "creds", "namespace": "default"},
+               // base64 of "s3cret"
+               "data": {"password": "czNjcmV0"}}),
+    );
+    let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let script = format!(
+        "echo \"env MODE=$MODE PW=$PW G=$C_greeting\"; echo \"id $(id -u) $(id -G)\"; \
+         echo \"secret $(cat /etc/sec/password)\"; echo \"ca $(cat {sa}/ca.crt) ns $(cat {sa}/namespace)\"; \
+         while true; do echo \"tick cfg=$(cat /etc/cfg/mode) tok=$(cat {sa}/token)\"; sleep 1; done"
+    );
+    let mut pod = node_pod(
+        "objs",
+        "cl-uid-objs",
+        "cl-obj-node",
+        json!({
+            "securityContext": {"runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 2000},
+            "volumes": [
+                {"name": "cfg", "configMap": {"name": "app"}},
+                // 0400: readable by uid 1000 only through the fsGroup's ownership.
+                {"name": "sec", "secret": {"secretName": "creds", "defaultMode": 256}},
+                {"name": "kube-api-access", "projected": {"defaultMode": 420, "sources": [
+                    {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                    {"configMap": {"name": "kube-root-ca.crt",
+                                   "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                    {"downwardAPI": {"items": [{"path": "namespace",
+                        "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}},
+            ],
+        }),
+        &script,
+    );
+    pod["spec"]["containers"][0]["volumeMounts"] = json!([
+        {"name": "cfg", "mountPath": "/etc/cfg"},
+        {"name": "sec", "mountPath": "/etc/sec"},
+        {"name": "kube-api-access", "mountPath": sa},
+    ]);
+    pod["spec"]["containers"][0]["env"] = json!([
+        {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "app", "key": "mode"}}},
+        {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+        {"name": "NONE", "valueFrom": {"configMapKeyRef": {"name": "nope", "key": "x", "optional": true}}},
+    ]);
+    pod["spec"]["containers"][0]["envFrom"] =
+        json!([{"configMapRef": {"name": "app"}, "prefix": "C_"}]);
+    fake.put_pod(pod);
+    let uid = "cl-uid-objs";
+    wait_until(
+        "the container's first tick",
+        Duration::from_secs(60),
+        || last_log_line(&node, uid, "tick").is_some(),
+    )
+    .await;
+    let line = |p: &str| last_log_line(&node, uid, p).unwrap_or_default();
+    assert_eq!(line("env"), "env MODE=fast PW=s3cret G=hello");
+    assert_eq!(
+        line("id"),
+        "id 1000 1000 2000",
+        "fsGroup as a supplemental group"
+    );
+    assert_eq!(
+        line("secret"),
+        "secret s3cret",
+        "0400 secret read through the fsGroup"
+    );
+    assert_eq!(line("ca"), "ca PEM-DATA ns default");
+    // The secret never reaches a disk: its volume is a tmpfs, its files the fsGroup's.
+    let vols = node.state.join("pods").join(uid).join("volumes");
+    let sec = vols.join("kubernetes.io~secret/sec");
+    assert!(
+        enforcer::runtime::volumes::is_mount_point(&sec),
+        "tmpfs at {}",
+        sec.display()
+    );
+    assert!(enforcer::runtime::volumes::is_mount_point(
+        &vols.join("kubernetes.io~projected/kube-api-access")
+    ));
+    assert!(
+        !enforcer::runtime::volumes::is_mount_point(&vols.join("kubernetes.io~configmap/cfg")),
+        "configMaps on disk, as kubelet"
+    );
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        let md = std::fs::metadata(sec.join("password")).expect("password");
+        assert_eq!(
+            (md.gid(), md.mode() & 0o7777),
+            (2000, 0o440),
+            "SetVolumeOwnership"
+        );
+    }
+    // The token: bound to the pod, as asked, and what the container reads.
+    let tokens = fake.tokens();
+    let first = tokens.first().expect("a TokenRequest").clone();
+    assert_eq!(first.service_account, "default");
+    assert_eq!(first.request["spec"]["expirationSeconds"], 3607);
+    assert_eq!(
+        first.request["spec"]["boundObjectRef"],
+        json!({"apiVersion": "v1", "kind": "Pod", "name": "objs", "uid": uid})
+    );
+    assert!(
+        line("tick").ends_with(&format!("tok={}", first.token)),
+        "{}",
+        line("tick")
+    );
+    // A ConfigMap change reaches the running container at a sync.
+    fake.put(
+        Kind::ConfigMap,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "app", "namespace": "default"},
+               "data": {"mode": "slow", "greeting": "hello"}}),
+    );
+    wait_until(
+        "the ConfigMap change in the volume",
+        Duration::from_secs(20),
+        || line("tick").starts_with("tick cfg=slow"),
+    )
+    .await;
+    // The token is refreshed before it expires (kubelet: at 80 % of its 20 s, less up to
+    // 10 s of jitter), and the container reads the new one.
+    wait_until("a refreshed token", Duration::from_secs(30), || {
+        fake.tokens().len() >= 2
+    })
+    .await;
+    let second = fake.tokens()[1].clone();
+    let age = second.issued.duration_since(first.issued);
+    assert!(
+        age >= Duration::from_secs(5) && age < Duration::from_secs(20),
+        "refreshed {age:?} after issue, the token living 20 s"
+    );
+    wait_until(
+        "the new token in the volume",
+        Duration::from_secs(10),
+        || line("tick").ends_with(&format!("tok={}", second.token)),
+    )
+    .await;
+
+    // A pod whose ConfigMap does not exist yet: ContainerCreating and FailedMount, then it
+    // starts once the ConfigMap appears.
+    let mut later = node_pod(
+        "later",
+        "cl-uid-later",
+        "cl-obj-node",
+        json!({
+            "volumes": [{"name": "cfg", "configMap": {"name": "late"}}],
+        }),
+        "cat /etc/cfg/k; sleep 3600",
+    );
+    later["spec"]["containers"][0]["volumeMounts"] =
+        json!([{"name": "cfg", "mountPath": "/etc/cfg"}]);
+    fake.put_pod(later);
+    let e = wait_event(&fake, "FailedMount", "later").await;
+    assert_eq!(e["type"], "Warning");
+    assert_eq!(
+        e["message"],
+        "MountVolume.SetUp failed for volume \"cfg\" : configmaps \"late\" not found"
+    );
+    let p = fake.get(Kind::Pod, "default", "later").expect("pod");
+    assert_eq!(p["status"]["phase"], "Pending", "{p}");
+    assert_eq!(
+        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"], "ContainerCreating",
+        "{p}"
+    );
+    fake.put(
+        Kind::ConfigMap,
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "late", "namespace": "default"}, "data": {"k": "v"}}),
+    );
+    wait_until("the late pod running", Duration::from_secs(30), || {
+        api_phase(&fake, "later").as_deref() == Some("Running")
+    })
+    .await;
+    for name in ["objs", "later"] {
+        assert_eq!(fake.delete_pod("default", name, Some(0)), 200);
+    }
+    wait_until("the pods' volumes gone", Duration::from_secs(60), || {
+        !vols.exists() && !node.state.join("pods/cl-uid-later/volumes").exists()
+    })
+    .await;
+    drop(node.shutdown().await);
+}

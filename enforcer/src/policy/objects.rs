@@ -389,6 +389,9 @@ pub fn token_needs_refresh(
     now >= token_refresh_at(expires, ttl_seconds, jitter) || now < issued
 }
 
+/// Variables (name, value) and the keys skipped as invalid names.
+pub type EnvFromVars = (Vec<(String, String)>, Vec<String>);
+
 /// kubelet's (relaxed) environment variable name rule: printable ASCII, no `=`.
 #[must_use]
 pub fn valid_env_name(name: &str) -> bool {
@@ -407,7 +410,7 @@ pub fn env_from(
     name: &str,
     prefix: &str,
     optional: bool,
-) -> Result<(Vec<(String, String)>, Vec<String>), String> {
+) -> Result<EnvFromVars, String> {
     let data = match kind {
         ObjectKind::ConfigMap => objects.config_map(name)?.map(|cm| {
             cm.data
@@ -454,19 +457,15 @@ pub fn env_key(
     optional: bool,
 ) -> Result<Option<String>, String> {
     let value = match kind {
-        ObjectKind::ConfigMap => match objects.config_map(name)? {
-            None => None,
-            Some(cm) => Some(cm.data.as_ref().and_then(|d| d.get(key)).cloned()),
-        },
-        ObjectKind::Secret => match objects.secret(name)? {
-            None => None,
-            Some(s) => Some(
-                s.data
-                    .as_ref()
-                    .and_then(|d| d.get(key))
-                    .map(|v| String::from_utf8_lossy(&v.0).into_owned()),
-            ),
-        },
+        ObjectKind::ConfigMap => objects
+            .config_map(name)?
+            .map(|cm| cm.data.as_ref().and_then(|d| d.get(key)).cloned()),
+        ObjectKind::Secret => objects.secret(name)?.map(|s| {
+            s.data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+        }),
     };
     match value {
         None if optional => Ok(None),

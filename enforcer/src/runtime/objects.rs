@@ -38,14 +38,16 @@ struct CachedToken {
 }
 
 type TokenKey = (String, TokenRef);
+/// Answers by (namespace, name), with when they came.
+type Answers<T> = Mutex<HashMap<(String, String), (Instant, Fetched<T>)>>;
 
 /// The API objects of this node's pods: a client (made on first use from the kubeconfig,
 /// made again after a failure), the answers of the last [`OBJECT_TTL`], the tokens.
 pub struct ApiObjects {
     kubeconfig: PathBuf,
     client: tokio::sync::Mutex<Option<kube::Client>>,
-    config_maps: Mutex<HashMap<(String, String), (Instant, Fetched<ConfigMap>)>>,
-    secrets: Mutex<HashMap<(String, String), (Instant, Fetched<Secret>)>>,
+    config_maps: Answers<ConfigMap>,
+    secrets: Answers<Secret>,
     tokens: Mutex<HashMap<TokenKey, CachedToken>>,
 }
 
@@ -108,7 +110,7 @@ impl ApiObjects {
     /// One object, from the last [`OBJECT_TTL`] or the API server.
     async fn get<T>(
         &self,
-        cache: &Mutex<HashMap<(String, String), (Instant, Fetched<T>)>>,
+        cache: &Answers<T>,
         kind: ObjectKind,
         namespace: &str,
         name: &str,
