@@ -165,6 +165,10 @@ pub struct PreStop {
     /// Where an httpGet hook without `host` goes.
     pub pod_host: String,
     pub failed: HookFailed,
+    /// The pod's own grace period when the kill carries an override (an eviction): kubelet's
+    /// `killContainer` runs the hook within the pod's grace period, then stops the container
+    /// with the override. `None`: the hook and the stop share the kill's grace period.
+    pub hook_grace: Option<i64>,
 }
 
 impl PreStop {
@@ -175,7 +179,8 @@ impl PreStop {
 
 /// kubelet's `killContainer`: runs the container's preStop hook (bounded by the grace period;
 /// a failure is reported and the stop goes on), then stops it with what is left of the grace
-/// period, never less than the runtime floor.
+/// period, never less than the runtime floor. Under an override ([`PreStop::hook_grace`])
+/// the hook has the pod's grace period and the stop the override.
 async fn stop_container<R: ContainerRuntime>(
     runtime: &R,
     id: &str,
@@ -184,11 +189,15 @@ async fn stop_container<R: ContainerRuntime>(
     pre_stop: Option<(Hook, PreStop)>,
 ) -> Result<(), CriError> {
     let mut timeout = grace.max(spec::MIN_GRACE_SECONDS);
+    let hook_grace = pre_stop
+        .as_ref()
+        .and_then(|(_, ps)| ps.hook_grace)
+        .unwrap_or(grace);
     if let Some((hook, ps)) = pre_stop
-        && grace > 0
+        && hook_grace > 0
     {
         let started = Instant::now();
-        let bound = Duration::from_secs(u64::try_from(grace).unwrap_or(0));
+        let bound = Duration::from_secs(u64::try_from(hook_grace).unwrap_or(0));
         let run = lifecycle::run_hook(runtime, id, name, &ps.pod, &hook, &ps.pod_host, bound);
         match tokio::time::timeout(bound, run).await {
             Ok(Ok(())) => {}
@@ -197,10 +206,12 @@ async fn stop_container<R: ContainerRuntime>(
                 (ps.failed)(name, message);
             }
             Err(_) => {
-                tracing::info!(container = %name, id = %id, grace, "preStop hook not completed in grace period");
+                tracing::info!(container = %name, id = %id, grace = hook_grace, "preStop hook not completed in grace period");
             }
         }
-        timeout = lifecycle::remaining_grace(grace, started.elapsed());
+        if ps.hook_grace.is_none() {
+            timeout = lifecycle::remaining_grace(grace, started.elapsed());
+        }
     }
     runtime.stop_container(id, timeout).await
 }
@@ -335,6 +346,8 @@ pub struct PodWorker<R> {
     /// Whether the probes of regular init containers (which kubelet's API refuses) were
     /// reported as not run.
     init_probes_reported: bool,
+    /// The kill carries a grace-period override (an eviction).
+    grace_override: bool,
 }
 
 impl<R: ContainerRuntime> PodWorker<R> {
@@ -361,6 +374,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             probes: Prober::default(),
             probe_killed: HashSet::new(),
             init_probes_reported: false,
+            grace_override: false,
         }
     }
 
@@ -387,6 +401,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             probes: Prober::default(),
             probe_killed: HashSet::new(),
             init_probes_reported: false,
+            grace_override: false,
         }
     }
 
@@ -485,6 +500,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 }
             }
             WorkUpdate::Kill { grace } => {
+                self.grace_override |= grace.is_some();
                 let spec_grace = self
                     .pod
                     .as_deref()
@@ -1603,6 +1619,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             hooks,
             pod: security::format_pod(pod),
             pod_host,
+            hook_grace: self.grace_override.then(|| spec::grace_seconds(pod)),
             failed: Arc::new(move |container: &str, message: String| {
                 events.event(
                     Involved::pod(&id.namespace, &id.name, &uid, Some(container)),
@@ -2300,7 +2317,7 @@ mod tests {
         };
         let (reason, message) = waiting(0);
         assert_eq!(reason, "CreateContainerConfigError");
-        assert!(message.contains("secretKeyRef"), "{message}");
+        assert_eq!(message, "couldn't get secret default/s, no kubeClient defined");
         assert_eq!(
             waiting(1),
             (
@@ -2354,6 +2371,22 @@ mod tests {
             !ev.iter().any(|(_, r, _)| r == "FailedPreStopHook"),
             "{ev:?}"
         );
+    }
+
+    /// An eviction's grace override (kubelet's `killContainer` with `gracePeriodOverride`):
+    /// the preStop hook still has the pod's grace period, the stop then gets the override
+    /// (never under the 2 s floor).
+    #[tokio::test(start_paused = true)]
+    async fn an_override_leaves_pre_stop_the_pods_grace_and_stops_with_the_override() {
+        let h = harness(
+            "metadata: {name: p, uid: ps4}\nspec:\n  terminationGracePeriodSeconds: 10\n  containers:\n  - {name: c, image: 'busybox:local', lifecycle: {preStop: {sleep: {seconds: 3}}}}",
+        );
+        settle().await;
+        let _ = h.tx.send(WorkUpdate::Kill { grace: Some(1) });
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(stop_calls(&h.fake).is_empty(), "{:?}", h.fake.calls());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(stop_calls(&h.fake), vec!["StopContainer c 2".to_owned()]);
     }
 
     /// A preStop that outlives the grace period is abandoned at its end; the stop gets the
