@@ -10,6 +10,8 @@
 //! - [`oom`]: per-container `oom_score_adj`, and cgroup values (shares, weight, quota, limits).
 //! - [`eviction`]: signals, thresholds, ranking and the eviction manager's step.
 //! - [`admission`]: eviction admission, resource fit, predicates, pod security.
+//! - [`preemption`]: the pods a critical pod that does not fit preempts (kubelet's
+//!   `CriticalPodAdmissionHandler`).
 //! - [`cpu`]: the CPU manager's static policy and its checkpoint.
 //! - [`pod_actions`]: the pod worker's plan (kubelet's `computePodActions`) and the pod phase.
 //! - [`backoff`]: crash-loop and image-pull backoff.
@@ -25,6 +27,7 @@ pub mod eviction;
 pub mod objects;
 pub mod oom;
 pub mod pod_actions;
+pub mod preemption;
 pub mod qos;
 pub mod resources;
 pub mod security;

@@ -236,6 +236,40 @@ fn host_ports(pod: &Pod) -> Vec<(String, i32, String)> {
         .collect()
 }
 
+/// A resource a pod does not fit for (kubelet's `InsufficientResourceError`): cpu in
+/// milli-cpu, `pods` in pods, others in their unit (bytes, devices).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Insufficient {
+    pub resource: String,
+    pub requested: i64,
+    pub used: i64,
+    pub capacity: i64,
+}
+
+impl Insufficient {
+    /// `GetInsufficientAmount`: how much more the node would need.
+    #[must_use]
+    pub fn amount(&self) -> i64 {
+        self.requested
+            .saturating_sub(self.capacity.saturating_sub(self.used))
+    }
+
+    /// The rejection reason (`OutOfcpu`, `OutOfpods`, ...).
+    #[must_use]
+    pub fn reason(&self) -> String {
+        format!("OutOf{}", self.resource)
+    }
+
+    /// kubelet's rejection message.
+    #[must_use]
+    pub fn message(&self) -> String {
+        format!(
+            "Node didn't have enough resource: {}, requested: {}, used: {}, capacity: {}",
+            self.resource, self.requested, self.used, self.capacity
+        )
+    }
+}
+
 /// The admission state of a node: its description, its security rules, and the totals of the
 /// pods admitted so far.
 #[derive(Debug, Clone)]
@@ -310,40 +344,31 @@ impl Admitter {
     /// Decides on `pod` under the node `conditions` (sorted by name). Does not count it: call
     /// [`Admitter::add`] when admitted.
     pub fn admit(&self, pod: &Pod, conditions: &[NodeCondition]) -> AdmitResult {
-        let r = manager::admit(conditions, pod);
-        if !r.admitted {
-            return r;
-        }
-        // kubelet's admit handlers in order: eviction, sysctls, resource fit and predicates,
-        // AppArmor; then the node's pod-security rules.
-        if let Err((reason, message)) = self.security.sysctls.admit(pod) {
-            return AdmitResult::reject(reason, message);
-        }
-        if let Some(r) = self.resource_fit(pod) {
-            return r;
-        }
-        if let Some(r) = self.predicates(pod) {
-            return r;
-        }
-        if let Err((reason, message)) =
-            security::validate_apparmor(pod, self.security.apparmor_enabled)
-        {
-            return AdmitResult::reject(reason, message);
-        }
-        self.security_check(pod)
+        self.admit_checking(pod, conditions, true)
     }
 
-    fn resource_fit(&self, pod: &Pod) -> Option<AdmitResult> {
-        let insufficient = |name: &str, requested: i64, used: i64, capacity: i64| {
-            Some(AdmitResult::reject(
-                format!("OutOf{name}"),
-                format!(
-                    "Node didn't have enough resource: {name}, requested: {requested}, used: {used}, capacity: {capacity}"
-                ),
-            ))
+    /// [`Admitter::admit`] without the resource fit: whether `pod` would be admitted if the
+    /// resources it lacks were freed (kubelet's critical-pod preemption only helps a pod whose
+    /// every failure is an insufficient resource).
+    pub fn admit_except_resources(&self, pod: &Pod, conditions: &[NodeCondition]) -> AdmitResult {
+        self.admit_checking(pod, conditions, false)
+    }
+
+    /// Every resource `pod` does not fit for (kubelet's `InsufficientResourceError`s, in
+    /// `fitsRequest`'s order: pods, cpu, memory, ephemeral-storage, extended resources).
+    #[must_use]
+    pub fn insufficient_resources(&self, pod: &Pod) -> Vec<Insufficient> {
+        let mut out = Vec::new();
+        let mut insufficient = |name: &str, requested: i64, used: i64, capacity: i64| {
+            out.push(Insufficient {
+                resource: name.to_owned(),
+                requested,
+                used,
+                capacity,
+            });
         };
         if self.pods + 1 > self.allowed_pods {
-            return insufficient("pods", 1, self.pods, self.allowed_pods);
+            insufficient("pods", 1, self.pods, self.allowed_pods);
         }
         let mut reqs = resources::pod_requests(pod);
         // removeMissingExtendedResources: extended resources the node does not have are ignored.
@@ -353,15 +378,15 @@ impl Admitter {
         let want = Requested::of(&reqs);
         let (a, u) = (&self.allocatable, &self.requested);
         if want.milli_cpu > 0 && want.milli_cpu > a.milli_cpu - u.milli_cpu {
-            return insufficient("cpu", want.milli_cpu, u.milli_cpu, a.milli_cpu);
+            insufficient("cpu", want.milli_cpu, u.milli_cpu, a.milli_cpu);
         }
         if want.memory > 0 && want.memory > a.memory - u.memory {
-            return insufficient("memory", want.memory, u.memory, a.memory);
+            insufficient("memory", want.memory, u.memory, a.memory);
         }
         if want.ephemeral_storage > 0
             && want.ephemeral_storage > a.ephemeral_storage - u.ephemeral_storage
         {
-            return insufficient(
+            insufficient(
                 "ephemeral-storage",
                 want.ephemeral_storage,
                 u.ephemeral_storage,
@@ -375,10 +400,41 @@ impl Admitter {
             let cap = a.scalar.get(name).copied().unwrap_or(0);
             let used = u.scalar.get(name).copied().unwrap_or(0);
             if *v > cap - used {
-                return insufficient(name, *v, used, cap);
+                insufficient(name, *v, used, cap);
             }
         }
-        None
+        out
+    }
+
+    fn admit_checking(&self, pod: &Pod, conditions: &[NodeCondition], fit: bool) -> AdmitResult {
+        let r = manager::admit(conditions, pod);
+        if !r.admitted {
+            return r;
+        }
+        // kubelet's admit handlers in order: eviction, sysctls, resource fit and predicates,
+        // AppArmor; then the node's pod-security rules.
+        if let Err((reason, message)) = self.security.sysctls.admit(pod) {
+            return AdmitResult::reject(reason, message);
+        }
+        if fit && let Some(r) = self.resource_fit(pod) {
+            return r;
+        }
+        if let Some(r) = self.predicates(pod) {
+            return r;
+        }
+        if let Err((reason, message)) =
+            security::validate_apparmor(pod, self.security.apparmor_enabled)
+        {
+            return AdmitResult::reject(reason, message);
+        }
+        self.security_check(pod)
+    }
+
+    /// The first insufficient resource, as kubelet's rejection reports it.
+    fn resource_fit(&self, pod: &Pod) -> Option<AdmitResult> {
+        self.insufficient_resources(pod)
+            .first()
+            .map(|i| AdmitResult::reject(i.reason(), i.message()))
     }
 
     fn predicates(&self, pod: &Pod) -> Option<AdmitResult> {
@@ -724,6 +780,17 @@ mod tests {
                 "Node didn't have enough resource: pods, requested: 1, used: 3, capacity: 3"
             )
         );
+        // Every insufficient resource, with the amount missing; the rest of admission
+        // without them.
+        let both = pod("both", vec![container("a", "cpu=3,memory=8Gi", "")]);
+        let all = a.insufficient_resources(&both);
+        let amounts: Vec<(&str, i64)> = all
+            .iter()
+            .map(|i| (i.resource.as_str(), i.amount()))
+            .collect();
+        assert_eq!(amounts, [("pods", 1), ("cpu", 500), ("memory", 1 << 30)]);
+        assert_eq!(a.admit(&both, &[]).reason, "OutOfpods");
+        assert!(a.admit_except_resources(&both, &[]).admitted);
         a.remove(&p1);
         assert!(a.admit(&big, &[]).admitted);
         // Eviction admission comes first.
