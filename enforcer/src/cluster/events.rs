@@ -82,6 +82,28 @@ impl Involved {
                 .unwrap_or_default(),
         }
     }
+
+    /// One of the pod's containers, with kubelet's `fieldPath` for its kind
+    /// (`spec.initContainers{x}` for an init container or sidecar, else `spec.containers{x}`).
+    #[must_use]
+    pub fn container(pod: &k8s_openapi::api::core::v1::Pod, uid: &str, container: &str) -> Self {
+        let init = pod.spec.as_ref().is_some_and(|s| {
+            s.init_containers
+                .iter()
+                .flatten()
+                .any(|c| c.name == container)
+        });
+        let mut me = Self::pod(
+            pod.metadata.namespace.as_deref().unwrap_or("default"),
+            pod.metadata.name.as_deref().unwrap_or(""),
+            uid,
+            Some(container),
+        );
+        if init {
+            me.field_path = format!("spec.initContainers{{{container}}}");
+        }
+        me
+    }
 }
 
 /// One event to record.
@@ -287,6 +309,26 @@ mod tests {
 
     use super::*;
     use crate::cluster::fake::{Call, FakeApi};
+
+    /// kubelet's `fieldPath`: init containers (sidecars included) under `spec.initContainers`.
+    #[test]
+    fn container_field_paths() {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"initContainers": [{"name": "setup"}, {"name": "proxy", "restartPolicy": "Always"}],
+                     "containers": [{"name": "app"}]},
+        }))
+        .expect("pod");
+        let path = |c: &str| Involved::container(&pod, "u", c).field_path;
+        assert_eq!(path("setup"), "spec.initContainers{setup}");
+        assert_eq!(path("proxy"), "spec.initContainers{proxy}");
+        assert_eq!(path("app"), "spec.containers{app}");
+        let i = Involved::container(&pod, "u", "app");
+        assert_eq!(
+            (i.namespace.as_str(), i.name.as_str(), i.uid.as_str()),
+            ("ns", "p", "u")
+        );
+    }
 
     #[test]
     fn the_event_object() {

@@ -1039,12 +1039,15 @@ impl Prober {
                 runtime: ctx.runtime.clone(),
                 shared: self.shared.clone(),
                 events: ctx.events.clone(),
-                involved: Involved::pod(
-                    &ctx.namespace,
-                    &ctx.name,
-                    &ctx.uid,
-                    Some(&t.container.name),
-                ),
+                involved: {
+                    let mut i =
+                        Involved::pod(&ctx.namespace, &ctx.name, &ctx.uid, Some(&t.container.name));
+                    // A sidecar (the only init container with probes) is an init container.
+                    if t.container.restart_policy.as_deref() == Some("Always") {
+                        i.field_path = format!("spec.initContainers{{{}}}", t.container.name);
+                    }
+                    i
+                },
                 container_id: t.container_id.clone(),
                 name: t.container.name.clone(),
                 pod_host: t.pod_host.clone(),

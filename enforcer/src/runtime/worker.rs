@@ -1336,19 +1336,15 @@ impl<R: ContainerRuntime> PodWorker<R> {
 
     /// Records an event about the pod (or one of its containers).
     fn event(&self, container: Option<&str>, type_: EventType, reason: &str, message: String) {
-        let (name, namespace) = match &self.pod {
-            Some(p) => {
+        let Some(p) = &self.pod else { return };
+        let involved = match container {
+            Some(c) => Involved::container(p, &self.uid, c),
+            None => {
                 let id = PodIdent::of(p);
-                (id.name, id.namespace)
+                Involved::pod(&id.namespace, &id.name, &self.uid, None)
             }
-            None => return,
         };
-        self.ctx.events.event(
-            Involved::pod(&namespace, &name, &self.uid, container),
-            type_,
-            reason,
-            message,
-        );
+        self.ctx.events.event(involved, type_, reason, message);
     }
 
     /// Makes sure the image is there (pull policy), creates and starts a container.
@@ -1613,7 +1609,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             String::new()
         };
         let events = self.ctx.events.clone();
-        let id = PodIdent::of(pod);
+        let owner = Arc::new(pod.clone());
         let uid = self.uid.clone();
         PreStop {
             hooks,
@@ -1622,7 +1618,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             hook_grace: self.grace_override.then(|| spec::grace_seconds(pod)),
             failed: Arc::new(move |container: &str, message: String| {
                 events.event(
-                    Involved::pod(&id.namespace, &id.name, &uid, Some(container)),
+                    Involved::container(&owner, &uid, container),
                     EventType::Warning,
                     "FailedPreStopHook",
                     message,
@@ -2317,7 +2313,10 @@ mod tests {
         };
         let (reason, message) = waiting(0);
         assert_eq!(reason, "CreateContainerConfigError");
-        assert_eq!(message, "couldn't get secret default/s, no kubeClient defined");
+        assert_eq!(
+            message,
+            "couldn't get secret default/s, no kubeClient defined"
+        );
         assert_eq!(
             waiting(1),
             (
