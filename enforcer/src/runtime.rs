@@ -59,6 +59,7 @@ use crate::{
     kernel::Capabilities,
     policy::admission::{self, Admitter, SecurityPolicy},
     policy::eviction::manager::AdmitResult,
+    policy::preemption,
     quantity::{Format, Quantity},
 };
 use feeds::{ApiFeed, DirFeed, next_pod_events};
@@ -156,6 +157,13 @@ fn as_workload(mut u: PodUpdate) -> PodUpdate {
     u
 }
 
+/// The pods a critical pod's admission preempts (uid, pod) and the first resource it lacked.
+#[derive(Default)]
+struct Preemption {
+    victims: Vec<(String, Arc<Pod>)>,
+    signal: String,
+}
+
 /// Admission state of the runtime loop: the admitter's totals and the pods counted in them.
 struct Admissions {
     admitter: Option<Admitter>,
@@ -166,11 +174,17 @@ struct Admissions {
 }
 
 impl Admissions {
-    fn try_admit(&mut self, uid: &str, pod: &Arc<Pod>, link: &NodeLink) -> Result<(), AdmitResult> {
+    fn try_admit(
+        &mut self,
+        uid: &str,
+        pod: &Arc<Pod>,
+        link: &NodeLink,
+    ) -> Result<Preemption, AdmitResult> {
+        let mut preemption = Preemption::default();
         if let Some(a) = &self.admitter {
             let r = a.admit(pod, &link.conditions());
             if !r.admitted {
-                return Err(r);
+                preemption = self.preemption(a, uid, pod, r, link)?;
             }
         }
         // Never run a pod without a volume it asked for.
@@ -178,11 +192,52 @@ impl Admissions {
         if !r.admitted {
             return Err(r);
         }
+        // The victims no longer count (kubelet's active pods leave out those being killed).
+        for (victim, _) in &preemption.victims {
+            self.release(victim);
+        }
         if let Some(a) = &mut self.admitter {
             a.add(pod);
         }
         self.admitted.insert(uid.to_owned(), pod.clone());
-        Ok(())
+        Ok(preemption)
+    }
+
+    /// kubelet's critical-pod admission preemption (`policy::preemption`) for `pod`, which
+    /// the admitter rejected with `rejected`: the active pods to evict so that it fits, or
+    /// the rejection.
+    fn preemption(
+        &self,
+        admitter: &Admitter,
+        uid: &str,
+        pod: &Pod,
+        rejected: AdmitResult,
+        link: &NodeLink,
+    ) -> Result<Preemption, AdmitResult> {
+        let active = link.active();
+        let candidates: Vec<(&String, &Arc<Pod>)> = active
+            .iter()
+            .filter(|(u, _)| u.as_str() != uid && self.admitted.contains_key(*u))
+            .map(|(u, e)| (u, &e.pod))
+            .collect();
+        let pods: Vec<&Pod> = candidates.iter().map(|(_, p)| &***p).collect();
+        match preemption::handle_admission_failure(
+            admitter,
+            pod,
+            &link.conditions(),
+            rejected,
+            &pods,
+        ) {
+            preemption::Decision::Reject(r) => Err(r),
+            preemption::Decision::Preempt { victims, signal } => Ok(Preemption {
+                victims: victims
+                    .into_iter()
+                    .filter_map(|i| candidates.get(i))
+                    .map(|(u, p)| ((*u).clone(), (*p).clone()))
+                    .collect(),
+                signal,
+            }),
+        }
     }
 
     fn release(&mut self, uid: &str) {
@@ -287,6 +342,15 @@ struct Pods<R: ContainerRuntime> {
     evicted: HashMap<String, (PodRecord, bool)>,
 }
 
+/// How [`Pods::evict`] kills a pod: the status reason and message, the grace period, and
+/// whether the pod gets the `DisruptionTarget` condition.
+struct EvictAs<'a> {
+    reason: &'a str,
+    message: &'a str,
+    grace: i64,
+    disruption_target: bool,
+}
+
 /// A pod admission rejected: its reason and the message its status carries.
 struct Rejected {
     reason: String,
@@ -299,6 +363,58 @@ impl<R: ContainerRuntime> Pods<R> {
         let (tx, rx) = mpsc::unbounded_channel();
         self.workers.insert(uid, Handle { tx, working });
         self.tasks.spawn(worker.run(rx, self.done.clone()));
+    }
+
+    /// Kills the pod `uid` as an eviction: out of the active set, its Failed status
+    /// (`reason`, `message`, and `DisruptionTarget` with `disruption_target`) set when its
+    /// worker ends, its worker killed with `grace` seconds. False without a worker.
+    fn evict(&mut self, uid: &str, pod: &Pod, e: EvictAs<'_>) -> bool {
+        self.link.remove_active(uid);
+        let Some(h) = self.workers.get_mut(uid) else {
+            return false;
+        };
+        h.working.killed();
+        let status = &self.ctx.status;
+        let rec = failed_record(pod, "", e.reason, e.message.to_owned());
+        let rec = PodRecord {
+            source: status.get(uid).map(|r| r.source).unwrap_or_default(),
+            ..rec
+        };
+        status.evicting(uid);
+        self.evicted
+            .insert(uid.to_owned(), (rec, e.disruption_target));
+        self.pending.remove(uid);
+        let _ = h.tx.send(WorkUpdate::Kill {
+            grace: Some(e.grace),
+        });
+        true
+    }
+
+    /// Preempts `pod` to admit a critical pod (kubelet's `evictPodsToFreeRequests`): kubelet's
+    /// event and status (`Preempting`), killed with its own grace period as an eviction is,
+    /// counted in `kubelet_preemptions{preemption_signal}`.
+    fn preempt(&mut self, uid: &str, pod: Arc<Pod>, signal: &str) {
+        let id = spec::PodIdent::of(&pod);
+        tracing::warn!(uid = %uid, pod = %id.name, signal, message = preemption::MESSAGE, "preempting pod");
+        self.ctx.events.event(
+            crate::cluster::events::Involved::pod(&id.namespace, &id.name, uid, None),
+            crate::cluster::events::EventType::Warning,
+            preemption::REASON,
+            preemption::MESSAGE.to_owned(),
+        );
+        let killed = self.evict(
+            uid,
+            &pod,
+            EvictAs {
+                reason: preemption::REASON,
+                message: preemption::MESSAGE,
+                grace: spec::grace_seconds(&pod),
+                disruption_target: true,
+            },
+        );
+        if killed {
+            crate::metrics::global().preemption(signal);
+        }
     }
 
     /// The workers by lifecycle, config and static (`kubelet_working_pods`): a syncing
@@ -336,7 +452,10 @@ impl<R: ContainerRuntime> Pods<R> {
     fn admit_and_spawn(&mut self, uid: String, u: PodUpdate) -> Result<(), Rejected> {
         self.admissions.from_api = self.ctx.objects.is_some() && u.source == apiserver::API_SOURCE;
         match self.admissions.try_admit(&uid, &u.pod, &self.link) {
-            Ok(()) => {
+            Ok(preempted) => {
+                for (victim, pod) in preempted.victims {
+                    self.preempt(&victim, pod, &preempted.signal);
+                }
                 self.ctx.enforce.admit_cpus(&u.pod);
                 self.sync_node();
                 if let Ok(cgroup) = self.ctx.cgroups.pod_path(&uid, spec::pod_qos(&u.pod)) {
@@ -632,17 +751,17 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             }
             () = link.evictions_pending() => {
                 for e in link.take_evictions() {
-                    link.remove_active(&e.uid);
-                    let Some(h) = pods.workers.get_mut(&e.uid) else { continue };
-                    let Some(pod) = pods.admissions.admitted.get(&e.uid).cloned() else { continue };
-                    h.working.killed();
+                    let Some(pod) = pods.admissions.admitted.get(&e.uid).cloned() else {
+                        link.remove_active(&e.uid);
+                        continue;
+                    };
                     tracing::warn!(uid = %e.uid, grace = e.grace_seconds, message = %e.message, "evicting pod");
-                    let rec = failed_record(&pod, "", crate::policy::eviction::manager::REASON, e.message.clone());
-                    let rec = PodRecord { source: status.get(&e.uid).map(|r| r.source).unwrap_or_default(), ..rec };
-                    status.evicting(&e.uid);
-                    pods.evicted.insert(e.uid.clone(), (rec, e.disruption_target));
-                    pods.pending.remove(&e.uid);
-                    let _ = h.tx.send(WorkUpdate::Kill { grace: Some(e.grace_seconds) });
+                    pods.evict(&e.uid, &pod, EvictAs {
+                        reason: crate::policy::eviction::manager::REASON,
+                        message: &e.message,
+                        grace: e.grace_seconds,
+                        disruption_target: e.disruption_target,
+                    });
                 }
             }
         }
@@ -745,6 +864,122 @@ mod tests {
             health: Arc::default(),
             events: crate::cluster::events::Recorder::default(),
         }
+    }
+
+    /// kubelet's critical-pod preemption through the pod loop: a node-critical pod that
+    /// lacks only cpu evicts the Burstable pod that frees it (status `Preempting` with
+    /// kubelet's message and `DisruptionTarget`, kubelet's event, the metric), then runs; a
+    /// second critical pod with nothing left to preempt is rejected as kubelet does.
+    #[tokio::test(start_paused = true)]
+    async fn a_critical_pod_preempts_the_pod_it_needs_room_from() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut opts = options(dir.path());
+        opts.static_pods = false;
+        let allocatable = [("cpu", "1"), ("memory", "1Gi"), ("pods", "110")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), Quantity::parse(v).expect("quantity")))
+            .collect();
+        opts.admission = Some(Admission {
+            node: admission::Node {
+                name: "n1".to_owned(),
+                allocatable,
+                ..admission::Node::default()
+            },
+            security: SecurityPolicy::default(),
+        });
+        let events = crate::cluster::EventQueue::new();
+        opts.events = events.recorder.clone();
+        let mut events_rx = events.rx;
+        std::fs::create_dir_all(&opts.manifest_dir).expect("mkdir");
+        let manifest = |name: &str, uid: &str, class: &str| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, uid: {uid}}}\nspec: {{{class}containers: [{{name: {name}, image: 'busybox:local', resources: {{requests: {{cpu: 600m}}}}}}]}}"
+            )
+        };
+        let write = |file: &str, text: String| {
+            std::fs::write(opts.manifest_dir.join(file), text).expect("manifest");
+        };
+        write("low.yaml", manifest("low", "u-low", ""));
+        let fake = FakeRuntime::with_images(&["busybox:local"]);
+        let status = StatusManager::default();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let run = tokio::spawn(run_pods_with(
+            Arc::new(fake.clone()),
+            opts.clone(),
+            status.clone(),
+            async {
+                let _ = stopped.await;
+            },
+        ));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(fake.running(), ["low"]);
+        let preemptions = || {
+            let text =
+                crate::metrics::encode(&[crate::metrics::global().registry()]).expect("encode");
+            text.lines()
+                .find_map(|l| {
+                    l.strip_prefix("kubelet_preemptions_total{preemption_signal=\"cpu\"} ")
+                })
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let before = preemptions();
+        let critical = "priorityClassName: system-node-critical, ";
+        write("crit.yaml", manifest("crit", "u-crit", critical));
+        tokio::time::sleep(Duration::from_secs(40)).await;
+        assert_eq!(fake.running(), ["crit"], "{:?}", status.snapshot());
+        let low = status.get("u-low").expect("the preempted pod's status");
+        assert_eq!(low.phase, PodPhase::Failed);
+        assert_eq!(
+            (low.reason.as_str(), low.message.as_str()),
+            (preemption::REASON, preemption::MESSAGE)
+        );
+        let target = low
+            .conditions
+            .iter()
+            .find(|c| c.kind == "DisruptionTarget")
+            .expect("DisruptionTarget");
+        assert_eq!(
+            (target.reason.as_str(), target.message.as_str()),
+            (DISRUPTION_TARGET_REASON, preemption::CONDITION_MESSAGE)
+        );
+        assert_eq!(
+            status.get("u-crit").map(|r| r.phase),
+            Some(PodPhase::Running)
+        );
+        assert!(
+            preemptions() >= before + 1.0,
+            "{before} -> {}",
+            preemptions()
+        );
+        let mut preempting = Vec::new();
+        while let Ok(e) = events_rx.try_recv() {
+            if e.reason == preemption::REASON {
+                preempting.push((e.involved.uid, e.message));
+            }
+        }
+        assert_eq!(
+            preempting,
+            [("u-low".to_owned(), preemption::MESSAGE.to_owned())]
+        );
+        // Nothing left to preempt (the other critical pod is not preemptable): rejected.
+        write("crit2.yaml", manifest("crit2", "u-crit2", critical));
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let r = status.get("u-crit2").expect("the rejected pod's status");
+        assert_eq!(
+            (r.phase, r.reason.as_str()),
+            (PodPhase::Failed, preemption::UNEXPECTED_ADMISSION_ERROR)
+        );
+        assert!(
+            r.message.ends_with(
+                "no set of running pods found to reclaim resources: [(res: cpu, q: 200), ]"
+            ),
+            "{}",
+            r.message
+        );
+        assert_eq!(fake.running(), ["crit"]);
+        let _ = stop.send(());
+        run.await.expect("join").expect("run");
     }
 
     /// A restarted loop must not take the pods it is about to read from its manifest

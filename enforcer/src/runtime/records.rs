@@ -63,9 +63,16 @@ pub fn evicted_status(
         }
     }
     if disruption_target {
+        // A preempted pod's condition says why in kubelet's words; an evicted pod's repeats
+        // the eviction message.
+        let message = if rec.reason == crate::policy::preemption::REASON {
+            crate::policy::preemption::CONDITION_MESSAGE.to_owned()
+        } else {
+            rec.message.clone()
+        };
         rec.conditions.push(status::Condition {
             reason: DISRUPTION_TARGET_REASON.to_owned(),
-            message: rec.message.clone(),
+            message,
             ..status::Condition::new("DisruptionTarget", true)
         });
     }
