@@ -209,6 +209,15 @@ pub async fn run(
 
     let link = NodeLink::default();
     let status = StatusManager::default();
+    // The container runtime's client, shared by the pod runtime, node-level reclaim and
+    // `/stats/summary` (the image filesystem); only where the enforcer runs the pods.
+    let cri = opts.run_pods.then(|| {
+        let defaults = RunPodsOptions::for_node(layout.clone(), &caps);
+        Arc::new(CriRuntime::new(
+            config.enforcer.cri_socket.clone(),
+            defaults.cri_timeout,
+        ))
+    });
     let server = server::serve(
         config.enforcer.http_address,
         server::Sources {
@@ -220,6 +229,7 @@ pub async fn run(
             link: link.clone(),
             status: status.clone(),
             observer: observer.clone(),
+            runtime: cri.clone(),
         },
     )
     .await
@@ -272,7 +282,7 @@ pub async fn run(
     }
     let mut pods_task = None;
     let mut node_reclaim = None;
-    if opts.run_pods {
+    if let Some(cri) = cri {
         let mut ro = RunPodsOptions::for_node(layout.clone(), &caps);
         ro.node_name = config.node_name();
         ro.cri_socket = config.enforcer.cri_socket.clone();
@@ -308,7 +318,6 @@ pub async fn run(
                 apparmor_enabled: caps.apparmor,
             },
         });
-        let cri = Arc::new(CriRuntime::new(ro.cri_socket.clone(), ro.cri_timeout));
         node_reclaim = Some(cri.clone());
         pods_task = Some(tokio::spawn(runtime::run_pods_with(
             cri,

@@ -85,6 +85,9 @@ pub struct Sources {
     /// Where `/stats/summary` and `/metrics/resource` read (the stats collector's own
     /// reading code, run on demand off the async threads).
     pub observer: NodeObserver,
+    /// The container runtime `/stats/summary` asks for its image and container filesystems
+    /// (CRI `ImageFsInfo`); `None` where the enforcer runs no pods.
+    pub runtime: Option<Arc<crate::runtime::CriRuntime>>,
 }
 
 struct AppState {
@@ -383,6 +386,7 @@ mod tests {
             link: NodeLink::default(),
             status: StatusManager::default(),
             observer,
+            runtime: None,
         }
     }
 

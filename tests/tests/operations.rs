@@ -390,7 +390,15 @@ struct NodeStats {
     cpu: CpuStats,
     memory: MemoryStats,
     fs: FsStats,
+    runtime: Option<RuntimeStats>,
     rlimit: RlimitStats,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RuntimeStats {
+    image_fs: FsStats,
+    container_fs: Option<FsStats>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -415,6 +423,8 @@ struct FsStats {
     capacity_bytes: Option<u64>,
     used_bytes: Option<u64>,
     inodes_free: Option<u64>,
+    #[serde(default)]
+    inodes_used: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -740,6 +750,21 @@ async fn every_endpoint_of_a_running_daemon_parses() {
     assert!(!n.memory.time.is_empty());
     assert!(n.fs.capacity_bytes.unwrap_or(0) > 0 && n.fs.available_bytes.is_some());
     assert!(n.fs.inodes_free.is_some() && n.fs.used_bytes.is_some());
+    // The runtime's filesystems from CRI ImageFsInfo: used figures from containerd, the rest
+    // from statvfs of the mountpoint it names; containerd names no separate container
+    // filesystem, so containerFs is the image filesystem's.
+    let rt = n.runtime.as_ref().expect("node.runtime");
+    let image = &rt.image_fs;
+    assert!(
+        image.used_bytes.is_some() && image.capacity_bytes.unwrap_or(0) > 0,
+        "{rt:?}"
+    );
+    assert!(image.available_bytes.is_some() && image.inodes_free.is_some());
+    let cfs = rt.container_fs.as_ref().expect("containerFs");
+    assert_eq!(
+        (cfs.used_bytes, cfs.capacity_bytes, cfs.inodes_used),
+        (image.used_bytes, image.capacity_bytes, image.inodes_used)
+    );
     assert!(
         n.rlimit.maxpid > 0 && n.rlimit.curproc > 0,
         "{:?}",

@@ -255,12 +255,16 @@ impl CriRuntime {
 
     /// `ImageFsInfo`: the filesystems holding the runtime's images (kubelet's imagefs).
     pub async fn image_fs_info(&self) -> Result<Vec<cri::FilesystemUsage>, CriError> {
-        let resp = self
-            .call("ImageFsInfo", "", Duration::ZERO, |_, mut i| async move {
-                i.image_fs_info(cri::ImageFsInfoRequest {}).await
-            })
-            .await?;
-        Ok(resp.image_filesystems)
+        Ok(self.fs_info().await?.image_filesystems)
+    }
+
+    /// `ImageFsInfo`, whole: the image filesystems and, when the runtime keeps containers'
+    /// writable layers elsewhere, the container filesystems.
+    pub async fn fs_info(&self) -> Result<cri::ImageFsInfoResponse, CriError> {
+        self.call("ImageFsInfo", "", Duration::ZERO, |_, mut i| async move {
+            i.image_fs_info(cri::ImageFsInfoRequest {}).await
+        })
+        .await
     }
 
     async fn channel(&self) -> Result<Channel, CriError> {

@@ -3,6 +3,11 @@
 //! memory against allocatable; per pod memory working set, ephemeral storage, emptyDir
 //! volumes, processes; per container memory and storage) plus CPU usage.
 //!
+//! `node.runtime.imageFs` and `containerFs` are the container runtime's, as kubelet's CRI stats
+//! provider reads them (CRI `ImageFsInfo`: used bytes and inodes from the runtime, capacity
+//! and free space from statvfs of the mountpoint it names); without a runtime answer, the
+//! eviction manager's imagefs observation when there is one.
+//!
 //! The figures are read on demand by the stats collector's own code ([`Collector`]), on a
 //! blocking thread, one reading at a time: the same functions that feed the eviction
 //! manager, read at the time of the request. A container's `rootfs.usedBytes` is its writable
@@ -230,11 +235,60 @@ pub struct NodeStats {
 }
 
 /// `RuntimeStats`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RuntimeStats {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image_fs: Option<FsStats>,
+    /// The filesystem of the containers' writable layers (the image filesystem's figures
+    /// when the runtime names none apart, as kubelet's CRI stats provider reports it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_fs: Option<FsStats>,
+}
+
+/// statvfs of a mountpoint: (available bytes, capacity bytes, free inodes, inode capacity).
+pub type Statvfs = (i64, i64, i64, i64);
+
+/// kubelet's CRI `ImageFsStats`: the first image filesystem of an `ImageFsInfo` answer (its
+/// used bytes and inodes, its time) with capacity, available bytes and inodes from `statvfs`
+/// of its mountpoint when that answers; the container filesystem likewise from the first
+/// container filesystem, else the image filesystem's. `None` when the answer names no image
+/// filesystem.
+#[must_use]
+pub fn runtime_stats(
+    info: &k8s_cri::v1::ImageFsInfoResponse,
+    statvfs: impl Fn(&Path) -> Option<Statvfs>,
+) -> Option<RuntimeStats> {
+    let fs = |f: &k8s_cri::v1::FilesystemUsage| {
+        let mut out = FsStats {
+            time: crate::runtime::status::rfc3339(f.timestamp),
+            used_bytes: f.used_bytes.as_ref().map(|v| v.value),
+            inodes_used: f.inodes_used.as_ref().map(|v| v.value),
+            ..FsStats::default()
+        };
+        if let Some((available, capacity, inodes_free, inodes)) = f
+            .fs_id
+            .as_ref()
+            .map(|id| Path::new(&id.mountpoint))
+            .filter(|p| p.is_absolute())
+            .and_then(&statvfs)
+        {
+            out.available_bytes = u(available);
+            out.capacity_bytes = u(capacity);
+            out.inodes_free = u(inodes_free);
+            out.inodes = u(inodes);
+        }
+        out
+    };
+    let image_fs = fs(info.image_filesystems.first()?);
+    let container_fs = match info.container_filesystems.first() {
+        Some(c) => fs(c),
+        None => image_fs.clone(),
+    };
+    Some(RuntimeStats {
+        image_fs: Some(image_fs),
+        container_fs: Some(container_fs),
+    })
 }
 
 /// `RlimitStats`.
@@ -269,7 +323,7 @@ pub struct MemoryStats {
 }
 
 /// `FsStats` (also the body of `VolumeStats`).
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FsStats {
     pub time: String,
@@ -283,6 +337,8 @@ pub struct FsStats {
     pub inodes_free: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub inodes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inodes_used: Option<u64>,
 }
 
 /// `PodReference`.
@@ -361,9 +417,10 @@ fn boot_time(now_nanos: i64) -> String {
     crate::runtime::status::rfc3339(now_nanos - up_ns)
 }
 
-/// The Summary of one reading.
+/// The Summary of one reading; `runtime`: the container runtime's filesystems
+/// ([`runtime_stats`]), else the eviction manager's imagefs observation.
 #[must_use]
-pub fn summarize(r: &Reading, node_name: &str) -> Summary {
+pub fn summarize(r: &Reading, node_name: &str, runtime: Option<RuntimeStats>) -> Summary {
     let time = crate::runtime::status::rfc3339(r.at_nanos);
     let obs = &r.snapshot.observations;
     let fs = |avail: Signal, inodes: Signal| {
@@ -376,6 +433,7 @@ pub fn summarize(r: &Reading, node_name: &str) -> Summary {
             used_bytes: u(o.capacity - o.available),
             inodes_free: i.and_then(|i| u(i.available)),
             inodes: i.and_then(|i| u(i.capacity)),
+            inodes_used: None,
         })
     };
     let memory = |s: Signal| {
@@ -408,10 +466,11 @@ pub fn summarize(r: &Reading, node_name: &str) -> Summary {
         cpu: cpu("", r.node_cpu_ns),
         memory: memory(Signal::MemoryAvailable),
         fs: fs(Signal::NodeFsAvailable, Signal::NodeFsInodesFree),
-        runtime: fs(Signal::ImageFsAvailable, Signal::ImageFsInodesFree).map(|image_fs| {
-            RuntimeStats {
+        runtime: runtime.or_else(|| {
+            fs(Signal::ImageFsAvailable, Signal::ImageFsInodesFree).map(|image_fs| RuntimeStats {
                 image_fs: Some(image_fs),
-            }
+                container_fs: None,
+            })
         }),
         rlimit: obs.get(&Signal::PidAvailable).map(|o| RlimitStats {
             time: time.clone(),
@@ -500,9 +559,26 @@ pub fn summarize(r: &Reading, node_name: &str) -> Summary {
     Summary { node, pods }
 }
 
+/// The runtime's filesystems ([`runtime_stats`]): `None` without a runtime or an answer.
+async fn read_runtime_stats(rt: Option<&crate::runtime::CriRuntime>) -> Option<RuntimeStats> {
+    let info = match rt?.fs_info().await {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::debug!(error = %e, "ImageFsInfo for /stats/summary");
+            return None;
+        }
+    };
+    // statvfs off the async threads (a mountpoint may be slow to answer).
+    tokio::task::spawn_blocking(move || runtime_stats(&info, |p| crate::node::statvfs(p).ok()))
+        .await
+        .ok()
+        .flatten()
+}
+
 pub(super) async fn handler(State(s): State<Shared>) -> Response {
+    let runtime = read_runtime_stats(s.sources.runtime.as_deref()).await;
     match s.stats.read(&s.sources.link, &s.sources.status, true).await {
-        Ok(r) => json(&summarize(&r, &s.sources.config.node_name())),
+        Ok(r) => json(&summarize(&r, &s.sources.config.node_name(), runtime)),
         Err(e) => text(
             StatusCode::INTERNAL_SERVER_ERROR,
             "text/plain; charset=utf-8",
@@ -607,9 +683,91 @@ pub(super) mod tests {
         }
     }
 
+    fn usage(mountpoint: &str, used: u64, inodes: Option<u64>) -> k8s_cri::v1::FilesystemUsage {
+        k8s_cri::v1::FilesystemUsage {
+            timestamp: 1_767_225_600_000_000_000,
+            fs_id: Some(k8s_cri::v1::FilesystemIdentifier {
+                mountpoint: mountpoint.to_owned(),
+            }),
+            used_bytes: Some(k8s_cri::v1::UInt64Value { value: used }),
+            inodes_used: inodes.map(|value| k8s_cri::v1::UInt64Value { value }),
+        }
+    }
+
+    /// kubelet's CRI `ImageFsStats`: used figures from the runtime, the rest from statvfs of
+    /// the mountpoint; the container filesystem is the image filesystem's unless the runtime
+    /// names its own.
+    #[test]
+    fn runtime_filesystems_from_image_fs_info() {
+        let statvfs = |p: &Path| match p.to_str() {
+            Some("/var/lib/containerd") => Some((600, 1000, 70, 100)),
+            Some("/mnt/layers") => Some((5, 50, 1, 10)),
+            _ => None,
+        };
+        let info = k8s_cri::v1::ImageFsInfoResponse {
+            image_filesystems: vec![usage("/var/lib/containerd", 300, Some(20))],
+            container_filesystems: Vec::new(),
+        };
+        let rt = runtime_stats(&info, statvfs).expect("an image filesystem");
+        let image = rt.image_fs.clone().expect("imageFs");
+        assert_eq!(
+            image,
+            FsStats {
+                time: "2026-01-01T00:00:00Z".to_owned(),
+                available_bytes: Some(600),
+                capacity_bytes: Some(1000),
+                used_bytes: Some(300),
+                inodes_free: Some(70),
+                inodes: Some(100),
+                inodes_used: Some(20),
+            }
+        );
+        assert_eq!(rt.container_fs, Some(image));
+        // A container filesystem of its own, and a mountpoint statvfs cannot read.
+        let info = k8s_cri::v1::ImageFsInfoResponse {
+            image_filesystems: vec![usage("/gone", 1, None)],
+            container_filesystems: vec![usage("/mnt/layers", 40, Some(9))],
+        };
+        let rt = runtime_stats(&info, statvfs).expect("an image filesystem");
+        let image = rt.image_fs.expect("imageFs");
+        assert_eq!(
+            (image.used_bytes, image.capacity_bytes, image.inodes_used),
+            (Some(1), None, None)
+        );
+        let c = rt.container_fs.expect("containerFs");
+        assert_eq!(
+            (
+                c.used_bytes,
+                c.capacity_bytes,
+                c.available_bytes,
+                c.inodes_used
+            ),
+            (Some(40), Some(50), Some(5), Some(9))
+        );
+        assert!(runtime_stats(&k8s_cri::v1::ImageFsInfoResponse::default(), statvfs).is_none());
+        // In the summary, kubelet's field names.
+        let s = serde_json::to_value(summarize(
+            &reading(),
+            "n1",
+            runtime_stats(
+                &k8s_cri::v1::ImageFsInfoResponse {
+                    image_filesystems: vec![usage("/var/lib/containerd", 300, Some(20))],
+                    container_filesystems: Vec::new(),
+                },
+                statvfs,
+            ),
+        ))
+        .expect("json");
+        let rt = &s["node"]["runtime"];
+        assert_eq!(rt["imageFs"]["usedBytes"], 300);
+        assert_eq!(rt["imageFs"]["inodesUsed"], 20);
+        assert_eq!(rt["imageFs"]["capacityBytes"], 1000);
+        assert_eq!(rt["containerFs"]["availableBytes"], 600);
+    }
+
     #[test]
     fn the_summary_carries_what_eviction_reads() {
-        let s = serde_json::to_value(summarize(&reading(), "n1")).expect("json");
+        let s = serde_json::to_value(summarize(&reading(), "n1", None)).expect("json");
         let node = &s["node"];
         assert_eq!(node["nodeName"], "n1");
         assert_eq!(node["memory"]["availableBytes"], 700);
