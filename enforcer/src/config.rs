@@ -198,6 +198,10 @@ pub struct KubeletConfiguration {
     pub node_lease_duration_seconds: Option<i32>,
     pub pod_pids_limit: Option<i64>,
     pub sync_frequency: Option<Scalar>,
+    #[serde(rename = "clusterDNS")]
+    pub cluster_dns: Option<Vec<String>>,
+    pub cluster_domain: Option<String>,
+    pub resolv_conf: Option<String>,
     pub allowed_unsafe_sysctls: Option<Vec<String>>,
     pub enforcer: Option<EnforcerSection>,
 }
@@ -290,6 +294,15 @@ pub struct ConfigArgs {
     /// and projected volumes refreshed); default 1m.
     #[arg(long, value_name = "DURATION")]
     pub sync_frequency: Option<String>,
+    /// DNS server IPs of ClusterFirst pods (comma-separated, repeatable).
+    #[arg(long, value_name = "IP,...")]
+    pub cluster_dns: Vec<String>,
+    /// The cluster's domain (ClusterFirst pods search `<ns>.svc.<domain>`).
+    #[arg(long, value_name = "DOMAIN")]
+    pub cluster_domain: Option<String>,
+    /// The resolver file of Default-policy pods (`""`: none, pods get 127.0.0.1).
+    #[arg(long, value_name = "PATH")]
+    pub resolv_conf: Option<String>,
     /// Where pressure signals come from.
     #[arg(
         long = "signal-source",
@@ -445,6 +458,12 @@ pub struct Config {
     /// volumes of API objects.
     #[serde(serialize_with = "ser_duration")]
     pub sync_frequency: Duration,
+    /// `clusterDNS` (IPs), `clusterDomain`, `resolvConf` (`/etc/resolv.conf`): the pods'
+    /// DNS, as kubelet's `GetPodDNS` makes it.
+    #[serde(rename = "clusterDNS")]
+    pub cluster_dns: Vec<String>,
+    pub cluster_domain: String,
+    pub resolv_conf: String,
     /// `allowedUnsafeSysctls`: sysctls (names or `prefix*` patterns, each known to be
     /// namespaced) pods may set beyond kubelet's safe ones.
     pub allowed_unsafe_sysctls: Vec<String>,
@@ -738,6 +757,28 @@ mod tests {
         // podPidsLimit: -1 by default, the file's value, the flag over the file.
         assert_eq!(l.config.pod_pids_limit, -1);
         assert_eq!(l.config.sync_frequency, Duration::from_secs(60));
+        assert_eq!(l.config.resolv_conf, "/etc/resolv.conf");
+        let l = resolve(
+            "test.yaml",
+            &doc("clusterDNS: [10.96.0.10]\nclusterDomain: cluster.local\nresolvConf: ''\n"),
+            &ConfigArgs::default(),
+        )
+        .expect("dns");
+        assert_eq!(
+            (
+                l.config.cluster_dns.clone(),
+                l.config.cluster_domain.as_str(),
+                l.config.resolv_conf.as_str()
+            ),
+            (vec!["10.96.0.10".to_owned()], "cluster.local", "")
+        );
+        let e = resolve(
+            "test.yaml",
+            &doc("clusterDNS: [dns.local]\n"),
+            &ConfigArgs::default(),
+        )
+        .expect_err("not an IP");
+        assert!(e.to_string().contains("clusterDNS"), "{e}");
         let l = resolve(
             "test.yaml",
             &doc("syncFrequency: 5s\n"),

@@ -293,6 +293,11 @@ pub async fn run(
         ro.static_pods = opts.static_pods;
         ro.kubeconfig = opts.kubeconfig.clone();
         ro.resync = config.sync_frequency;
+        ro.dns = crate::policy::dns::DnsSettings {
+            cluster_dns: config.cluster_dns.clone(),
+            cluster_domain: config.cluster_domain.clone(),
+            resolv_conf: config.resolv_conf.clone(),
+        };
         ro.enforce = enforcer.clone();
         ro.link = link.clone();
         ro.health = health.clone();

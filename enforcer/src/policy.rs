@@ -22,6 +22,7 @@
 pub mod admission;
 pub mod backoff;
 pub mod cpu;
+pub mod dns;
 pub mod env;
 pub mod eviction;
 pub mod objects;

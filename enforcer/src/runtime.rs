@@ -124,6 +124,8 @@ pub struct RunPodsOptions {
     /// The pod workers' events (`Pulled`, `Created`, `Started`, `Killing`, `BackOff`,
     /// `Failed`); a default recorder drops them.
     pub events: crate::cluster::events::Recorder,
+    /// `clusterDNS`, `clusterDomain`, `resolvConf`.
+    pub dns: crate::policy::dns::DnsSettings,
 }
 
 /// What pod admission needs to know about the node.
@@ -276,6 +278,7 @@ impl RunPodsOptions {
             enforce: Arc::default(),
             health: Arc::default(),
             events: crate::cluster::events::Recorder::default(),
+            dns: crate::policy::dns::DnsSettings::default(),
         }
     }
 }
@@ -565,6 +568,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         },
         resync: opts.resync,
         events: opts.events.clone(),
+        dns: opts.dns.clone(),
         // Cluster mode: the ConfigMaps, Secrets and tokens of API pods.
         objects: opts
             .kubeconfig
@@ -863,6 +867,7 @@ mod tests {
             enforce: Arc::default(),
             health: Arc::default(),
             events: crate::cluster::events::Recorder::default(),
+            dns: crate::policy::dns::DnsSettings::default(),
         }
     }
 

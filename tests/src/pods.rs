@@ -62,6 +62,7 @@ pub fn opts(cd: &Containerd) -> RunPodsOptions {
         kubeconfig: None,
         health: Arc::default(),
         events: enforcer::cluster::events::Recorder::default(),
+        dns: enforcer::policy::dns::DnsSettings::default(),
     }
 }
 

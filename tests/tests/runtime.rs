@@ -530,7 +530,7 @@ async fn pod_without_host_network_gets_an_ip_on_the_test_bridge() {
     write_manifest(
         &cd,
         "net.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: net\n  uid: net-1\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: busybox:local\n    command: [/bin/sh, -c]\n    args: [\"echo POD_IP=$POD_IP; ip -4 addr show eth0; trap 'exit 0' TERM; sleep 3600 & wait\"]\n    env: [{name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}]\n",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: net\n  uid: net-1\nspec:\n  terminationGracePeriodSeconds: 2\n  hostAliases: [{ip: 10.9.9.9, hostnames: [alias-one, alias-two]}]\n  dnsPolicy: None\n  dnsConfig: {nameservers: [192.0.2.53], searches: [example.test], options: [{name: ndots, value: '3'}]}\n  containers:\n  - name: c\n    image: busybox:local\n    command: [/bin/sh, -c]\n    args: [\"echo POD_IP=$POD_IP; ip -4 addr show eth0; cat /etc/hosts /etc/resolv.conf; trap 'exit 0' TERM; sleep 3600 & wait\"]\n    env: [{name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}]\n",
     );
     wait_status(
         &cd,
@@ -564,6 +564,33 @@ async fn pod_without_host_network_gets_an_ip_on_the_test_bridge() {
     assert!(
         ips.first().is_some_and(|ip| ip.starts_with(&prefix)),
         "pod IPs {ips:?}, expected {prefix}x"
+    );
+    // kubelet's managed /etc/hosts (the pod's IP and name, the hostAliases) and the
+    // sandbox's DNS from `dnsPolicy: None` + `dnsConfig`, as the container reads them.
+    let text: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(" F ").map(|(_, t)| t.to_owned()))
+        .collect();
+    for want in [
+        "# Kubernetes-managed hosts file.".to_owned(),
+        "127.0.0.1\tlocalhost".to_owned(),
+        "# Entries added by HostAliases.".to_owned(),
+        "10.9.9.9\talias-one\talias-two".to_owned(),
+        "nameserver 192.0.2.53".to_owned(),
+        "search example.test".to_owned(),
+        "options ndots:3".to_owned(),
+    ] {
+        assert!(
+            text.contains(&want),
+            "{want:?} not in the container's output {text:?}"
+        );
+    }
+    // The pod's name (a manifest pod's, with the node's name) at its IP.
+    assert!(
+        text.iter()
+            .any(|l| l.starts_with(&format!("{}\tnet-", ips[0]))),
+        "{text:?}"
     );
     // The bridge exists in the fixture's namespace only, not on the host.
     let inside = std::process::Command::new("ip")

@@ -68,6 +68,7 @@ pub(super) mod key {
         MEMORY_THROTTLING_FACTOR = "memoryThrottlingFactor", "memoryThrottlingFactor";
         POD_PIDS_LIMIT = "podPidsLimit", "--pod-max-pids";
         SYNC_FREQUENCY = "syncFrequency", "--sync-frequency";
+        CLUSTER_DNS = "clusterDNS", "--cluster-dns";
         ALLOWED_UNSAFE_SYSCTLS = "allowedUnsafeSysctls", "--allowed-unsafe-sysctls";
         HOUSEKEEPING_INTERVAL = "enforcer.housekeepingInterval", "--housekeeping-interval";
         NODE_CAPACITY = "enforcer.nodeCapacity", "--node-capacity";
@@ -369,6 +370,19 @@ pub fn resolve(
         node_lease_duration_seconds: cluster.lease_duration_seconds,
         pod_pids_limit: node::pod_pids_limit(&n, doc, args)?,
         sync_frequency: node::sync_frequency(&n, doc, args)?,
+        cluster_dns: node::cluster_dns(&n, doc, args)?,
+        cluster_domain: args
+            .cluster_domain
+            .clone()
+            .or_else(|| doc.cluster_domain.clone())
+            .unwrap_or_default()
+            .trim_matches('.')
+            .to_owned(),
+        resolv_conf: args
+            .resolv_conf
+            .clone()
+            .or_else(|| doc.resolv_conf.clone())
+            .unwrap_or_else(|| crate::policy::dns::DEFAULT_RESOLV_CONF.to_owned()),
         allowed_unsafe_sysctls,
         enforcer,
     };

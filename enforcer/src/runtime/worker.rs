@@ -64,6 +64,9 @@ pub enum WorkerError {
         #[source]
         source: std::io::Error,
     },
+    /// kubelet's `CreatePodSandboxError` for a DNS configuration that cannot be made.
+    #[error("pod {uid}: Failed to create pod sandbox: {message}")]
+    Dns { uid: String, message: String },
 }
 
 impl WorkerError {
@@ -106,6 +109,8 @@ pub struct WorkerContext<R> {
     pub security: SecurityOptions,
     /// Cluster mode: where API pods' ConfigMaps, Secrets and tokens are read.
     pub objects: Option<Arc<super::objects::ApiObjects>>,
+    /// `clusterDNS`, `clusterDomain`, `resolvConf`: the pods' DNS.
+    pub dns: crate::policy::dns::DnsSettings,
 }
 
 fn label_filter(uid: &str) -> HashMap<String, String> {
@@ -888,10 +893,9 @@ impl<R: ContainerRuntime> PodWorker<R> {
                     path: log_dir.clone(),
                     source,
                 })?;
-                let sid = rt
-                    .run_pod_sandbox(spec::sandbox_config(pod, *attempt, &cgroup, &log_dir_s))
-                    .await
-                    .map_err(self.cri())?;
+                let mut config = spec::sandbox_config(pod, *attempt, &cgroup, &log_dir_s);
+                config.dns_config = Some(self.pod_dns(pod)?);
+                let sid = rt.run_pod_sandbox(config).await.map_err(self.cri())?;
                 tracing::info!(uid = %uid, pod = %PodIdent::of(pod).name, sandbox = %sid, "sandbox started");
                 if self.start_time.is_empty() {
                     self.start_time = rfc3339(super::status::now_nanos());
@@ -934,6 +938,78 @@ impl<R: ContainerRuntime> PodWorker<R> {
     /// The pod's directory (`<log root>/<uid>`), its volumes under it.
     fn pod_dir(&self) -> Option<PathBuf> {
         is_valid_uid(&self.uid).then(|| self.ctx.log_root.join(&self.uid))
+    }
+
+    /// The sandbox's DNS configuration (kubelet's `GetPodDNS`), its warnings recorded on the
+    /// pod (`MissingClusterDNS`, `DNSConfigForming`).
+    fn pod_dns(&self, pod: &Pod) -> Result<cri::DnsConfig, WorkerError> {
+        let settings = &self.ctx.dns;
+        let host = if settings.resolv_conf.is_empty() {
+            None
+        } else {
+            let text = std::fs::read_to_string(&settings.resolv_conf).map_err(|source| {
+                WorkerError::Io {
+                    uid: self.uid.clone(),
+                    path: PathBuf::from(&settings.resolv_conf),
+                    source,
+                }
+            })?;
+            Some(crate::policy::dns::parse_resolv_conf(&text))
+        };
+        let (r, warnings) =
+            crate::policy::dns::pod_dns(pod, settings, host.as_ref()).map_err(|message| {
+                WorkerError::Dns {
+                    uid: self.uid.clone(),
+                    message,
+                }
+            })?;
+        for (reason, message) in warnings {
+            self.event(None, EventType::Warning, reason, message);
+        }
+        Ok(r.to_cri())
+    }
+
+    /// The managed `/etc/hosts` of the pod (`<pod dir>/etc-hosts`, rewritten at each
+    /// container creation as kubelet's `makeHostsMount`) as a CRI mount, when the container
+    /// gets one.
+    fn hosts_mount(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        pod_ips: &[String],
+    ) -> Result<Option<cri::Mount>, String> {
+        if !crate::policy::dns::mounts_hosts_file(c, pod_ips) {
+            return Ok(None);
+        }
+        let dir = self
+            .pod_dir()
+            .ok_or_else(|| format!("invalid pod uid {:?}", self.uid))?;
+        let node_hosts = if pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false)
+        {
+            std::fs::read_to_string("/etc/hosts").map_err(|e| format!("/etc/hosts: {e}"))?
+        } else {
+            String::new()
+        };
+        let text =
+            crate::policy::dns::hosts_file(pod, pod_ips, &self.ctx.dns.cluster_domain, &node_hosts);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let path = dir.join("etc-hosts");
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        Ok(Some(cri::Mount {
+            container_path: "/etc/hosts".to_owned(),
+            host_path: path.display().to_string(),
+            readonly: false,
+            ..Default::default()
+        }))
     }
 
     /// Whether the pod reads API objects: it came from the API server, in cluster mode.
@@ -1005,6 +1081,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
         c: &Container,
         pod_ips: Vec<String>,
     ) -> Result<EnvAndMounts, String> {
+        let hosts = self.hosts_mount(pod, c, &pod_ips)?;
         let ctx = crate::policy::env::EnvContext {
             pod_ips,
             objects: self.objects.clone(),
@@ -1025,6 +1102,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 mounts.push(m.to_cri(&host));
             }
         }
+        mounts.extend(hosts);
         Ok(EnvAndMounts {
             env: env
                 .into_iter()
@@ -2058,6 +2136,7 @@ mod tests {
             resync: Duration::from_secs(60),
             events: recorder,
             objects: None,
+            dns: crate::policy::dns::DnsSettings::default(),
         });
         let pod: Pod = serde_yaml_ng::from_str(yaml).expect("pod");
         let (tx, rx) = mpsc::unbounded_channel();

@@ -377,6 +377,37 @@ pub(super) fn sync_frequency(
     Ok(d)
 }
 
+/// `clusterDNS` / `--cluster-dns` (the flag's list if given, comma-separated, else the
+/// file's): each an IP address.
+pub(super) fn cluster_dns(
+    n: &Namer<'_>,
+    doc: &KubeletConfiguration,
+    args: &ConfigArgs,
+) -> Result<Vec<String>, ConfigError> {
+    let from_flag = !args.cluster_dns.is_empty();
+    let list: Vec<String> = if from_flag {
+        args.cluster_dns
+            .iter()
+            .flat_map(|s| s.split(','))
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect()
+    } else {
+        doc.cluster_dns.clone().unwrap_or_default()
+    };
+    for ip in &list {
+        if ip.parse::<std::net::IpAddr>().is_err() {
+            return Err(n.invalid(
+                key::CLUSTER_DNS,
+                from_flag,
+                ip.clone(),
+                "must be an IP address",
+            ));
+        }
+    }
+    Ok(list)
+}
+
 /// `allowedUnsafeSysctls` (the flag's list if given, else the file's): each a sysctl name or
 /// `prefix*` pattern known to be namespaced, as kubelet refuses to start otherwise.
 pub(super) fn allowed_unsafe_sysctls(
