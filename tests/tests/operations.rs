@@ -621,6 +621,13 @@ async fn every_endpoint_of_a_running_daemon_parses() {
     );
     at_least("kubelet_pleg_relist_duration_seconds_count", &[], 2.0);
     at_least("kubelet_pleg_relist_interval_seconds_count", &[], 1.0);
+    // kubelet's cgroup manager: the pod cgroup created by the first sync, its values
+    // re-written (update) by the next ones.
+    at_least(
+        "kubelet_cgroup_manager_duration_seconds_count",
+        &[("operation_type", "create")],
+        1.0,
+    );
     at_least(
         "kubelet_cgroup_manager_duration_seconds_count",
         &[("operation_type", "update")],
@@ -866,6 +873,25 @@ async fn every_endpoint_of_a_running_daemon_parses() {
     );
     assert!(!profile.sample.is_empty(), "no samples");
     assert!(!profile.location.is_empty() && !profile.function.is_empty());
+
+    // The pod deleted: its worker ends (no working pod left) after destroying its cgroup.
+    std::fs::remove_file(manifests.join("web.yaml")).expect("remove the manifest");
+    let working_total = || {
+        let fams = parse_openmetrics(&get(addr, "/metrics").text());
+        fams.get("kubelet_working_pods")
+            .map(|f| f.samples.iter().map(|s| s.value).sum::<f64>())
+    };
+    wait_until("the pod's worker gone", Duration::from_secs(60), || {
+        working_total() == Some(0.0)
+    })
+    .await;
+    let fams = parse_openmetrics(&get(addr, "/metrics").text());
+    let destroyed = value(
+        &fams,
+        "kubelet_cgroup_manager_duration_seconds_count",
+        &[("operation_type", "destroy")],
+    );
+    assert!(destroyed.is_some_and(|n| n >= 1.0), "{destroyed:?}");
 
     // /debug/flags/v without the binary's reloadable subscriber: refused, not ignored.
     let v = request(addr, "PUT", "/debug/flags/v", "4");

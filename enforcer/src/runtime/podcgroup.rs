@@ -1,6 +1,10 @@
 //! Pod cgroups (cgroupfs driver): `<cgroup root>/kubepods[/<tier>]/pod<uid>`, created and
 //! limited by the enforcer before the sandbox, removed after it (containerd does neither).
 //! Every path is joined with [`join_inside`], so no name or uid can leave the cgroup root.
+//!
+//! Timed as kubelet's cgroup manager (`kubelet_cgroup_manager_duration_seconds`): `create`
+//! when the pod cgroup is new, `update` when its values are re-written, `destroy` when it is
+//! removed.
 
 use std::{io, path::PathBuf, time::Duration};
 
@@ -23,6 +27,8 @@ pub struct PodCgroups {
     layout: CgroupLayout,
     kubepods: Kubepods,
     options: CgroupOptions,
+    /// Where the operations are timed ([`crate::metrics::global`] unless a test gives one).
+    metrics: crate::metrics::Metrics,
 }
 
 fn tier(qos: Qos) -> &'static str {
@@ -46,7 +52,15 @@ impl PodCgroups {
             root,
             layout,
             options,
+            metrics: crate::metrics::global().clone(),
         }
+    }
+
+    /// Times the operations into `metrics` instead of the process-wide registry.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// The relative pod cgroup path (the CRI `cgroup_parent`); refuses a uid that could escape.
@@ -104,6 +118,7 @@ impl PodCgroups {
 
     /// Creates the pod cgroup where its limits are set (memory and cpu) and writes the decision
     /// core's values (`policy::resources::cgroup::pod_cgroup_values`). Returns the relative path.
+    /// Timed as `create` when the pod cgroup did not exist yet, else `update`.
     pub fn ensure(
         &self,
         uid: &str,
@@ -111,8 +126,25 @@ impl PodCgroups {
         values: &PodCgroupValues,
     ) -> Result<String, CgroupError> {
         let rel = self.pod_path(uid, qos)?;
-        self.kubepods.apply(&rel, &kubepods::pod_values(values))?;
+        let operation = if self.limited_dir_exists(&rel) {
+            "update"
+        } else {
+            "create"
+        };
+        self.metrics.time_cgroup_manager(operation, || {
+            self.kubepods.apply(&rel, &kubepods::pod_values(values))
+        })?;
         Ok(rel)
+    }
+
+    /// Whether `rel` exists where a pod cgroup's limits are written (the memory hierarchy,
+    /// else the cpu one).
+    fn limited_dir_exists(&self, rel: &str) -> bool {
+        ["memory", "cpu"]
+            .iter()
+            .find_map(|c| self.layout.controller(c))
+            .and_then(|(mount, _)| join_inside(mount, rel).ok())
+            .is_some_and(|d| d.exists())
     }
 
     /// Whether the pod cgroup exists in any hierarchy (any tier).
@@ -137,9 +169,15 @@ impl PodCgroups {
     }
 
     /// Removes the pod cgroup (and the per-container leftovers below it) in every hierarchy.
-    /// Retries briefly while the kernel still reports it busy.
+    /// Retries briefly while the kernel still reports it busy. Timed as `destroy` when there
+    /// was one.
     pub async fn remove(&self, uid: &str) -> Result<(), CgroupError> {
-        for dir in self.dirs(uid) {
+        let dirs: Vec<PathBuf> = self.dirs(uid).into_iter().filter(|d| d.exists()).collect();
+        if dirs.is_empty() {
+            return Ok(());
+        }
+        let _timer = self.metrics.cgroup_manager("destroy");
+        for dir in dirs {
             if !dir.exists() {
                 continue;
             }
@@ -180,6 +218,63 @@ fn remove_tree(writer: &dyn CgroupWriter, dir: &std::path::Path) -> Result<(), C
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// kubelet's cgroup manager operations: the first `ensure` of a pod creates, the next
+    /// ones update, `remove` destroys once (nothing to remove is no operation).
+    #[tokio::test]
+    async fn create_update_and_destroy_are_timed_apart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for c in ["memory", "cpu"] {
+            std::fs::create_dir_all(dir.path().join(c)).expect("mkdir");
+        }
+        let mount = |c: &str| crate::cgroup::V1Mount {
+            mount: dir.path().join(c),
+            controllers: vec![c.to_owned()],
+            hierarchy_id: Some(1),
+        };
+        let layout = CgroupLayout {
+            v1: vec![mount("memory"), mount("cpu")],
+            unified: None,
+            unified_controllers: Vec::new(),
+        };
+        let metrics = crate::metrics::Metrics::new();
+        let pc = PodCgroups::new("/r", layout).with_metrics(metrics.clone());
+        let count = |op: &str| {
+            let text = crate::metrics::encode(&[metrics.registry()]).expect("encode");
+            let want = format!(
+                "kubelet_cgroup_manager_duration_seconds_count{{operation_type=\"{op}\"}} "
+            );
+            text.lines()
+                .find_map(|l| l.strip_prefix(want.as_str()))
+                .map_or(0, |v| v.parse::<u64>().expect("a count"))
+        };
+        let values = PodCgroupValues {
+            cpu_shares: 2,
+            cpu_weight: None,
+            cpu_quota_micros: None,
+            cpu_period_micros: None,
+            memory_limit_bytes: Some(64 << 20),
+            memory_min_bytes: None,
+            pids_limit: None,
+        };
+        let rel = pc.ensure("u1", Qos::Burstable, &values).expect("ensure");
+        assert_eq!(rel, "/r/kubepods/burstable/podu1");
+        assert_eq!((count("create"), count("update")), (1, 0));
+        pc.ensure("u1", Qos::Burstable, &values).expect("ensure");
+        pc.ensure("u1", Qos::Burstable, &values).expect("ensure");
+        assert_eq!((count("create"), count("update")), (1, 2));
+        // A fake hierarchy keeps the value files a real one hides from rmdir: remove them.
+        for c in ["memory", "cpu"] {
+            let pod = dir.path().join(c).join("r/kubepods/burstable/podu1");
+            for f in std::fs::read_dir(&pod).expect("read").flatten() {
+                std::fs::remove_file(f.path()).expect("rm");
+            }
+        }
+        pc.remove("u1").await.expect("remove");
+        assert!(!pc.exists("u1"));
+        pc.remove("u1").await.expect("nothing to remove");
+        assert_eq!(count("destroy"), 1);
+    }
 
     #[test]
     fn paths_stay_inside_the_root() {

@@ -796,8 +796,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
         // The pod cgroup (created and limited before the sandbox, as kubelet does), its
         // values re-written on every sync so they stay as decided.
         let values = spec::pod_cgroup_values(pod, self.ctx.cgroups.options());
-        let cgroup = crate::metrics::global()
-            .time_cgroup_manager("update", || self.ctx.cgroups.ensure(&uid, qos, &values))
+        let cgroup = self
+            .ctx
+            .cgroups
+            .ensure(&uid, qos, &values)
             .map_err(|source| WorkerError::Cgroup {
                 uid: uid.clone(),
                 source,
