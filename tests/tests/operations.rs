@@ -115,6 +115,8 @@ struct Sample {
     name: String,
     labels: BTreeMap<String, String>,
     value: f64,
+    /// The sample's timestamp (seconds since the epoch), when it has one.
+    timestamp: Option<f64>,
 }
 
 #[derive(Debug)]
@@ -198,7 +200,16 @@ fn parse_openmetrics(text: &str) -> BTreeMap<String, MetricFamily> {
             "sample {name} does not belong to {fam_name} ({})",
             fam.kind
         );
-        let value_text = rest.split(' ').next().unwrap_or("");
+        let mut fields = rest.split(' ');
+        let value_text = fields.next().unwrap_or("");
+        // A timestamp may follow the value (before an exemplar's `#`).
+        let timestamp = match fields.next() {
+            None | Some("#") => None,
+            Some(t) => Some(
+                t.parse::<f64>()
+                    .unwrap_or_else(|_| panic!("bad timestamp in {line:?}")),
+            ),
+        };
         let value = match value_text {
             "+Inf" => f64::INFINITY,
             "-Inf" => f64::NEG_INFINITY,
@@ -210,6 +221,7 @@ fn parse_openmetrics(text: &str) -> BTreeMap<String, MetricFamily> {
             name,
             labels,
             value,
+            timestamp,
         });
     }
     for (name, f) in &mut families {
@@ -691,6 +703,29 @@ async fn every_endpoint_of_a_running_daemon_parses() {
     let c_cpu = value(&res, "container_cpu_usage_seconds_total", &c_l).expect("container cpu");
     assert!(c_cpu > 0.0 && c_cpu <= pod_cpu, "{c_cpu} vs pod {pod_cpu}");
     value(&res, "container_memory_working_set_bytes", &c_l).expect("container memory");
+    // kubelet's per-sample timestamps: the reading's time on every node, pod and container
+    // sample (one reading), none on resource_scrape_error.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_secs_f64();
+    let mut stamps = Vec::new();
+    for (name, f) in &res {
+        for s in &f.samples {
+            if name == "resource_scrape_error" {
+                assert_eq!(s.timestamp, None, "{s:?}");
+            } else {
+                stamps.push(s.timestamp.unwrap_or_else(|| panic!("no timestamp: {s:?}")));
+            }
+        }
+    }
+    assert!(stamps.len() >= 6, "{stamps:?}");
+    assert!(
+        stamps
+            .iter()
+            .all(|t| *t == stamps[0] && (now - t).abs() < 60.0),
+        "{stamps:?} vs now {now}"
+    );
 
     // /configz
     let c = get(addr, "/configz");

@@ -4,7 +4,9 @@
 //! `container_cpu_usage_seconds_total{container,namespace,pod}`,
 //! `container_memory_working_set_bytes{container,namespace,pod}` and `resource_scrape_error`.
 //! Read on demand ([`super::summary::StatsReader`]), without the log walk. OpenMetrics text
-//! (no per-sample timestamps, which kubelet adds).
+//! with kubelet's per-sample timestamps: every node, pod and container sample carries the
+//! time of the reading it comes from (OpenMetrics: seconds since the epoch);
+//! `resource_scrape_error` carries none, as kubelet's.
 
 use std::sync::atomic::AtomicU64;
 
@@ -125,6 +127,36 @@ pub fn registry(reading: Option<&Reading>) -> Registry {
     reg
 }
 
+/// OpenMetrics text of `registry`, each sample but `resource_scrape_error`'s timestamped with
+/// `at_nanos` (ns since the epoch) in seconds with millisecond precision (what kubelet's
+/// `NewLazyMetricWithTimestamp` keeps).
+fn timestamped(text: &str, at_nanos: i64) -> String {
+    let ts = format!(
+        " {}.{:03}",
+        at_nanos.div_euclid(1_000_000_000),
+        at_nanos.rem_euclid(1_000_000_000) / 1_000_000
+    );
+    let mut out = String::with_capacity(text.len() + 32 * text.lines().count());
+    for line in text.lines() {
+        out.push_str(line);
+        let sample = !line.is_empty() && !line.starts_with('#');
+        if sample && !line.starts_with("resource_scrape_error") {
+            out.push_str(&ts);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The page of one reading: [`registry`] encoded, timestamped with the reading's time.
+fn page(reading: Option<&Reading>) -> Result<String, std::fmt::Error> {
+    let text = crate::metrics::encode(&[&registry(reading)])?;
+    Ok(match reading {
+        Some(r) => timestamped(&text, r.at_nanos),
+        None => text,
+    })
+}
+
 pub(super) async fn handler(State(s): State<Shared>) -> Response {
     let reading = s
         .stats
@@ -133,7 +165,7 @@ pub(super) async fn handler(State(s): State<Shared>) -> Response {
     if let Err(e) = &reading {
         tracing::warn!(error = %e, "resource metrics: reading the node failed");
     }
-    match crate::metrics::encode(&[&registry(reading.as_ref().ok())]) {
+    match page(reading.as_ref().ok()) {
         Ok(body) => text(StatusCode::OK, OPENMETRICS, body),
         Err(_) => text(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -149,20 +181,33 @@ mod tests {
 
     #[test]
     fn kubelets_resource_series() {
-        let reading = crate::server::summary::tests::reading();
-        let text = crate::metrics::encode(&[&registry(Some(&reading))]).expect("encode");
+        let mut reading = crate::server::summary::tests::reading();
+        reading.at_nanos += 123_456_789;
+        let text = page(Some(&reading)).expect("encode");
         for want in [
             "resource_scrape_error 0\n",
-            "node_cpu_usage_seconds_total 10.0\n",
-            "node_memory_working_set_bytes 300.0\n",
-            "pod_cpu_usage_seconds_total{namespace=\"default\",pod=\"web\"} 3.0\n",
-            "pod_memory_working_set_bytes{namespace=\"default\",pod=\"web\"} 300.0\n",
-            "container_cpu_usage_seconds_total{container=\"app\",namespace=\"default\",pod=\"web\"} 2.0\n",
-            "container_memory_working_set_bytes{container=\"app\",namespace=\"default\",pod=\"web\"} 200.0\n",
+            "node_cpu_usage_seconds_total 10.0 1767225600.123\n",
+            "node_memory_working_set_bytes 300.0 1767225600.123\n",
+            "pod_cpu_usage_seconds_total{namespace=\"default\",pod=\"web\"} 3.0 1767225600.123\n",
+            "pod_memory_working_set_bytes{namespace=\"default\",pod=\"web\"} 300.0 1767225600.123\n",
+            "container_cpu_usage_seconds_total{container=\"app\",namespace=\"default\",pod=\"web\"} 2.0 1767225600.123\n",
+            "container_memory_working_set_bytes{container=\"app\",namespace=\"default\",pod=\"web\"} 200.0 1767225600.123\n",
         ] {
             assert!(text.contains(want), "{want:?} missing in:\n{text}");
         }
-        let failed = crate::metrics::encode(&[&registry(None)]).expect("encode");
+        // Every sample but the scrape error is timestamped; comments and `# EOF` are not.
+        for line in text.lines() {
+            let fields = line.split(' ').count();
+            let is_sample = !line.starts_with('#');
+            let want = match () {
+                () if !is_sample => fields,
+                () if line.starts_with("resource_scrape_error") => 2,
+                () => 3,
+            };
+            assert_eq!(fields, want, "{line:?}");
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+        let failed = page(None).expect("encode");
         assert_eq!(
             failed
                 .lines()
