@@ -170,6 +170,9 @@ struct Preemption {
 struct Admissions {
     admitter: Option<Admitter>,
     admitted: HashMap<String, Arc<Pod>>,
+    /// Admitted pods being killed because their source removed them: never preempted
+    /// (kubelet's active pods leave out those whose termination was requested).
+    terminating: std::collections::HashSet<String>,
     /// The pod being admitted came from the API server and the node reads API objects
     /// (configMap, secret and token volumes are admitted).
     from_api: bool,
@@ -219,7 +222,11 @@ impl Admissions {
         let active = link.active();
         let candidates: Vec<(&String, &Arc<Pod>)> = active
             .iter()
-            .filter(|(u, _)| u.as_str() != uid && self.admitted.contains_key(*u))
+            .filter(|(u, _)| {
+                u.as_str() != uid
+                    && self.admitted.contains_key(*u)
+                    && !self.terminating.contains(*u)
+            })
             .map(|(u, e)| (u, &e.pod))
             .collect();
         let pods: Vec<&Pod> = candidates.iter().map(|(_, p)| &***p).collect();
@@ -243,6 +250,7 @@ impl Admissions {
     }
 
     fn release(&mut self, uid: &str) {
+        self.terminating.remove(uid);
         if let Some(pod) = self.admitted.remove(uid)
             && let Some(a) = &mut self.admitter
         {
@@ -617,6 +625,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                 .clone()
                 .map(|a| Admitter::new(a.node, a.security, std::iter::empty())),
             admitted: HashMap::new(),
+            terminating: std::collections::HashSet::new(),
             from_api: false,
         },
         evicted: HashMap::new(),
@@ -650,6 +659,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                             match (u.op, pods.workers.get_mut(&uid)) {
                                 (PodOp::Delete, Some(h)) => {
                                     h.working.deleted();
+                                    pods.admissions.terminating.insert(uid.clone());
                                     pods.pending.remove(&uid);
                                     let _ = h.tx.send(WorkUpdate::Kill { grace: None });
                                 }
@@ -985,6 +995,49 @@ mod tests {
         assert_eq!(fake.running(), ["crit"]);
         let _ = stop.send(());
         run.await.expect("join").expect("run");
+    }
+
+    /// A pod its source removed (being killed) is no candidate for preemption: with it the
+    /// only pod that would free enough, the critical pod is rejected; once it is released,
+    /// nothing is in the way.
+    #[test]
+    fn pods_being_deleted_are_not_preempted() {
+        use crate::policy::resources::test_pods::{container, pod};
+        let allocatable = [("cpu", "1"), ("memory", "1Gi"), ("pods", "110")]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), Quantity::parse(v).expect("quantity")))
+            .collect();
+        let node = admission::Node {
+            name: "n1".to_owned(),
+            allocatable,
+            ..admission::Node::default()
+        };
+        let low = Arc::new(pod("low", vec![container("c", "cpu=600m", "")]));
+        let mut critical = pod("crit", vec![container("c", "cpu=600m", "")]);
+        if let Some(s) = critical.spec.as_mut() {
+            s.priority = Some(crate::policy::resources::SYSTEM_CRITICAL_PRIORITY);
+        }
+        let critical = Arc::new(critical);
+        let link = NodeLink::default();
+        link.set_active(
+            "uid-low",
+            ActiveEntry::new(low.clone(), "/kubepods/burstable/poduid-low".to_owned()),
+        );
+        let mut a = Admissions {
+            admitter: Some(Admitter::new(node, SecurityPolicy::default(), [&*low])),
+            admitted: HashMap::from([("uid-low".to_owned(), low)]),
+            terminating: std::collections::HashSet::from(["uid-low".to_owned()]),
+            from_api: false,
+        };
+        let Err(r) = a.try_admit("uid-crit", &critical, &link) else {
+            panic!("a pod being deleted was preempted");
+        };
+        assert_eq!(r.reason, preemption::UNEXPECTED_ADMISSION_ERROR);
+        a.terminating.clear();
+        let p = a.try_admit("uid-crit", &critical, &link).expect("admitted");
+        let victims: Vec<&str> = p.victims.iter().map(|(u, _)| u.as_str()).collect();
+        assert_eq!((victims, p.signal.as_str()), (vec!["uid-low"], "cpu"));
+        assert!(!a.admitted.contains_key("uid-low") && a.admitted.contains_key("uid-crit"));
     }
 
     /// A restarted loop must not take the pods it is about to read from its manifest
