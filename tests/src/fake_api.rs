@@ -39,7 +39,7 @@ use k8s_openapi::{
     api::{
         authentication::v1::TokenRequest,
         coordination::v1::Lease,
-        core::v1::{ConfigMap, Event, Node, Pod, Secret},
+        core::v1::{ConfigMap, Event, Node, Pod, Secret, Service},
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
@@ -64,12 +64,18 @@ pub enum Kind {
     EventV1,
     ConfigMap,
     Secret,
+    Service,
 }
 
 impl Kind {
     fn api_version(self) -> &'static str {
         match self {
-            Self::Pod | Self::Node | Self::Event | Self::ConfigMap | Self::Secret => "v1",
+            Self::Pod
+            | Self::Node
+            | Self::Event
+            | Self::ConfigMap
+            | Self::Secret
+            | Self::Service => "v1",
             Self::Lease => "coordination.k8s.io/v1",
             Self::EventV1 => "events.k8s.io/v1",
         }
@@ -83,6 +89,7 @@ impl Kind {
             Self::Event | Self::EventV1 => "Event",
             Self::ConfigMap => "ConfigMap",
             Self::Secret => "Secret",
+            Self::Service => "Service",
         }
     }
 
@@ -108,6 +115,7 @@ impl Kind {
             Self::EventV1 => meta::<k8s_openapi::api::events::v1::Event>(v, |e| e.metadata),
             Self::ConfigMap => meta::<ConfigMap>(v, |c| c.metadata),
             Self::Secret => meta::<Secret>(v, |s| s.metadata),
+            Self::Service => meta::<Service>(v, |s| s.metadata),
         }
     }
 }
@@ -581,6 +589,7 @@ fn route(path: &str) -> Option<Route> {
         ("core", "events") => Kind::Event,
         ("core", "configmaps") => Kind::ConfigMap,
         ("core", "secrets") => Kind::Secret,
+        ("core", "services") => Kind::Service,
         ("coordination", "leases") => Kind::Lease,
         ("events", "events") => Kind::EventV1,
         _ => return None,
@@ -647,6 +656,7 @@ fn not_found(r: &Route, name: &str) -> (u16, Value) {
         Kind::Event | Kind::EventV1 => "events",
         Kind::ConfigMap => "configmaps",
         Kind::Secret => "secrets",
+        Kind::Service => "services",
     };
     (
         404,

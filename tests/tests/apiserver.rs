@@ -1073,9 +1073,23 @@ async fn config_maps_secrets_and_tokens_reach_the_container() {
                // base64 of "s3cret"
                "data": {"password": "czNjcmV0"}}),
     );
+    // The API server's own service (every pod's KUBERNETES_SERVICE_*) and one of the pod's
+    // namespace (enableServiceLinks).
+    for (name, ip, port) in [
+        ("kubernetes", "10.96.0.1", 443),
+        ("my-db", "10.96.0.20", 5432),
+    ] {
+        fake.put(
+            Kind::Service,
+            json!({"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": name, "namespace": "default"},
+                   "spec": {"clusterIP": ip, "ports": [{"name": "main", "port": port}]}}),
+        );
+    }
     let sa = "/var/run/secrets/kubernetes.io/serviceaccount";
     let script = format!(
         "echo \"env MODE=$MODE PW=$PW G=$C_greeting\"; echo \"id $(id -u) $(id -G)\"; \
+         echo \"svc $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT $KUBERNETES_PORT $MY_DB_SERVICE_PORT_MAIN\"; \
          echo \"secret $(cat /etc/sec/password)\"; echo \"ca $(cat {sa}/ca.crt) ns $(cat {sa}/namespace)\"; \
          while true; do echo \"tick cfg=$(cat /etc/cfg/mode) tok=$(cat {sa}/token)\"; sleep 1; done"
     );
@@ -1132,6 +1146,11 @@ async fn config_maps_secrets_and_tokens_reach_the_container() {
         "0400 secret read through the fsGroup"
     );
     assert_eq!(line("ca"), "ca PEM-DATA ns default");
+    assert_eq!(
+        line("svc"),
+        "svc 10.96.0.1:443 tcp://10.96.0.1:443 5432",
+        "service variables"
+    );
     // The secret never reaches a disk: its volume is a tmpfs, its files the fsGroup's.
     let vols = node.state.join("pods").join(uid).join("volumes");
     let sec = vols.join("kubernetes.io~secret/sec");

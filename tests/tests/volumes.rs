@@ -285,7 +285,8 @@ async fn unsupported_volumes_refused_host_path_checked_sub_path_refused() {
     let cm = pod(&s, "vol-cm").expect("cm");
     assert_eq!(cm.reason, "UnsupportedVolume", "{cm:?}");
     assert!(
-        cm.message.contains("configMap volume needs API server objects"),
+        cm.message
+            .contains("configMap volume needs API server objects"),
         "{}",
         cm.message
     );

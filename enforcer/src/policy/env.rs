@@ -355,6 +355,11 @@ pub fn container_env(
             }
         }
     }
+    // The service variables (kubelet's `getServiceEnvVarMap`): `$(VAR)` reads them, and they
+    // are added last for names the container does not define itself.
+    let services = objects
+        .service_env(objects::service_links(pod))
+        .map_err(EnvError::Unsupported)?;
     let merged = pod_for_downward_api(pod, &ctx.allocatable);
     for e in c.env.iter().flatten() {
         let value = if let Some(src) = &e.value_from {
@@ -389,12 +394,17 @@ pub fn container_env(
         } else {
             let defined = &out;
             expand(e.value.as_deref().unwrap_or(""), &|name| {
-                lookup(defined, name)
+                lookup(defined, name).or_else(|| services.get(name).cloned())
             })
         };
         match out.iter_mut().find(|(k, _)| *k == e.name) {
             Some(slot) => slot.1 = value,
             None => out.push((e.name.clone(), value)),
+        }
+    }
+    for (k, v) in services {
+        if !out.iter().any(|(n, _)| *n == k) {
+            out.push((k, v));
         }
     }
     Ok(out)
@@ -611,6 +621,8 @@ spec:
     - configMapRef: {name: missing, optional: true}
     env:
     - {name: MODE, value: "$(MODE)-override"}
+    - {name: API, value: "https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"}
+    - {name: KUBERNETES_PORT, value: mine}
     - {name: PW, valueFrom: {secretKeyRef: {name: sec, key: pw}}}
     - {name: GONE, valueFrom: {configMapKeyRef: {name: cfg, key: nope, optional: true}}}
 "#);
@@ -641,6 +653,13 @@ spec:
                 })),
             )]),
             tokens: BTreeMap::new(),
+            services: Some(Ok(vec![
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": "kubernetes", "namespace": "default"},
+                    "spec": {"clusterIP": "10.96.0.1", "ports": [{"name": "https", "port": 443}]},
+                }))
+                .expect("service"),
+            ])),
         };
         let ctx = EnvContext {
             objects: Some(Arc::new(objects)),
@@ -654,7 +673,22 @@ spec:
                 ("LEVEL".to_owned(), "3".to_owned()),
                 ("MODE".to_owned(), "fast-override".to_owned()),
                 ("S_pw".to_owned(), "s3cret".to_owned()),
+                ("API".to_owned(), "https://10.96.0.1:443".to_owned()),
+                ("KUBERNETES_PORT".to_owned(), "mine".to_owned()),
                 ("PW".to_owned(), "s3cret".to_owned()),
+                (
+                    "KUBERNETES_PORT_443_TCP".to_owned(),
+                    "tcp://10.96.0.1:443".to_owned()
+                ),
+                (
+                    "KUBERNETES_PORT_443_TCP_ADDR".to_owned(),
+                    "10.96.0.1".to_owned()
+                ),
+                ("KUBERNETES_PORT_443_TCP_PORT".to_owned(), "443".to_owned()),
+                ("KUBERNETES_PORT_443_TCP_PROTO".to_owned(), "tcp".to_owned()),
+                ("KUBERNETES_SERVICE_HOST".to_owned(), "10.96.0.1".to_owned()),
+                ("KUBERNETES_SERVICE_PORT".to_owned(), "443".to_owned()),
+                ("KUBERNETES_SERVICE_PORT_HTTPS".to_owned(), "443".to_owned()),
             ]
         );
     }

@@ -1079,6 +1079,7 @@ spec:
             ]),
             secrets: BTreeMap::from([("creds".to_owned(), Fetched::NotFound)]),
             tokens: BTreeMap::from([(t.token.clone(), Ok("jwt".to_owned()))]),
+            services: None,
         };
         let files = |i: usize| {
             let VolumeKind::Objects { sources, .. } = &vs[i].kind else {

@@ -1,10 +1,14 @@
 //! Reading the API objects pods need on the node (kubelet's configMap and secret managers
 //! and its token manager), for pods from the API server in cluster mode.
 //!
-//! - ConfigMaps and Secrets are read with a GET at each pod sync that needs them, each
-//!   answer kept for [`OBJECT_TTL`] so that pods syncing together (every pod of a namespace
-//!   mounts `kube-root-ca.crt`) share one request. A change reaches the volume at the next
-//!   sync (kubelet's `syncFrequency`), as with kubelet's watch-based managers.
+//! - ConfigMaps, Secrets and the Services of the pods' environment variables are read with a
+//!   GET (a LIST for a namespace's Services) and kept: a read returns the last answer at
+//!   once and refreshes it in the background when it is older than [`OBJECT_TTL`], so pods
+//!   syncing together (every pod of a namespace mounts `kube-root-ca.crt`) share one request,
+//!   and a slow or absent API server never holds a sync (a failed refresh keeps the last
+//!   good answer, as an informer's cache would). Only the first read waits. A change reaches
+//!   the volume within a sync or two (kubelet's `syncFrequency`), as with kubelet's
+//!   watch-based managers.
 //! - Service-account tokens come from the TokenRequest API (`serviceaccounts/<sa>/token`),
 //!   bound to the pod, and are kept per pod until kubelet's token manager would refresh them:
 //!   at 80 % of their life or 24 h of age, less up to 10 s of jitter. The pod worker wakes at
@@ -19,12 +23,12 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, ServiceAccount};
-use kube::api::PostParams;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
+use kube::api::{ListParams, PostParams};
 
 use crate::policy::objects::{self, Fetched, ObjectKind, ObjectRefs, PodObjects, TokenRef};
 
-/// How long one answer about a ConfigMap or Secret is reused.
+/// How long one answer about a ConfigMap, Secret or a namespace's Services is fresh.
 pub const OBJECT_TTL: Duration = Duration::from_secs(2);
 /// Each request's time limit.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -38,16 +42,53 @@ struct CachedToken {
 }
 
 type TokenKey = (String, TokenRef);
-/// Answers by (namespace, name), with when they came.
-type Answers<T> = Mutex<HashMap<(String, String), (Instant, Fetched<T>)>>;
+
+/// What is read: an object by namespace and name, or a namespace's services.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum What {
+    ConfigMap(String, String),
+    Secret(String, String),
+    Services(String),
+}
+
+/// An answer of the API server.
+#[derive(Debug, Clone)]
+enum Answer {
+    ConfigMap(Fetched<ConfigMap>),
+    Secret(Fetched<Secret>),
+    Services(Fetched<Vec<Service>>),
+}
+
+impl Answer {
+    fn failed(&self) -> bool {
+        matches!(
+            self,
+            Self::ConfigMap(Fetched::Failed(_))
+                | Self::Secret(Fetched::Failed(_))
+                | Self::Services(Fetched::Failed(_))
+        )
+    }
+}
+
+/// One cached answer: when it came, and whether a refresh is under way.
+#[derive(Debug)]
+struct Cached {
+    at: Instant,
+    answer: Answer,
+    refreshing: bool,
+}
 
 /// The API objects of this node's pods: a client (made on first use from the kubeconfig,
-/// made again after a failure), the answers of the last [`OBJECT_TTL`], the tokens.
+/// made again after a failure), the last answer for each object, the tokens.
+///
+/// Like kubelet's informer caches, a read never waits on the API server once an answer is
+/// known: an answer older than [`OBJECT_TTL`] is returned as is and refreshed in the
+/// background, and a refresh that fails keeps the last good answer (an API outage or a slow
+/// server changes nothing on the node). Only the first read of an object waits.
 pub struct ApiObjects {
     kubeconfig: PathBuf,
     client: tokio::sync::Mutex<Option<kube::Client>>,
-    config_maps: Answers<ConfigMap>,
-    secrets: Answers<Secret>,
+    answers: Mutex<HashMap<What, Cached>>,
     tokens: Mutex<HashMap<TokenKey, CachedToken>>,
 }
 
@@ -83,14 +124,42 @@ fn jitter() -> Duration {
     Duration::from_secs(u64::from(nanos % 10))
 }
 
+/// One GET of a namespaced object, with the time limit.
+async fn get_one<T>(
+    client: kube::Client,
+    kind: ObjectKind,
+    namespace: &str,
+    name: &str,
+) -> Fetched<T>
+where
+    T: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    T::DynamicType: Default,
+{
+    if !objects::valid_name(name) {
+        return Fetched::Failed(format!("{name:?} is not a valid object name"));
+    }
+    let api: kube::Api<T> = kube::Api::namespaced(client, namespace);
+    match tokio::time::timeout(REQUEST_TIMEOUT, api.get(name)).await {
+        Err(_) => Fetched::Failed(format!(
+            "get {} {namespace}/{name}: no answer within {REQUEST_TIMEOUT:?}",
+            kind.resource()
+        )),
+        Ok(Ok(o)) => Fetched::Found(Arc::new(o)),
+        Ok(Err(e)) if is_not_found(&e) => Fetched::NotFound,
+        Ok(Err(e)) => Fetched::Failed(message(&e)),
+    }
+}
+
 impl ApiObjects {
     #[must_use]
     pub fn new(kubeconfig: PathBuf) -> Self {
         Self {
             kubeconfig,
             client: tokio::sync::Mutex::new(None),
-            config_maps: Mutex::new(HashMap::new()),
-            secrets: Mutex::new(HashMap::new()),
+            answers: Mutex::new(HashMap::new()),
             tokens: Mutex::new(HashMap::new()),
         }
     }
@@ -107,48 +176,118 @@ impl ApiObjects {
         Ok(made)
     }
 
-    /// One object, from the last [`OBJECT_TTL`] or the API server.
-    async fn get<T>(
-        &self,
-        cache: &Answers<T>,
-        kind: ObjectKind,
-        namespace: &str,
-        name: &str,
-    ) -> Fetched<T>
-    where
-        T: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-        T::DynamicType: Default,
-    {
-        let key = (namespace.to_owned(), name.to_owned());
-        if let Some((at, f)) = lock(cache).get(&key)
-            && at.elapsed() < OBJECT_TTL
-        {
-            return f.clone();
-        }
-        let fetched = if objects::valid_name(name) {
-            match self.client().await {
-                Err(e) => Fetched::Failed(e),
-                Ok(client) => {
-                    let api: kube::Api<T> = kube::Api::namespaced(client, namespace);
-                    match tokio::time::timeout(REQUEST_TIMEOUT, api.get(name)).await {
-                        Err(_) => Fetched::Failed(format!(
-                            "get {} {namespace}/{name}: no answer within {REQUEST_TIMEOUT:?}",
-                            kind.resource()
-                        )),
-                        Ok(Ok(o)) => Fetched::Found(Arc::new(o)),
-                        Ok(Err(e)) if is_not_found(&e) => Fetched::NotFound,
-                        Ok(Err(e)) => Fetched::Failed(message(&e)),
-                    }
-                }
+    /// Asks the API server.
+    async fn fetch(&self, what: &What) -> Answer {
+        let client = match self.client().await {
+            Ok(c) => c,
+            Err(e) => {
+                return match what {
+                    What::ConfigMap(..) => Answer::ConfigMap(Fetched::Failed(e)),
+                    What::Secret(..) => Answer::Secret(Fetched::Failed(e)),
+                    What::Services(_) => Answer::Services(Fetched::Failed(e)),
+                };
             }
-        } else {
-            Fetched::Failed(format!("{name:?} is not a valid object name"))
         };
-        lock(cache).insert(key, (Instant::now(), fetched.clone()));
-        fetched
+        match what {
+            What::ConfigMap(ns, name) => {
+                Answer::ConfigMap(get_one(client, ObjectKind::ConfigMap, ns, name).await)
+            }
+            What::Secret(ns, name) => {
+                Answer::Secret(get_one(client, ObjectKind::Secret, ns, name).await)
+            }
+            What::Services(ns) => {
+                let api: kube::Api<Service> = kube::Api::namespaced(client, ns);
+                Answer::Services(
+                    match tokio::time::timeout(REQUEST_TIMEOUT, api.list(&ListParams::default()))
+                        .await
+                    {
+                        Err(_) => Fetched::Failed(format!(
+                            "list services in {ns}: no answer within {REQUEST_TIMEOUT:?}"
+                        )),
+                        Ok(Ok(list)) => Fetched::Found(Arc::new(
+                            list.items
+                                .into_iter()
+                                .map(|mut s| {
+                                    s.metadata.namespace.get_or_insert_with(|| ns.clone());
+                                    s
+                                })
+                                .collect(),
+                        )),
+                        Ok(Err(e)) => Fetched::Failed(message(&e)),
+                    },
+                )
+            }
+        }
+    }
+
+    /// Keeps a new answer; a failure does not replace a good answer.
+    fn store(&self, what: What, answer: Answer) -> Answer {
+        let mut answers = lock(&self.answers);
+        match answers.get_mut(&what) {
+            Some(c) if answer.failed() && !c.answer.failed() => {
+                tracing::debug!(?what, "API read failed; the last answer stays");
+                c.refreshing = false;
+                c.answer.clone()
+            }
+            _ => {
+                answers.insert(
+                    what,
+                    Cached {
+                        at: Instant::now(),
+                        answer: answer.clone(),
+                        refreshing: false,
+                    },
+                );
+                answer
+            }
+        }
+    }
+
+    /// The answer for `what`: the cached one (refreshed in the background when older than
+    /// [`OBJECT_TTL`]), else the API server's.
+    async fn read(self: &Arc<Self>, what: What) -> Answer {
+        {
+            let mut answers = lock(&self.answers);
+            if let Some(c) = answers.get_mut(&what)
+                && !c.answer.failed()
+            {
+                if c.at.elapsed() >= OBJECT_TTL && !c.refreshing {
+                    c.refreshing = true;
+                    let me = self.clone();
+                    let w = what.clone();
+                    tokio::spawn(async move {
+                        let a = me.fetch(&w).await;
+                        me.store(w, a);
+                    });
+                }
+                return c.answer.clone();
+            }
+        }
+        let a = self.fetch(&what).await;
+        self.store(what, a)
+    }
+
+    /// The services of `namespace`.
+    async fn services_of(self: &Arc<Self>, namespace: &str) -> Result<Vec<Service>, String> {
+        match self.read(What::Services(namespace.to_owned())).await {
+            Answer::Services(Fetched::Found(s)) => Ok(s.as_ref().clone()),
+            Answer::Services(Fetched::Failed(e)) => Err(e),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    /// The services a pod's variables come from: `default`'s (its master services) and, with
+    /// `enableServiceLinks`, the pod's namespace's.
+    async fn pod_services(
+        self: &Arc<Self>,
+        pod: &Pod,
+        namespace: &str,
+    ) -> Result<Vec<Service>, String> {
+        let mut all = self.services_of("default").await?;
+        if objects::service_links(pod) && namespace != "default" {
+            all.extend(self.services_of(namespace).await?);
+        }
+        Ok(all)
     }
 
     /// A token for the pod (the token manager's `GetServiceAccountToken`).
@@ -219,8 +358,8 @@ impl ApiObjects {
         })
     }
 
-    /// The objects `refs` names, read for `pod`.
-    pub async fn snapshot(&self, pod: &Pod, refs: &ObjectRefs) -> PodObjects {
+    /// The objects `refs` names, read for `pod`, and the services of its variables.
+    pub async fn snapshot(self: &Arc<Self>, pod: &Pod, refs: &ObjectRefs) -> PodObjects {
         let namespace = pod
             .metadata
             .namespace
@@ -232,21 +371,30 @@ impl ApiObjects {
             ..PodObjects::default()
         };
         for name in &refs.config_maps {
-            let f = self
-                .get(&self.config_maps, ObjectKind::ConfigMap, &namespace, name)
-                .await;
+            let f = match self
+                .read(What::ConfigMap(namespace.clone(), name.clone()))
+                .await
+            {
+                Answer::ConfigMap(f) => f,
+                _ => Fetched::Failed("mixed answers".to_owned()),
+            };
             out.config_maps.insert(name.clone(), f);
         }
         for name in &refs.secrets {
-            let f = self
-                .get(&self.secrets, ObjectKind::Secret, &namespace, name)
-                .await;
+            let f = match self
+                .read(What::Secret(namespace.clone(), name.clone()))
+                .await
+            {
+                Answer::Secret(f) => f,
+                _ => Fetched::Failed("mixed answers".to_owned()),
+            };
             out.secrets.insert(name.clone(), f);
         }
         for t in &refs.tokens {
             let got = self.token(pod, t).await;
             out.tokens.insert(t.clone(), got);
         }
+        out.services = Some(self.pod_services(pod, &namespace).await);
         out
     }
 

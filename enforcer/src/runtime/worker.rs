@@ -1025,7 +1025,8 @@ impl<R: ContainerRuntime> PodWorker<R> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let refs = ObjectRefs::of(pod);
         match &self.ctx.objects {
-            Some(o) if self.reads_api() && !refs.is_empty() => o.snapshot(pod, &refs).await,
+            // Every API pod reads services (its containers' service variables).
+            Some(o) if self.reads_api() => o.snapshot(pod, &refs).await,
             _ => PodObjects {
                 api: self.reads_api(),
                 ..PodObjects::none(namespace)
@@ -1472,22 +1473,14 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 return Ok(());
             }
         };
-        // `status.podIP(s)` from the sandbox's status, asked only when the env reads it.
-        let reads_ip = c.env.iter().flatten().any(|e| {
-            e.value_from
-                .as_ref()
-                .and_then(|v| v.field_ref.as_ref())
-                .is_some_and(|f| f.field_path.starts_with("status.podIP"))
-        });
-        // A host-network pod has the node's IPs (kubelet's `podIPs = hostIPs`).
+        // A host-network pod has the node's IPs (kubelet's `podIPs = hostIPs`); another the
+        // sandbox's (`status.podIP(s)` and the managed /etc/hosts), asked once per sandbox
+        // (shared with the status record).
         let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);
         let pod_ips = if host_network {
             self.ctx.downward.host_ips.clone()
-        } else if reads_ip {
-            // The sandbox's IPs, asked once per sandbox (shared with the status record).
-            self.pod_ips(pod, sandbox_id).await
         } else {
-            Vec::new()
+            self.pod_ips(pod, sandbox_id).await
         };
         let made = match self.env_and_mounts(pod, c, pod_ips) {
             Ok(m) => m,
