@@ -173,17 +173,17 @@ struct Admissions {
     /// Admitted pods being killed because their source removed them: never preempted
     /// (kubelet's active pods leave out those whose termination was requested).
     terminating: std::collections::HashSet<String>,
-    /// The pod being admitted came from the API server and the node reads API objects
-    /// (configMap, secret and token volumes are admitted).
-    from_api: bool,
 }
 
 impl Admissions {
+    /// `from_api`: the pod came from the API server and the node reads API objects
+    /// (configMap, secret and token volumes are admitted).
     fn try_admit(
         &mut self,
         uid: &str,
         pod: &Arc<Pod>,
         link: &NodeLink,
+        from_api: bool,
     ) -> Result<Preemption, AdmitResult> {
         let mut preemption = Preemption::default();
         if let Some(a) = &self.admitter {
@@ -193,7 +193,7 @@ impl Admissions {
             }
         }
         // Never run a pod without a volume it asked for.
-        let r = crate::policy::volumes::admit_with(pod, self.from_api);
+        let r = crate::policy::volumes::admit_with(pod, from_api);
         if !r.admitted {
             return Err(r);
         }
@@ -461,8 +461,12 @@ impl<R: ContainerRuntime> Pods<R> {
     /// CPUs allocated, kubepods in step, active for the eviction manager. A rejected pod gets
     /// its Failed status instead.
     fn admit_and_spawn(&mut self, uid: String, u: PodUpdate) -> Result<(), Rejected> {
-        self.admissions.from_api = self.ctx.objects.is_some() && u.source == apiserver::API_SOURCE;
-        match self.admissions.try_admit(&uid, &u.pod, &self.link) {
+        match self.admissions.try_admit(
+            &uid,
+            &u.pod,
+            &self.link,
+            self.ctx.objects.is_some() && u.source == apiserver::API_SOURCE,
+        ) {
             Ok(preempted) => {
                 for (victim, pod) in preempted.victims {
                     self.preempt(&victim, pod, &preempted.signal);
@@ -626,7 +630,6 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                 .map(|a| Admitter::new(a.node, a.security, std::iter::empty())),
             admitted: HashMap::new(),
             terminating: std::collections::HashSet::new(),
-            from_api: false,
         },
         evicted: HashMap::new(),
     };
@@ -1027,14 +1030,15 @@ mod tests {
             admitter: Some(Admitter::new(node, SecurityPolicy::default(), [&*low])),
             admitted: HashMap::from([("uid-low".to_owned(), low)]),
             terminating: std::collections::HashSet::from(["uid-low".to_owned()]),
-            from_api: false,
         };
-        let Err(r) = a.try_admit("uid-crit", &critical, &link) else {
+        let Err(r) = a.try_admit("uid-crit", &critical, &link, false) else {
             panic!("a pod being deleted was preempted");
         };
         assert_eq!(r.reason, preemption::UNEXPECTED_ADMISSION_ERROR);
         a.terminating.clear();
-        let p = a.try_admit("uid-crit", &critical, &link).expect("admitted");
+        let p = a
+            .try_admit("uid-crit", &critical, &link, false)
+            .expect("admitted");
         let victims: Vec<&str> = p.victims.iter().map(|(u, _)| u.as_str()).collect();
         assert_eq!((victims, p.signal.as_str()), (vec!["uid-low"], "cpu"));
         assert!(!a.admitted.contains_key("uid-low") && a.admitted.contains_key("uid-crit"));

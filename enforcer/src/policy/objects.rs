@@ -469,8 +469,7 @@ pub fn token_request(pod: &Pod, r: &TokenRef) -> TokenRequest {
 
 /// When kubelet's token manager (`requiresRefresh`) first refreshes a token that expires at
 /// `expires` and was issued for `ttl_seconds`: at 80 % of its life, at 24 h of age, less
-/// `jitter` (kubelet draws up to [`TOKEN_MAX_JITTER`]); `issued_now` is whether the clock
-/// has not run behind the issue time (a leap back refreshes at once).
+/// `jitter` (kubelet draws up to [`TOKEN_MAX_JITTER`]).
 #[must_use]
 pub fn token_refresh_at(expires: SystemTime, ttl_seconds: i64, jitter: Duration) -> SystemTime {
     let ttl = Duration::from_secs(u64::try_from(ttl_seconds.max(0)).unwrap_or(0));

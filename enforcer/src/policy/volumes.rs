@@ -334,6 +334,16 @@ fn no_api(name: &str, what: &str) -> String {
     )
 }
 
+/// The pod's `securityContext.fsGroup` (the group its volumes are given).
+#[must_use]
+pub fn fs_group(pod: &Pod) -> Option<u32> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|c| c.fs_group)
+        .and_then(|g| u32::try_from(g).ok())
+}
+
 /// One volume as this node sets it up, or why it cannot. `api`: the pod came from the API
 /// server and the node reads objects there.
 fn plan_volume(pod: &Pod, v: &Volume, api: bool) -> Result<PlannedVolume, String> {
@@ -450,11 +460,6 @@ fn plan_volume(pod: &Pod, v: &Volume, api: bool) -> Result<PlannedVolume, String
                         "volume {name:?}: service account {service_account:?} is not a valid name"
                     ));
                 }
-                let has_fs_group = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.security_context.as_ref())
-                    .is_some_and(|c| c.fs_group.is_some());
                 sources.push(FileSource::Token(TokenProjection {
                     token: TokenRef {
                         service_account,
@@ -466,7 +471,7 @@ fn plan_volume(pod: &Pod, v: &Volume, api: bool) -> Result<PlannedVolume, String
                     path: t.path.clone(),
                     // kubelet: 0600 when an fsGroup will widen it to 0640, else the
                     // volume's default mode.
-                    mode: if has_fs_group {
+                    mode: if fs_group(pod).is_some() {
                         0o600
                     } else {
                         file_mode(None, p.default_mode)

@@ -38,6 +38,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 struct CachedToken {
     token: String,
     expires: SystemTime,
+    /// The TTL the server gave, and the jitter drawn for this token.
+    ttl_seconds: i64,
+    jitter: Duration,
     refresh_at: SystemTime,
 }
 
@@ -76,7 +79,12 @@ struct Cached {
     at: Instant,
     answer: Answer,
     refreshing: bool,
+    /// When a pod last read it: unread for [`CACHE_IDLE`] (its pods are gone), it is dropped.
+    read_at: Instant,
 }
+
+/// How long an answer no pod reads is kept.
+const CACHE_IDLE: Duration = Duration::from_secs(600);
 
 /// The API objects of this node's pods: a client (made on first use from the kubeconfig,
 /// made again after a failure), the last answer for each object, the tokens.
@@ -230,12 +238,15 @@ impl ApiObjects {
                 c.answer.clone()
             }
             _ => {
+                let now = Instant::now();
+                answers.retain(|_, c| now.duration_since(c.read_at) < CACHE_IDLE);
                 answers.insert(
                     what,
                     Cached {
-                        at: Instant::now(),
+                        at: now,
                         answer: answer.clone(),
                         refreshing: false,
+                        read_at: now,
                     },
                 );
                 answer
@@ -251,6 +262,7 @@ impl ApiObjects {
             if let Some(c) = answers.get_mut(&what)
                 && !c.answer.failed()
             {
+                c.read_at = Instant::now();
                 if c.at.elapsed() >= OBJECT_TTL && !c.refreshing {
                     c.refreshing = true;
                     let me = self.clone();
@@ -297,7 +309,7 @@ impl ApiObjects {
         let now = SystemTime::now();
         let cached = lock(&self.tokens).get(&key).cloned();
         if let Some(c) = &cached
-            && now < c.refresh_at
+            && !objects::token_needs_refresh(now, c.expires, c.ttl_seconds, c.jitter)
             && now < c.expires
         {
             return Ok(c.token.clone());
@@ -351,10 +363,13 @@ impl ApiObjects {
             .spec
             .and_then(|s| s.expiration_seconds)
             .unwrap_or(r.expiration_seconds);
+        let jitter = jitter();
         Ok(CachedToken {
             token,
             expires,
-            refresh_at: objects::token_refresh_at(expires, ttl, jitter()),
+            ttl_seconds: ttl,
+            jitter,
+            refresh_at: objects::token_refresh_at(expires, ttl, jitter),
         })
     }
 
@@ -371,24 +386,16 @@ impl ApiObjects {
             ..PodObjects::default()
         };
         for name in &refs.config_maps {
-            let f = match self
-                .read(What::ConfigMap(namespace.clone(), name.clone()))
-                .await
-            {
-                Answer::ConfigMap(f) => f,
-                _ => Fetched::Failed("mixed answers".to_owned()),
-            };
-            out.config_maps.insert(name.clone(), f);
+            let what = What::ConfigMap(namespace.clone(), name.clone());
+            if let Answer::ConfigMap(f) = self.read(what).await {
+                out.config_maps.insert(name.clone(), f);
+            }
         }
         for name in &refs.secrets {
-            let f = match self
-                .read(What::Secret(namespace.clone(), name.clone()))
-                .await
-            {
-                Answer::Secret(f) => f,
-                _ => Fetched::Failed("mixed answers".to_owned()),
-            };
-            out.secrets.insert(name.clone(), f);
+            let what = What::Secret(namespace.clone(), name.clone());
+            if let Answer::Secret(f) = self.read(what).await {
+                out.secrets.insert(name.clone(), f);
+            }
         }
         for t in &refs.tokens {
             let got = self.token(pod, t).await;

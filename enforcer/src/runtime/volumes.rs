@@ -111,15 +111,6 @@ fn mount_tmpfs(path: &Path, size: Option<i64>) -> Result<(), String> {
     mount(Some(&with_noswap)).or_else(|_| mount(size_opt.as_deref()))
 }
 
-/// The pod's `securityContext.fsGroup`.
-fn fs_group(pod: &Pod) -> Option<u32> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.security_context.as_ref())
-        .and_then(|c| c.fs_group)
-        .and_then(|g| u32::try_from(g).ok())
-}
-
 /// kubelet's `SetVolumeOwnership` (`changeFilePermission`): the group of everything below
 /// `dir` becomes `gid`; files get group read (and write unless `read_only`), directories
 /// also group execute and setgid. Symlinks get the group only.
@@ -156,7 +147,7 @@ pub fn setup(
     pod_memory_limit: Option<i64>,
     objects: &PodObjects,
 ) -> Result<(), VolumeError> {
-    let group = fs_group(pod);
+    let group = volumes::fs_group(pod);
     for v in planned {
         let fail = |message: String| VolumeError::SetUp {
             volume: v.name.clone(),

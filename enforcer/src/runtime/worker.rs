@@ -1027,10 +1027,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
         match &self.ctx.objects {
             // Every API pod reads services (its containers' service variables).
             Some(o) if self.reads_api() => o.snapshot(pod, &refs).await,
-            _ => PodObjects {
-                api: self.reads_api(),
-                ..PodObjects::none(namespace)
-            },
+            _ => PodObjects::none(namespace),
         }
     }
 
