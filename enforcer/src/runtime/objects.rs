@@ -6,7 +6,8 @@
 //!   once and refreshes it in the background when it is older than [`OBJECT_TTL`], so pods
 //!   syncing together (every pod of a namespace mounts `kube-root-ca.crt`) share one request,
 //!   and a slow or absent API server never holds a sync (a failed refresh keeps the last
-//!   good answer, as an informer's cache would). Only the first read waits. A change reaches
+//!   good answer, as an informer's cache would). Only the first read waits; an answer no
+//!   pod read for [`CACHE_IDLE`] is dropped. A change reaches
 //!   the volume within a sync or two (kubelet's `syncFrequency`), as with kubelet's
 //!   watch-based managers.
 //! - Service-account tokens come from the TokenRequest API (`serviceaccounts/<sa>/token`),
