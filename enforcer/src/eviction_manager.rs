@@ -74,10 +74,15 @@ pub struct TripwireCgroup {
     pub mount: PathBuf,
 }
 
-/// The tripwire is never placed closer than this above kubepods' usage.
-const TRIPWIRE_FLOOR: i64 = 2 << 20;
-/// Moves of an armed tripwire smaller than this are not written.
-const TRIPWIRE_SLACK: i64 = 1 << 20;
+/// The tripwire is never placed closer than this above kubepods' usage: two charge batches
+/// of the kernel's per-CPU stock (64 pages each), the noise of `memory.current`. Every MiB
+/// above the threshold is growth the tripwire lets through before it fires, so it is small.
+const TRIPWIRE_FLOOR: i64 = 512 << 10;
+/// Moves of an armed tripwire smaller than this are not written. Smaller than the floor: a
+/// tripwire the usage went past is always moved above it (one left below the usage would
+/// throttle kubepods until the next step).
+const TRIPWIRE_SLACK: i64 = 256 << 10;
+const _: () = assert!(TRIPWIRE_SLACK < TRIPWIRE_FLOOR);
 
 /// What started an eviction-manager step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -524,6 +529,7 @@ impl EvictionManager {
             Trigger::Housekeeping | Trigger::Deadline => Refresh::full(),
         };
         let all_read = refresh.pods == PodScope::All;
+        let began = std::time::Instant::now();
         let mut snapshot = match self.stats.refresh(refresh, targets.clone(), now).await {
             Ok(s) => s,
             Err(e) => {
@@ -553,6 +559,7 @@ impl EvictionManager {
             (next, decision)
         };
         let decision_ns = crate::signal::monotonic_ns();
+        tracing::debug!(%trigger, observe_and_decide_us = began.elapsed().as_micros(), evict = decision.eviction.is_some(), "step decided");
         memo.pending_age = decision.eviction.as_ref().and_then(|ev| {
             let at = snapshot.observations.get(&ev.signal)?.time?;
             Some(now.saturating_sub(at))
@@ -788,6 +795,25 @@ impl EvictionManager {
         targets: Vec<PodTarget>,
         memo: &mut Memo,
     ) {
+        // A hard memory threshold frees the victim's memory now: SIGKILL to every process of
+        // the pod cgroup first (the node's bookkeeping below can wait microseconds; memory
+        // cannot), then the orderly stop through the pod worker.
+        let mut sigkill_ns = None;
+        if memo.cleanup.is_none()
+            && !(decision.node_level_reclaim_first && decision.reclaim.is_some())
+            && let Some(ev) = &decision.eviction
+            && ev.threshold.is_hard()
+            && ev.signal.resource() == crate::policy::eviction::Resource::Memory
+            && let Some(e) = active.get(&ev.uid)
+        {
+            let killed = crate::cgroup::kill::kill_pod_cgroup(
+                self.cgroups.as_ref(),
+                &self.layout,
+                &e.cgroup,
+            );
+            sigkill_ns = Some(crate::signal::monotonic_ns());
+            tracing::warn!(uid = %ev.uid, killed, "hard memory threshold: SIGKILL sent to the pod's processes");
+        }
         if self.link.set_conditions(decision.conditions.clone()) || before != decision.conditions {
             tracing::info!(conditions = ?decision.conditions, %trigger, "node conditions changed");
         }
@@ -813,22 +839,6 @@ impl EvictionManager {
         }
         if let Some(ev) = eviction {
             let entry = active.get(&ev.uid);
-            let hard = ev.threshold.is_hard();
-            // A hard memory threshold frees the victim's memory now: SIGKILL to every process
-            // of the pod cgroup, then the orderly stop through the pod worker.
-            let mut sigkill_ns = None;
-            if hard
-                && ev.signal.resource() == crate::policy::eviction::Resource::Memory
-                && let Some(e) = entry
-            {
-                let killed = crate::cgroup::kill::kill_pod_cgroup(
-                    self.cgroups.as_ref(),
-                    &self.layout,
-                    &e.cgroup,
-                );
-                sigkill_ns = Some(crate::signal::monotonic_ns());
-                tracing::warn!(uid = %ev.uid, killed, "hard memory threshold: SIGKILL sent to the pod's processes");
-            }
             tracing::warn!(
                 pod = %format!("{}/{}", ev.namespace, ev.name),
                 uid = %ev.uid,

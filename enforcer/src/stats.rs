@@ -1,6 +1,7 @@
 //! The node's stats collector (kubelet's stats provider): one thread, off the async runtime,
 //! owns the [`NodeObserver`] and does all the reading the eviction manager needs (cgroup files,
-//! statvfs, the walk of the pods' log directories). Each refresh publishes an
+//! statvfs, the walk of the pods' log directories; a signal's small refresh runs on the
+//! caller's thread, see [`StatsCollector`]). Each refresh publishes an
 //! `Arc<NodeSnapshot>` through a `tokio::sync::watch` channel; every figure in it carries the
 //! time it was taken.
 //!
@@ -227,13 +228,19 @@ enum Request {
         now: Duration,
         reply: oneshot::Sender<Result<Arc<NodeSnapshot>, NodeError>>,
     },
-    Imagefs(PathBuf),
 }
 
 /// The collector thread's handle: ask for a refresh, read the newest snapshot.
+///
+/// A refresh that walks no log directory (a signal's: a few cgroup files, microseconds) is
+/// read on the caller's own thread when the collector is free: the hop to the collector
+/// thread and back costs two thread wakeups, which on a loaded node are most of the time
+/// between a crossing and the SIGKILL. A walk (the housekeeping tick's) goes to the thread.
 #[derive(Debug)]
 pub struct StatsCollector {
     tx: std_mpsc::Sender<Request>,
+    collector: Arc<std::sync::Mutex<Collector>>,
+    publish: Arc<watch::Sender<Arc<NodeSnapshot>>>,
     snapshots: watch::Receiver<Arc<NodeSnapshot>>,
 }
 
@@ -242,29 +249,40 @@ impl StatsCollector {
     pub fn spawn(observer: NodeObserver) -> std::io::Result<Self> {
         let (tx, rx) = std_mpsc::channel::<Request>();
         let (publish, snapshots) = watch::channel(Arc::<NodeSnapshot>::default());
-        let mut collector = Collector::new(observer);
-        std::thread::Builder::new()
-            .name("stats".to_owned())
-            .spawn(move || {
-                while let Ok(req) = rx.recv() {
-                    match req {
-                        Request::Imagefs(p) => collector.observer.imagefs = Some(p),
-                        Request::Refresh {
-                            refresh,
-                            targets,
-                            now,
-                            reply,
-                        } => {
-                            let r = collector.refresh(&refresh, &targets, now);
-                            if let Ok(s) = &r {
-                                publish.send_replace(s.clone());
-                            }
-                            let _ = reply.send(r);
+        let publish = Arc::new(publish);
+        let collector = Arc::new(std::sync::Mutex::new(Collector::new(observer)));
+        {
+            let collector = collector.clone();
+            let publish = publish.clone();
+            std::thread::Builder::new()
+                .name("stats".to_owned())
+                .spawn(move || {
+                    while let Ok(Request::Refresh {
+                        refresh,
+                        targets,
+                        now,
+                        reply,
+                    }) = rx.recv()
+                    {
+                        let mut c = match collector.lock() {
+                            Ok(g) => g,
+                            Err(p) => p.into_inner(),
+                        };
+                        let r = c.refresh(&refresh, &targets, now);
+                        drop(c);
+                        if let Ok(s) = &r {
+                            publish.send_replace(s.clone());
                         }
+                        let _ = reply.send(r);
                     }
-                }
-            })?;
-        Ok(Self { tx, snapshots })
+                })?;
+        }
+        Ok(Self {
+            tx,
+            collector,
+            publish,
+            snapshots,
+        })
     }
 
     /// Refreshes what `refresh` names for `targets` at `now` and returns the new snapshot.
@@ -274,6 +292,16 @@ impl StatsCollector {
         targets: Vec<PodTarget>,
         now: Duration,
     ) -> Result<Arc<NodeSnapshot>, NodeError> {
+        if !refresh.logs
+            && let Ok(mut c) = self.collector.try_lock()
+        {
+            let r = c.refresh(&refresh, &targets, now);
+            drop(c);
+            if let Ok(s) = &r {
+                self.publish.send_replace(s.clone());
+            }
+            return r;
+        }
         let (reply, answer) = oneshot::channel();
         self.tx
             .send(Request::Refresh {
@@ -288,7 +316,10 @@ impl StatsCollector {
 
     /// The imagefs the runtime named (CRI `ImageFsInfo`).
     pub fn set_imagefs(&self, path: PathBuf) {
-        let _ = self.tx.send(Request::Imagefs(path));
+        match self.collector.lock() {
+            Ok(mut g) => g.observer.imagefs = Some(path),
+            Err(p) => p.into_inner().observer.imagefs = Some(path),
+        }
     }
 
     /// The newest snapshot (cheap: an `Arc`).

@@ -4,8 +4,8 @@
 //!   then re-reads it, dropping its own cached pages before each pass, until hold_ms pass: a
 //!   sustained page-cache reclaim storm in a small memory cgroup, with no OOM.
 //! - `memhog --report <fast_MiB> <total_MiB> <step_us>`: waits for a line on stdin, touches
-//!   fast_MiB at once, then one MiB every step_us up to total_MiB, printing `<MiB> <monotonic
-//!   ns>` after each MiB; then holds until killed.
+//!   fast_MiB at once, then one MiB every step_us up to total_MiB, printing `<KiB> <monotonic
+//!   ns>` after each quarter MiB touched; then holds until killed.
 //! - `memhog --getppid <count> <rate_per_s>`: waits for a line on stdin, then calls getppid()
 //!   `count` times at about that rate (0 = as fast as possible): the pipeline probe's load.
 
@@ -123,13 +123,17 @@ fn report(args: &[String]) {
     let mut chunks: Vec<Vec<u8>> = Vec::new();
     for i in 0..total {
         let mut chunk = vec![0u8; 1 << 20];
-        for j in (0..chunk.len()).step_by(4096) {
-            chunk[j] = 1;
+        for (q, quarter) in chunk.chunks_mut(1 << 18).enumerate() {
+            for j in (0..quarter.len()).step_by(4096) {
+                quarter[j] = 1;
+            }
+            if i >= fast {
+                let _ = writeln!(out, "{} {}", i * 1024 + (q as u64 + 1) * 256, monotonic_ns());
+                let _ = out.flush();
+            }
         }
         chunks.push(chunk);
         if i >= fast {
-            let _ = writeln!(out, "{} {}", i + 1, monotonic_ns());
-            let _ = out.flush();
             std::thread::sleep(Duration::from_micros(step_us));
         }
     }
