@@ -128,7 +128,12 @@ fn report(args: &[String]) {
                 quarter[j] = 1;
             }
             if i >= fast {
-                let _ = writeln!(out, "{} {}", i * 1024 + (q as u64 + 1) * 256, monotonic_ns());
+                let _ = writeln!(
+                    out,
+                    "{} {}",
+                    i * 1024 + (q as u64 + 1) * 256,
+                    monotonic_ns()
+                );
                 let _ = out.flush();
             }
         }
