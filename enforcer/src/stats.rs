@@ -14,7 +14,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     path::PathBuf,
-    sync::{Arc, mpsc as std_mpsc},
+    sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc as std_mpsc},
     time::Duration,
 };
 
@@ -230,6 +230,23 @@ enum Request {
     },
 }
 
+/// One refresh under the collector's lock (released before publishing); the new snapshot is
+/// published to [`StatsCollector::latest`]'s readers.
+fn publish_refresh(
+    mut collector: MutexGuard<'_, Collector>,
+    publish: &watch::Sender<Arc<NodeSnapshot>>,
+    refresh: &Refresh,
+    targets: &[PodTarget],
+    now: Duration,
+) -> Result<Arc<NodeSnapshot>, NodeError> {
+    let r = collector.refresh(refresh, targets, now);
+    drop(collector);
+    if let Ok(s) = &r {
+        publish.send_replace(s.clone());
+    }
+    r
+}
+
 /// The collector thread's handle: ask for a refresh, read the newest snapshot.
 ///
 /// A refresh that walks no log directory (a signal's: a few cgroup files, microseconds) is
@@ -239,7 +256,7 @@ enum Request {
 #[derive(Debug)]
 pub struct StatsCollector {
     tx: std_mpsc::Sender<Request>,
-    collector: Arc<std::sync::Mutex<Collector>>,
+    collector: Arc<Mutex<Collector>>,
     publish: Arc<watch::Sender<Arc<NodeSnapshot>>>,
     snapshots: watch::Receiver<Arc<NodeSnapshot>>,
 }
@@ -250,7 +267,7 @@ impl StatsCollector {
         let (tx, rx) = std_mpsc::channel::<Request>();
         let (publish, snapshots) = watch::channel(Arc::<NodeSnapshot>::default());
         let publish = Arc::new(publish);
-        let collector = Arc::new(std::sync::Mutex::new(Collector::new(observer)));
+        let collector = Arc::new(Mutex::new(Collector::new(observer)));
         {
             let collector = collector.clone();
             let publish = publish.clone();
@@ -264,16 +281,8 @@ impl StatsCollector {
                         reply,
                     }) = rx.recv()
                     {
-                        let mut c = match collector.lock() {
-                            Ok(g) => g,
-                            Err(p) => p.into_inner(),
-                        };
-                        let r = c.refresh(&refresh, &targets, now);
-                        drop(c);
-                        if let Ok(s) = &r {
-                            publish.send_replace(s.clone());
-                        }
-                        let _ = reply.send(r);
+                        let c = collector.lock().unwrap_or_else(PoisonError::into_inner);
+                        let _ = reply.send(publish_refresh(c, &publish, &refresh, &targets, now));
                     }
                 })?;
         }
@@ -293,14 +302,9 @@ impl StatsCollector {
         now: Duration,
     ) -> Result<Arc<NodeSnapshot>, NodeError> {
         if !refresh.logs
-            && let Ok(mut c) = self.collector.try_lock()
+            && let Ok(c) = self.collector.try_lock()
         {
-            let r = c.refresh(&refresh, &targets, now);
-            drop(c);
-            if let Ok(s) = &r {
-                self.publish.send_replace(s.clone());
-            }
-            return r;
+            return publish_refresh(c, &self.publish, &refresh, &targets, now);
         }
         let (reply, answer) = oneshot::channel();
         self.tx
@@ -316,10 +320,11 @@ impl StatsCollector {
 
     /// The imagefs the runtime named (CRI `ImageFsInfo`).
     pub fn set_imagefs(&self, path: PathBuf) {
-        match self.collector.lock() {
-            Ok(mut g) => g.observer.imagefs = Some(path),
-            Err(p) => p.into_inner().observer.imagefs = Some(path),
-        }
+        self.collector
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .observer
+            .imagefs = Some(path);
     }
 
     /// The newest snapshot (cheap: an `Arc`).

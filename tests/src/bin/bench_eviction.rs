@@ -26,7 +26,7 @@
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     process::{Command, Stdio},
-    sync::{Arc, Mutex},
+    sync::Arc,
     time::Duration,
 };
 
@@ -66,10 +66,6 @@ struct ModeResult {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
-    run().await
-}
-
-async fn run() -> anyhow::Result<()> {
     require_root();
     // `--log FILTER`: the daemon's log on standard error (e.g. `enforcer=debug`), with each
     // line's time since the start, to follow a trial signal by signal.
@@ -170,17 +166,16 @@ async fn run() -> anyhow::Result<()> {
         .filter_map(|r| pct(&r.to_kill, 0.5))
         .min();
     for r in &results {
-        let f = ms;
         let (med, ratio) = match (median(r), base) {
             (Some((m, censored)), Some(b)) if b > 0 => {
                 let ge = if censored { ">= " } else { "" };
                 (
-                    format!("{ge}{}", f(Some(m))),
+                    format!("{ge}{}", ms(Some(m))),
                     format!("{ge}{:.1}x", m as f64 / b as f64),
                 )
             }
             (Some((m, censored)), _) => (
-                format!("{}{}", if censored { ">= " } else { "" }, f(Some(m))),
+                format!("{}{}", if censored { ">= " } else { "" }, ms(Some(m))),
                 "-".to_owned(),
             ),
             _ => ("-".to_owned(), "-".to_owned()),
@@ -188,12 +183,12 @@ async fn run() -> anyhow::Result<()> {
         println!(
             "| {} | {} | {} | {} | {} | {} | {} | {med} | {ratio} | {} | {} |",
             r.name,
-            f(pct(&r.to_kill, 0.5)),
-            f(pct(&r.to_kill, 0.99)),
-            f(pct(&r.to_kill, 1.0)),
-            f(pct(&r.to_free, 0.5)),
-            f(pct(&r.to_free, 0.99)),
-            f(pct(&r.to_free, 1.0)),
+            ms(pct(&r.to_kill, 0.5)),
+            ms(pct(&r.to_kill, 0.99)),
+            ms(pct(&r.to_kill, 1.0)),
+            ms(pct(&r.to_free, 0.5)),
+            ms(pct(&r.to_free, 0.99)),
+            ms(pct(&r.to_free, 1.0)),
             r.oom,
             r.neither
         );
@@ -417,7 +412,6 @@ async fn run_mode(mode: &Mode, trials: u64, hog: &std::path::Path) -> anyhow::Re
         tokio::time::sleep(Duration::from_millis(50)).await;
         let baseline =
             u64::try_from(enforcer::node::working_set(&kubepods.dir).unwrap_or(0)).unwrap_or(0);
-        let stamps: Arc<Mutex<Vec<(u64, u64)>>> = Arc::default();
         // The stamps are read once the process is gone: they fit in the pipe (at most ~920
         // lines, 17 KB), so no reader wakes up at every MiB during the measurement.
         let Some(out) = child.stdout.take() else {
@@ -437,24 +431,20 @@ async fn run_mode(mode: &Mode, trials: u64, hog: &std::path::Path) -> anyhow::Re
         // daemon's); after 30 s the process is killed.
         let pid = child.id();
         let (exited_tx, exited_rx) = tokio::sync::oneshot::channel();
-        let waiter = {
-            let stamps = stamps.clone();
-            std::thread::spawn(move || {
-                let st = child.wait().ok();
-                let _ = exited_tx.send(monotonic_ns());
-                for line in BufReader::new(out).lines().map_while(Result::ok) {
+        // The waiter returns the exit status and the stamps, `(KiB, monotonic ns)`.
+        let waiter = std::thread::spawn(move || {
+            let st = child.wait().ok();
+            let _ = exited_tx.send(monotonic_ns());
+            let stamps: Vec<(u64, u64)> = BufReader::new(out)
+                .lines()
+                .map_while(Result::ok)
+                .filter_map(|line| {
                     let mut f = line.split_whitespace();
-                    if let (Some(m), Some(t)) = (
-                        f.next().and_then(|v| v.parse().ok()),
-                        f.next().and_then(|v| v.parse().ok()),
-                    ) && let Ok(mut g) = stamps.lock()
-                    {
-                        g.push((m, t));
-                    }
-                }
-                st
-            })
-        };
+                    Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+                })
+                .collect();
+            (st, stamps)
+        });
         let mut exited_rx = exited_rx;
         let freed_ns = match tokio::time::timeout(Duration::from_secs(30), &mut exited_rx).await {
             Ok(Ok(at)) => at,
@@ -467,7 +457,7 @@ async fn run_mode(mode: &Mode, trials: u64, hog: &std::path::Path) -> anyhow::Re
                 exited_rx.await.unwrap_or_else(|_| monotonic_ns())
             }
         };
-        let status = waiter.join().ok().flatten();
+        let (status, stamps) = waiter.join().unwrap_or_default();
         let exit = status.map(|st| format!("{st:?}")).unwrap_or_default();
         let evictions = link.take_evictions();
         // On cgroup v1 the kill is counted in the victim's own memory cgroup, on v2 also up
@@ -489,23 +479,22 @@ async fn run_mode(mode: &Mode, trials: u64, hog: &std::path::Path) -> anyhow::Re
                 CAPACITY_MIB * MIB - u64::try_from(avail).ok()?,
             ))
         });
-        let crossing = stamps.lock().ok().and_then(|g| {
-            let overhead = match decided {
-                Some((k, ws)) => {
-                    let m = g
-                        .iter()
-                        .filter(|(_, t)| *t <= k)
-                        .map(|(m, _)| *m)
-                        .max()
-                        .unwrap_or(0);
-                    ws.saturating_sub(m * 1024)
-                }
-                None => baseline,
-            };
-            g.iter()
-                .find(|(k, _)| overhead + k * 1024 > threshold_usage)
-                .map(|(_, t)| *t)
-        });
+        let overhead = match decided {
+            Some((k, ws)) => {
+                let kib = stamps
+                    .iter()
+                    .filter(|(_, t)| *t <= k)
+                    .map(|(kib, _)| *kib)
+                    .max()
+                    .unwrap_or(0);
+                ws.saturating_sub(kib * 1024)
+            }
+            None => baseline,
+        };
+        let crossing = stamps
+            .iter()
+            .find(|(kib, _)| overhead + kib * 1024 > threshold_usage)
+            .map(|(_, t)| *t);
         match (evictions.iter().find_map(|e| e.sigkill_ns), crossing, oom) {
             (Some(k), Some(c), false) => {
                 res.to_kill.push(k.saturating_sub(c));
@@ -524,11 +513,7 @@ async fn run_mode(mode: &Mode, trials: u64, hog: &std::path::Path) -> anyhow::Re
             }
             (k, Some(c), true) => {
                 res.oom += 1;
-                let last = stamps
-                    .lock()
-                    .ok()
-                    .and_then(|g| g.iter().map(|(_, t)| *t).max())
-                    .unwrap_or(c);
+                let last = stamps.iter().map(|(_, t)| *t).max().unwrap_or(c);
                 let bound = k.unwrap_or(last).saturating_sub(c);
                 res.lost.push(bound);
                 eprintln!(
@@ -546,7 +531,7 @@ async fn run_mode(mode: &Mode, trials: u64, hog: &std::path::Path) -> anyhow::Re
                     "  trial {trial}: no eviction and no OOM kill (crossing seen: {}, evictions {:?}, exit {exit}, stamps {})",
                     crossing.is_some(),
                     evictions,
-                    stamps.lock().map(|g| g.len()).unwrap_or(0)
+                    stamps.len()
                 );
             }
         }
