@@ -4,6 +4,7 @@
 //! pod-cgroup kill ([`crate::cgroup::kill`]).
 
 use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
+use tokio::sync::mpsc;
 
 use crate::{
     cgroup::{CgroupLayout, join_inside, writer::CgroupWriter},
@@ -65,6 +66,37 @@ pub fn is_urgent(s: &Signal) -> bool {
         s.kind,
         SignalKind::MemoryThreshold | SignalKind::MemoryEvents | SignalKind::OomKill
     )
+}
+
+/// Gathers the rest of a burst into the coming step (`take`, told whether an urgent signal
+/// came before): every signal already queued, then, unless one was urgent, what comes before
+/// `floor` (reclaim and fork records wait for [`MIN_STEP_INTERVAL`] since the last step; an
+/// urgent signal arriving meanwhile ends the wait at once). Whether the burst was urgent.
+async fn gather_burst(
+    signals: &mut mpsc::Receiver<Signal>,
+    mut urgent: bool,
+    floor: tokio::time::Instant,
+    mut take: impl FnMut(&Signal, bool),
+) -> bool {
+    while let Ok(more) = signals.try_recv() {
+        take(&more, urgent);
+        urgent |= is_urgent(&more);
+    }
+    while !urgent {
+        tokio::select! {
+            biased;
+            () = tokio::time::sleep_until(floor) => break,
+            more = signals.recv() => match more {
+                Some(more) => {
+                    take(&more, urgent);
+                    urgent |= is_urgent(&more);
+                }
+                // Closed: the manager's next turn says so.
+                None => break,
+            },
+        }
+    }
+    urgent
 }
 
 /// The kubepods cgroup of the v2 tripwire: its directory and the hierarchy's mount.
@@ -237,30 +269,18 @@ impl EvictionManager {
                         if !is_pressure(&s) {
                             continue;
                         }
-                        self.poke_oom_killed(&s, &mut memo.kills);
-                        observe_signal(&mut memo.delays, &s);
-                        let mut urgent = is_urgent(&s);
-                        // The step's trigger: the first urgent signal of the burst, else
-                        // its first.
-                        memo.trigger = Some(TriggerSignal::of(&s));
-                        named.extend(s.pod_uid.clone());
-                        // Coalesce the rest of the burst.
-                        while let Ok(more) = pipeline.signals.try_recv() {
-                            log_signal(&more);
-                            self.poke_oom_killed(&more, &mut memo.kills);
-                            observe_signal(&mut memo.delays, &more);
-                            if !urgent && is_urgent(&more) {
-                                memo.trigger = Some(TriggerSignal::of(&more));
-                            }
-                            urgent |= is_urgent(&more);
-                            if is_pressure(&more) {
-                                named.extend(more.pod_uid.clone());
-                            }
-                        }
-                        let since = last_step.elapsed();
-                        if !urgent && since < MIN_STEP_INTERVAL {
-                            tokio::time::sleep(MIN_STEP_INTERVAL - since).await;
-                        }
+                        let floor = last_step + MIN_STEP_INTERVAL;
+                        self.absorb(&s, &mut memo, &mut named, false);
+                        let urgent = gather_burst(
+                            &mut pipeline.signals,
+                            is_urgent(&s),
+                            floor,
+                            |more, urgent| {
+                                log_signal(more);
+                                self.absorb(more, &mut memo, &mut named, urgent);
+                            },
+                        )
+                        .await;
                         if urgent { Trigger::Crossing } else { Trigger::Signal }
                     }
                 },
@@ -412,6 +432,22 @@ impl EvictionManager {
 
     /// A kernel OOM kill inside a pod: its worker resyncs now, so the container's `OOMKilled`
     /// shows at once instead of on the next relist.
+    /// Takes one signal of a burst into the coming step: an OOM kill is noted, the delay
+    /// observed; a pressure signal names its pod and, the first urgent one (else the first),
+    /// becomes the step's trigger.
+    /// (`urgent`: whether the burst had an urgent signal before this one).
+    fn absorb(&self, s: &Signal, memo: &mut Memo, named: &mut Vec<String>, urgent: bool) {
+        self.poke_oom_killed(s, &mut memo.kills);
+        observe_signal(&mut memo.delays, s);
+        if !is_pressure(s) {
+            return;
+        }
+        if memo.trigger.is_none() || (!urgent && is_urgent(s)) {
+            memo.trigger = Some(TriggerSignal::of(s));
+        }
+        named.extend(s.pod_uid.clone());
+    }
+
     fn poke_oom_killed(&self, s: &Signal, kills: &mut KillLog) {
         if s.kind != SignalKind::OomKill {
             return;
@@ -978,6 +1014,74 @@ mod tests {
         assert_eq!(imagefs_mountpoint(&answer), Some(dir.path().to_path_buf()));
         assert_eq!(imagefs_mountpoint(&answer[..2]), None);
         assert_eq!(imagefs_mountpoint(&[]), None);
+    }
+
+    /// A reclaim record right after a step waits for the floor, gathering what comes; an
+    /// urgent signal arriving during that wait ends it at once and leads the step (it did
+    /// not wait out the floor behind the record before).
+    #[tokio::test(start_paused = true)]
+    async fn an_urgent_signal_cuts_the_floor_short() {
+        use crate::signal::{SignalKind as K, SourceKind as S};
+        use tokio::time::{Duration, Instant};
+        let (tx, mut rx) = mpsc::channel(8);
+        let start = Instant::now();
+        let floor = start + MIN_STEP_INTERVAL;
+        let sender = tokio::spawn(async move {
+            tx.send(Signal::new(K::Fork, S::Ebpf)).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            tx.send(Signal::new(K::MemoryEvents, S::Psi)).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            drop(tx);
+        });
+        let mut taken = Vec::new();
+        let urgent = gather_burst(&mut rx, false, floor, |s, before| {
+            taken.push((s.kind, before));
+        })
+        .await;
+        let waited = start.elapsed();
+        assert!(urgent, "the burst turned urgent");
+        assert_eq!(
+            taken,
+            vec![(K::Fork, false), (K::MemoryEvents, false)],
+            "both taken, the crossing with no urgent signal before it"
+        );
+        // (tokio's timers tick in milliseconds: the crossing came 1 ms in, the floor is 2.)
+        assert_eq!(waited, Duration::from_millis(1), "stepped on the crossing");
+        assert!(waited < MIN_STEP_INTERVAL, "before the floor");
+        sender.abort();
+    }
+
+    /// With no urgent signal the burst ends at the floor, not before; an urgent first
+    /// signal does not wait at all; a closed channel ends the wait.
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_of_records_waits_for_the_floor() {
+        use crate::signal::{SignalKind as K, SourceKind as S};
+        use tokio::time::Instant;
+        let (tx, mut rx) = mpsc::channel(8);
+        tx.send(Signal::new(K::MemcgReclaim, S::Ebpf))
+            .await
+            .unwrap();
+        let start = Instant::now();
+        let mut n = 0;
+        let urgent = gather_burst(&mut rx, false, start + MIN_STEP_INTERVAL, |_, _| n += 1).await;
+        assert!(!urgent);
+        assert_eq!(n, 1, "the queued record was gathered");
+        assert_eq!(
+            start.elapsed(),
+            MIN_STEP_INTERVAL,
+            "and the floor waited out"
+        );
+
+        let start = Instant::now();
+        let urgent = gather_burst(&mut rx, true, start + MIN_STEP_INTERVAL, |_, _| n += 1).await;
+        assert!(urgent);
+        assert_eq!(start.elapsed(), Duration::ZERO, "urgent: no wait");
+
+        drop(tx);
+        let urgent = gather_burst(&mut rx, false, start + MIN_STEP_INTERVAL, |_, _| n += 1).await;
+        assert!(!urgent);
+        assert_eq!(start.elapsed(), Duration::ZERO, "closed: no wait");
+        assert_eq!(n, 1);
     }
 
     /// Crossings step at once (a v1 threshold eventfd, a v2 `memory.events` count moving,
