@@ -791,6 +791,9 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         pods = pods.workers.len(),
         "pod runtime stopping; pods keep running"
     );
+    // The manifest scans end first: none runs (or writes the uid ownership file) after this
+    // returns.
+    source.stop().await;
     let Pods {
         workers, mut tasks, ..
     } = pods;

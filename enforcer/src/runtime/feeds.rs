@@ -37,18 +37,25 @@ pub(super) struct DirFeed {
     pub(super) synced: bool,
     /// The scanning task still runs.
     open: bool,
-    _task: tokio::task::JoinHandle<()>,
+    /// Dropped (or sent) to end the scanning task at its next tick.
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl DirFeed {
     pub(super) fn start(dir: ManifestDir, poll: Duration) -> Self {
         let (tx, rx) = mpsc::channel(4);
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
             let mut dir = Some(dir);
             let mut tick = tokio::time::interval(poll);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    biased;
+                    _ = &mut stopped => return,
+                    _ = tick.tick() => {}
+                }
                 let Some(mut d) = dir.take() else { return };
                 let Ok((d, events)) = tokio::task::spawn_blocking(move || {
                     let events = d.scan();
@@ -69,7 +76,17 @@ impl DirFeed {
             rx,
             synced: false,
             open: true,
-            _task: task,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// Ends the scanning task and waits for it: a scan under way finishes, no other starts,
+    /// so nothing (the uid ownership file) is written once the pod runtime has stopped.
+    pub(super) async fn stop(mut self) {
+        drop(self.stop.take());
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
         }
     }
 }
@@ -112,4 +129,38 @@ pub(super) async fn next_pod_events(
     }
     feed.synced |= out.iter().any(|e| matches!(e, SourceEvent::Synced));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: web, uid: u-1}\nspec:\n  containers: [{name: c, image: 'busybox:local'}]\n";
+
+    /// Once stopped, the manifest scans are over: a manifest directory emptied afterwards
+    /// writes no uid ownership file (a scan after the stop would record the empty directory
+    /// and recreate a state directory already removed).
+    #[tokio::test]
+    async fn a_stopped_dir_feed_scans_and_writes_nothing_more() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let manifests = tmp.path().join("manifests");
+        std::fs::create_dir(&manifests).expect("mkdir");
+        std::fs::write(manifests.join("web.yaml"), POD).expect("write");
+        let state = tmp.path().join("state");
+        let owners = state.join(super::super::source::UID_OWNERS_FILE);
+        let dir = ManifestDir::new(&manifests, "n").with_ownership_file(owners.clone());
+        let mut feed = DirFeed::start(dir, Duration::from_millis(10));
+        let events = next_pod_events(&mut feed, &mut None).await;
+        assert!(!events.is_empty(), "the first scan's events");
+        assert!(owners.exists(), "the pod's uid ownership persisted");
+        feed.stop().await;
+        std::fs::remove_dir_all(&state).expect("rm state");
+        std::fs::remove_file(manifests.join("web.yaml")).expect("rm manifest");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            !state.exists(),
+            "a scan ran after the stop and wrote {}",
+            owners.display()
+        );
+    }
 }
