@@ -4,6 +4,7 @@
 //! pod-cgroup kill ([`crate::cgroup::kill`]).
 
 use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
+
 use tokio::sync::mpsc;
 
 use crate::{
@@ -430,12 +431,10 @@ impl EvictionManager {
         }
     }
 
-    /// A kernel OOM kill inside a pod: its worker resyncs now, so the container's `OOMKilled`
-    /// shows at once instead of on the next relist.
     /// Takes one signal of a burst into the coming step: an OOM kill is noted, the delay
     /// observed; a pressure signal names its pod and, the first urgent one (else the first),
-    /// becomes the step's trigger.
-    /// (`urgent`: whether the burst had an urgent signal before this one).
+    /// becomes the step's trigger (`urgent`: whether the burst had an urgent signal before
+    /// this one).
     fn absorb(&self, s: &Signal, memo: &mut Memo, named: &mut Vec<String>, urgent: bool) {
         self.poke_oom_killed(s, &mut memo.kills);
         observe_signal(&mut memo.delays, s);
@@ -448,6 +447,8 @@ impl EvictionManager {
         named.extend(s.pod_uid.clone());
     }
 
+    /// A kernel OOM kill inside a pod: its worker resyncs now, so the container's `OOMKilled`
+    /// shows at once instead of on the next relist.
     fn poke_oom_killed(&self, s: &Signal, kills: &mut KillLog) {
         if s.kind != SignalKind::OomKill {
             return;

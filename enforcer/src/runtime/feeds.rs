@@ -37,9 +37,9 @@ pub(super) struct DirFeed {
     pub(super) synced: bool,
     /// The scanning task still runs.
     open: bool,
-    /// Dropped (or sent) to end the scanning task at its next tick.
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    /// Dropped to end the scanning task before its next scan (also when the feed is).
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl DirFeed {
@@ -76,18 +76,17 @@ impl DirFeed {
             rx,
             synced: false,
             open: true,
-            stop: Some(stop),
-            task: Some(task),
+            stop,
+            task,
         }
     }
 
     /// Ends the scanning task and waits for it: a scan under way finishes, no other starts,
     /// so nothing (the uid ownership file) is written once the pod runtime has stopped.
-    pub(super) async fn stop(mut self) {
-        drop(self.stop.take());
-        if let Some(task) = self.task.take() {
-            let _ = task.await;
-        }
+    pub(super) async fn stop(self) {
+        let Self { stop, task, .. } = self;
+        drop(stop);
+        let _ = task.await;
     }
 }
 
