@@ -322,7 +322,7 @@ fn field_seccomp_profile(
         "Localhost" => match scmp.localhost_profile.as_deref() {
             // Joined as Go's `filepath.Join` does (a leading `/` stays below the root), and
             // never out of it: a manifest's profile name is untrusted input.
-            Some(p) if !p.is_empty() => crate::cgroup::join_inside(std::path::Path::new(root), p)
+            Some(p) if !p.is_empty() => crate::paths::join_inside(std::path::Path::new(root), p)
                 .map(|path| cri::SecurityProfile {
                     profile_type: ProfileType::Localhost as i32,
                     localhost_ref: path.display().to_string(),
