@@ -13,17 +13,17 @@
 //! run without a volume it asked for. kubelet has no such reason (it would wait for the mount
 //! forever).
 //!
-//! By job: [`plan`] (each volume as this node sets it up, or the refusal), [`mounts`] (a
-//! container's mounts) and [`files`] (the content of downward API and object-backed volumes);
-//! here, what a planned volume is and the path rules they share.
+//! By job: [`plugins`] (each volume as this node's volume plugins set it up, or the refusal),
+//! [`mounts`] (a container's mounts) and [`files`] (the content of downward API and
+//! object-backed volumes); here, what a planned volume is and the path rules they share.
 
 pub mod files;
 pub mod mounts;
-pub mod plan;
+pub mod plugins;
 
 pub use files::{downward_files, object_files};
 pub use mounts::{MountError, PlannedMount, container_mounts, expand_sub_path_expr, propagation};
-pub use plan::{admit, admit_with, plan, plan_with};
+pub use plugins::{admit, admit_with, plan, plan_with};
 
 use std::path::{Component, Path, PathBuf};
 
