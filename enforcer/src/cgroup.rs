@@ -34,6 +34,15 @@ pub enum CgroupError {
     Escape { root: PathBuf, component: String },
 }
 
+impl From<crate::paths::PathEscape> for CgroupError {
+    fn from(e: crate::paths::PathEscape) -> Self {
+        Self::Escape {
+            root: e.root,
+            component: e.component,
+        }
+    }
+}
+
 /// Adds the path to an I/O error: the only way this crate reads and writes cgroup files.
 pub trait WithPath<T> {
     /// Wraps the error with the path it happened on.

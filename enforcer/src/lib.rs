@@ -15,6 +15,7 @@ pub mod kills;
 pub mod metrics;
 pub mod node;
 pub mod node_report;
+pub mod paths;
 pub mod policy;
 pub mod quantity;
 pub mod runtime;

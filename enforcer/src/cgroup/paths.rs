@@ -1,7 +1,8 @@
-//! Path arithmetic for cgroups: joining untrusted names without escaping the root, and finding
-//! the pod (`pod<uid>`) and QoS tier a cgroup path belongs to.
+//! Path arithmetic for cgroups: joining untrusted names without escaping the root (the pure
+//! join is [`crate::paths::join_inside`]), and finding the pod (`pod<uid>`) and QoS tier a
+//! cgroup path belongs to.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use super::CgroupError;
 
@@ -48,26 +49,10 @@ pub fn pod_of_path(path: &str) -> Option<PodCgroupRef> {
     })
 }
 
-/// Joins a relative cgroup path made of untrusted names below `root`, refusing anything that
-/// could leave it (`..`, absolute paths, empty or NUL-containing components).
+/// [`crate::paths::join_inside`] with its refusal as a [`CgroupError::Escape`], so a cgroup
+/// path that could leave its root is a cgroup error like any other.
 pub fn join_inside(root: &Path, rel: &str) -> Result<PathBuf, CgroupError> {
-    let mut out = root.to_path_buf();
-    for part in rel.split('/').filter(|p| !p.is_empty()) {
-        let ok = !part.contains('\0')
-            && matches!(
-                Path::new(part).components().next(),
-                Some(Component::Normal(_))
-            )
-            && Path::new(part).components().count() == 1;
-        if !ok {
-            return Err(CgroupError::Escape {
-                root: root.to_path_buf(),
-                component: part.to_owned(),
-            });
-        }
-        out.push(part);
-    }
-    Ok(out)
+    Ok(crate::paths::join_inside(root, rel)?)
 }
 
 #[cfg(test)]
@@ -106,17 +91,5 @@ mod tests {
             pod_of_path("/r/kubepods/burstable/podx/c").map(|p| p.pod_path),
             Some("/r/kubepods/burstable/podx".to_owned())
         );
-    }
-
-    #[test]
-    fn join_refuses_escapes() {
-        let root = Path::new("/sys/fs/cgroup/memory");
-        assert_eq!(
-            join_inside(root, "/kubepods/podA").ok(),
-            Some(PathBuf::from("/sys/fs/cgroup/memory/kubepods/podA"))
-        );
-        for bad in ["../x", "kubepods/../../etc", "a/./b", "a\0b"] {
-            assert!(join_inside(root, bad).is_err(), "{bad:?}");
-        }
     }
 }

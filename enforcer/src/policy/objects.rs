@@ -7,27 +7,38 @@
 //!
 //! Only pods from the API server read objects (kubelet's mirror-pod rules forbid static pods
 //! to); a standalone node has none, and says so with kubelet's own message.
+//!
+//! By job: [`payload`] (configMap and secret files), [`env_refs`] (`envFrom` and
+//! `valueFrom` key references), [`services`] (the service environment variables) and
+//! [`tokens`] (service-account token requests and refreshes); here, what a pod reads and the
+//! snapshot it is read into.
+
+pub mod env_refs;
+pub mod payload;
+pub mod services;
+pub mod tokens;
+
+pub use env_refs::{EnvFromVars, env_from, env_key, valid_env_name};
+pub use payload::{
+    KeyToPath, ObjectProjection, config_map_data, config_map_payload, secret_data, secret_payload,
+};
+pub use services::{MASTER_SERVICES, service_env, service_links};
+pub use tokens::{
+    TOKEN_MAX_JITTER, TOKEN_MAX_TTL, token_needs_refresh, token_refresh_at, token_request,
+};
 
 use std::{
     collections::{BTreeMap, BTreeSet},
     sync::Arc,
-    time::{Duration, SystemTime},
 };
 
-use k8s_openapi::api::{
-    authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec},
-    core::v1::{ConfigMap, Pod, Secret, Service},
-};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 
 /// A payload file: its path inside the volume, content and mode.
 pub type File = (String, Vec<u8>, u32);
 
 /// The expiry a projected token gets when the spec names none (the API's default).
 pub const DEFAULT_TOKEN_EXPIRATION_SECONDS: i64 = 3600;
-/// kubelet's token manager: a token older than this is refreshed whatever its TTL.
-pub const TOKEN_MAX_TTL: Duration = Duration::from_secs(24 * 3600);
-/// kubelet's token manager: the most jitter subtracted from a refresh time.
-pub const TOKEN_MAX_JITTER: Duration = Duration::from_secs(10);
 
 /// One object as the API server answered for it.
 #[derive(Debug, Clone)]
@@ -148,109 +159,6 @@ pub struct PodObjects {
     pub services: Option<Result<Vec<Service>, String>>,
 }
 
-/// The master services every pod gets variables for, whatever `enableServiceLinks` says.
-pub const MASTER_SERVICES: &[&str] = &["kubernetes"];
-
-/// Whether the pod asks for its namespace's service variables (`enableServiceLinks`,
-/// default true).
-#[must_use]
-pub fn service_links(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.enable_service_links)
-        .unwrap_or(true)
-}
-
-/// `makeEnvVariableName`.
-fn env_prefix(name: &str) -> String {
-    name.replace('-', "_").to_uppercase()
-}
-
-/// kubelet's `getServiceEnvVarMap` + `envvars.FromServices`: for each service with a cluster
-/// IP, the master services of `default` always and the pod's namespace's when
-/// `enable_links` (a namespace service of a master's name takes its place, as in kubelet's
-/// map):
-/// `<NAME>_SERVICE_HOST`, `<NAME>_SERVICE_PORT` (the first port), `<NAME>_SERVICE_PORT_<PORT
-/// NAME>` for named ports, and Docker's link variables (`<NAME>_PORT`,
-/// `<NAME>_PORT_<port>_<PROTO>` with `_PROTO`, `_PORT`, `_ADDR`).
-#[must_use]
-pub fn service_env(
-    services: &[Service],
-    namespace: &str,
-    enable_links: bool,
-) -> BTreeMap<String, String> {
-    let mut chosen: BTreeMap<String, &Service> = BTreeMap::new();
-    for s in services {
-        let Some(spec) = s.spec.as_ref() else {
-            continue;
-        };
-        let ip = spec.cluster_ip.as_deref().unwrap_or("");
-        let name = s.metadata.name.as_deref().unwrap_or("");
-        if ip.is_empty() || ip == "None" || name.is_empty() {
-            continue;
-        }
-        let ns = s.metadata.namespace.as_deref().unwrap_or("default");
-        if ns == "default" && MASTER_SERVICES.contains(&name) {
-            chosen.entry(name.to_owned()).or_insert(s);
-        } else if ns == namespace && enable_links {
-            chosen.insert(name.to_owned(), s);
-        }
-    }
-    let mut out = BTreeMap::new();
-    for (name, s) in chosen {
-        let Some(spec) = s.spec.as_ref() else {
-            continue;
-        };
-        let Some(ports) = spec.ports.as_ref().filter(|p| !p.is_empty()) else {
-            continue;
-        };
-        let ip = spec.cluster_ip.clone().unwrap_or_default();
-        let prefix = env_prefix(&name);
-        out.insert(format!("{prefix}_SERVICE_HOST"), ip.clone());
-        out.insert(format!("{prefix}_SERVICE_PORT"), ports[0].port.to_string());
-        for p in ports {
-            if let Some(pn) = p.name.as_deref().filter(|n| !n.is_empty()) {
-                out.insert(
-                    format!("{prefix}_SERVICE_PORT_{}", env_prefix(pn)),
-                    p.port.to_string(),
-                );
-            }
-        }
-        for (i, p) in ports.iter().enumerate() {
-            let proto = p.protocol.as_deref().unwrap_or("TCP");
-            let host_port = if ip.contains(':') {
-                format!("[{ip}]:{}", p.port)
-            } else {
-                format!("{ip}:{}", p.port)
-            };
-            let url = format!("{}://{host_port}", proto.to_lowercase());
-            if i == 0 {
-                out.insert(format!("{prefix}_PORT"), url.clone());
-            }
-            let pp = format!("{prefix}_PORT_{}_{}", p.port, proto.to_uppercase());
-            out.insert(format!("{pp}_PROTO"), proto.to_lowercase());
-            out.insert(format!("{pp}_PORT"), p.port.to_string());
-            out.insert(format!("{pp}_ADDR"), ip.clone());
-            out.insert(pp, url);
-        }
-    }
-    out
-}
-
-impl PodObjects {
-    /// The service variables of the pod's containers: none when services were not read
-    /// (standalone), kubelet's error when they could not be.
-    pub fn service_env(&self, enable_links: bool) -> Result<BTreeMap<String, String>, String> {
-        match &self.services {
-            None => Ok(BTreeMap::new()),
-            Some(Ok(s)) => Ok(service_env(s, &self.namespace, enable_links)),
-            Some(Err(e)) => Err(format!(
-                "services have not yet been read at least once, cannot construct envvars: {e}"
-            )),
-        }
-    }
-}
-
 /// A kind of object, for kubelet's messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ObjectKind {
@@ -353,248 +261,12 @@ impl PodObjects {
     }
 }
 
-/// One `items` entry of a configMap or secret projection.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeyToPath {
-    pub key: String,
-    pub path: String,
-    pub mode: Option<u32>,
-}
-
-/// A configMap or secret projected into a volume.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObjectProjection {
-    pub name: String,
-    pub items: Vec<KeyToPath>,
-    pub default_mode: u32,
-    pub optional: bool,
-}
-
-/// The files of one object (`MakePayload`): every key when there are no items, else each
-/// item's key at its path (a missing key is an error unless optional).
-fn make_payload(
-    kind: ObjectKind,
-    p: &ObjectProjection,
-    data: &BTreeMap<String, Vec<u8>>,
-) -> Result<Vec<File>, String> {
-    if p.items.is_empty() {
-        return Ok(data
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone(), p.default_mode))
-            .collect());
-    }
-    let mut out = Vec::new();
-    for i in &p.items {
-        let Some(v) = data.get(&i.key) else {
-            if p.optional {
-                continue;
-            }
-            return Err(match kind {
-                ObjectKind::ConfigMap => {
-                    format!("configmap references non-existent config key: {}", i.key)
-                }
-                ObjectKind::Secret => {
-                    format!("references non-existent secret key: {}", i.key)
-                }
-            });
-        };
-        out.push((i.path.clone(), v.clone(), i.mode.unwrap_or(p.default_mode)));
-    }
-    Ok(out)
-}
-
-/// A ConfigMap's keys and values: `data` and `binaryData`.
-#[must_use]
-pub fn config_map_data(cm: &ConfigMap) -> BTreeMap<String, Vec<u8>> {
-    let mut out: BTreeMap<String, Vec<u8>> = cm
-        .data
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
-        .collect();
-    for (k, v) in cm.binary_data.iter().flatten() {
-        out.insert(k.clone(), v.0.clone());
-    }
-    out
-}
-
-/// A Secret's keys and values.
-#[must_use]
-pub fn secret_data(s: &Secret) -> BTreeMap<String, Vec<u8>> {
-    s.data
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.0.clone()))
-        .collect()
-}
-
-/// The files of a configMap projection: the object's keys, an empty payload for a missing
-/// optional object, or kubelet's error.
-pub fn config_map_payload(objects: &PodObjects, p: &ObjectProjection) -> Result<Vec<File>, String> {
-    match objects.config_map(&p.name)? {
-        Some(cm) => make_payload(ObjectKind::ConfigMap, p, &config_map_data(cm)),
-        None if p.optional => Ok(Vec::new()),
-        None => Err(not_found(ObjectKind::ConfigMap, &p.name)),
-    }
-}
-
-/// The files of a secret projection (as [`config_map_payload`]).
-pub fn secret_payload(objects: &PodObjects, p: &ObjectProjection) -> Result<Vec<File>, String> {
-    match objects.secret(&p.name)? {
-        Some(s) => make_payload(ObjectKind::Secret, p, &secret_data(s)),
-        None if p.optional => Ok(Vec::new()),
-        None => Err(not_found(ObjectKind::Secret, &p.name)),
-    }
-}
-
-/// The TokenRequest kubelet sends for a projected token: the audience (if any), the
-/// expiry, and the pod as the bound object (the token dies with the pod).
-#[must_use]
-pub fn token_request(pod: &Pod, r: &TokenRef) -> TokenRequest {
-    TokenRequest {
-        spec: Some(TokenRequestSpec {
-            audiences: r.audience.clone().map(|a| vec![a]),
-            expiration_seconds: Some(r.expiration_seconds),
-            bound_object_ref: Some(BoundObjectReference {
-                api_version: Some("v1".to_owned()),
-                kind: Some("Pod".to_owned()),
-                name: pod.metadata.name.clone(),
-                uid: pod.metadata.uid.clone(),
-            }),
-            ..TokenRequestSpec::default()
-        }),
-        ..TokenRequest::default()
-    }
-}
-
-/// When kubelet's token manager (`requiresRefresh`) first refreshes a token that expires at
-/// `expires` and was issued for `ttl_seconds`: at 80 % of its life, at 24 h of age, less
-/// `jitter` (kubelet draws up to [`TOKEN_MAX_JITTER`]).
-#[must_use]
-pub fn token_refresh_at(expires: SystemTime, ttl_seconds: i64, jitter: Duration) -> SystemTime {
-    let ttl = Duration::from_secs(u64::try_from(ttl_seconds.max(0)).unwrap_or(0));
-    let issued = expires.checked_sub(ttl).unwrap_or(expires);
-    let by_age = issued
-        .checked_add(TOKEN_MAX_TTL.saturating_sub(jitter))
-        .unwrap_or(expires);
-    let by_ttl = expires.checked_sub(ttl / 5 + jitter).unwrap_or(issued);
-    by_age.min(by_ttl)
-}
-
-/// Whether a cached token must be refreshed at `now` (also when the clock is before its
-/// issue time, as kubelet does).
-#[must_use]
-pub fn token_needs_refresh(
-    now: SystemTime,
-    expires: SystemTime,
-    ttl_seconds: i64,
-    jitter: Duration,
-) -> bool {
-    let ttl = Duration::from_secs(u64::try_from(ttl_seconds.max(0)).unwrap_or(0));
-    let issued = expires.checked_sub(ttl).unwrap_or(expires);
-    now >= token_refresh_at(expires, ttl_seconds, jitter) || now < issued
-}
-
-/// Variables (name, value) and the keys skipped as invalid names.
-pub type EnvFromVars = (Vec<(String, String)>, Vec<String>);
-
-/// kubelet's (relaxed) environment variable name rule: printable ASCII, no `=`.
-#[must_use]
-pub fn valid_env_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .bytes()
-            .all(|b| (b' '..=b'~').contains(&b) && b != b'=')
-}
-
-/// One `envFrom` source's variables (`makeEnvironmentVariables`): each key with the prefix,
-/// in key order; keys that are no valid names are skipped and returned apart (kubelet's
-/// `InvalidEnvironmentVariableNames` event). A missing optional object gives nothing.
-pub fn env_from(
-    objects: &PodObjects,
-    kind: ObjectKind,
-    name: &str,
-    prefix: &str,
-    optional: bool,
-) -> Result<EnvFromVars, String> {
-    let data = match kind {
-        ObjectKind::ConfigMap => objects.config_map(name)?.map(|cm| {
-            cm.data
-                .iter()
-                .flatten()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect::<Vec<_>>()
-        }),
-        ObjectKind::Secret => objects.secret(name)?.map(|s| {
-            secret_data(s)
-                .into_iter()
-                .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
-                .collect()
-        }),
-    };
-    let Some(data) = data else {
-        return if optional {
-            Ok((Vec::new(), Vec::new()))
-        } else {
-            Err(not_found(kind, name))
-        };
-    };
-    let mut vars = Vec::new();
-    let mut invalid = Vec::new();
-    for (k, v) in data {
-        let k = format!("{prefix}{k}");
-        if valid_env_name(&k) {
-            vars.push((k, v));
-        } else {
-            invalid.push(k);
-        }
-    }
-    invalid.sort();
-    Ok((vars, invalid))
-}
-
-/// One `valueFrom.configMapKeyRef` / `secretKeyRef`: the value, `None` to leave the variable
-/// out (an optional object or key that is missing), or kubelet's error.
-pub fn env_key(
-    objects: &PodObjects,
-    kind: ObjectKind,
-    name: &str,
-    key: &str,
-    optional: bool,
-) -> Result<Option<String>, String> {
-    let value = match kind {
-        ObjectKind::ConfigMap => objects
-            .config_map(name)?
-            .map(|cm| cm.data.as_ref().and_then(|d| d.get(key)).cloned()),
-        ObjectKind::Secret => objects.secret(name)?.map(|s| {
-            s.data
-                .as_ref()
-                .and_then(|d| d.get(key))
-                .map(|v| String::from_utf8_lossy(&v.0).into_owned())
-        }),
-    };
-    match value {
-        None if optional => Ok(None),
-        None => Err(not_found(kind, name)),
-        Some(Some(v)) => Ok(Some(v)),
-        Some(None) if optional => Ok(None),
-        Some(None) => Err(format!(
-            "couldn't find key {key} in {} {}/{name}",
-            match kind {
-                ObjectKind::ConfigMap => "ConfigMap",
-                ObjectKind::Secret => "Secret",
-            },
-            objects.namespace
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::ByteString;
 
-    fn pod(yaml: &str) -> Pod {
+    pub(super) fn pod(yaml: &str) -> Pod {
         serde_yaml_ng::from_str(yaml).unwrap_or_else(|e| panic!("pod yaml: {e}"))
     }
 
@@ -624,7 +296,7 @@ mod tests {
         }))
     }
 
-    fn objects() -> PodObjects {
+    pub(super) fn objects() -> PodObjects {
         PodObjects {
             api: true,
             namespace: "ns".to_owned(),
@@ -642,22 +314,6 @@ mod tests {
             ]),
             tokens: BTreeMap::new(),
             services: None,
-        }
-    }
-
-    fn proj(name: &str, items: &[(&str, &str, Option<u32>)], optional: bool) -> ObjectProjection {
-        ObjectProjection {
-            name: name.to_owned(),
-            items: items
-                .iter()
-                .map(|(k, p, m)| KeyToPath {
-                    key: (*k).to_owned(),
-                    path: (*p).to_owned(),
-                    mode: *m,
-                })
-                .collect(),
-            default_mode: 0o644,
-            optional,
         }
     }
 
@@ -713,249 +369,6 @@ spec:
         );
         assert!(
             ObjectRefs::of(&pod("metadata: {name: p}\nspec: {containers: [{name: c}]}")).is_empty()
-        );
-    }
-
-    #[test]
-    fn payloads_as_make_payload() {
-        let o = objects();
-        let all = config_map_payload(&o, &proj("cfg", &[], false)).expect("all keys");
-        assert_eq!(
-            all,
-            [
-                ("a".to_owned(), b"1".to_vec(), 0o644),
-                ("b.txt".to_owned(), b"hello".to_vec(), 0o644),
-                ("bin".to_owned(), vec![0, 1, 2], 0o644),
-            ]
-        );
-        let items = config_map_payload(
-            &o,
-            &proj(
-                "cfg",
-                &[("a", "dir/a", Some(0o400)), ("b.txt", "b", None)],
-                false,
-            ),
-        )
-        .expect("items");
-        assert_eq!(
-            items,
-            [
-                ("dir/a".to_owned(), b"1".to_vec(), 0o400),
-                ("b".to_owned(), b"hello".to_vec(), 0o644),
-            ]
-        );
-        assert_eq!(
-            config_map_payload(&o, &proj("cfg", &[("zz", "z", None)], false)),
-            Err("configmap references non-existent config key: zz".to_owned())
-        );
-        assert_eq!(
-            config_map_payload(&o, &proj("cfg", &[("zz", "z", None)], true)),
-            Ok(Vec::new())
-        );
-        assert_eq!(
-            config_map_payload(&o, &proj("gone", &[], false)),
-            Err("configmaps \"gone\" not found".to_owned())
-        );
-        assert_eq!(
-            config_map_payload(&o, &proj("gone", &[], true)),
-            Ok(Vec::new())
-        );
-        // An error that is not NotFound is never taken for an absent optional object.
-        assert_eq!(
-            config_map_payload(&o, &proj("broken", &[], true)),
-            Err("timed out".to_owned())
-        );
-        assert_eq!(
-            secret_payload(&o, &proj("sec", &[("pw", "pw", Some(0o400))], false)),
-            Ok(vec![("pw".to_owned(), b"s3cret".to_vec(), 0o400)])
-        );
-        assert_eq!(
-            secret_payload(&o, &proj("sec", &[("nope", "x", None)], false)),
-            Err("references non-existent secret key: nope".to_owned())
-        );
-        assert_eq!(
-            secret_payload(&o, &proj("nosec", &[], false)),
-            Err("secrets \"nosec\" not found".to_owned())
-        );
-        // Standalone: kubelet's message.
-        assert_eq!(
-            secret_payload(&PodObjects::none("ns"), &proj("sec", &[], false)),
-            Err("couldn't get secret ns/sec, no kubeClient defined".to_owned())
-        );
-    }
-
-    #[test]
-    fn env_values_as_kubelet() {
-        let o = objects();
-        use ObjectKind::{ConfigMap as C, Secret as S};
-        assert_eq!(env_key(&o, C, "cfg", "a", false), Ok(Some("1".to_owned())));
-        assert_eq!(
-            env_key(&o, S, "sec", "pw", false),
-            Ok(Some("s3cret".to_owned()))
-        );
-        assert_eq!(
-            env_key(&o, C, "cfg", "zz", false),
-            Err("couldn't find key zz in ConfigMap ns/cfg".to_owned())
-        );
-        assert_eq!(
-            env_key(&o, S, "sec", "zz", false),
-            Err("couldn't find key zz in Secret ns/sec".to_owned())
-        );
-        assert_eq!(env_key(&o, C, "cfg", "zz", true), Ok(None));
-        assert_eq!(env_key(&o, C, "gone", "a", true), Ok(None));
-        assert_eq!(
-            env_key(&o, C, "gone", "a", false),
-            Err("configmaps \"gone\" not found".to_owned())
-        );
-        assert_eq!(
-            env_key(&PodObjects::none("ns"), C, "cfg", "a", false),
-            Err("couldn't get configMap ns/cfg, no kubeClient defined".to_owned())
-        );
-        let (vars, invalid) = env_from(&o, S, "sec", "P_", false).expect("envFrom");
-        assert_eq!(vars, [("P_pw".to_owned(), "s3cret".to_owned())]);
-        assert_eq!(invalid, ["P_bad=name"]);
-        assert_eq!(
-            env_from(&o, C, "gone", "", true),
-            Ok((Vec::new(), Vec::new()))
-        );
-        assert!(env_from(&o, C, "gone", "", false).is_err());
-    }
-
-    #[test]
-    fn token_refresh_as_the_token_manager() {
-        let exp = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
-        // 1 h token: refreshed at 80 % of its life (48 min after issue), less the jitter.
-        assert_eq!(
-            token_refresh_at(exp, 3600, Duration::ZERO),
-            exp - Duration::from_secs(720)
-        );
-        assert_eq!(
-            token_refresh_at(exp, 3600, Duration::from_secs(7)),
-            exp - Duration::from_secs(727)
-        );
-        // A week-long token: refreshed at 24 h of age.
-        let week = 7 * 24 * 3600;
-        assert_eq!(
-            token_refresh_at(exp, week, Duration::ZERO),
-            exp - Duration::from_secs(u64::try_from(week).expect("week")) + TOKEN_MAX_TTL
-        );
-        let issued = exp - Duration::from_secs(3600);
-        assert!(!token_needs_refresh(
-            issued + Duration::from_secs(60),
-            exp,
-            3600,
-            Duration::ZERO
-        ));
-        assert!(token_needs_refresh(
-            exp - Duration::from_secs(700),
-            exp,
-            3600,
-            Duration::ZERO
-        ));
-        // The clock ran back before the issue time.
-        assert!(token_needs_refresh(
-            issued - Duration::from_secs(1),
-            exp,
-            3600,
-            Duration::ZERO
-        ));
-    }
-
-    /// kubelet's `TestMakeEnvironmentVariables` service cases: master services always, the
-    /// namespace's with links, headless ones never, a namespace service of a master's name
-    /// taking its place.
-    #[test]
-    fn service_variables_as_from_services() {
-        let svc = |ns: &str, name: &str, ip: &str, ports: serde_json::Value| -> Service {
-            serde_json::from_value(serde_json::json!({
-                "metadata": {"name": name, "namespace": ns},
-                "spec": {"clusterIP": ip, "ports": ports},
-            }))
-            .expect("service")
-        };
-        let services = vec![
-            svc(
-                "default",
-                "kubernetes",
-                "10.96.0.1",
-                serde_json::json!([{"name": "https", "port": 443}]),
-            ),
-            svc(
-                "ns",
-                "kubernetes",
-                "10.96.9.9",
-                serde_json::json!([{"port": 1}]),
-            ),
-            svc(
-                "ns",
-                "my-db",
-                "10.96.0.20",
-                serde_json::json!([{"port": 5432}, {"name": "metrics", "port": 9187, "protocol": "UDP"}]),
-            ),
-            svc("ns", "headless", "None", serde_json::json!([{"port": 80}])),
-            svc(
-                "other",
-                "elsewhere",
-                "10.96.0.30",
-                serde_json::json!([{"port": 80}]),
-            ),
-        ];
-        // Without the namespace's own "kubernetes": the master service's variables.
-        let no_local: Vec<Service> = services
-            .iter()
-            .filter(|s| s.spec.as_ref().and_then(|p| p.cluster_ip.as_deref()) != Some("10.96.9.9"))
-            .cloned()
-            .collect();
-        let env = service_env(&no_local, "ns", true);
-        let get = |k: &str| env.get(k).map(String::as_str);
-        assert_eq!(get("KUBERNETES_SERVICE_HOST"), Some("10.96.0.1"));
-        assert_eq!(get("KUBERNETES_SERVICE_PORT"), Some("443"));
-        assert_eq!(get("KUBERNETES_SERVICE_PORT_HTTPS"), Some("443"));
-        assert_eq!(get("KUBERNETES_PORT"), Some("tcp://10.96.0.1:443"));
-        assert_eq!(get("KUBERNETES_PORT_443_TCP"), Some("tcp://10.96.0.1:443"));
-        assert_eq!(get("KUBERNETES_PORT_443_TCP_PROTO"), Some("tcp"));
-        assert_eq!(get("KUBERNETES_PORT_443_TCP_PORT"), Some("443"));
-        assert_eq!(get("KUBERNETES_PORT_443_TCP_ADDR"), Some("10.96.0.1"));
-        assert_eq!(get("MY_DB_SERVICE_HOST"), Some("10.96.0.20"));
-        assert_eq!(get("MY_DB_SERVICE_PORT"), Some("5432"));
-        assert_eq!(get("MY_DB_SERVICE_PORT_METRICS"), Some("9187"));
-        assert_eq!(get("MY_DB_PORT_9187_UDP"), Some("udp://10.96.0.20:9187"));
-        assert_eq!(env.len(), 8 + 2 + 1 + 1 + 4 + 4, "{env:?}");
-        assert!(
-            !env.keys()
-                .any(|k| k.starts_with("HEADLESS") || k.starts_with("ELSEWHERE"))
-        );
-        // kubelet's map: a service of the pod's namespace replaces a master service of the
-        // same name (the master is only added where the name is free).
-        let env = service_env(&services, "ns", true);
-        assert_eq!(
-            env.get("KUBERNETES_SERVICE_HOST").map(String::as_str),
-            Some("10.96.9.9")
-        );
-        // enableServiceLinks: false keeps only the master service.
-        let env = service_env(&services, "ns", false);
-        assert!(env.keys().all(|k| k.starts_with("KUBERNETES_")), "{env:?}");
-        assert_eq!(env.len(), 8);
-    }
-
-    #[test]
-    fn token_request_binds_the_pod() {
-        let p =
-            pod("metadata: {name: web, namespace: ns, uid: u-1}\nspec: {containers: [{name: c}]}");
-        let tr = token_request(
-            &p,
-            &TokenRef {
-                service_account: "default".to_owned(),
-                audience: Some("api".to_owned()),
-                expiration_seconds: 3607,
-            },
-        );
-        let v = serde_json::to_value(&tr).expect("json");
-        assert_eq!(v["spec"]["audiences"], serde_json::json!(["api"]));
-        assert_eq!(v["spec"]["expirationSeconds"], 3607);
-        assert_eq!(
-            v["spec"]["boundObjectRef"],
-            serde_json::json!({"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": "u-1"})
         );
     }
 
