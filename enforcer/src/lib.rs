@@ -17,6 +17,7 @@ pub mod node;
 pub mod node_report;
 pub mod policy;
 pub mod quantity;
+pub mod recorder;
 pub mod runtime;
 pub mod server;
 pub mod signal;
