@@ -18,6 +18,7 @@ pub mod node_report;
 pub mod paths;
 pub mod policy;
 pub mod quantity;
+pub mod recorder;
 pub mod runtime;
 pub mod server;
 pub mod signal;

@@ -101,22 +101,56 @@ pub fn statvfs(path: &Path) -> Result<(i64, i64, i64, i64), NodeError> {
     ))
 }
 
-/// MemTotal from /proc/meminfo, in bytes.
+/// A `/proc/meminfo` line's value (`MemTotal:`, `MemFree:`, ...), in bytes: the one parser of
+/// that file.
+#[must_use]
+pub fn meminfo_bytes(text: &str, key: &str) -> Option<i64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|k| k.parse::<i64>().ok())
+        .and_then(|kib| kib.checked_mul(1024))
+}
+
+/// MemTotal from /proc/meminfo, in bytes (cAdvisor's `MemoryCapacity`).
 pub fn machine_memory() -> Result<i64, NodeError> {
     let path = Path::new("/proc/meminfo");
     let text = read(path)?;
-    text.lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| {
-            v.split_whitespace()
-                .next()
-                .and_then(|k| k.parse::<i64>().ok())
-        })
-        .map(|kib| kib * 1024)
-        .ok_or_else(|| NodeError::Parse {
-            path: path.to_path_buf(),
-            what: "no MemTotal".into(),
-        })
+    meminfo_bytes(&text, "MemTotal:").ok_or_else(|| NodeError::Parse {
+        path: path.to_path_buf(),
+        what: "no MemTotal".into(),
+    })
+}
+
+/// This node's name as kubelet defaults it without `--hostname-override`: the hostname,
+/// lower-cased (`localhost` when unreadable).
+#[must_use]
+pub fn node_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_lowercase())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// The version the node reports as `kubeletVersion`: kubelet's minor it follows, with the
+/// enforcer's own version as build metadata (`v1.34.0+enforcer.0.1.0`), which semver parsers
+/// (and `kubectl get nodes`) accept.
+#[must_use]
+pub fn kubelet_version() -> String {
+    format!("v1.34.0+enforcer.{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The node's IP as kubelet picks one without `--node-ip` (the address of the default route's
+/// interface): the source address the kernel picks for a route to a public address (found by
+/// connecting a UDP socket, which sends nothing); `None` without a default route. The Node's
+/// `InternalIP`, pods' `status.hostIP`, and the downward API's `status.hostIP(s)`.
+#[must_use]
+pub fn default_route_ip() -> Option<String> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("8.8.8.8:53").ok()?;
+    let ip = s.local_addr().ok()?.ip();
+    (!ip.is_unspecified()).then(|| ip.to_string())
 }
 
 /// The pid limit and the number of processes (kubelet's `rlimit.Stats`).
@@ -516,17 +550,7 @@ fn usage_on(path: &Path, dev: u64) -> i64 {
 fn root_working_set_v2() -> Result<i64, NodeError> {
     let path = Path::new("/proc/meminfo");
     let text = read(path)?;
-    let kib = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| {
-                v.split_whitespace()
-                    .next()
-                    .and_then(|k| k.parse::<i64>().ok())
-            })
-            .unwrap_or(0)
-            * 1024
-    };
+    let kib = |key: &str| meminfo_bytes(&text, key).unwrap_or(0);
     let used = kib("MemTotal:") - kib("MemFree:");
     Ok((used - kib("Inactive(file):")).max(0))
 }

@@ -1,4 +1,4 @@
-//! Project tasks: `cargo xtask setup | test | vm-test | run | bench <what>`.
+//! Project tasks: `cargo xtask setup | test | vm-test | layers | run | bench <what>`.
 //!
 //! `setup` installs what is missing, idempotently, and says what it does. `test` is the
 //! README's test command and what CI runs. `run` builds and starts the enforcer on this node.
@@ -11,6 +11,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 
+mod layers;
 mod vm;
 
 /// Debian packages the build and the tests need.
@@ -57,6 +58,8 @@ enum Task {
         #[arg(last = true)]
         test_args: Vec<String>,
     },
+    /// The enforcer library's import graph: no upward import between its layers, no cycle.
+    Layers,
     /// Build (release) and run the enforcer on this node; extra arguments go to `enforcer run`.
     Run {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -97,6 +100,7 @@ fn main() -> anyhow::Result<()> {
                 },
             )
         }
+        Task::Layers => layers::check(Path::new("enforcer/src")),
         Task::Run { args } => run(&args),
         Task::Bench { what, args } => bench(&what, &args),
     }
@@ -191,6 +195,7 @@ fn cargo() -> Command {
 fn test(args: &[String]) -> anyhow::Result<()> {
     setup()?;
     sh(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    layers::check(Path::new("enforcer/src"))?;
     sh(cargo().args([
         "clippy",
         "--workspace",
@@ -354,24 +359,24 @@ static CHILD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0
 /// Set when `run` was asked to stop.
 static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-extern "C" fn forward_signal(_sig: libc::c_int) {
-    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
-    let pid = CHILD.load(std::sync::atomic::Ordering::SeqCst);
-    if pid > 0 {
-        // SAFETY: kill is async-signal-safe; the PID is the enforcer this task started.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-    }
-}
-
-/// Ctrl-C, SIGTERM and SIGHUP stop the enforcer child and let `run` clean up after it
-/// (a handler, not SIG_IGN, so the child gets the default disposition back at exec).
-fn forward_signals_to_child() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: installs an async-signal-safe handler (an atomic load and kill).
-        unsafe {
-            libc::signal(sig, forward_signal as *const () as libc::sighandler_t);
+/// Ctrl-C, SIGTERM and SIGHUP stop the enforcer child and let `run` clean up after it:
+/// signal-hook's handlers (not SIG_IGN, so the child gets the default disposition back at
+/// exec) wake a thread that marks the run interrupted and sends the child SIGTERM.
+fn forward_signals_to_child() -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
+        .context("install the signal handlers")?;
+    std::thread::spawn(move || {
+        for _ in signals.forever() {
+            INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+            let pid = CHILD.load(std::sync::atomic::Ordering::SeqCst);
+            if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+                // The PID is the enforcer this task started; it may have exited already.
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            }
         }
-    }
+    });
+    Ok(())
 }
 
 /// Standalone mode: when nothing answers on the CRI socket, a private containerd (with the
@@ -388,7 +393,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         .unwrap_or_else(|| DEFAULT_CRI_SOCKET.to_owned());
     let socket = socket.strip_prefix("unix://").unwrap_or(&socket).to_owned();
     let mut local_dir = None;
-    forward_signals_to_child();
+    forward_signals_to_child()?;
     if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
         say(format!("using the containerd answering on {socket}"));
     } else {

@@ -353,7 +353,6 @@ struct VmLock {
 
 impl VmLock {
     fn take(dir: &Path) -> anyhow::Result<Self> {
-        use std::os::fd::AsRawFd as _;
         let path = dir.join("lock");
         let f = fs::OpenOptions::new()
             .create(true)
@@ -361,19 +360,18 @@ impl VmLock {
             .write(true)
             .open(&path)
             .with_context(|| format!("open {}", path.display()))?;
-        // SAFETY: flock on a descriptor this function owns.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            say(format!(
-                "another VM run holds {}: waiting for it (one VM at a time)",
-                path.display()
-            ));
-            // SAFETY: as above, blocking.
-            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-                bail!(
-                    "flock {}: {}",
-                    path.display(),
-                    std::io::Error::last_os_error()
-                );
+        match f.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                say(format!(
+                    "another VM run holds {}: waiting for it (one VM at a time)",
+                    path.display()
+                ));
+                f.lock()
+                    .with_context(|| format!("lock {}", path.display()))?;
+            }
+            Err(fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("lock {}", path.display()));
             }
         }
         Ok(Self { _file: f })

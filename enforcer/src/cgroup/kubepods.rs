@@ -25,6 +25,7 @@ use super::{
     CgroupError, CgroupLayout, CgroupVersion, QosTier, join_inside,
     writer::{CgroupWriter, KernelCgroups},
 };
+pub use super::writer::CgroupValues;
 use crate::policy::{
     qos::{self, QosClass},
     resources::{
@@ -32,23 +33,6 @@ use crate::policy::{
         cgroup::{PodCgroupValues, burstable_tier_shares, milli_cpu_to_shares},
     },
 };
-
-/// What to write to one cgroup; `None` leaves a value as it is.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct CgroupValues {
-    /// cgroup v1 `cpu.shares` (v2: `cpu.weight` derived from it).
-    pub cpu_shares: Option<u64>,
-    /// CFS quota in microseconds; `Some(None)` is unlimited.
-    pub cpu_quota: Option<Option<i64>>,
-    /// CFS period in microseconds (written with the quota).
-    pub cpu_period: Option<u64>,
-    /// Memory limit in bytes; `Some(None)` is unlimited.
-    pub memory_limit: Option<Option<i64>>,
-    /// Memory QoS `memory.min` (cgroup v2 only; ignored on v1).
-    pub memory_min: Option<i64>,
-    /// `pids.max`; `None` leaves it as it is (kubelet writes it only when limited).
-    pub pids_max: Option<i64>,
-}
 
 /// The node's numbers the `kubepods` cgroup is sized from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -19,8 +19,25 @@ use cgroups_rs::fs::{
     pid::PidController,
 };
 
-use super::{CgroupError, CgroupVersion, WithPath as _, kubepods::CgroupValues};
+use super::{CgroupError, CgroupVersion, WithPath as _};
 use crate::policy::resources::cgroup::shares_to_weight;
+
+/// What to write to one cgroup; `None` leaves a value as it is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CgroupValues {
+    /// cgroup v1 `cpu.shares` (v2: `cpu.weight` derived from it).
+    pub cpu_shares: Option<u64>,
+    /// CFS quota in microseconds; `Some(None)` is unlimited.
+    pub cpu_quota: Option<Option<i64>>,
+    /// CFS period in microseconds (written with the quota).
+    pub cpu_period: Option<u64>,
+    /// Memory limit in bytes; `Some(None)` is unlimited.
+    pub memory_limit: Option<Option<i64>>,
+    /// Memory QoS `memory.min` (cgroup v2 only; ignored on v1).
+    pub memory_min: Option<i64>,
+    /// `pids.max`; `None` leaves it as it is (kubelet writes it only when limited).
+    pub pids_max: Option<i64>,
+}
 
 /// What [`KernelCgroups`] last wrote, file by file (the value as the kernel shows it back,
 /// before page rounding), so `enforcer doctor` can compare it with what is on disk now.

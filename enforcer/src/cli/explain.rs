@@ -70,10 +70,7 @@ struct ContainerOut {
 
 /// This machine's memory (`MemTotal`, as cAdvisor's `MemoryCapacity`), in bytes.
 fn machine_memory() -> Option<i64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kb: i64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kb.checked_mul(1024)
+    crate::node::machine_memory().ok()
 }
 
 /// This machine's cgroup version: 2 when `/sys/fs/cgroup` is the unified hierarchy.

@@ -4,8 +4,7 @@
 //! `lastTimestamp` now, as client-go's `EventCorrelator` does for identical events), written
 //! behind their own rate limit (`eventRecordQPS` / `eventBurst`).
 //!
-//! [`Recorder::record`] never waits: events go through a bounded queue (1000, client-go's
-//! `maxQueuedEvents`) and are dropped when it is full. The daemon's recorder feeds
+//! The node's parts record through [`crate::recorder::Recorder`], which never waits. The daemon's recorder feeds
 //! [`super::event_store::keep`], which keeps them in the state directory (both modes) and
 //! passes them on to this writer in cluster mode.
 //!
@@ -14,7 +13,7 @@
 //! done: client-go's per-object spam filter (a token bucket per object).
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::{HashMap, HashSet},
     sync::Arc,
 };
 
@@ -24,134 +23,12 @@ use k8s_openapi::{
 };
 use tokio::sync::mpsc;
 
+pub use crate::recorder::{EventRecord, EventType, Involved, Recorder};
+
 use super::{
     ClusterApi,
     limiter::{Limiter, Priority},
 };
-
-/// `Normal` or `Warning`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum EventType {
-    Normal,
-    Warning,
-}
-
-impl EventType {
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Normal => "Normal",
-            Self::Warning => "Warning",
-        }
-    }
-}
-
-/// The object an event is about.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Involved {
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    /// `spec.containers{app}` for a container's events.
-    pub field_path: String,
-}
-
-impl Involved {
-    /// The node (kubelet's node reference: uid = name).
-    #[must_use]
-    pub fn node(name: &str) -> Self {
-        Self {
-            kind: "Node".to_owned(),
-            name: name.to_owned(),
-            uid: name.to_owned(),
-            ..Self::default()
-        }
-    }
-
-    /// A pod, or one of its containers.
-    #[must_use]
-    pub fn pod(namespace: &str, name: &str, uid: &str, container: Option<&str>) -> Self {
-        Self {
-            kind: "Pod".to_owned(),
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-            uid: uid.to_owned(),
-            field_path: container
-                .map(|c| format!("spec.containers{{{c}}}"))
-                .unwrap_or_default(),
-        }
-    }
-
-    /// One of the pod's containers, with kubelet's `fieldPath` for its kind
-    /// (`spec.initContainers{x}` for an init container or sidecar, else `spec.containers{x}`).
-    #[must_use]
-    pub fn container(pod: &k8s_openapi::api::core::v1::Pod, uid: &str, container: &str) -> Self {
-        let init = pod.spec.as_ref().is_some_and(|s| {
-            s.init_containers
-                .iter()
-                .flatten()
-                .any(|c| c.name == container)
-        });
-        let mut me = Self::pod(
-            pod.metadata.namespace.as_deref().unwrap_or("default"),
-            pod.metadata.name.as_deref().unwrap_or(""),
-            uid,
-            Some(container),
-        );
-        if init {
-            me.field_path = format!("spec.initContainers{{{container}}}");
-        }
-        me
-    }
-}
-
-/// One event to record.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EventRecord {
-    pub involved: Involved,
-    pub type_: EventType,
-    pub reason: String,
-    pub message: String,
-    pub annotations: BTreeMap<String, String>,
-}
-
-/// The handle the node's parts record events through; cheap to clone.
-#[derive(Clone, Debug, Default)]
-pub struct Recorder {
-    tx: Option<mpsc::Sender<EventRecord>>,
-}
-
-/// client-go's `maxQueuedEvents`.
-const QUEUE: usize = 1000;
-
-impl Recorder {
-    /// A recorder and the receiving end its writer ([`run`]) reads.
-    #[must_use]
-    pub fn channel() -> (Self, mpsc::Receiver<EventRecord>) {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        (Self { tx: Some(tx) }, rx)
-    }
-
-    /// Records an event (never waits; dropped when the queue is full).
-    pub fn record(&self, event: EventRecord) {
-        if let Some(tx) = &self.tx {
-            // Full: dropped, as client-go drops past maxQueuedEvents.
-            let _ = tx.try_send(event);
-        }
-    }
-
-    /// Shorthand for an event without annotations.
-    pub fn event(&self, involved: Involved, type_: EventType, reason: &str, message: String) {
-        self.record(EventRecord {
-            involved,
-            type_,
-            reason: reason.to_owned(),
-            message,
-            annotations: BTreeMap::new(),
-        });
-    }
-}
 
 /// The Event object of a first occurrence.
 #[must_use]
@@ -305,7 +182,7 @@ pub async fn run<A: ClusterApi>(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
+    use std::{collections::BTreeMap, time::Duration};
 
     use super::*;
     use crate::cluster::fake::{Call, FakeApi};
