@@ -322,7 +322,7 @@ pub fn backoff_key(uid: &str, name: &str, hash: &str) -> String {
 /// (`exit_seen`; one not in it counts from `now`). `hash` is the container definition's hash
 /// (the backoff key changes with the definition, as kubelet's does). The plan is final: the
 /// containers a sidecar's startup probe holds are already left out
-/// ([`gate_on_sidecar_startup`]).
+/// (`gate_on_sidecar_startup`).
 #[must_use]
 pub fn compute_pod_actions(
     pod: &Pod,

@@ -6,7 +6,8 @@
 //! the pod cgroup. All decisions are re-derived from the runtime's state, so a restarted
 //! enforcer adopts what is running and never starts a second copy.
 //!
-//! The worker decides nothing itself: the plan is [`compute_pod_actions`]'s, a probe kill
+//! The worker decides nothing itself: the plan is
+//! [`crate::policy::pod_actions::compute_pod_actions`]'s, a probe kill
 //! [`crate::policy::pod_actions::probe_kill`]'s, the status
 //! [`crate::policy::pod_status::pod_status`]'s; it gathers their inputs and acts. This file
 //! holds the worker, its loop and lifecycle; by job:
