@@ -14,6 +14,8 @@
 //!   `CriticalPodAdmissionHandler`).
 //! - [`cpu`]: the CPU manager's static policy and its checkpoint.
 //! - [`pod_actions`]: the pod worker's plan (kubelet's `computePodActions`) and the pod phase.
+//! - [`pod_status`]: the pod's status (kubelet's `generateAPIPodStatus`) from what the worker
+//!   observed.
 //! - [`backoff`]: crash-loop and image-pull backoff.
 //! - [`env`]: a container's environment (`fieldRef`, `resourceFieldRef`, `$(VAR)` expansion).
 //! - [`volumes`]: the volumes a pod asks for, as set-up steps and CRI mounts, or a refusal.
@@ -28,6 +30,7 @@ pub mod eviction;
 pub mod objects;
 pub mod oom;
 pub mod pod_actions;
+pub mod pod_status;
 pub mod preemption;
 pub mod qos;
 pub mod resources;

@@ -1,10 +1,15 @@
 //! The pod worker's decisions, pure: kubelet's `computePodActions` (`kuberuntime_manager.go`)
-//! from the pod spec and what the runtime holds of the pod, and `getPhase`
-//! (`kubelet_pods.go`) from its containers' states. The pod worker
-//! ([`crate::runtime::worker`]) observes the runtime, asks [`compute_pod_actions`] for the plan
-//! and executes it; nothing here talks to the runtime or reads a clock.
+//! from the pod spec and what the runtime holds of the pod (the sidecar startup gate
+//! included, so the plan is final), the kill of a container that failed its liveness or
+//! startup probe ([`probe_kill`]), and `getPhase` (`kubelet_pods.go`) from its containers'
+//! states. The pod worker (`runtime::worker`) observes the runtime, asks
+//! [`compute_pod_actions`] for the plan and executes it; nothing here talks to the runtime or
+//! reads a clock.
 
-use std::{collections::HashMap, time::Duration};
+use std::{
+    collections::{HashMap, HashSet},
+    time::Duration,
+};
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::{Deserialize, Serialize};
@@ -206,6 +211,9 @@ pub struct ContainerView {
     pub current: bool,
     pub restart_count: u32,
     pub created_at: i64,
+    /// Past its startup probe, or without one (the prober's `started`; counts only while
+    /// running).
+    pub started: bool,
 }
 
 /// What the runtime holds of one pod (kubelet's `kubecontainer.PodStatus`).
@@ -312,9 +320,25 @@ pub fn backoff_key(uid: &str, name: &str, hash: &str) -> String {
 /// kubelet's `computePodActions`: what one sync does, from the pod spec, what the runtime
 /// holds (`rt`), the crash backoff and when each exited container was first seen exited
 /// (`exit_seen`; one not in it counts from `now`). `hash` is the container definition's hash
-/// (the backoff key changes with the definition, as kubelet's does).
+/// (the backoff key changes with the definition, as kubelet's does). The plan is final: the
+/// containers a sidecar's startup probe holds are already left out
+/// (`gate_on_sidecar_startup`).
 #[must_use]
 pub fn compute_pod_actions(
+    pod: &Pod,
+    rt: &PodRuntime,
+    hash: &dyn Fn(&Container) -> String,
+    backoff: &Backoff,
+    exit_seen: &HashMap<String, Instant>,
+    now: Instant,
+) -> PodActions {
+    let mut actions = plan_containers(pod, rt, hash, backoff, exit_seen, now);
+    gate_on_sidecar_startup(pod, rt, &mut actions);
+    actions
+}
+
+/// The plan before the sidecar startup gate: sandbox, init sequence, restarts and backoff.
+fn plan_containers(
     pod: &Pod,
     rt: &PodRuntime,
     hash: &dyn Fn(&Container) -> String,
@@ -474,6 +498,114 @@ pub fn compute_pod_actions(
     actions
 }
 
+/// kubelet's computeInitContainerActions: the containers after a sidecar with a startup
+/// probe are not started for the first time until that probe succeeded (a sidecar
+/// starting now has not). Restarts of containers that already ran are not held.
+fn gate_on_sidecar_startup(pod: &Pod, rt: &PodRuntime, actions: &mut PodActions) {
+    let Some(spec) = pod.spec.as_ref() else {
+        return;
+    };
+    let sandbox = match &actions.sandbox {
+        SandboxPlan::Keep(id) => Some(id.as_str()),
+        _ => None,
+    };
+    let inits: Vec<&Container> = spec.init_containers.iter().flatten().collect();
+    let gate = inits.iter().position(|c| {
+        ContainerKind::of_init(c) == ContainerKind::Sidecar
+            && c.startup_probe.is_some()
+            && (actions.start.iter().any(|s| s.name == c.name)
+                || rt.containers.iter().any(|x| {
+                    Some(x.sandbox_id.as_str()) == sandbox
+                        && x.state == RuntimeState::Running
+                        && x.name == c.name
+                        && !x.started
+                }))
+    });
+    let Some(i) = gate else {
+        return;
+    };
+    let later: HashSet<&str> = inits[i + 1..]
+        .iter()
+        .map(|c| c.name.as_str())
+        .chain(spec.containers.iter().map(|c| c.name.as_str()))
+        .collect();
+    actions.start.retain(|s| {
+        !later.contains(s.name.as_str())
+            || matches!(s.replace, Replace::Restart { .. } | Replace::Stop(_))
+    });
+}
+
+/// The exit code the plan and the phase see: a probe kill the container answered with
+/// exit 0 (it handled SIGTERM) is still a failure, restarted under OnFailure and never
+/// a success of the pod (the status shows the real code).
+#[must_use]
+pub fn effective_exit_code(code: i32, probe_killed: bool) -> i32 {
+    if code == 0 && probe_killed { 1 } else { code }
+}
+
+/// The probe whose failure kills a container.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailedProbe {
+    Liveness,
+    Startup,
+}
+
+impl FailedProbe {
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Liveness => "liveness",
+            Self::Startup => "startup",
+        }
+    }
+}
+
+/// How a container that failed its liveness or startup probe is killed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeKill {
+    /// kubelet's `Killing` message (computePodActions / computeInitContainerActions).
+    pub message: String,
+    /// The stop's grace period in seconds.
+    pub grace: i64,
+}
+
+/// kubelet's kill of a container past its liveness or startup failure threshold: the
+/// `Killing` message (a sidecar's, or whether the restart policy restarts it) and
+/// `setTerminationGracePeriod`: the deletion's grace period, else the probe's
+/// (`probe_grace`), else the pod's (`pod_grace`); never below the runtime floor
+/// (`min_grace`).
+#[must_use]
+pub fn probe_kill(
+    pod: &Pod,
+    name: &str,
+    probe: FailedProbe,
+    probe_grace: Option<i64>,
+    pod_grace: i64,
+    min_grace: i64,
+) -> ProbeKill {
+    let sidecar = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.init_containers.iter().flatten())
+        .any(|c| c.name == name);
+    let restart = sidecar || RestartPolicy::of(pod) != RestartPolicy::Never;
+    let what = probe.as_str();
+    let message = if sidecar {
+        format!("Init container {name} failed {what} probe")
+    } else if restart {
+        format!("Container {name} failed {what} probe, will be restarted")
+    } else {
+        format!("Container {name} failed {what} probe")
+    };
+    let grace = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .or(probe_grace)
+        .unwrap_or(pod_grace)
+        .max(min_grace);
+    ProbeKill { message, grace }
+}
+
 /// Where one container stands after planning it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Step {
@@ -552,377 +684,4 @@ pub fn pod_phase(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pod(policy: &str, inits: &[(&str, bool)], apps: &[&str]) -> Pod {
-        let c = |name: &str| Container {
-            name: name.to_owned(),
-            image: Some("busybox:local".to_owned()),
-            ..Default::default()
-        };
-        let mut p = Pod::default();
-        p.metadata.uid = Some("u".to_owned());
-        p.metadata.name = Some("p".to_owned());
-        p.metadata.namespace = Some("ns".to_owned());
-        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
-            restart_policy: Some(policy.to_owned()),
-            init_containers: Some(
-                inits
-                    .iter()
-                    .map(|(n, sidecar)| Container {
-                        restart_policy: sidecar.then(|| "Always".to_owned()),
-                        ..c(n)
-                    })
-                    .collect(),
-            ),
-            containers: apps.iter().map(|n| c(n)).collect(),
-            ..Default::default()
-        });
-        p
-    }
-
-    fn sandbox(id: &str, ready: bool, current: bool, attempt: u32) -> SandboxView {
-        SandboxView {
-            id: id.to_owned(),
-            ready,
-            current,
-            attempt,
-            created_at: i64::from(attempt),
-        }
-    }
-
-    /// Container `name` in sandbox `s`, state, created at `at`, restart count `n`.
-    fn ctr(name: &str, s: &str, state: RuntimeState, at: i64, n: u32) -> ContainerView {
-        ContainerView {
-            id: format!("{name}-{at}"),
-            name: name.to_owned(),
-            sandbox_id: s.to_owned(),
-            state,
-            current: true,
-            restart_count: n,
-            created_at: at,
-        }
-    }
-
-    const RUN: RuntimeState = RuntimeState::Running;
-    const OK: RuntimeState = RuntimeState::Exited { code: 0 };
-    const ERR: RuntimeState = RuntimeState::Exited { code: 1 };
-
-    fn hash(c: &Container) -> String {
-        format!("h-{}", c.name)
-    }
-
-    fn plan(p: &Pod, rt: &PodRuntime) -> PodActions {
-        let now = Instant::now();
-        compute_pod_actions(p, rt, &hash, &Backoff::default(), &HashMap::new(), now)
-    }
-
-    fn starts(a: &PodActions) -> Vec<(&str, u32, &Replace)> {
-        a.start
-            .iter()
-            .map(|s| (s.name.as_str(), s.restart_count, &s.replace))
-            .collect()
-    }
-
-    /// kubelet's `TestComputePodActions`, the cases our pod worker has.
-    #[test]
-    fn compute_pod_actions_table() {
-        // No sandbox: create one (attempt 0), start every app container.
-        let p = pod("Always", &[], &["a", "b"]);
-        let a = plan(&p, &PodRuntime::default());
-        assert_eq!(
-            a.sandbox,
-            SandboxPlan::Create {
-                attempt: 0,
-                kill_first: false
-            }
-        );
-        assert_eq!(
-            starts(&a),
-            [("a", 0, &Replace::Nothing), ("b", 0, &Replace::Nothing)]
-        );
-
-        // Everything running: nothing to do.
-        let rt = PodRuntime {
-            sandboxes: vec![sandbox("s", true, true, 0)],
-            containers: vec![ctr("a", "s", RUN, 1, 0), ctr("b", "s", RUN, 1, 0)],
-        };
-        let a = plan(&p, &rt);
-        assert_eq!(a.sandbox, SandboxPlan::Keep("s".to_owned()));
-        assert!(a.start.is_empty(), "{a:?}");
-
-        // Sandbox not ready: kill the pod, new sandbox with the next attempt, counts from 0.
-        let mut dead = rt.clone();
-        dead.sandboxes[0].ready = false;
-        let a = plan(&p, &dead);
-        assert_eq!(
-            a.sandbox,
-            SandboxPlan::Create {
-                attempt: 1,
-                kill_first: true
-            }
-        );
-        assert_eq!(starts(&a).len(), 2);
-
-        // Sandbox definition changed: the same.
-        let mut changed = rt.clone();
-        changed.sandboxes[0].current = false;
-        assert!(matches!(
-            plan(&p, &changed).sandbox,
-            SandboxPlan::Create {
-                kill_first: true,
-                ..
-            }
-        ));
-
-        // One container exited: restarted (Always), count from the highest, older exited
-        // instances removed after the start.
-        let mut exited = rt.clone();
-        exited.containers[1] = ctr("b", "s", ERR, 5, 3);
-        exited.containers.push(ctr("b", "s", ERR, 2, 2));
-        let a = plan(&p, &exited);
-        assert_eq!(
-            starts(&a),
-            [(
-                "b",
-                4,
-                &Replace::Restart {
-                    exited: "b-5".to_owned(),
-                    backoff_key: "u/b/h-b".to_owned(),
-                    remove_older: vec!["b-2".to_owned()],
-                }
-            )]
-        );
-
-        // OnFailure: exit 0 stays; Never: nothing restarts.
-        exited.containers[1] = ctr("b", "s", OK, 5, 3);
-        assert!(
-            plan(&pod("OnFailure", &[], &["a", "b"]), &exited)
-                .start
-                .is_empty()
-        );
-        exited.containers[1] = ctr("b", "s", ERR, 5, 3);
-        assert_eq!(
-            plan(&pod("OnFailure", &[], &["a", "b"]), &exited)
-                .start
-                .len(),
-            1
-        );
-        assert!(
-            plan(&pod("Never", &[], &["a", "b"]), &exited)
-                .start
-                .is_empty()
-        );
-
-        // A running container of an old definition: stopped and replaced.
-        let mut old = rt.clone();
-        old.containers[0].current = false;
-        assert_eq!(
-            starts(&plan(&p, &old)),
-            [("a", 1, &Replace::Stop("a-1".to_owned()))]
-        );
-
-        // Created and never started: started, not created again; unknown state: removed.
-        let mut created = rt.clone();
-        created.containers[0].state = RuntimeState::Created;
-        created.containers[1].state = RuntimeState::Unknown;
-        assert_eq!(
-            starts(&plan(&p, &created)),
-            [
-                ("a", 1, &Replace::StartCreated("a-1".to_owned())),
-                ("b", 1, &Replace::Remove("b-1".to_owned()))
-            ]
-        );
-    }
-
-    #[test]
-    fn a_pod_that_ran_to_its_end_is_not_started_again() {
-        let mut rt = PodRuntime {
-            sandboxes: vec![sandbox("s", false, true, 0)],
-            containers: vec![ctr("a", "s", OK, 1, 0)],
-        };
-        for policy in ["Never", "OnFailure"] {
-            assert_eq!(
-                plan(&pod(policy, &[], &["a"]), &rt).sandbox,
-                SandboxPlan::Finished("s".to_owned()),
-                "{policy}"
-            );
-        }
-        // Always: a new sandbox.
-        assert!(matches!(
-            plan(&pod("Always", &[], &["a"]), &rt).sandbox,
-            SandboxPlan::Create { attempt: 1, .. }
-        ));
-        // OnFailure with a failed container: a new sandbox; Never: finished.
-        rt.containers[0].state = ERR;
-        assert!(matches!(
-            plan(&pod("OnFailure", &[], &["a"]), &rt).sandbox,
-            SandboxPlan::Create { .. }
-        ));
-        assert_eq!(
-            plan(&pod("Never", &[], &["a"]), &rt).sandbox,
-            SandboxPlan::Finished("s".to_owned())
-        );
-    }
-
-    #[test]
-    fn init_containers_one_at_a_time_sidecars_keep_running() {
-        let p = pod(
-            "Always",
-            &[("side", true), ("i1", false), ("i2", false)],
-            &["app"],
-        );
-        let s = |containers| PodRuntime {
-            sandboxes: vec![sandbox("s", true, true, 0)],
-            containers,
-        };
-        // Fresh sandbox: the sidecar and the first init container start; nothing after.
-        let a = plan(&p, &s(vec![]));
-        let names: Vec<&str> = a.start.iter().map(|x| x.name.as_str()).collect();
-        assert_eq!(names, ["side", "i1"]);
-        assert_eq!(a.start[0].kind, ContainerKind::Sidecar);
-        // i1 running: wait.
-        let a = plan(
-            &p,
-            &s(vec![ctr("side", "s", RUN, 1, 0), ctr("i1", "s", RUN, 1, 0)]),
-        );
-        assert!(a.start.is_empty(), "{a:?}");
-        // i1 done: i2.
-        let a = plan(
-            &p,
-            &s(vec![ctr("side", "s", RUN, 1, 0), ctr("i1", "s", OK, 1, 0)]),
-        );
-        assert_eq!(a.start.len(), 1);
-        assert_eq!(a.start[0].name, "i2");
-        // All done: the app.
-        let a = plan(
-            &p,
-            &s(vec![
-                ctr("side", "s", RUN, 1, 0),
-                ctr("i1", "s", OK, 1, 0),
-                ctr("i2", "s", OK, 1, 0),
-            ]),
-        );
-        assert_eq!(a.start.len(), 1);
-        assert_eq!(a.start[0].name, "app");
-        // i1 failed under Always: restarted; under Never: the pod fails.
-        let failed = s(vec![ctr("side", "s", RUN, 1, 0), ctr("i1", "s", ERR, 1, 0)]);
-        let a = plan(&p, &failed);
-        assert_eq!(a.start.len(), 1);
-        assert!(!a.init_failed);
-        let never = pod("Never", &[("side", true), ("i1", false)], &["app"]);
-        let a = plan(&never, &failed);
-        assert!(a.init_failed && a.start.is_empty(), "{a:?}");
-        // The sidecar exited: restarted (whatever the pod's policy), and the sequence waits.
-        let a = plan(&never, &s(vec![ctr("side", "s", OK, 1, 0)]));
-        assert_eq!(starts(&a).len(), 1);
-        assert_eq!(a.start[0].name, "side");
-    }
-
-    #[test]
-    fn crash_backoff_waits_and_names_the_container() {
-        let p = pod("Always", &[], &["c"]);
-        let rt = PodRuntime {
-            sandboxes: vec![sandbox("s", true, true, 0)],
-            containers: vec![ctr("c", "s", ERR, 2, 1)],
-        };
-        let t0 = Instant::now();
-        let mut backoff = Backoff::default();
-        // Restarted once already: the next exit waits 10 s from when it was seen.
-        backoff.next("u/c/h-c", t0);
-        let seen = HashMap::from([("c-2".to_owned(), t0)]);
-        let a = compute_pod_actions(&p, &rt, &hash, &backoff, &seen, t0 + Duration::from_secs(3));
-        assert!(a.start.is_empty());
-        assert_eq!(a.wake, Some(t0 + Duration::from_secs(10)));
-        assert_eq!(
-            a.backoff[0].message,
-            "back-off 10s restarting failed container=c pod=p_ns(u)"
-        );
-        let a = compute_pod_actions(
-            &p,
-            &rt,
-            &hash,
-            &backoff,
-            &seen,
-            t0 + Duration::from_secs(10),
-        );
-        assert_eq!(a.start.len(), 1);
-        assert!(a.backoff.is_empty());
-    }
-
-    #[test]
-    fn phases() {
-        use AppState::*;
-        use RestartPolicy::*;
-        let cases: &[(RestartPolicy, bool, bool, &[AppState], PodPhase)] = &[
-            (Always, false, true, &[Waiting], PodPhase::Pending),
-            (Never, true, false, &[Waiting], PodPhase::Failed),
-            (Always, false, false, &[Running, Waiting], PodPhase::Pending),
-            (
-                Always,
-                false,
-                false,
-                &[Running, Exited { code: 1 }],
-                PodPhase::Running,
-            ),
-            (
-                Always,
-                false,
-                false,
-                &[Exited { code: 0 }],
-                PodPhase::Running,
-            ),
-            (
-                OnFailure,
-                false,
-                false,
-                &[Exited { code: 0 }],
-                PodPhase::Succeeded,
-            ),
-            (
-                OnFailure,
-                false,
-                false,
-                &[Exited { code: 2 }],
-                PodPhase::Running,
-            ),
-            (
-                Never,
-                false,
-                false,
-                &[Exited { code: 0 }, Exited { code: 0 }],
-                PodPhase::Succeeded,
-            ),
-            (
-                Never,
-                false,
-                false,
-                &[Exited { code: 0 }, Exited { code: 137 }],
-                PodPhase::Failed,
-            ),
-        ];
-        for (policy, init_failed, init_pending, apps, want) in cases {
-            assert_eq!(
-                pod_phase(*policy, *init_failed, *init_pending, apps),
-                *want,
-                "{policy:?} {apps:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn phases_serialize_as_kubelets_strings() {
-        for p in [
-            PodPhase::Pending,
-            PodPhase::Running,
-            PodPhase::Succeeded,
-            PodPhase::Failed,
-            PodPhase::Terminating,
-        ] {
-            let json = serde_json::to_string(&p).expect("json");
-            assert_eq!(json, format!("\"{}\"", p.as_str()));
-            assert_eq!(serde_json::from_str::<PodPhase>(&json).expect("back"), p);
-        }
-    }
-}
+mod tests;

@@ -11,6 +11,9 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 pub use crate::policy::pod_actions::PodPhase;
+pub use crate::policy::pod_status::{
+    Condition, ContainerRecord, ContainerState, PodRecord, rfc3339,
+};
 use tokio::sync::Notify;
 
 /// The file `enforcer pods` reads.
@@ -31,127 +34,6 @@ pub enum StatusError {
         #[source]
         source: serde_json::Error,
     },
-}
-
-/// A container's state.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum ContainerState {
-    Waiting {
-        reason: String,
-        #[serde(default, skip_serializing_if = "String::is_empty")]
-        message: String,
-    },
-    Running {
-        started_at: String,
-    },
-    #[serde(rename_all = "camelCase")]
-    Terminated {
-        exit_code: i32,
-        reason: String,
-        #[serde(default, skip_serializing_if = "String::is_empty")]
-        message: String,
-        started_at: String,
-        finished_at: String,
-    },
-}
-
-impl ContainerState {
-    /// `Running`, `Waiting` or `Terminated` with its reason, for the table.
-    #[must_use]
-    pub fn short(&self) -> String {
-        match self {
-            Self::Waiting { reason, .. } => reason.clone(),
-            Self::Running { .. } => "Running".to_owned(),
-            Self::Terminated {
-                reason, exit_code, ..
-            } => format!("{reason}({exit_code})"),
-        }
-    }
-}
-
-/// One container's status.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ContainerRecord {
-    pub name: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub container_id: String,
-    pub image: String,
-    /// The image's digest reference as the runtime reports it (the API's `imageID`).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub image_id: String,
-    pub ready: bool,
-    /// kubelet's `started`: running, and past its startup probe if it has one (`None` in
-    /// records written before probes existed).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub started: Option<bool>,
-    pub restart_count: u32,
-    pub state: ContainerState,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_state: Option<ContainerState>,
-    /// The `oom_score_adj` the container's processes have (read in /proc).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub oom_score_adj: Option<i64>,
-    /// The decision core's value, when the node made it differ (clamped).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub oom_score_adj_decided: Option<i64>,
-}
-
-/// A pod condition.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Condition {
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub status: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
-}
-
-impl Condition {
-    /// A condition with only its type and status (`True` / `False`).
-    #[must_use]
-    pub fn new(kind: &str, ok: bool) -> Self {
-        Self {
-            kind: kind.to_owned(),
-            status: if ok { "True" } else { "False" }.to_owned(),
-            reason: String::new(),
-            message: String::new(),
-        }
-    }
-}
-
-/// One pod's status as the status manager keeps it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PodRecord {
-    pub uid: String,
-    pub name: String,
-    pub namespace: String,
-    /// Where the pod came from (manifest file path, or `api`).
-    pub source: String,
-    /// Pending, Running, Succeeded, Failed (or Terminating while being killed).
-    pub phase: PodPhase,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub reason: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub message: String,
-    pub qos_class: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub start_time: String,
-    /// The pod's IP addresses (the sandbox's; none for host-network pods).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pod_ips: Vec<String>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub sandbox_id: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub cgroup: String,
-    pub conditions: Vec<Condition>,
-    pub init_container_statuses: Vec<ContainerRecord>,
-    pub container_statuses: Vec<ContainerRecord>,
 }
 
 /// A manifest the source refused.
@@ -562,33 +444,6 @@ pub fn pods_main(args: &PodsArgs) -> std::process::ExitCode {
     }
 }
 
-/// RFC 3339 (UTC, seconds) for nanoseconds since the Unix epoch; empty for 0.
-#[must_use]
-pub fn rfc3339(nanos: i64) -> String {
-    if nanos <= 0 {
-        return String::new();
-    }
-    let secs = nanos / 1_000_000_000;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
 /// Now, as nanoseconds since the Unix epoch.
 #[must_use]
 pub fn now_nanos() -> i64 {
@@ -600,20 +455,6 @@ pub fn now_nanos() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dates() {
-        assert_eq!(rfc3339(0), "");
-        assert_eq!(rfc3339(1_000_000_000), "1970-01-01T00:00:01Z");
-        assert_eq!(
-            rfc3339(1_709_251_200 * 1_000_000_000),
-            "2024-03-01T00:00:00Z"
-        );
-        assert_eq!(
-            rfc3339(951_782_400 * 1_000_000_000 + 1),
-            "2000-02-29T00:00:00Z"
-        );
-    }
 
     #[test]
     fn table_and_json_round_trip() {

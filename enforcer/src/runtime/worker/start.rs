@@ -1,0 +1,462 @@
+//! What a sandbox and a container start with (DNS, volumes, API objects, image, environment,
+//! mounts) and kubelet's `startContainer`: image, create, start, postStart.
+
+use std::path::PathBuf;
+
+use k8s_cri::v1 as cri;
+use k8s_openapi::api::core::v1::{Container, Pod};
+use tokio::time::Instant;
+
+use super::{PodWorker, WorkerError};
+use crate::{
+    cluster::events::EventType,
+    policy::{
+        objects::{ObjectRefs, PodObjects},
+        pod_actions::PullPolicy,
+        security::{self, ImageUser},
+        volumes as volume_plan,
+    },
+    runtime::{
+        apiserver::API_SOURCE,
+        cri::ContainerRuntime,
+        lifecycle,
+        spec::{self, ContainerKind},
+        status::now_nanos,
+        volumes,
+    },
+};
+
+/// What a container is created with beyond its spec's literal values.
+struct EnvAndMounts {
+    env: Vec<cri::KeyValue>,
+    command: Vec<String>,
+    args: Vec<String>,
+    mounts: Vec<cri::Mount>,
+}
+
+impl<R: ContainerRuntime> PodWorker<R> {
+    /// The sandbox's DNS configuration (kubelet's `GetPodDNS`), its warnings recorded on the
+    /// pod (`MissingClusterDNS`, `DNSConfigForming`).
+    pub(super) fn pod_dns(&self, pod: &Pod) -> Result<cri::DnsConfig, WorkerError> {
+        let settings = &self.ctx.dns;
+        let host = if settings.resolv_conf.is_empty() {
+            None
+        } else {
+            let text = std::fs::read_to_string(&settings.resolv_conf).map_err(|source| {
+                WorkerError::Io {
+                    uid: self.uid.clone(),
+                    path: PathBuf::from(&settings.resolv_conf),
+                    source,
+                }
+            })?;
+            Some(crate::policy::dns::parse_resolv_conf(&text))
+        };
+        let (r, warnings) =
+            crate::policy::dns::pod_dns(pod, settings, host.as_ref()).map_err(|message| {
+                WorkerError::Dns {
+                    uid: self.uid.clone(),
+                    message,
+                }
+            })?;
+        for (reason, message) in warnings {
+            self.event(None, EventType::Warning, reason, message);
+        }
+        Ok(r.to_cri())
+    }
+
+    /// The managed `/etc/hosts` of the pod (`<pod dir>/etc-hosts`, rewritten at each
+    /// container creation as kubelet's `makeHostsMount`) as a CRI mount, when the container
+    /// gets one.
+    fn hosts_mount(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        pod_ips: &[String],
+    ) -> Result<Option<cri::Mount>, String> {
+        if !crate::policy::dns::mounts_hosts_file(c, pod_ips) {
+            return Ok(None);
+        }
+        let dir = self
+            .pod_dir()
+            .ok_or_else(|| format!("invalid pod uid {:?}", self.uid))?;
+        let node_hosts = if pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.host_network)
+            .unwrap_or(false)
+        {
+            std::fs::read_to_string("/etc/hosts").map_err(|e| format!("/etc/hosts: {e}"))?
+        } else {
+            String::new()
+        };
+        let text =
+            crate::policy::dns::hosts_file(pod, pod_ips, &self.ctx.dns.cluster_domain, &node_hosts);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let path = dir.join("etc-hosts");
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+        Ok(Some(cri::Mount {
+            container_path: "/etc/hosts".to_owned(),
+            host_path: path.display().to_string(),
+            readonly: false,
+            ..Default::default()
+        }))
+    }
+
+    /// Whether the pod reads API objects: it came from the API server, in cluster mode.
+    fn reads_api(&self) -> bool {
+        self.ctx.objects.is_some() && self.source == API_SOURCE
+    }
+
+    /// The ConfigMaps, Secrets and tokens the pod names, read now (nothing, and kubelet's
+    /// standalone messages, when the pod reads no API objects).
+    pub(super) async fn read_objects(&self, pod: &Pod) -> PodObjects {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let refs = ObjectRefs::of(pod);
+        match &self.ctx.objects {
+            // Every API pod reads services (its containers' service variables).
+            Some(o) if self.reads_api() => o.snapshot(pod, &refs).await,
+            _ => PodObjects::none(namespace),
+        }
+    }
+
+    /// Sets up the pod's volumes (idempotent); the error is kubelet's mount failure message.
+    /// Volumes from API objects are rewritten at every sync where their objects changed; a
+    /// failure to refresh them once the pod runs is reported (`FailedMount`) and leaves
+    /// their last content, the pod running on.
+    pub(super) fn setup_volumes(
+        &mut self,
+        pod: &Pod,
+        pod_memory_limit: Option<i64>,
+    ) -> Result<(), String> {
+        let planned = volume_plan::plan_with(pod, self.reads_api())?;
+        let from_api = planned.iter().any(|v| v.kind.from_api());
+        let set_up = self
+            .volumes_set_up
+            .as_ref()
+            .is_some_and(|(p, limit)| p == pod && *limit == pod_memory_limit);
+        if set_up && !from_api {
+            return Ok(());
+        }
+        if !planned.is_empty() {
+            let dir = self
+                .pod_dir()
+                .ok_or_else(|| format!("invalid pod uid {:?}", self.uid))?;
+            let none = PodObjects::none(pod.metadata.namespace.as_deref().unwrap_or("default"));
+            let objects = self.objects.as_deref().unwrap_or(&none);
+            let result = volumes::setup(
+                &dir,
+                pod,
+                &planned,
+                &self.ctx.downward.allocatable,
+                pod_memory_limit,
+                objects,
+            )
+            .map_err(|e| e.to_string());
+            if let Err(message) = result {
+                self.event(None, EventType::Warning, "FailedMount", message.clone());
+                if set_up {
+                    tracing::warn!(uid = %self.uid, error = %message, "volume refresh failed; the pod keeps their last content");
+                    return Ok(());
+                }
+                return Err(message);
+            }
+        }
+        self.volumes_set_up = Some((pod.clone(), pod_memory_limit));
+        Ok(())
+    }
+
+    /// The container's environment, command and args expanded, and its CRI mounts (kubelet's
+    /// `makeEnvironmentVariables`, `ExpandContainerCommandAndArgs`, `makeMounts`).
+    fn env_and_mounts(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        pod_ips: Vec<String>,
+    ) -> Result<EnvAndMounts, String> {
+        let hosts = self.hosts_mount(pod, c, &pod_ips)?;
+        let ctx = crate::policy::env::EnvContext {
+            pod_ips,
+            objects: self.objects.clone(),
+            ..self.ctx.downward.clone()
+        };
+        let env = crate::policy::env::container_env(pod, c, &ctx).map_err(|e| e.to_string())?;
+        let (command, args) = crate::policy::env::expand_command_and_args(c, &env);
+        let planned = volume_plan::plan_with(pod, self.reads_api())?;
+        let mut mounts = Vec::new();
+        if c.volume_mounts.as_ref().is_some_and(|m| !m.is_empty()) {
+            let dir = self
+                .pod_dir()
+                .ok_or_else(|| format!("invalid pod uid {:?}", self.uid))?;
+            for m in
+                volume_plan::container_mounts(c, &planned, &dir, &env).map_err(|e| e.to_string())?
+            {
+                let host = volumes::mount_host_path(&m, &c.name).map_err(|e| e.to_string())?;
+                mounts.push(m.to_cri(&host));
+            }
+        }
+        mounts.extend(hosts);
+        Ok(EnvAndMounts {
+            env: env
+                .into_iter()
+                .map(|(key, value)| cri::KeyValue { key, value })
+                .collect(),
+            command,
+            args,
+            mounts,
+        })
+    }
+
+    /// Makes sure the image is there (pull policy), creates and starts a container.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the pieces of one CreateContainer"
+    )]
+    pub(super) async fn start(
+        &mut self,
+        pod: &Pod,
+        c: &Container,
+        kind: ContainerKind,
+        restart_count: u32,
+        sandbox_id: &str,
+        sandbox_config: &cri::PodSandboxConfig,
+        now: Instant,
+    ) -> Result<(), WorkerError> {
+        let Some((image_ref, image)) = self.ensure_image(c, sandbox_config, now).await? else {
+            return Ok(());
+        };
+        let rt = self.ctx.runtime.clone();
+        // kubelet's getImageUser: the user the image runs as, from ImageStatus.
+        let image = match image {
+            Some(i) => Some(i),
+            None => rt
+                .image_status(c.image.as_deref().unwrap_or_default())
+                .await
+                .map_err(self.cri())?,
+        };
+        // Decided before anything is created: runAsNonRoot against the image's user, then
+        // the CRI security context; a refusal leaves the container uncreated and waiting.
+        let security_context = match security::decide_container_security(
+            pod,
+            c,
+            &ImageUser::of(image.as_ref()),
+            &self.ctx.security,
+        ) {
+            Ok(sc) => sc,
+            Err(e) => {
+                tracing::warn!(uid = %self.uid, container = %c.name, error = %e, "container config refused");
+                self.waiting.insert(
+                    c.name.clone(),
+                    ("CreateContainerConfigError".to_owned(), e.to_string()),
+                );
+                return Ok(());
+            }
+        };
+        // A host-network pod has the node's IPs (kubelet's `podIPs = hostIPs`); another the
+        // sandbox's (`status.podIP(s)` and the managed /etc/hosts), asked once per sandbox
+        // (shared with the status record).
+        let host_network = pod.spec.as_ref().and_then(|s| s.host_network) == Some(true);
+        let pod_ips = if host_network {
+            self.ctx.downward.host_ips.clone()
+        } else {
+            self.pod_ips(pod, sandbox_id).await
+        };
+        let made = match self.env_and_mounts(pod, c, pod_ips) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(uid = %self.uid, container = %c.name, error = %e, "container config refused");
+                self.waiting
+                    .insert(c.name.clone(), ("CreateContainerConfigError".to_owned(), e));
+                return Ok(());
+            }
+        };
+        let dir = self.ctx.log_root.join(&self.uid).join(&c.name);
+        std::fs::create_dir_all(&dir).map_err(|source| WorkerError::Io {
+            uid: self.uid.clone(),
+            path: dir.clone(),
+            source,
+        })?;
+        let resources = spec::ResourceOptions {
+            cgroup: *self.ctx.cgroups.options(),
+            cpuset: self.ctx.enforce.cpuset(&self.uid, &c.name),
+        };
+        let mut config = spec::container_config_with(
+            pod,
+            c,
+            kind,
+            restart_count,
+            &image_ref,
+            self.ctx.node,
+            &resources,
+            security_context,
+        );
+        config.envs = made.env;
+        config.command = made.command;
+        config.args = made.args;
+        config.mounts = made.mounts;
+        if let Some(m) = self.termination_message_mount(c)? {
+            config.mounts.push(m);
+        }
+        crate::metrics::global().container_started(kind);
+        let id = rt
+            .create_container(sandbox_id, config, sandbox_config.clone())
+            .await
+            .map_err(self.cri())?;
+        self.event(
+            Some(&c.name),
+            EventType::Normal,
+            "Created",
+            format!("Created container: {}", c.name),
+        );
+        if let Some(cpus) = &resources.cpuset {
+            self.ctx.enforce.created_with(&id, cpus);
+        }
+        if let Err(e) = rt.start_container(&id).await {
+            // The container is left exited; the next sync restarts it with backoff.
+            tracing::warn!(uid = %self.uid, container = %c.name, error = %e, "starting container failed");
+            self.event(
+                Some(&c.name),
+                EventType::Warning,
+                "Failed",
+                format!("Error: {e}"),
+            );
+            self.waiting.insert(
+                c.name.clone(),
+                ("RunContainerError".to_owned(), e.to_string()),
+            );
+            return Ok(());
+        }
+        tracing::info!(uid = %self.uid, container = %c.name, id = %id, restart_count, "container started");
+        self.event(
+            Some(&c.name),
+            EventType::Normal,
+            "Started",
+            format!("Started container {}", c.name),
+        );
+        self.post_start(pod, c, &id, sandbox_id).await
+    }
+
+    /// kubelet's `makeMounts` for `terminationMessagePath`: a new empty file (mode 0666) under
+    /// `<pod dir>/containers/<name>/` for this instance, bind-mounted at the path.
+    fn termination_message_mount(&self, c: &Container) -> Result<Option<cri::Mount>, WorkerError> {
+        let path = c
+            .termination_message_path
+            .clone()
+            .unwrap_or_else(|| lifecycle::DEFAULT_MESSAGE_PATH.to_owned());
+        let Some(pod_dir) = self.pod_dir() else {
+            return Ok(None);
+        };
+        if path.is_empty() || !path.starts_with('/') {
+            return Ok(None);
+        }
+        let io = |path: &std::path::Path| {
+            let uid = self.uid.clone();
+            let path = path.to_path_buf();
+            move |source| WorkerError::Io { uid, path, source }
+        };
+        let dir = pod_dir.join("containers").join(&c.name);
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let file = dir.join(format!("{:016x}", now_nanos()));
+        std::fs::File::create(&file).map_err(io(&file))?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666))
+                .map_err(io(&file))?;
+        }
+        Ok(Some(cri::Mount {
+            container_path: path,
+            host_path: file.display().to_string(),
+            ..Default::default()
+        }))
+    }
+
+    /// The image reference to create from and, when it was already there, its status; `None`
+    /// (with a waiting reason) when it is not there and cannot be pulled now.
+    async fn ensure_image(
+        &mut self,
+        c: &Container,
+        sandbox_config: &cri::PodSandboxConfig,
+        now: Instant,
+    ) -> Result<Option<(String, Option<cri::Image>)>, WorkerError> {
+        let image = c.image.clone().unwrap_or_default();
+        let policy = PullPolicy::of(c);
+        let rt = self.ctx.runtime.clone();
+        let present = rt.image_status(&image).await.map_err(self.cri())?;
+        let is_present = present.is_some();
+        if let Some(img) = present.filter(|_| policy != PullPolicy::Always) {
+            self.event(
+                Some(&c.name),
+                EventType::Normal,
+                "Pulled",
+                format!("Container image \"{image}\" already present on machine"),
+            );
+            return Ok(Some((img.id.clone(), Some(img))));
+        }
+        if !is_present && policy == PullPolicy::Never {
+            self.event(
+                Some(&c.name),
+                EventType::Warning,
+                "ErrImageNeverPull",
+                format!("Container image \"{image}\" is not present with pull policy of Never"),
+            );
+            self.waiting.insert(
+                c.name.clone(),
+                (
+                    "ErrImageNeverPull".to_owned(),
+                    format!("Container image \"{image}\" is not present with pull policy of Never"),
+                ),
+            );
+            return Ok(None);
+        }
+        let key = format!("{}/{image}", self.uid);
+        if self.image_backoff.retry_at(&key, now, now).is_some() {
+            self.waiting.insert(
+                c.name.clone(),
+                (
+                    "ImagePullBackOff".to_owned(),
+                    format!("Back-off pulling image \"{image}\""),
+                ),
+            );
+            return Ok(None);
+        }
+        self.event(
+            Some(&c.name),
+            EventType::Normal,
+            "Pulling",
+            format!("Pulling image \"{image}\""),
+        );
+        let pulling = Instant::now();
+        match rt.pull_image(&image, Some(sandbox_config.clone())).await {
+            Ok(r) => {
+                self.event(
+                    Some(&c.name),
+                    EventType::Normal,
+                    "Pulled",
+                    format!(
+                        "Successfully pulled image \"{image}\" in {:?}",
+                        pulling.elapsed()
+                    ),
+                );
+                Ok(Some((r, None)))
+            }
+            Err(e) if e.is_unavailable() => Err(self.cri()(e)),
+            Err(e) => {
+                self.image_backoff.next(&key, now);
+                tracing::warn!(uid = %self.uid, container = %c.name, image = %image, error = %e, "image pull failed");
+                self.event(
+                    Some(&c.name),
+                    EventType::Warning,
+                    "Failed",
+                    format!("Failed to pull image \"{image}\": {e}"),
+                );
+                self.waiting
+                    .insert(c.name.clone(), ("ErrImagePull".to_owned(), e.to_string()));
+                Ok(None)
+            }
+        }
+    }
+}
