@@ -47,7 +47,7 @@ pub use tcp::tcp_probe;
 /// version the node reports).
 #[must_use]
 pub fn user_agent() -> String {
-    let v = crate::cluster::node_status::kubelet_version();
+    let v = crate::node::kubelet_version();
     let mut parts = v.trim_start_matches('v').split(['.', '+', '-']);
     let major = parts.next().unwrap_or("1");
     let minor = parts.next().unwrap_or("0");

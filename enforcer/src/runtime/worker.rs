@@ -40,7 +40,7 @@ use super::{
 };
 use crate::{
     cgroup::CgroupError,
-    cluster::events::{EventType, Involved},
+    recorder::{EventType, Involved},
     policy::{backoff::Backoff, objects::PodObjects, security::SecurityOptions},
 };
 
@@ -106,7 +106,7 @@ pub struct WorkerContext<R> {
     /// Periodic resync when nothing else wakes the worker.
     pub resync: Duration,
     /// The pod's events (kubelet's container events).
-    pub events: crate::cluster::events::Recorder,
+    pub events: crate::recorder::Recorder,
     /// What containers' security contexts depend on (the seccomp profile root).
     pub security: SecurityOptions,
     /// Cluster mode: where API pods' ConfigMaps, Secrets and tokens are read.

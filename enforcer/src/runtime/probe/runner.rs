@@ -18,7 +18,7 @@ use tokio::{
 use super::{
     super::cri::ContainerRuntime, Outcome, ProbeResult, ProbeSpec, ProbeType, run_handler,
 };
-use crate::cluster::events::{EventType, Involved, Recorder};
+use crate::recorder::{EventType, Involved, Recorder};
 
 /// kubelet's `maxProbeRetries`: a probe that errors is retried this many times at once.
 const MAX_PROBE_RETRIES: usize = 3;

@@ -11,7 +11,7 @@ use super::{
     terminate::{ignore_not_found, stop_container},
 };
 use crate::{
-    cluster::events::{EventType, Involved},
+    recorder::{EventType, Involved},
     policy::{pod_actions::RestartPolicy, security},
     runtime::{
         cri::ContainerRuntime,

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::{PodWorker, WorkerError};
 use crate::{
-    cluster::events::EventType,
+    recorder::EventType,
     policy::{
         objects::{ObjectRefs, PodObjects},
         pod_actions::PullPolicy,

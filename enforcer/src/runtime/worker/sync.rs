@@ -18,7 +18,7 @@ use super::{
     terminate::{ignore_not_found, kill_pod, stop_container},
 };
 use crate::{
-    cluster::events::EventType,
+    recorder::EventType,
     policy::{
         pod_actions::{
             ContainerStart, ContainerView, FailedProbe, PodPhase, PodRuntime, ProbeKill, Replace,

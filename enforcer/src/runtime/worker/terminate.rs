@@ -10,7 +10,7 @@ use super::{
     PodWorker, PreStop, RUNNING, SANDBOX_READY, WorkUpdate, kind_of, label_filter, name_of,
 };
 use crate::{
-    cluster::events::EventType,
+    recorder::EventType,
     policy::pod_actions::PodPhase,
     runtime::{
         cri::{ContainerRuntime, CriError},

@@ -16,7 +16,7 @@ struct Harness {
     status: StatusManager,
     tx: mpsc::UnboundedSender<WorkUpdate>,
     done: mpsc::UnboundedReceiver<Terminated>,
-    events: mpsc::Receiver<crate::cluster::events::EventRecord>,
+    events: mpsc::Receiver<crate::recorder::EventRecord>,
     _dir: tempfile::TempDir,
 }
 
@@ -47,7 +47,7 @@ fn harness(yaml: &str) -> Harness {
     let fake = FakeRuntime::with_images(&["busybox:local"]);
     let dir = tempfile::tempdir().expect("tempdir");
     let status = StatusManager::default();
-    let (recorder, events) = crate::cluster::events::Recorder::channel();
+    let (recorder, events) = crate::recorder::Recorder::channel();
     let ctx = Arc::new(WorkerContext {
         runtime: Arc::new(fake.clone()),
         cgroups: PodCgroups::new("/t", CgroupLayout::default()),
