@@ -453,140 +453,16 @@ pub fn read(state_dir: &Path) -> Result<StatusFile, StatusError> {
     serde_json::from_slice(&text).map_err(|source| StatusError::Json { path, source })
 }
 
-/// `enforcer pods`: a table (or JSON) of the pods in a state directory.
-pub fn render(file: &StatusFile, json: bool) -> String {
-    if json {
-        return serde_json::to_string_pretty(file).unwrap_or_default();
-    }
-    let mut rows = vec![[
-        "NAMESPACE".to_owned(),
-        "NAME".to_owned(),
-        "READY".to_owned(),
-        "STATUS".to_owned(),
-        "RESTARTS".to_owned(),
-        "QOS".to_owned(),
-        "UID".to_owned(),
-    ]];
-    for p in &file.pods {
-        let ready = p.container_statuses.iter().filter(|c| c.ready).count();
-        let restarts: u32 = p.container_statuses.iter().map(|c| c.restart_count).sum();
-        // Like kubectl: a waiting or terminated container's reason wins over the phase.
-        let status = p
-            .container_statuses
-            .iter()
-            .chain(&p.init_container_statuses)
-            .find_map(|c| match &c.state {
-                ContainerState::Waiting { reason, .. }
-                    if !reason.is_empty() && reason != "ContainerCreating" =>
-                {
-                    Some(reason.clone())
-                }
-                ContainerState::Terminated { reason, .. } if p.phase != PodPhase::Running => {
-                    Some(reason.clone())
-                }
-                _ => None,
-            })
-            .or_else(|| (!p.reason.is_empty()).then(|| p.reason.clone()))
-            .unwrap_or_else(|| p.phase.to_string());
-        rows.push([
-            p.namespace.clone(),
-            p.name.clone(),
-            format!("{ready}/{}", p.container_statuses.len()),
-            status,
-            restarts.to_string(),
-            p.qos_class.clone(),
-            p.uid.clone(),
-        ]);
-    }
-    let mut widths = [0usize; 7];
-    for r in &rows {
-        for (w, c) in widths.iter_mut().zip(r) {
-            *w = (*w).max(c.len());
-        }
-    }
-    let mut out = String::new();
-    for r in &rows {
-        let line: Vec<String> = r
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        out.push_str(line.join("   ").trim_end());
-        out.push('\n');
-    }
-    for r in &file.rejected {
-        out.push_str(&format!("rejected {}: {}\n", r.file, r.message));
-    }
-    let pressure = file.node.true_conditions();
-    if !pressure.is_empty() {
-        out.push_str(&format!("node conditions: {}\n", pressure.join(", ")));
-    }
-    out
-}
-
-/// `enforcer pods`: the pods the daemon runs, from its state directory.
-#[derive(Clone, Debug, clap::Args)]
-pub struct PodsArgs {
-    /// Output format.
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = PodsOutput::Table)]
-    pub output: PodsOutput,
-    /// The daemon's state directory (where it writes pods.json).
-    #[arg(long, default_value = super::DEFAULT_STATE_DIR)]
-    pub state_dir: PathBuf,
-}
-
-/// `enforcer pods -o ...`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum PodsOutput {
-    Table,
-    Json,
-}
-
-/// Runs `enforcer pods`: prints the table or JSON; exit code 2 when the state is unreadable.
-#[must_use]
-pub fn pods_main(args: &PodsArgs) -> std::process::ExitCode {
-    use std::io::Write as _;
-    match read(&args.state_dir) {
-        Ok(file) => {
-            let text = render(&file, args.output == PodsOutput::Json);
-            let mut out = std::io::stdout().lock();
-            if writeln!(out, "{}", text.trim_end()).is_err() {
-                return std::process::ExitCode::FAILURE;
-            }
-            std::process::ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("enforcer: {e} (is the daemon running with this --state-dir?)");
-            std::process::ExitCode::from(2)
-        }
-    }
-}
-
 /// RFC 3339 (UTC, seconds) for nanoseconds since the Unix epoch; empty for 0.
 #[must_use]
 pub fn rfc3339(nanos: i64) -> String {
     if nanos <= 0 {
         return String::new();
     }
-    let secs = nanos / 1_000_000_000;
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    // Whole seconds: the fraction is dropped, as the format has none.
+    k8s_openapi::jiff::Timestamp::from_second(nanos / 1_000_000_000)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_default()
 }
 
 /// Now, as nanoseconds since the Unix epoch.
@@ -613,68 +489,5 @@ mod tests {
             rfc3339(951_782_400 * 1_000_000_000 + 1),
             "2000-02-29T00:00:00Z"
         );
-    }
-
-    #[test]
-    fn table_and_json_round_trip() {
-        let rec = PodRecord {
-            uid: "u".into(),
-            name: "web".into(),
-            namespace: "default".into(),
-            source: "/m/web.yaml".into(),
-            phase: PodPhase::Running,
-            reason: String::new(),
-            message: String::new(),
-            qos_class: "BestEffort".into(),
-            start_time: rfc3339(1_000_000_000),
-            pod_ips: vec![],
-            sandbox_id: "s".into(),
-            cgroup: String::new(),
-            conditions: vec![],
-            init_container_statuses: vec![],
-            container_statuses: vec![ContainerRecord {
-                name: "c".into(),
-                container_id: "x".into(),
-                image: "busybox:local".into(),
-                image_id: String::new(),
-                ready: false,
-                started: Some(false),
-                restart_count: 4,
-                state: ContainerState::Waiting {
-                    reason: "CrashLoopBackOff".into(),
-                    message: "back-off 40s".into(),
-                },
-                last_state: None,
-                oom_score_adj: None,
-                oom_score_adj_decided: None,
-            }],
-        };
-        let file = StatusFile {
-            pods: vec![rec],
-            rejected: vec![Rejection {
-                file: "bad.yaml".into(),
-                message: "invalid".into(),
-            }],
-            node: NodeRecord {
-                conditions: vec![
-                    Condition::new("MemoryPressure", true),
-                    Condition::new("DiskPressure", false),
-                ],
-            },
-        };
-        let table = render(&file, false);
-        assert!(
-            table.contains("node conditions: MemoryPressure\n"),
-            "{table}"
-        );
-        assert!(table.contains("CrashLoopBackOff"), "{table}");
-        assert!(table.contains("0/1"), "{table}");
-        assert!(table.contains("rejected bad.yaml: invalid"), "{table}");
-        let json = render(&file, true);
-        let back: StatusFile = serde_json::from_str(&json).expect("json");
-        assert_eq!(back, file);
-        let dir = tempfile::tempdir().expect("tempdir");
-        write_atomic(&dir.path().join(PODS_FILE), json.as_bytes()).expect("write");
-        assert_eq!(read(dir.path()).expect("read"), file);
     }
 }
