@@ -1,11 +1,23 @@
+//! The commands beside `run`, one file each, named after its subcommand.
+//!
 //! The decision core from the command line: `enforcer simulate`, `enforcer explain`,
 //! `enforcer config check` (formats in `../shared/SIMULATE.md`). No kernel, cgroup or runtime
 //! access; the functions return the lines to print, and main.rs prints them (exit 2 on
 //! [`CliError`]).
+//!
+//! The operator's commands, reading what the daemon keeps in its state directory (and, for
+//! `doctor`, the node itself): `enforcer pods`, `events`, `why`, `evictions`, `status` and
+//! `doctor`; each `*_main` prints and returns the exit code.
 
 pub mod config_check;
+pub mod doctor;
+pub mod events;
+pub mod evictions;
 pub mod explain;
+pub mod pods;
 pub mod simulate;
+pub mod status;
+pub mod why;
 
 use std::path::{Path, PathBuf};
 

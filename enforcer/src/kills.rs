@@ -13,10 +13,7 @@
 //! All chain times are CLOCK_MONOTONIC nanoseconds (the clock of the eBPF timestamps), so
 //! their differences are exact; `at` is the wall-clock time of the decision for people.
 
-use std::{
-    collections::BTreeMap,
-    path::{Path, PathBuf},
-};
+use std::{collections::BTreeMap, path::Path};
 
 use serde::{Deserialize, Serialize};
 
@@ -25,9 +22,8 @@ use crate::{
         eviction::{Observations, Resource, Signal as EvictionSignal, manager::ActivePod, rank},
         qos, resources,
     },
-    quantity::{Format, Quantity},
     signal::Signal,
-    state_log::{self, LineStore, StoreError, cell},
+    state_log::{self, LineStore, StoreError},
 };
 
 /// The directory under the state directory.
@@ -327,274 +323,11 @@ pub fn read(state_dir: &Path) -> Result<(Vec<KillRecord>, usize), StoreError> {
     Ok((state_log::last_by_key(lines, |r| r.id.clone()), bad))
 }
 
-/// Output of `enforcer why` / `enforcer evictions`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Output {
-    Text,
-    Json,
-}
-
-/// `enforcer why POD`.
-#[derive(Clone, Debug, clap::Args)]
-pub struct WhyArgs {
-    /// The pod: its name, `namespace/name`, or uid (the latest kill of it is shown).
-    pub pod: String,
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
-    pub output: Output,
-    /// The daemon's state directory.
-    #[arg(long, default_value = crate::runtime::DEFAULT_STATE_DIR)]
-    pub state_dir: PathBuf,
-}
-
-/// `enforcer evictions`.
-#[derive(Clone, Debug, clap::Args)]
-pub struct EvictionsArgs {
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
-    pub output: Output,
-    /// The daemon's state directory.
-    #[arg(long, default_value = crate::runtime::DEFAULT_STATE_DIR)]
-    pub state_dir: PathBuf,
-}
-
-fn matches(r: &KillRecord, pod: &str) -> bool {
-    r.uid == pod || r.name == pod || format!("{}/{}", r.namespace, r.name) == pod
-}
-
-/// An amount of `signal`'s resource, as kubelet prints it.
-fn amount(signal: &str, v: i64) -> String {
-    if signal.contains("inodes") || signal.starts_with("pid") {
-        v.to_string()
-    } else {
-        Quantity::from_int(v, Format::BinarySI).to_string()
-    }
-}
-
-fn ms_since(base: u64, t: u64) -> String {
-    #[expect(clippy::cast_precision_loss, reason = "a printed figure")]
-    let ms = t.saturating_sub(base) as f64 / 1e6;
-    format!("+{ms:.3} ms")
-}
-
-/// `enforcer why`'s text for one record.
-#[must_use]
-pub fn render_why(r: &KillRecord) -> String {
-    let mut out = Vec::new();
-    let pod = if r.name.is_empty() {
-        "(no pod)".to_owned()
-    } else {
-        format!("{}/{}", r.namespace, r.name)
-    };
-    out.push(format!(
-        "Pod:         {} (uid {}){}",
-        cell(&pod),
-        cell(&r.uid),
-        if r.qos.is_empty() {
-            String::new()
-        } else {
-            format!(", {}", r.qos)
-        }
-    ));
-    out.push(format!(
-        "Killed by:   {} at {}",
-        match r.kind {
-            KillKind::Eviction => "the enforcer's eviction manager",
-            KillKind::KernelOomKill => "the kernel's OOM killer",
-        },
-        r.at
-    ));
-    if !r.threshold.is_empty() {
-        let observed = r.observed.map_or_else(String::new, |o| {
-            format!(
-                "; observed {} available of {}",
-                amount(&r.signal, o.available),
-                amount(&r.signal, o.capacity)
-            )
-        });
-        out.push(format!("Threshold:   {}{observed}", r.threshold));
-        out.push(format!("Grace:       {} s", r.grace_period_seconds));
-    }
-    out.push(format!("Message:     {}", cell(r.message.trim_end())));
-    let step = if r.step.is_empty() {
-        String::new()
-    } else {
-        format!("{} step", r.step)
-    };
-    match &r.trigger {
-        Some(t) => out.push(format!(
-            "Trigger:     {step}{}{} from {}{}{}",
-            if step.is_empty() { "" } else { ": " },
-            t.kind,
-            t.source,
-            t.pid.map_or_else(String::new, |p| format!(", pid {p}")),
-            t.cgroup
-                .as_deref()
-                .map_or_else(String::new, |c| format!(", cgroup {}", cell(c)))
-        )),
-        None if !step.is_empty() => out.push(format!("Trigger:     {step}")),
-        None => {}
-    }
-    let chain = r.chain();
-    if let Some(&(_, base)) = chain.first() {
-        out.push("Timeline:".to_owned());
-        for (what, t) in &chain {
-            out.push(format!("  {what:<24}{}", ms_since(base, *t)));
-        }
-        if r.kind == KillKind::Eviction && r.released_ns.is_none() {
-            out.push(format!(
-                "  memory released         {}",
-                if r.release.is_empty() {
-                    "(not yet)"
-                } else {
-                    r.release.as_str()
-                }
-            ));
-        }
-    }
-    if !r.candidates.is_empty() {
-        out.push(format!("Ranking ({}, kubelet's order):", r.signal));
-        let rows: Vec<[String; 7]> = r
-            .candidates
-            .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let mark = if c.uid == r.uid {
-                    "evicted"
-                } else if c.critical {
-                    "critical: skipped"
-                } else {
-                    ""
-                };
-                [
-                    format!("  {}", i + 1),
-                    cell(&format!("{}/{}", c.namespace, c.name)),
-                    c.qos.clone(),
-                    c.priority.to_string(),
-                    c.usage
-                        .map_or_else(|| "-".to_owned(), |u| amount(&r.signal, u)),
-                    amount(&r.signal, c.request),
-                    mark.to_owned(),
-                ]
-            })
-            .collect();
-        out.push(state_log::table(
-            ["  #", "POD", "QOS", "PRIORITY", "USAGE", "REQUEST", ""],
-            &rows,
-        ));
-    }
-    out.join("\n")
-}
-
-/// `enforcer evictions`' table.
-#[must_use]
-pub fn render_list(records: &[KillRecord]) -> String {
-    if records.is_empty() {
-        return "No kills recorded.".to_owned();
-    }
-    let rows: Vec<[String; 7]> = records
-        .iter()
-        .map(|r| {
-            let base = r.chain().first().map(|c| c.1);
-            let to = |t: Option<u64>| match (base, t) {
-                (Some(b), Some(t)) => ms_since(b, t),
-                _ => "-".to_owned(),
-            };
-            [
-                r.at.clone(),
-                match r.kind {
-                    KillKind::Eviction => "eviction".to_owned(),
-                    KillKind::KernelOomKill => "kernel OOM".to_owned(),
-                },
-                cell(&format!("{}/{}", r.namespace, r.name)),
-                r.qos.clone(),
-                if r.threshold.is_empty() {
-                    "-".to_owned()
-                } else {
-                    r.threshold.clone()
-                },
-                to(r.sigkill_ns),
-                to(r.released_ns),
-            ]
-        })
-        .collect();
-    state_log::table(
-        [
-            "TIME",
-            "KIND",
-            "POD",
-            "QOS",
-            "THRESHOLD",
-            "TO SIGKILL",
-            "TO RELEASED",
-        ],
-        &rows,
-    )
-}
-
-fn print(text: &str) -> std::process::ExitCode {
-    use std::io::Write as _;
-    if writeln!(std::io::stdout().lock(), "{text}").is_err() {
-        return std::process::ExitCode::FAILURE;
-    }
-    std::process::ExitCode::SUCCESS
-}
-
-fn load(state_dir: &Path) -> Result<Vec<KillRecord>, std::process::ExitCode> {
-    match read(state_dir) {
-        Ok((records, bad)) => {
-            if bad > 0 {
-                eprintln!(
-                    "enforcer: skipped {bad} unreadable line(s) in {}",
-                    state_dir.join(DIR).display()
-                );
-            }
-            Ok(records)
-        }
-        Err(e) => {
-            eprintln!("enforcer: {e} (is the daemon running with this --state-dir?)");
-            Err(std::process::ExitCode::from(2))
-        }
-    }
-}
-
-/// Runs `enforcer why`: exit 1 when the pod has no record, 2 when the store is unreadable.
-#[must_use]
-pub fn why_main(args: &WhyArgs) -> std::process::ExitCode {
-    let records = match load(&args.state_dir) {
-        Ok(r) => r,
-        Err(code) => return code,
-    };
-    let Some(r) = records.iter().rev().find(|r| matches(r, &args.pod)) else {
-        eprintln!(
-            "enforcer: no kill of pod {:?} recorded in {}",
-            args.pod,
-            args.state_dir.join(DIR).display()
-        );
-        return std::process::ExitCode::FAILURE;
-    };
-    match args.output {
-        Output::Json => print(&serde_json::to_string_pretty(r).unwrap_or_default()),
-        Output::Text => print(&render_why(r)),
-    }
-}
-
-/// Runs `enforcer evictions`.
-#[must_use]
-pub fn evictions_main(args: &EvictionsArgs) -> std::process::ExitCode {
-    let records = match load(&args.state_dir) {
-        Ok(r) => r,
-        Err(code) => return code,
-    };
-    match args.output {
-        Output::Json => print(&serde_json::to_string_pretty(&records).unwrap_or_default()),
-        Output::Text => print(&render_list(&records)),
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn record(uid: &str) -> KillRecord {
+    pub(crate) fn record(uid: &str) -> KillRecord {
         KillRecord {
             id: record_id(uid),
             kind: KillKind::Eviction,
@@ -640,7 +373,7 @@ mod tests {
     }
 
     /// Written at the decision, again at the release: read back as one record with the
-    /// whole chain, in order, and shown by `why`.
+    /// whole chain, in order (`enforcer why` shows it: `cli::why`).
     #[test]
     fn decided_then_released_reads_back_as_one_record() {
         let dir = std::env::temp_dir().join(format!("enforcer-kills-{}", std::process::id()));
@@ -666,27 +399,6 @@ mod tests {
             ]
         );
         assert!(chain.windows(2).all(|w| w[0].1 <= w[1].1), "{chain:?}");
-        let text = render_why(r);
-        assert!(
-            text.contains(
-                "Threshold:   memory.available<250Mi (hard); observed 200Mi available of 1Gi"
-            ),
-            "{text}"
-        );
-        assert!(text.contains("kernel event            +0.000 ms"), "{text}");
-        assert!(text.contains("SIGKILL sent            +1.100 ms"), "{text}");
-        assert!(text.contains("evicted"), "{text}");
-        let list = render_list(&records);
-        assert!(list.starts_with("TIME"), "{list}");
-        assert!(list.contains("default/hog"), "{list}");
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn a_timed_out_wait_says_so() {
-        let mut r = record("u2");
-        "timed out".clone_into(&mut r.release);
-        assert!(render_why(&r).contains("memory released         timed out"));
-        assert!(matches(&r, "default/hog") && matches(&r, "u2") && !matches(&r, "web"));
     }
 }

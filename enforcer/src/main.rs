@@ -51,22 +51,22 @@ enum Command {
     #[command(subcommand)]
     Config(ConfigCommand),
     /// The pods the daemon runs (from its state directory): a table, or `-o json`.
-    Pods(enforcer::runtime::status::PodsArgs),
+    Pods(enforcer::cli::pods::PodsArgs),
     /// The node's events (kept in its state directory): a table as `kubectl get events`
     /// prints it, or `-o json`; `--pod NAME` for one pod's.
-    Events(enforcer::cluster::event_store::EventsArgs),
+    Events(enforcer::cli::events::EventsArgs),
     /// Why a pod died: the causal record of its latest kill (eviction or kernel OOM kill):
     /// trigger, threshold and observation, ranking, and the times from the kernel event to
     /// the memory released.
-    Why(enforcer::kills::WhyArgs),
+    Why(enforcer::cli::why::WhyArgs),
     /// Every kill recorded on this node (evictions and kernel OOM kills): a table, or `-o json`.
-    Evictions(enforcer::kills::EvictionsArgs),
+    Evictions(enforcer::cli::evictions::EvictionsArgs),
     /// One screen for an operator: node conditions, each threshold with its observation and
     /// margin, the signal sources with their delays, the last kills, pods by QoS class.
-    Status(enforcer::node_report::StatusArgs),
+    Status(enforcer::cli::status::StatusArgs),
     /// Checks the node against what the enforcer expects (kernel features, capabilities,
     /// pod cgroups, OOM scores, leftover cgroups); each finding with its fix; exit 0 when clean.
-    Doctor(Box<enforcer::node_report::DoctorArgs>),
+    Doctor(Box<enforcer::cli::doctor::DoctorArgs>),
 }
 
 #[derive(Subcommand)]
@@ -171,12 +171,12 @@ fn main() -> ExitCode {
         Command::Run(args) => run(*args),
         Command::Signals(args) => signals(args),
         Command::Probe => probe(),
-        Command::Pods(args) => return enforcer::runtime::status::pods_main(&args),
-        Command::Events(args) => return enforcer::cluster::event_store::events_main(&args),
-        Command::Why(args) => return enforcer::kills::why_main(&args),
-        Command::Evictions(args) => return enforcer::kills::evictions_main(&args),
-        Command::Status(args) => return enforcer::node_report::status_main(&args),
-        Command::Doctor(args) => return enforcer::node_report::doctor_main(&args),
+        Command::Pods(args) => return enforcer::cli::pods::pods_main(&args),
+        Command::Events(args) => return enforcer::cli::events::events_main(&args),
+        Command::Why(args) => return enforcer::cli::why::why_main(&args),
+        Command::Evictions(args) => return enforcer::cli::evictions::evictions_main(&args),
+        Command::Status(args) => return enforcer::cli::status::status_main(&args),
+        Command::Doctor(args) => return enforcer::cli::doctor::doctor_main(&args),
         Command::Simulate { scenario } => return print_lines(enforcer::cli::simulate(&scenario)),
         Command::Explain(args) => return print_lines(enforcer::cli::explain(&args)),
         Command::Config(ConfigCommand::Check(args)) => {

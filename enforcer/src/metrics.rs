@@ -11,6 +11,9 @@
 //! `kubelet_preemptions` are therefore scraped as `kubelet_evictions_total` and
 //! `kubelet_preemptions_total` (what Prometheus' Go client serves in OpenMetrics too).
 
+mod node_state;
+mod working_pods;
+
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, OnceLock},
@@ -18,23 +21,15 @@ use std::{
 };
 
 use prometheus_client::{
-    collector::Collector,
-    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric as _},
-    metrics::{
-        MetricType,
-        counter::{ConstCounter, Counter},
-        family::Family,
-        gauge::{ConstGauge, Gauge},
-        histogram::Histogram,
-    },
+    encoding::EncodeLabelSet,
+    metrics::{counter::Counter, family::Family, gauge::Gauge, histogram::Histogram},
     registry::Registry,
 };
 
-use crate::{
-    policy::pod_actions::{ContainerKind, PodPhase},
-    runtime::{NodeLink, StatusManager},
-    signal::PipelineStats,
-};
+pub use node_state::NodeStateCollector;
+pub use working_pods::{WorkingConfig, WorkingLifecycle, WorkingPod, WorkingPods};
+
+use crate::policy::pod_actions::{ContainerKind, PodPhase};
 
 /// Prometheus' default buckets (`prometheus.DefBuckets`).
 pub const DEF_BUCKETS: [f64; 11] = [
@@ -598,137 +593,6 @@ impl Metrics {
     }
 }
 
-/// A pod worker's lifecycle, as `kubelet_working_pods` labels it (kubelet's
-/// `PodWorkerState`: `sync`, `terminating`, `terminated`).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum WorkingLifecycle {
-    /// Running the pod towards its spec.
-    Sync,
-    /// Being killed.
-    Terminating,
-    /// Ran to its end (or was evicted), kept until its source removes it.
-    Terminated,
-}
-
-impl WorkingLifecycle {
-    /// kubelet's label value.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Sync => "sync",
-            Self::Terminating => "terminating",
-            Self::Terminated => "terminated",
-        }
-    }
-}
-
-/// Where a working pod's configuration stands (`kubelet_working_pods{config}`).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub enum WorkingConfig {
-    /// A source asks for the pod.
-    Desired,
-    /// Its source removed it (or it was force deleted) while its worker still runs.
-    Orphan,
-    /// Only the container runtime knows it (found at start, no source has it).
-    RuntimeOnly,
-}
-
-impl WorkingConfig {
-    /// kubelet's label value.
-    #[must_use]
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Desired => "desired",
-            Self::Orphan => "orphan",
-            Self::RuntimeOnly => "runtime_only",
-        }
-    }
-}
-
-/// One pod worker as `kubelet_working_pods` counts it (kubelet's `PodWorkerSync`).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-pub struct WorkingPod {
-    pub lifecycle: WorkingLifecycle,
-    pub config: WorkingConfig,
-    /// Whether the pod is not from the API server; `None` for a runtime-only pod (kubelet's
-    /// `unknown`).
-    pub is_static: Option<bool>,
-}
-
-impl WorkingPod {
-    /// The worker of a pod a source gave (`source`: the pod's config source, `api` for the
-    /// API server's).
-    #[must_use]
-    pub fn desired(source: &str) -> Self {
-        Self {
-            lifecycle: WorkingLifecycle::Sync,
-            config: WorkingConfig::Desired,
-            is_static: Some(is_static(source) == "true"),
-        }
-    }
-
-    /// The worker of a pod only the runtime knows (it only removes what is left).
-    #[must_use]
-    pub fn runtime_only() -> Self {
-        Self {
-            lifecycle: WorkingLifecycle::Terminating,
-            config: WorkingConfig::RuntimeOnly,
-            is_static: None,
-        }
-    }
-
-    /// Its source removed the pod: killed, an orphan until its worker ends.
-    pub fn deleted(&mut self) {
-        self.lifecycle = WorkingLifecycle::Terminating;
-        if self.config == WorkingConfig::Desired {
-            self.config = WorkingConfig::Orphan;
-        }
-    }
-
-    /// A source gave the pod (again): desired.
-    pub fn updated(&mut self) {
-        if self.config == WorkingConfig::Orphan {
-            self.config = WorkingConfig::Desired;
-        }
-    }
-
-    /// The pod is being killed (evicted, preempted): still desired.
-    pub fn killed(&mut self) {
-        self.lifecycle = WorkingLifecycle::Terminating;
-    }
-
-    /// As counted now: a syncing worker whose pod ran to its end (`finished`: its status
-    /// phase is terminal) is terminated.
-    #[must_use]
-    pub fn now(self, finished: bool) -> Self {
-        if self.lifecycle == WorkingLifecycle::Sync && finished {
-            Self {
-                lifecycle: WorkingLifecycle::Terminated,
-                ..self
-            }
-        } else {
-            self
-        }
-    }
-}
-
-/// The pod workers counted by [`WorkingPod`] (`kubelet_working_pods`).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct WorkingPods(HashMap<WorkingPod, i64>);
-
-impl WorkingPods {
-    /// Counts one worker.
-    pub fn add(&mut self, w: WorkingPod) {
-        *self.0.entry(w).or_default() += 1;
-    }
-
-    /// The workers in `w`'s series.
-    #[must_use]
-    pub fn get(&self, w: WorkingPod) -> i64 {
-        self.0.get(&w).copied().unwrap_or(0)
-    }
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
@@ -852,122 +716,10 @@ impl Drop for Timer {
     }
 }
 
-/// The node's state as series, read at each scrape: `enforcer_node_condition{condition}`,
-/// the signal pipeline's counters, `kubelet_desired_pods{static}` and
-/// `kubelet_active_pods{static}`.
-#[derive(Debug)]
-pub struct NodeStateCollector {
-    pub pipeline: Arc<PipelineStats>,
-    pub link: NodeLink,
-    pub status: StatusManager,
-}
-
 /// Whether a pod record's source is not the API server (kubelet's `static` label).
 #[must_use]
 pub fn is_static(source: &str) -> &'static str {
     if source == "api" { "false" } else { "true" }
-}
-
-impl Collector for NodeStateCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let conds = self.link.conditions();
-        {
-            let mut family = encoder.encode_descriptor(
-                "enforcer_node_condition",
-                "Node conditions from the eviction manager (1 = reported).",
-                None,
-                MetricType::Gauge,
-            )?;
-            for c in ["DiskPressure", "MemoryPressure", "PIDPressure"] {
-                let on = conds.iter().any(|x| x.as_str() == c);
-                let labels = vec![("condition", c)];
-                ConstGauge::new(i64::from(on)).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        let p = &self.pipeline;
-        let g = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-        for (name, help, v) in [
-            (
-                "enforcer_signals_decoded",
-                "Ring-buffer records decoded into signals.",
-                g(&p.decoded),
-            ),
-            (
-                "enforcer_signals_malformed",
-                "Records that failed to decode.",
-                g(&p.malformed),
-            ),
-            (
-                "enforcer_signals_dropped",
-                "Signals dropped because the consumer lagged.",
-                g(&p.dropped),
-            ),
-            (
-                "enforcer_kernel_records_emitted",
-                "Records the eBPF programs wrote.",
-                g(&p.kernel_emitted),
-            ),
-            (
-                "enforcer_kernel_ringbuf_full",
-                "Ring-buffer reservations that failed (records lost).",
-                g(&p.kernel_ring_full),
-            ),
-            (
-                "enforcer_kernel_events_suppressed",
-                "Events folded into a later record by the per-cgroup burst limiter.",
-                g(&p.kernel_suppressed),
-            ),
-            (
-                "enforcer_kernel_events_seen",
-                "Events the eBPF programs saw.",
-                g(&p.kernel_seen),
-            ),
-        ] {
-            let counter = ConstCounter::new(v);
-            counter.encode(encoder.encode_descriptor(
-                name,
-                help,
-                None,
-                counter.metric_type(),
-            )?)?;
-        }
-        // Desired: every pod a source gave that is not finished; active: admitted and
-        // running (the eviction manager's candidates).
-        let (_, file) = self.status.snapshot();
-        let source_of: HashMap<&str, &str> = file
-            .pods
-            .iter()
-            .map(|r| (r.uid.as_str(), r.source.as_str()))
-            .collect();
-        let mut desired = [0i64; 2];
-        for r in file.pods.iter().filter(|r| !r.phase.is_terminal()) {
-            desired[usize::from(is_static(&r.source) == "true")] += 1;
-        }
-        let mut active = [0i64; 2];
-        for uid in self.link.active().keys() {
-            let source = source_of.get(uid.as_str()).copied().unwrap_or("");
-            active[usize::from(is_static(source) == "true")] += 1;
-        }
-        for (name, help, counts) in [
-            (
-                "kubelet_desired_pods",
-                "The number of pods the kubelet is being instructed to run. static is true if the pod is not from the apiserver.",
-                desired,
-            ),
-            (
-                "kubelet_active_pods",
-                "The number of pods the kubelet considers active and which are being considered when admitting new pods. static is true if the pod is not from the apiserver.",
-                active,
-            ),
-        ] {
-            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            for (i, s) in ["false", "true"].into_iter().enumerate() {
-                let labels = vec![("static", s)];
-                ConstGauge::new(counts[i]).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        Ok(())
-    }
 }
 
 /// OpenMetrics text of `registries`, in order, ended by `# EOF`.
@@ -1019,117 +771,5 @@ mod tests {
         );
         // ExponentialBuckets(.005, 2.5, 14): the last finite bucket is .005 * 2.5^13.
         assert!(text.contains("le=\"745.058059692382"), "{text}");
-    }
-
-    /// kubelet's 15 series, each set (0 without a worker); a worker moves between them as
-    /// the dispatcher sees it deleted, re-added, killed or finished.
-    #[test]
-    fn working_pods_by_lifecycle_config_and_static() {
-        let m = Metrics::new();
-        let mut counts = WorkingPods::default();
-        let web = WorkingPod::desired("/etc/manifests/web.yaml");
-        counts.add(web);
-        counts.add(WorkingPod::desired("api").now(true));
-        let mut gone = WorkingPod::desired("api");
-        gone.deleted();
-        counts.add(gone.now(true));
-        let mut back = gone;
-        back.updated();
-        counts.add(back);
-        let mut evicted = WorkingPod::desired("api");
-        evicted.killed();
-        counts.add(evicted);
-        counts.add(WorkingPod::runtime_only());
-        m.working_pods(&counts);
-        let text = encode(&[m.registry()]).expect("encode");
-        let series = |l: &str, c: &str, s: &str| {
-            format!("kubelet_working_pods{{lifecycle=\"{l}\",config=\"{c}\",static=\"{s}\"}} ")
-        };
-        for (l, c, s, n) in [
-            ("sync", "desired", "true", 1),
-            ("terminated", "desired", "false", 1),
-            ("terminating", "orphan", "false", 1),
-            ("terminating", "desired", "false", 2),
-            ("terminating", "runtime_only", "unknown", 1),
-            ("sync", "desired", "false", 0),
-            ("terminated", "orphan", "true", 0),
-            ("terminated", "runtime_only", "unknown", 0),
-        ] {
-            let want = format!("{}{n}\n", series(l, c, s));
-            assert!(text.contains(&want), "{want:?} missing in:\n{text}");
-        }
-        assert_eq!(text.matches("kubelet_working_pods{").count(), 15, "{text}");
-        // The next count replaces the last: a worker gone is 0, not left behind.
-        m.working_pods(&WorkingPods::default());
-        let text = encode(&[m.registry()]).expect("encode");
-        assert!(
-            text.contains(&format!("{}0\n", series("sync", "desired", "true"))),
-            "{text}"
-        );
-        assert!(!text.contains("} 1\n"), "{text}");
-    }
-
-    fn record(uid: &str, source: &str, phase: &str) -> crate::runtime::status::PodRecord {
-        serde_json::from_value(serde_json::json!({
-            "uid": uid, "name": uid, "namespace": "default", "source": source,
-            "phase": phase, "qosClass": "BestEffort", "conditions": [],
-            "initContainerStatuses": [], "containerStatuses": [],
-        }))
-        .expect("record")
-    }
-
-    /// Desired: not finished, by source; active: the eviction manager's set; conditions and
-    /// the pipeline's counters as they are at the scrape.
-    #[test]
-    fn node_state_is_read_at_each_scrape() {
-        let status = StatusManager::default();
-        let link = NodeLink::default();
-        status.set(record("a", "/etc/manifests/a.yaml", "Running"));
-        status.set(record("b", "api", "Running"));
-        status.set(record("c", "api", "Pending"));
-        status.set(record("d", "api", "Succeeded"));
-        for uid in ["a", "b"] {
-            link.set_active(
-                uid,
-                crate::runtime::link::ActiveEntry::new(
-                    Arc::new(k8s_openapi::api::core::v1::Pod::default()),
-                    format!("/kubepods/pod{uid}"),
-                ),
-            );
-        }
-        let pipeline = Arc::new(PipelineStats::default());
-        pipeline
-            .dropped
-            .store(3, std::sync::atomic::Ordering::Relaxed);
-        let mut reg = Registry::default();
-        reg.register_collector(Box::new(NodeStateCollector {
-            pipeline: pipeline.clone(),
-            link: link.clone(),
-            status,
-        }));
-        let text = encode(&[&reg]).expect("encode");
-        for want in [
-            "kubelet_desired_pods{static=\"false\"} 2\n",
-            "kubelet_desired_pods{static=\"true\"} 1\n",
-            "kubelet_active_pods{static=\"false\"} 1\n",
-            "kubelet_active_pods{static=\"true\"} 1\n",
-            "enforcer_signals_dropped_total 3\n",
-            "enforcer_node_condition{condition=\"MemoryPressure\"} 0\n",
-        ] {
-            assert!(text.contains(want), "{want:?} missing in:\n{text}");
-        }
-        link.set_conditions(vec![crate::policy::eviction::NodeCondition::MemoryPressure]);
-        pipeline
-            .dropped
-            .store(4, std::sync::atomic::Ordering::Relaxed);
-        let text = encode(&[&reg]).expect("encode");
-        assert!(
-            text.contains("enforcer_node_condition{condition=\"MemoryPressure\"} 1\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("enforcer_signals_dropped_total 4\n"),
-            "{text}"
-        );
     }
 }

@@ -10,6 +10,8 @@
 //! - `feeds`: the sources as the pod loop holds them (the directory scanned off the loop).
 //! - `relist`: the runtime relisted to a fingerprint per pod (kubelet's PLEG relist).
 //! - [`worker`]: pod workers (syncing -> terminating -> terminated), crash backoff, kill.
+//! - `pod_workers`: the runtime loop's pods, one worker each (kubelet's `podWorkers`).
+//! - `admissions`: pod admission in the runtime loop, with critical-pod preemption.
 //! - [`spec`]: Pod -> CRI configs, kubelet's labels and annotations.
 //! - [`podcgroup`]: pod cgroups below the cgroup root.
 //! - [`lifecycle`]: postStart and preStop hooks, the termination message.
@@ -21,6 +23,7 @@
 //! `cargo xtask run` use is test tooling and lives in the `enforcer-tests` crate
 //! (`enforcer_tests::local`, the `local-containerd` binary), not in the daemon.
 
+mod admissions;
 pub mod apiserver;
 pub mod cri;
 pub mod enforce;
@@ -32,6 +35,7 @@ pub mod lifecycle;
 pub mod limit;
 pub mod link;
 pub mod objects;
+mod pod_workers;
 pub mod podcgroup;
 pub mod probe;
 pub mod records;
@@ -46,6 +50,7 @@ use std::{collections::HashMap, path::PathBuf, sync::Arc, time::Duration};
 
 use tokio::{sync::mpsc, task::JoinSet};
 
+pub use admissions::Admission;
 pub use cri::{ContainerRuntime, CriError, CriRuntime};
 pub use link::{ActiveEntry, Evict, NodeLink};
 pub use records::{DISRUPTION_TARGET_REASON, evicted_status};
@@ -57,16 +62,14 @@ pub use worker::{PodWorker, Terminated, WorkUpdate, WorkerContext};
 use crate::{
     cgroup::CgroupLayout,
     kernel::Capabilities,
-    policy::admission::{self, Admitter, SecurityPolicy},
-    policy::eviction::manager::AdmitResult,
-    policy::preemption,
+    policy::admission::Admitter,
     quantity::{Format, Quantity},
 };
+use admissions::Admissions;
 use feeds::{ApiFeed, DirFeed, next_pod_events};
-use k8s_openapi::api::core::v1::Pod;
-use records::failed_record;
+use pod_workers::{EvictAs, Pods};
 use relist::relist_runtime;
-use status::{PodPhase, PodRecord};
+use status::PodPhase;
 
 /// Default manifest directory.
 pub const DEFAULT_MANIFEST_DIR: &str = "/etc/enforcer/manifests";
@@ -128,13 +131,6 @@ pub struct RunPodsOptions {
     pub dns: crate::policy::dns::DnsSettings,
 }
 
-/// What pod admission needs to know about the node.
-#[derive(Clone, Debug)]
-pub struct Admission {
-    pub node: admission::Node,
-    pub security: SecurityPolicy,
-}
-
 /// The annotation manifest pods carry instead of `kubernetes.io/config.source` when they are
 /// not treated as static pods.
 pub const WORKLOAD_SOURCE_ANNOTATION: &str = "enforcer.io/config.source";
@@ -157,106 +153,6 @@ fn as_workload(mut u: PodUpdate) -> PodUpdate {
         u.pod = Arc::new(pod);
     }
     u
-}
-
-/// The pods a critical pod's admission preempts (uid, pod) and the first resource it lacked.
-#[derive(Default)]
-struct Preemption {
-    victims: Vec<(String, Arc<Pod>)>,
-    signal: String,
-}
-
-/// Admission state of the runtime loop: the admitter's totals and the pods counted in them.
-struct Admissions {
-    admitter: Option<Admitter>,
-    admitted: HashMap<String, Arc<Pod>>,
-    /// Admitted pods being killed because their source removed them: never preempted
-    /// (kubelet's active pods leave out those whose termination was requested).
-    terminating: std::collections::HashSet<String>,
-}
-
-impl Admissions {
-    /// `from_api`: the pod came from the API server and the node reads API objects
-    /// (configMap, secret and token volumes are admitted).
-    fn try_admit(
-        &mut self,
-        uid: &str,
-        pod: &Arc<Pod>,
-        link: &NodeLink,
-        from_api: bool,
-    ) -> Result<Preemption, AdmitResult> {
-        let mut preemption = Preemption::default();
-        if let Some(a) = &self.admitter {
-            let r = a.admit(pod, &link.conditions());
-            if !r.admitted {
-                preemption = self.preemption(a, uid, pod, r, link)?;
-            }
-        }
-        // Never run a pod without a volume it asked for.
-        let r = crate::policy::volumes::admit_with(pod, from_api);
-        if !r.admitted {
-            return Err(r);
-        }
-        // The victims no longer count (kubelet's active pods leave out those being killed).
-        for (victim, _) in &preemption.victims {
-            self.release(victim);
-        }
-        if let Some(a) = &mut self.admitter {
-            a.add(pod);
-        }
-        self.admitted.insert(uid.to_owned(), pod.clone());
-        Ok(preemption)
-    }
-
-    /// kubelet's critical-pod admission preemption (`policy::preemption`) for `pod`, which
-    /// the admitter rejected with `rejected`: the active pods to evict so that it fits, or
-    /// the rejection.
-    fn preemption(
-        &self,
-        admitter: &Admitter,
-        uid: &str,
-        pod: &Pod,
-        rejected: AdmitResult,
-        link: &NodeLink,
-    ) -> Result<Preemption, AdmitResult> {
-        let active = link.active();
-        let candidates: Vec<(&String, &Arc<Pod>)> = active
-            .iter()
-            .filter(|(u, _)| {
-                u.as_str() != uid
-                    && self.admitted.contains_key(*u)
-                    && !self.terminating.contains(*u)
-            })
-            .map(|(u, e)| (u, &e.pod))
-            .collect();
-        let pods: Vec<&Pod> = candidates.iter().map(|(_, p)| &***p).collect();
-        match preemption::handle_admission_failure(
-            admitter,
-            pod,
-            &link.conditions(),
-            rejected,
-            &pods,
-        ) {
-            preemption::Decision::Reject(r) => Err(r),
-            preemption::Decision::Preempt { victims, signal } => Ok(Preemption {
-                victims: victims
-                    .into_iter()
-                    .filter_map(|i| candidates.get(i))
-                    .map(|(u, p)| ((*u).clone(), (*p).clone()))
-                    .collect(),
-                signal,
-            }),
-        }
-    }
-
-    fn release(&mut self, uid: &str) {
-        self.terminating.remove(uid);
-        if let Some(pod) = self.admitted.remove(uid)
-            && let Some(a) = &mut self.admitter
-        {
-            a.remove(&pod);
-        }
-    }
 }
 
 impl RunPodsOptions {
@@ -328,173 +224,6 @@ pub async fn run_pods(
 const FAST_RELIST: Duration = Duration::from_millis(20);
 /// How long relisting stays fast after a poke.
 const FAST_RELIST_WINDOW: Duration = Duration::from_secs(2);
-
-struct Handle {
-    tx: mpsc::UnboundedSender<WorkUpdate>,
-    /// The worker as `kubelet_working_pods` counts it.
-    working: crate::metrics::WorkingPod,
-}
-
-/// The pods of the runtime loop: one worker each, their admission, the updates queued behind a
-/// terminating worker, and the evicted pods' Failed statuses.
-struct Pods<R: ContainerRuntime> {
-    ctx: Arc<WorkerContext<R>>,
-    /// Active pods out to the eviction manager.
-    link: NodeLink,
-    workers: HashMap<String, Handle>,
-    tasks: JoinSet<()>,
-    /// Where workers report that they terminated.
-    done: mpsc::UnboundedSender<Terminated>,
-    /// Updates of pods whose worker is running; taken up again when it terminates.
-    pending: HashMap<String, PodUpdate>,
-    admissions: Admissions,
-    /// Pods the eviction manager evicted: their Failed status stays until their source
-    /// deletes them; updates are ignored meanwhile (phase Failed is terminal).
-    evicted: HashMap<String, (PodRecord, bool)>,
-}
-
-/// How [`Pods::evict`] kills a pod: the status reason and message, the grace period, and
-/// whether the pod gets the `DisruptionTarget` condition.
-struct EvictAs<'a> {
-    reason: &'a str,
-    message: &'a str,
-    grace: i64,
-    disruption_target: bool,
-}
-
-/// A pod admission rejected: its reason and the message its status carries.
-struct Rejected {
-    reason: String,
-    message: String,
-}
-
-impl<R: ContainerRuntime> Pods<R> {
-    /// Starts `worker` as the pod `uid`'s worker.
-    fn spawn(&mut self, uid: String, worker: PodWorker<R>, working: crate::metrics::WorkingPod) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        self.workers.insert(uid, Handle { tx, working });
-        self.tasks.spawn(worker.run(rx, self.done.clone()));
-    }
-
-    /// Kills the pod `uid` as an eviction: out of the active set, its Failed status
-    /// (`reason`, `message`, and `DisruptionTarget` with `disruption_target`) set when its
-    /// worker ends, its worker killed with `grace` seconds. False without a worker.
-    fn evict(&mut self, uid: &str, pod: &Pod, e: EvictAs<'_>) -> bool {
-        self.link.remove_active(uid);
-        let Some(h) = self.workers.get_mut(uid) else {
-            return false;
-        };
-        h.working.killed();
-        let status = &self.ctx.status;
-        let rec = failed_record(pod, "", e.reason, e.message.to_owned());
-        let rec = PodRecord {
-            source: status.get(uid).map(|r| r.source).unwrap_or_default(),
-            ..rec
-        };
-        status.evicting(uid);
-        self.evicted
-            .insert(uid.to_owned(), (rec, e.disruption_target));
-        self.pending.remove(uid);
-        let _ = h.tx.send(WorkUpdate::Kill {
-            grace: Some(e.grace),
-        });
-        true
-    }
-
-    /// Preempts `pod` to admit a critical pod (kubelet's `evictPodsToFreeRequests`): kubelet's
-    /// event and status (`Preempting`), killed with its own grace period as an eviction is,
-    /// counted in `kubelet_preemptions{preemption_signal}`.
-    fn preempt(&mut self, uid: &str, pod: Arc<Pod>, signal: &str) {
-        let id = spec::PodIdent::of(&pod);
-        tracing::warn!(uid = %uid, pod = %id.name, signal, message = preemption::MESSAGE, "preempting pod");
-        self.ctx.events.event(
-            crate::cluster::events::Involved::pod(&id.namespace, &id.name, uid, None),
-            crate::cluster::events::EventType::Warning,
-            preemption::REASON,
-            preemption::MESSAGE.to_owned(),
-        );
-        let killed = self.evict(
-            uid,
-            &pod,
-            EvictAs {
-                reason: preemption::REASON,
-                message: preemption::MESSAGE,
-                grace: spec::grace_seconds(&pod),
-                disruption_target: true,
-            },
-        );
-        if killed {
-            crate::metrics::global().preemption(signal);
-        }
-    }
-
-    /// The workers by lifecycle, config and static (`kubelet_working_pods`): a syncing
-    /// worker whose pod ran to its end is terminated, and so is an evicted pod kept until its
-    /// source deletes it.
-    fn working_pods(&self, status: &StatusManager) -> crate::metrics::WorkingPods {
-        let finished: std::collections::HashSet<String> = [PodPhase::Succeeded, PodPhase::Failed]
-            .into_iter()
-            .flat_map(|p| status.uids_in_phase(p))
-            .collect();
-        let mut counts = crate::metrics::WorkingPods::default();
-        for (uid, h) in &self.workers {
-            counts.add(h.working.now(finished.contains(uid)));
-        }
-        for (uid, (rec, _)) in &self.evicted {
-            if !self.workers.contains_key(uid) {
-                let mut w = crate::metrics::WorkingPod::desired(&rec.source);
-                w.lifecycle = crate::metrics::WorkingLifecycle::Terminated;
-                counts.add(w);
-            }
-        }
-        counts
-    }
-
-    /// kubepods and the QoS tiers in step with the admitted pods.
-    fn sync_node(&self) {
-        self.ctx
-            .enforce
-            .sync_node_logged(self.admissions.admitted.values().map(|p| &**p));
-    }
-
-    /// Admits a pod that has no worker and starts one: counted by admission, its exclusive
-    /// CPUs allocated, kubepods in step, active for the eviction manager. A rejected pod gets
-    /// its Failed status instead.
-    fn admit_and_spawn(&mut self, uid: String, u: PodUpdate) -> Result<(), Rejected> {
-        match self.admissions.try_admit(
-            &uid,
-            &u.pod,
-            &self.link,
-            self.ctx.objects.is_some() && u.source == apiserver::API_SOURCE,
-        ) {
-            Ok(preempted) => {
-                for (victim, pod) in preempted.victims {
-                    self.preempt(&victim, pod, &preempted.signal);
-                }
-                self.ctx.enforce.admit_cpus(&u.pod);
-                self.sync_node();
-                if let Ok(cgroup) = self.ctx.cgroups.pod_path(&uid, spec::pod_qos(&u.pod)) {
-                    self.link
-                        .set_active(&uid, ActiveEntry::new(u.pod.clone(), cgroup));
-                }
-                let working = crate::metrics::WorkingPod::desired(&u.source);
-                let w = PodWorker::new(self.ctx.clone(), u.pod, u.source);
-                self.spawn(uid, w, working);
-                Ok(())
-            }
-            Err(r) => {
-                let message = admission::rejected_status_message(&r);
-                self.ctx
-                    .status
-                    .set(failed_record(&u.pod, &u.source, &r.reason, message.clone()));
-                Err(Rejected {
-                    reason: r.reason,
-                    message,
-                })
-            }
-        }
-    }
-}
 
 /// The node's allocatable as the downward API and memory emptyDirs read it: admission's,
 /// else the machine's memory and CPUs.
@@ -857,6 +586,10 @@ fn cpu_reconciler<R: ContainerRuntime>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::{
+        admission::{self, SecurityPolicy},
+        preemption,
+    };
     use crate::runtime::fake::FakeRuntime;
     use std::path::Path;
 
@@ -1001,50 +734,6 @@ mod tests {
         assert_eq!(fake.running(), ["crit"]);
         let _ = stop.send(());
         run.await.expect("join").expect("run");
-    }
-
-    /// A pod its source removed (being killed) is no candidate for preemption: with it the
-    /// only pod that would free enough, the critical pod is rejected; once it is released,
-    /// nothing is in the way.
-    #[test]
-    fn pods_being_deleted_are_not_preempted() {
-        use crate::policy::resources::test_pods::{container, pod};
-        let allocatable = [("cpu", "1"), ("memory", "1Gi"), ("pods", "110")]
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), Quantity::parse(v).expect("quantity")))
-            .collect();
-        let node = admission::Node {
-            name: "n1".to_owned(),
-            allocatable,
-            ..admission::Node::default()
-        };
-        let low = Arc::new(pod("low", vec![container("c", "cpu=600m", "")]));
-        let mut critical = pod("crit", vec![container("c", "cpu=600m", "")]);
-        if let Some(s) = critical.spec.as_mut() {
-            s.priority = Some(crate::policy::resources::SYSTEM_CRITICAL_PRIORITY);
-        }
-        let critical = Arc::new(critical);
-        let link = NodeLink::default();
-        link.set_active(
-            "uid-low",
-            ActiveEntry::new(low.clone(), "/kubepods/burstable/poduid-low".to_owned()),
-        );
-        let mut a = Admissions {
-            admitter: Some(Admitter::new(node, SecurityPolicy::default(), [&*low])),
-            admitted: HashMap::from([("uid-low".to_owned(), low)]),
-            terminating: std::collections::HashSet::from(["uid-low".to_owned()]),
-        };
-        let Err(r) = a.try_admit("uid-crit", &critical, &link, false) else {
-            panic!("a pod being deleted was preempted");
-        };
-        assert_eq!(r.reason, preemption::UNEXPECTED_ADMISSION_ERROR);
-        a.terminating.clear();
-        let p = a
-            .try_admit("uid-crit", &critical, &link, false)
-            .expect("admitted");
-        let victims: Vec<&str> = p.victims.iter().map(|(u, _)| u.as_str()).collect();
-        assert_eq!((victims, p.signal.as_str()), (vec!["uid-low"], "cpu"));
-        assert!(!a.admitted.contains_key("uid-low") && a.admitted.contains_key("uid-crit"));
     }
 
     /// A restarted loop must not take the pods it is about to read from its manifest

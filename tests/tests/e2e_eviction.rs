@@ -289,10 +289,10 @@ async fn verify_evicted_event(state: &std::path::Path, spec: &Spec, resource: &s
     let (all, _) = enforcer::cluster::event_store::read(state).expect("the event store");
     eprintln!(
         "{}",
-        enforcer::cluster::event_store::render(
+        enforcer::cli::events::render(
             &all,
-            &enforcer::cluster::event_store::EventsArgs {
-                output: enforcer::cluster::event_store::EventsOutput::Table,
+            &enforcer::cli::events::EventsArgs {
+                output: enforcer::cli::events::EventsOutput::Table,
                 pod: None,
                 namespace: None,
                 state_dir: state.to_path_buf(),

@@ -10,7 +10,7 @@ use std::{
 
 use enforcer::runtime::{
     ContainerRuntime as _, CriRuntime,
-    status::{self, ContainerState, StatusFile},
+    status::{ContainerState, StatusFile},
 };
 use enforcer_tests::{
     containerd::Containerd,
@@ -511,7 +511,7 @@ async fn bad_manifests_are_rejected_clearly_and_affect_no_other_pod() {
         "{cgroups:?}"
     );
     // `enforcer pods` shows them.
-    let table = status::render(&s, false);
+    let table = enforcer::cli::pods::render(&s, false);
     assert!(
         table.contains("good-testnode") && table.contains("rejected"),
         "{table}"

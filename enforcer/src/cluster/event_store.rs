@@ -1,4 +1,5 @@
-//! The node's events kept in its state directory, in both modes, and `enforcer events`.
+//! The node's events kept in its state directory, in both modes (`enforcer events` reads them:
+//! `cli::events`).
 //!
 //! Every event the node records goes through [`keep`]: aggregated as kubelet's recorder
 //! aggregates them (identical events: one with `count` and `lastTimestamp`; similar ones
@@ -12,17 +13,14 @@
 //! Writing never stops the node: a state directory that cannot be written is logged once and
 //! the events still reach the API server.
 
-use std::{
-    collections::HashMap,
-    path::{Path, PathBuf},
-};
+use std::{collections::HashMap, path::Path};
 
 use k8s_openapi::{api::core::v1::Event, apimachinery::pkg::apis::meta::v1::Time};
 use tokio::sync::mpsc;
 
 use super::events::{EventRecord, Key, Recorder, Similar, event_object};
 pub use crate::state_log::StoreError;
-use crate::state_log::{self, LineStore, cell};
+use crate::state_log::{self, LineStore};
 
 /// The directory under the state directory.
 pub const DIR: &str = "events";
@@ -130,171 +128,9 @@ pub fn read(state_dir: &Path) -> Result<(Vec<Event>, usize), StoreError> {
     Ok((events, bad))
 }
 
-/// `enforcer events`: the node's events from its state directory.
-#[derive(Clone, Debug, clap::Args)]
-pub struct EventsArgs {
-    /// Output format: a table as `kubectl get events` prints it, or `json` (an EventList).
-    #[arg(short = 'o', long = "output", value_enum, default_value_t = EventsOutput::Table)]
-    pub output: EventsOutput,
-    /// Only the events of this pod (by name; every namespace unless `--namespace`).
-    #[arg(long)]
-    pub pod: Option<String>,
-    /// Only the events in this namespace.
-    #[arg(short = 'n', long)]
-    pub namespace: Option<String>,
-    /// The daemon's state directory.
-    #[arg(long, default_value = crate::runtime::DEFAULT_STATE_DIR)]
-    pub state_dir: PathBuf,
-}
-
-/// `enforcer events -o ...`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum EventsOutput {
-    Table,
-    Json,
-}
-
-/// Whether `e` passes the `--pod` / `--namespace` filters.
-fn selected(e: &Event, args: &EventsArgs) -> bool {
-    let o = &e.involved_object;
-    let ns = e.metadata.namespace.as_deref().unwrap_or("");
-    args.namespace.as_deref().is_none_or(|n| n == ns)
-        && args
-            .pod
-            .as_deref()
-            .is_none_or(|p| o.kind.as_deref() == Some("Pod") && o.name.as_deref() == Some(p))
-}
-
-/// kubectl's `duration.HumanDuration`.
-#[must_use]
-pub fn human_duration(secs: i64) -> String {
-    if secs < -1 {
-        return "<invalid>".to_owned();
-    }
-    let s = secs.max(0);
-    let (m, h, d) = (s / 60, s / 3600, s / 86_400);
-    let y = d / 365;
-    if s < 120 {
-        format!("{s}s")
-    } else if m < 10 {
-        if s % 60 == 0 {
-            format!("{m}m")
-        } else {
-            format!("{m}m{}s", s % 60)
-        }
-    } else if h < 3 {
-        format!("{m}m")
-    } else if h < 8 {
-        if m % 60 == 0 {
-            format!("{h}h")
-        } else {
-            format!("{h}h{}m", m % 60)
-        }
-    } else if h < 48 {
-        format!("{h}h")
-    } else if h < 192 {
-        if h % 24 == 0 {
-            format!("{d}d")
-        } else {
-            format!("{d}d{}h", h % 24)
-        }
-    } else if y < 2 {
-        format!("{d}d")
-    } else if y < 8 {
-        if d % 365 == 0 {
-            format!("{y}y")
-        } else {
-            format!("{y}y{}d", d % 365)
-        }
-    } else {
-        format!("{y}y")
-    }
-}
-
-/// The table or JSON for `events` (selected by `args`), `now` for the ages.
-#[must_use]
-pub fn render(events: &[Event], args: &EventsArgs, now: k8s_openapi::jiff::Timestamp) -> String {
-    let picked: Vec<&Event> = events.iter().filter(|e| selected(e, args)).collect();
-    if args.output == EventsOutput::Json {
-        let list = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "EventList",
-            "items": picked,
-        });
-        return serde_json::to_string_pretty(&list).unwrap_or_default();
-    }
-    if picked.is_empty() {
-        return "No events found.".to_owned();
-    }
-    let rows: Vec<[String; 6]> = picked
-        .iter()
-        .map(|e| {
-            let o = &e.involved_object;
-            let age = e.last_timestamp.as_ref().map_or_else(String::new, |t| {
-                human_duration(now.duration_since(t.0).as_secs())
-            });
-            let count = e.count.unwrap_or(1);
-            let message = e.message.as_deref().unwrap_or("");
-            let message = if count > 1 {
-                format!("{message} (x{count})")
-            } else {
-                message.to_owned()
-            };
-            [
-                cell(e.metadata.namespace.as_deref().unwrap_or("")),
-                age,
-                cell(e.type_.as_deref().unwrap_or("")),
-                cell(e.reason.as_deref().unwrap_or("")),
-                cell(&format!(
-                    "{}/{}",
-                    o.kind.as_deref().unwrap_or("").to_lowercase(),
-                    o.name.as_deref().unwrap_or("")
-                )),
-                cell(message.trim_end()),
-            ]
-        })
-        .collect();
-    state_log::table(
-        [
-            "NAMESPACE",
-            "LAST SEEN",
-            "TYPE",
-            "REASON",
-            "OBJECT",
-            "MESSAGE",
-        ],
-        &rows,
-    )
-}
-
-/// Runs `enforcer events`: exit 2 when the state directory cannot be read.
-#[must_use]
-pub fn events_main(args: &EventsArgs) -> std::process::ExitCode {
-    use std::io::Write as _;
-    match read(&args.state_dir) {
-        Ok((events, bad)) => {
-            if bad > 0 {
-                eprintln!(
-                    "enforcer: skipped {bad} unreadable line(s) in {}",
-                    args.state_dir.join(DIR).display()
-                );
-            }
-            let text = render(&events, args, k8s_openapi::jiff::Timestamp::now());
-            if writeln!(std::io::stdout().lock(), "{text}").is_err() {
-                return std::process::ExitCode::FAILURE;
-            }
-            std::process::ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("enforcer: {e} (is the daemon running with this --state-dir?)");
-            std::process::ExitCode::from(2)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
+    use std::{collections::BTreeMap, path::PathBuf};
 
     use super::*;
     use crate::cluster::events::{EventType, Involved};
@@ -309,15 +145,6 @@ mod tests {
         d
     }
 
-    fn args(pod: Option<&str>, output: EventsOutput) -> EventsArgs {
-        EventsArgs {
-            output,
-            pod: pod.map(str::to_owned),
-            namespace: None,
-            state_dir: PathBuf::new(),
-        }
-    }
-
     fn evicted(name: &str) -> EventRecord {
         EventRecord {
             involved: Involved::pod("ns", name, "u1", None),
@@ -329,7 +156,7 @@ mod tests {
     }
 
     /// Repeats aggregate into one event (count 3), every event is passed on to the API
-    /// writer's queue, and the CLI reads them back, filtered by pod.
+    /// writer's queue, and they are read back whole.
     #[tokio::test]
     async fn kept_aggregated_forwarded_and_read_back() {
         let state = tmp("keep");
@@ -364,33 +191,6 @@ mod tests {
         assert_eq!(
             backoff.source.as_ref().and_then(|s| s.host.as_deref()),
             Some("n1")
-        );
-        let text = render(
-            &events,
-            &args(Some("hog"), EventsOutput::Json),
-            k8s_openapi::jiff::Timestamp::now(),
-        );
-        let v: serde_json::Value = serde_json::from_str(&text).expect("json");
-        assert_eq!(v["kind"], "EventList");
-        let items = v["items"].as_array().expect("items");
-        assert_eq!(items.len(), 1, "{text}");
-        assert_eq!(items[0]["reason"], "Evicted");
-        assert_eq!(items[0]["type"], "Warning");
-        assert_eq!(
-            items[0]["metadata"]["annotations"]["starved_resource"],
-            "memory"
-        );
-        let table = render(
-            &events,
-            &args(None, EventsOutput::Table),
-            k8s_openapi::jiff::Timestamp::now(),
-        );
-        let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 3, "{table}");
-        assert!(lines[0].starts_with("NAMESPACE   LAST SEEN"), "{table}");
-        assert!(
-            table.contains("pod/web") && table.contains("(x3)"),
-            "{table}"
         );
         let _ = std::fs::remove_dir_all(&state);
     }
@@ -453,42 +253,8 @@ mod tests {
         std::fs::write(d.join(FILE), format!("{{not json\n{good}\n{{\"metad")).expect("write");
         let (events, bad) = read(&dir).expect("read");
         assert_eq!((events.len(), bad), (1, 1));
-        let table = render(
-            &events,
-            &args(None, EventsOutput::Table),
-            k8s_openapi::jiff::Timestamp::from_second(1_000 + 300).expect("now"),
-        );
-        assert!(!table.contains('\u{1b}'), "{table:?}");
-        assert!(table.contains("pod/a\\u{1b}[2Jb"), "{table}");
-        assert!(table.contains("   5m   "), "the age: {table}");
-        assert_eq!(
-            render(
-                &events,
-                &args(Some("other"), EventsOutput::Table),
-                k8s_openapi::jiff::Timestamp::now()
-            ),
-            "No events found."
-        );
         // No directory at all: no events, not an error.
         assert_eq!(read(&tmp("none")).expect("none").0.len(), 0);
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn kubectl_ages() {
-        for (s, want) in [
-            (-5, "<invalid>"),
-            (0, "0s"),
-            (119, "119s"),
-            (125, "2m5s"),
-            (600, "10m"),
-            (3 * 3600 + 120, "3h2m"),
-            (10 * 3600, "10h"),
-            (50 * 3600, "2d2h"),
-            (10 * 86_400, "10d"),
-            (3 * 365 * 86_400, "3y"),
-        ] {
-            assert_eq!(human_duration(s), want, "{s}");
-        }
     }
 }

@@ -4,6 +4,8 @@
 //! reported with the file and the problem and changes nothing else: the pods it held before stay
 //! as they were.
 
+mod manifest;
+
 use std::{
     collections::{BTreeMap, HashMap},
     io::Read as _,
@@ -13,7 +15,8 @@ use std::{
 };
 
 use k8s_openapi::api::core::v1::Pod;
-use sha2::{Digest as _, Sha256};
+
+pub use manifest::{is_dns_subdomain, is_valid_uid, parse_manifest, too_deep, validate};
 
 /// Largest manifest file accepted.
 pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;
@@ -108,230 +111,6 @@ pub struct ManifestDir {
     /// Entries with a manifest name that cannot be read as a file (a FIFO, a device, a
     /// symlink loop or a dangling link), reported once each, with why.
     unreadable: BTreeMap<PathBuf, String>,
-}
-
-/// The first line at which flow collections (`{`, `[`) nest deeper than `max`, outside quoted
-/// strings and comments; checked before the YAML parser sees the text.
-#[must_use]
-pub fn too_deep(text: &str, max: usize) -> Option<usize> {
-    let mut depth = 0usize;
-    let mut line = 1usize;
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
-    let mut comment = false;
-    let mut prev = '\n';
-    for c in text.chars() {
-        if c == '\n' {
-            line += 1;
-            comment = false;
-            prev = c;
-            continue;
-        }
-        if comment {
-            continue;
-        }
-        match quote {
-            Some(q) => {
-                if escaped {
-                    escaped = false;
-                } else if q == '"' && c == '\\' {
-                    escaped = true;
-                } else if c == q {
-                    quote = None;
-                }
-            }
-            None => match c {
-                '"' | '\'' if !prev.is_alphanumeric() => quote = Some(c),
-                '#' if prev.is_whitespace() => comment = true,
-                '{' | '[' => {
-                    depth += 1;
-                    if depth > max {
-                        return Some(line);
-                    }
-                }
-                '}' | ']' => depth = depth.saturating_sub(1),
-                _ => {}
-            },
-        }
-        prev = c;
-    }
-    None
-}
-
-fn is_dns_label(s: &str, max: usize) -> bool {
-    !s.is_empty()
-        && s.len() <= max
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// DNS-1123 subdomain (pod names): labels separated by dots, at most 253 characters.
-#[must_use]
-pub fn is_dns_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(|l| is_dns_label(l, 63))
-}
-
-/// A pod uid as the enforcer accepts it: letters, digits and `-`, at most 128 characters.
-#[must_use]
-pub fn is_valid_uid(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-}
-
-/// Validates a pod (the checks the file source and the pod workers rely on).
-pub fn validate(pod: &Pod) -> Result<(), String> {
-    let name = pod.metadata.name.as_deref().unwrap_or("");
-    if name.is_empty() {
-        return Err("metadata.name: required".to_owned());
-    }
-    if !is_dns_subdomain(name) {
-        return Err(format!(
-            "metadata.name {name:?}: must be a lowercase DNS-1123 subdomain (no '/', no '..')"
-        ));
-    }
-    if let Some(ns) = pod.metadata.namespace.as_deref()
-        && !is_dns_label(ns, 63)
-    {
-        return Err(format!(
-            "metadata.namespace {ns:?}: must be a lowercase DNS-1123 label"
-        ));
-    }
-    if let Some(uid) = pod.metadata.uid.as_deref()
-        && !is_valid_uid(uid)
-    {
-        return Err(format!(
-            "metadata.uid {uid:?}: only letters, digits and '-' are allowed (no '/', no '..')"
-        ));
-    }
-    let Some(spec) = pod.spec.as_ref() else {
-        return Err("spec: required".to_owned());
-    };
-    if spec.containers.is_empty() {
-        return Err("spec.containers: must have at least one container".to_owned());
-    }
-    let mut seen = std::collections::HashSet::new();
-    let all = spec
-        .init_containers
-        .iter()
-        .flatten()
-        .map(|c| ("spec.initContainers", c))
-        .chain(spec.containers.iter().map(|c| ("spec.containers", c)));
-    for (field, c) in all {
-        if !is_dns_label(&c.name, 63) {
-            return Err(format!(
-                "{field}[{:?}].name: must be a lowercase DNS-1123 label",
-                c.name
-            ));
-        }
-        if !seen.insert(c.name.clone()) {
-            return Err(format!(
-                "{field}[{:?}].name: duplicate container name",
-                c.name
-            ));
-        }
-        if c.image.as_deref().unwrap_or("").trim().is_empty() {
-            return Err(format!("{field}[{:?}].image: required", c.name));
-        }
-        if let Some(p) = c.image_pull_policy.as_deref()
-            && !matches!(p, "Always" | "IfNotPresent" | "Never")
-        {
-            return Err(format!(
-                "{field}[{:?}].imagePullPolicy: unsupported value {p:?}",
-                c.name
-            ));
-        }
-    }
-    if let Some(p) = spec.restart_policy.as_deref()
-        && !matches!(p, "Always" | "OnFailure" | "Never")
-    {
-        return Err(format!("spec.restartPolicy: unsupported value {p:?}"));
-    }
-    if let Some(g) = spec.termination_grace_period_seconds
-        && g < 0
-    {
-        return Err(format!(
-            "spec.terminationGracePeriodSeconds: must be >= 0, got {g}"
-        ));
-    }
-    // Quantities, requests <= limits (the decision core's validation).
-    crate::policy::resources::validate_pod(pod).map_err(|e| e.to_string())
-}
-
-/// Parses the documents of one manifest file into pods (kubelet's file source defaulting:
-/// namespace `default`, name `<name>-<node>`, a uid from node, path and content when unset,
-/// the config source and hash annotations).
-pub fn parse_manifest(file: &Path, text: &str, node_name: &str) -> Result<Vec<Pod>, SourceError> {
-    use serde::Deserialize as _;
-    let mut pods = Vec::new();
-    for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let doc_no = i + 1;
-        let value = serde_yaml_ng::Value::deserialize(doc).map_err(|e| SourceError::Yaml {
-            file: file.to_path_buf(),
-            message: e.to_string(),
-        })?;
-        if value.is_null() {
-            continue;
-        }
-        let invalid = |message: String| SourceError::Invalid {
-            file: file.to_path_buf(),
-            doc: doc_no,
-            message,
-        };
-        let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-        if kind != "Pod" {
-            return Err(invalid(format!("kind {kind:?}: only Pod is supported")));
-        }
-        let api = value
-            .get("apiVersion")
-            .and_then(|k| k.as_str())
-            .unwrap_or("");
-        if api != "v1" {
-            return Err(invalid(format!("apiVersion {api:?}: expected \"v1\"")));
-        }
-        let mut pod: Pod = serde_path_to_error::deserialize(value)
-            .map_err(|e| invalid(format!("{}: {}", e.path(), e.inner())))?;
-        validate(&pod).map_err(invalid)?;
-        crate::policy::resources::apply_defaults(&mut pod);
-        // Static pod defaulting, as kubelet's file source does it.
-        let ns = pod
-            .metadata
-            .namespace
-            .get_or_insert_with(|| "default".to_owned())
-            .clone();
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let full_name = if node_name.is_empty() {
-            name
-        } else {
-            format!("{name}-{}", node_name.to_lowercase())
-        };
-        if !is_dns_subdomain(&full_name) {
-            return Err(invalid(format!(
-                "metadata.name {full_name:?} (with the node name) is not a DNS-1123 subdomain"
-            )));
-        }
-        pod.metadata.name = Some(full_name);
-        if pod.metadata.uid.is_none() {
-            let mut h = Sha256::new();
-            h.update(node_name.as_bytes());
-            h.update(file.as_os_str().as_encoded_bytes());
-            h.update(serde_json::to_vec(&pod).unwrap_or_default());
-            h.update(ns.as_bytes());
-            let hex: String = h
-                .finalize()
-                .iter()
-                .take(16)
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            pod.metadata.uid = Some(hex);
-        }
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let ann = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
-        ann.insert(CONFIG_SOURCE_ANNOTATION.to_owned(), "file".to_owned());
-        ann.insert(CONFIG_HASH_ANNOTATION.to_owned(), uid);
-        pods.push(pod);
-    }
-    Ok(pods)
 }
 
 fn read_limited(path: &Path) -> Result<String, SourceError> {
@@ -871,20 +650,6 @@ mod tests {
     }
 
     #[test]
-    fn static_uid_is_deterministic_and_follows_content() {
-        let text = POD.replace("uid: u-1", "namespace: ns");
-        let f = Path::new("/m/web.yaml");
-        let a = parse_manifest(f, &text, "n").expect("a");
-        let b = parse_manifest(f, &text, "n").expect("b");
-        assert_eq!(a[0].metadata.uid, b[0].metadata.uid);
-        let c = parse_manifest(Path::new("/m/other.yaml"), &text, "n").expect("c");
-        assert_ne!(a[0].metadata.uid, c[0].metadata.uid);
-        let d = parse_manifest(f, &text.replace("busybox:local", "busybox:2"), "n").expect("d");
-        assert_ne!(a[0].metadata.uid, d[0].metadata.uid);
-        assert!(is_valid_uid(a[0].metadata.uid.as_deref().unwrap_or("")));
-    }
-
-    #[test]
     fn bad_files_are_rejected_clearly_and_touch_nothing_else() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut src = ManifestDir::new(dir.path(), "n");
@@ -978,42 +743,5 @@ mod tests {
             file: dir.path().join("good.yaml").display().to_string(),
             message: None
         }));
-    }
-
-    #[test]
-    fn several_documents() {
-        let text = format!(
-            "{}---\n{}",
-            POD,
-            POD.replace("u-1", "u-2").replace("name: web", "name: db")
-        );
-        let got = parse_manifest(Path::new("/m/x.yaml"), &text, "").expect("parse");
-        assert_eq!(got.len(), 2);
-        assert_eq!(got[1].metadata.name.as_deref(), Some("db"));
-    }
-}
-
-#[cfg(test)]
-mod examples {
-    /// The example manifests `cargo xtask run` ships are valid pods of the three QoS classes.
-    #[test]
-    fn example_manifests_parse_into_three_qos_classes() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/manifests");
-        let mut classes = Vec::new();
-        for name in ["guaranteed.yaml", "burstable.yaml", "besteffort.yaml"] {
-            let path = dir.join(name);
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            let pods = super::parse_manifest(&path, &text, "node");
-            assert!(pods.is_ok(), "{name}: {pods:?}");
-            for pod in pods.unwrap_or_default() {
-                assert_eq!(
-                    pod.spec.as_ref().and_then(|s| s.host_network),
-                    Some(true),
-                    "{name}"
-                );
-                classes.push(crate::runtime::spec::pod_qos(&pod).as_str());
-            }
-        }
-        assert_eq!(classes, ["Guaranteed", "Burstable", "BestEffort"]);
     }
 }

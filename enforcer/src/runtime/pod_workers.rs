@@ -1,0 +1,191 @@
+//! The pods of the runtime loop as kubelet's `podWorkers` keeps them: one worker each, their
+//! admission, the updates queued behind a terminating worker, and the evicted pods' Failed
+//! statuses.
+
+use std::{collections::HashMap, sync::Arc};
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::{sync::mpsc, task::JoinSet};
+
+use super::{
+    ActiveEntry, ContainerRuntime, NodeLink, PodUpdate, PodWorker, StatusManager, Terminated,
+    WorkUpdate, WorkerContext,
+    admissions::Admissions,
+    apiserver,
+    records::failed_record,
+    spec,
+    status::{PodPhase, PodRecord},
+};
+use crate::policy::{admission, preemption};
+
+pub(super) struct Handle {
+    pub(super) tx: mpsc::UnboundedSender<WorkUpdate>,
+    /// The worker as `kubelet_working_pods` counts it.
+    pub(super) working: crate::metrics::WorkingPod,
+}
+
+/// The pods of the runtime loop: one worker each, their admission, the updates queued behind a
+/// terminating worker, and the evicted pods' Failed statuses.
+pub(super) struct Pods<R: ContainerRuntime> {
+    pub(super) ctx: Arc<WorkerContext<R>>,
+    /// Active pods out to the eviction manager.
+    pub(super) link: NodeLink,
+    pub(super) workers: HashMap<String, Handle>,
+    pub(super) tasks: JoinSet<()>,
+    /// Where workers report that they terminated.
+    pub(super) done: mpsc::UnboundedSender<Terminated>,
+    /// Updates of pods whose worker is running; taken up again when it terminates.
+    pub(super) pending: HashMap<String, PodUpdate>,
+    pub(super) admissions: Admissions,
+    /// Pods the eviction manager evicted: their Failed status stays until their source
+    /// deletes them; updates are ignored meanwhile (phase Failed is terminal).
+    pub(super) evicted: HashMap<String, (PodRecord, bool)>,
+}
+
+/// How [`Pods::evict`] kills a pod: the status reason and message, the grace period, and
+/// whether the pod gets the `DisruptionTarget` condition.
+pub(super) struct EvictAs<'a> {
+    pub(super) reason: &'a str,
+    pub(super) message: &'a str,
+    pub(super) grace: i64,
+    pub(super) disruption_target: bool,
+}
+
+/// A pod admission rejected: its reason and the message its status carries.
+pub(super) struct Rejected {
+    pub(super) reason: String,
+    pub(super) message: String,
+}
+
+impl<R: ContainerRuntime> Pods<R> {
+    /// Starts `worker` as the pod `uid`'s worker.
+    pub(super) fn spawn(
+        &mut self,
+        uid: String,
+        worker: PodWorker<R>,
+        working: crate::metrics::WorkingPod,
+    ) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.workers.insert(uid, Handle { tx, working });
+        self.tasks.spawn(worker.run(rx, self.done.clone()));
+    }
+
+    /// Kills the pod `uid` as an eviction: out of the active set, its Failed status
+    /// (`reason`, `message`, and `DisruptionTarget` with `disruption_target`) set when its
+    /// worker ends, its worker killed with `grace` seconds. False without a worker.
+    pub(super) fn evict(&mut self, uid: &str, pod: &Pod, e: EvictAs<'_>) -> bool {
+        self.link.remove_active(uid);
+        let Some(h) = self.workers.get_mut(uid) else {
+            return false;
+        };
+        h.working.killed();
+        let status = &self.ctx.status;
+        let rec = failed_record(pod, "", e.reason, e.message.to_owned());
+        let rec = PodRecord {
+            source: status.get(uid).map(|r| r.source).unwrap_or_default(),
+            ..rec
+        };
+        status.evicting(uid);
+        self.evicted
+            .insert(uid.to_owned(), (rec, e.disruption_target));
+        self.pending.remove(uid);
+        let _ = h.tx.send(WorkUpdate::Kill {
+            grace: Some(e.grace),
+        });
+        true
+    }
+
+    /// Preempts `pod` to admit a critical pod (kubelet's `evictPodsToFreeRequests`): kubelet's
+    /// event and status (`Preempting`), killed with its own grace period as an eviction is,
+    /// counted in `kubelet_preemptions{preemption_signal}`.
+    fn preempt(&mut self, uid: &str, pod: Arc<Pod>, signal: &str) {
+        let id = spec::PodIdent::of(&pod);
+        tracing::warn!(uid = %uid, pod = %id.name, signal, message = preemption::MESSAGE, "preempting pod");
+        self.ctx.events.event(
+            crate::cluster::events::Involved::pod(&id.namespace, &id.name, uid, None),
+            crate::cluster::events::EventType::Warning,
+            preemption::REASON,
+            preemption::MESSAGE.to_owned(),
+        );
+        let killed = self.evict(
+            uid,
+            &pod,
+            EvictAs {
+                reason: preemption::REASON,
+                message: preemption::MESSAGE,
+                grace: spec::grace_seconds(&pod),
+                disruption_target: true,
+            },
+        );
+        if killed {
+            crate::metrics::global().preemption(signal);
+        }
+    }
+
+    /// The workers by lifecycle, config and static (`kubelet_working_pods`): a syncing
+    /// worker whose pod ran to its end is terminated, and so is an evicted pod kept until its
+    /// source deletes it.
+    pub(super) fn working_pods(&self, status: &StatusManager) -> crate::metrics::WorkingPods {
+        let finished: std::collections::HashSet<String> = [PodPhase::Succeeded, PodPhase::Failed]
+            .into_iter()
+            .flat_map(|p| status.uids_in_phase(p))
+            .collect();
+        let mut counts = crate::metrics::WorkingPods::default();
+        for (uid, h) in &self.workers {
+            counts.add(h.working.now(finished.contains(uid)));
+        }
+        for (uid, (rec, _)) in &self.evicted {
+            if !self.workers.contains_key(uid) {
+                let mut w = crate::metrics::WorkingPod::desired(&rec.source);
+                w.lifecycle = crate::metrics::WorkingLifecycle::Terminated;
+                counts.add(w);
+            }
+        }
+        counts
+    }
+
+    /// kubepods and the QoS tiers in step with the admitted pods.
+    pub(super) fn sync_node(&self) {
+        self.ctx
+            .enforce
+            .sync_node_logged(self.admissions.admitted.values().map(|p| &**p));
+    }
+
+    /// Admits a pod that has no worker and starts one: counted by admission, its exclusive
+    /// CPUs allocated, kubepods in step, active for the eviction manager. A rejected pod gets
+    /// its Failed status instead.
+    pub(super) fn admit_and_spawn(&mut self, uid: String, u: PodUpdate) -> Result<(), Rejected> {
+        match self.admissions.try_admit(
+            &uid,
+            &u.pod,
+            &self.link,
+            self.ctx.objects.is_some() && u.source == apiserver::API_SOURCE,
+        ) {
+            Ok(preempted) => {
+                for (victim, pod) in preempted.victims {
+                    self.preempt(&victim, pod, &preempted.signal);
+                }
+                self.ctx.enforce.admit_cpus(&u.pod);
+                self.sync_node();
+                if let Ok(cgroup) = self.ctx.cgroups.pod_path(&uid, spec::pod_qos(&u.pod)) {
+                    self.link
+                        .set_active(&uid, ActiveEntry::new(u.pod.clone(), cgroup));
+                }
+                let working = crate::metrics::WorkingPod::desired(&u.source);
+                let w = PodWorker::new(self.ctx.clone(), u.pod, u.source);
+                self.spawn(uid, w, working);
+                Ok(())
+            }
+            Err(r) => {
+                let message = admission::rejected_status_message(&r);
+                self.ctx
+                    .status
+                    .set(failed_record(&u.pod, &u.source, &r.reason, message.clone()));
+                Err(Rejected {
+                    reason: r.reason,
+                    message,
+                })
+            }
+        }
+    }
+}
