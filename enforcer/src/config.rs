@@ -6,7 +6,7 @@
 //! values are errors naming the field or flag and the value.
 
 mod document;
-pub mod duration;
+pub use crate::duration;
 pub mod flags;
 mod resolve;
 
@@ -26,6 +26,8 @@ use std::{
 use serde::Serialize;
 
 use crate::{
+    cgroup::CgroupLayout,
+    node::NodeObserver,
     policy::eviction::{EvictionConfig, Threshold, ThresholdValue},
     quantity::Quantity,
 };
@@ -356,6 +358,37 @@ pub struct EnforcerConfig {
 }
 
 impl Config {
+    /// The node observer of this node: `capacity` is the node's (with any override), the configuration gives
+    /// the reservations and the state directory (nodefs).
+    #[must_use]
+    pub fn node_observer(
+        &self,
+        layout: &CgroupLayout,
+        capacity: &crate::policy::resources::ResourceList,
+    ) -> NodeObserver {
+        let memory_capacity = capacity
+            .get("memory")
+            .map_or(0, crate::quantity::Quantity::value);
+        NodeObserver {
+            layout: layout.clone(),
+            kubepods: format!("{}/kubepods", self.cgroup_root.trim_end_matches('/')),
+            memory_capacity,
+            capacity_override: self.enforcer.node_capacity.contains_key("memory"),
+            kubepods_memory_limit: crate::policy::admission::kubepods_memory_limit(
+                capacity,
+                &self.system_reserved,
+                &self.kube_reserved,
+            ),
+            nodefs: self.enforcer.state_dir.clone(),
+            imagefs: Some(PathBuf::from("/var/lib/containerd")).filter(|p| p.exists()),
+            pid_capacity: self
+                .enforcer
+                .node_capacity
+                .get("pids")
+                .map(crate::quantity::Quantity::value),
+        }
+    }
+
     /// kubelet's sysctl admission: the safe sysctls plus `allowedUnsafeSysctls` (validated
     /// when the configuration was resolved).
     #[must_use]
@@ -411,7 +444,7 @@ impl Config {
     pub fn node_name(&self) -> String {
         let name = self.hostname_override.trim();
         if name.is_empty() {
-            crate::runtime::node_name()
+            crate::node::node_name()
         } else {
             name.to_lowercase()
         }
@@ -727,7 +760,7 @@ mod tests {
         assert_eq!(c.node_status_update_frequency, Duration::from_secs(10));
         assert_eq!(c.node_status_report_frequency, Duration::from_secs(300));
         assert_eq!(c.node_lease_duration_seconds, 40);
-        assert_eq!(c.node_name(), crate::runtime::node_name());
+        assert_eq!(c.node_name(), crate::node::node_name());
         let c = resolve(
             "c.yaml",
             &doc("hostnameOverride: Node-A\nnodeStatusUpdateFrequency: 4s\nnodeLeaseDurationSeconds: 20\n"),

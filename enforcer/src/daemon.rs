@@ -158,7 +158,7 @@ pub async fn run(
         &config.hard_eviction_thresholds,
     );
     let memory_capacity = capacity.get("memory").map_or(0, Quantity::value);
-    let observer = NodeObserver::for_node(&config, &layout, &capacity);
+    let observer = config.node_observer(&layout, &capacity);
     let kubepods = observer.kubepods.clone();
     // The kubepods cgroup (allocatable: capacity minus reservations when `pods` is enforced)
     // and its QoS tiers exist before anything watches them (runtime::enforce).
@@ -460,7 +460,7 @@ mod tests {
         };
         let config = crate::config::load(&args).expect("config").config;
         let caps = config.enforcer.node_capacity.clone();
-        let observer = NodeObserver::for_node(&config, &CgroupLayout::default(), &caps);
+        let observer = config.node_observer(&CgroupLayout::default(), &caps);
         assert_eq!(
             memory_crossings(&config, &observer),
             [
@@ -476,7 +476,7 @@ mod tests {
         })
         .expect("config")
         .config;
-        let observer = NodeObserver::for_node(&plain, &CgroupLayout::default(), &caps);
+        let observer = plain.node_observer(&CgroupLayout::default(), &caps);
         assert!(memory_crossings(&plain, &observer).is_empty());
     }
 }

@@ -8,6 +8,7 @@ pub mod cli;
 pub mod cluster;
 pub mod config;
 pub mod daemon;
+pub mod duration;
 pub mod eviction_manager;
 pub mod health;
 pub mod kernel;

@@ -5,13 +5,12 @@
 //! As kubelet's legacy registry, the registry is process-wide ([`global`]): the CRI client,
 //! the relister, the pod workers and the eviction manager record into it without a handle
 //! being threaded through. What is a view of the node's state (pods desired and active, node
-//! conditions, the signal pipeline's counters) is read at scrape time by [`NodeStateCollector`].
+//! conditions, the signal pipeline's counters) is read at scrape time by `runtime::NodeStateCollector`.
 //!
 //! OpenMetrics names every counter `<name>_total`: kubelet's `kubelet_evictions` and
 //! `kubelet_preemptions` are therefore scraped as `kubelet_evictions_total` and
 //! `kubelet_preemptions_total` (what Prometheus' Go client serves in OpenMetrics too).
 
-mod node_state;
 mod working_pods;
 
 use std::{
@@ -26,7 +25,6 @@ use prometheus_client::{
     registry::Registry,
 };
 
-pub use node_state::NodeStateCollector;
 pub use working_pods::{WorkingConfig, WorkingLifecycle, WorkingPod, WorkingPods};
 
 use crate::policy::pod_actions::{ContainerKind, PodPhase};

@@ -216,37 +216,6 @@ pub struct NodeObserver {
 }
 
 impl NodeObserver {
-    /// The observer of this node: `capacity` is the node's (with any override), `config` gives
-    /// the reservations and the state directory (nodefs).
-    #[must_use]
-    pub fn for_node(
-        config: &crate::config::Config,
-        layout: &CgroupLayout,
-        capacity: &crate::policy::resources::ResourceList,
-    ) -> Self {
-        let memory_capacity = capacity
-            .get("memory")
-            .map_or(0, crate::quantity::Quantity::value);
-        Self {
-            layout: layout.clone(),
-            kubepods: format!("{}/kubepods", config.cgroup_root.trim_end_matches('/')),
-            memory_capacity,
-            capacity_override: config.enforcer.node_capacity.contains_key("memory"),
-            kubepods_memory_limit: crate::policy::admission::kubepods_memory_limit(
-                capacity,
-                &config.system_reserved,
-                &config.kube_reserved,
-            ),
-            nodefs: config.enforcer.state_dir.clone(),
-            imagefs: Some(PathBuf::from("/var/lib/containerd")).filter(|p| p.exists()),
-            pid_capacity: config
-                .enforcer
-                .node_capacity
-                .get("pids")
-                .map(crate::quantity::Quantity::value),
-        }
-    }
-
     /// kubelet's two memory signals from the working sets of the node (or, with a capacity
     /// override, of kubepods) and of kubepods: `memory.available` against the node's
     /// capacity, `allocatableMemory.available` against the kubepods limit.
@@ -609,7 +578,7 @@ mod tests {
             };
             let config = crate::config::load(&args).expect("config").config;
             let caps = config.enforcer.node_capacity.clone();
-            let observer = NodeObserver::for_node(&config, &CgroupLayout::default(), &caps);
+            let observer = config.node_observer(&CgroupLayout::default(), &caps);
             let obs: Observations = observer
                 .memory_observations(ws, ws, Some(Duration::ZERO))
                 .into_iter()

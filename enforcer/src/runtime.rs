@@ -34,6 +34,7 @@ pub mod gc;
 pub mod lifecycle;
 pub mod limit;
 pub mod link;
+mod node_state;
 pub mod objects;
 mod pod_workers;
 pub mod podcgroup;
@@ -53,6 +54,7 @@ use tokio::{sync::mpsc, task::JoinSet};
 pub use admissions::Admission;
 pub use cri::{ContainerRuntime, CriError, CriRuntime};
 pub use link::{ActiveEntry, Evict, NodeLink};
+pub use node_state::NodeStateCollector;
 pub use records::{DISRUPTION_TARGET_REASON, evicted_status};
 pub use source::{ManifestDir, PodOp, PodUpdate, SourceEvent};
 pub use spec::NodeFacts;
@@ -126,7 +128,7 @@ pub struct RunPodsOptions {
     pub health: Arc<crate::health::Health>,
     /// The pod workers' events (`Pulled`, `Created`, `Started`, `Killing`, `BackOff`,
     /// `Failed`); a default recorder drops them.
-    pub events: crate::cluster::events::Recorder,
+    pub events: crate::recorder::Recorder,
     /// `clusterDNS`, `clusterDomain`, `resolvConf`.
     pub dns: crate::policy::dns::DnsSettings,
 }
@@ -181,33 +183,18 @@ impl RunPodsOptions {
             kubeconfig: None,
             enforce: Arc::default(),
             health: Arc::default(),
-            events: crate::cluster::events::Recorder::default(),
+            events: crate::recorder::Recorder::default(),
             dns: crate::policy::dns::DnsSettings::default(),
         }
     }
 }
 
-/// This machine's hostname, lowercased ("localhost" if unreadable).
-#[must_use]
-pub fn node_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_lowercase())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "localhost".to_owned())
-}
+pub use crate::node::node_name;
 
 /// MemTotal in bytes (0 if unreadable).
 #[must_use]
 pub fn memory_capacity() -> i64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
-        })
-        .map_or(0, |kb| kb.saturating_mul(1024))
+    crate::node::machine_memory().unwrap_or(0)
 }
 
 /// Runs pods from the manifest directory on the CRI runtime at `opts.cri_socket` until
@@ -300,9 +287,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         downward: crate::policy::env::EnvContext {
             node_name: opts.node_name.clone(),
             // The Node's InternalIP (cluster mode's `status.hostIP`): the same probe.
-            host_ips: crate::cluster::node_status::default_route_ip()
-                .into_iter()
-                .collect(),
+            host_ips: crate::node::default_route_ip().into_iter().collect(),
             pod_ips: Vec::new(),
             allocatable: downward_allocatable(&opts),
             objects: None,
@@ -615,7 +600,7 @@ mod tests {
             kubeconfig: None,
             enforce: Arc::default(),
             health: Arc::default(),
-            events: crate::cluster::events::Recorder::default(),
+            events: crate::recorder::Recorder::default(),
             dns: crate::policy::dns::DnsSettings::default(),
         }
     }

@@ -47,9 +47,9 @@ use tokio::{net::TcpListener, sync::Semaphore};
 use crate::{
     config::Config,
     health::Health,
-    metrics::{Metrics, NodeStateCollector},
+    metrics::Metrics,
     node::NodeObserver,
-    runtime::{NodeLink, StatusManager},
+    runtime::{NodeLink, NodeStateCollector, StatusManager},
     signal::PipelineStats,
 };
 
@@ -372,8 +372,7 @@ mod tests {
         let config = crate::config::load(&crate::config::ConfigArgs::default())
             .expect("config")
             .config;
-        let observer = NodeObserver::for_node(
-            &config,
+        let observer = config.node_observer(
             &crate::cgroup::CgroupLayout::default(),
             &config.enforcer.node_capacity,
         );

@@ -21,11 +21,11 @@ use std::{
 
 use k8s_openapi::api::core::v1::Pod;
 
+pub use super::writer::CgroupValues;
 use super::{
     CgroupError, CgroupLayout, CgroupVersion, QosTier, join_inside,
     writer::{CgroupWriter, KernelCgroups},
 };
-pub use super::writer::CgroupValues;
 use crate::policy::{
     qos::{self, QosClass},
     resources::{

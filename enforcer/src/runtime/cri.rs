@@ -74,6 +74,14 @@ impl CriError {
     }
 }
 
+/// What an `ExecSync` answered.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ExecOutput {
+    pub exit_code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
 /// What the pod workers need from a container runtime (the CRI calls kubelet makes).
 pub trait ContainerRuntime: Send + Sync + 'static {
     /// Runtime name and version.
@@ -147,7 +155,7 @@ pub trait ContainerRuntime: Send + Sync + 'static {
         id: &str,
         cmd: Vec<String>,
         timeout: Duration,
-    ) -> impl Future<Output = Result<super::probe::ExecOutput, CriError>> + Send {
+    ) -> impl Future<Output = Result<ExecOutput, CriError>> + Send {
         let _ = (cmd, timeout);
         let id = id.to_owned();
         async move {
@@ -554,7 +562,7 @@ impl ContainerRuntime for CriRuntime {
         id: &str,
         cmd: Vec<String>,
         timeout: Duration,
-    ) -> Result<super::probe::ExecOutput, CriError> {
+    ) -> Result<ExecOutput, CriError> {
         let container_id = id.to_owned();
         let secs = i64::try_from(timeout.as_secs().max(1)).unwrap_or(i64::MAX);
         let resp = self
@@ -567,7 +575,7 @@ impl ContainerRuntime for CriRuntime {
                 .await
             })
             .await?;
-        Ok(super::probe::ExecOutput {
+        Ok(ExecOutput {
             exit_code: resp.exit_code,
             stdout: resp.stdout,
             stderr: resp.stderr,

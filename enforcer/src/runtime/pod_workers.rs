@@ -102,8 +102,8 @@ impl<R: ContainerRuntime> Pods<R> {
         let id = spec::PodIdent::of(&pod);
         tracing::warn!(uid = %uid, pod = %id.name, signal, message = preemption::MESSAGE, "preempting pod");
         self.ctx.events.event(
-            crate::cluster::events::Involved::pod(&id.namespace, &id.name, uid, None),
-            crate::cluster::events::EventType::Warning,
+            crate::recorder::Involved::pod(&id.namespace, &id.name, uid, None),
+            crate::recorder::EventType::Warning,
             preemption::REASON,
             preemption::MESSAGE.to_owned(),
         );

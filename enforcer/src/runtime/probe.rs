@@ -34,7 +34,8 @@ use k8s_openapi::api::core::v1::{Container, Probe};
 
 use super::cri::ContainerRuntime;
 
-pub use exec::{ExecOutput, exec_probe};
+pub use super::cri::ExecOutput;
+pub use exec::exec_probe;
 pub use grpc::grpc_probe;
 #[cfg(test)]
 pub(crate) use grpc::testing;

@@ -40,8 +40,8 @@ use super::{
 };
 use crate::{
     cgroup::CgroupError,
-    recorder::{EventType, Involved},
     policy::{backoff::Backoff, objects::PodObjects, security::SecurityOptions},
+    recorder::{EventType, Involved},
 };
 
 /// Errors of one sync or kill; the worker retries with backoff.

@@ -3,13 +3,7 @@
 
 use std::collections::BTreeMap;
 
-/// The version the node reports as `kubeletVersion`: kubelet's minor it follows, with the
-/// enforcer's own version as build metadata (`v1.34.0+enforcer.0.1.0`), which semver parsers
-/// (and `kubectl get nodes`) accept.
-#[must_use]
-pub fn kubelet_version() -> String {
-    format!("v1.34.0+enforcer.{}", env!("CARGO_PKG_VERSION"))
-}
+pub use crate::node::{default_route_ip, kubelet_version};
 
 /// What the node reports about itself.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -58,18 +52,6 @@ pub fn os_image(os_release: &str) -> String {
         .find_map(|l| l.strip_prefix("PRETTY_NAME="))
         .map(|v| v.trim().trim_matches('"').to_owned())
         .unwrap_or_else(|| "Linux".to_owned())
-}
-
-/// The node's IP as kubelet picks one without `--node-ip` (the address of the default route's
-/// interface): the source address the kernel picks for a route to a public address (found by
-/// connecting a UDP socket, which sends nothing); `None` without a default route. The Node's
-/// `InternalIP`, pods' `status.hostIP`, and the downward API's `status.hostIP(s)`.
-#[must_use]
-pub fn default_route_ip() -> Option<String> {
-    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
-    s.connect("8.8.8.8:53").ok()?;
-    let ip = s.local_addr().ok()?.ip();
-    (!ip.is_unspecified()).then(|| ip.to_string())
 }
 
 impl NodeFacts {

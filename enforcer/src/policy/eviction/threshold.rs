@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, fmt, time::Duration};
 
 use super::{Observations, Signal};
 use crate::{
-    config::duration,
+    duration,
     quantity::{Format, Quantity, QuantityError},
 };
 

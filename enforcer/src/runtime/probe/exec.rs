@@ -3,20 +3,12 @@
 use std::time::Duration;
 
 use super::{
-    super::cri::{ContainerRuntime, CriError},
+    super::cri::{ContainerRuntime, CriError, ExecOutput},
     Outcome,
 };
 
 /// kubelet's exec probe keeps at most this much output (`maxReadLength`).
 const MAX_EXEC_OUTPUT: usize = 10 * 1024;
-
-/// What an `ExecSync` answered.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ExecOutput {
-    pub exit_code: i32,
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-}
 
 /// Whether a CRI error is the exec's own timeout (kubelet's `DeadlineExceeded` check).
 fn is_exec_timeout(e: &CriError) -> bool {

@@ -11,8 +11,8 @@ use super::{
     terminate::{ignore_not_found, stop_container},
 };
 use crate::{
-    recorder::{EventType, Involved},
     policy::{pod_actions::RestartPolicy, security},
+    recorder::{EventType, Involved},
     runtime::{
         cri::ContainerRuntime,
         lifecycle::{self, Hook},

@@ -9,13 +9,13 @@ use tokio::time::Instant;
 
 use super::{PodWorker, WorkerError};
 use crate::{
-    recorder::EventType,
     policy::{
         objects::{ObjectRefs, PodObjects},
         pod_actions::PullPolicy,
         security::{self, ImageUser},
         volumes as volume_plan,
     },
+    recorder::EventType,
     runtime::{
         apiserver::API_SOURCE,
         cri::ContainerRuntime,

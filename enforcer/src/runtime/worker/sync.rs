@@ -18,7 +18,6 @@ use super::{
     terminate::{ignore_not_found, kill_pod, stop_container},
 };
 use crate::{
-    recorder::EventType,
     policy::{
         pod_actions::{
             ContainerStart, ContainerView, FailedProbe, PodPhase, PodRuntime, ProbeKill, Replace,
@@ -27,6 +26,7 @@ use crate::{
         },
         pod_status::{ContainerObservation, PodStatusInput, RuntimeStatus, pod_status},
     },
+    recorder::EventType,
     runtime::{
         cri::ContainerRuntime,
         probe::{self, ProbeContext, ProbeType},

@@ -10,8 +10,8 @@ use super::{
     PodWorker, PreStop, RUNNING, SANDBOX_READY, WorkUpdate, kind_of, label_filter, name_of,
 };
 use crate::{
-    recorder::EventType,
     policy::pod_actions::PodPhase,
+    recorder::EventType,
     runtime::{
         cri::{ContainerRuntime, CriError},
         lifecycle::{self, Hook},

@@ -9,11 +9,8 @@ use prometheus_client::{
     metrics::{MetricType, counter::ConstCounter, gauge::ConstGauge},
 };
 
-use super::is_static;
-use crate::{
-    runtime::{NodeLink, StatusManager},
-    signal::PipelineStats,
-};
+use super::{NodeLink, StatusManager};
+use crate::{metrics::is_static, signal::PipelineStats};
 
 /// The node's state as series, read at each scrape: `enforcer_node_condition{condition}`,
 /// the signal pipeline's counters, `kubelet_desired_pods{static}` and
