@@ -363,3 +363,367 @@ fn admission_under_conditions() {
     crit.spec.as_mut().unwrap().priority = Some(2_000_000_000);
     assert!(admit(&[NodeCondition::DiskPressure], &crit).admitted);
 }
+
+// The decisions the executor used to take beside the step, one table each.
+
+fn memory_config(t: Threshold) -> EvictionConfig {
+    EvictionConfig {
+        thresholds: vec![t],
+        max_pod_grace_period_seconds: 5,
+        pressure_transition_period: secs(60),
+    }
+}
+
+fn low_memory(at: u64) -> Observations {
+    obs(Signal::MemoryAvailable, "500Mi", "8Gi", at)
+}
+
+fn memory_stats() -> PodStats {
+    PodStats {
+        memory: Some(100 << 20),
+        ..Default::default()
+    }
+}
+
+fn waiting_on(uid: &str, since: u64) -> State {
+    State {
+        cleanup: Some(CleanupWait {
+            uid: uid.into(),
+            since: secs(since),
+        }),
+        ..State::default()
+    }
+}
+
+/// kubelet's `waitForPodsCleanup`: no eviction while the victim holds its resources; the
+/// wait ends on the release or after [`POD_CLEANUP_TIMEOUT`], and the same step may evict.
+#[test]
+fn cleanup_wait_decisions() {
+    let config = memory_config(hard(Signal::MemoryAvailable, "1Gi"));
+    let p = pod("p", vec![container("a", "", "")]);
+    let s = memory_stats();
+    let pods = [ActivePod::new(&p, Some(&s))];
+    // (now, released, pressure) -> (action, the wait's end: released and how long, the wait
+    // after)
+    type Case = (
+        u64,
+        bool,
+        bool,
+        &'static str,
+        Option<(bool, u64)>,
+        Option<&'static str>,
+    );
+    let cases: [Case; 6] = [
+        (15, false, true, "wait", None, Some("v")),
+        (15, false, false, "wait", None, Some("v")),
+        (15, true, true, "evict", Some((true, 5)), Some("uid-p")),
+        (15, true, false, "nothing", Some((true, 5)), None),
+        (39, false, true, "wait", None, Some("v")),
+        (40, false, true, "evict", Some((false, 30)), Some("uid-p")),
+    ];
+    for (now, released, pressure, want, end, after) in cases {
+        let state = waiting_on("v", 10);
+        let awaited = state.awaited(secs(now), released).map(str::to_owned);
+        let o = if pressure {
+            low_memory(now)
+        } else {
+            obs(Signal::MemoryAvailable, "4Gi", "8Gi", now)
+        };
+        let input = Input {
+            released,
+            ..Input::new(&o, &pods, secs(now))
+        };
+        let (next, d) = step(&config, state, &input);
+        let what = match d.action {
+            Action::WaitForCleanup => "wait",
+            Action::Evict { .. } => "evict",
+            Action::Nothing(Idle::NotStarved) => "nothing",
+            ref other => panic!("{other:?}"),
+        };
+        let case = format!("at {now} s, released {released}, pressure {pressure}");
+        assert_eq!(what, want, "{case}");
+        assert_eq!(
+            d.cleanup.map(|e| (&*e.uid == "v", e.released, e.waited)),
+            end.map(|(r, w)| (true, r, secs(w))),
+            "{case}"
+        );
+        assert_eq!(next.cleanup.as_ref().map(|w| &*w.uid), after, "{case}");
+        // The executor leaves the awaited victim out of what it observes.
+        assert_eq!(awaited.is_some(), want == "wait", "{case}");
+    }
+}
+
+/// A victim is chosen on every pod's fresh figures: on carried-over ones the step asks to
+/// read every pod again and returns the state it was given.
+#[test]
+fn reobserve_decisions() {
+    let config = memory_config(hard(Signal::MemoryAvailable, "1Gi"));
+    let p = pod("p", vec![container("a", "", "")]);
+    let s = memory_stats();
+    let pods = [ActivePod::new(&p, Some(&s))];
+    // (pods fresh, waiting for a cleanup, pressure) -> action
+    for (fresh, waiting, pressure, want) in [
+        (false, false, true, "reobserve"),
+        (true, false, true, "evict"),
+        (false, true, true, "wait"),
+        (false, false, false, "nothing"),
+    ] {
+        let state = if waiting {
+            waiting_on("v", 10)
+        } else {
+            State::default()
+        };
+        let given = state.clone();
+        let o = if pressure {
+            low_memory(11)
+        } else {
+            obs(Signal::MemoryAvailable, "4Gi", "8Gi", 11)
+        };
+        let input = Input {
+            pods_fresh: fresh,
+            ..Input::new(&o, &pods, secs(11))
+        };
+        let (next, d) = step(&config, state, &input);
+        let what = match d.action {
+            Action::Reobserve => {
+                assert_eq!(next, given, "re-observing leaves the state as it was");
+                "reobserve"
+            }
+            Action::Evict { .. } => "evict",
+            Action::WaitForCleanup => "wait",
+            Action::Nothing(_) => "nothing",
+            ref other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            what, want,
+            "fresh {fresh}, waiting {waiting}, pressure {pressure}"
+        );
+    }
+}
+
+/// SIGKILL before the orderly stop for hard memory thresholds only.
+#[test]
+fn kill_first_decisions() {
+    let p = pod("p", vec![container("a", "", "")]);
+    let s = PodStats {
+        memory: Some(100 << 20),
+        processes: Some(50),
+        ..Default::default()
+    };
+    let pods = [ActivePod::new(&p, Some(&s))];
+    let soft = |mut t: Threshold| {
+        t.grace_period = secs(1);
+        t
+    };
+    let pids = |at| obs(Signal::PidAvailable, "10", "1000", at);
+    let allocatable = |at| obs(Signal::AllocatableMemoryAvailable, "500Mi", "8Gi", at);
+    type Observe = fn(u64) -> Observations;
+    let cases: [(Threshold, Observe, bool); 4] = [
+        (hard(Signal::MemoryAvailable, "1Gi"), low_memory, true),
+        (
+            hard(Signal::AllocatableMemoryAvailable, "1Gi"),
+            allocatable,
+            true,
+        ),
+        (
+            soft(hard(Signal::MemoryAvailable, "1Gi")),
+            low_memory,
+            false,
+        ),
+        (hard(Signal::PidAvailable, "100"), pids, false),
+    ];
+    for (threshold, o, kill_first) in cases {
+        let signal = threshold.signal;
+        let config = memory_config(threshold);
+        // A soft threshold's grace period is met by a first observation a second earlier.
+        let (state, _) = run(&config, State::default(), &o(9), &pods, secs(9));
+        let (_, d) = run(&config, state, &o(10), &pods, secs(10));
+        let Action::Evict {
+            kill_first: got, ..
+        } = d.action
+        else {
+            panic!("{signal}: {:?}", d.action);
+        };
+        assert_eq!(got, kill_first, "{signal}");
+    }
+}
+
+/// Disk signals reclaim node-level resources first (at most once per
+/// [`NODE_RECLAIM_INTERVAL`]) and evict only if that did not resolve the pressure; the
+/// conditions and the node event go with the reclaim.
+#[test]
+fn node_level_reclaim_decisions() {
+    let config = memory_config(hard(Signal::NodeFsAvailable, "1Gi"));
+    let p = pod("p", vec![container("a", "", "")]);
+    let s = PodStats {
+        ephemeral_storage: Some(1 << 30),
+        ..Default::default()
+    };
+    let with_pod = [ActivePod::new(&p, Some(&s))];
+    let low = |at| obs(Signal::NodeFsAvailable, "500Mi", "100Gi", at);
+    let freed = obs(Signal::NodeFsAvailable, "10Gi", "100Gi", 10);
+    // (pods, after the reclaim) -> action
+    let cases: [(&[ActivePod<'_>], NodeReclaimed<'_>, &str); 4] = [
+        (
+            &with_pod,
+            NodeReclaimed::Observed(&freed),
+            "reclaimed enough",
+        ),
+        (&with_pod, NodeReclaimed::Observed(&low(10)), "evict"),
+        (&with_pod, NodeReclaimed::Failed, "evict"),
+        (&[], NodeReclaimed::Observed(&low(10)), "no pod"),
+    ];
+    for (pods, reclaimed, want) in cases {
+        let o = low(10);
+        let (state, d) = run(&config, State::default(), &o, pods, secs(10));
+        assert_eq!(
+            d.action,
+            Action::ReclaimNodeLevel {
+                signal: Signal::NodeFsAvailable,
+                resource: Resource::EphemeralStorage
+            }
+        );
+        assert_eq!(d.conditions, [NodeCondition::DiskPressure]);
+        assert!(d.conditions_changed);
+        assert_eq!(
+            d.node_event.as_deref(),
+            Some("Attempting to reclaim ephemeral-storage")
+        );
+        assert!(state.after_reclaim.is_some());
+        let input = Input {
+            node_reclaim: Some(reclaimed),
+            ..Input::new(&o, pods, secs(10))
+        };
+        let (state, d) = step(&config, state, &input);
+        assert!(state.after_reclaim.is_none());
+        assert_eq!(
+            d.node_event, None,
+            "{want}: the event went with the reclaim"
+        );
+        assert!(!d.conditions_changed, "{want}");
+        assert_eq!(d.conditions, [NodeCondition::DiskPressure], "{want}");
+        match (want, &d.action) {
+            ("reclaimed enough", Action::Nothing(Idle::ReclaimedEnough))
+            | ("no pod", Action::Nothing(Idle::NoPodToEvict)) => {
+                assert!(state.cleanup.is_none(), "{want}");
+            }
+            (
+                "evict",
+                Action::Evict {
+                    eviction,
+                    kill_first,
+                },
+            ) => {
+                assert!(!kill_first, "disk is not killed first");
+                assert_eq!(eviction.name, "p");
+                assert_eq!(state.cleanup.as_ref().map(|w| w.since), Some(secs(10)));
+            }
+            (want, got) => panic!("{want}: {got:?}"),
+        }
+    }
+    // Pacing: a step less than the interval after a reclaim evicts nobody for disk.
+    let ms = Duration::from_millis;
+    let (state, _) = run(&config, State::default(), &low(10), &[], secs(10));
+    let (state, _) = step(
+        &config,
+        state,
+        &Input {
+            node_reclaim: Some(NodeReclaimed::Failed),
+            ..Input::new(&low(10), &[], secs(10))
+        },
+    );
+    let o = obs(Signal::NodeFsAvailable, "500Mi", "100Gi", 11);
+    let (state, d) = run(&config, state, &o, &with_pod, secs(10) + ms(999));
+    assert_eq!(d.action, Action::Nothing(Idle::ReclaimPaced));
+    let o = obs(Signal::NodeFsAvailable, "500Mi", "100Gi", 12);
+    let (state, d) = run(&config, state, &o, &with_pod, secs(11));
+    assert!(matches!(d.action, Action::ReclaimNodeLevel { .. }));
+    // A reclaim never reported back is dropped: the next step is a round of its own.
+    let o = obs(Signal::NodeFsAvailable, "500Mi", "100Gi", 13);
+    let (state, d) = run(&config, state, &o, &with_pod, secs(11) + ms(500));
+    assert!(state.after_reclaim.is_none());
+    assert_eq!(d.action, Action::Nothing(Idle::ReclaimPaced));
+}
+
+/// kubelet's `localStorageEviction` on walked figures: before any threshold and during a
+/// cleanup wait, each pod asked once until it leaves.
+#[test]
+fn local_storage_decisions() {
+    let yaml = |name: &str| {
+        format!(
+            "metadata: {{name: {name}, uid: {name}}}\nspec: {{volumes: [{{name: v, emptyDir: {{sizeLimit: 100Mi}}}}], containers: [{{name: c}}]}}"
+        )
+    };
+    let a: Pod = serde_yaml_ng::from_str(&yaml("a")).unwrap();
+    let b: Pod = serde_yaml_ng::from_str(&yaml("b")).unwrap();
+    let under = PodStats {
+        memory: Some(1 << 20),
+        volumes: [("v".to_owned(), 1 << 20)].into(),
+        ..Default::default()
+    };
+    let over = PodStats {
+        memory: Some(1 << 20),
+        volumes: [("v".to_owned(), 200 << 20)].into(),
+        ..Default::default()
+    };
+    let pods = [
+        ActivePod::new(&b, Some(&under)),
+        ActivePod::new(&a, Some(&over)),
+    ];
+    let config = memory_config(hard(Signal::MemoryAvailable, "1Gi"));
+    let gone = |uid: &str| uid != "a";
+    // (state, walked, pressure, a active) -> pods evicted for local storage
+    for (state, walked, pressure, a_active, want) in [
+        (State::default(), true, false, true, vec![(1, "a")]),
+        (State::default(), false, false, true, vec![]),
+        (State::default(), true, true, true, vec![(1, "a")]),
+        (waiting_on("v", 10), true, true, true, vec![(1, "a")]),
+        (
+            State {
+                local_storage_evicted: ["a".to_owned()].into(),
+                ..State::default()
+            },
+            true,
+            false,
+            true,
+            vec![],
+        ),
+        // It left and came back: asked again.
+        (
+            State {
+                local_storage_evicted: ["a".to_owned()].into(),
+                ..State::default()
+            },
+            true,
+            false,
+            false,
+            vec![(1, "a")],
+        ),
+    ] {
+        let o = if pressure {
+            low_memory(11)
+        } else {
+            obs(Signal::MemoryAvailable, "4Gi", "8Gi", 11)
+        };
+        let input = Input {
+            local_storage_walked: walked,
+            is_active: if a_active { &|_| true } else { &gone },
+            ..Input::new(&o, &pods, secs(11))
+        };
+        let case = format!("walked {walked}, pressure {pressure}, a active {a_active}");
+        let (next, d) = step(&config, state, &input);
+        let got: Vec<(usize, &str)> = match &d.action {
+            Action::EvictLocalStorage(e) => e.iter().map(|e| (e.index, e.uid.as_str())).collect(),
+            _ => Vec::new(),
+        };
+        assert_eq!(got, want, "{case}");
+        if !want.is_empty() {
+            assert!(next.local_storage_evicted.contains("a"), "{case}");
+            assert_eq!(
+                d.node_event.is_some(),
+                pressure,
+                "{case}: the event as before"
+            );
+        }
+    }
+}
