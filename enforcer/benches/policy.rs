@@ -8,7 +8,7 @@ use enforcer::{
     policy::{
         admission::{Admitter, Node, SecurityPolicy},
         eviction::{
-            ActivePod, EvictionConfig, Observation, Observations, PodStats, Signal, State,
+            ActivePod, EvictionConfig, Input, Observation, Observations, PodStats, Signal, State,
             Threshold, ThresholdValue,
             rank::{PodFacts, rank},
             step,
@@ -114,10 +114,12 @@ fn benches(c: &mut Criterion) {
         b.iter(|| {
             black_box(step(
                 &config,
-                &state,
-                black_box(&observations),
-                black_box(&active),
-                Duration::from_secs(10),
+                state.clone(),
+                &Input::new(
+                    black_box(&observations),
+                    black_box(&active),
+                    Duration::from_secs(10),
+                ),
             ))
         });
     });

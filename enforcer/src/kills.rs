@@ -160,6 +160,34 @@ pub struct KillRecord {
 }
 
 impl KillRecord {
+    /// A record of `kind` about `who` (a pod's uid, or `pid<N>` for a kill outside any pod),
+    /// stamped now (its id and wall-clock time); every other field empty, to be filled in.
+    #[must_use]
+    pub fn new(kind: KillKind, who: &str) -> Self {
+        Self {
+            id: record_id(who),
+            kind,
+            namespace: String::new(),
+            name: String::new(),
+            uid: String::new(),
+            qos: String::new(),
+            at: now_rfc3339(),
+            step: String::new(),
+            trigger: None,
+            signal: String::new(),
+            threshold: String::new(),
+            observed: None,
+            observations: BTreeMap::new(),
+            candidates: Vec::new(),
+            message: String::new(),
+            grace_period_seconds: 0,
+            decision_ns: None,
+            sigkill_ns: None,
+            released_ns: None,
+            release: String::new(),
+        }
+    }
+
     /// The chain's times in order of the chain: (what, monotonic ns).
     #[must_use]
     pub fn chain(&self) -> Vec<(&'static str, u64)> {
@@ -329,8 +357,6 @@ pub(crate) mod tests {
 
     pub(crate) fn record(uid: &str) -> KillRecord {
         KillRecord {
-            id: record_id(uid),
-            kind: KillKind::Eviction,
             namespace: "default".to_owned(),
             name: "hog".to_owned(),
             uid: uid.to_owned(),
@@ -352,7 +378,6 @@ pub(crate) mod tests {
                 available: 200 << 20,
                 capacity: 1 << 30,
             }),
-            observations: BTreeMap::new(),
             candidates: vec![Candidate {
                 namespace: "default".to_owned(),
                 name: "hog".to_owned(),
@@ -367,8 +392,7 @@ pub(crate) mod tests {
             grace_period_seconds: 1,
             decision_ns: Some(2_000_000),
             sigkill_ns: Some(2_100_000),
-            released_ns: None,
-            release: String::new(),
+            ..KillRecord::new(KillKind::Eviction, uid)
         }
     }
 

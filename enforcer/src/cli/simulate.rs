@@ -374,10 +374,25 @@ pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
             .iter()
             .map(|a| ActivePod::new(&a.pod, a.stats.as_ref()))
             .collect();
-        let (next, decision) = eviction::step(&cfg.eviction, &state, &observations, &pods, at);
+        // The evicted pod leaves at once (its cleanup is over by the next step); the simulated
+        // node has no dead containers or unused images: node-level reclaim frees nothing, and
+        // is not paced.
+        let input = eviction::Input {
+            released: true,
+            ..eviction::Input::new(&observations, &pods, at)
+        };
+        state.reclaim = eviction::manager::ReclaimPacer::default();
+        let (mut next, mut decision) = eviction::step(&cfg.eviction, state, &input);
+        if matches!(decision.action, eviction::Action::ReclaimNodeLevel { .. }) {
+            let input = eviction::Input {
+                node_reclaim: Some(eviction::manager::NodeReclaimed::Observed(&observations)),
+                ..input
+            };
+            (next, decision) = eviction::step(&cfg.eviction, next, &input);
+        }
         state = next;
         let mut evicted = Vec::new();
-        if let Some(e) = decision.eviction {
+        if let eviction::Action::Evict { eviction: e, .. } = decision.action {
             evicted.push(Evicted {
                 pod: e.name.clone(),
                 signal: e.signal,

@@ -16,7 +16,7 @@ use std::{collections::BTreeMap, fmt, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
-pub use manager::{ActivePod, Eviction, EvictionConfig, State, StepDecision, step};
+pub use manager::{Action, ActivePod, Eviction, EvictionConfig, Input, State, StepDecision, step};
 pub use threshold::{Threshold, ThresholdError, ThresholdValue, parse_threshold_config};
 
 use crate::quantity::Format;

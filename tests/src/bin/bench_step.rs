@@ -22,7 +22,7 @@ use enforcer::{
     node::NodeObserver,
     policy::eviction::{
         State,
-        manager::{ActivePod, step},
+        manager::{ActivePod, Input, step},
     },
     runtime::ActiveEntry,
     stats::{Collector, NodeSnapshot, PodScope, PodTarget, Refresh, StatsCollector},
@@ -57,12 +57,10 @@ fn decide(
         .collect();
     let (_, d) = step(
         &config.eviction,
-        &State::default(),
-        &snapshot.observations,
-        &pods,
-        now,
+        State::default(),
+        &Input::new(&snapshot.observations, &pods, now),
     );
-    usize::from(d.eviction.is_some()) + pods.len()
+    usize::from(d.eviction().is_some()) + pods.len()
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,246 @@
+//! Carrying out the decision core's decision (`policy::eviction::manager::Action`) and
+//! recording it: the SIGKILL of a hard memory threshold first, then the node conditions and
+//! event, the end of the last victim's cleanup wait, the eviction through the pod worker with
+//! its `Evicted` event and kill record, or the local-storage evictions.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use super::{EvictionManager, Memo, Trigger, report::node_record};
+use crate::{
+    cluster::events::{EventRecord, EventType, Involved},
+    kills::{self, KillKind, KillRecord},
+    policy::eviction::{
+        ActivePod, Eviction,
+        local_storage::LocalStorageEviction,
+        manager::{Action, CleanupEnd, Idle, REASON, StepDecision},
+    },
+    runtime::{ActiveEntry, Evict},
+    stats::NodeSnapshot,
+};
+
+/// What a step observed and when it decided: what its decision is carried out and recorded
+/// with.
+pub(super) struct Observed<'a> {
+    /// The snapshot the decision was taken on.
+    pub snapshot: &'a NodeSnapshot,
+    /// The decision core's view of its pods (indices of the decision are into it).
+    pub pods: &'a [ActivePod<'a>],
+    /// The active pods (their cgroups and specs).
+    pub active: &'a BTreeMap<String, ActiveEntry>,
+    pub now: Duration,
+    pub trigger: Trigger,
+    /// When the decision was taken (CLOCK_MONOTONIC ns).
+    pub decision_ns: u64,
+}
+
+impl EvictionManager {
+    /// Carries out a step's final decision and records it.
+    pub(super) fn carry_out(&self, decision: StepDecision, seen: &Observed<'_>, memo: &mut Memo) {
+        // A hard memory threshold frees the victim's memory now: SIGKILL to every process of
+        // the pod cgroup first (the node's bookkeeping below can wait microseconds; memory
+        // cannot), then the orderly stop through the pod worker.
+        let sigkill_ns = match &decision.action {
+            Action::Evict {
+                eviction,
+                kill_first: true,
+            } => self.kill_pod_cgroup(eviction, seen.active),
+            _ => None,
+        };
+        self.report_decision(&decision, seen.trigger, memo);
+        match decision.action {
+            Action::Nothing(Idle::ReclaimedEnough) => {
+                tracing::info!("able to reduce resource pressure without evicting pods");
+            }
+            // Carried out by the step itself, before its final decision.
+            Action::Reobserve | Action::ReclaimNodeLevel { .. } => {}
+            Action::Nothing(_) | Action::WaitForCleanup => {}
+            Action::Evict { eviction, .. } => self.evict(eviction, sigkill_ns, seen, memo),
+            Action::EvictLocalStorage(evictions) => {
+                self.evict_local_storage(evictions, seen.pods, memo);
+            }
+        }
+    }
+
+    /// SIGKILL to every process of the victim's pod cgroup; when it was sent.
+    fn kill_pod_cgroup(
+        &self,
+        ev: &Eviction,
+        active: &BTreeMap<String, ActiveEntry>,
+    ) -> Option<u64> {
+        let e = active.get(&*ev.uid)?;
+        let killed =
+            crate::cgroup::kill::kill_pod_cgroup(self.cgroups.as_ref(), &self.layout, &e.cgroup);
+        let sigkill_ns = crate::signal::monotonic_ns();
+        tracing::warn!(uid = %ev.uid, killed, "hard memory threshold: SIGKILL sent to the pod's processes");
+        Some(sigkill_ns)
+    }
+
+    /// The decision's report: the node conditions, the node event, the end of the cleanup
+    /// wait. Done for every decision but [`Action::Reobserve`] (a step resumed after node-level
+    /// reclaim reports no change and no event again).
+    pub(super) fn report_decision(&self, d: &StepDecision, trigger: Trigger, memo: &mut Memo) {
+        if self.link.set_conditions(d.conditions.clone()) || d.conditions_changed {
+            tracing::info!(conditions = ?d.conditions, %trigger, "node conditions changed");
+        }
+        self.status.set_node(node_record(&d.conditions));
+        if let Some(text) = &d.node_event {
+            tracing::warn!(event = "EvictionThresholdMet", message = %text, %trigger, "eviction threshold met");
+            self.events.event(
+                Involved::node(&self.config.node_name()),
+                EventType::Warning,
+                "EvictionThresholdMet",
+                text.clone(),
+            );
+        }
+        if let Some(end) = &d.cleanup {
+            cleanup_ended(end, memo);
+        }
+    }
+
+    /// kubelet's `evictPod` for a threshold: the kill record, the `Evicted` event, the pod
+    /// worker's stop.
+    fn evict(&self, ev: Eviction, sigkill_ns: Option<u64>, seen: &Observed<'_>, memo: &mut Memo) {
+        tracing::warn!(
+            pod = %format!("{}/{}", ev.namespace, ev.name),
+            uid = %ev.uid,
+            signal = %ev.signal,
+            grace = ev.grace_period_seconds,
+            trigger = %seen.trigger,
+            message = %ev.message,
+            "eviction"
+        );
+        // Where its release is looked for during the cleanup wait.
+        memo.victim_cgroup = seen.active.get(&*ev.uid).map(|e| e.cgroup.clone());
+        let m = crate::metrics::global();
+        m.eviction(ev.signal.as_str());
+        if let Some(at) = seen
+            .snapshot
+            .observations
+            .get(&ev.signal)
+            .and_then(|o| o.time)
+        {
+            m.eviction_stats_age(ev.signal.as_str(), seen.now.saturating_sub(at));
+        }
+        let mut record = self.kill_record(&ev, seen, memo);
+        record.sigkill_ns = sigkill_ns;
+        if let Some(t) = record.trigger.as_ref() {
+            let from = t.kernel_ns.unwrap_or(t.received_ns);
+            m.crossing_to_decision(
+                ev.signal.as_str(),
+                Duration::from_nanos(seen.decision_ns.saturating_sub(from)),
+            );
+        }
+        if let Some(k) = sigkill_ns {
+            m.decision_to_sigkill(Duration::from_nanos(k.saturating_sub(seen.decision_ns)));
+        }
+        let mut annotations = ev.annotations;
+        annotations.insert(kills::ANNOTATION.to_owned(), record.id.clone());
+        memo.kills.evicted(record);
+        self.events.record(EventRecord {
+            involved: Involved::pod(&ev.namespace, &ev.name, &ev.uid, None),
+            type_: EventType::Warning,
+            reason: REASON.to_owned(),
+            message: ev.message.clone(),
+            annotations,
+        });
+        self.link.evict(Evict {
+            uid: ev.uid.to_string(),
+            grace_seconds: ev.grace_period_seconds,
+            message: ev.message,
+            sigkill_ns,
+            disruption_target: true,
+        });
+    }
+
+    /// The record of an eviction just decided (`kills`): what triggered the step, the
+    /// observation and threshold, kubelet's ranking's first candidates.
+    fn kill_record(&self, ev: &Eviction, seen: &Observed<'_>, memo: &Memo) -> KillRecord {
+        let t = &ev.threshold;
+        let kind = if t.is_hard() {
+            "hard".to_owned()
+        } else {
+            format!("soft, grace {:?}", t.grace_period)
+        };
+        let observations = &seen.snapshot.observations;
+        KillRecord {
+            namespace: ev.namespace.clone(),
+            name: ev.name.clone(),
+            uid: ev.uid.to_string(),
+            qos: seen
+                .active
+                .get(&*ev.uid)
+                .map(|e| format!("{:?}", crate::policy::qos::pod_qos(&e.pod)))
+                .unwrap_or_default(),
+            step: seen.trigger.to_string(),
+            trigger: memo.trigger.clone(),
+            signal: ev.signal.to_string(),
+            threshold: format!("{}<{} ({kind})", t.signal, t.value),
+            observed: observations.get(&ev.signal).map(|o| kills::Observed {
+                available: o.available,
+                capacity: o.capacity,
+            }),
+            observations: kills::observation_map(observations),
+            candidates: kills::candidates(ev.signal, seen.pods, kills::CANDIDATES),
+            message: ev.message.clone(),
+            grace_period_seconds: ev.grace_period_seconds,
+            decision_ns: Some(seen.decision_ns),
+            ..KillRecord::new(KillKind::Eviction, &ev.uid)
+        }
+    }
+
+    /// Evicts the pods over their local storage limits (`policy::eviction::local_storage`):
+    /// kubelet's `evictPod` with grace period 0, the `Evicted` event without annotations.
+    fn evict_local_storage(
+        &self,
+        evictions: Vec<LocalStorageEviction>,
+        pods: &[ActivePod<'_>],
+        memo: &mut Memo,
+    ) {
+        for ev in evictions {
+            tracing::warn!(uid = %ev.uid, message = %ev.message, "eviction for local storage");
+            if let Some(p) = pods.get(ev.index) {
+                let meta = &p.pod.metadata;
+                memo.kills.record(&KillRecord {
+                    namespace: meta.namespace.clone().unwrap_or_default(),
+                    name: meta.name.clone().unwrap_or_default(),
+                    uid: ev.uid.clone(),
+                    qos: format!("{:?}", crate::policy::qos::pod_qos(p.pod)),
+                    step: "housekeeping".to_owned(),
+                    threshold: "the pod's own local storage limits".to_owned(),
+                    message: ev.message.clone(),
+                    decision_ns: Some(crate::signal::monotonic_ns()),
+                    ..KillRecord::new(KillKind::Eviction, &ev.uid)
+                });
+                self.events.record(EventRecord {
+                    involved: Involved::pod(
+                        meta.namespace.as_deref().unwrap_or_default(),
+                        meta.name.as_deref().unwrap_or_default(),
+                        &ev.uid,
+                        None,
+                    ),
+                    type_: EventType::Warning,
+                    reason: REASON.to_owned(),
+                    message: ev.message.clone(),
+                    annotations: BTreeMap::new(),
+                });
+            }
+            self.link.evict(Evict {
+                uid: ev.uid,
+                grace_seconds: 0,
+                message: ev.message,
+                sigkill_ns: None,
+                disruption_target: false,
+            });
+        }
+    }
+}
+
+/// The end of kubelet's `waitForPodsCleanup`: logged and written to the victim's kill record.
+fn cleanup_ended(end: &CleanupEnd, memo: &mut Memo) {
+    if end.released {
+        tracing::info!(uid = %end.uid, after_ms = end.waited.as_millis(), "evicted pod's resources released");
+    } else {
+        tracing::warn!(uid = %end.uid, "timed out waiting for the evicted pod to be cleaned up");
+    }
+    memo.kills.released(&end.uid, end.released);
+}

@@ -1,0 +1,169 @@
+//! What the eviction manager observes for a step: the pods to read, the node and pods
+//! themselves (through the stats collector), the last victim's release, the imagefs, and the
+//! node after a node-level reclaim.
+
+use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
+
+use super::{EvictionManager, Memo, Trigger};
+use crate::{
+    cgroup::join_inside,
+    policy::eviction::ActivePod,
+    runtime::{self, ActiveEntry},
+    stats::{NodeSnapshot, PodScope, PodTarget, Refresh},
+};
+
+/// How often the runtime is asked for its image filesystem until it answers.
+const IMAGEFS_RETRY: Duration = Duration::from_secs(10);
+
+/// The imagefs mountpoint from a CRI `ImageFsInfo` answer: the first absolute path that exists.
+#[must_use]
+pub fn imagefs_mountpoint(filesystems: &[k8s_cri::v1::FilesystemUsage]) -> Option<PathBuf> {
+    filesystems
+        .iter()
+        .filter_map(|f| f.fs_id.as_ref())
+        .map(|id| PathBuf::from(&id.mountpoint))
+        .find(|p| p.is_absolute() && p.exists())
+}
+
+/// What a step on `trigger` reads: everything on the housekeeping tick and at a due instant;
+/// on a signal, the node and the pods it names (`named`).
+pub(super) fn refresh_for(trigger: Trigger, named: &[String]) -> Refresh {
+    match trigger {
+        // A crossing is the moment to evict: every pod's memory now, in one read.
+        Trigger::Crossing => Refresh {
+            pods: PodScope::All,
+            logs: false,
+        },
+        Trigger::Signal => Refresh {
+            pods: PodScope::Named(named.to_vec()),
+            logs: false,
+        },
+        Trigger::Housekeeping | Trigger::Deadline => Refresh::full(),
+    }
+}
+
+/// Whether a step on this trigger walks the pods' directories (local storage figures).
+pub(super) fn trigger_walks(t: Trigger) -> bool {
+    matches!(t, Trigger::Housekeeping | Trigger::Deadline)
+}
+
+/// The decision core's view of the active pods that have a sample in `snapshot`.
+pub(super) fn active_pods<'a>(
+    snapshot: &'a NodeSnapshot,
+    active: &'a BTreeMap<String, ActiveEntry>,
+) -> Vec<ActivePod<'a>> {
+    snapshot
+        .pods
+        .iter()
+        .filter_map(|(uid, sample)| {
+            let e = active.get(uid)?;
+            Some(ActivePod::new(&e.pod, sample.stats.as_ref()).with_facts(&e.facts))
+        })
+        .collect()
+}
+
+impl EvictionManager {
+    /// kubelet's imagefs is where the runtime keeps its images (CRI `ImageFsInfo`); until the
+    /// runtime answers (or without a runtime) the observer keeps its default.
+    pub(super) async fn learn_imagefs(&mut self, now: Duration, memo: &mut Memo) {
+        let Some(rt) = &self.node_reclaim else {
+            return;
+        };
+        if memo.imagefs_known
+            || memo
+                .imagefs_asked
+                .is_some_and(|t| now.saturating_sub(t) < IMAGEFS_RETRY)
+        {
+            return;
+        }
+        memo.imagefs_asked = Some(now);
+        match rt.image_fs_info().await {
+            Ok(fs) => {
+                memo.imagefs_known = true;
+                match imagefs_mountpoint(&fs) {
+                    Some(p) => {
+                        tracing::info!(path = %p.display(), "imagefs from the runtime's ImageFsInfo");
+                        self.stats.set_imagefs(p);
+                    }
+                    None => tracing::warn!(
+                        answer = ?fs,
+                        "ImageFsInfo named no existing mountpoint; keeping the default imagefs"
+                    ),
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "ImageFsInfo: the runtime did not answer yet"),
+        }
+    }
+
+    /// Whether an evicted pod's resources are released: its worker finished (containers
+    /// stopped and removed, logs and pod cgroup removed) and its memory cgroup (`cgroup`, when
+    /// known) is gone.
+    pub(super) fn released(&self, uid: &str, cgroup: Option<&str>) -> bool {
+        let gone = cgroup.is_none_or(|cgroup| {
+            self.layout
+                .controller("memory")
+                .and_then(|(m, _)| join_inside(m, cgroup).ok())
+                .is_none_or(|d| !d.exists())
+        });
+        gone && self.link.take_released(uid)
+    }
+
+    /// Disk pressure: dead containers, then unused images, through CRI; then re-observe.
+    /// Returns the node observed after the reclaim (`None`: no runtime, or the reclaim or the
+    /// observation failed).
+    pub(super) async fn node_level_reclaim(
+        &self,
+        now: Duration,
+        targets: Vec<PodTarget>,
+    ) -> Option<Arc<NodeSnapshot>> {
+        let rt = self.node_reclaim.as_ref()?;
+        let active = self.link.active();
+        let status = self.status.clone();
+        let running = move |uid: &str| {
+            active.contains_key(uid) && status.get(uid).is_none_or(|r| !r.phase.is_terminal())
+        };
+        match runtime::gc::reclaim_node_level(rt.as_ref(), &running).await {
+            Ok(r) => tracing::info!(
+                containers = r.containers,
+                log_bytes = r.log_bytes,
+                images = r.images,
+                "node-level reclaim"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "node-level reclaim failed");
+                return None;
+            }
+        }
+        let again = Refresh {
+            pods: PodScope::New,
+            logs: false,
+        };
+        self.stats
+            .refresh(again, targets, now)
+            .await
+            .inspect_err(|e| tracing::warn!(error = %e, "observing the node after reclaim failed"))
+            .ok()
+    }
+
+    /// The pods to collect stats of: the active pods (kubelet's active pods: not one that ran
+    /// to its end, which holds no memory worth reclaiming, nor the victim being cleaned up),
+    /// with their containers' runtime ids.
+    pub(super) fn targets(
+        &self,
+        victim: Option<&str>,
+    ) -> (Arc<BTreeMap<String, ActiveEntry>>, Vec<PodTarget>) {
+        let active = self.link.active();
+        let mut targets = Vec::with_capacity(active.len());
+        for (uid, e) in active.iter() {
+            if Some(uid.as_str()) == victim {
+                continue;
+            }
+            let record = self.status.get(uid);
+            if record.as_ref().is_some_and(|r| r.phase.is_terminal()) {
+                continue;
+            }
+            targets.push(PodTarget::of(uid, &e.cgroup, record.as_ref()));
+        }
+        (active, targets)
+    }
+}

@@ -1,0 +1,62 @@
+//! What the eviction manager reports besides its decisions: the node's pressure conditions
+//! for the status file, `eviction.json` and `cgroups.json` for `enforcer status`.
+
+use std::time::Duration;
+
+use super::{EvictionManager, Memo};
+use crate::{
+    policy::eviction::{NodeCondition, State},
+    runtime::status::{Condition as StatusCondition, NodeRecord},
+};
+
+/// The node's pressure conditions for the status file: each `True` or `False`.
+pub(super) fn node_record(conditions: &[NodeCondition]) -> NodeRecord {
+    let conditions = [
+        NodeCondition::MemoryPressure,
+        NodeCondition::DiskPressure,
+        NodeCondition::PidPressure,
+    ]
+    .into_iter()
+    .map(|c| StatusCondition::new(c.as_str(), conditions.contains(&c)))
+    .collect();
+    NodeRecord { conditions }
+}
+
+impl EvictionManager {
+    /// Writes `eviction.json` for `enforcer status` (`node_report`): at most once a second,
+    /// and at once when the conditions change.
+    pub(super) fn report(&self, state: &State, memo: &mut Memo) {
+        let now = tokio::time::Instant::now();
+        if memo.reported.as_ref().is_some_and(|(at, conds)| {
+            now.duration_since(*at) < Duration::from_secs(1) && *conds == state.conditions
+        }) {
+            return;
+        }
+        memo.reported = Some((now, state.conditions.clone()));
+        let met: Vec<usize> = state.first_observed.keys().copied().collect();
+        let nanos = crate::runtime::status::now_nanos();
+        let report = crate::node_report::Report {
+            updated: crate::runtime::status::rfc3339(nanos),
+            updated_ns: nanos,
+            conditions: state.conditions.iter().map(ToString::to_string).collect(),
+            thresholds: crate::node_report::threshold_lines(
+                &self.config.eviction,
+                &state.last_observations,
+                &met,
+            ),
+            sources: memo.delays.summary(),
+        };
+        if let Err(e) = crate::node_report::write(&self.config.enforcer.state_dir, &report) {
+            tracing::debug!(error = %e, "writing eviction.json");
+        }
+        let (generation, files) = crate::cgroup::writer::written();
+        if memo.cgroups_written != Some(generation) {
+            memo.cgroups_written = Some(generation);
+            if let Err(e) =
+                crate::node_report::write_cgroups(&self.config.enforcer.state_dir, &files)
+            {
+                tracing::debug!(error = %e, "writing cgroups.json");
+            }
+        }
+    }
+}
