@@ -16,10 +16,13 @@ use std::{collections::BTreeMap, fmt, time::Duration};
 
 use serde::{Deserialize, Serialize};
 
-pub use manager::{Action, ActivePod, Eviction, EvictionConfig, Input, State, StepDecision, step};
+pub use manager::{Action, Eviction, EvictionConfig, Input, State, StepDecision, step};
 pub use threshold::{Threshold, ThresholdError, ThresholdValue, parse_threshold_config};
 
-use crate::quantity::Format;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::{policy::resources, quantity::Format};
+use rank::PodFacts;
 
 /// An eviction signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -265,4 +268,42 @@ pub struct PodStats {
     pub containers: Vec<ContainerStats>,
     /// Bytes used by each emptyDir volume, by volume name (kubelet's `VolumeStats`).
     pub volumes: BTreeMap<String, i64>,
+}
+
+/// A pod the manager may evict: the pod and its usage (`None`: no stats).
+#[derive(Debug, Clone, Copy)]
+pub struct ActivePod<'a> {
+    /// The pod (API-defaulted).
+    pub pod: &'a Pod,
+    /// Its usage.
+    pub stats: Option<&'a PodStats>,
+    /// What ranking reads from the spec, when the caller keeps it per pod (computed from
+    /// `pod` at every step otherwise); it must be [`PodFacts::of`] this pod.
+    pub facts: Option<&'a PodFacts>,
+}
+
+impl<'a> ActivePod<'a> {
+    /// A pod and its usage; its facts are read from the spec when needed.
+    #[must_use]
+    pub fn new(pod: &'a Pod, stats: Option<&'a PodStats>) -> Self {
+        Self {
+            pod,
+            stats,
+            facts: None,
+        }
+    }
+
+    /// With the pod's facts computed ahead (when it was admitted).
+    #[must_use]
+    pub fn with_facts(mut self, facts: &'a PodFacts) -> Self {
+        self.facts = Some(facts);
+        self
+    }
+
+    /// `IsCriticalPod`.
+    #[must_use]
+    pub fn is_critical(&self) -> bool {
+        self.facts
+            .map_or_else(|| resources::is_critical(self.pod), |f| f.critical)
+    }
 }

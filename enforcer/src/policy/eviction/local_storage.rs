@@ -4,7 +4,7 @@
 //! `ephemeral-storage` limits, or with a container over its own limit, is evicted at once
 //! (grace period 0), with kubelet's messages.
 
-use super::manager::ActivePod;
+use super::ActivePod;
 use crate::{policy::resources, quantity::Quantity};
 
 /// A pod evicted for its local storage.

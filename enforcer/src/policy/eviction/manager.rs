@@ -23,17 +23,15 @@ use std::{
     time::Duration,
 };
 
-use k8s_openapi::api::core::v1::Pod;
-
 pub use admit::{AdmitResult, admit, tolerates, toleration_tolerates};
 pub use cleanup::{Cleanup, CleanupEnd, CleanupWait, POD_CLEANUP_TIMEOUT};
 pub use message::eviction_message;
 pub use reclaim::{NODE_RECLAIM_INTERVAL, ReclaimPacer, resolved_after_node_reclaim};
 
+pub use super::ActivePod;
 use super::{
-    NodeCondition, Observations, PodStats, Resource, Signal, Threshold,
+    NodeCondition, Observations, Resource, Signal, Threshold,
     local_storage::{self, LocalStorageEviction},
-    rank::PodFacts,
 };
 use crate::policy::resources;
 
@@ -91,44 +89,6 @@ impl State {
             .as_ref()
             .filter(|w| w.check(now, released) == Cleanup::Waiting)
             .map(|w| &*w.uid)
-    }
-}
-
-/// A pod the manager may evict: the pod and its usage (`None`: no stats).
-#[derive(Debug, Clone, Copy)]
-pub struct ActivePod<'a> {
-    /// The pod (API-defaulted).
-    pub pod: &'a Pod,
-    /// Its usage.
-    pub stats: Option<&'a PodStats>,
-    /// What ranking reads from the spec, when the caller keeps it per pod (computed from
-    /// `pod` at every step otherwise); it must be [`PodFacts::of`] this pod.
-    pub facts: Option<&'a PodFacts>,
-}
-
-impl<'a> ActivePod<'a> {
-    /// A pod and its usage; its facts are read from the spec when needed.
-    #[must_use]
-    pub fn new(pod: &'a Pod, stats: Option<&'a PodStats>) -> Self {
-        Self {
-            pod,
-            stats,
-            facts: None,
-        }
-    }
-
-    /// With the pod's facts computed ahead (when it was admitted).
-    #[must_use]
-    pub fn with_facts(mut self, facts: &'a PodFacts) -> Self {
-        self.facts = Some(facts);
-        self
-    }
-
-    /// `IsCriticalPod`.
-    #[must_use]
-    pub fn is_critical(&self) -> bool {
-        self.facts
-            .map_or_else(|| resources::is_critical(self.pod), |f| f.critical)
     }
 }
 

@@ -8,7 +8,7 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{PodStats, Resource, Signal, manager::ActivePod};
+use super::{ActivePod, PodStats, Resource, Signal};
 use crate::policy::resources;
 
 /// The sort key of one pod for one resource, packed into one integer so that comparing two

@@ -1,6 +1,7 @@
-use k8s_openapi::api::core::v1::Toleration;
+use k8s_openapi::api::core::v1::{Pod, Toleration};
 
 use super::*;
+use crate::policy::eviction::PodStats;
 use crate::{
     policy::{
         eviction::{Observation, ThresholdValue},
