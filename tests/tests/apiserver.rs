@@ -839,7 +839,8 @@ async fn eviction_reaches_the_api_within_a_second() {
     let met = wait_event(&fake, "EvictionThresholdMet", "cl-evict-node").await;
     assert_eq!(met["type"], "Warning");
     assert_eq!(met["message"], "Attempting to reclaim memory");
-    // What the fake holds (README's "As the API server holds it"; `--nocapture` shows it).
+    // What the fake holds (docs/cluster-mode.md, "As the API server holds them after an
+    // eviction"; `--nocapture` shows it).
     for (what, obj) in [("Node", &node_obj), ("Pod", &pod), ("Event", &evicted)] {
         eprintln!(
             "--- {what} as the fake API server holds it:\n{}",

@@ -105,7 +105,7 @@ fn the_systemd_unit_verifies_and_is_hardened() {
     eprintln!("{line}");
     assert!(
         score <= 6.5,
-        "hardening regressed (README: Deployment): {line}"
+        "hardening regressed (docs/deployment.md): {line}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

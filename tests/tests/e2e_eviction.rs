@@ -1036,7 +1036,7 @@ async fn oom_killer_multi_process_container_v2only() {
 /// `OOMKiller for pod using more memory than node allocatable`: kubeReserved is 35 % of the
 /// node, the pod has no limit and asks for far more. kubelet expects the kernel to OOM-kill
 /// it at the kubepods limit; the enforcer evicts it first (allocatableMemory.available) and
-/// no kernel OOM kill happens (a deliberate difference, README).
+/// no kernel OOM kill happens (a deliberate difference, docs/differences.md).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_using_more_than_node_allocatable_is_evicted_before_the_oom_killer() {
     let _scenario =
