@@ -462,7 +462,7 @@ pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -494,8 +494,8 @@ mod tests {
         assert!(oom_score_fits("Burstable", -998), "the sandbox");
     }
 
-    #[test]
-    fn delays_by_source() {
+    /// 100 eBPF signals with delays 1..=100 us (also for `cli::status`' tests).
+    pub(crate) fn sample_delays() -> Delays {
         let mut d = Delays::default();
         for i in 0..100u64 {
             d.observe(&Signal {
@@ -507,7 +507,12 @@ mod tests {
                 )
             });
         }
-        let s = d.summary();
+        d
+    }
+
+    #[test]
+    fn delays_by_source() {
+        let s = sample_delays().summary();
         assert_eq!(s.len(), 1);
         assert_eq!(
             (s[0].signals, s[0].p50_us, s[0].p99_us),

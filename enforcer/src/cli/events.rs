@@ -174,25 +174,16 @@ pub fn events_main(args: &EventsArgs) -> std::process::ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     use super::*;
     use crate::cluster::{
-        event_store::{EventStore, keep},
-        events::{EventRecord, EventType, Involved, Recorder, event_object},
+        event_store::{
+            EventStore, keep,
+            tests::{evicted, tmp},
+        },
+        events::{EventType, Involved, Recorder, event_object},
     };
-
-    fn tmp(tag: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "enforcer-events-{tag}-{}-{:?}",
-            std::process::id(),
-            std::thread::current().id()
-        ));
-        let _ = std::fs::remove_dir_all(&d);
-        d
-    }
 
     fn args(pod: Option<&str>, output: EventsOutput) -> EventsArgs {
         EventsArgs {
@@ -200,16 +191,6 @@ mod tests {
             pod: pod.map(str::to_owned),
             namespace: None,
             state_dir: PathBuf::new(),
-        }
-    }
-
-    fn evicted(name: &str) -> EventRecord {
-        EventRecord {
-            involved: Involved::pod("ns", name, "u1", None),
-            type_: EventType::Warning,
-            reason: "Evicted".to_owned(),
-            message: "The node was low on resource: memory. ".to_owned(),
-            annotations: BTreeMap::from([("starved_resource".to_owned(), "memory".to_owned())]),
         }
     }
 

@@ -129,13 +129,14 @@ pub fn read(state_dir: &Path) -> Result<(Vec<Event>, usize), StoreError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::{collections::BTreeMap, path::PathBuf};
 
     use super::*;
     use crate::cluster::events::{EventType, Involved};
 
-    fn tmp(tag: &str) -> PathBuf {
+    /// A fresh state directory for one test (also for `cli::events`' tests).
+    pub(crate) fn tmp(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!(
             "enforcer-events-{tag}-{}-{:?}",
             std::process::id(),
@@ -145,7 +146,8 @@ mod tests {
         d
     }
 
-    fn evicted(name: &str) -> EventRecord {
+    /// An `Evicted` event of pod `ns/NAME`.
+    pub(crate) fn evicted(name: &str) -> EventRecord {
         EventRecord {
             involved: Involved::pod("ns", name, "u1", None),
             type_: EventType::Warning,
