@@ -27,6 +27,41 @@ pub use simulate::simulate;
 
 use crate::config::ConfigError;
 
+/// Prints a command's text on standard output: exit 0, or 1 when standard output is gone.
+pub(crate) fn print(text: &str) -> std::process::ExitCode {
+    use std::io::Write as _;
+    if writeln!(std::io::stdout().lock(), "{text}").is_err() {
+        return std::process::ExitCode::FAILURE;
+    }
+    std::process::ExitCode::SUCCESS
+}
+
+/// Exit 2 for a state directory that cannot be read, saying so.
+pub(crate) fn unreadable(e: impl std::fmt::Display) -> std::process::ExitCode {
+    eprintln!("enforcer: {e} (is the daemon running with this --state-dir?)");
+    std::process::ExitCode::from(2)
+}
+
+/// A line store of the state directory as read (`(records, unreadable lines)`): the records,
+/// having said how many lines of `store` were skipped; exit 2 when it cannot be read.
+pub(crate) fn loaded<T, E: std::fmt::Display>(
+    read: Result<(Vec<T>, usize), E>,
+    store: &Path,
+) -> Result<Vec<T>, std::process::ExitCode> {
+    match read {
+        Ok((records, bad)) => {
+            if bad > 0 {
+                eprintln!(
+                    "enforcer: skipped {bad} unreadable line(s) in {}",
+                    store.display()
+                );
+            }
+            Ok(records)
+        }
+        Err(e) => Err(unreadable(e)),
+    }
+}
+
 /// An invalid input: it names the file, the place in it, and what is wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {

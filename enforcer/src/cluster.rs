@@ -409,14 +409,14 @@ pub struct ClusterOptions {
 /// The events the node's parts record, and the queue the writer reads.
 #[derive(Debug)]
 pub struct EventQueue {
-    pub recorder: events::Recorder,
-    pub rx: tokio::sync::mpsc::Receiver<events::EventRecord>,
+    pub recorder: crate::recorder::Recorder,
+    pub rx: tokio::sync::mpsc::Receiver<crate::recorder::EventRecord>,
 }
 
 impl EventQueue {
     #[must_use]
     pub fn new() -> Self {
-        let (recorder, rx) = events::Recorder::channel();
+        let (recorder, rx) = crate::recorder::Recorder::channel();
         Self { recorder, rx }
     }
 }

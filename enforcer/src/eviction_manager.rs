@@ -116,7 +116,7 @@ pub struct EvictionManager {
     /// Told of every wakeup and of the signal pipeline ending (`/healthz`).
     pub health: Arc<Health>,
     /// `EvictionThresholdMet` on the node, `Evicted` on the pod (cluster mode).
-    pub events: crate::cluster::events::Recorder,
+    pub events: crate::recorder::Recorder,
 }
 
 impl EvictionManager {

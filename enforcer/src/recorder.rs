@@ -131,3 +131,28 @@ impl Recorder {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// kubelet's `fieldPath`: init containers (sidecars included) under `spec.initContainers`.
+    #[test]
+    fn container_field_paths() {
+        let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"initContainers": [{"name": "setup"}, {"name": "proxy", "restartPolicy": "Always"}],
+                     "containers": [{"name": "app"}]},
+        }))
+        .expect("pod");
+        let path = |c: &str| Involved::container(&pod, "u", c).field_path;
+        assert_eq!(path("setup"), "spec.initContainers{setup}");
+        assert_eq!(path("proxy"), "spec.initContainers{proxy}");
+        assert_eq!(path("app"), "spec.containers{app}");
+        let i = Involved::container(&pod, "u", "app");
+        assert_eq!(
+            (i.namespace.as_str(), i.name.as_str(), i.uid.as_str()),
+            ("ns", "p", "u")
+        );
+    }
+}

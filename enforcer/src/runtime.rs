@@ -169,9 +169,9 @@ impl RunPodsOptions {
             layout,
             manifest_dir: DEFAULT_MANIFEST_DIR.into(),
             state_dir: DEFAULT_STATE_DIR.into(),
-            node_name: node_name(),
+            node_name: crate::node::node_name(),
             node: NodeFacts {
-                memory_capacity: memory_capacity(),
+                memory_capacity: crate::node::machine_memory().unwrap_or(0),
                 cap_sys_resource: caps.cap_sys_resource,
             },
             poll: Duration::from_secs(1),
@@ -187,14 +187,6 @@ impl RunPodsOptions {
             dns: crate::policy::dns::DnsSettings::default(),
         }
     }
-}
-
-pub use crate::node::node_name;
-
-/// MemTotal in bytes (0 if unreadable).
-#[must_use]
-pub fn memory_capacity() -> i64 {
-    crate::node::machine_memory().unwrap_or(0)
 }
 
 /// Runs pods from the manifest directory on the CRI runtime at `opts.cri_socket` until

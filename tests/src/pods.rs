@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use enforcer::cluster::events::{EventRecord, EventType, Recorder};
+use enforcer::recorder::{EventRecord, EventType, Recorder};
 use enforcer::{
     kernel::Capabilities,
     runtime::{
@@ -49,7 +49,7 @@ pub fn opts(cd: &Containerd) -> RunPodsOptions {
         state_dir: state(cd),
         node_name: NODE.to_owned(),
         node: NodeFacts {
-            memory_capacity: enforcer::runtime::memory_capacity(),
+            memory_capacity: enforcer::node::machine_memory().unwrap_or(0),
             cap_sys_resource: caps.cap_sys_resource,
         },
         poll: Duration::from_millis(200),
@@ -61,7 +61,7 @@ pub fn opts(cd: &Containerd) -> RunPodsOptions {
         enforce: Arc::default(),
         kubeconfig: None,
         health: Arc::default(),
-        events: enforcer::cluster::events::Recorder::default(),
+        events: enforcer::recorder::Recorder::default(),
         dns: enforcer::policy::dns::DnsSettings::default(),
     }
 }

@@ -440,9 +440,12 @@ async fn shutdown_is_bounded_while_a_kill_keeps_failing() {
 /// clear error (exit 2) naming the path.
 #[test]
 fn events_cli_skips_a_damaged_line_and_names_an_unreadable_store() {
-    use enforcer::cluster::{
-        event_store::{self, EventStore},
-        events::{EventRecord, EventType, Involved, event_object},
+    use enforcer::{
+        cluster::{
+            event_store::{self, EventStore},
+            events::event_object,
+        },
+        recorder::{EventRecord, EventType, Involved},
     };
     let bin = enforcer_tests::enforcer_binary();
     let dir = std::env::temp_dir().join(format!("enforcer-events-cli-{}", std::process::id()));

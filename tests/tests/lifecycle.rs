@@ -12,7 +12,7 @@ use std::{
 };
 
 use enforcer::{
-    cluster::events::EventType,
+    recorder::EventType,
     runtime::status::{ContainerRecord, ContainerState, StatusFile},
 };
 use enforcer_tests::{

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use enforcer::{
-    cluster::events::EventType,
+    recorder::EventType,
     runtime::status::{ContainerState, PodRecord, StatusFile},
 };
 use enforcer_tests::{

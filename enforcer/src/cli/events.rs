@@ -150,25 +150,9 @@ pub fn render(events: &[Event], args: &EventsArgs, now: k8s_openapi::jiff::Times
 /// Runs `enforcer events`: exit 2 when the state directory cannot be read.
 #[must_use]
 pub fn events_main(args: &EventsArgs) -> std::process::ExitCode {
-    use std::io::Write as _;
-    match read(&args.state_dir) {
-        Ok((events, bad)) => {
-            if bad > 0 {
-                eprintln!(
-                    "enforcer: skipped {bad} unreadable line(s) in {}",
-                    args.state_dir.join(DIR).display()
-                );
-            }
-            let text = render(&events, args, k8s_openapi::jiff::Timestamp::now());
-            if writeln!(std::io::stdout().lock(), "{text}").is_err() {
-                return std::process::ExitCode::FAILURE;
-            }
-            std::process::ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("enforcer: {e} (is the daemon running with this --state-dir?)");
-            std::process::ExitCode::from(2)
-        }
+    match super::loaded(read(&args.state_dir), &args.state_dir.join(DIR)) {
+        Ok(events) => super::print(&render(&events, args, k8s_openapi::jiff::Timestamp::now())),
+        Err(code) => code,
     }
 }
 
@@ -178,11 +162,8 @@ mod tests {
 
     use super::*;
     use crate::cluster::{
-        event_store::{
-            EventStore, keep,
-            tests::{evicted, tmp},
-        },
-        events::{EventType, Involved, Recorder, event_object},
+        event_store::tests::{evicted, keep_sample, tmp},
+        events::event_object,
     };
 
     fn args(pod: Option<&str>, output: EventsOutput) -> EventsArgs {
@@ -199,20 +180,7 @@ mod tests {
     #[tokio::test]
     async fn filtered_by_pod_as_json_and_as_a_table() {
         let state = tmp("cli");
-        let (rec, rx) = Recorder::channel();
-        let store = EventStore::open(&state).expect("store");
-        let task = tokio::spawn(keep(rx, Some(store), "n1".to_owned(), None));
-        for _ in 0..3 {
-            rec.event(
-                Involved::pod("ns", "web", "u2", Some("app")),
-                EventType::Warning,
-                "BackOff",
-                "Back-off restarting failed container app in pod web_ns(u2)".to_owned(),
-            );
-        }
-        rec.record(evicted("hog"));
-        drop(rec);
-        task.await.expect("keep");
+        keep_sample(&state, None).await;
         let (events, _) = read(&state).expect("read");
         let text = render(
             &events,

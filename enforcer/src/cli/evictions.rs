@@ -3,7 +3,10 @@
 
 use std::path::PathBuf;
 
-use super::why::{Output, load, ms_since, print};
+use super::{
+    print,
+    why::{Output, load, ms_since},
+};
 use crate::{
     kills::{KillKind, KillRecord},
     state_log::{self, cell},

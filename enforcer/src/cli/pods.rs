@@ -97,20 +97,9 @@ pub enum PodsOutput {
 /// Runs `enforcer pods`: prints the table or JSON; exit code 2 when the state is unreadable.
 #[must_use]
 pub fn pods_main(args: &PodsArgs) -> std::process::ExitCode {
-    use std::io::Write as _;
     match read(&args.state_dir) {
-        Ok(file) => {
-            let text = render(&file, args.output == PodsOutput::Json);
-            let mut out = std::io::stdout().lock();
-            if writeln!(out, "{}", text.trim_end()).is_err() {
-                return std::process::ExitCode::FAILURE;
-            }
-            std::process::ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("enforcer: {e} (is the daemon running with this --state-dir?)");
-            std::process::ExitCode::from(2)
-        }
+        Ok(file) => super::print(render(&file, args.output == PodsOutput::Json).trim_end()),
+        Err(e) => super::unreadable(e),
     }
 }
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::print;
 use crate::{
     kills::{DIR, KillKind, KillRecord, read},
     quantity::{Format, Quantity},
@@ -158,30 +159,8 @@ pub fn render_why(r: &KillRecord) -> String {
     out.join("\n")
 }
 
-pub(super) fn print(text: &str) -> std::process::ExitCode {
-    use std::io::Write as _;
-    if writeln!(std::io::stdout().lock(), "{text}").is_err() {
-        return std::process::ExitCode::FAILURE;
-    }
-    std::process::ExitCode::SUCCESS
-}
-
 pub(super) fn load(state_dir: &Path) -> Result<Vec<KillRecord>, std::process::ExitCode> {
-    match read(state_dir) {
-        Ok((records, bad)) => {
-            if bad > 0 {
-                eprintln!(
-                    "enforcer: skipped {bad} unreadable line(s) in {}",
-                    state_dir.join(DIR).display()
-                );
-            }
-            Ok(records)
-        }
-        Err(e) => {
-            eprintln!("enforcer: {e} (is the daemon running with this --state-dir?)");
-            Err(std::process::ExitCode::from(2))
-        }
-    }
+    super::loaded(read(state_dir), &state_dir.join(DIR))
 }
 
 /// Runs `enforcer why`: exit 1 when the pod has no record, 2 when the store is unreadable.

@@ -18,7 +18,8 @@ use std::{collections::HashMap, path::Path};
 use k8s_openapi::{api::core::v1::Event, apimachinery::pkg::apis::meta::v1::Time};
 use tokio::sync::mpsc;
 
-use super::events::{EventRecord, Key, Recorder, Similar, event_object};
+use super::events::{Key, Similar, event_object};
+use crate::recorder::{EventRecord, Recorder};
 pub use crate::state_log::StoreError;
 use crate::state_log::{self, LineStore};
 
@@ -133,7 +134,7 @@ pub(crate) mod tests {
     use std::{collections::BTreeMap, path::PathBuf};
 
     use super::*;
-    use crate::cluster::events::{EventType, Involved};
+    use crate::recorder::{EventType, Involved};
 
     /// A fresh state directory for one test (also for `cli::events`' tests).
     pub(crate) fn tmp(tag: &str) -> PathBuf {
@@ -157,15 +158,13 @@ pub(crate) mod tests {
         }
     }
 
-    /// Repeats aggregate into one event (count 3), every event is passed on to the API
-    /// writer's queue, and they are read back whole.
-    #[tokio::test]
-    async fn kept_aggregated_forwarded_and_read_back() {
-        let state = tmp("keep");
+    /// Keeps, in a store at `state` of node `n1`, three identical `BackOff` events of pod
+    /// `ns/web` and the eviction of `ns/hog` (also for `cli::events`' tests), passing them on
+    /// to `forward`.
+    pub(crate) async fn keep_sample(state: &Path, forward: Option<Recorder>) {
         let (rec, rx) = Recorder::channel();
-        let (fwd, mut fwd_rx) = Recorder::channel();
-        let store = EventStore::open(&state).expect("store");
-        let task = tokio::spawn(keep(rx, Some(store), "n1".to_owned(), Some(fwd)));
+        let store = EventStore::open(state).expect("store");
+        let task = tokio::spawn(keep(rx, Some(store), "n1".to_owned(), forward));
         for _ in 0..3 {
             rec.event(
                 Involved::pod("ns", "web", "u2", Some("app")),
@@ -177,6 +176,15 @@ pub(crate) mod tests {
         rec.record(evicted("hog"));
         drop(rec);
         task.await.expect("keep");
+    }
+
+    /// Repeats aggregate into one event (count 3), every event is passed on to the API
+    /// writer's queue, and they are read back whole.
+    #[tokio::test]
+    async fn kept_aggregated_forwarded_and_read_back() {
+        let state = tmp("keep");
+        let (fwd, mut fwd_rx) = Recorder::channel();
+        keep_sample(&state, Some(fwd)).await;
         let mut forwarded = 0;
         while fwd_rx.try_recv().is_ok() {
             forwarded += 1;

@@ -23,14 +23,9 @@ use k8s_openapi::{
 };
 use serde_json::json;
 
-use super::{
-    ClusterApi, backoff,
-    events::{EventType, Involved, Recorder},
-    now_time,
-};
-pub use facts::{
-    NodeFacts, default_labels, default_route_ip, go_arch, kubelet_version, node_labels, os_image,
-};
+use super::{ClusterApi, backoff, now_time};
+use crate::recorder::{EventType, Involved, Recorder};
+pub use facts::{NodeFacts, default_labels, go_arch, node_labels, os_image};
 
 use crate::{
     health::Health,
@@ -184,7 +179,7 @@ pub fn build_status(
             container_runtime_version: facts.container_runtime_version.clone(),
             kernel_version: facts.kernel_version.clone(),
             kube_proxy_version: String::new(),
-            kubelet_version: kubelet_version(),
+            kubelet_version: crate::node::kubelet_version(),
             machine_id: facts.machine_id.clone(),
             operating_system: "linux".to_owned(),
             os_image: facts.os_image.clone(),

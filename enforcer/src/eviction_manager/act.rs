@@ -7,13 +7,13 @@ use std::{collections::BTreeMap, time::Duration};
 
 use super::{EvictionManager, Memo, Trigger, report::node_record};
 use crate::{
-    cluster::events::{EventRecord, EventType, Involved},
     kills::{self, KillKind, KillRecord},
     policy::eviction::{
         ActivePod, Eviction,
         local_storage::LocalStorageEviction,
         manager::{Action, CleanupEnd, Idle, REASON, StepDecision},
     },
+    recorder::{EventRecord, EventType, Involved},
     runtime::{ActiveEntry, Evict},
     stats::NodeSnapshot,
 };

@@ -8,11 +8,15 @@
 
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use serde::{Deserialize, Serialize};
 
-use super::pod_actions::{
-    AppState, ContainerKind, PodPhase, RestartPolicy, RuntimeState, effective_exit_code, pod_phase,
+use super::{
+    pod_actions::{
+        AppState, ContainerKind, PodPhase, RestartPolicy, RuntimeState, effective_exit_code,
+        pod_phase,
+    },
+    resources,
 };
 
 /// A container's state.
@@ -221,7 +225,14 @@ pub fn pod_status(input: PodStatusInput<'_>) -> PodRecord {
         init_failed,
         syncing,
     } = input;
-    let spec_ref = pod.spec.clone().unwrap_or_default();
+    let no_spec;
+    let spec_ref = match &pod.spec {
+        Some(s) => s,
+        None => {
+            no_spec = PodSpec::default();
+            &no_spec
+        }
+    };
     let instances = |name: &str| -> Vec<&ContainerObservation> {
         containers.iter().filter(|x| x.name == name).collect()
     };
@@ -279,12 +290,8 @@ pub fn pod_status(input: PodStatusInput<'_>) -> PodRecord {
     };
     PodRecord {
         uid,
-        name: pod.metadata.name.clone().unwrap_or_default(),
-        namespace: pod
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".to_owned()),
+        name: resources::pod_name(pod).to_owned(),
+        namespace: resources::pod_namespace(pod).to_owned(),
         source,
         phase,
         reason: String::new(),

@@ -373,7 +373,7 @@ async fn run_mode(mode: &Mode, trials: u64, hog: &std::path::Path) -> anyhow::Re
         housekeeping,
         node_reclaim: None,
         health: std::sync::Arc::default(),
-        events: enforcer::cluster::events::Recorder::default(),
+        events: enforcer::recorder::Recorder::default(),
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(manager.run(pipeline, async {

@@ -259,7 +259,7 @@ async fn enforcer_run(
 fn node_facts() -> NodeFacts {
     let caps = Capabilities::probe(&layout());
     NodeFacts {
-        memory_capacity: enforcer::runtime::memory_capacity(),
+        memory_capacity: enforcer::node::machine_memory().unwrap_or(0),
         cap_sys_resource: caps.cap_sys_resource,
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-pub use crate::node::{default_route_ip, kubelet_version};
+use crate::node::default_route_ip;
 
 /// What the node reports about itself.
 #[derive(Clone, Debug, Default, PartialEq)]

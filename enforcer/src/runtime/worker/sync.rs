@@ -544,11 +544,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
         sandbox_id: &str,
         all: &[cri::Container],
     ) -> Result<Vec<ContainerObservation>, WorkerError> {
-        let defs: Vec<Container> = pod
+        let defs: Vec<&Container> = pod
             .spec
             .iter()
             .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
-            .cloned()
             .collect();
         let in_sandbox: Vec<&cri::Container> = all
             .iter()
@@ -556,7 +555,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             .collect();
         let mut shown = HashSet::new();
         let mut statuses = HashMap::new();
-        for c in &defs {
+        for c in defs.iter().copied() {
             let instances = in_sandbox.iter().filter(|x| name_of(x) == c.name).take(2);
             for (i, x) in instances.enumerate() {
                 shown.insert(x.id.clone());
