@@ -4,7 +4,9 @@
 pub mod kill;
 pub mod kubepods;
 pub mod layout;
+pub mod manager;
 pub mod paths;
+pub mod systemd;
 pub mod writer;
 
 pub use layout::{CgroupLayout, CgroupVersion, V1Mount};

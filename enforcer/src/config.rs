@@ -103,8 +103,8 @@ pub struct ConfigArgs {
     /// Root of the pod cgroup hierarchy.
     #[arg(long, value_name = "PATH")]
     pub cgroup_root: Option<String>,
-    /// Cgroup driver (only cgroupfs).
-    #[arg(long, value_name = "DRIVER")]
+    /// Cgroup driver: cgroupfs or systemd (containerd's `SystemdCgroup` must match).
+    #[arg(long, value_name = "DRIVER", env = "ENFORCER_CGROUP_DRIVER")]
     pub cgroup_driver: Option<String>,
     /// CPU manager policy: none or static.
     #[arg(long, value_name = "POLICY")]
@@ -259,8 +259,8 @@ pub struct Config {
     pub enforce_node_allocatable: Vec<String>,
     /// `cgroupRoot`.
     pub cgroup_root: String,
-    /// `cgroupDriver` (cgroupfs).
-    pub cgroup_driver: String,
+    /// `cgroupDriver`.
+    pub cgroup_driver: crate::policy::cgroup_name::CgroupDriver,
     /// `cgroupsPerQOS`.
     #[serde(rename = "cgroupsPerQOS")]
     pub cgroups_per_qos: bool,
@@ -371,7 +371,9 @@ impl Config {
             .map_or(0, crate::quantity::Quantity::value);
         NodeObserver {
             layout: layout.clone(),
-            kubepods: format!("{}/kubepods", self.cgroup_root.trim_end_matches('/')),
+            kubepods: self
+                .cgroup_driver
+                .name(&crate::policy::cgroup_name::kubepods(&self.cgroup_root)),
             memory_capacity,
             capacity_override: self.enforcer.node_capacity.contains_key("memory"),
             kubepods_memory_limit: crate::policy::admission::kubepods_memory_limit(
@@ -689,8 +691,11 @@ mod tests {
             ConfigArgs::default(),
         );
         assert!(e.contains("evictionPressureTransitionPeriod"), "{e}");
-        let e = err("cgroupDriver: systemd", ConfigArgs::default());
-        assert!(e.contains("cgroupDriver"), "{e}");
+        let e = err("cgroupDriver: sysd", ConfigArgs::default());
+        assert!(
+            e.contains("cgroupDriver") && e.contains("cgroupfs or systemd"),
+            "{e}"
+        );
         let e = err("podPidsLimit: -2", ConfigArgs::default());
         assert!(e.contains("podPidsLimit") && e.contains("-2"), "{e}");
         let e = err(

@@ -162,7 +162,16 @@ pub async fn run(
     let kubepods = observer.kubepods.clone();
     // The kubepods cgroup (allocatable: capacity minus reservations when `pods` is enforced)
     // and its QoS tiers exist before anything watches them (runtime::enforce).
-    let enforcer = runtime::enforce::Enforcer::from_config(&config, &layout, &capacity);
+    let kubepods_cgroups = crate::cgroup::kubepods::Kubepods::for_driver(
+        &config.cgroup_root,
+        layout.clone(),
+        config.cgroup_driver,
+    )
+    .map_err(|source| runtime::RuntimeError::Cgroups {
+        driver: config.cgroup_driver.as_str(),
+        source,
+    })?;
+    let enforcer = runtime::enforce::Enforcer::from_config(&config, kubepods_cgroups, &capacity);
     // The CPU manager only where the enforcer runs the pods (beside a kubelet, kubelet owns it).
     let enforcer = Arc::new(if opts.run_pods {
         enforcer.with_cpu_manager(&config)?
@@ -173,7 +182,10 @@ pub async fn run(
     let mut watches = Vec::new();
     if let Some((mount, _)) = layout.controller("memory") {
         let dir = join_inside(mount, &kubepods)?;
-        if let Err(e) = std::fs::create_dir_all(&dir) {
+        // systemd made the kubepods slice (or says why it could not above).
+        if config.cgroup_driver == crate::policy::cgroup_name::CgroupDriver::Cgroupfs
+            && let Err(e) = std::fs::create_dir_all(&dir)
+        {
             tracing::warn!(path = %dir.display(), error = %e, "creating the kubepods cgroup");
         }
         // Usage-threshold watches on kubepods where each memory threshold (hard and soft,
@@ -287,6 +299,7 @@ pub async fn run(
         ro.node_name = config.node_name();
         ro.cri_socket = config.enforcer.cri_socket.clone();
         ro.cgroup_root = config.cgroup_root.clone();
+        ro.cgroup_driver = config.cgroup_driver;
         ro.manifest_dir = config.enforcer.manifest_dir.clone();
         ro.state_dir = config.enforcer.state_dir.clone();
         ro.node.memory_capacity = memory_capacity;

@@ -7,6 +7,7 @@
 //!
 //! - [`resources`]: pod requests and limits (sidecar-aware), API defaulting, critical pods.
 //! - [`qos`]: the pod QoS class.
+//! - [`cgroup_name`]: kubelet's cgroup names under the cgroupfs and systemd drivers.
 //! - [`oom`]: per-container `oom_score_adj`, and cgroup values (shares, weight, quota, limits).
 //! - [`eviction`]: signals, thresholds, ranking and the eviction manager's step.
 //! - [`admission`]: eviction admission, resource fit, predicates, pod security.
@@ -23,6 +24,7 @@
 
 pub mod admission;
 pub mod backoff;
+pub mod cgroup_name;
 pub mod cpu;
 pub mod dns;
 pub mod env;

@@ -91,6 +91,54 @@ pub enum RuntimeError {
     },
     #[error(transparent)]
     Status(#[from] status::StatusError),
+    #[error("pod cgroups (cgroupDriver {driver}): {source}")]
+    Cgroups {
+        driver: &'static str,
+        #[source]
+        source: crate::cgroup::CgroupError,
+    },
+    /// kubelet's refusal of a driver the runtime does not run (`cmd/kubelet/app/server.go`).
+    #[error(
+        "misconfiguration: kubelet cgroup driver: {ours:?} is different from {runtime} cgroup driver: {theirs:?}"
+    )]
+    CgroupDriver {
+        ours: &'static str,
+        runtime: String,
+        theirs: &'static str,
+    },
+}
+
+/// Refuses to run pods with a cgroup driver the runtime does not use (its containers would
+/// land outside the pod cgroups); a runtime that does not answer or say is not refused here.
+async fn check_cgroup_driver<R: ContainerRuntime>(
+    runtime: &R,
+    ours: crate::policy::cgroup_name::CgroupDriver,
+) -> Result<(), RuntimeError> {
+    match runtime.cgroup_driver().await {
+        Ok(Some(theirs)) if theirs != ours => {
+            let name = runtime
+                .version()
+                .await
+                .map_or_else(|_| "the runtime".to_owned(), |v| v.runtime_name);
+            Err(RuntimeError::CgroupDriver {
+                ours: ours.as_str(),
+                runtime: name,
+                theirs: theirs.as_str(),
+            })
+        }
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => {
+            tracing::info!(
+                driver = ours.as_str(),
+                "the runtime does not say which cgroup driver it uses: not checked"
+            );
+            Ok(())
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the runtime's cgroup driver could not be read: not checked");
+            Ok(())
+        }
+    }
 }
 
 /// Everything `run_pods` needs; the world is passed in.
@@ -101,6 +149,9 @@ pub struct RunPodsOptions {
     pub cri_timeout: Duration,
     /// The cgroup root pods live under (`/` on a node, `/enforcer-test-<id>` in tests).
     pub cgroup_root: String,
+    /// `cgroupDriver`: how pod cgroups are made when `enforce` has no kubepods hierarchy
+    /// (with one, its driver).
+    pub cgroup_driver: crate::policy::cgroup_name::CgroupDriver,
     pub layout: CgroupLayout,
     pub manifest_dir: PathBuf,
     pub state_dir: PathBuf,
@@ -166,6 +217,7 @@ impl RunPodsOptions {
             cri_socket: DEFAULT_CRI_SOCKET.into(),
             cri_timeout: Duration::from_secs(10),
             cgroup_root: "/".to_owned(),
+            cgroup_driver: crate::policy::cgroup_name::CgroupDriver::Cgroupfs,
             layout,
             manifest_dir: DEFAULT_MANIFEST_DIR.into(),
             state_dir: DEFAULT_STATE_DIR.into(),
@@ -258,6 +310,20 @@ pub async fn run_pods_with<R: ContainerRuntime>(
     status: StatusManager,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), RuntimeError> {
+    // The enforcer's kubepods hierarchy (its driver) when it has one, else the driver's own.
+    let kubepods = match opts.enforce.kubepods() {
+        Some(k) => k.clone(),
+        None => crate::cgroup::kubepods::Kubepods::for_driver(
+            &opts.cgroup_root,
+            opts.layout.clone(),
+            opts.cgroup_driver,
+        )
+        .map_err(|source| RuntimeError::Cgroups {
+            driver: opts.cgroup_driver.as_str(),
+            source,
+        })?,
+    };
+    check_cgroup_driver(runtime.as_ref(), kubepods.driver()).await?;
     let log_root = opts.state_dir.join("pods");
     std::fs::create_dir_all(&log_root).map_err(|source| RuntimeError::StateDir {
         path: log_root.clone(),
@@ -270,7 +336,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
     }
     let ctx = Arc::new(WorkerContext {
         runtime: runtime.clone(),
-        cgroups: podcgroup::PodCgroups::new(&opts.cgroup_root, opts.layout.clone())
+        cgroups: podcgroup::PodCgroups::with_kubepods(kubepods)
             .with_options(opts.enforce.cgroup_options()),
         enforce: opts.enforce.clone(),
         status: status.clone(),
@@ -575,6 +641,7 @@ mod tests {
             cri_socket: dir.join("none.sock"),
             cri_timeout: Duration::from_secs(1),
             cgroup_root: "/".to_owned(),
+            cgroup_driver: crate::policy::cgroup_name::CgroupDriver::Cgroupfs,
             layout: CgroupLayout::default(),
             manifest_dir: dir.join("manifests"),
             state_dir: dir.join("state"),

@@ -9,6 +9,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+use enforcer::policy::{
+    cgroup_name::{self, CgroupDriver, CgroupName},
+    qos::QosClass,
+};
+
 use crate::local::{CniBridge, LocalContainerd};
 
 /// Paths of the tools the fixture needs; a missing one fails the test loudly.
@@ -25,8 +30,11 @@ pub struct Containerd {
     pub dir: PathBuf,
     pub socket: PathBuf,
     pub config: PathBuf,
-    /// The cgroup root for pods (relative to every hierarchy), e.g. `/enforcer-test-1-2-x`.
+    /// The cgroup root for pods as kubelet's `cgroupRoot` (cgroupfs form), e.g.
+    /// `/enforcer-test-1-2-x`; with systemd its cgroup is `/enforcer_test_1_2_x.slice`.
     pub cgroup_root: String,
+    /// The cgroup driver of this run ([`crate::cgroup_driver`]), containerd's too.
+    pub driver: CgroupDriver,
     /// The pod network, when started with [`Containerd::start_with_cni`].
     pub network: Option<CniBridge>,
     local: LocalContainerd,
@@ -71,6 +79,7 @@ impl Containerd {
             socket: local.socket().to_path_buf(),
             config: local.config().to_path_buf(),
             cgroup_root: format!("/{name}"),
+            driver: crate::cgroup_driver(),
             network,
             local,
             torn_down: false,
@@ -96,18 +105,55 @@ impl Containerd {
         self.local.log()
     }
 
-    /// The `pod<uid>` cgroup directories of the test's cgroup root that exist, in any
-    /// hierarchy.
+    /// The test's cgroup root as a path in every hierarchy, in the driver's form
+    /// (`/enforcer-test-1-2-x` or `/enforcer_test_1_2_x.slice`).
+    #[must_use]
+    pub fn root_path(&self) -> String {
+        self.driver
+            .name(&CgroupName::from_cgroupfs(&self.cgroup_root))
+    }
+
+    /// The kubepods cgroup below the root, in the driver's form.
+    #[must_use]
+    pub fn kubepods_path(&self) -> String {
+        self.driver.name(&cgroup_name::kubepods(&self.cgroup_root))
+    }
+
+    /// A QoS tier's cgroup (kubepods itself for Guaranteed), in the driver's form.
+    #[must_use]
+    pub fn tier_path(&self, qos: QosClass) -> String {
+        self.driver
+            .name(&cgroup_name::qos_tier(&self.cgroup_root, qos))
+    }
+
+    /// A pod's cgroup, in the driver's form.
+    #[must_use]
+    pub fn pod_path(&self, qos: QosClass, uid: &str) -> String {
+        let name = cgroup_name::pod(&self.cgroup_root, qos, uid)
+            .unwrap_or_else(|e| panic!("pod uid {uid:?}: {e}"));
+        self.driver.name(&name)
+    }
+
+    /// A container's cgroup below its pod's (`<pod>/<id>`, or with systemd
+    /// `<pod>/cri-containerd-<id>.scope`).
+    #[must_use]
+    pub fn container_path(&self, pod: &str, id: &str) -> String {
+        match self.driver {
+            CgroupDriver::Cgroupfs => format!("{pod}/{id}"),
+            CgroupDriver::Systemd => format!("{pod}/cri-containerd-{id}.scope"),
+        }
+    }
+
+    /// The pod cgroup directories of the test's cgroup root that exist, in any hierarchy
+    /// (either driver's layout).
     #[must_use]
     pub fn pod_cgroups(&self) -> Vec<PathBuf> {
         let mut out = Vec::new();
         for mount in hierarchy_mounts() {
-            let root = mount.join(self.cgroup_root.trim_start_matches('/'));
+            let root = mount.join(self.root_path().trim_start_matches('/'));
             walk_dirs(&root, &mut |p| {
-                if p.file_name()
-                    .and_then(|n| n.to_str())
-                    .is_some_and(|n| n.starts_with("pod"))
-                {
+                let rel = p.strip_prefix(&mount).unwrap_or(p).to_string_lossy();
+                if enforcer::cgroup::pod_of_path(&rel).is_some_and(|r| r.container.is_none()) {
                     out.push(p.to_path_buf());
                 }
             });
@@ -121,9 +167,16 @@ impl Containerd {
             return;
         }
         self.torn_down = true;
-        // 1. Container processes: everything inside the test's cgroup root.
+        // 1. Container processes: everything inside the test's cgroup root (with systemd,
+        //    its slice stopped first: the scopes and slices in it go with it).
+        if self.driver == CgroupDriver::Systemd {
+            let unit = CgroupName::from_cgroupfs(&self.cgroup_root).systemd_unit();
+            let _ = std::process::Command::new("systemctl")
+                .args(["stop", &unit])
+                .status();
+        }
         for mount in hierarchy_mounts() {
-            let root = mount.join(self.cgroup_root.trim_start_matches('/'));
+            let root = mount.join(self.root_path().trim_start_matches('/'));
             walk_dirs(&root, &mut |p| kill_procs_in(p));
         }
         // 2. The shims of this containerd (by PID), containerd, the mounts below the temp
@@ -131,7 +184,7 @@ impl Containerd {
         self.local.teardown();
         // 3. The cgroup root in every hierarchy (after the processes are gone).
         for mount in hierarchy_mounts() {
-            let root = mount.join(self.cgroup_root.trim_start_matches('/'));
+            let root = mount.join(self.root_path().trim_start_matches('/'));
             let deadline = Instant::now() + Duration::from_secs(5);
             while root.exists() && Instant::now() < deadline {
                 walk_dirs(&root, &mut |p| kill_procs_in(p));

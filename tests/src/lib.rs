@@ -40,6 +40,20 @@ pub fn layout() -> CgroupLayout {
     CgroupLayout::discover().expect("cgroup layout of this machine")
 }
 
+/// The cgroup driver the tests run with: `ENFORCER_CGROUP_DRIVER` (`cgroupfs` when unset),
+/// the same variable the enforcer's `--cgroup-driver` flag reads, so a spawned enforcer and
+/// the fixture's containerd (`SystemdCgroup`) agree; `cargo xtask vm-test --systemd` sets it.
+/// Any other value fails the test loudly.
+#[must_use]
+pub fn cgroup_driver() -> enforcer::policy::cgroup_name::CgroupDriver {
+    use enforcer::policy::cgroup_name::CgroupDriver;
+    match std::env::var("ENFORCER_CGROUP_DRIVER") {
+        Err(_) => CgroupDriver::Cgroupfs,
+        Ok(v) => CgroupDriver::parse(&v)
+            .unwrap_or_else(|| panic!("ENFORCER_CGROUP_DRIVER={v:?}: must be cgroupfs or systemd")),
+    }
+}
+
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// A unique name for a test-owned cgroup subtree: `enforcer-test-<pid>-<n>-<tag>`.

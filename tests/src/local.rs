@@ -189,9 +189,10 @@ impl CniBridge {
     }
 }
 
-/// The containerd config for a private instance in `dir`.
+/// The containerd config for a private instance in `dir`; runc puts containers in systemd
+/// scopes when `systemd_cgroup` (`SystemdCgroup = true`, the systemd cgroup driver).
 #[must_use]
-pub fn config_toml(dir: &Path, socket: &Path) -> String {
+pub fn config_toml(dir: &Path, socket: &Path, systemd_cgroup: bool) -> String {
     let d = dir.display();
     format!(
         r#"version = 2
@@ -228,7 +229,7 @@ oom_score = 0
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
+        SystemdCgroup = {systemd_cgroup}
         Root = "{d}/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
@@ -308,7 +309,9 @@ impl LocalContainerd {
         let dir = fs::canonicalize(dir).map_err(io_err(dir))?;
         let socket = dir.join(SOCKET_FILE);
         let config = dir.join("config.toml");
-        fs::write(&config, config_toml(&dir, &socket)).map_err(io_err(&config))?;
+        let systemd =
+            crate::cgroup_driver() == enforcer::policy::cgroup_name::CgroupDriver::Systemd;
+        fs::write(&config, config_toml(&dir, &socket, systemd)).map_err(io_err(&config))?;
         let cni_dir = dir.join("cni");
         fs::create_dir_all(&cni_dir).map_err(io_err(&cni_dir))?;
         if let Some(net) = &network {
@@ -738,7 +741,8 @@ mod tests {
     #[test]
     fn config_points_everything_into_the_directory() {
         let d = Path::new("/tmp/cd");
-        let text = config_toml(d, &d.join(SOCKET_FILE));
+        let text = config_toml(d, &d.join(SOCKET_FILE), false);
+        assert!(config_toml(d, &d.join(SOCKET_FILE), true).contains("SystemdCgroup = true"));
         assert!(text.contains("root = \"/tmp/cd/root\""));
         assert!(text.contains("address = \"/tmp/cd/containerd.sock\""));
         assert!(text.contains("restrict_oom_score_adj = true"));

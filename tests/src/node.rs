@@ -162,6 +162,7 @@ impl Node {
         std::fs::create_dir_all(&manifests).expect("manifest dir");
         let args = ConfigArgs {
             cgroup_root: Some(cd.cgroup_root.clone()),
+            cgroup_driver: Some(cd.driver.as_str().to_owned()),
             cri_socket: Some(cd.socket.clone()),
             manifest_dir: Some(manifests.clone()),
             state_dir: Some(state.clone()),
@@ -228,9 +229,7 @@ impl Node {
     pub fn kubepods_memory_dir(&self) -> PathBuf {
         let l = crate::layout();
         let (mount, _) = l.controller("memory").expect("memory controller");
-        mount
-            .join(self.cd.cgroup_root.trim_start_matches('/'))
-            .join("kubepods")
+        mount.join(self.cd.kubepods_path().trim_start_matches('/'))
     }
 
     /// Stops the daemon, removes the pods through CRI and tears containerd down.

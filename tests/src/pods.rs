@@ -44,6 +44,7 @@ pub fn opts(cd: &Containerd) -> RunPodsOptions {
         cri_socket: cd.socket.clone(),
         cri_timeout: Duration::from_secs(5),
         cgroup_root: cd.cgroup_root.clone(),
+        cgroup_driver: cd.driver,
         layout,
         manifest_dir: manifests(cd),
         state_dir: state(cd),

@@ -10,6 +10,7 @@ use std::{
     time::Duration,
 };
 
+use enforcer::policy::qos::QosClass;
 use enforcer::{
     cli::explain::{ExplainArgs, explain},
     config::ConfigArgs,
@@ -50,8 +51,9 @@ impl Files {
         std::fs::write(
             &config_file,
             format!(
-                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupRoot: {}\n{extra}",
-                cd.cgroup_root
+                "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupRoot: {}\ncgroupDriver: {}\n{extra}",
+                cd.cgroup_root,
+                cd.driver.as_str()
             ),
         )
         .expect("config");
@@ -275,7 +277,7 @@ async fn cgroups_and_oom_scores_match_explain_and_follow_the_pods() {
         let want = decided.max(floor);
         let c = &rec.container_statuses[0];
         let id = c.container_id.rsplit("://").next().expect("container id");
-        let pids = pids_of(&format!("{parent}/{id}"));
+        let pids = pids_of(&cd.container_path(&parent, id));
         assert!(
             !pids.is_empty(),
             "{name}: no processes in the container cgroup"
@@ -304,8 +306,7 @@ async fn cgroups_and_oom_scores_match_explain_and_follow_the_pods() {
     assert!(score("guaranteed") < score("burstable") && score("burstable") < score("besteffort"));
 
     // kubepods: allocatable (capacity minus systemReserved); the QoS tiers.
-    let root = cd.cgroup_root.trim_end_matches('/').to_owned();
-    let kubepods = format!("{root}/kubepods");
+    let kubepods = cd.kubepods_path();
     assert_eq!(
         memory_limit(&kubepods),
         Some(node_memory - 100 * MIB),
@@ -319,12 +320,12 @@ async fn cgroups_and_oom_scores_match_explain_and_follow_the_pods() {
         "kubepods shares"
     );
     assert_eq!(
-        cpu_values(&format!("{kubepods}/besteffort")).0,
+        cpu_values(&cd.tier_path(QosClass::BestEffort)).0,
         shares_as_written(2),
         "besteffort tier"
     );
     assert_eq!(
-        cpu_values(&format!("{kubepods}/burstable")).0,
+        cpu_values(&cd.tier_path(QosClass::Burstable)).0,
         shares_as_written(204),
         "burstable tier"
     );
@@ -335,16 +336,19 @@ async fn cgroups_and_oom_scores_match_explain_and_follow_the_pods() {
         "burstable pod cgroup removed",
         Duration::from_secs(30),
         || {
-            !cd.pod_cgroups()
-                .iter()
-                .any(|p| p.ends_with(format!("pod{}", pods[1].1)))
+            !cd.pod_cgroups().iter().any(|p| {
+                p.ends_with(
+                    cd.pod_path(QosClass::Burstable, pods[1].1)
+                        .trim_start_matches('/'),
+                )
+            })
         },
     )
     .await;
     wait_until(
         "burstable tier back to 2 shares",
         Duration::from_secs(15),
-        || cpu_values(&format!("{kubepods}/burstable")).0 == shares_as_written(2),
+        || cpu_values(&cd.tier_path(QosClass::Burstable)).0 == shares_as_written(2),
     )
     .await;
 
@@ -354,8 +358,8 @@ async fn cgroups_and_oom_scores_match_explain_and_follow_the_pods() {
 }
 
 /// The cpuset a container runs on (its cgroup in the cpuset hierarchy, v1 or v2).
-fn cpuset_of(parent: &str, id: &str) -> String {
-    let dir = dir_of("cpuset", &format!("{parent}/{id}"));
+fn cpuset_of(container: &str) -> String {
+    let dir = dir_of("cpuset", container);
     let eff = dir.join("cpuset.cpus.effective");
     let p = if is_v2("cpuset") && eff.exists() {
         eff
@@ -394,7 +398,8 @@ async fn cpu_manager_static_gives_an_exclusive_cpu_and_restores_it() {
     let daemon = Daemon::start(config.clone());
     let all = format!("0-{}", cpus - 1);
     wait_until("shared pod on every cpu", Duration::from_secs(60), || {
-        container_of(&records(&state), "shared").is_some_and(|(p, id)| cpuset_of(&p, &id) == all)
+        container_of(&records(&state), "shared")
+            .is_some_and(|(p, id)| cpuset_of(&cd.container_path(&p, &id)) == all)
     })
     .await;
 
@@ -410,7 +415,8 @@ async fn cpu_manager_static_gives_an_exclusive_cpu_and_restores_it() {
     )
     .expect("write");
     wait_until("pinned pod on cpu 1", Duration::from_secs(60), || {
-        container_of(&records(&state), "pinned").is_some_and(|(p, id)| cpuset_of(&p, &id) == "1")
+        container_of(&records(&state), "pinned")
+            .is_some_and(|(p, id)| cpuset_of(&cd.container_path(&p, &id)) == "1")
     })
     .await;
     let shared_pool = if cpus == 2 {
@@ -420,7 +426,7 @@ async fn cpu_manager_static_gives_an_exclusive_cpu_and_restores_it() {
     };
     wait_until("shared pod off cpu 1", Duration::from_secs(30), || {
         container_of(&records(&state), "shared")
-            .is_some_and(|(p, id)| cpuset_of(&p, &id) == shared_pool)
+            .is_some_and(|(p, id)| cpuset_of(&cd.container_path(&p, &id)) == shared_pool)
     })
     .await;
     let cp_path = state.join("cpu_manager_state");
@@ -443,7 +449,7 @@ async fn cpu_manager_static_gives_an_exclusive_cpu_and_restores_it() {
         Duration::from_secs(60),
         || {
             container_of(&records(&state), "shared")
-                .is_some_and(|(p, id)| cpuset_of(&p, &id) == all)
+                .is_some_and(|(p, id)| cpuset_of(&cd.container_path(&p, &id)) == all)
         },
     )
     .await;
@@ -533,7 +539,7 @@ async fn memory_qos_on_real_files_v2only() {
     // Containers: memory.min = request; memory.high = request + (limit - request) * factor,
     // rounded down to a page (kubelet's float64 arithmetic); a Guaranteed container has no
     // memory.high (request == limit).
-    let container = format!("{burstable_pod}/{burstable_id}");
+    let container = cd.container_path(&burstable_pod, &burstable_id);
     assert_eq!(memory(&container, "memory.min"), (64 * MIB).to_string());
     #[expect(
         clippy::cast_precision_loss,
@@ -544,7 +550,7 @@ async fn memory_qos_on_real_files_v2only() {
         (((64 * MIB) as f64 + ((256 - 64) * MIB) as f64 * 0.8) / 4096.0).floor() as i64 * 4096;
     assert_eq!(memory(&container, "memory.high"), high.to_string());
     assert_eq!(memory(&container, "memory.max"), (256 * MIB).to_string());
-    let g = format!("{guaranteed_pod}/{guaranteed_id}");
+    let g = cd.container_path(&guaranteed_pod, &guaranteed_id);
     assert_eq!(memory(&g, "memory.min"), (32 * MIB).to_string());
     assert_eq!(memory(&g, "memory.high"), "max");
     // Pods, the burstable tier and kubepods: the sums of the requests below them.
@@ -553,13 +559,16 @@ async fn memory_qos_on_real_files_v2only() {
         memory(&guaranteed_pod, "memory.min"),
         (32 * MIB).to_string()
     );
-    let kubepods = format!("{}/kubepods", cd.cgroup_root.trim_end_matches('/'));
+    let kubepods = cd.kubepods_path();
     wait_until("tier memory.min summed", Duration::from_secs(15), || {
-        memory(&format!("{kubepods}/burstable"), "memory.min") == (64 * MIB).to_string()
+        memory(&cd.tier_path(QosClass::Burstable), "memory.min") == (64 * MIB).to_string()
             && memory(&kubepods, "memory.min") == (96 * MIB).to_string()
     })
     .await;
-    assert_eq!(memory(&format!("{kubepods}/besteffort"), "memory.min"), "0");
+    assert_eq!(
+        memory(&cd.tier_path(QosClass::BestEffort), "memory.min"),
+        "0"
+    );
 
     daemon.stop().await;
     cd.remove_all_pods().await;
@@ -602,8 +611,8 @@ async fn pod_pids_limit_holds_a_fork_loop() {
     let recs = records(&state);
     let (forker_pod, forker_id) = container_of(&recs, "forker").expect("forker");
     let (quiet_pod, _) = container_of(&recs, "quiet").expect("quiet");
-    let container = format!("{forker_pod}/{forker_id}");
-    let kubepods = format!("{}/kubepods", cd.cgroup_root.trim_end_matches('/'));
+    let container = cd.container_path(&forker_pod, &forker_id);
+    let kubepods = cd.kubepods_path();
     let pids = |rel: &str, file: &str| read(&dir_of("pids", rel).join(file));
     assert_eq!(pids(&forker_pod, "pids.max"), PIDS.to_string());
     assert_eq!(pids(&quiet_pod, "pids.max"), PIDS.to_string());

@@ -64,6 +64,7 @@ async fn hard_memory_threshold_evicts_the_besteffort_pod_before_the_kernel_oom_k
         eviction_hard: vec!["memory.available<150Mi".to_owned()],
         node_capacity: vec!["memory=400Mi".to_owned()],
         cgroup_root: Some(cd.cgroup_root.clone()),
+        cgroup_driver: Some(cd.driver.as_str().to_owned()),
         cri_socket: Some(cd.socket.clone()),
         manifest_dir: Some(manifests.clone()),
         state_dir: Some(state.clone()),
@@ -88,9 +89,7 @@ async fn hard_memory_threshold_evicts_the_besteffort_pod_before_the_kernel_oom_k
     .await;
     let l = layout();
     let (mem_mount, _) = l.controller("memory").expect("memory controller");
-    let kubepods = mem_mount
-        .join(cd.cgroup_root.trim_start_matches('/'))
-        .join("kubepods");
+    let kubepods = mem_mount.join(cd.kubepods_path().trim_start_matches('/'));
     let limit = std::fs::read_to_string(kubepods.join("memory.limit_in_bytes"))
         .or_else(|_| std::fs::read_to_string(kubepods.join("memory.max")))
         .expect("kubepods limit");

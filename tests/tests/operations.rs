@@ -505,6 +505,7 @@ async fn every_endpoint_of_a_running_daemon_parses() {
         eviction_hard: vec!["memory.available<100Mi".to_owned()],
         housekeeping_interval: Some("1s".to_owned()),
         cgroup_root: Some(cd.cgroup_root.clone()),
+        cgroup_driver: Some(cd.driver.as_str().to_owned()),
         cri_socket: Some(cd.socket.clone()),
         manifest_dir: Some(manifests.clone()),
         state_dir: Some(state.clone()),

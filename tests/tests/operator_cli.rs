@@ -6,6 +6,7 @@
 use std::{path::Path, process::Command, time::Duration};
 
 use enforcer::config::ConfigArgs;
+use enforcer::policy::qos::QosClass;
 use enforcer_tests::node::{Node, phase, pod, wait_until};
 
 /// The binary, built once for the test.
@@ -95,10 +96,13 @@ async fn status_shows_the_node_and_doctor_finds_a_leftover_cgroup() {
     };
     let (_, before) = findings(&node, &state);
     assert_eq!(leftover(&before), 0, "{before:?}");
-    let stray = node
-        .kubepods_memory_dir()
-        .join("besteffort")
-        .join("pod00000000-dead-beef-0000-000000000000");
+    let l = enforcer_tests::layout();
+    let (mount, _) = l.controller("memory").expect("memory controller");
+    let stray = mount.join(
+        node.cd
+            .pod_path(QosClass::BestEffort, "00000000-dead-beef-0000-000000000000")
+            .trim_start_matches('/'),
+    );
     std::fs::create_dir_all(&stray).expect("a stray pod cgroup");
     let (code, with) = findings(&node, &state);
     let _ = std::fs::remove_dir(&stray);

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use enforcer::policy::qos::QosClass;
 use enforcer::{
     config::ConfigArgs,
     runtime::{ContainerRuntime as _, CriRuntime},
@@ -211,10 +212,11 @@ async fn a_kernel_oom_kill_inside_a_pod_shows_oomkilled_at_once() {
     .await;
     let l = layout();
     let (mem_mount, _) = l.controller("memory").expect("memory controller");
-    let pod_dir = mem_mount
-        .join(node.cd.cgroup_root.trim_start_matches('/'))
-        .join("kubepods/burstable")
-        .join(format!("pod{uid}"));
+    let pod_dir = mem_mount.join(
+        node.cd
+            .pod_path(QosClass::Burstable, uid)
+            .trim_start_matches('/'),
+    );
     assert!(pod_dir.is_dir(), "pod cgroup {}", pod_dir.display());
     let before = oom_kills_below(&pod_dir);
     let killed = wait_until("the kernel OOM kill", Duration::from_secs(20), || {
@@ -304,10 +306,11 @@ async fn pid_pressure_evicts_the_fork_heavy_pod() {
     // there for pods the runtime created.
     let l = layout();
     let (pids_mount, _) = l.controller("pids").expect("pids controller");
-    let pod_dir = pids_mount
-        .join(node.cd.cgroup_root.trim_start_matches('/'))
-        .join("kubepods/besteffort")
-        .join(format!("pod{uid}"));
+    let pod_dir = pids_mount.join(
+        node.cd
+            .pod_path(QosClass::BestEffort, uid)
+            .trim_start_matches('/'),
+    );
     let current = std::fs::read_to_string(pod_dir.join("pids.current"));
     assert!(
         current.is_ok() || !pod_dir.exists(),

@@ -8,6 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use enforcer::policy::qos::QosClass;
 use enforcer::runtime::{
     ContainerRuntime as _, CriRuntime,
     status::{ContainerState, StatusFile},
@@ -105,22 +106,29 @@ async fn manifest_runs_edit_restarts_changed_removal_cleans_up() {
     // The pod cgroup exists below the test's cgroup root, and the container cgroups below it.
     let cgroups = cd.pod_cgroups();
     assert!(
-        cgroups
-            .iter()
-            .any(|c| c.ends_with(format!("kubepods/besteffort/pod{uid}"))),
+        cgroups.iter().any(|c| c.ends_with(
+            cd.pod_path(QosClass::BestEffort, uid)
+                .trim_start_matches('/')
+        )),
         "{cgroups:?}"
     );
     // The container's cgroup is below the pod's in the memory hierarchy (v1 or v2).
     let l = layout();
     let (memory_mount, _) = l.controller("memory").expect("a memory controller");
-    let memory_pod = memory_mount
-        .join(cd.cgroup_root.trim_start_matches('/'))
-        .join(format!("kubepods/besteffort/pod{uid}"));
+    let memory_pod = memory_mount.join(
+        cd.pod_path(QosClass::BestEffort, uid)
+            .trim_start_matches('/'),
+    );
     let cid = a0.trim_start_matches("containerd://");
+    let container = memory_mount.join(
+        cd.container_path(&cd.pod_path(QosClass::BestEffort, uid), cid)
+            .trim_start_matches('/'),
+    );
     assert!(
-        memory_pod.join(cid).is_dir(),
-        "{} has no {cid}",
-        memory_pod.display()
+        container.is_dir(),
+        "{} has no {}",
+        memory_pod.display(),
+        container.display()
     );
 
     // Edit: only b changes, only b restarts.

@@ -39,9 +39,7 @@ async fn memory_high_tripwire_signals_the_crossing_and_is_lifted_for_the_evictio
     };
     let node = Node::start("tripwire", args, None);
     let state = node.state.clone();
-    let kubepods = mount
-        .join(node.cd.cgroup_root.trim_start_matches('/'))
-        .join("kubepods");
+    let kubepods = mount.join(node.cd.kubepods_path().trim_start_matches('/'));
     node.submit(
         "steady.yaml",
         &pod(

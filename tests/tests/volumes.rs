@@ -7,6 +7,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use enforcer::policy::qos::QosClass;
 use enforcer::runtime::status::{self, ContainerState, StatusFile};
 use enforcer_tests::{
     containerd::Containerd,
@@ -58,10 +59,10 @@ fn log_of(cd: &Containerd, uid: &str, container: &str) -> String {
     .unwrap_or_default()
 }
 
-fn memory_usage(cgroup_root: &str, rel: &str) -> u64 {
+fn memory_usage(rel: &str) -> u64 {
     let l = layout();
     let (mount, _) = l.controller("memory").expect("a memory controller");
-    let dir = mount.join(cgroup_root.trim_start_matches('/')).join(rel);
+    let dir = mount.join(rel.trim_start_matches('/'));
     ["memory.usage_in_bytes", "memory.current"]
         .iter()
         .find_map(|f| std::fs::read_to_string(dir.join(f)).ok())
@@ -208,7 +209,7 @@ async fn emptydirs_readonly_downward_api_and_env_as_kubelet_runs_them() {
             .exists()
     );
     // 16 MiB written to the tmpfs are charged to the pod's memory cgroup.
-    let used = memory_usage(&cd.cgroup_root, &format!("kubepods/burstable/pod{uid}"));
+    let used = memory_usage(&cd.pod_path(QosClass::Burstable, uid));
     assert!(used >= 16 << 20, "pod memory usage {used} < 16Mi");
 
     // Removal: the tmpfs is unmounted and the volumes are gone.

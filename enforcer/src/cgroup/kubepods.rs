@@ -14,19 +14,18 @@
 //! [`join_inside`]; nothing outside the configured root is created or written (on cgroup v2
 //! the controllers are delegated only from the root down).
 
-use std::{
-    path::{Path, PathBuf},
-    sync::Arc,
-};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
 pub use super::writer::CgroupValues;
 use super::{
     CgroupError, CgroupLayout, CgroupVersion, QosTier, join_inside,
+    manager::{CgroupManager, Cgroupfs, SystemdSlices},
     writer::{CgroupWriter, KernelCgroups},
 };
 use crate::policy::{
+    cgroup_name::{self, CgroupDriver, CgroupName},
     qos::{self, QosClass},
     resources::{
         self,
@@ -138,37 +137,78 @@ pub fn pod_values(v: &PodCgroupValues) -> CgroupValues {
     }
 }
 
-/// The kubepods hierarchy below one cgroup root on this node's hierarchies.
+/// The kubepods hierarchy below one cgroup root on this node's hierarchies, made and removed
+/// by the driver's [`CgroupManager`], the values written through the [`CgroupWriter`].
 #[derive(Clone, Debug)]
 pub struct Kubepods {
-    /// The cgroup root, relative to each hierarchy (`/` or e.g. `/enforcer-test-1`).
+    /// The cgroup root (cgroupfs form: `/` or e.g. `/enforcer-test-1`).
     root: String,
     layout: CgroupLayout,
     writer: Arc<dyn CgroupWriter>,
+    manager: Arc<dyn CgroupManager>,
 }
 
 impl Kubepods {
-    /// On the real hierarchies ([`KernelCgroups`]).
+    /// The cgroupfs driver on the real hierarchies ([`KernelCgroups`]).
     #[must_use]
     pub fn new(root: &str, layout: CgroupLayout) -> Self {
         Self::with_writer(root, layout, Arc::new(KernelCgroups))
     }
 
-    /// Writing through `writer`.
+    /// The cgroupfs driver, writing through `writer`.
     #[must_use]
     pub fn with_writer(root: &str, layout: CgroupLayout, writer: Arc<dyn CgroupWriter>) -> Self {
-        let root = format!("/{}", root.trim_matches('/'));
+        let manager = Arc::new(Cgroupfs::new(root, layout.clone(), writer.clone()));
+        Self::with_manager(root, layout, writer, manager)
+    }
+
+    /// The driver `manager` makes the cgroups, `writer` writes their values.
+    #[must_use]
+    pub fn with_manager(
+        root: &str,
+        layout: CgroupLayout,
+        writer: Arc<dyn CgroupWriter>,
+        manager: Arc<dyn CgroupManager>,
+    ) -> Self {
         Self {
-            root,
+            root: format!("/{}", root.trim_matches('/')),
             layout,
             writer,
+            manager,
         }
     }
 
-    /// Where every cgroup change goes.
+    /// For `driver` on the real hierarchies: cgroupfs, or systemd over the system bus (an
+    /// error when systemd does not answer there).
+    pub fn for_driver(
+        root: &str,
+        layout: CgroupLayout,
+        driver: CgroupDriver,
+    ) -> Result<Self, CgroupError> {
+        Ok(match driver {
+            CgroupDriver::Cgroupfs => Self::new(root, layout),
+            CgroupDriver::Systemd => {
+                let manager = Arc::new(SystemdSlices::connect(layout.clone())?);
+                Self::with_manager(root, layout, Arc::new(KernelCgroups), manager)
+            }
+        })
+    }
+
+    /// Where every cgroup value goes.
     #[must_use]
     pub fn writer(&self) -> &Arc<dyn CgroupWriter> {
         &self.writer
+    }
+
+    /// How cgroups are made and removed.
+    #[must_use]
+    pub fn manager(&self) -> &Arc<dyn CgroupManager> {
+        &self.manager
+    }
+
+    #[must_use]
+    pub fn driver(&self) -> CgroupDriver {
+        self.manager.driver()
     }
 
     #[must_use]
@@ -176,20 +216,28 @@ impl Kubepods {
         &self.layout
     }
 
-    /// `<root>/kubepods`.
+    /// The cgroup root as kubelet's configuration gives it (`/`, `/enforcer-test-1`).
+    #[must_use]
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+
+    /// A cgroup's path relative to each hierarchy, in the driver's form.
+    #[must_use]
+    pub fn path_of(&self, name: &CgroupName) -> String {
+        self.driver().name(name)
+    }
+
+    /// `<root>/kubepods` (`/kubepods.slice` with systemd).
     #[must_use]
     pub fn kubepods_path(&self) -> String {
-        format!("{}/kubepods", self.root.trim_end_matches('/'))
+        self.path_of(&cgroup_name::kubepods(&self.root))
     }
 
     /// The relative path of a QoS tier cgroup (`kubepods` itself for Guaranteed).
     #[must_use]
     pub fn tier_path(&self, tier: QosTier) -> String {
-        match tier {
-            QosTier::Guaranteed => self.kubepods_path(),
-            QosTier::Burstable => format!("{}/burstable", self.kubepods_path()),
-            QosTier::BestEffort => format!("{}/besteffort", self.kubepods_path()),
-        }
+        self.path_of(&cgroup_name::qos_tier(&self.root, tier_class(tier)))
     }
 
     /// The version of the memory hierarchy (v2 values such as `memory.min` need it).
@@ -198,14 +246,16 @@ impl Kubepods {
         self.layout.controller("memory").map(|(_, v)| v)
     }
 
-    /// Creates `rel` (below the root) where the memory and cpu controllers live (and the
+    /// Makes `name` exist (the driver) where the memory and cpu controllers live (and the
     /// pids controller, when a limit is set) and writes `values` there.
-    pub fn apply(&self, rel: &str, values: &CgroupValues) -> Result<(), CgroupError> {
+    pub fn apply(&self, name: &CgroupName, values: &CgroupValues) -> Result<(), CgroupError> {
+        self.manager.create(name, values)?;
+        let rel = self.path_of(name);
         for ctrl in ["memory", "cpu"] {
             let Some((mount, version)) = self.layout.controller(ctrl) else {
                 continue;
             };
-            let dir = self.create(mount, version, rel)?;
+            let dir = join_inside(mount, &rel)?;
             match ctrl {
                 "memory" => self.writer.set_memory(&dir, mount, version, values)?,
                 _ => self.writer.set_cpu(&dir, mount, version, values)?,
@@ -214,7 +264,7 @@ impl Kubepods {
         if let Some(max) = values.pids_max
             && let Some((mount, version)) = self.layout.controller("pids")
         {
-            let dir = self.create(mount, version, rel)?;
+            let dir = join_inside(mount, &rel)?;
             self.writer.set_pids(&dir, mount, version, max)?;
         }
         Ok(())
@@ -230,36 +280,25 @@ impl Kubepods {
         if tiers.kubepods_memory_min.is_some() {
             top.memory_min = tiers.kubepods_memory_min;
         }
-        self.apply(&self.kubepods_path(), &top)?;
-        self.apply(&self.tier_path(QosTier::Burstable), &tiers.burstable)?;
-        self.apply(&self.tier_path(QosTier::BestEffort), &tiers.besteffort)
+        self.apply(&cgroup_name::kubepods(&self.root), &top)?;
+        let tier = |t| cgroup_name::qos_tier(&self.root, t);
+        self.apply(&tier(QosClass::Burstable), &tiers.burstable)?;
+        self.apply(&tier(QosClass::BestEffort), &tiers.besteffort)
     }
+}
 
-    /// Creates every missing directory of `rel` in one hierarchy; on v2 delegates the cpu and
-    /// memory controllers from the configured root down (never above it).
-    fn create(
-        &self,
-        mount: &Path,
-        version: CgroupVersion,
-        rel: &str,
-    ) -> Result<PathBuf, CgroupError> {
-        let root_depth = self.root.split('/').filter(|p| !p.is_empty()).count();
-        let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
-        let mut dir = mount.to_path_buf();
-        for (i, part) in parts.iter().enumerate() {
-            if version == CgroupVersion::V2 && i >= root_depth {
-                // `dir` is the parent of the next component, at or below the root.
-                self.writer.delegate(&dir, &["cpu", "memory", "pids"]);
-            }
-            dir = join_inside(&dir, part)?;
-            self.writer.create_dir(&dir)?;
-        }
-        Ok(dir)
+fn tier_class(tier: QosTier) -> QosClass {
+    match tier {
+        QosTier::Guaranteed => QosClass::Guaranteed,
+        QosTier::Burstable => QosClass::Burstable,
+        QosTier::BestEffort => QosClass::BestEffort,
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
     use crate::policy::resources::cgroup::{CgroupOptions, pod_cgroup_values, shares_to_weight};
     use crate::policy::resources::test_pods::{container, pod};
@@ -387,7 +426,7 @@ mod tests {
             std::fs::create_dir_all(dir.path().join(m)).unwrap();
         }
         let k = Kubepods::new("/r", fake_layout(dir.path(), false));
-        let rel = "/r/kubepods/podg";
+        let rel = &CgroupName::from_cgroupfs("/r/kubepods/podg");
         let v = pod_cgroup_values(
             &g,
             &CgroupOptions {
@@ -447,6 +486,12 @@ mod tests {
         assert_eq!(read(&cg.join("memory.max")), "max");
         assert!(read(&cg.join("cpu.max")).starts_with("max"));
         // Escapes are refused.
-        assert!(k.apply("/r/../x", &CgroupValues::default()).is_err());
+        assert!(
+            k.apply(
+                &CgroupName::from_cgroupfs("/r/../x"),
+                &CgroupValues::default()
+            )
+            .is_err()
+        );
     }
 }

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use super::CgroupError;
+use crate::policy::cgroup_name::{self, CgroupName};
 
 /// QoS tier of a pod cgroup, from where it sits under `kubepods`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -26,27 +27,59 @@ pub struct PodCgroupRef {
     pub container: Option<String>,
 }
 
-/// Finds `kubepods[/<tier>]/pod<uid>[/<container>]` in a cgroup path (relative to its
-/// hierarchy; any prefix such as a configured cgroup root is allowed before `kubepods`).
+/// Finds the pod in a cgroup path (relative to its hierarchy; any prefix such as a configured
+/// cgroup root is allowed before `kubepods`), in either driver's layout:
+/// `kubepods[/<tier>]/pod<uid>[/<container id>]` (cgroupfs) or
+/// `kubepods.slice[/kubepods-<tier>.slice]/kubepods[-<tier>]-pod<uid>.slice[/cri-containerd-<id>.scope]`
+/// (systemd, the uid's `-` written `_`).
 #[must_use]
 pub fn pod_of_path(path: &str) -> Option<PodCgroupRef> {
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-    let k = parts.iter().position(|p| *p == "kubepods")?;
-    let (qos, pod_idx) = match *parts.get(k + 1)? {
-        "burstable" => (QosTier::Burstable, k + 2),
-        "besteffort" => (QosTier::BestEffort, k + 2),
-        _ => (QosTier::Guaranteed, k + 1),
+    let (uid, qos, pod_idx) = if let Some(k) = parts.iter().position(|p| *p == "kubepods") {
+        let (qos, pod_idx) = match *parts.get(k + 1)? {
+            "burstable" => (QosTier::Burstable, k + 2),
+            "besteffort" => (QosTier::BestEffort, k + 2),
+            _ => (QosTier::Guaranteed, k + 1),
+        };
+        (
+            parts.get(pod_idx)?.strip_prefix("pod")?.to_owned(),
+            qos,
+            pod_idx,
+        )
+    } else {
+        parts.iter().enumerate().find_map(|(i, p)| {
+            let (uid, qos) = systemd_pod_slice(p)?;
+            Some((uid, qos, i))
+        })?
     };
-    let uid = parts.get(pod_idx)?.strip_prefix("pod")?;
     if uid.is_empty() {
         return None;
     }
     Some(PodCgroupRef {
-        uid: uid.to_owned(),
+        uid,
         qos,
         pod_path: format!("/{}", parts[..=pod_idx].join("/")),
-        container: parts.get(pod_idx + 1).map(|c| (*c).to_owned()),
+        container: parts
+            .get(pod_idx + 1)
+            .map(|c| cgroup_name::container_id(c).to_owned()),
     })
+}
+
+/// The uid and tier of a systemd pod slice (`[<root>-]kubepods[-<tier>]-pod<uid>.slice`).
+fn systemd_pod_slice(component: &str) -> Option<(String, QosTier)> {
+    component.strip_suffix(".slice")?;
+    let name = CgroupName::from_systemd(component);
+    let parts = name.components();
+    let k = parts.iter().position(|p| p == "kubepods")?;
+    let (qos, pod_idx) = match parts.get(k + 1).map(String::as_str) {
+        Some("burstable") => (QosTier::Burstable, k + 2),
+        Some("besteffort") => (QosTier::BestEffort, k + 2),
+        _ => (QosTier::Guaranteed, k + 1),
+    };
+    if pod_idx + 1 != parts.len() {
+        return None;
+    }
+    Some((parts[pod_idx].strip_prefix("pod")?.to_owned(), qos))
 }
 
 /// [`crate::paths::join_inside`] with its refusal as a [`CgroupError::Escape`], so a cgroup
@@ -80,6 +113,25 @@ mod tests {
             ("/kubepods/burstable", None),
             ("/kubepods/burstable/pod", None),
             ("/system.slice/foo", None),
+            (
+                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1_2.slice/cri-containerd-c1.scope",
+                Some(("1-2", QosTier::Burstable, Some("c1"))),
+            ),
+            (
+                "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podab.slice",
+                Some(("ab", QosTier::BestEffort, None)),
+            ),
+            (
+                "/kubepods.slice/kubepods-podg_1.slice/cri-containerd-x.scope",
+                Some(("g-1", QosTier::Guaranteed, Some("x"))),
+            ),
+            (
+                "/r.slice/r-kubepods.slice/r-kubepods-burstable.slice/r-kubepods-burstable-podu.slice",
+                Some(("u", QosTier::Burstable, None)),
+            ),
+            ("/kubepods.slice/kubepods-burstable.slice", None),
+            ("/kubepods.slice/kubepods-burstable-pod.slice", None),
+            ("/system.slice/containerd.service", None),
             ("", None),
         ];
         for (path, want) in cases {
@@ -90,6 +142,11 @@ mod tests {
         assert_eq!(
             pod_of_path("/r/kubepods/burstable/podx/c").map(|p| p.pod_path),
             Some("/r/kubepods/burstable/podx".to_owned())
+        );
+        assert_eq!(
+            pod_of_path("/kubepods.slice/kubepods-podx.slice/cri-containerd-c.scope")
+                .map(|p| p.pod_path),
+            Some("/kubepods.slice/kubepods-podx.slice".to_owned())
         );
     }
 }

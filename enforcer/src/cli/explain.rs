@@ -274,7 +274,7 @@ pub fn explain(args: &ExplainArgs) -> Result<Vec<String>, CliError> {
         let e = Explained {
             pod: resources::pod_name(&pod).to_owned(),
             qos_class,
-            cgroup_parent: cgroup::cgroup_parent_of(&pod, &cfg.cgroup_root),
+            cgroup_parent: cgroup::cgroup_parent_of(&pod, cfg.cgroup_driver, &cfg.cgroup_root),
             pod_cgroup: cgroup::pod_cgroup_values(&pod, &opts),
             containers,
         };

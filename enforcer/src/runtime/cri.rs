@@ -17,6 +17,8 @@ use k8s_cri::v1::{
 use tokio::{net::UnixStream, sync::Mutex, time::Instant};
 use tonic::transport::{Channel, Endpoint, Uri};
 
+use crate::policy::cgroup_name::CgroupDriver;
+
 /// Errors of CRI calls; each names the call and the object it was about.
 #[derive(Debug, thiserror::Error)]
 pub enum CriError {
@@ -146,6 +148,12 @@ pub trait ContainerRuntime: Send + Sync + 'static {
     /// The runtime's sandbox (pause) image, when it says (containerd: `sandboxImage` in the
     /// verbose CRI status); image reclaim never removes it.
     fn sandbox_image(&self) -> impl Future<Output = Result<Option<String>, CriError>> + Send {
+        async { Ok(None) }
+    }
+    /// The cgroup driver the runtime runs containers with: CRI `RuntimeConfig` (kubelet's
+    /// `KubeletCgroupDriverFromCRI`), else containerd's `SystemdCgroup` runc option in the
+    /// verbose CRI status; `None` when the runtime does not say.
+    fn cgroup_driver(&self) -> impl Future<Output = Result<Option<CgroupDriver>, CriError>> + Send {
         async { Ok(None) }
     }
     /// `ExecSync`: runs `cmd` in the container, killed after `timeout` (exec probes). A
@@ -711,6 +719,40 @@ impl ContainerRuntime for CriRuntime {
             .and_then(|v| v.get("sandboxImage")?.as_str().map(str::to_owned)))
     }
 
+    async fn cgroup_driver(&self) -> Result<Option<CgroupDriver>, CriError> {
+        let answer = self
+            .call("RuntimeConfig", "", Duration::ZERO, |mut r, _| async move {
+                r.runtime_config(cri::RuntimeConfigRequest {}).await
+            })
+            .await;
+        match answer {
+            Ok(resp) => {
+                return Ok(resp.linux.map(|l| {
+                    if l.cgroup_driver == cri::CgroupDriver::Systemd as i32 {
+                        CgroupDriver::Systemd
+                    } else {
+                        CgroupDriver::Cgroupfs
+                    }
+                }));
+            }
+            Err(CriError::Status {
+                code: tonic::Code::Unimplemented,
+                ..
+            }) => {}
+            Err(e) => return Err(e),
+        }
+        let resp = self
+            .call("Status", "", Duration::ZERO, |mut r, _| async move {
+                r.status(cri::StatusRequest { verbose: true }).await
+            })
+            .await?;
+        Ok(resp
+            .info
+            .get("config")
+            .and_then(|c| serde_json::from_str::<serde_json::Value>(c).ok())
+            .and_then(|v| containerd_cgroup_driver(&v)))
+    }
+
     async fn update_container_resources(
         &self,
         id: &str,
@@ -754,9 +796,50 @@ impl ContainerRuntime for CriRuntime {
     }
 }
 
+/// containerd's driver from its CRI config (verbose status `config`): the default runtime's
+/// runc option `SystemdCgroup` (containerd 1.x: `containerd.runtimes.<default>.options`).
+#[must_use]
+pub fn containerd_cgroup_driver(config: &serde_json::Value) -> Option<CgroupDriver> {
+    let containerd = config.get("containerd")?;
+    let default = containerd
+        .get("defaultRuntimeName")
+        .and_then(|d| d.as_str())
+        .unwrap_or("runc");
+    let options = containerd.get("runtimes")?.get(default)?.get("options");
+    let systemd = options
+        .and_then(|o| o.get("SystemdCgroup"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
+    Some(if systemd {
+        CgroupDriver::Systemd
+    } else {
+        CgroupDriver::Cgroupfs
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn containerd_driver_from_its_cri_config() {
+        let v = |s: &str| serde_json::from_str::<serde_json::Value>(s).expect("json");
+        let systemd = v(
+            r#"{"containerd":{"defaultRuntimeName":"runc","runtimes":{"runc":{"options":{"SystemdCgroup":true}}}}}"#,
+        );
+        assert_eq!(
+            containerd_cgroup_driver(&systemd),
+            Some(CgroupDriver::Systemd)
+        );
+        let fs = v(r#"{"containerd":{"runtimes":{"runc":{"options":{"SystemdCgroup":false}}}}}"#);
+        assert_eq!(containerd_cgroup_driver(&fs), Some(CgroupDriver::Cgroupfs));
+        let no_options = v(r#"{"containerd":{"runtimes":{"runc":{}}}}"#);
+        assert_eq!(
+            containerd_cgroup_driver(&no_options),
+            Some(CgroupDriver::Cgroupfs)
+        );
+        assert_eq!(containerd_cgroup_driver(&v("{}")), None);
+    }
 
     #[test]
     fn reconnect_backoff_doubles_to_the_cap() {

@@ -167,6 +167,12 @@ pub struct Enforcer {
 }
 
 impl Enforcer {
+    /// The kubepods hierarchy (its root, driver and writer), when kubepods is enforced.
+    #[must_use]
+    pub fn kubepods(&self) -> Option<&Kubepods> {
+        self.node.as_ref().map(|(k, _)| k)
+    }
+
     /// Enforcement of the kubepods cgroup and QoS tiers below `kubepods`' root.
     #[must_use]
     pub fn new(node: Option<(Kubepods, NodeResources)>, cgroup: CgroupOptions) -> Self {
@@ -186,9 +192,10 @@ impl Enforcer {
     #[must_use]
     pub fn from_config(
         config: &crate::config::Config,
-        layout: &crate::cgroup::CgroupLayout,
+        kubepods: Kubepods,
         capacity: &std::collections::BTreeMap<String, crate::quantity::Quantity>,
     ) -> Self {
+        let layout = kubepods.layout().clone();
         let get = |l: &std::collections::BTreeMap<String, crate::quantity::Quantity>,
                    k: &str,
                    milli: bool| {
@@ -228,10 +235,7 @@ impl Enforcer {
             allocatable_memory: node.memory.saturating_sub(node.reserved_memory).max(0),
             ..CgroupOptions::default()
         };
-        Self::new(
-            Some((Kubepods::new(&config.cgroup_root, layout.clone()), node)),
-            cgroup,
-        )
+        Self::new(Some((kubepods, node)), cgroup)
     }
 
     /// Adds the CPU manager from the configuration (`cpuManagerPolicy`, `reservedSystemCPUs`,

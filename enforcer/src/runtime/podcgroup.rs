@@ -1,20 +1,24 @@
-//! Pod cgroups (cgroupfs driver): `<cgroup root>/kubepods[/<tier>]/pod<uid>`, created and
-//! limited by the enforcer before the sandbox, removed after it (containerd does neither).
+//! Pod cgroups: `<cgroup root>/kubepods[/<tier>]/pod<uid>` (cgroupfs) or
+//! `kubepods[-<tier>]-pod<uid>.slice` (systemd), created and limited by the enforcer before the
+//! sandbox, removed after it (containerd does neither).
 //! Every path is joined with [`join_inside`], so no name or uid can leave the cgroup root.
 //!
 //! Timed as kubelet's cgroup manager (`kubelet_cgroup_manager_duration_seconds`): `create`
 //! when the pod cgroup is new, `update` when its values are re-written, `destroy` when it is
 //! removed.
 
-use std::{io, path::PathBuf, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use crate::{
     cgroup::{
-        CgroupError, CgroupLayout, CgroupVersion, WithPath as _, join_inside,
+        CgroupError, CgroupLayout, CgroupVersion, join_inside,
         kubepods::{self, Kubepods},
-        writer::CgroupWriter,
     },
-    policy::resources::cgroup::{CgroupOptions, PodCgroupValues},
+    policy::{
+        cgroup_name::{self, CgroupName},
+        qos::QosClass,
+        resources::cgroup::{CgroupOptions, PodCgroupValues},
+    },
 };
 
 use super::spec::Qos;
@@ -22,35 +26,39 @@ use super::spec::Qos;
 /// The pod cgroups below one cgroup root on this node's hierarchies.
 #[derive(Clone, Debug)]
 pub struct PodCgroups {
-    /// The cgroup root, relative to each hierarchy (`/` or e.g. `/enforcer-test-1`).
-    root: String,
-    layout: CgroupLayout,
     kubepods: Kubepods,
     options: CgroupOptions,
     /// Where the operations are timed ([`crate::metrics::global`] unless a test gives one).
     metrics: crate::metrics::Metrics,
 }
 
-fn tier(qos: Qos) -> &'static str {
+fn class(qos: Qos) -> QosClass {
     match qos {
-        Qos::Guaranteed => "",
-        Qos::Burstable => "burstable/",
-        Qos::BestEffort => "besteffort/",
+        Qos::Guaranteed => QosClass::Guaranteed,
+        Qos::Burstable => QosClass::Burstable,
+        Qos::BestEffort => QosClass::BestEffort,
     }
 }
 
 impl PodCgroups {
+    /// The cgroupfs driver below `root`.
     #[must_use]
     pub fn new(root: &str, layout: CgroupLayout) -> Self {
-        let root = format!("/{}", root.trim_matches('/'));
+        Self::with_kubepods(Kubepods::new(root, layout))
+    }
+
+    /// Below the kubepods hierarchy `kubepods` (its root, driver and writer).
+    #[must_use]
+    pub fn with_kubepods(kubepods: Kubepods) -> Self {
         let options = CgroupOptions {
-            v2: matches!(layout.controller("memory"), Some((_, CgroupVersion::V2))),
+            v2: matches!(
+                kubepods.layout().controller("memory"),
+                Some((_, CgroupVersion::V2))
+            ),
             ..CgroupOptions::default()
         };
         Self {
-            kubepods: Kubepods::new(&root, layout.clone()),
-            root,
-            layout,
+            kubepods,
             options,
             metrics: crate::metrics::global().clone(),
         }
@@ -63,36 +71,20 @@ impl PodCgroups {
         self
     }
 
-    /// The relative pod cgroup path (the CRI `cgroup_parent`); refuses a uid that could escape.
-    pub fn pod_path(&self, uid: &str, qos: Qos) -> Result<String, CgroupError> {
-        let rel = format!(
-            "{}/kubepods/{}pod{uid}",
-            self.root.trim_end_matches('/'),
-            tier(qos)
-        );
-        // Validate against a dummy root: the same rules as for every real mount.
-        join_inside(std::path::Path::new("/"), &rel)?;
-        if uid.is_empty() || uid.contains('/') || uid.contains("..") {
-            return Err(CgroupError::Escape {
-                root: PathBuf::from(&self.root),
-                component: format!("pod{uid}"),
-            });
-        }
-        Ok(rel)
+    fn name(&self, uid: &str, qos: Qos) -> Result<CgroupName, CgroupError> {
+        cgroup_name::pod(self.kubepods.root(), class(qos), uid).map_err(|e| CgroupError::Escape {
+            root: PathBuf::from(self.kubepods.root()),
+            component: format!("pod{} ({})", e.component, e.why),
+        })
     }
 
-    /// Every hierarchy mount (v1 mounts and the unified one).
-    fn mounts(&self) -> Vec<(PathBuf, CgroupVersion)> {
-        let mut out: Vec<(PathBuf, CgroupVersion)> = self
-            .layout
-            .v1
-            .iter()
-            .map(|m| (m.mount.clone(), CgroupVersion::V1))
-            .collect();
-        if let Some(u) = &self.layout.unified {
-            out.push((u.clone(), CgroupVersion::V2));
-        }
-        out
+    /// The relative pod cgroup path in the driver's form (the CRI `cgroup_parent`, as kubelet
+    /// passes it); refuses a uid that is not one cgroup component.
+    pub fn pod_path(&self, uid: &str, qos: Qos) -> Result<String, CgroupError> {
+        let rel = self.kubepods.path_of(&self.name(uid, qos)?);
+        // Validate against a dummy root: the same rules as for every real mount.
+        join_inside(std::path::Path::new("/"), &rel)?;
+        Ok(rel)
     }
 
     /// The options the decision core computes pod and container values with.
@@ -126,65 +118,52 @@ impl PodCgroups {
         values: &PodCgroupValues,
     ) -> Result<String, CgroupError> {
         let rel = self.pod_path(uid, qos)?;
-        let operation = if self.limited_dir_exists(&rel) {
+        let name = self.name(uid, qos)?;
+        let operation = if self.kubepods.manager().exists(&name) {
             "update"
         } else {
             "create"
         };
         self.metrics.time_cgroup_manager(operation, || {
-            self.kubepods.apply(&rel, &kubepods::pod_values(values))
+            self.kubepods.apply(&name, &kubepods::pod_values(values))
         })?;
         Ok(rel)
     }
 
-    /// Whether `rel` exists where a pod cgroup's limits are written (the memory hierarchy,
-    /// else the cpu one).
-    fn limited_dir_exists(&self, rel: &str) -> bool {
-        ["memory", "cpu"]
-            .iter()
-            .find_map(|c| self.layout.controller(c))
-            .and_then(|(mount, _)| join_inside(mount, rel).ok())
-            .is_some_and(|d| d.exists())
+    /// The pod's cgroup names in every tier (a pod's QoS class can be unknown on removal).
+    fn names(&self, uid: &str) -> Vec<CgroupName> {
+        [Qos::Guaranteed, Qos::Burstable, Qos::BestEffort]
+            .into_iter()
+            .filter_map(|q| self.name(uid, q).ok())
+            .collect()
     }
 
     /// Whether the pod cgroup exists in any hierarchy (any tier).
     #[must_use]
     pub fn exists(&self, uid: &str) -> bool {
-        self.dirs(uid).iter().any(|d| d.exists())
+        let m = self.kubepods.manager();
+        self.names(uid).iter().any(|n| m.exists(n))
     }
 
-    fn dirs(&self, uid: &str) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        for qos in [Qos::Guaranteed, Qos::Burstable, Qos::BestEffort] {
-            let Ok(rel) = self.pod_path(uid, qos) else {
-                continue;
-            };
-            for (mount, _) in self.mounts() {
-                if let Ok(dir) = join_inside(&mount, &rel) {
-                    out.push(dir);
-                }
-            }
-        }
-        out
-    }
-
-    /// Removes the pod cgroup (and the per-container leftovers below it) in every hierarchy.
-    /// Retries briefly while the kernel still reports it busy. Timed as `destroy` when there
-    /// was one.
+    /// Removes the pod cgroup (and the per-container leftovers below it) in every hierarchy
+    /// (cgroupfs: rmdir deepest first; systemd: the slice stopped). Retries briefly while the
+    /// kernel still reports it busy. Timed as `destroy` when there was one.
     pub async fn remove(&self, uid: &str) -> Result<(), CgroupError> {
-        let dirs: Vec<PathBuf> = self.dirs(uid).into_iter().filter(|d| d.exists()).collect();
-        if dirs.is_empty() {
+        let m = self.kubepods.manager();
+        let names: Vec<CgroupName> = self
+            .names(uid)
+            .into_iter()
+            .filter(|n| m.exists(n))
+            .collect();
+        if names.is_empty() {
             return Ok(());
         }
         let _timer = self.metrics.cgroup_manager("destroy");
-        for dir in dirs {
-            if !dir.exists() {
-                continue;
-            }
+        for name in names {
             let mut attempt = 0;
             loop {
-                match remove_tree(self.kubepods.writer().as_ref(), &dir) {
-                    Ok(()) => break,
+                match m.destroy(&name) {
+                    Ok(_) => break,
                     Err(e) if attempt < 50 => {
                         attempt += 1;
                         if attempt == 50 {
@@ -198,21 +177,6 @@ impl PodCgroups {
         }
         Ok(())
     }
-}
-
-/// rmdir of a cgroup directory and its child cgroups, deepest first.
-fn remove_tree(writer: &dyn CgroupWriter, dir: &std::path::Path) -> Result<(), CgroupError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e).with_path(dir),
-    };
-    for entry in entries.flatten() {
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            remove_tree(writer, &entry.path())?;
-        }
-    }
-    writer.remove_dir(dir)
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use std::{collections::BTreeMap, time::Duration};
 use super::{Key, Maps, Namer, Sourced, StringMap, count, duration_setting, key, quantity_map};
 use crate::{
     config::{ConfigArgs, ConfigError, CpuManagerPolicy, KubeletConfiguration},
+    policy::cgroup_name::CgroupDriver,
     quantity::Quantity,
 };
 
@@ -52,11 +53,12 @@ pub(super) fn reservations(n: &Namer<'_>, maps: &Maps) -> Result<Reservations, C
 /// The validated cgroup settings.
 pub(super) struct Cgroups {
     pub root: String,
-    pub driver: String,
+    pub driver: CgroupDriver,
     pub per_qos: bool,
 }
 
-/// `cgroupRoot` (absolute, default `/`), `cgroupDriver` (only `cgroupfs`), `cgroupsPerQOS`.
+/// `cgroupRoot` (absolute, default `/`), `cgroupDriver` (`cgroupfs`, the default, or
+/// `systemd`), `cgroupsPerQOS`.
 pub(super) fn cgroups(
     n: &Namer<'_>,
     doc: &KubeletConfiguration,
@@ -79,14 +81,14 @@ pub(super) fn cgroups(
     let driver = Sourced::pick(args.cgroup_driver.clone(), doc.cgroup_driver.clone());
     let from_flag = driver.from_flag;
     let driver = driver.value.unwrap_or_else(|| "cgroupfs".to_owned());
-    if driver != "cgroupfs" {
+    let Some(driver) = CgroupDriver::parse(&driver) else {
         return Err(n.invalid(
             key::CGROUP_DRIVER,
             from_flag,
             driver,
-            "the enforcer supports only the cgroupfs driver",
+            "must be cgroupfs or systemd",
         ));
-    }
+    };
     Ok(Cgroups {
         root,
         driver,

@@ -9,7 +9,10 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::Serialize;
 
 use super::{container_limits, container_requests, pod_limits_with, pod_requests, pod_uid};
-use crate::policy::qos::{self, QosClass};
+use crate::policy::{
+    cgroup_name::{self, CgroupDriver},
+    qos::{self, QosClass},
+};
 
 /// Minimum cpu.shares.
 pub const MIN_SHARES: u64 = 2;
@@ -54,15 +57,19 @@ pub fn shares_to_weight(shares: u64) -> u64 {
     1 + (shares.saturating_sub(2) * 9999) / 262_142
 }
 
-/// The cgroup parent of a pod under `cgroup_root` (cgroupfs names).
+/// The cgroup parent of a pod under `cgroup_root`, in `driver`'s names (kubelet's
+/// `GetPodContainerName`); a uid that is not one cgroup component is written as it is, for
+/// the runtime to refuse.
 #[must_use]
-pub fn pod_cgroup_parent(cgroup_root: &str, qos: QosClass, uid: &str) -> String {
-    let root = cgroup_root.trim_end_matches('/');
-    match qos {
-        QosClass::Guaranteed => format!("{root}/kubepods/pod{uid}"),
-        QosClass::Burstable => format!("{root}/kubepods/burstable/pod{uid}"),
-        QosClass::BestEffort => format!("{root}/kubepods/besteffort/pod{uid}"),
-    }
+pub fn pod_cgroup_parent(
+    driver: CgroupDriver,
+    cgroup_root: &str,
+    qos: QosClass,
+    uid: &str,
+) -> String {
+    let name = cgroup_name::pod(cgroup_root, qos, uid)
+        .unwrap_or_else(|_| cgroup_name::qos_tier(cgroup_root, qos).child(&format!("pod{uid}")));
+    driver.name(&name)
 }
 
 /// Values for a pod's cgroup (`ResourceConfigForPod`). `None` means not set / unlimited.
@@ -276,8 +283,8 @@ pub fn burstable_tier_shares<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> u64
 
 /// The pod's cgroup parent under `cgroup_root`.
 #[must_use]
-pub fn cgroup_parent_of(pod: &Pod, cgroup_root: &str) -> String {
-    pod_cgroup_parent(cgroup_root, qos::pod_qos(pod), pod_uid(pod))
+pub fn cgroup_parent_of(pod: &Pod, driver: CgroupDriver, cgroup_root: &str) -> String {
+    pod_cgroup_parent(driver, cgroup_root, qos::pod_qos(pod), pod_uid(pod))
 }
 
 #[cfg(test)]
@@ -340,8 +347,16 @@ mod tests {
         );
         let be = pod("e", vec![container("a", "", "")]);
         assert_eq!(pod_cgroup_values(&be, &opts).cpu_shares, 2);
-        assert_eq!(cgroup_parent_of(&b, "/"), "/kubepods/burstable/poduid-b");
-        assert_eq!(cgroup_parent_of(&g, "/"), "/kubepods/poduid-g");
+        let fs = CgroupDriver::Cgroupfs;
+        assert_eq!(
+            cgroup_parent_of(&b, fs, "/"),
+            "/kubepods/burstable/poduid-b"
+        );
+        assert_eq!(cgroup_parent_of(&g, fs, "/"), "/kubepods/poduid-g");
+        assert_eq!(
+            cgroup_parent_of(&b, CgroupDriver::Systemd, "/"),
+            "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-poduid_b.slice"
+        );
         let c = container("a", "memory=100Mi", "memory=1Gi");
         let v = container_cgroup_values(
             &c,
