@@ -641,3 +641,137 @@ async fn image_fs_info_names_the_runtime_image_filesystem() {
     assert!(fs.iter().all(|f| f.timestamp > 0), "{fs:?}");
     cd.teardown();
 }
+
+/// `systemctl show <unit> -p <property> --value`.
+fn unit_property(unit: &str, property: &str) -> String {
+    let out = std::process::Command::new("systemctl")
+        .args(["show", unit, "-p", property, "--value"])
+        .output()
+        .expect("systemctl show");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn command_output(program: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The systemd driver on systemd as PID 1 (the VM's systemd boot): the pod is a transient
+/// slice systemd knows, with the decided values as its properties (`MemoryMax`, `CPUWeight`,
+/// `CPUQuotaPerSecUSec`) and exactly in the files; containerd's containers are
+/// `cri-containerd-<id>.scope` units in it; `systemctl status` of the kubepods slice and
+/// `systemd-cgtop` show them; the slice is stopped with the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_are_systemd_slices_with_scopes_systemdonly() {
+    let cd = Containerd::start("rt-systemd");
+    assert_eq!(
+        cd.driver,
+        enforcer::policy::cgroup_name::CgroupDriver::Systemd,
+        "this test runs with ENFORCER_CGROUP_DRIVER=systemd (cargo xtask vm-test --systemd)"
+    );
+    let e = Enforcer::start(&cd);
+    let uid = "sysd-1";
+    let container = "  - name: a\n    image: busybox:local\n    command: [/bin/sleep]\n    args: ['3600']\n    resources:\n      requests: {cpu: 100m, memory: 32Mi}\n      limits: {cpu: 500m, memory: 64Mi}\n";
+    write_manifest(&cd, "sysd.yaml", &pod_yaml("sysd", uid, "", container));
+    let s = wait_status(&cd, Duration::from_secs(60), "running pod", |s| {
+        running(s, uid)
+    })
+    .await;
+    let pod_rel = cd.pod_path(QosClass::Burstable, uid);
+    assert_eq!(pod(&s, uid).expect("pod").cgroup, pod_rel);
+    let unit = pod_rel.rsplit('/').next().expect("unit").to_owned();
+    assert!(
+        unit.ends_with("-kubepods-burstable-podsysd_1.slice"),
+        "{unit}"
+    );
+    assert_eq!(unit_property(&unit, "ActiveState"), "active", "{unit}");
+    assert_eq!(unit_property(&unit, "MemoryMax"), (64u64 << 20).to_string());
+    // 500m: 50 ms per 100 ms; shares 102 -> weight 4 (runc's conversion).
+    assert_eq!(unit_property(&unit, "CPUQuotaPerSecUSec"), "500ms");
+    assert_eq!(unit_property(&unit, "CPUWeight"), "4");
+    let l = layout();
+    let (mount, _) = l.controller("memory").expect("memory controller");
+    let dir = mount.join(pod_rel.trim_start_matches('/'));
+    let read = |f: &str| {
+        std::fs::read_to_string(dir.join(f))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(read("memory.max"), (64u64 << 20).to_string());
+    assert_eq!(read("cpu.max"), "50000 100000");
+    // The container is containerd's scope inside the pod's slice.
+    let cid = container_id(&s, uid, "a");
+    let cid = cid.trim_start_matches("containerd://");
+    let scope = format!("cri-containerd-{cid}.scope");
+    assert!(
+        dir.join(&scope).is_dir(),
+        "{} has no {scope}",
+        dir.display()
+    );
+    assert_eq!(unit_property(&scope, "ActiveState"), "active");
+    assert_eq!(unit_property(&scope, "Slice"), unit);
+    // What an operator types: systemctl status of the kubepods slice, systemd-cgtop.
+    let kubepods_unit = cd
+        .kubepods_path()
+        .rsplit('/')
+        .next()
+        .expect("unit")
+        .to_owned();
+    let status = command_output(
+        "systemctl",
+        &["status", "--no-pager", "--lines=0", &kubepods_unit],
+    );
+    assert!(
+        status.contains(&unit) && status.contains(&scope),
+        "systemctl status {kubepods_unit}:\n{status}"
+    );
+    let cgtop = command_output("systemd-cgtop", &["-b", "-n", "1", "-p", "--depth=8"]);
+    assert!(
+        cgtop.contains(&pod_rel),
+        "systemd-cgtop does not show {pod_rel}:\n{cgtop}"
+    );
+    // Removal stops the slice; systemd removes its cgroup.
+    std::fs::remove_file(manifests(&cd).join("sysd.yaml")).expect("remove manifest");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while dir.exists() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!dir.exists(), "{} is still there", dir.display());
+    let state = unit_property(&unit, "ActiveState");
+    assert!(state == "inactive" || state.is_empty(), "{unit}: {state}");
+    finish(e, cd).await;
+}
+
+/// A driver that does not match containerd's is refused at start with kubelet's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_other_than_containerds_is_refused_systemdonly() {
+    let cd = Containerd::start("rt-mismatch");
+    assert_eq!(
+        cd.driver,
+        enforcer::policy::cgroup_name::CgroupDriver::Systemd,
+        "this test runs with ENFORCER_CGROUP_DRIVER=systemd (cargo xtask vm-test --systemd)"
+    );
+    std::fs::create_dir_all(manifests(&cd)).expect("manifest dir");
+    let mut o = enforcer_tests::pods::opts(&cd);
+    o.cgroup_driver = enforcer::policy::cgroup_name::CgroupDriver::Cgroupfs;
+    let rt = std::sync::Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(5)));
+    let run = enforcer::runtime::run_pods_with(
+        rt,
+        o,
+        enforcer::runtime::status::StatusManager::default(),
+        std::future::pending(),
+    );
+    let err = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .expect("refused at start, not run")
+        .expect_err("a cgroupfs enforcer beside a SystemdCgroup containerd");
+    assert_eq!(
+        err.to_string(),
+        "misconfiguration: kubelet cgroup driver: \"cgroupfs\" is different from containerd cgroup driver: \"systemd\""
+    );
+    drop(cd);
+}

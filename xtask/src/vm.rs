@@ -113,17 +113,62 @@ $B chmod 755 /.vm/modprobe
 echo /.vm/modprobe > /proc/sys/kernel/modprobe
 $B hostname enforcer-vm
 $B ip link set lo up
+# (The runner below exports PATH and HOME, and CARGO=/bin/true: a test that calls cargo would
+# rebuild everything under emulation.)
+# The command's runner: its exit code to the share, then power off (both boots).
+$B cat > /.vm/run <<'RUN'
+B=/.vm/busybox
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root TERM=dumb
-# A test that calls cargo would rebuild everything under emulation: cargo is a no-op here.
 export CARGO=/bin/true
-echo "vm-init: ready after $($B cut -d' ' -f1 /proc/uptime) s ($($B uname -r), cgroup2 controllers: $($B cat /sys/fs/cgroup/cgroup.subtree_control))"
+echo "vm-init: ready after $($B cut -d' ' -f1 /proc/uptime) s ($($B uname -r), init $($B cat /proc/1/comm), cgroup2 controllers: $($B cat /sys/fs/cgroup/cgroup.subtree_control))"
 $B sh /.vm/share/command.sh
 echo "$?" > /.vm/share/command.rc
 echo "vm-init: command ended after $($B cut -d' ' -f1 /proc/uptime) s"
 $B sync
 $B umount /.vm/share
 $B poweroff -f
+RUN
+if ! $B grep -q 'enforcer.init=systemd' /proc/cmdline; then
+    exec $B sh /.vm/run
+fi
+# systemd as PID 1 (the host's own systemd, the overlay's /etc): only the units the run
+# needs (journald and D-Bus sockets, then the command as a service with every controller
+# delegated), nothing of the host's default target.
+$B mkdir -p /etc/systemd/system /etc/systemd/system.conf.d
+$B cat > /etc/systemd/system.conf.d/enforcer-vm.conf <<'CONF'
+[Manager]
+DefaultCPUAccounting=yes
+DefaultIOAccounting=yes
+DefaultMemoryAccounting=yes
+DefaultTasksAccounting=yes
+ShowStatus=no
+CONF
+$B cat > /etc/systemd/system/enforcer-vm.target <<'UNIT'
+[Unit]
+Description=enforcer vm-test
+Requires=systemd-journald.socket dbus.socket enforcer-vm.service
+After=systemd-journald.socket dbus.socket
+UNIT
+$B cat > /etc/systemd/system/enforcer-vm.service <<'UNIT'
+[Unit]
+Description=enforcer vm-test command
+DefaultDependencies=no
+Requires=dbus.socket
+After=dbus.socket systemd-journald.socket
+[Service]
+Type=oneshot
+ExecStart=/.vm/busybox sh /.vm/run
+StandardOutput=tty
+StandardError=tty
+TTYPath=/dev/console
+Delegate=yes
+TimeoutStartSec=infinity
+LimitNOFILE=1048576
+LimitMEMLOCK=infinity
+UNIT
+echo "vm-init: starting systemd as PID 1 after $($B cut -d' ' -f1 /proc/uptime) s"
+exec /lib/systemd/systemd --unit=enforcer-vm.target --log-level=warning --log-target=console
 "#;
 
 /// What the VM needs, all under `<target>/vm/`.
@@ -378,10 +423,30 @@ impl VmLock {
     }
 }
 
+/// What runs as the guest's PID 1 around the command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Init {
+    /// The initramfs's busybox shell runs the command itself.
+    Busybox,
+    /// The host's systemd, with D-Bus and journald, runs the command as a service (every
+    /// controller delegated to it): the systemd cgroup driver's node.
+    Systemd,
+}
+
+impl Init {
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Busybox => "busybox init",
+            Self::Systemd => "systemd as PID 1",
+        }
+    }
+}
+
 /// Boots the VM with `command` (a sh script) as the guest's work, streams the serial
 /// console (prefixed `vm| `, also kept in `<target>/vm/console.log`), and returns the
 /// command's exit code (None when the guest never got to write it) and the wall time.
-pub fn boot(vm: &Vm, command: &str) -> anyhow::Result<(Option<i32>, Duration)> {
+pub fn boot(vm: &Vm, init: Init, command: &str) -> anyhow::Result<(Option<i32>, Duration)> {
     let _lock = VmLock::take(&vm.dir)?;
     if vm.share.exists() {
         fs::remove_dir_all(&vm.share).with_context(|| format!("rm -r {}", vm.share.display()))?;
@@ -400,7 +465,11 @@ pub fn boot(vm: &Vm, command: &str) -> anyhow::Result<(Option<i32>, Duration)> {
         .arg(&vm.vmlinuz)
         .arg("-initrd")
         .arg(&vm.initrd)
-        .args(["-append", KERNEL_CMDLINE])
+        .arg("-append")
+        .arg(match init {
+            Init::Busybox => KERNEL_CMDLINE.to_owned(),
+            Init::Systemd => format!("{KERNEL_CMDLINE} enforcer.init=systemd"),
+        })
         .args(["-nographic", "-monitor", "none", "-serial", "stdio"])
         .args(["-no-reboot", "-nic", "none"])
         .args([
@@ -611,7 +680,7 @@ pub struct GuestRun {
 
 /// The guest's command: `enforcer probe`, then each binary, one after another, each with its
 /// output, exit code and guest time in the share.
-pub fn guest_command(enforcer: &Path, runs: &[GuestRun]) -> String {
+pub fn guest_command(enforcer: &Path, init: Init, runs: &[GuestRun]) -> String {
     let mut s = String::from(
         "# written by cargo xtask vm-test\n\
          S=/.vm/share\n\
@@ -619,6 +688,14 @@ pub fn guest_command(enforcer: &Path, runs: &[GuestRun]) -> String {
          export RUST_BACKTRACE=1\n",
     );
     let _ = writeln!(s, "export ENFORCER_TEST_TIME_SCALE={GUEST_TIME_SCALE}");
+    if init == Init::Systemd {
+        // The enforcer's --cgroup-driver and the fixtures' containerd (SystemdCgroup).
+        s.push_str("export ENFORCER_CGROUP_DRIVER=systemd\n");
+        s.push_str(
+            "echo \"vm-test: systemd $(systemctl --version | head -n1 | cut -d' ' -f2), \
+             $(systemctl is-system-running 2>&1)\"\n",
+        );
+    }
     if let Ok(log) = std::env::var("RUST_LOG") {
         let _ = writeln!(s, "export RUST_LOG={}", shell_quote(&log));
     }
@@ -742,6 +819,34 @@ pub const DEFAULT_TIERS: &[(&str, &[&str])] = &[
     ("e2e_eviction", &["memory", "oom_killer", "pod_using_more"]),
 ];
 
+/// The name suffix of tests that need systemd as PID 1 (the systemd driver's own checks):
+/// only the systemd boot runs them.
+pub const SYSTEMD_ONLY: &str = "_systemdonly";
+
+/// The tiers the systemd boot runs (with the systemd driver), each with its filters: those
+/// where the pods' cgroups are made (containerd, the enforcer's kubepods, slices and scopes).
+pub const SYSTEMD_TIERS: &[(&str, &[&str])] = &[
+    ("runtime", &[]),
+    ("enforcement", &[]),
+    ("eviction", &[]),
+    ("pressure", &[]),
+    ("tripwire", &[]),
+    ("e2e_eviction", &["memory", "oom_killer", "pod_using_more"]),
+];
+
+/// Tiers the busybox boot runs and the systemd boot leaves out, and why.
+pub const SYSTEMD_LEFT_OUT: &[(&str, &str)] = &[
+    (
+        "unit",
+        "pure logic: the busybox boot runs it on this kernel",
+    ),
+    (
+        "signals",
+        "the eBPF records, tripwire and kills on cgroups the tier makes itself (both \
+         layouts' names): no driver in it; the busybox boot runs it",
+    ),
+];
+
 /// Tiers left out by default, and why (printed on every run, so none is left out silently).
 pub const LEFT_OUT: &[(&str, &str)] = &[
     (
@@ -797,6 +902,9 @@ pub const LEFT_OUT: &[(&str, &str)] = &[
 
 /// Options of `cargo xtask vm-test`.
 pub struct Options {
+    /// The guest's init: busybox (cgroupfs driver) or systemd as PID 1 (the tiers run with
+    /// `ENFORCER_CGROUP_DRIVER=systemd`, containerd with `SystemdCgroup = true`).
+    pub init: Init,
     /// Tiers to run (empty: unit + [`DEFAULT_TIERS`]); `all` runs every tier in full.
     pub tiers: Vec<String>,
     /// libtest's `--test-threads` in the guest.
@@ -812,9 +920,17 @@ pub struct Options {
 /// One program (built on the host) run in the guest, its standard output printed here after
 /// the run (its standard error streams on the console); fails when it fails or never ran.
 /// `cargo xtask bench eviction --vm` runs the eviction benchmark this way.
-pub fn run_in_vm(target_dir: &Path, program: &Path, args: &[String]) -> anyhow::Result<()> {
+pub fn run_in_vm(
+    target_dir: &Path,
+    init: Init,
+    program: &Path,
+    args: &[String],
+) -> anyhow::Result<()> {
     let vm = setup(target_dir)?;
     let mut command = String::from("# written by cargo xtask (one program in the guest)\n");
+    if init == Init::Systemd {
+        command.push_str("export ENFORCER_CGROUP_DRIVER=systemd\n");
+    }
     let quoted: Vec<String> = args.iter().map(|a| shell_quote(a)).collect();
     let _ = writeln!(
         command,
@@ -822,7 +938,7 @@ pub fn run_in_vm(target_dir: &Path, program: &Path, args: &[String]) -> anyhow::
         shell_quote(&program.display().to_string()),
         quoted.join(" ")
     );
-    let (rc, wall) = boot(&vm, &command)?;
+    let (rc, wall) = boot(&vm, init, &command)?;
     let out = fs::read_to_string(vm.share.join("program.out")).unwrap_or_default();
     println!("{out}");
     say(format!(
@@ -867,7 +983,13 @@ pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<()> {
             b
         }
     };
-    let wanted: Vec<(String, Vec<String>)> = if opts.tiers.is_empty() {
+    let wanted: Vec<(String, Vec<String>)> = if opts.tiers.is_empty() && opts.init == Init::Systemd
+    {
+        SYSTEMD_TIERS
+            .iter()
+            .map(|(t, f)| ((*t).to_owned(), f.iter().map(|s| (*s).to_owned()).collect()))
+            .collect()
+    } else if opts.tiers.is_empty() {
         std::iter::once(("unit", &[][..]))
             .chain(DEFAULT_TIERS.iter().copied())
             .map(|(t, f)| (t.to_owned(), f.iter().map(|s| (*s).to_owned()).collect()))
@@ -902,6 +1024,16 @@ pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<()> {
             "--skip".to_owned(),
             "_v1only".to_owned(),
         ];
+        // Tests that need systemd as PID 1 run only in the systemd boot.
+        if opts.init == Init::Busybox {
+            for t in tests.iter().filter(|t| t.ends_with(SYSTEMD_ONLY)) {
+                say(format!(
+                    "vm-test: {tier}::{t} is skipped in the busybox boot (needs systemd as PID \
+                     1): the systemd boot (cargo xtask vm-test --systemd) runs it"
+                ));
+            }
+            args.extend(["--skip".to_owned(), SYSTEMD_ONLY.to_owned()]);
+        }
         if !filters.is_empty() && !user_filters {
             for t in tests
                 .iter()
@@ -923,11 +1055,15 @@ pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<()> {
     }
     for b in &built {
         if !wanted.iter().any(|(t, _)| t == &b.name) {
+            let left_out = match opts.init {
+                Init::Systemd => SYSTEMD_LEFT_OUT.iter().chain(LEFT_OUT),
+                Init::Busybox => [].iter().chain(LEFT_OUT),
+            };
             let why = if b.name.ends_with("-unit") {
                 "unit tests of another crate or binary: pure logic"
             } else {
-                LEFT_OUT
-                    .iter()
+                left_out
+                    .clone()
                     .find(|(n, _)| *n == b.name)
                     .map_or("not asked for", |(_, why)| why)
             };
@@ -937,16 +1073,17 @@ pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<()> {
             ));
         }
     }
-    let command = guest_command(&enforcer, &runs);
-    let (rc, wall) = boot(&vm, &command)?;
+    let command = guest_command(&enforcer, opts.init, &runs);
+    let (rc, wall) = boot(&vm, opts.init, &command)?;
     let results = guest_results(&vm, &runs);
-    report(&vm, &results, rc, wall, start.elapsed())
+    report(&vm, opts.init, &results, rc, wall, start.elapsed())
 }
 
 /// Prints the probe, each failing binary's failures, every test's outcome and time, and
 /// the totals; fails when anything failed or did not run.
 fn report(
     vm: &Vm,
+    init: Init,
     results: &[GuestResult],
     rc: Option<i32>,
     wall: Duration,
@@ -968,8 +1105,12 @@ fn report(
         println!("{}", failure_report(&r.output).trim_end());
         failed.push(r.name.clone());
     }
+    let node = match init {
+        Init::Busybox => "cgroup v2, cgroupfs driver",
+        Init::Systemd => "cgroup v2, systemd as PID 1, systemd driver",
+    };
     println!(
-        "\n=== vm-test: tests in the guest ({}, cgroup v2) ===",
+        "\n=== vm-test: tests in the guest ({}, {node}) ===",
         vm.kernel_version
     );
     for r in results {
@@ -987,7 +1128,7 @@ fn report(
         }
     }
     println!(
-        "\n=== vm-test: results in the guest ({}, cgroup v2) ===",
+        "\n=== vm-test: results in the guest ({}, {node}) ===",
         vm.kernel_version
     );
     for r in results {
@@ -1019,7 +1160,11 @@ fn report(
         failed.push("the guest command did not finish (see the console log)".to_owned());
     }
     if !failed.is_empty() {
-        bail!("vm-test failed in the guest: {}", failed.join(", "));
+        bail!(
+            "vm-test failed in the guest ({}): {}",
+            init.name(),
+            failed.join(", ")
+        );
     }
     Ok(())
 }
