@@ -10,7 +10,7 @@ pub mod systemd;
 pub mod writer;
 
 pub use layout::{CgroupLayout, CgroupVersion, V1Mount};
-pub use paths::{PodCgroupRef, QosTier, join_inside, pod_of_path};
+pub use paths::{PodCgroupRef, QosTier, container_dir, join_inside, pod_of_path};
 
 use std::path::PathBuf;
 

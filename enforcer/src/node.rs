@@ -421,7 +421,7 @@ impl NodeObserver {
         let containers: Vec<ContainerStats> = containers
             .iter()
             .filter_map(|(name, id)| {
-                let dir = join_inside(&mem_dir, id).ok()?;
+                let dir = crate::cgroup::container_dir(&mem_dir, id).ok()?;
                 Some(ContainerStats {
                     name: name.clone(),
                     memory: working_set(&dir).ok(),

@@ -17,7 +17,11 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    policy::eviction::{Observations, manager::EvictionConfig},
+    policy::{
+        cgroup_name::{self, CgroupDriver},
+        eviction::{Observations, manager::EvictionConfig},
+        qos::QosClass,
+    },
     signal::Signal,
     state_log::cell,
 };
@@ -417,45 +421,54 @@ pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
             }
         }
     }
-    // Pod cgroups of pods the daemon no longer knows.
-    if let Ok(kubepods) = crate::cgroup::join_inside(
-        mount,
-        &format!("{}/kubepods", config.cgroup_root.trim_end_matches('/')),
-    ) {
-        for tier in [
-            kubepods.clone(),
-            kubepods.join("burstable"),
-            kubepods.join("besteffort"),
-        ] {
-            let Ok(rd) = std::fs::read_dir(&tier) else {
+    // Pod cgroups of pods the daemon no longer knows (either driver's layout).
+    let tiers = [
+        QosClass::Guaranteed,
+        QosClass::Burstable,
+        QosClass::BestEffort,
+    ]
+    .map(|q| {
+        config
+            .cgroup_driver
+            .name(&cgroup_name::qos_tier(&config.cgroup_root, q))
+    });
+    for tier in tiers {
+        let Ok(tier) = crate::cgroup::join_inside(mount, &tier) else {
+            continue;
+        };
+        let Ok(rd) = std::fs::read_dir(&tier) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if !e.path().is_dir() {
                 continue;
-            };
-            for e in rd.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if !name.starts_with("pod") || !e.path().is_dir() {
-                    continue;
-                }
-                let rel = e
-                    .path()
-                    .strip_prefix(mount)
-                    .map(|r| format!("/{}", r.display()))
-                    .unwrap_or_default();
-                if !known.contains(rel.as_str()) {
-                    let procs = processes_below(&e.path()).len();
-                    add(
-                        "cgroups",
-                        format!(
-                            "leftover pod cgroup {} ({procs} processes): no pod of this node has it",
-                            e.path().display()
-                        ),
-                        if procs == 0 {
-                            "rmdir it (and its container cgroups first)"
-                        } else {
-                            "its processes run outside any pod the node knows: stop them, then rmdir it"
-                        },
-                    );
-                }
             }
+            let rel = e
+                .path()
+                .strip_prefix(mount)
+                .map(|r| format!("/{}", r.display()))
+                .unwrap_or_default();
+            if crate::cgroup::pod_of_path(&rel).is_none_or(|p| p.container.is_some())
+                || known.contains(rel.as_str())
+            {
+                continue;
+            }
+            let procs = processes_below(&e.path()).len();
+            add(
+                "cgroups",
+                format!(
+                    "leftover pod cgroup {} ({procs} processes): no pod of this node has it",
+                    e.path().display()
+                ),
+                if procs == 0 {
+                    match config.cgroup_driver {
+                        CgroupDriver::Cgroupfs => "rmdir it (and its container cgroups first)",
+                        CgroupDriver::Systemd => "systemctl stop its slice",
+                    }
+                } else {
+                    "its processes run outside any pod the node knows: stop them, then remove it"
+                },
+            );
         }
     }
     out

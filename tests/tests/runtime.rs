@@ -730,9 +730,12 @@ async fn pods_are_systemd_slices_with_scopes_systemdonly() {
         "systemctl status {kubepods_unit}:\n{status}"
     );
     let cgtop = command_output("systemd-cgtop", &["-b", "-n", "1", "-p", "--depth=8"]);
+    // (systemd-cgtop prints the paths without the leading `/`.)
     assert!(
-        cgtop.contains(&pod_rel),
-        "systemd-cgtop does not show {pod_rel}:\n{cgtop}"
+        cgtop
+            .lines()
+            .any(|l| l.starts_with(&format!("{}/{scope}", pod_rel.trim_start_matches('/')))),
+        "systemd-cgtop does not show {pod_rel}/{scope}:\n{cgtop}"
     );
     // Removal stops the slice; systemd removes its cgroup.
     std::fs::remove_file(manifests(&cd).join("sysd.yaml")).expect("remove manifest");

@@ -143,6 +143,44 @@ async fn ebpf_reports_cgroup_mkdir_and_rmdir_with_paths_and_pods() {
     .await;
 }
 
+/// The systemd driver's layout (`kubepods-burstable-pod<uid>.slice`, the uid's `-` as `_`,
+/// `cri-containerd-<id>.scope` below it) is attributed to its pod and container as the
+/// cgroupfs one is: the cgroups are made here by name, no systemd needed.
+#[tokio::test]
+async fn ebpf_attributes_systemd_slices_and_scopes_to_their_pod() {
+    use enforcer::policy::{
+        cgroup_name::{self, CgroupDriver},
+        qos::QosClass,
+    };
+    let mut p = start(SourceChoice::Only(SourceKind::Ebpf), vec![]);
+    let name = unique_name("slices");
+    let uid = "0b1c2d3e-aaaa-bbbb-cccc-000000000009";
+    let pod = cgroup_name::pod(&format!("/{name}"), QosClass::Burstable, uid).expect("pod name");
+    let slice = CgroupDriver::Systemd.name(&pod);
+    assert!(slice.ends_with("-kubepods-burstable-pod0b1c2d3e_aaaa_bbbb_cccc_000000000009.slice"));
+    let rel = format!(
+        "{}/cri-containerd-c0ffee.scope",
+        slice.trim_start_matches('/')
+    );
+    let mut mem = TestCgroup::create(&memory_mount(), &rel);
+    let want = mem.rel();
+    let s = wait_for(
+        &mut p.signals,
+        Duration::from_secs(5),
+        "mkdir of the container scope",
+        |s| s.kind == SignalKind::CgroupCreated && s.cgroup.as_deref() == Some(want.as_str()),
+    )
+    .await;
+    assert_eq!(s.pod_uid.as_deref(), Some(uid));
+    assert_eq!(s.qos, Some(QosTier::Burstable));
+    let attributed = s.cgroup.as_deref().and_then(enforcer::cgroup::pod_of_path);
+    assert_eq!(
+        attributed.and_then(|a| a.container).as_deref(),
+        Some("c0ffee")
+    );
+    mem.remove();
+}
+
 #[tokio::test]
 async fn ebpf_reports_memcg_reclaim_then_oom_kill_attributed_to_the_cgroup() {
     let _one_at_a_time = OOM_TESTS.lock().await;

@@ -82,6 +82,18 @@ fn systemd_pod_slice(component: &str) -> Option<(String, QosTier)> {
     Some((parts[pod_idx].strip_prefix("pod")?.to_owned(), qos))
 }
 
+/// A container's cgroup directory below its pod's, in either driver's layout: `<pod>/<id>`
+/// (cgroupfs), else `<pod>/cri-containerd-<id>.scope` (containerd with `SystemdCgroup`) when
+/// that is the one there. Refuses an id that could escape the pod's directory.
+pub fn container_dir(pod_dir: &Path, id: &str) -> Result<PathBuf, CgroupError> {
+    let plain = join_inside(pod_dir, id)?;
+    if plain.exists() {
+        return Ok(plain);
+    }
+    let scope = join_inside(pod_dir, &format!("cri-containerd-{id}.scope"))?;
+    Ok(if scope.exists() { scope } else { plain })
+}
+
 /// [`crate::paths::join_inside`] with its refusal as a [`CgroupError::Escape`], so a cgroup
 /// path that could leave its root is a cgroup error like any other.
 pub fn join_inside(root: &Path, rel: &str) -> Result<PathBuf, CgroupError> {
@@ -91,6 +103,26 @@ pub fn join_inside(root: &Path, rel: &str) -> Result<PathBuf, CgroupError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn container_dirs_of_both_layouts() {
+        let d = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(d.path().join("c1")).expect("mkdir");
+        std::fs::create_dir(d.path().join("cri-containerd-c2.scope")).expect("mkdir");
+        assert_eq!(
+            container_dir(d.path(), "c1").ok(),
+            Some(d.path().join("c1"))
+        );
+        assert_eq!(
+            container_dir(d.path(), "c2").ok(),
+            Some(d.path().join("cri-containerd-c2.scope"))
+        );
+        assert_eq!(
+            container_dir(d.path(), "c3").ok(),
+            Some(d.path().join("c3"))
+        );
+        assert!(container_dir(d.path(), "../x").is_err());
+    }
 
     #[test]
     fn pod_paths() {

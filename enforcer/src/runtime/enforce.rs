@@ -448,7 +448,7 @@ impl Enforcer {
     ) -> Option<i64> {
         let (mount, _) = k.layout().controller("memory")?;
         let dir = join_inside(mount, pod_cgroup)
-            .and_then(|d| join_inside(&d, container_id))
+            .and_then(|d| crate::cgroup::container_dir(&d, container_id))
             .ok()?;
         let procs = std::fs::read_to_string(dir.join("cgroup.procs")).ok()?;
         let wanted = clamp_oom_score_adj(decided, floor);
