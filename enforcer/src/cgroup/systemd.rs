@@ -5,7 +5,11 @@
 //! ([`unit_properties`]); values it does not express (and the exact ones it rounds, such as the
 //! cpu quota) are then written to the cgroup files as runc's `Set` does.
 
-use std::time::{Duration, Instant};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
 
 use zbus::{
     blocking::{Connection, Proxy},
@@ -139,6 +143,10 @@ pub fn unit_properties(
 #[derive(Clone, Debug)]
 pub struct Systemd {
     conn: Connection,
+    /// The resource properties last set on each unit: the same values are not sent again
+    /// (systemd re-applies every attribute of a controller when one is set, which would undo
+    /// what was written to the files since, such as the tripwire's `memory.high`).
+    sent: Arc<Mutex<HashMap<String, Vec<Property>>>>,
 }
 
 fn bus_err(what: String) -> impl FnOnce(zbus::Error) -> CgroupError {
@@ -157,7 +165,10 @@ impl Systemd {
     /// answers there.
     pub fn connect() -> Result<Self, CgroupError> {
         let conn = Connection::system().map_err(bus_err("the system bus".to_owned()))?;
-        let s = Self { conn };
+        let s = Self {
+            conn,
+            sent: Arc::default(),
+        };
         s.manager()?
             .get_property::<String>("Version")
             .map_err(bus_err("systemd's Manager.Version".to_owned()))?;
@@ -189,8 +200,9 @@ impl Systemd {
             return Ok(());
         }
         let m = self.manager()?;
+        let resources = resource_properties(values, version);
         if self.active_state(&unit)?.as_deref() == Some("active") {
-            return self.set_properties(&unit, &resource_properties(values, version));
+            return self.set_properties(&unit, resources);
         }
         let props = unit_properties(name, values, version);
         let body: Vec<(&str, Value<'_>)> = props.iter().map(|p| (p.name(), p.value())).collect();
@@ -199,22 +211,34 @@ impl Systemd {
         {
             Ok(_) => {}
             Err(e) if is_error(&e, "org.freedesktop.systemd1.UnitExists") => {
-                return self.set_properties(&unit, &resource_properties(values, version));
+                return self.set_properties(&unit, resources);
             }
             Err(e) => return Err(bus_err(format!("StartTransientUnit {unit}"))(e)),
         }
-        self.wait_for(&unit, |s| s == Some("active"), "active")
+        self.wait_for(&unit, |s| s == Some("active"), "active")?;
+        self.sent_lock().insert(unit, resources);
+        Ok(())
     }
 
-    /// `SetUnitProperties` (runtime) with `props`; nothing to set is no call.
-    fn set_properties(&self, unit: &str, props: &[Property]) -> Result<(), CgroupError> {
-        if props.is_empty() {
+    fn sent_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Property>>> {
+        match self.sent.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// `SetUnitProperties` (runtime) with `props`; nothing to set, or the same as last time,
+    /// is no call.
+    fn set_properties(&self, unit: &str, props: Vec<Property>) -> Result<(), CgroupError> {
+        if props.is_empty() || self.sent_lock().get(unit) == Some(&props) {
             return Ok(());
         }
         let body: Vec<(&str, Value<'_>)> = props.iter().map(|p| (p.name(), p.value())).collect();
         self.manager()?
             .call::<_, _, ()>("SetUnitProperties", &(unit, true, body))
-            .map_err(bus_err(format!("SetUnitProperties {unit}")))
+            .map_err(bus_err(format!("SetUnitProperties {unit}")))?;
+        self.sent_lock().insert(unit.to_owned(), props);
+        Ok(())
     }
 
     /// Stops the slice of `name` (everything in it) and waits until systemd has let it go;
@@ -235,6 +259,7 @@ impl Systemd {
             Err(e) => return Err(bus_err(format!("StopUnit {unit}"))(e)),
         }
         self.wait_for(&unit, |s| s.is_none() || s == Some("inactive"), "stopped")?;
+        self.sent_lock().remove(&unit);
         Ok(true)
     }
 
