@@ -322,6 +322,15 @@ pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
             "run the daemon with CAP_BPF and CAP_PERFMON",
         );
     }
+    if config.cgroup_driver == CgroupDriver::Systemd
+        && let Err(e) = crate::cgroup::systemd::Systemd::connect()
+    {
+        add(
+            "cgroups",
+            format!("cgroupDriver is systemd, but systemd does not answer: {e}"),
+            "run systemd as PID 1 with the system bus (dbus), or set cgroupDriver: cgroupfs together with containerd's SystemdCgroup = false",
+        );
+    }
     let state = &config.enforcer.state_dir;
     let pods = match crate::runtime::status::read(state) {
         Ok(p) => p,

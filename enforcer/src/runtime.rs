@@ -335,6 +335,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         );
     }
     let ctx = Arc::new(WorkerContext {
+        link: opts.link.clone(),
         runtime: runtime.clone(),
         cgroups: podcgroup::PodCgroups::with_kubepods(kubepods)
             .with_options(opts.enforce.cgroup_options()),
@@ -521,6 +522,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             }
             Some(Terminated { uid, last }) = done_rx.recv() => {
                 pods.workers.remove(&uid);
+                link.forget_oom_kills(&uid);
                 pods.admissions.release(&uid);
                 opts.enforce.release_cpus(&uid);
                 pods.sync_node();

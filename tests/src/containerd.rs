@@ -105,6 +105,12 @@ impl Containerd {
         self.local.log()
     }
 
+    /// The transient unit containerd runs as under the systemd driver.
+    #[must_use]
+    pub fn containerd_unit(&self) -> String {
+        self.local.unit()
+    }
+
     /// The test's cgroup root as a path in every hierarchy, in the driver's form
     /// (`/enforcer-test-1-2-x` or `/enforcer_test_1_2_x.slice`).
     #[must_use]
@@ -142,6 +148,16 @@ impl Containerd {
             CgroupDriver::Cgroupfs => format!("{pod}/{id}"),
             CgroupDriver::Systemd => format!("{pod}/cri-containerd-{id}.scope"),
         }
+    }
+
+    /// The uid of each pod cgroup directory of [`Self::pod_cgroups`] (either layout).
+    #[must_use]
+    pub fn pod_cgroup_uids(&self) -> Vec<String> {
+        self.pod_cgroups()
+            .iter()
+            .filter_map(|p| enforcer::cgroup::pod_of_path(&p.to_string_lossy()))
+            .map(|r| r.uid)
+            .collect()
     }
 
     /// The pod cgroup directories of the test's cgroup root that exist, in any hierarchy

@@ -296,8 +296,11 @@ pub struct LocalContainerd {
     network: Option<CniBridge>,
     netns_created: bool,
     child: Option<Child>,
-    /// The PID of a containerd started by another process (`attach`).
+    /// The PID of a containerd started by another process (`attach`), or as a unit.
     pid: Option<i32>,
+    /// How many times containerd was started as a unit (each start is a new unit: the one
+    /// before may stay loaded while its shims live on in its cgroup).
+    unit_starts: u32,
 }
 
 impl LocalContainerd {
@@ -327,6 +330,7 @@ impl LocalContainerd {
             netns_created: false,
             child: None,
             pid: None,
+            unit_starts: 0,
         })
     }
 
@@ -369,6 +373,7 @@ impl LocalContainerd {
             config,
             child: None,
             pid: alive.then_some(pid),
+            unit_starts: 0,
         })
     }
 
@@ -439,6 +444,14 @@ impl LocalContainerd {
             .open(&log_path)
             .map_err(io_err(&log_path))?;
         let log2 = log.try_clone().map_err(io_err(&log_path))?;
+        // With the systemd driver (systemd as PID 1), containerd runs as a unit, as
+        // containerd.service does on a kubeadm node (outside a network namespace of the
+        // test's: one with a CNI bridge keeps the plain child).
+        if netns.is_none()
+            && crate::cgroup_driver() == enforcer::policy::cgroup_name::CgroupDriver::Systemd
+        {
+            return self.launch_unit(&log_path);
+        }
         let mut cmd = Command::new("containerd");
         cmd.arg("-c")
             .arg(&self.config)
@@ -484,6 +497,66 @@ impl LocalContainerd {
                     socket: self.socket.clone(),
                     secs: 20,
                     log: log_path,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The transient unit containerd runs as under the systemd driver (the latest start's).
+    #[must_use]
+    pub fn unit(&self) -> String {
+        let name = self
+            .dir
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        format!("{name}-containerd-{}.service", self.unit_starts)
+    }
+
+    /// `systemd-run` containerd as a transient service (`KillMode=process`, as
+    /// containerd.service: the shims outlive a stop; `Delegate=yes`), its output appended to
+    /// the log; its main PID is then the one stopped by PID.
+    fn launch_unit(&mut self, log_path: &Path) -> Result<(), LocalError> {
+        self.unit_starts += 1;
+        let unit = self.unit();
+        let log = format!("append:{}", log_path.display());
+        run_cmd(
+            Command::new("systemd-run")
+                .args(["--quiet", "--collect", "--unit", &unit])
+                .args(["--property=KillMode=process", "--property=Delegate=yes"])
+                .arg(format!("--property=StandardOutput={log}"))
+                .arg(format!("--property=StandardError={log}"))
+                .arg("containerd")
+                .arg("-c")
+                .arg(&self.config),
+        )?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let main_pid = Command::new("systemctl")
+                .args(["show", &unit, "-p", "MainPID", "--value"])
+                .output()
+                .ok()
+                .and_then(|o| {
+                    String::from_utf8_lossy(&o.stdout)
+                        .trim()
+                        .parse::<i32>()
+                        .ok()
+                })
+                .filter(|p| *p > 0);
+            if let Some(pid) = main_pid
+                && socket_answers(&self.socket)
+            {
+                let pid_path = self.dir.join(PID_FILE);
+                fs::write(&pid_path, pid.to_string()).map_err(io_err(&pid_path))?;
+                self.pid = Some(pid);
+                std::thread::sleep(Duration::from_millis(300));
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(LocalError::Timeout {
+                    socket: self.socket.clone(),
+                    secs: 20,
+                    log: log_path.to_path_buf(),
                 });
             }
             std::thread::sleep(Duration::from_millis(50));

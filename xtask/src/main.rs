@@ -557,9 +557,24 @@ fn bench(what: &str, args: &[String]) -> anyhow::Result<()> {
             ]))?;
             let bin = std::path::absolute(target_dir().join(format!("release/bench_{what}")))?;
             if what == "eviction" && args.iter().any(|a| a == "--vm") {
-                // In Debian's 6.1 kernel on pure cgroup v2 (the v2 modes), under QEMU.
-                let rest: Vec<String> = args.iter().filter(|a| *a != "--vm").cloned().collect();
-                return vm::run_in_vm(&target_dir(), vm::Init::Busybox, &bin, &rest);
+                // In Debian's 6.1 kernel on pure cgroup v2 (the v2 modes), under QEMU;
+                // `--systemd`: booted with systemd as PID 1, each mode with both drivers'
+                // pods (unless `--drivers` says otherwise).
+                let systemd = args.iter().any(|a| a == "--systemd");
+                let mut rest: Vec<String> = args
+                    .iter()
+                    .filter(|a| *a != "--vm" && *a != "--systemd")
+                    .cloned()
+                    .collect();
+                if systemd && !rest.iter().any(|a| a == "--drivers") {
+                    rest.extend(["--drivers".to_owned(), "cgroupfs,systemd".to_owned()]);
+                }
+                let init = if systemd {
+                    vm::Init::Systemd
+                } else {
+                    vm::Init::Busybox
+                };
+                return vm::run_in_vm(&target_dir(), init, &bin, &rest);
             }
             sh(Command::new(bin).args(args))
         }

@@ -928,9 +928,6 @@ pub fn run_in_vm(
 ) -> anyhow::Result<()> {
     let vm = setup(target_dir)?;
     let mut command = String::from("# written by cargo xtask (one program in the guest)\n");
-    if init == Init::Systemd {
-        command.push_str("export ENFORCER_CGROUP_DRIVER=systemd\n");
-    }
     let quoted: Vec<String> = args.iter().map(|a| shell_quote(a)).collect();
     let _ = writeln!(
         command,

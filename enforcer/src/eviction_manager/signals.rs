@@ -105,6 +105,14 @@ impl EvictionManager {
             .and_then(|uid| self.link.active().get(uid).cloned());
         if let Some(uid) = &s.pod_uid {
             tracing::warn!(uid, pid = s.pid, "kernel OOM kill in a pod");
+            if let Some(container) = s
+                .cgroup
+                .as_deref()
+                .and_then(crate::cgroup::pod_of_path)
+                .and_then(|p| p.container)
+            {
+                self.link.note_oom_kill(uid, &container);
+            }
             self.link.poke(uid);
         }
         let pod = entry.as_ref().map(|e| e.pod.as_ref());

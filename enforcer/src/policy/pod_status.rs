@@ -434,5 +434,18 @@ pub fn rfc3339(nanos: i64) -> String {
         .unwrap_or_default()
 }
 
+/// An exited container's reason: the runtime's, except that an exit 137 the kernel's OOM
+/// killer is known to have caused (the enforcer's own eBPF record of the victim's cgroup) is
+/// `OOMKilled` where the runtime said otherwise (containerd under the systemd driver loses
+/// the OOM event with the container's scope).
+#[must_use]
+pub fn exit_reason(runtime_reason: &str, exit_code: i32, kernel_oom_killed: bool) -> String {
+    if kernel_oom_killed && exit_code == 137 && runtime_reason != "OOMKilled" {
+        "OOMKilled".to_owned()
+    } else {
+        runtime_reason.to_owned()
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -60,6 +60,10 @@ struct Inner {
     /// Evicted pods whose worker finished: containers stopped and removed, logs and pod
     /// cgroup removed (the eviction manager's cleanup wait reads and clears it).
     released: Mutex<std::collections::BTreeSet<String>>,
+    /// Containers the kernel's OOM killer killed a process of (eBPF records, by pod uid):
+    /// what names the reason where the runtime could not (containerd under the systemd
+    /// driver, its scope gone before it read the OOM event).
+    oom_killed: Mutex<BTreeMap<String, std::collections::BTreeSet<String>>>,
 }
 
 /// Shared between the runtime loop and the eviction manager.
@@ -176,6 +180,35 @@ impl NodeLink {
             Ok(mut g) => g.remove(uid),
             Err(p) => p.into_inner().remove(uid),
         }
+    }
+
+    /// The kernel OOM-killed a process of the container `container_id` of pod `uid`.
+    pub fn note_oom_kill(&self, uid: &str, container_id: &str) {
+        let mut g = match self.0.oom_killed.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        g.entry(uid.to_owned())
+            .or_default()
+            .insert(container_id.to_owned());
+    }
+
+    /// Whether the kernel OOM-killed a process of that container ([`Self::note_oom_kill`]).
+    #[must_use]
+    pub fn oom_killed(&self, uid: &str, container_id: &str) -> bool {
+        let g = match self.0.oom_killed.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        g.get(uid).is_some_and(|c| c.contains(container_id))
+    }
+
+    /// Forgets a finished pod's OOM kills.
+    pub fn forget_oom_kills(&self, uid: &str) {
+        match self.0.oom_killed.lock() {
+            Ok(mut g) => g.remove(uid),
+            Err(p) => p.into_inner().remove(uid),
+        };
     }
 
     /// Resolves when a pod was poked.

@@ -92,6 +92,8 @@ pub enum WorkUpdate {
 #[derive(Debug)]
 pub struct WorkerContext<R> {
     pub runtime: Arc<R>,
+    /// The kernel's OOM kills by container (the eviction manager's eBPF records).
+    pub link: super::NodeLink,
     pub cgroups: PodCgroups,
     /// `oom_score_adj` verification (and the node-level enforcement).
     pub enforce: Arc<super::enforce::Enforcer>,

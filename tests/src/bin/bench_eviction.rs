@@ -32,6 +32,13 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use enforcer::{
+    cgroup::{kubepods::Kubepods, writer::CgroupValues},
+    policy::{
+        cgroup_name::{self, CgroupDriver, CgroupName},
+        qos::QosClass,
+    },
+};
+use enforcer::{
     config::{ConfigArgs, SignalSource},
     eviction_manager::EvictionManager,
     kernel::{self, Capabilities, PipelineOptions, PsiWatch, SourceChoice, Watch},
@@ -50,7 +57,7 @@ fn arg(name: &str, default: u64) -> u64 {
 }
 
 struct ModeResult {
-    name: &'static str,
+    name: String,
     to_kill: Vec<u64>,
     to_free: Vec<u64>,
     oom: u64,
@@ -128,6 +135,22 @@ async fn main() -> anyhow::Result<()> {
             ),
         ]
     };
+    // `--drivers cgroupfs,systemd`: each mode with the pods laid out by each driver (systemd:
+    // real slices over D-Bus, the process in a real scope; needs systemd as PID 1, as in
+    // `cargo xtask bench eviction --vm --systemd`).
+    let drivers: Vec<CgroupDriver> = match std::env::args()
+        .position(|a| a == "--drivers")
+        .and_then(|i| std::env::args().nth(i + 1))
+    {
+        None => vec![CgroupDriver::Cgroupfs],
+        Some(list) => list
+            .split(',')
+            .map(|d| {
+                CgroupDriver::parse(d.trim())
+                    .with_context(|| format!("--drivers: {d:?} is not cgroupfs or systemd"))
+            })
+            .collect::<anyhow::Result<_>>()?,
+    };
     let mut results = Vec::new();
     let only = std::env::args()
         .position(|a| a == "--mode")
@@ -140,8 +163,14 @@ async fn main() -> anyhow::Result<()> {
         }) {
             continue;
         }
-        eprintln!("mode {}: {trials} trials", mode.name);
-        results.push(run_mode(&mode, trials, &hog).await?);
+        for &driver in &drivers {
+            eprintln!(
+                "mode {} ({} driver): {trials} trials",
+                mode.name,
+                driver.as_str()
+            );
+            results.push(run_mode(&mode, driver, drivers.len() > 1, trials, &hog).await?);
+        }
     }
     println!(
         "\n### Eviction: threshold crossing -> SIGKILL / memory released, {trials} trials per mode, milliseconds (kernel {}, memory cgroup {})\n",
@@ -293,25 +322,77 @@ fn pct(v: &[u64], q: f64) -> Option<u64> {
     Some(v[((v.len() - 1) as f64 * q).round() as usize])
 }
 
-async fn run_mode(mode: &Mode, trials: u64, hog: &std::path::Path) -> anyhow::Result<ModeResult> {
-    let (name, source, housekeeping) = (mode.name, mode.source, mode.housekeeping);
+/// The systemd slices of one mode's run, stopped at its end (the root slice with
+/// everything below it).
+struct Slices {
+    kubepods: Kubepods,
+    root: String,
+}
+
+impl Drop for Slices {
+    fn drop(&mut self) {
+        let root = CgroupName::from_cgroupfs(&self.root);
+        if let Err(e) = self.kubepods.manager().destroy(&root) {
+            eprintln!("stopping the slice of {}: {e}", self.root);
+        }
+    }
+}
+
+async fn run_mode(
+    mode: &Mode,
+    driver: CgroupDriver,
+    label_driver: bool,
+    trials: u64,
+    hog: &std::path::Path,
+) -> anyhow::Result<ModeResult> {
+    let (source, housekeeping) = (mode.source, mode.housekeeping);
+    let name = if label_driver {
+        format!("{} ({} driver)", mode.name, driver.as_str())
+    } else {
+        mode.name.to_owned()
+    };
     let l = layout();
     let caps = Capabilities::probe(&l);
     let (mem_mount, version) = l.controller("memory").context("memory controller")?;
     // The kill records (`enforcer why`): where each trial's time went.
     let state = tempfile::tempdir().context("state directory")?;
     let root = format!("/{}", unique_name("bench-evict"));
-    let kubepods_rel = format!("{root}/kubepods");
-    let kubepods = TestCgroup::create(mem_mount, &kubepods_rel);
     let v1 = version == enforcer::cgroup::CgroupVersion::V1;
-    kubepods.write(
-        if v1 {
-            "memory.limit_in_bytes"
-        } else {
-            "memory.max"
-        },
-        &(CAPACITY_MIB * MIB).to_string(),
-    );
+    // kubepods limited to the node's capacity: a directory (cgroupfs), or a slice with
+    // MemoryMax (systemd).
+    let (_kubepods_cgroup, slices) = match driver {
+        CgroupDriver::Cgroupfs => {
+            let kubepods = TestCgroup::create(mem_mount, &format!("{root}/kubepods"));
+            kubepods.write(
+                if v1 {
+                    "memory.limit_in_bytes"
+                } else {
+                    "memory.max"
+                },
+                &(CAPACITY_MIB * MIB).to_string(),
+            );
+            (Some(kubepods), None)
+        }
+        CgroupDriver::Systemd => {
+            let k = Kubepods::for_driver(&root, l.clone(), CgroupDriver::Systemd)?;
+            k.apply(
+                &cgroup_name::kubepods(&root),
+                &CgroupValues {
+                    memory_limit: Some(Some(i64::try_from(CAPACITY_MIB * MIB)?)),
+                    ..CgroupValues::default()
+                },
+            )?;
+            (
+                None,
+                Some(Slices {
+                    kubepods: k,
+                    root: root.clone(),
+                }),
+            )
+        }
+    };
+    let kubepods_rel = driver.name(&cgroup_name::kubepods(&root));
+    let kubepods_dir = mem_mount.join(kubepods_rel.trim_start_matches('/'));
 
     let args = ConfigArgs {
         eviction_hard: vec![format!("memory.available<{THRESHOLD_MIB}Mi")],
@@ -346,7 +427,7 @@ async fn run_mode(mode: &Mode, trials: u64, hog: &std::path::Path) -> anyhow::Re
         &PipelineOptions {
             source: choice,
             watches: vec![Watch {
-                cgroup: kubepods.dir.clone(),
+                cgroup: kubepods_dir.clone(),
                 threshold_bytes: Some(threshold_usage),
             }],
             poll_interval: housekeeping,
@@ -364,7 +445,7 @@ async fn run_mode(mode: &Mode, trials: u64, hog: &std::path::Path) -> anyhow::Re
         tripwire: mode
             .tripwire
             .then(|| enforcer::eviction_manager::TripwireCgroup {
-                dir: kubepods.dir.clone(),
+                dir: kubepods_dir.clone(),
                 mount: mem_mount.to_path_buf(),
             }),
         stats: enforcer::stats::StatsCollector::spawn(observer)?,
@@ -393,25 +474,48 @@ async fn run_mode(mode: &Mode, trials: u64, hog: &std::path::Path) -> anyhow::Re
         // A new pod each trial, as a new BestEffort pod would be (the manager waits for an
         // evicted pod's cleanup before evicting again, kubelet's rule).
         let uid = format!("bbbbbbbb-0000-0000-0000-{trial:012}");
-        let pod_rel = format!("{kubepods_rel}/besteffort/pod{uid}");
+        let pod_name = cgroup_name::pod(&root, QosClass::BestEffort, &uid)?;
+        let pod_rel = driver.name(&pod_name);
         let pod = Arc::new(enforcer_tests::besteffort_pod("hog", &uid));
-        let ctr = TestCgroup::create(mem_mount, &format!("{pod_rel}/ctr"));
+        // The container: a directory (cgroupfs), or a real scope the process is started in
+        // (`systemd-run --scope`, as runc makes `cri-containerd-<id>.scope`).
+        let (ctr, mut cmd, ctr_dir) = match &slices {
+            None => {
+                let ctr = TestCgroup::create(mem_mount, &format!("{pod_rel}/ctr"));
+                let dir = ctr.dir.clone();
+                (Some(ctr), Command::new(hog), dir)
+            }
+            Some(s) => {
+                s.kubepods.apply(&pod_name, &CgroupValues::default())?;
+                let scope = format!("cri-containerd-bench{trial}.scope");
+                let mut cmd = Command::new("systemd-run");
+                cmd.args(["--scope", "--quiet", "--collect"])
+                    .arg(format!("--slice={}", pod_name.systemd_unit()))
+                    .arg(format!("--unit={scope}"))
+                    .arg("--")
+                    .arg(hog);
+                let dir = mem_mount.join(pod_rel.trim_start_matches('/')).join(scope);
+                (None, cmd, dir)
+            }
+        };
         let _ = link.take_evictions();
         link.set_active(&uid, ActiveEntry::new(pod.clone(), pod_rel.clone()));
-        let ooms = enforcer_tests::oom_kills_in(&kubepods.dir);
-        let mut cmd = Command::new(hog);
+        let ooms = enforcer_tests::oom_kills_in(&kubepods_dir);
         // Grow fast to 40 MiB under the threshold, then 1 MiB per ms (with the page faults,
         // about 100-200 MiB/s) up to 600 MiB: past the limit if nothing acts.
         let fast = (threshold_usage / MIB).saturating_sub(40);
         cmd.args(["--report", &fast.to_string(), "600", "1000"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());
-        let mut child = spawn_in(cmd, &[ctr.dir.as_path()]);
+        let mut child = match &ctr {
+            Some(ctr) => spawn_in(cmd, &[ctr.dir.as_path()]),
+            None => cmd.spawn().context("systemd-run --scope")?,
+        };
         // What is charged before the process grows (its binary and stack), as the eviction
         // manager measures it: the working set.
         tokio::time::sleep(Duration::from_millis(50)).await;
         let baseline =
-            u64::try_from(enforcer::node::working_set(&kubepods.dir).unwrap_or(0)).unwrap_or(0);
+            u64::try_from(enforcer::node::working_set(&kubepods_dir).unwrap_or(0)).unwrap_or(0);
         // The stamps are read once the process is gone: they fit in the pipe (at most ~920
         // lines, 17 KB), so no reader wakes up at every MiB during the measurement.
         let Some(out) = child.stdout.take() else {
@@ -462,8 +566,8 @@ async fn run_mode(mode: &Mode, trials: u64, hog: &std::path::Path) -> anyhow::Re
         let evictions = link.take_evictions();
         // On cgroup v1 the kill is counted in the victim's own memory cgroup, on v2 also up
         // the tree: look at both.
-        let oom = enforcer_tests::oom_kills_in(&kubepods.dir) > ooms
-            || enforcer_tests::oom_kills_in(&ctr.dir) > 0;
+        let oom = enforcer_tests::oom_kills_in(&kubepods_dir) > ooms
+            || enforcer_tests::oom_kills_in(&ctr_dir) > 0;
         // The MiB at which the working set crossed the threshold (the baseline is what was
         // charged before the process grew: its binary, stack and the fast part).
         // The growth is known quarter MiB by quarter MiB (the process's stamps); what else is charged (its
@@ -536,6 +640,9 @@ async fn run_mode(mode: &Mode, trials: u64, hog: &std::path::Path) -> anyhow::Re
             }
         }
         drop(ctr);
+        if let Some(s) = &slices {
+            s.kubepods.manager().destroy(&pod_name)?;
+        }
         // What the runtime loop and the pod worker do for an evicted pod (there is no runtime
         // here): it leaves the active set, and once its process is reaped and its cgroup
         // removed it counts as released, which ends the manager's cleanup wait (kubelet's

@@ -550,3 +550,13 @@ fn the_record_carries_the_pods_values() {
     input.containers.push(inst("gone", "g1", RUN, 0, 10));
     assert_eq!(pod_status(input), rec);
 }
+
+#[test]
+fn a_kernel_oom_kill_names_the_reason_the_runtime_missed() {
+    assert_eq!(exit_reason("Error", 137, true), "OOMKilled");
+    assert_eq!(exit_reason("OOMKilled", 137, true), "OOMKilled");
+    // Not the kernel's kill, or not a SIGKILL exit: the runtime's word stands.
+    assert_eq!(exit_reason("Error", 137, false), "Error");
+    assert_eq!(exit_reason("Error", 1, true), "Error");
+    assert_eq!(exit_reason("Completed", 0, true), "Completed");
+}

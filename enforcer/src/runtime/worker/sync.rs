@@ -585,7 +585,11 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 state,
                 restart_count: restart_count_of(x),
                 status: st.map_or_else(RuntimeStatus::default, |s| RuntimeStatus {
-                    reason: s.reason.clone(),
+                    reason: crate::policy::pod_status::exit_reason(
+                        &s.reason,
+                        s.exit_code,
+                        x.state == EXITED && self.ctx.link.oom_killed(&self.uid, &x.id),
+                    ),
                     message: s.message.clone(),
                     started_at: s.started_at,
                     finished_at: s.finished_at,

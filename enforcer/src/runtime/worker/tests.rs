@@ -49,6 +49,7 @@ fn harness(yaml: &str) -> Harness {
     let status = StatusManager::default();
     let (recorder, events) = crate::recorder::Recorder::channel();
     let ctx = Arc::new(WorkerContext {
+        link: crate::runtime::NodeLink::default(),
         runtime: Arc::new(fake.clone()),
         cgroups: PodCgroups::new("/t", CgroupLayout::default()),
         enforce: Arc::default(),
