@@ -858,7 +858,12 @@ async fn the_deploy_unit_runs_pods_as_slices_beside_containerds_unit_systemdonly
             .args(args)
             .status()
             .expect("systemctl");
-        assert!(st.success(), "systemctl {args:?}: {st}");
+        assert!(
+            st.success(),
+            "systemctl {args:?}: {st}\n{}\n{}",
+            command_output("systemctl", &["status", "--no-pager", "--full", &unit]),
+            command_output("journalctl", &["--no-pager", "-n", "40", "-u", &unit]),
+        );
     };
     systemctl(&["daemon-reload"]);
     systemctl(&["start", &unit]);

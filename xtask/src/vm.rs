@@ -823,9 +823,11 @@ pub const DEFAULT_TIERS: &[(&str, &[&str])] = &[
 /// only the systemd boot runs them.
 pub const SYSTEMD_ONLY: &str = "_systemdonly";
 
-/// The tiers the systemd boot runs (with the systemd driver), each with its filters: those
-/// where the pods' cgroups are made (containerd, the enforcer's kubepods, slices and scopes).
+/// The tiers the systemd boot runs (with the systemd driver), each with its filters: the
+/// kernel-facing ones (signals on a systemd node; where the pods' cgroups are made:
+/// containerd, the enforcer's kubepods, slices and scopes).
 pub const SYSTEMD_TIERS: &[(&str, &[&str])] = &[
+    ("signals", &[]),
     ("runtime", &[]),
     ("enforcement", &[]),
     ("eviction", &[]),
@@ -835,17 +837,10 @@ pub const SYSTEMD_TIERS: &[(&str, &[&str])] = &[
 ];
 
 /// Tiers the busybox boot runs and the systemd boot leaves out, and why.
-pub const SYSTEMD_LEFT_OUT: &[(&str, &str)] = &[
-    (
-        "unit",
-        "pure logic: the busybox boot runs it on this kernel",
-    ),
-    (
-        "signals",
-        "the eBPF records, tripwire and kills on cgroups the tier makes itself (both \
-         layouts' names): no driver in it; the busybox boot runs it",
-    ),
-];
+pub const SYSTEMD_LEFT_OUT: &[(&str, &str)] = &[(
+    "unit",
+    "pure logic: the busybox boot runs it on this kernel",
+)];
 
 /// Tiers left out by default, and why (printed on every run, so none is left out silently).
 pub const LEFT_OUT: &[(&str, &str)] = &[

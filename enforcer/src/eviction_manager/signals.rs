@@ -111,7 +111,10 @@ impl EvictionManager {
                 .and_then(crate::cgroup::pod_of_path)
                 .and_then(|p| p.container)
             {
+                tracing::debug!(uid, container, "kernel OOM kill attributed to a container");
                 self.link.note_oom_kill(uid, &container);
+            } else {
+                tracing::debug!(uid, cgroup = ?s.cgroup, "kernel OOM kill in no container's cgroup");
             }
             self.link.poke(uid);
         }

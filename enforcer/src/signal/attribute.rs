@@ -157,9 +157,22 @@ impl Attributor {
         s.count = r.count;
         match raw.kind {
             RecordKind::CgroupMkdir | RecordKind::CgroupRmdir => {
-                let path = raw.path();
+                let mut path = raw.path();
                 let id = raw.has(absent::CGROUP_ID).then_some(r.cgroup_id);
                 let v2 = raw.has(absent::HIERARCHY) && r.hierarchy == 0;
+                // A path cut short by the record: the whole one by the cgroup's id (the
+                // index, walked again for a new cgroup; an rmdir's from its mkdir).
+                if let (true, true, Some(id)) = (raw.path_truncated(), v2, id) {
+                    let full = if raw.kind == RecordKind::CgroupMkdir {
+                        self.v2_paths.remove(&id);
+                        self.v2_path(id)
+                    } else {
+                        self.v2_paths.get(&id).cloned()
+                    };
+                    if let Some(full) = full {
+                        path = full;
+                    }
+                }
                 if let (true, Some(id), true) = (v2, id, raw.has(absent::PATH)) {
                     if raw.kind == RecordKind::CgroupMkdir {
                         self.v2_paths.insert(id, path.clone());

@@ -58,6 +58,13 @@ impl RawRecord {
 
     /// The `path` bytes up to the first NUL, lossily as UTF-8.
     #[must_use]
+    /// Whether the path filled the record without its NUL: a cgroup path longer than
+    /// [`PATH_LEN`] bytes (systemd's long slice names below a cgroup root), cut short.
+    #[must_use]
+    pub fn path_truncated(&self) -> bool {
+        !self.rec.path.contains(&0)
+    }
+
     pub fn path(&self) -> String {
         let end = self
             .rec
