@@ -56,8 +56,6 @@ impl RawRecord {
         self.rec.flags & bits == 0
     }
 
-    /// The `path` bytes up to the first NUL, lossily as UTF-8.
-    #[must_use]
     /// Whether the path filled the record without its NUL: a cgroup path longer than
     /// [`PATH_LEN`] bytes (systemd's long slice names below a cgroup root), cut short.
     #[must_use]
@@ -65,6 +63,8 @@ impl RawRecord {
         !self.rec.path.contains(&0)
     }
 
+    /// The `path` bytes up to the first NUL, lossily as UTF-8.
+    #[must_use]
     pub fn path(&self) -> String {
         let end = self
             .rec
