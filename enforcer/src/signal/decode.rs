@@ -56,11 +56,17 @@ impl RawRecord {
         self.rec.flags & bits == 0
     }
 
-    /// Whether the path filled the record without its NUL: a cgroup path longer than
-    /// [`PATH_LEN`] bytes (systemd's long slice names below a cgroup root), cut short.
+    /// Whether the path filled the record: a cgroup path of [`PATH_LEN`] - 1 bytes or more
+    /// (systemd's long slice names below a cgroup root), cut short (the kernel's string copy
+    /// ends it with a NUL in the last byte; one of exactly that length is looked up again,
+    /// which is harmless).
     #[must_use]
     pub fn path_truncated(&self) -> bool {
-        !self.rec.path.contains(&0)
+        self.rec
+            .path
+            .iter()
+            .position(|b| *b == 0)
+            .is_none_or(|end| end + 1 >= PATH_LEN)
     }
 
     /// The `path` bytes up to the first NUL, lossily as UTF-8.
@@ -154,6 +160,23 @@ mod tests {
         };
         rec.path[..5].copy_from_slice(b"/a/b\0");
         encode(&rec)
+    }
+
+    #[test]
+    fn a_path_that_filled_the_record_is_known_cut_short() {
+        let with = |len: usize| {
+            let mut bytes = record(ABI_VERSION, RecordKind::CgroupMkdir as u16);
+            let start = bytes.len() - PATH_LEN;
+            bytes[start..].fill(0);
+            bytes[start..start + len].fill(b'a');
+            decode(&bytes).expect("decodes")
+        };
+        assert!(!with(4).path_truncated());
+        assert!(!with(PATH_LEN - 2).path_truncated());
+        // The kernel's copy: 219 bytes and the NUL; or no NUL at all.
+        assert!(with(PATH_LEN - 1).path_truncated());
+        assert!(with(PATH_LEN).path_truncated());
+        assert_eq!(with(PATH_LEN).path().len(), PATH_LEN);
     }
 
     #[test]
