@@ -49,6 +49,15 @@ impl EvictionManager {
         let Some(t) = &self.tripwire else {
             return;
         };
+        // Another writer may have put it back to `max`: systemd re-applies a slice's memory
+        // attributes when its children change (the systemd driver's kubepods slice). An armed
+        // tripwire the file no longer shows is forgotten, so it is written again.
+        if matches!(memo.tripwire, Some(Tripwire::At(_)))
+            && std::fs::read_to_string(t.dir.join("memory.high")).is_ok_and(|v| v.trim() == "max")
+        {
+            tracing::info!(cgroup = %t.dir.display(), "memory.high tripwire found reset by another writer: placing it again");
+            memo.tripwire = None;
+        }
         if !tripwire::worth_writing(memo.tripwire, next, TRIPWIRE_SLACK) {
             return;
         }
