@@ -662,13 +662,23 @@ async fn image_fs_info_names_the_runtime_image_filesystem() {
     cd.teardown();
 }
 
+/// The fixture's containerd of a `_systemdonly` test: the systemd driver's
+/// (`SystemdCgroup = true`, run as a unit), or the test fails saying how it runs.
+fn systemd_containerd(tag: &str) -> Containerd {
+    let cd = Containerd::start(tag);
+    assert_eq!(
+        cd.driver,
+        enforcer::policy::cgroup_name::CgroupDriver::Systemd,
+        "this test runs with ENFORCER_CGROUP_DRIVER=systemd (cargo xtask vm-test --systemd)"
+    );
+    cd
+}
+
 /// `systemctl show <unit> -p <property> --value`.
 fn unit_property(unit: &str, property: &str) -> String {
-    let out = std::process::Command::new("systemctl")
-        .args(["show", unit, "-p", property, "--value"])
-        .output()
-        .expect("systemctl show");
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    command_output("systemctl", &["show", unit, "-p", property, "--value"])
+        .trim()
+        .to_owned()
 }
 
 fn command_output(program: &str, args: &[&str]) -> String {
@@ -686,12 +696,7 @@ fn command_output(program: &str, args: &[&str]) -> String {
 /// `systemd-cgtop` show them; the slice is stopped with the pod.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_are_systemd_slices_with_scopes_systemdonly() {
-    let cd = Containerd::start("rt-systemd");
-    assert_eq!(
-        cd.driver,
-        enforcer::policy::cgroup_name::CgroupDriver::Systemd,
-        "this test runs with ENFORCER_CGROUP_DRIVER=systemd (cargo xtask vm-test --systemd)"
-    );
+    let cd = systemd_containerd("rt-systemd");
     let e = Enforcer::start(&cd);
     let uid = "sysd-1";
     let container = "  - name: a\n    image: busybox:local\n    command: [/bin/sleep]\n    args: ['3600']\n    resources:\n      requests: {cpu: 100m, memory: 32Mi}\n      limits: {cpu: 500m, memory: 64Mi}\n";
@@ -772,12 +777,7 @@ async fn pods_are_systemd_slices_with_scopes_systemdonly() {
 /// A driver that does not match containerd's is refused at start with kubelet's message.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_other_than_containerds_is_refused_systemdonly() {
-    let cd = Containerd::start("rt-mismatch");
-    assert_eq!(
-        cd.driver,
-        enforcer::policy::cgroup_name::CgroupDriver::Systemd,
-        "this test runs with ENFORCER_CGROUP_DRIVER=systemd (cargo xtask vm-test --systemd)"
-    );
+    let cd = systemd_containerd("rt-mismatch");
     std::fs::create_dir_all(manifests(&cd)).expect("manifest dir");
     let mut o = enforcer_tests::pods::opts(&cd);
     o.cgroup_driver = enforcer::policy::cgroup_name::CgroupDriver::Cgroupfs;
@@ -806,12 +806,7 @@ async fn a_driver_other_than_containerds_is_refused_systemdonly() {
 /// daemon (`KillMode=process`: the container keeps running).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deploy_unit_runs_pods_as_slices_beside_containerds_unit_systemdonly() {
-    let cd = Containerd::start("rt-unit");
-    assert_eq!(
-        cd.driver,
-        enforcer::policy::cgroup_name::CgroupDriver::Systemd,
-        "this test runs with ENFORCER_CGROUP_DRIVER=systemd (cargo xtask vm-test --systemd)"
-    );
+    let cd = systemd_containerd("rt-unit");
     assert_eq!(
         unit_property(&cd.containerd_unit(), "ActiveState"),
         "active",

@@ -132,7 +132,7 @@ pub fn unit_properties(
     if version == CgroupVersion::V2 {
         out.push(Property::Bool("IOAccounting", true));
     }
-    if !name.components().is_empty() && name.components().len() > 1 {
+    if name.components().len() > 1 {
         out.push(Property::Strings("Wants", vec![name.systemd_parent_unit()]));
     }
     out.extend(resource_properties(values, version));
@@ -169,9 +169,7 @@ impl Systemd {
             conn,
             sent: Arc::default(),
         };
-        s.manager()?
-            .get_property::<String>("Version")
-            .map_err(bus_err("systemd's Manager.Version".to_owned()))?;
+        s.version()?;
         Ok(s)
     }
 
@@ -180,7 +178,8 @@ impl Systemd {
             .map_err(bus_err("systemd's manager".to_owned()))
     }
 
-    /// systemd's version (`Manager.Version`), for `enforcer doctor`.
+    /// systemd's version (`Manager.Version`); [`Self::connect`] asks for it to know systemd
+    /// answers.
     pub fn version(&self) -> Result<String, CgroupError> {
         self.manager()?
             .get_property::<String>("Version")
@@ -195,10 +194,10 @@ impl Systemd {
         values: &CgroupValues,
         version: CgroupVersion,
     ) -> Result<(), CgroupError> {
-        let unit = name.systemd_unit();
         if name.components().is_empty() {
             return Ok(());
         }
+        let unit = name.systemd_unit();
         let m = self.manager()?;
         let resources = resource_properties(values, version);
         if self.active_state(&unit)?.as_deref() == Some("active") {

@@ -343,6 +343,20 @@ impl CriRuntime {
     }
 
     /// Runs one call with the timeout; drops the connection when the runtime is gone.
+    /// The runtime's own configuration, from the verbose CRI status (`info["config"]`, JSON;
+    /// containerd's CRI plugin config); `None` when it gives none.
+    async fn status_config(&self) -> Result<Option<serde_json::Value>, CriError> {
+        let resp = self
+            .call("Status", "", Duration::ZERO, |mut r, _| async move {
+                r.status(cri::StatusRequest { verbose: true }).await
+            })
+            .await?;
+        Ok(resp
+            .info
+            .get("config")
+            .and_then(|c| serde_json::from_str::<serde_json::Value>(c).ok()))
+    }
+
     async fn call<T, F, Fut>(
         &self,
         op: &'static str,
@@ -707,15 +721,9 @@ impl ContainerRuntime for CriRuntime {
     }
 
     async fn sandbox_image(&self) -> Result<Option<String>, CriError> {
-        let resp = self
-            .call("Status", "", Duration::ZERO, |mut r, _| async move {
-                r.status(cri::StatusRequest { verbose: true }).await
-            })
-            .await?;
-        Ok(resp
-            .info
-            .get("config")
-            .and_then(|c| serde_json::from_str::<serde_json::Value>(c).ok())
+        Ok(self
+            .status_config()
+            .await?
             .and_then(|v| v.get("sandboxImage")?.as_str().map(str::to_owned)))
     }
 
@@ -741,15 +749,9 @@ impl ContainerRuntime for CriRuntime {
             }) => {}
             Err(e) => return Err(e),
         }
-        let resp = self
-            .call("Status", "", Duration::ZERO, |mut r, _| async move {
-                r.status(cri::StatusRequest { verbose: true }).await
-            })
-            .await?;
-        Ok(resp
-            .info
-            .get("config")
-            .and_then(|c| serde_json::from_str::<serde_json::Value>(c).ok())
+        Ok(self
+            .status_config()
+            .await?
             .and_then(|v| containerd_cgroup_driver(&v)))
     }
 

@@ -81,8 +81,13 @@ impl PodCgroups {
     /// The relative pod cgroup path in the driver's form (the CRI `cgroup_parent`, as kubelet
     /// passes it); refuses a uid that is not one cgroup component.
     pub fn pod_path(&self, uid: &str, qos: Qos) -> Result<String, CgroupError> {
-        let rel = self.kubepods.path_of(&self.name(uid, qos)?);
-        // Validate against a dummy root: the same rules as for every real mount.
+        self.path_of(&self.name(uid, qos)?)
+    }
+
+    /// `name`'s relative path, checked against a dummy root: the same rules as for every
+    /// real mount.
+    fn path_of(&self, name: &CgroupName) -> Result<String, CgroupError> {
+        let rel = self.kubepods.path_of(name);
         join_inside(std::path::Path::new("/"), &rel)?;
         Ok(rel)
     }
@@ -117,8 +122,8 @@ impl PodCgroups {
         qos: Qos,
         values: &PodCgroupValues,
     ) -> Result<String, CgroupError> {
-        let rel = self.pod_path(uid, qos)?;
         let name = self.name(uid, qos)?;
+        let rel = self.path_of(&name)?;
         let operation = if self.kubepods.manager().exists(&name) {
             "update"
         } else {
