@@ -159,6 +159,13 @@ pub trait ClusterApi: Send + Sync + 'static {
         &self,
         pod: &Pod,
     ) -> impl Future<Output = Result<Pod, ClusterError>> + Send;
+    /// A strategic merge patch of `pods/{name}/status` (the companion's eviction status).
+    fn patch_pod_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> impl Future<Output = Result<Pod, ClusterError>> + Send;
     /// DELETE with grace period 0 and the pod's uid as precondition.
     fn delete_pod(
         &self,
@@ -335,6 +342,21 @@ impl ClusterApi for KubeApi {
             "update pod status",
             &format!("{ns}/{name}"),
             api.replace_status(&name, &PostParams::default(), pod),
+        )
+        .await
+    }
+
+    async fn patch_pod_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Pod, ClusterError> {
+        let api = self.pods(namespace);
+        self.call(
+            "patch pod status",
+            &format!("{namespace}/{name}"),
+            api.patch_status(name, &PatchParams::default(), &Patch::Strategic(patch)),
         )
         .await
     }

@@ -73,6 +73,10 @@ pub struct ConfigArgs {
     /// KubeletConfiguration file (YAML or JSON) with an optional `enforcer:` section.
     #[arg(long = "config", value_name = "FILE")]
     pub config: Option<PathBuf>,
+    /// The kubelet's own KubeletConfiguration file (companion mode): its kubelet fields are
+    /// the node's; `--config` then adds only its `enforcer:` section.
+    #[arg(long = "kubelet-config", value_name = "FILE")]
+    pub kubelet_config: Option<PathBuf>,
     /// Hard eviction thresholds, e.g. memory.available<500Mi,nodefs.available<10%.
     #[arg(long, value_name = "SIGNAL<VALUE,...")]
     pub eviction_hard: Vec<String>,
@@ -416,17 +420,29 @@ pub struct LoadedConfig {
 
 /// Loads `--config` (if any), applies the flags, and validates.
 pub fn load(args: &ConfigArgs) -> Result<LoadedConfig, ConfigError> {
-    let (doc, name, warnings) = match args.config.as_deref() {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                path: path.to_owned(),
-                source,
-            })?;
-            let name = path.display().to_string();
-            let (doc, w) = parse_document(&name, &text)?;
-            (doc, name, w)
+    let read = |path: &Path| -> Result<(KubeletConfiguration, String, Vec<String>), ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let name = path.display().to_string();
+        let (doc, w) = parse_document(&name, &text)?;
+        Ok((doc, name, w))
+    };
+    let (doc, name, warnings) = match (args.kubelet_config.as_deref(), args.config.as_deref()) {
+        (Some(kubelet), own) => {
+            let (mut doc, mut name, mut warnings) = read(kubelet)?;
+            if let Some(own) = own {
+                let (mine, own_name, mut w) = read(own)?;
+                warnings.append(&mut w);
+                warnings.extend(kubelet_fields_ignored(&mine, &own_name, &name));
+                doc.enforcer = mine.enforcer;
+                name = format!("{name} + {own_name}");
+            }
+            (doc, name, warnings)
         }
-        None => (
+        (None, Some(path)) => read(path)?,
+        (None, None) => (
             KubeletConfiguration::default(),
             "defaults".to_owned(),
             Vec::new(),
@@ -437,6 +453,21 @@ pub fn load(args: &ConfigArgs) -> Result<LoadedConfig, ConfigError> {
     all.append(&mut loaded.warnings);
     loaded.warnings = all;
     Ok(loaded)
+}
+
+/// With `--kubelet-config`, the kubelet's file decides every kubelet field: one warning per
+/// field `--config` (`own`) sets besides its `enforcer:` section.
+fn kubelet_fields_ignored(own: &KubeletConfiguration, own_name: &str, kubelet: &str) -> Vec<String> {
+    let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(own) else {
+        return Vec::new();
+    };
+    fields
+        .iter()
+        .filter(|(k, v)| !v.is_null() && !matches!(k.as_str(), "enforcer" | "apiVersion" | "kind"))
+        .map(|(k, _)| {
+            format!("{own_name}: {k} is ignored: the kubelet's configuration {kubelet} decides it")
+        })
+        .collect()
 }
 
 impl Config {

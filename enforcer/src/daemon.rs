@@ -37,6 +37,16 @@ pub struct DaemonOptions {
     pub static_pods: bool,
     /// Watch the API server for this node's pods too (kubeconfig file).
     pub kubeconfig: Option<PathBuf>,
+    /// Companion mode beside a running kubelet (`crate::companion`): no pods run, no cgroup
+    /// limit written; `run_pods` is ignored.
+    pub companion: Option<CompanionMode>,
+}
+
+/// `--companion`'s options.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompanionMode {
+    /// `--companion-soft`: act on soft thresholds too (kubelet's otherwise).
+    pub soft: bool,
 }
 
 /// Errors that stop the daemon at start.
@@ -128,7 +138,18 @@ pub async fn run(
     opts: DaemonOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), DaemonError> {
-    let config = opts.config;
+    let companion = opts.companion;
+    let config = match companion {
+        Some(c) => {
+            let (config, changes) = crate::companion::adjust_config(opts.config, c.soft);
+            for change in changes {
+                tracing::info!("companion mode: {change}");
+            }
+            config
+        }
+        None => opts.config,
+    };
+    let run_pods = opts.run_pods && companion.is_none();
     raise_nofile_limit();
     let health = Arc::new(Health::default());
     if let Err(e) = crate::health::probe_writable(&config.enforcer.state_dir) {
@@ -161,29 +182,37 @@ pub async fn run(
     let observer = config.node_observer(&layout, &capacity);
     let kubepods = observer.kubepods.clone();
     // The kubepods cgroup (allocatable: capacity minus reservations when `pods` is enforced)
-    // and its QoS tiers exist before anything watches them (runtime::enforce).
-    let kubepods_cgroups = crate::cgroup::kubepods::Kubepods::for_driver(
-        &config.cgroup_root,
-        layout.clone(),
-        config.cgroup_driver,
-    )
-    .map_err(|source| runtime::RuntimeError::Cgroups {
-        driver: config.cgroup_driver.as_str(),
-        source,
-    })?;
-    let enforcer = runtime::enforce::Enforcer::from_config(&config, kubepods_cgroups, &capacity);
-    // The CPU manager only where the enforcer runs the pods (beside a kubelet, kubelet owns it).
-    let enforcer = Arc::new(if opts.run_pods {
-        enforcer.with_cpu_manager(&config)?
+    // and its QoS tiers exist before anything watches them (runtime::enforce); beside kubelet
+    // they are kubelet's.
+    let enforcer = if companion.is_some() {
+        None
     } else {
-        enforcer
-    });
-    enforcer.sync_node_logged(std::iter::empty());
+        let kubepods_cgroups = crate::cgroup::kubepods::Kubepods::for_driver(
+            &config.cgroup_root,
+            layout.clone(),
+            config.cgroup_driver,
+        )
+        .map_err(|source| runtime::RuntimeError::Cgroups {
+            driver: config.cgroup_driver.as_str(),
+            source,
+        })?;
+        let enforcer =
+            runtime::enforce::Enforcer::from_config(&config, kubepods_cgroups, &capacity);
+        // The CPU manager only where the enforcer runs the pods.
+        let enforcer = Arc::new(if run_pods {
+            enforcer.with_cpu_manager(&config)?
+        } else {
+            enforcer
+        });
+        enforcer.sync_node_logged(std::iter::empty());
+        Some(enforcer)
+    };
     let mut watches = Vec::new();
     if let Some((mount, _)) = layout.controller("memory") {
         let dir = join_inside(mount, &kubepods)?;
         // systemd made the kubepods slice (or says why it could not above).
         if config.cgroup_driver == crate::policy::cgroup_name::CgroupDriver::Cgroupfs
+            && companion.is_none()
             && let Err(e) = std::fs::create_dir_all(&dir)
         {
             tracing::warn!(path = %dir.display(), error = %e, "creating the kubepods cgroup");
@@ -222,8 +251,9 @@ pub async fn run(
     let link = NodeLink::default();
     let status = StatusManager::default();
     // The container runtime's client, shared by the pod runtime, node-level reclaim and
-    // `/stats/summary` (the image filesystem); only where the enforcer runs the pods.
-    let cri = opts.run_pods.then(|| {
+    // `/stats/summary` (the image filesystem); where the enforcer runs the pods or watches
+    // kubelet's.
+    let cri = (run_pods || companion.is_some()).then(|| {
         let defaults = RunPodsOptions::for_node(layout.clone(), &caps);
         Arc::new(CriRuntime::new(
             config.enforcer.cri_socket.clone(),
@@ -281,8 +311,8 @@ pub async fn run(
         events.as_ref().map(|e| e.recorder.clone()),
     ));
     // Standalone, the node's own events (cluster mode records them as it builds the Node's
-    // status).
-    if opts.kubeconfig.is_none() {
+    // status; beside kubelet they are kubelet's).
+    if opts.kubeconfig.is_none() && companion.is_none() {
         tokio::spawn(crate::cluster::node_status::record_node_events(
             status.clone(),
             health.clone(),
@@ -294,7 +324,35 @@ pub async fn run(
     }
     let mut pods_task = None;
     let mut node_reclaim = None;
-    if let Some(cri) = cri {
+    let mut companion_tasks = Vec::new();
+    let mut events = events;
+    if let (Some(cri), Some(_)) = (cri.clone(), companion) {
+        let reports = opts.kubeconfig.clone().zip(events.take()).map(|(kubeconfig, events)| {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let config = config.clone();
+            let stop = stopped();
+            companion_tasks.push(tokio::spawn(async move {
+                crate::companion::run_api_writers(&config, kubeconfig, rx, events, stop).await;
+            }));
+            tx
+        });
+        let c = crate::companion::Companion {
+            node_name: config.node_name(),
+            cgroup_root: config.cgroup_root.clone(),
+            driver: config.cgroup_driver,
+            layout: layout.clone(),
+            cri,
+            kubeconfig: opts.kubeconfig.clone(),
+            static_dir: config.enforcer.manifest_dir.clone(),
+            state_dir: config.enforcer.state_dir.clone(),
+            link: link.clone(),
+            cgroups: Arc::new(crate::cgroup::writer::KernelCgroups),
+            relist: crate::companion::RELIST,
+            align_oom: true,
+        };
+        companion_tasks.push(tokio::spawn(c.run(reports, stopped())));
+    }
+    if let (Some(cri), Some(enforcer), true) = (cri, enforcer.clone(), run_pods) {
         let mut ro = RunPodsOptions::for_node(layout.clone(), &caps);
         ro.node_name = config.node_name();
         ro.cri_socket = config.enforcer.cri_socket.clone();
@@ -311,7 +369,7 @@ pub async fn run(
             cluster_domain: config.cluster_domain.clone(),
             resolv_conf: config.resolv_conf.clone(),
         };
-        ro.enforce = enforcer.clone();
+        ro.enforce = enforcer;
         ro.link = link.clone();
         ro.health = health.clone();
         ro.events = recorder.clone();
@@ -345,7 +403,8 @@ pub async fn run(
         )));
     }
 
-    // Cluster mode: node, lease and pod status written back to the API server.
+    // Cluster mode: node, lease and pod status written back to the API server (beside
+    // kubelet: only the companion's writers above).
     let cluster_task = opts
         .kubeconfig
         .clone()
@@ -386,6 +445,7 @@ pub async fn run(
         node_reclaim,
         health: health.clone(),
         events: recorder,
+        companion: companion.is_some(),
     };
     let eviction = tokio::spawn(manager.run(pipeline, stopped()));
 
@@ -399,6 +459,9 @@ pub async fn run(
         tracing::error!(error = %e, "pod runtime");
     }
     if let Some(t) = cluster_task {
+        let _ = t.await;
+    }
+    for t in companion_tasks {
         let _ = t.await;
     }
     server.shutdown().await;

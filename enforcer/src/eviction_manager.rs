@@ -117,6 +117,10 @@ pub struct EvictionManager {
     pub health: Arc<Health>,
     /// `EvictionThresholdMet` on the node, `Evicted` on the pod (cluster mode).
     pub events: crate::recorder::Recorder,
+    /// Companion mode (`crate::companion`): kubelet removes the victim's pod cgroup, so its
+    /// release is its processes being gone (the companion says so), and each kill record
+    /// says what kubelet would have done.
+    pub companion: bool,
 }
 
 impl EvictionManager {

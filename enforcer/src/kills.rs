@@ -157,6 +157,9 @@ pub struct KillRecord {
     /// `released`, `timed out` (kubelet's cleanup wait), or empty while waiting.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub release: String,
+    /// Companion mode: what kubelet would have done, and by when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubelet: Option<String>,
 }
 
 impl KillRecord {
@@ -185,6 +188,7 @@ impl KillRecord {
             sigkill_ns: None,
             released_ns: None,
             release: String::new(),
+            kubelet: None,
         }
     }
 

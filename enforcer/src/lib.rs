@@ -6,6 +6,7 @@
 pub mod cgroup;
 pub mod cli;
 pub mod cluster;
+pub mod companion;
 pub mod config;
 pub mod daemon;
 pub mod duration;

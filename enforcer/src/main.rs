@@ -117,6 +117,14 @@ struct RunArgs {
     /// kubeconfig), and write the Node, its Lease, pod status, mirror pods and events back.
     #[arg(long, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
+    /// Companion mode beside a running kubelet: kernel-speed hard evictions with kubelet's
+    /// decisions, OOM scores aligned with kubelet's ranking; no pod run, no cgroup limit
+    /// written (read kubelet's file with `--kubelet-config`).
+    #[arg(long)]
+    companion: bool,
+    /// With `--companion`: act on soft thresholds too (left to kubelet otherwise).
+    #[arg(long, requires = "companion")]
+    companion_soft: bool,
 }
 
 #[derive(clap::Args)]
@@ -256,6 +264,9 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         run_pods: !args.no_pods,
         static_pods: args.static_pods,
         kubeconfig: args.kubeconfig,
+        companion: args.companion.then_some(enforcer::daemon::CompanionMode {
+            soft: args.companion_soft,
+        }),
     };
     runtime()?.block_on(enforcer::daemon::run(opts, shutdown_signal()))?;
     Ok(())

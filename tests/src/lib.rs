@@ -395,6 +395,7 @@ impl Daemon {
             run_pods: true,
             static_pods: false,
             kubeconfig,
+            companion: None,
         })
     }
 

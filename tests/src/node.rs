@@ -190,6 +190,7 @@ impl Node {
             run_pods: true,
             static_pods: self.static_pods,
             kubeconfig: self.kubeconfig.clone(),
+            companion: None,
         }));
         self
     }
@@ -204,6 +205,7 @@ impl Node {
             run_pods: true,
             static_pods: self.static_pods,
             kubeconfig: self.kubeconfig.clone(),
+            companion: None,
         }));
     }
 

@@ -474,6 +474,7 @@ async fn cpu_manager_static_gives_an_exclusive_cpu_and_restores_it() {
             run_pods: true,
             static_pods: false,
             kubeconfig: None,
+            companion: None,
         },
         async {},
     )

@@ -520,6 +520,7 @@ async fn every_endpoint_of_a_running_daemon_parses() {
         run_pods: true,
         static_pods: false,
         kubeconfig: None,
+        companion: None,
     });
     wait_until("the daemon answering", Duration::from_secs(60), || {
         TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()

@@ -27,6 +27,8 @@ pub enum Call {
     /// The phase sent.
     ReplacePodStatus(Option<String>),
     DeletePod(String),
+    /// The pod's name.
+    PatchPodStatus(String),
     CreatePod(String),
     CreateEvent(String),
     PatchEvent,
@@ -287,6 +289,35 @@ impl ClusterApi for FakeApi {
         p.metadata.resource_version = Some(s.rv.to_string());
         s.pods.insert(uid, p.clone());
         Ok(p)
+    }
+
+    async fn patch_pod_status(
+        &self,
+        ns: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Pod, ClusterError> {
+        let mut s = self.enter(Call::PatchPodStatus(name.to_owned()), "patch pod status")?;
+        let rv = s.rv.to_string();
+        let stored = s
+            .pods
+            .values_mut()
+            .find(|p| {
+                p.metadata.namespace.as_deref() == Some(ns)
+                    && p.metadata.name.as_deref() == Some(name)
+            })
+            .ok_or(status(404, "NotFound"))?;
+        let want = patch.pointer("/metadata/uid").and_then(|u| u.as_str());
+        if want.is_some_and(|u| Some(u) != stored.metadata.uid.as_deref()) {
+            return Err(status(409, "Conflict"));
+        }
+        let mut v = serde_json::to_value(&*stored).map_err(|_| status(500, "Internal"))?;
+        if let Some(st) = patch.get("status") {
+            super::merge_patch(&mut v, &serde_json::json!({ "status": st }));
+        }
+        *stored = serde_json::from_value(v).map_err(|_| status(422, "Invalid"))?;
+        stored.metadata.resource_version = Some(rv);
+        Ok(stored.clone())
     }
 
     async fn replace_pod_status(&self, pod: &Pod) -> Result<Pod, ClusterError> {

@@ -189,6 +189,16 @@ impl<A: ClusterApi> ClusterApi for Limited<A> {
         self.inner.replace_pod_status(pod).await
     }
 
+    async fn patch_pod_status(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Pod, ClusterError> {
+        self.limiter.acquire(Priority::Normal).await;
+        self.inner.patch_pod_status(namespace, name, patch).await
+    }
+
     async fn delete_pod(&self, namespace: &str, name: &str, uid: &str) -> Result<(), ClusterError> {
         self.limiter.acquire(Priority::Normal).await;
         self.inner.delete_pod(namespace, name, uid).await

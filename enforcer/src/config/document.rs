@@ -150,6 +150,7 @@ pub struct KubeletConfiguration {
     pub cluster_domain: Option<String>,
     pub resolv_conf: Option<String>,
     pub allowed_unsafe_sysctls: Option<Vec<String>>,
+    pub static_pod_path: Option<String>,
     pub enforcer: Option<EnforcerSection>,
 }
 

@@ -184,6 +184,7 @@ impl EvictionManager {
             message: ev.message.clone(),
             grace_period_seconds: ev.grace_period_seconds,
             decision_ns: Some(seen.decision_ns),
+            kubelet: self.companion.then(|| kubelet_would(ev)),
             ..KillRecord::new(KillKind::Eviction, &ev.uid)
         }
     }
@@ -233,6 +234,18 @@ impl EvictionManager {
             });
         }
     }
+}
+
+/// Beside kubelet: what kubelet's eviction manager would have done with the same observation,
+/// and by when (its `synchronize` runs every `evictionMonitoringPeriod`, 10 s).
+fn kubelet_would(ev: &Eviction) -> String {
+    let by = k8s_openapi::jiff::Timestamp::now()
+        .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(10))
+        .map_or_else(|_| String::from("10 s later"), |t| t.to_string());
+    format!(
+        "kubelet evicts {}/{} (the same ranking for {}) at its next synchronize, by {by} (10 s housekeeping), on stats up to 10 s old",
+        ev.namespace, ev.name, ev.signal
+    )
 }
 
 /// The end of kubelet's `waitForPodsCleanup`: logged and written to the victim's kill record.

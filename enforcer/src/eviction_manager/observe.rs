@@ -97,8 +97,11 @@ impl EvictionManager {
 
     /// Whether an evicted pod's resources are released: its worker finished (containers
     /// stopped and removed, logs and pod cgroup removed) and its memory cgroup (`cgroup`, when
-    /// known) is gone.
+    /// known) is gone; beside kubelet, its processes are gone (the companion's word).
     pub(super) fn released(&self, uid: &str, cgroup: Option<&str>) -> bool {
+        if self.companion {
+            return self.link.take_released(uid);
+        }
         let gone = cgroup.is_none_or(|cgroup| {
             self.layout
                 .controller("memory")

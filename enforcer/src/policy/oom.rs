@@ -1,5 +1,7 @@
 //! Per-container `oom_score_adj` (`pkg/kubelet/qos/policy.go`: `GetContainerOOMScoreAdjust`).
 
+pub mod align;
+
 use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::{

@@ -455,6 +455,7 @@ async fn run_mode(
         node_reclaim: None,
         health: std::sync::Arc::default(),
         events: enforcer::recorder::Recorder::default(),
+        companion: false,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(manager.run(pipeline, async {

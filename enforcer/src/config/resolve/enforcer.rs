@@ -57,7 +57,11 @@ pub(super) fn section(
         manifest_dir: path(
             key::MANIFEST_DIR,
             &args.manifest_dir,
-            &e.manifest_dir,
+            // kubelet's `staticPodPath` when the section names no directory of its own (the
+            // companion reads kubelet's static pods there).
+            &e.manifest_dir
+                .clone()
+                .or_else(|| doc.static_pod_path.as_ref().map(PathBuf::from)),
             "/etc/enforcer/manifests",
         )?,
         state_dir: path(

@@ -1,0 +1,499 @@
+//! Companion mode (`enforcer run --companion`): beside an unmodified kubelet that keeps running
+//! the pods, the enforcer does only what kubelet is too slow to do, with kubelet's decisions.
+//!
+//! - **It reads** kubelet's configuration (`--kubelet-config`), kubelet's cgroup tree (either
+//!   driver), and the pods of this node: from the API server when it has one, else from the
+//!   runtime's pod sandboxes (kubelet's labels) and the static pod directory
+//!   ([`inventory`]). It writes no cgroup limit and runs no pod.
+//! - **It acts** through the same signals and eviction manager as standalone: the manager
+//!   reads the watched pods from the [`NodeLink`], and on a hard threshold the victim's pod
+//!   cgroup is killed at once; this loop takes the eviction and makes it known as kubelet
+//!   does ([`evicted`]: the pod's status and the `Evicted` event with an API server, the
+//!   sandbox stopped through CRI without one), then tells the manager the victim's processes
+//!   are gone (its cleanup wait).
+//! - **It aligns the kernel's choice** with kubelet's ranking ([`oom`]): every Burstable pod's
+//!   `oom_score_adj` within kubelet's range for the class, so a kernel OOM kill strikes the pod
+//!   kubelet would evict.
+//! - **It never fights kubelet**: a pod kubelet is terminating (deleted, terminal, its sandbox
+//!   stopped) is not watched, and soft thresholds are kubelet's unless `--companion-soft`.
+
+pub mod evicted;
+pub mod inventory;
+pub mod oom;
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::{
+    cgroup::{CgroupLayout, CgroupVersion, join_inside, writer::CgroupWriter},
+    config::Config,
+    policy::{
+        cgroup_name::{self, CgroupDriver},
+        eviction::{Signal, Threshold},
+        qos::pod_qos,
+    },
+    runtime::{
+        ActiveEntry, CriRuntime, Evict, ManifestDir, NodeLink, SourceEvent,
+        cri::ContainerRuntime as _, source::PodOp,
+    },
+};
+use inventory::{Member, Sandbox, Sources};
+
+/// How long an evicted pod stays out of the watched set at most (the API or the runtime
+/// normally shows it terminating well before).
+const EVICTED_FOR: Duration = Duration::from_secs(120);
+
+/// How often the companion lists the runtime and the static pod directory and aligns the
+/// OOM scores (API pods arrive as the watch sends them).
+pub const RELIST: Duration = Duration::from_secs(1);
+
+/// The name of the companion's report in the state directory.
+pub const REPORT_FILE: &str = "companion.json";
+
+/// What `--companion` changes in the configuration: soft thresholds are kubelet's unless
+/// `soft`; disk thresholds are kubelet's (it reclaims images and containers first, which the
+/// companion never touches); the v2 tripwire (a `memory.high` write on kubepods) is off.
+/// Returns the configuration and one line per change.
+#[must_use]
+pub fn adjust_config(mut config: Config, soft: bool) -> (Config, Vec<String>) {
+    let mut changes = Vec::new();
+    let kept = |t: &Threshold| {
+        let disk = !matches!(
+            t.signal,
+            Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable | Signal::PidAvailable
+        );
+        !(disk || (!soft && !t.is_hard()))
+    };
+    let (keep, left): (Vec<Threshold>, Vec<Threshold>) =
+        config.eviction.thresholds.into_iter().partition(kept);
+    for t in &left {
+        changes.push(format!(
+            "{}<{} is left to kubelet",
+            t.signal, t.value
+        ));
+    }
+    config.eviction.thresholds = keep;
+    if config.enforcer.memory_tripwire {
+        config.enforcer.memory_tripwire = false;
+        changes.push("the memory.high tripwire is off (no cgroup limit is written)".to_owned());
+    }
+    (config, changes)
+}
+
+/// What the companion loop needs.
+#[derive(Debug)]
+pub struct Companion {
+    pub node_name: String,
+    pub cgroup_root: String,
+    pub driver: CgroupDriver,
+    pub layout: CgroupLayout,
+    pub cri: Arc<CriRuntime>,
+    /// The API server (pods watched, evicted pods' status written).
+    pub kubeconfig: Option<PathBuf>,
+    /// kubelet's static pod directory.
+    pub static_dir: PathBuf,
+    pub state_dir: PathBuf,
+    pub link: NodeLink,
+    /// Through which a pod cgroup is killed (an eviction the manager did not kill first).
+    pub cgroups: Arc<dyn CgroupWriter>,
+    /// How often the runtime and the static directory are listed and the OOM scores aligned.
+    pub relist: Duration,
+    /// Align the pods' `oom_score_adj` with kubelet's ranking.
+    pub align_oom: bool,
+}
+
+/// An eviction taken: the victim stays out of the watched set until it is gone.
+#[derive(Debug)]
+struct Evicting {
+    cgroup: String,
+    since: Instant,
+    released: bool,
+}
+
+impl Companion {
+    /// The pod cgroup of `uid` in QoS class `qos`, as kubelet names it for the driver.
+    fn pod_cgroup(&self, uid: &str, qos: crate::policy::qos::QosClass) -> Option<String> {
+        match cgroup_name::pod(&self.cgroup_root, qos, uid) {
+            Ok(name) => Some(self.driver.name(&name)),
+            Err(e) => {
+                tracing::warn!(%uid, error = %e, "a pod uid kubelet could not have named a cgroup after; not watched");
+                None
+            }
+        }
+    }
+
+    fn memory_dir(&self, rel: &str) -> Option<PathBuf> {
+        let (mount, _) = self.layout.controller("memory")?;
+        join_inside(mount, rel).ok()
+    }
+
+    /// For a runtime-only pod: the tier its pod cgroup is in, and that cgroup's memory limit.
+    fn tier_of(&self, uid: &str) -> Option<(crate::policy::qos::QosClass, Option<i64>)> {
+        use crate::policy::qos::QosClass::{BestEffort, Burstable, Guaranteed};
+        let version = self.layout.controller("memory").map(|(_, v)| v);
+        [Guaranteed, Burstable, BestEffort].into_iter().find_map(|q| {
+            let dir = self.memory_dir(&self.pod_cgroup(uid, q)?)?;
+            dir.is_dir().then(|| (q, memory_limit(&dir, version)))
+        })
+    }
+
+    /// The runtime's pod sandboxes with kubelet's labels, their containers' names.
+    async fn list_runtime(&self) -> Result<Vec<Sandbox>, crate::runtime::CriError> {
+        let sandboxes = self
+            .cri
+            .list_pod_sandboxes(k8s_cri::v1::PodSandboxFilter::default())
+            .await?;
+        let containers = self
+            .cri
+            .list_containers(k8s_cri::v1::ContainerFilter::default())
+            .await?;
+        let mut out: Vec<Sandbox> = sandboxes.iter().filter_map(Sandbox::from_cri).collect();
+        for c in &containers {
+            if let (Some(sb), Some(m)) = (
+                out.iter_mut().find(|s| s.id == c.pod_sandbox_id),
+                c.metadata.as_ref(),
+            ) && !sb.containers.contains(&m.name)
+            {
+                sb.containers.push(m.name.clone());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Publishes the watched pods to the eviction manager (the [`NodeLink`]'s active set).
+    fn publish(&self, members: &BTreeMap<String, Member>, evicting: &BTreeMap<String, Evicting>) {
+        let now = self.link.active();
+        for uid in now.keys() {
+            if !members.contains_key(uid) || evicting.contains_key(uid) {
+                self.link.remove_active(uid);
+            }
+        }
+        for (uid, m) in members {
+            if evicting.contains_key(uid) {
+                continue;
+            }
+            let qos = m.tier.unwrap_or_else(|| pod_qos(&m.pod));
+            let Some(cgroup) = self.pod_cgroup(uid, qos) else {
+                continue;
+            };
+            let same = now
+                .get(uid)
+                .is_some_and(|e| Arc::ptr_eq(&e.pod, &m.pod) || (e.cgroup == cgroup && *e.pod == *m.pod));
+            if !same {
+                self.link
+                    .set_active(uid, ActiveEntry::new(m.pod.clone(), cgroup));
+            }
+        }
+    }
+
+    /// Takes the manager's evictions: the pod leaves the watched set, its cgroup is killed
+    /// when the manager did not (a threshold other than memory), and the eviction is made
+    /// known (`report`).
+    fn take_evictions(
+        &self,
+        evicting: &mut BTreeMap<String, Evicting>,
+        members: &BTreeMap<String, Member>,
+        report: &dyn Fn(&Evict, &Pod, Option<&str>),
+    ) {
+        let active = self.link.active();
+        for e in self.link.take_evictions() {
+            let Some(entry) = active.get(&e.uid) else {
+                tracing::debug!(uid = %e.uid, "eviction of a pod no longer watched");
+                continue;
+            };
+            self.link.remove_active(&e.uid);
+            if e.sigkill_ns.is_none() {
+                let killed = crate::cgroup::kill::kill_pod_cgroup(
+                    self.cgroups.as_ref(),
+                    &self.layout,
+                    &entry.cgroup,
+                );
+                tracing::warn!(uid = %e.uid, killed, "eviction: SIGKILL sent to the pod's processes");
+            }
+            let sandbox = members.get(&e.uid).and_then(|m| m.sandbox.as_deref());
+            report(&e, &entry.pod, sandbox);
+            evicting.insert(
+                e.uid.clone(),
+                Evicting {
+                    cgroup: entry.cgroup.clone(),
+                    since: Instant::now(),
+                    released: false,
+                },
+            );
+        }
+    }
+
+    /// The victims whose processes are all gone are released (the manager's cleanup wait
+    /// ends); the ones no source lists any more, or evicted long enough ago, are forgotten.
+    fn check_released(&self, evicting: &mut BTreeMap<String, Evicting>, members: &BTreeMap<String, Member>) {
+        let version = self.layout.controller("memory").map(|(_, v)| v);
+        for (uid, ev) in evicting.iter_mut() {
+            if ev.released {
+                continue;
+            }
+            let gone = self
+                .memory_dir(&ev.cgroup)
+                .is_none_or(|d| !populated(&d, version));
+            if gone {
+                ev.released = true;
+                self.link.mark_released(uid);
+                tracing::info!(%uid, after_ms = ev.since.elapsed().as_millis(), "evicted pod's processes are gone");
+            }
+        }
+        evicting.retain(|uid, ev| {
+            !(ev.released && (!members.contains_key(uid) || ev.since.elapsed() > EVICTED_FOR))
+        });
+    }
+
+    /// Runs until `stop` resolves. `report_to_api` writes an evicted pod's status (cluster
+    /// mode); without it the victim's sandbox is stopped through CRI.
+    pub async fn run(
+        self,
+        report_to_api: Option<tokio::sync::mpsc::UnboundedSender<evicted::Report>>,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
+        let mut api_rx = self
+            .kubeconfig
+            .clone()
+            .map(|k| crate::runtime::apiserver::spawn(k, self.node_name.clone()));
+        let mut api_pods: Option<BTreeMap<String, Arc<Pod>>> =
+            self.kubeconfig.as_ref().map(|_| BTreeMap::new());
+        let mut dir = Some(ManifestDir::new(&self.static_dir, &self.node_name));
+        let mut statics: Vec<Arc<Pod>> = Vec::new();
+        let mut sandboxes: Vec<Sandbox> = Vec::new();
+        let mut members: BTreeMap<String, Member> = BTreeMap::new();
+        let mut evicting: BTreeMap<String, Evicting> = BTreeMap::new();
+        let mut tick = tokio::time::interval(self.relist);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut runtime_failing = false;
+        let mut last_inversions: Vec<(String, String)> = Vec::new();
+        let mut aligned_at: Option<Instant> = None;
+        let kubepods = self
+            .driver
+            .name(&cgroup_name::kubepods(&self.cgroup_root));
+        let cri = self.cri.clone();
+        let report = |e: &Evict, pod: &Pod, sandbox: Option<&str>| {
+            let meta = &pod.metadata;
+            match &report_to_api {
+                Some(tx) => {
+                    let _ = tx.send(evicted::Report {
+                        namespace: meta.namespace.clone().unwrap_or_default(),
+                        name: meta.name.clone().unwrap_or_default(),
+                        uid: e.uid.clone(),
+                        message: e.message.clone(),
+                        disruption_target: e.disruption_target,
+                    });
+                }
+                None => {
+                    let Some(id) = sandbox.map(str::to_owned) else {
+                        return;
+                    };
+                    let cri = cri.clone();
+                    let uid = e.uid.clone();
+                    tokio::spawn(async move {
+                        match cri.stop_pod_sandbox(&id).await {
+                            Ok(()) => tracing::info!(%uid, sandbox = %id, "evicted pod's sandbox stopped; kubelet reports it"),
+                            Err(e) => tracing::warn!(%uid, sandbox = %id, error = %e, "stopping the evicted pod's sandbox"),
+                        }
+                    });
+                }
+            }
+        };
+        tokio::pin!(stop);
+        loop {
+            let api_event = async {
+                match api_rx.as_mut() {
+                    Some((rx, _)) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = &mut stop => break,
+                () = self.link.evictions_pending() => {
+                    self.take_evictions(&mut evicting, &members, &report);
+                    continue;
+                }
+                ev = api_event => {
+                    let Some(ev) = ev else {
+                        tracing::warn!("the API-server pod source stopped");
+                        api_rx = None;
+                        continue;
+                    };
+                    if let (SourceEvent::Pod(u), Some(pods)) = (ev, api_pods.as_mut()) {
+                        let uid = u.pod.metadata.uid.clone().unwrap_or_default();
+                        match u.op {
+                            PodOp::Add | PodOp::Update => { pods.insert(uid, u.pod); }
+                            PodOp::Delete => { pods.remove(&uid); }
+                        }
+                    }
+                }
+                _ = tick.tick() => {
+                    match self.list_runtime().await {
+                        Ok(s) => {
+                            if runtime_failing {
+                                tracing::info!("the container runtime answers again");
+                            }
+                            runtime_failing = false;
+                            sandboxes = s;
+                        }
+                        Err(e) => {
+                            if !runtime_failing {
+                                tracing::warn!(error = %e, "listing the runtime's pod sandboxes; keeping the last list");
+                            }
+                            runtime_failing = true;
+                        }
+                    }
+                    if let Some(mut d) = dir.take() {
+                        let (d, pods) = tokio::task::spawn_blocking(move || {
+                            let events = d.scan();
+                            (d, events)
+                        })
+                        .await
+                        .map_or_else(|_| (None, Vec::new()), |(d, e)| (Some(d), e));
+                        dir = d;
+                        for ev in pods {
+                            if let SourceEvent::Pod(u) = ev {
+                                let uid = u.pod.metadata.uid.clone();
+                                statics.retain(|p| p.metadata.uid != uid);
+                                if u.op != PodOp::Delete {
+                                    statics.push(u.pod);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            members = inventory::members(
+                Sources {
+                    api: api_pods.as_ref(),
+                    sandboxes: &sandboxes,
+                    statics: &statics,
+                },
+                &|uid| self.tier_of(uid),
+            );
+            self.check_released(&mut evicting, &members);
+            self.publish(&members, &evicting);
+            if self.align_oom && aligned_at.is_none_or(|t| t.elapsed() >= self.relist) {
+                aligned_at = Some(Instant::now());
+                let layout = self.layout.clone();
+                let kubepods = kubepods.clone();
+                let active = self.link.active();
+                if let Ok(r) =
+                    tokio::task::spawn_blocking(move || oom::align_once(&layout, &kubepods, &active))
+                        .await
+                {
+                    if r.inversions != last_inversions {
+                        if r.inversions.is_empty() {
+                            tracing::info!("the kernel's OOM choice follows kubelet's ranking again");
+                        } else {
+                            tracing::warn!(inversions = ?r.inversions, kernel_first = ?r.kernel_first, "the kernel's OOM choice differs from kubelet's ranking beyond what oom_score_adj can fix");
+                        }
+                        last_inversions.clone_from(&r.inversions);
+                    }
+                    if !r.failed.is_empty() {
+                        tracing::warn!(failed = ?r.failed, "oom_score_adj could not be written");
+                    }
+                    write_report(&self.state_dir, &r);
+                }
+            }
+        }
+    }
+}
+
+/// `companion.json` in the state directory: the last alignment.
+fn write_report(state_dir: &Path, r: &oom::AlignReport) {
+    let path = state_dir.join(REPORT_FILE);
+    if let Ok(bytes) = serde_json::to_vec_pretty(r)
+        && let Err(e) = crate::runtime::status::write_atomic(&path, &bytes)
+    {
+        tracing::debug!(path = %path.display(), error = %e, "writing the companion report");
+    }
+}
+
+/// A cgroup's memory limit in bytes (`None`: unlimited or unreadable).
+fn memory_limit(dir: &Path, version: Option<CgroupVersion>) -> Option<i64> {
+    let file = match version? {
+        CgroupVersion::V2 => "memory.max",
+        CgroupVersion::V1 => "memory.limit_in_bytes",
+    };
+    let v: i64 = std::fs::read_to_string(dir.join(file)).ok()?.trim().parse().ok()?;
+    // v1's "unlimited" is a page-rounded i64::MAX.
+    (v < i64::MAX / 2).then_some(v)
+}
+
+/// Whether a process is left in the cgroup or below it.
+fn populated(dir: &Path, version: Option<CgroupVersion>) -> bool {
+    match version {
+        Some(CgroupVersion::V2) => std::fs::read_to_string(dir.join("cgroup.events"))
+            .map(|t| t.lines().any(|l| l.trim() == "populated 1"))
+            .unwrap_or(false),
+        _ => {
+            let mut pids = Vec::new();
+            oom::pids_below(dir, 2, &mut pids);
+            !pids.is_empty()
+        }
+    }
+}
+
+/// The API-server writers of companion mode: the evicted pods' status, and the events (no
+/// Node, no Lease, no mirror pod, no other pod status: those are kubelet's). Runs until
+/// `stop`.
+pub async fn run_api_writers(
+    config: &Config,
+    kubeconfig: PathBuf,
+    mut reports: tokio::sync::mpsc::UnboundedReceiver<evicted::Report>,
+    events: crate::cluster::EventQueue,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    use crate::cluster::{KubeApi, limiter};
+    tokio::pin!(stop);
+    let client = loop {
+        match crate::runtime::apiserver::client_from_kubeconfig(&kubeconfig).await {
+            Ok(c) => break c,
+            Err(e) => {
+                tracing::error!(error = %e, "the companion's API writers cannot start; retrying in 10 s");
+                tokio::select! {
+                    () = &mut stop => return,
+                    () = tokio::time::sleep(Duration::from_secs(10)) => {}
+                }
+            }
+        }
+    };
+    let api = Arc::new(limiter::Limited::new(
+        KubeApi::new(client),
+        Arc::new(limiter::Limiter::new(config.kube_api_qps, config.kube_api_burst)),
+    ));
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(crate::cluster::events::run(
+        api.clone(),
+        events.rx,
+        config.node_name(),
+        config.event_record_qps,
+        config.event_burst,
+    ));
+    loop {
+        tokio::select! {
+            () = &mut stop => break,
+            r = reports.recv() => {
+                let Some(r) = r else { break };
+                let api = api.clone();
+                tasks.spawn(async move {
+                    let pod = format!("{}/{}", r.namespace, r.name);
+                    match evicted::write_status(api.as_ref(), &r).await {
+                        Ok(true) => tracing::info!(%pod, uid = %r.uid, "evicted pod's status written (Failed, Evicted)"),
+                        Ok(false) => tracing::info!(%pod, uid = %r.uid, "evicted pod already settled in the API"),
+                        Err(e) => tracing::error!(%pod, uid = %r.uid, error = %e, "writing the evicted pod's status"),
+                    }
+                });
+            }
+        }
+    }
+    tasks.abort_all();
+    while tasks.join_next().await.is_some() {}
+}
