@@ -1,0 +1,516 @@
+//! Companion mode beside a kubelet-shaped node: the pods run on the private containerd under
+//! cgroup trees named exactly as kubelet names them for the run's driver (the enforcer's own
+//! pod runtime stands in for kubelet: kubelet's labels, annotations, pod cgroups and
+//! `oom_score_adj` formula), kubelet's configuration is a file, and the companion
+//! (`DaemonOptions::companion`) runs beside it with no pod of its own.
+//!
+//! - Under memory pressure the companion kills the pod kubelet's ranking names (over its
+//!   request and of a lower priority, though the other pod holds more memory), the API shows
+//!   kubelet's eviction status and `Evicted` event, and no cgroup limit was written.
+//! - Without an API server it ranks by what the node knows (the priority annotation) and stops
+//!   the victim's sandbox through CRI.
+//! - A kernel OOM kill on a node whose `oom_score_adj` the companion aligned kills the pod
+//!   kubelet ranks first, where kubelet's own values let the kernel kill the other.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::Duration,
+};
+
+use enforcer::{
+    config::ConfigArgs,
+    daemon::{CompanionMode, DaemonOptions},
+    policy::qos::QosClass,
+    runtime::{CriRuntime, StatusManager, run_pods_with},
+};
+use enforcer_tests::{
+    Daemon,
+    containerd::Containerd,
+    fake_api::{FakeApi, Kind},
+    layout,
+    node::wait_until,
+    oom_kills_in,
+    pods::{self, NODE},
+};
+use serde_json::{Value, json};
+
+/// One scenario at a time: they share the machine's memory.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+const VICTIM: &str = "cmp-victim-0001";
+const KEEPER: &str = "cmp-keeper-0002";
+
+/// A busybox pod of this node: `request` of memory (a Burstable pod), `priority`, `script`.
+fn pod_json(name: &str, uid: &str, priority: i32, request: &str, script: &str) -> Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name, "namespace": "default", "uid": uid,
+            "annotations": {"enforcer/priority": priority.to_string()},
+        },
+        "spec": {
+            "nodeName": NODE,
+            "hostNetwork": true,
+            "priority": priority,
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "app",
+                "image": "busybox:local",
+                "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", script],
+                "resources": {"requests": {"memory": request}},
+            }],
+        },
+        "status": {"phase": "Pending"},
+    })
+}
+
+/// Holds `mib` of anonymous memory at once.
+fn holder(mib: u32) -> String {
+    format!(
+        "(head -c {} /dev/zero; sleep 3600) | tail -c {mib}m >/dev/null; sleep 3600",
+        u64::from(mib) << 20
+    )
+}
+
+/// Grows by 12 MiB every 0.5 s up to `max_mib`, then holds it.
+fn grower(max_mib: u32) -> String {
+    let steps = max_mib / 12;
+    format!(
+        "(i=0; while [ $i -lt {steps} ]; do head -c 12582912 /dev/zero; i=$((i+1)); sleep 0.5; done; sleep 3600) | tail -c {max_mib}m >/dev/null; sleep 3600"
+    )
+}
+
+/// The kubelet stand-in: the enforcer's pod runtime in process (no eviction manager), its
+/// pods from the API server when `kubeconfig`, else from its manifest directory, as workload
+/// pods (not static).
+struct Kubelet {
+    status: StatusManager,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Kubelet {
+    fn start(cd: &Containerd, kubeconfig: Option<PathBuf>) -> Self {
+        std::fs::create_dir_all(pods::manifests(cd)).expect("manifest dir");
+        let mut o = pods::opts(cd);
+        o.static_pods = false;
+        o.kubeconfig = kubeconfig;
+        let status = StatusManager::default();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let rt = Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(5)));
+        let s = status.clone();
+        let task = tokio::spawn(async move {
+            run_pods_with(rt, o, s, async {
+                let _ = rx.await;
+            })
+            .await
+            .expect("the kubelet stand-in");
+        });
+        Self {
+            status,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    fn running(&self, uid: &str) -> bool {
+        self.status.get(uid).is_some_and(|p| p.phase == "Running")
+    }
+
+    async fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(60), t).await;
+        }
+    }
+}
+
+/// kubelet's configuration file for `cd`'s node, and the companion's configuration read
+/// from it (`--kubelet-config`) with its own flags.
+fn companion_config(cd: &Containerd, hard: &str, capacity: Option<&str>) -> enforcer::config::Config {
+    let statics = cd.dir.join("kubelet-manifests");
+    std::fs::create_dir_all(&statics).expect("static pod dir");
+    let file = cd.dir.join("kubelet-config.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: {}\ncgroupRoot: {}\nstaticPodPath: {}\nevictionHard:\n  memory.available: {hard}\nevictionSoft:\n  memory.available: 900Mi\nevictionSoftGracePeriod:\n  memory.available: 1s\nevictionPressureTransitionPeriod: 5s\n",
+            cd.driver.as_str(),
+            cd.cgroup_root,
+            statics.display()
+        ),
+    )
+    .expect("kubelet config");
+    let args = ConfigArgs {
+        kubelet_config: Some(file),
+        cri_socket: Some(cd.socket.clone()),
+        state_dir: Some(cd.dir.join("companion-state")),
+        http_address: Some("127.0.0.1:0".to_owned()),
+        hostname_override: Some(NODE.to_owned()),
+        node_capacity: capacity.map(|c| vec![c.to_owned()]).unwrap_or_default(),
+        ..ConfigArgs::default()
+    };
+    let loaded = enforcer::config::load(&args).expect("the companion's configuration");
+    assert_eq!(loaded.config.cgroup_driver, cd.driver, "kubelet's driver is read");
+    assert_eq!(
+        loaded.config.enforcer.manifest_dir,
+        cd.dir.join("kubelet-manifests"),
+        "kubelet's staticPodPath is the static pod directory"
+    );
+    loaded.config
+}
+
+fn start_companion(config: enforcer::config::Config, kubeconfig: Option<PathBuf>) -> Daemon {
+    Daemon::start_with(DaemonOptions {
+        config,
+        watches: vec![],
+        run_pods: false,
+        static_pods: false,
+        kubeconfig,
+        companion: Some(CompanionMode { soft: false }),
+    })
+}
+
+fn memory_dir(rel: &str) -> PathBuf {
+    let l = layout();
+    let (mount, _) = l.controller("memory").expect("a memory controller");
+    mount.join(rel.trim_start_matches('/'))
+}
+
+/// The kubepods cgroup's memory limit files, as text (what the companion must not change).
+fn kubepods_limits(cd: &Containerd) -> Vec<(String, String)> {
+    let dir = memory_dir(&cd.kubepods_path());
+    ["memory.max", "memory.high", "memory.limit_in_bytes"]
+        .iter()
+        .filter_map(|f| {
+            std::fs::read_to_string(dir.join(f))
+                .ok()
+                .map(|v| ((*f).to_owned(), v.trim().to_owned()))
+        })
+        .collect()
+}
+
+fn populated(cd: &Containerd, uid: &str) -> bool {
+    let dir = memory_dir(&cd.pod_path(QosClass::Burstable, uid));
+    let mut pids = String::new();
+    for e in walk(&dir) {
+        pids.push_str(&std::fs::read_to_string(e.join("cgroup.procs")).unwrap_or_default());
+    }
+    !pids.trim().is_empty()
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![dir.to_path_buf()];
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                out.extend(walk(&e.path()));
+            }
+        }
+    }
+    out
+}
+
+/// The companion's kill record of `uid`.
+fn kill_record(state: &Path, uid: &str) -> Option<enforcer::kills::KillRecord> {
+    let (recs, _) = enforcer::kills::read(state).ok()?;
+    recs.into_iter().rev().find(|r| r.uid == uid)
+}
+
+/// Prints the record's chain (kernel event, received, decided, SIGKILL), checks its order and
+/// that it says what kubelet would have done.
+fn check_record(state: &Path, uid: &str) {
+    let r = kill_record(state, uid).unwrap_or_else(|| panic!("no kill record of {uid}"));
+    let chain = r.chain();
+    eprintln!("companion kill of {uid}: {chain:?}");
+    assert!(
+        chain.windows(2).all(|w| w[0].1 <= w[1].1),
+        "the chain is in order: {chain:?}"
+    );
+    assert!(r.sigkill_ns.is_some(), "a hard memory threshold kills first: {r:?}");
+    let first = chain.first().map_or(0, |c| c.1);
+    if let Some(k) = r.sigkill_ns {
+        eprintln!(
+            "companion: first record -> SIGKILL {:.2} ms",
+            (k.saturating_sub(first)) as f64 / 1e6
+        );
+    }
+    assert!(
+        r.kubelet.as_deref().is_some_and(|k| k.contains("10 s")),
+        "the record says what kubelet would have done: {r:?}"
+    );
+    assert_eq!(
+        r.candidates.first().map(|c| c.uid.as_str()),
+        Some(uid),
+        "kubelet's ranking names the victim first: {r:?}"
+    );
+}
+
+/// Runs the keeper (more memory, under its large request, higher priority) and the victim
+/// (over its small request, growing) until the companion acts.
+async fn pressure_scenario(cd: &Containerd, kubelet: &Kubelet, submit: &dyn Fn(&Value)) {
+    submit(&pod_json("keeper", KEEPER, 1000, "700Mi", &holder(400)));
+    wait_until("keeper running", Duration::from_secs(60), || {
+        kubelet.running(KEEPER)
+    })
+    .await;
+    // The keeper holds its memory before the victim starts growing.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    submit(&pod_json("victim", VICTIM, 0, "10Mi", &grower(600)));
+    wait_until("victim running", Duration::from_secs(60), || {
+        kubelet.running(VICTIM)
+    })
+    .await;
+    wait_until(
+        "the victim's processes killed by the companion",
+        Duration::from_secs(90),
+        || !populated(cd, VICTIM),
+    )
+    .await;
+    assert!(populated(cd, KEEPER), "the keeper's processes are alive");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn companion_evicts_kubelets_choice_and_the_api_shows_kubelets_eviction() {
+    let _serial = SERIAL.lock().await;
+    let mut cd = Containerd::start("companion-api");
+    let fake = FakeApi::start().await;
+    let kubeconfig = fake.kubeconfig(&cd.dir);
+    let mut kubelet = Kubelet::start(&cd, Some(kubeconfig.clone()));
+    let config = companion_config(&cd, "300Mi", Some("memory=1Gi"));
+    let state = config.enforcer.state_dir.clone();
+    // The kubepods cgroup exists once the stand-in made its first pod's; its limits are
+    // compared at the end.
+    let submit = |p: &Value| {
+        fake.put_pod(p.clone());
+    };
+    submit(&pod_json("keeper", KEEPER, 1000, "700Mi", &holder(400)));
+    wait_until("keeper running", Duration::from_secs(60), || {
+        kubelet.running(KEEPER)
+    })
+    .await;
+    let limits_before = kubepods_limits(&cd);
+    let companion = start_companion(config, Some(kubeconfig));
+    pressure_scenario(&cd, &kubelet, &|p| {
+        if p["metadata"]["uid"] != KEEPER {
+            fake.put_pod(p.clone());
+        }
+    })
+    .await;
+    check_record(&state, VICTIM);
+    // kubelet's eviction status, through pods/status.
+    wait_until("the victim's eviction status in the API", Duration::from_secs(30), || {
+        fake.get(Kind::Pod, "default", "victim")
+            .is_some_and(|p| p["status"]["reason"] == "Evicted")
+    })
+    .await;
+    let pod = fake.get(Kind::Pod, "default", "victim").expect("victim");
+    assert_eq!(pod["status"]["phase"], "Failed", "{pod}");
+    let message = pod["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("The node was low on resource: memory. "),
+        "{message}"
+    );
+    let conditions = pod["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    let dt = conditions
+        .iter()
+        .find(|c| c["type"] == "DisruptionTarget")
+        .unwrap_or_else(|| panic!("DisruptionTarget: {conditions:?}"));
+    assert_eq!(dt["status"], "True");
+    assert_eq!(dt["reason"], "TerminationByKubelet");
+    let keeper = fake.get(Kind::Pod, "default", "keeper").expect("keeper");
+    assert_ne!(keeper["status"]["reason"], "Evicted", "{keeper}");
+    // The Evicted event, with kubelet's reason and the kill record's annotation.
+    wait_until("the Evicted event in the API", Duration::from_secs(30), || {
+        fake.list(Kind::Event).iter().any(|e| {
+            e["reason"] == "Evicted" && e["involvedObject"]["uid"] == VICTIM
+        })
+    })
+    .await;
+    let ev = fake
+        .list(Kind::Event)
+        .into_iter()
+        .find(|e| e["reason"] == "Evicted" && e["involvedObject"]["uid"] == VICTIM)
+        .expect("event");
+    assert_eq!(ev["type"], "Warning");
+    assert!(
+        ev["metadata"]["annotations"]["enforcer/kill-record"].is_string(),
+        "{ev}"
+    );
+    // What the companion never does: a cgroup limit, the Node, its Lease, a pod of its own.
+    assert_eq!(kubepods_limits(&cd), limits_before, "no cgroup limit written");
+    let writes: Vec<String> = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method != "GET")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(
+        writes
+            .iter()
+            .all(|w| !w.contains("/nodes") && !w.contains("/leases") && !w.starts_with("POST /api/v1/namespaces/default/pods ")),
+        "the companion writes only pod status and events: {writes:?}"
+    );
+    companion.stop().await;
+    kubelet.stop().await;
+    cd.remove_all_pods().await;
+    cd.teardown();
+}
+
+/// Without an API server: the pods from the runtime's sandboxes (kubelet's labels, the
+/// priority annotation), the victim's sandbox stopped through CRI.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn companion_without_an_api_server_ranks_by_the_node_and_stops_the_sandbox() {
+    let _serial = SERIAL.lock().await;
+    let mut cd = Containerd::start("companion-cri");
+    let kubelet = Kubelet::start(&cd, None);
+    let config = companion_config(&cd, "300Mi", Some("memory=1Gi"));
+    let state = config.enforcer.state_dir.clone();
+    let companion = start_companion(config, None);
+    pressure_scenario(&cd, &kubelet, &|p| {
+        let name = p["metadata"]["name"].as_str().unwrap_or("pod");
+        pods::write_manifest(&cd, &format!("{name}.yaml"), &p.to_string());
+    })
+    .await;
+    check_record(&state, VICTIM);
+    let cri = CriRuntime::new(&cd.socket, Duration::from_secs(5));
+    wait_until("the victim's sandbox stopped", Duration::from_secs(30), || {
+        let sandboxes = sandboxes_now(&cri);
+        sandboxes
+            .iter()
+            .filter(|s| s.labels.get("io.kubernetes.pod.uid").map(String::as_str) == Some(VICTIM))
+            .all(|s| s.state != k8s_cri::v1::PodSandboxState::SandboxReady as i32)
+    })
+    .await;
+    let mut kubelet = kubelet;
+    companion.stop().await;
+    kubelet.stop().await;
+    cd.remove_all_pods().await;
+    cd.teardown();
+}
+
+/// The runtime's sandboxes, listed from a synchronous check.
+fn sandboxes_now(cri: &CriRuntime) -> Vec<k8s_cri::v1::PodSandbox> {
+    use enforcer::runtime::ContainerRuntime as _;
+    tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(
+            cri.list_pod_sandboxes(k8s_cri::v1::PodSandboxFilter::default()),
+        )
+    })
+    .unwrap_or_default()
+}
+
+/// The kernel's badness of a pod's container processes in an OOM domain of `unit` pages per
+/// `oom_score_adj` point (`mm/oom_kill.c`), its highest task's.
+fn badness(cd: &Containerd, uid: &str, unit: i64) -> i64 {
+    let dir = memory_dir(&cd.pod_path(QosClass::Burstable, uid));
+    let mut best = i64::MIN;
+    for d in walk(&dir) {
+        for pid in std::fs::read_to_string(d.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+        {
+            let adj: i64 = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .unwrap_or(0);
+            if adj <= -998 {
+                continue;
+            }
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            let kb = |k: &str| -> i64 {
+                status
+                    .lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+                    .unwrap_or(0)
+            };
+            let points =
+                (kb("RssAnon:") + kb("RssFile:") + kb("RssShmem:") + kb("VmSwap:") + kb("VmPTE:")) / 4;
+            best = best.max(points + adj * unit);
+        }
+    }
+    best
+}
+
+/// A kernel OOM kill in kubepods: kubelet's own values let the kernel pick the keeper (more
+/// resident memory); aligned by the companion, the kernel kills the pod kubelet ranks first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kernel_oom_kill_follows_kubelets_ranking_once_aligned() {
+    let _serial = SERIAL.lock().await;
+    let mut cd = Containerd::start("companion-oom");
+    let fake = FakeApi::start().await;
+    let kubeconfig = fake.kubeconfig(&cd.dir);
+    let mut kubelet = Kubelet::start(&cd, Some(kubeconfig.clone()));
+    // No threshold the node reaches: only the kernel acts here.
+    let config = companion_config(&cd, "1Mi", None);
+    let state = config.enforcer.state_dir.clone();
+    fake.put_pod(pod_json("keeper", KEEPER, 0, "600Mi", &holder(150)));
+    fake.put_pod(pod_json("victim", VICTIM, 0, "10Mi", &holder(60)));
+    wait_until("both pods running", Duration::from_secs(60), || {
+        kubelet.running(KEEPER) && kubelet.running(VICTIM)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The OOM domain: kubepods limited just above what it uses now.
+    let kubepods = memory_dir(&cd.kubepods_path());
+    let usage: i64 = ["memory.current", "memory.usage_in_bytes"]
+        .iter()
+        .find_map(|f| std::fs::read_to_string(kubepods.join(f)).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .expect("kubepods usage");
+    let limit = usage + (48 << 20);
+    let unit = (limit / 4096 / 1000).max(1);
+    let (k, v) = (badness(&cd, KEEPER, unit), badness(&cd, VICTIM, unit));
+    assert!(
+        k > v,
+        "with kubelet's values the kernel would kill the keeper ({k} > {v}): the test's premise"
+    );
+    let companion = start_companion(config, Some(kubeconfig));
+    wait_until("the companion aligned the scores", Duration::from_secs(30), || {
+        badness(&cd, VICTIM, unit) > badness(&cd, KEEPER, unit)
+            && std::fs::read_to_string(state.join("companion.json")).is_ok()
+    })
+    .await;
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(state.join("companion.json")).expect("companion.json"),
+    )
+    .expect("report");
+    assert_eq!(report["kubeletOrder"][0], VICTIM, "{report}");
+    assert_eq!(report["inversions"].as_array().map(Vec::len), Some(0), "{report}");
+    let file = if kubepods.join("memory.max").exists() {
+        "memory.max"
+    } else {
+        "memory.limit_in_bytes"
+    };
+    let before = std::fs::read_to_string(kubepods.join(file)).expect("limit");
+    std::fs::write(kubepods.join(file), limit.to_string()).expect("limit kubepods");
+    // A Guaranteed pod (kubelet: -997, ranked last) grows past the limit: the kernel picks
+    // among all of kubepods.
+    let mut g = pod_json("grower", "cmp-grower-0003", 0, "128Mi", &grower(96));
+    g["spec"]["containers"][0]["resources"] = json!({
+        "requests": {"cpu": "100m", "memory": "128Mi"},
+        "limits": {"cpu": "100m", "memory": "128Mi"},
+    });
+    fake.put_pod(g);
+    let victim_dir = memory_dir(&cd.pod_path(QosClass::Burstable, VICTIM));
+    let keeper_dir = memory_dir(&cd.pod_path(QosClass::Burstable, KEEPER));
+    wait_until("a kernel OOM kill in kubepods", Duration::from_secs(90), || {
+        oom_kills_in(&victim_dir) + oom_kills_in(&keeper_dir) > 0 || !populated(&cd, VICTIM)
+    })
+    .await;
+    let _ = std::fs::write(kubepods.join(file), before.trim());
+    assert_eq!(oom_kills_in(&keeper_dir), 0, "the keeper was not OOM-killed");
+    assert!(populated(&cd, KEEPER), "the keeper's processes are alive");
+    assert!(!populated(&cd, VICTIM) || oom_kills_in(&victim_dir) > 0, "the victim was killed");
+    companion.stop().await;
+    kubelet.stop().await;
+    cd.remove_all_pods().await;
+    cd.teardown();
+}
