@@ -73,10 +73,7 @@ pub fn adjust_config(mut config: Config, soft: bool) -> (Config, Vec<String>) {
     let (keep, left): (Vec<Threshold>, Vec<Threshold>) =
         config.eviction.thresholds.into_iter().partition(kept);
     for t in &left {
-        changes.push(format!(
-            "{}<{} is left to kubelet",
-            t.signal, t.value
-        ));
+        changes.push(format!("{}<{} is left to kubelet", t.signal, t.value));
     }
     config.eviction.thresholds = keep;
     if config.enforcer.memory_tripwire {
@@ -137,10 +134,12 @@ impl Companion {
     fn tier_of(&self, uid: &str) -> Option<(crate::policy::qos::QosClass, Option<i64>)> {
         use crate::policy::qos::QosClass::{BestEffort, Burstable, Guaranteed};
         let version = self.layout.controller("memory").map(|(_, v)| v);
-        [Guaranteed, Burstable, BestEffort].into_iter().find_map(|q| {
-            let dir = self.memory_dir(&self.pod_cgroup(uid, q)?)?;
-            dir.is_dir().then(|| (q, memory_limit(&dir, version)))
-        })
+        [Guaranteed, Burstable, BestEffort]
+            .into_iter()
+            .find_map(|q| {
+                let dir = self.memory_dir(&self.pod_cgroup(uid, q)?)?;
+                dir.is_dir().then(|| (q, memory_limit(&dir, version)))
+            })
     }
 
     /// The runtime's pod sandboxes with kubelet's labels, their containers' names.
@@ -182,9 +181,9 @@ impl Companion {
             let Some(cgroup) = self.pod_cgroup(uid, qos) else {
                 continue;
             };
-            let same = now
-                .get(uid)
-                .is_some_and(|e| Arc::ptr_eq(&e.pod, &m.pod) || (e.cgroup == cgroup && *e.pod == *m.pod));
+            let same = now.get(uid).is_some_and(|e| {
+                Arc::ptr_eq(&e.pod, &m.pod) || (e.cgroup == cgroup && *e.pod == *m.pod)
+            });
             if !same {
                 self.link
                     .set_active(uid, ActiveEntry::new(m.pod.clone(), cgroup));
@@ -231,7 +230,11 @@ impl Companion {
 
     /// The victims whose processes are all gone are released (the manager's cleanup wait
     /// ends); the ones no source lists any more, or evicted long enough ago, are forgotten.
-    fn check_released(&self, evicting: &mut BTreeMap<String, Evicting>, members: &BTreeMap<String, Member>) {
+    fn check_released(
+        &self,
+        evicting: &mut BTreeMap<String, Evicting>,
+        members: &BTreeMap<String, Member>,
+    ) {
         let version = self.layout.controller("memory").map(|(_, v)| v);
         for (uid, ev) in evicting.iter_mut() {
             if ev.released {
@@ -274,9 +277,7 @@ impl Companion {
         let mut runtime_failing = false;
         let mut last_inversions: Vec<(String, String)> = Vec::new();
         let mut aligned_at: Option<Instant> = None;
-        let kubepods = self
-            .driver
-            .name(&cgroup_name::kubepods(&self.cgroup_root));
+        let kubepods = self.driver.name(&cgroup_name::kubepods(&self.cgroup_root));
         let cri = self.cri.clone();
         let report = |e: &Evict, pod: &Pod, sandbox: Option<&str>| {
             let meta = &pod.metadata;
@@ -298,8 +299,12 @@ impl Companion {
                     let uid = e.uid.clone();
                     tokio::spawn(async move {
                         match cri.stop_pod_sandbox(&id).await {
-                            Ok(()) => tracing::info!(%uid, sandbox = %id, "evicted pod's sandbox stopped; kubelet reports it"),
-                            Err(e) => tracing::warn!(%uid, sandbox = %id, error = %e, "stopping the evicted pod's sandbox"),
+                            Ok(()) => {
+                                tracing::info!(%uid, sandbox = %id, "evicted pod's sandbox stopped; kubelet reports it")
+                            }
+                            Err(e) => {
+                                tracing::warn!(%uid, sandbox = %id, error = %e, "stopping the evicted pod's sandbox")
+                            }
                         }
                     });
                 }
@@ -384,13 +389,16 @@ impl Companion {
                 let layout = self.layout.clone();
                 let kubepods = kubepods.clone();
                 let active = self.link.active();
-                if let Ok(r) =
-                    tokio::task::spawn_blocking(move || oom::align_once(&layout, &kubepods, &active))
-                        .await
+                if let Ok(r) = tokio::task::spawn_blocking(move || {
+                    oom::align_once(&layout, &kubepods, &active)
+                })
+                .await
                 {
                     if r.inversions != last_inversions {
                         if r.inversions.is_empty() {
-                            tracing::info!("the kernel's OOM choice follows kubelet's ranking again");
+                            tracing::info!(
+                                "the kernel's OOM choice follows kubelet's ranking again"
+                            );
                         } else {
                             tracing::warn!(inversions = ?r.inversions, kernel_first = ?r.kernel_first, "the kernel's OOM choice differs from kubelet's ranking beyond what oom_score_adj can fix");
                         }
@@ -422,7 +430,11 @@ fn memory_limit(dir: &Path, version: Option<CgroupVersion>) -> Option<i64> {
         CgroupVersion::V2 => "memory.max",
         CgroupVersion::V1 => "memory.limit_in_bytes",
     };
-    let v: i64 = std::fs::read_to_string(dir.join(file)).ok()?.trim().parse().ok()?;
+    let v: i64 = std::fs::read_to_string(dir.join(file))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
     // v1's "unlimited" is a page-rounded i64::MAX.
     (v < i64::MAX / 2).then_some(v)
 }
@@ -467,7 +479,10 @@ pub async fn run_api_writers(
     };
     let api = Arc::new(limiter::Limited::new(
         KubeApi::new(client),
-        Arc::new(limiter::Limiter::new(config.kube_api_qps, config.kube_api_burst)),
+        Arc::new(limiter::Limiter::new(
+            config.kube_api_qps,
+            config.kube_api_burst,
+        )),
     ));
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(crate::cluster::events::run(

@@ -457,7 +457,11 @@ pub fn load(args: &ConfigArgs) -> Result<LoadedConfig, ConfigError> {
 
 /// With `--kubelet-config`, the kubelet's file decides every kubelet field: one warning per
 /// field `--config` (`own`) sets besides its `enforcer:` section.
-fn kubelet_fields_ignored(own: &KubeletConfiguration, own_name: &str, kubelet: &str) -> Vec<String> {
+fn kubelet_fields_ignored(
+    own: &KubeletConfiguration,
+    own_name: &str,
+    kubelet: &str,
+) -> Vec<String> {
     let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(own) else {
         return Vec::new();
     };

@@ -327,15 +327,19 @@ pub async fn run(
     let mut companion_tasks = Vec::new();
     let mut events = events;
     if let (Some(cri), Some(_)) = (cri.clone(), companion) {
-        let reports = opts.kubeconfig.clone().zip(events.take()).map(|(kubeconfig, events)| {
-            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            let config = config.clone();
-            let stop = stopped();
-            companion_tasks.push(tokio::spawn(async move {
-                crate::companion::run_api_writers(&config, kubeconfig, rx, events, stop).await;
-            }));
-            tx
-        });
+        let reports = opts
+            .kubeconfig
+            .clone()
+            .zip(events.take())
+            .map(|(kubeconfig, events)| {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                let config = config.clone();
+                let stop = stopped();
+                companion_tasks.push(tokio::spawn(async move {
+                    crate::companion::run_api_writers(&config, kubeconfig, rx, events, stop).await;
+                }));
+                tx
+            });
         let c = crate::companion::Companion {
             node_name: config.node_name(),
             cgroup_root: config.cgroup_root.clone(),

@@ -21,7 +21,7 @@ use std::{
 use enforcer::{
     config::ConfigArgs,
     daemon::{CompanionMode, DaemonOptions},
-    policy::qos::QosClass,
+    policy::{pod_status::ContainerState, qos::QosClass},
     runtime::{CriRuntime, StatusManager, run_pods_with},
 };
 use enforcer_tests::{
@@ -30,7 +30,6 @@ use enforcer_tests::{
     fake_api::{FakeApi, Kind},
     layout,
     node::wait_until,
-    oom_kills_in,
     pods::{self, NODE},
 };
 use serde_json::{Value, json};
@@ -72,6 +71,16 @@ fn pod_json(name: &str, uid: &str, priority: i32, request: &str, script: &str) -
 fn holder(mib: u32) -> String {
     format!(
         "(head -c {} /dev/zero; sleep 3600) | tail -c {mib}m >/dev/null; sleep 3600",
+        u64::from(mib) << 20
+    )
+}
+
+/// Holds `mib` MiB in the container's main process (a shell variable; the trailing `true`
+/// keeps busybox's shell from exec-ing the sleep): a kernel OOM kill of it ends the container
+/// (exit 137), as a real workload's would.
+fn oom_holder(mib: u32) -> String {
+    format!(
+        "x=$(head -c {} /dev/zero | tr '\\0' a); sleep 3600; true",
         u64::from(mib) << 20
     )
 }
@@ -133,7 +142,11 @@ impl Kubelet {
 
 /// kubelet's configuration file for `cd`'s node, and the companion's configuration read
 /// from it (`--kubelet-config`) with its own flags.
-fn companion_config(cd: &Containerd, hard: &str, capacity: Option<&str>) -> enforcer::config::Config {
+fn companion_config(
+    cd: &Containerd,
+    hard: &str,
+    capacity: Option<&str>,
+) -> enforcer::config::Config {
     let statics = cd.dir.join("kubelet-manifests");
     std::fs::create_dir_all(&statics).expect("static pod dir");
     let file = cd.dir.join("kubelet-config.yaml");
@@ -157,7 +170,10 @@ fn companion_config(cd: &Containerd, hard: &str, capacity: Option<&str>) -> enfo
         ..ConfigArgs::default()
     };
     let loaded = enforcer::config::load(&args).expect("the companion's configuration");
-    assert_eq!(loaded.config.cgroup_driver, cd.driver, "kubelet's driver is read");
+    assert_eq!(
+        loaded.config.cgroup_driver, cd.driver,
+        "kubelet's driver is read"
+    );
     assert_eq!(
         loaded.config.enforcer.manifest_dir,
         cd.dir.join("kubelet-manifests"),
@@ -233,7 +249,10 @@ fn check_record(state: &Path, uid: &str) {
         chain.windows(2).all(|w| w[0].1 <= w[1].1),
         "the chain is in order: {chain:?}"
     );
-    assert!(r.sigkill_ns.is_some(), "a hard memory threshold kills first: {r:?}");
+    assert!(
+        r.sigkill_ns.is_some(),
+        "a hard memory threshold kills first: {r:?}"
+    );
     let first = chain.first().map_or(0, |c| c.1);
     if let Some(k) = r.sigkill_ns {
         eprintln!(
@@ -305,10 +324,14 @@ async fn companion_evicts_kubelets_choice_and_the_api_shows_kubelets_eviction() 
     .await;
     check_record(&state, VICTIM);
     // kubelet's eviction status, through pods/status.
-    wait_until("the victim's eviction status in the API", Duration::from_secs(30), || {
-        fake.get(Kind::Pod, "default", "victim")
-            .is_some_and(|p| p["status"]["reason"] == "Evicted")
-    })
+    wait_until(
+        "the victim's eviction status in the API",
+        Duration::from_secs(30),
+        || {
+            fake.get(Kind::Pod, "default", "victim")
+                .is_some_and(|p| p["status"]["reason"] == "Evicted")
+        },
+    )
     .await;
     let pod = fake.get(Kind::Pod, "default", "victim").expect("victim");
     assert_eq!(pod["status"]["phase"], "Failed", "{pod}");
@@ -317,7 +340,10 @@ async fn companion_evicts_kubelets_choice_and_the_api_shows_kubelets_eviction() 
         message.starts_with("The node was low on resource: memory. "),
         "{message}"
     );
-    let conditions = pod["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    let conditions = pod["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let dt = conditions
         .iter()
         .find(|c| c["type"] == "DisruptionTarget")
@@ -327,11 +353,15 @@ async fn companion_evicts_kubelets_choice_and_the_api_shows_kubelets_eviction() 
     let keeper = fake.get(Kind::Pod, "default", "keeper").expect("keeper");
     assert_ne!(keeper["status"]["reason"], "Evicted", "{keeper}");
     // The Evicted event, with kubelet's reason and the kill record's annotation.
-    wait_until("the Evicted event in the API", Duration::from_secs(30), || {
-        fake.list(Kind::Event).iter().any(|e| {
-            e["reason"] == "Evicted" && e["involvedObject"]["uid"] == VICTIM
-        })
-    })
+    wait_until(
+        "the Evicted event in the API",
+        Duration::from_secs(30),
+        || {
+            fake.list(Kind::Event)
+                .iter()
+                .any(|e| e["reason"] == "Evicted" && e["involvedObject"]["uid"] == VICTIM)
+        },
+    )
     .await;
     let ev = fake
         .list(Kind::Event)
@@ -344,7 +374,11 @@ async fn companion_evicts_kubelets_choice_and_the_api_shows_kubelets_eviction() 
         "{ev}"
     );
     // What the companion never does: a cgroup limit, the Node, its Lease, a pod of its own.
-    assert_eq!(kubepods_limits(&cd), limits_before, "no cgroup limit written");
+    assert_eq!(
+        kubepods_limits(&cd),
+        limits_before,
+        "no cgroup limit written"
+    );
     let writes: Vec<String> = fake
         .requests()
         .iter()
@@ -352,9 +386,9 @@ async fn companion_evicts_kubelets_choice_and_the_api_shows_kubelets_eviction() 
         .map(|r| format!("{} {}", r.method, r.path))
         .collect();
     assert!(
-        writes
-            .iter()
-            .all(|w| !w.contains("/nodes") && !w.contains("/leases") && !w.starts_with("POST /api/v1/namespaces/default/pods ")),
+        writes.iter().all(|w| !w.contains("/nodes")
+            && !w.contains("/leases")
+            && !w.starts_with("POST /api/v1/namespaces/default/pods ")),
         "the companion writes only pod status and events: {writes:?}"
     );
     companion.stop().await;
@@ -380,13 +414,19 @@ async fn companion_without_an_api_server_ranks_by_the_node_and_stops_the_sandbox
     .await;
     check_record(&state, VICTIM);
     let cri = CriRuntime::new(&cd.socket, Duration::from_secs(5));
-    wait_until("the victim's sandbox stopped", Duration::from_secs(30), || {
-        let sandboxes = sandboxes_now(&cri);
-        sandboxes
-            .iter()
-            .filter(|s| s.labels.get("io.kubernetes.pod.uid").map(String::as_str) == Some(VICTIM))
-            .all(|s| s.state != k8s_cri::v1::PodSandboxState::SandboxReady as i32)
-    })
+    wait_until(
+        "the victim's sandbox stopped",
+        Duration::from_secs(30),
+        || {
+            let sandboxes = sandboxes_now(&cri);
+            sandboxes
+                .iter()
+                .filter(|s| {
+                    s.labels.get("io.kubernetes.pod.uid").map(String::as_str) == Some(VICTIM)
+                })
+                .all(|s| s.state != k8s_cri::v1::PodSandboxState::SandboxReady as i32)
+        },
+    )
     .await;
     let mut kubelet = kubelet;
     companion.stop().await;
@@ -399,9 +439,8 @@ async fn companion_without_an_api_server_ranks_by_the_node_and_stops_the_sandbox
 fn sandboxes_now(cri: &CriRuntime) -> Vec<k8s_cri::v1::PodSandbox> {
     use enforcer::runtime::ContainerRuntime as _;
     tokio::task::block_in_place(|| {
-        tokio::runtime::Handle::current().block_on(
-            cri.list_pod_sandboxes(k8s_cri::v1::PodSandboxFilter::default()),
-        )
+        tokio::runtime::Handle::current()
+            .block_on(cri.list_pod_sandboxes(k8s_cri::v1::PodSandboxFilter::default()))
     })
     .unwrap_or_default()
 }
@@ -432,7 +471,8 @@ fn badness(cd: &Containerd, uid: &str, unit: i64) -> i64 {
                     .unwrap_or(0)
             };
             let points =
-                (kb("RssAnon:") + kb("RssFile:") + kb("RssShmem:") + kb("VmSwap:") + kb("VmPTE:")) / 4;
+                (kb("RssAnon:") + kb("RssFile:") + kb("RssShmem:") + kb("VmSwap:") + kb("VmPTE:"))
+                    / 4;
             best = best.max(points + adj * unit);
         }
     }
@@ -451,8 +491,8 @@ async fn kernel_oom_kill_follows_kubelets_ranking_once_aligned() {
     // No threshold the node reaches: only the kernel acts here.
     let config = companion_config(&cd, "1Mi", None);
     let state = config.enforcer.state_dir.clone();
-    fake.put_pod(pod_json("keeper", KEEPER, 0, "600Mi", &holder(150)));
-    fake.put_pod(pod_json("victim", VICTIM, 0, "10Mi", &holder(60)));
+    fake.put_pod(pod_json("keeper", KEEPER, 0, "600Mi", &oom_holder(150)));
+    fake.put_pod(pod_json("victim", VICTIM, 0, "10Mi", &oom_holder(60)));
     wait_until("both pods running", Duration::from_secs(60), || {
         kubelet.running(KEEPER) && kubelet.running(VICTIM)
     })
@@ -465,25 +505,20 @@ async fn kernel_oom_kill_follows_kubelets_ranking_once_aligned() {
         .find_map(|f| std::fs::read_to_string(kubepods.join(f)).ok())
         .and_then(|s| s.trim().parse().ok())
         .expect("kubepods usage");
-    let limit = usage + (48 << 20);
-    let unit = (limit / 4096 / 1000).max(1);
-    let (k, v) = (badness(&cd, KEEPER, unit), badness(&cd, VICTIM, unit));
-    assert!(
-        k > v,
-        "with kubelet's values the kernel would kill the keeper ({k} > {v}): the test's premise"
-    );
-    let companion = start_companion(config, Some(kubeconfig));
-    wait_until("the companion aligned the scores", Duration::from_secs(30), || {
-        badness(&cd, VICTIM, unit) > badness(&cd, KEEPER, unit)
-            && std::fs::read_to_string(state.join("companion.json")).is_ok()
-    })
-    .await;
-    let report: Value = serde_json::from_str(
-        &std::fs::read_to_string(state.join("companion.json")).expect("companion.json"),
-    )
-    .expect("report");
-    assert_eq!(report["kubeletOrder"][0], VICTIM, "{report}");
-    assert_eq!(report["inversions"].as_array().map(Vec::len), Some(0), "{report}");
+    // What the kernel can reclaim without killing (page cache) does not count: the headroom
+    // is 48 MiB of anonymous memory.
+    let stat = std::fs::read_to_string(kubepods.join("memory.stat")).unwrap_or_default();
+    let cache: i64 = stat
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("total_cache ")
+                .or_else(|| l.strip_prefix("file "))
+        })
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let limit = usage - cache + (48 << 20);
+    // kubelet's allocatable enforcement limits kubepods: the OOM domain the companion aligns
+    // for.
     let file = if kubepods.join("memory.max").exists() {
         "memory.max"
     } else {
@@ -491,6 +526,32 @@ async fn kernel_oom_kill_follows_kubelets_ranking_once_aligned() {
     };
     let before = std::fs::read_to_string(kubepods.join(file)).expect("limit");
     std::fs::write(kubepods.join(file), limit.to_string()).expect("limit kubepods");
+    let unit = (limit / 4096 / 1000).max(1);
+    let (k, v) = (badness(&cd, KEEPER, unit), badness(&cd, VICTIM, unit));
+    assert!(
+        k > v,
+        "with kubelet's values the kernel would kill the keeper ({k} > {v}): the test's premise"
+    );
+    let companion = start_companion(config, Some(kubeconfig));
+    wait_until(
+        "the companion aligned the scores",
+        Duration::from_secs(30),
+        || {
+            badness(&cd, VICTIM, unit) > badness(&cd, KEEPER, unit)
+                && std::fs::read_to_string(state.join("companion.json")).is_ok()
+        },
+    )
+    .await;
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(state.join("companion.json")).expect("companion.json"),
+    )
+    .expect("report");
+    assert_eq!(report["kubeletOrder"][0], VICTIM, "{report}");
+    assert_eq!(
+        report["inversions"].as_array().map(Vec::len),
+        Some(0),
+        "{report}"
+    );
     // A Guaranteed pod (kubelet: -997, ranked last) grows past the limit: the kernel picks
     // among all of kubepods.
     let mut g = pod_json("grower", "cmp-grower-0003", 0, "128Mi", &grower(96));
@@ -499,16 +560,36 @@ async fn kernel_oom_kill_follows_kubelets_ranking_once_aligned() {
         "limits": {"cpu": "100m", "memory": "128Mi"},
     });
     fake.put_pod(g);
-    let victim_dir = memory_dir(&cd.pod_path(QosClass::Burstable, VICTIM));
-    let keeper_dir = memory_dir(&cd.pod_path(QosClass::Burstable, KEEPER));
-    wait_until("a kernel OOM kill in kubepods", Duration::from_secs(90), || {
-        oom_kills_in(&victim_dir) + oom_kills_in(&keeper_dir) > 0 || !populated(&cd, VICTIM)
-    })
+    // The kernel's kill ends the container, as the runtime reports it (`OOMKilled`, or
+    // exit 137 when the runtime read no OOM event for the container itself: the OOM was
+    // kubepods').
+    let ended = |uid: &str| {
+        kubelet.status.get(uid).is_some_and(|p| {
+            p.container_statuses.iter().any(|c| {
+                c.restart_count > 0
+                    || [Some(&c.state), c.last_state.as_ref()]
+                        .into_iter()
+                        .flatten()
+                        .any(|s| {
+                            matches!(s, ContainerState::Terminated { reason, exit_code, .. }
+                            if reason == "OOMKilled" || *exit_code == 137)
+                        })
+            })
+        })
+    };
+    wait_until(
+        "a kernel OOM kill in kubepods",
+        Duration::from_secs(90),
+        || ended(VICTIM) || ended(KEEPER),
+    )
     .await;
     let _ = std::fs::write(kubepods.join(file), before.trim());
-    assert_eq!(oom_kills_in(&keeper_dir), 0, "the keeper was not OOM-killed");
-    assert!(populated(&cd, KEEPER), "the keeper's processes are alive");
-    assert!(!populated(&cd, VICTIM) || oom_kills_in(&victim_dir) > 0, "the victim was killed");
+    assert!(
+        !ended(KEEPER),
+        "the kernel killed the keeper; kubelet ranks the victim first: {:?}",
+        kubelet.status.get(KEEPER)
+    );
+    assert!(ended(VICTIM));
     companion.stop().await;
     kubelet.stop().await;
     cd.remove_all_pods().await;

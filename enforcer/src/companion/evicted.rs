@@ -26,7 +26,12 @@ const ATTEMPTS: u32 = 8;
 /// (reason `TerminationByKubelet`, the message). The whole condition list is sent, the pod's
 /// uid as precondition (kubelet's `PatchPodStatus`).
 #[must_use]
-pub fn status_patch(pod: &Pod, message: &str, disruption_target: bool, now: &Time) -> serde_json::Value {
+pub fn status_patch(
+    pod: &Pod,
+    message: &str,
+    disruption_target: bool,
+    now: &Time,
+) -> serde_json::Value {
     let mut conditions: Vec<PodCondition> = pod
         .status
         .as_ref()
@@ -56,7 +61,12 @@ pub fn status_patch(pod: &Pod, message: &str, disruption_target: bool, now: &Tim
     set("Ready", "False", "PodFailed", "");
     set("ContainersReady", "False", "PodFailed", "");
     if disruption_target {
-        set("DisruptionTarget", "True", DISRUPTION_TARGET_REASON, message);
+        set(
+            "DisruptionTarget",
+            "True",
+            DISRUPTION_TARGET_REASON,
+            message,
+        );
     }
     serde_json::json!({
         "metadata": {"uid": pod.metadata.uid},
@@ -147,7 +157,12 @@ mod tests {
     #[test]
     fn the_patch_is_kubelets_eviction_status() {
         let now = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
-        let p = status_patch(&running_pod(), "The node was low on resource: memory. ", true, &now);
+        let p = status_patch(
+            &running_pod(),
+            "The node was low on resource: memory. ",
+            true,
+            &now,
+        );
         assert_eq!(p["metadata"]["uid"], "u1");
         assert_eq!(p["status"]["phase"], "Failed");
         assert_eq!(p["status"]["reason"], "Evicted");
@@ -168,7 +183,10 @@ mod tests {
         assert_eq!(dt["reason"], "TerminationByKubelet");
         assert_eq!(dt["message"], "The node was low on resource: memory. ");
         let bare = status_patch(&running_pod(), "m", false, &now);
-        assert_eq!(bare["status"]["conditions"].as_array().map(Vec::len), Some(4));
+        assert_eq!(
+            bare["status"]["conditions"].as_array().map(Vec::len),
+            Some(4)
+        );
     }
 
     /// Written once; a pod that is gone, another under the name, or already terminal is
