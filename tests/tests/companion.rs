@@ -406,7 +406,9 @@ async fn companion_without_an_api_server_ranks_by_the_node_and_stops_the_sandbox
     let kubelet = Kubelet::start(&cd, None);
     let config = companion_config(&cd, "300Mi", Some("memory=1Gi"));
     let state = config.enforcer.state_dir.clone();
-    let companion = start_companion(config, None);
+    // The binary as deploy/companion runs it: `--companion --kubelet-config`, root with only
+    // the DaemonSet's capabilities.
+    let companion = CompanionProcess::start(&cd, "memory=1Gi");
     pressure_scenario(&cd, &kubelet, &|p| {
         let name = p["metadata"]["name"].as_str().unwrap_or("pod");
         pods::write_manifest(&cd, &format!("{name}.yaml"), &p.to_string());
@@ -429,10 +431,109 @@ async fn companion_without_an_api_server_ranks_by_the_node_and_stops_the_sandbox
     )
     .await;
     let mut kubelet = kubelet;
-    companion.stop().await;
+    companion.stop();
     kubelet.stop().await;
     cd.remove_all_pods().await;
     cd.teardown();
+}
+
+/// The capabilities deploy/companion's DaemonSet grants the companion (`securityContext`).
+fn daemonset_capabilities() -> Vec<String> {
+    use serde::Deserialize as _;
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/companion/enforcer-companion.yaml");
+    let text = std::fs::read_to_string(&path).expect("deploy/companion/enforcer-companion.yaml");
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let v = serde_yaml_ng::Value::deserialize(doc).expect("a YAML document");
+        if v["kind"].as_str() == Some("DaemonSet") {
+            let c = &v["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+            assert_eq!(c["privileged"].as_bool(), Some(false), "not privileged");
+            return c["capabilities"]["add"]
+                .as_sequence()
+                .expect("capabilities.add")
+                .iter()
+                .filter_map(|c| c.as_str().map(str::to_lowercase))
+                .collect();
+        }
+    }
+    panic!("no DaemonSet in {}", path.display());
+}
+
+/// `enforcer run --companion` as a process, root with only the DaemonSet's capabilities (its
+/// bounding set: root's permitted set after exec).
+struct CompanionProcess {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl CompanionProcess {
+    fn start(cd: &Containerd, capacity: &str) -> Self {
+        let bin = enforcer_tests::enforcer_binary();
+        let caps = daemonset_capabilities();
+        let bounding = std::iter::once("-all".to_owned())
+            .chain(caps.iter().map(|c| format!("+{c}")))
+            .collect::<Vec<_>>()
+            .join(",");
+        let log = cd.dir.join("companion.log");
+        let mut cmd = std::process::Command::new("setpriv");
+        cmd.arg(format!("--bounding-set={bounding}"))
+            .arg("--")
+            .arg(&bin)
+            // eBPF only: a missing capability fails the start instead of falling back.
+            .args(["run", "--companion", "--signal-source=ebpf"])
+            .arg(format!(
+                "--kubelet-config={}",
+                cd.dir.join("kubelet-config.yaml").display()
+            ))
+            .arg(format!("--cri-socket={}", cd.socket.display()))
+            .arg(format!(
+                "--state-dir={}",
+                cd.dir.join("companion-state").display()
+            ))
+            .arg("--http-address=127.0.0.1:0")
+            .arg(format!("--hostname-override={NODE}"))
+            .arg(format!("--node-capacity={capacity}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("companion log"));
+        let child = cmd
+            .spawn()
+            .expect("setpriv (util-linux) runs the companion");
+        eprintln!("companion under setpriv --bounding-set={bounding}");
+        Self { child, log }
+    }
+
+    /// Stops it (SIGTERM); it must still have been running, and end cleanly.
+    fn stop(mut self) {
+        let log = || std::fs::read_to_string(&self.log).unwrap_or_default();
+        assert!(
+            matches!(self.child.try_wait(), Ok(None)),
+            "the companion ended early: {}",
+            log()
+        );
+        let pid = i32::try_from(self.child.id()).expect("pid");
+        enforcer_tests::kill(pid, rustix::process::Signal::TERM);
+        let status = self.child.wait().expect("wait");
+        let text = log();
+        assert!(
+            status.success(),
+            "the companion ended with {status}: {text}"
+        );
+        assert!(
+            !text.contains("Operation not permitted") && !text.contains("EPERM"),
+            "the companion lacked a permission: {text}"
+        );
+    }
+}
+
+impl Drop for CompanionProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            if let Ok(pid) = i32::try_from(self.child.id()) {
+                enforcer_tests::kill(pid, rustix::process::Signal::KILL);
+            }
+            let _ = self.child.wait();
+        }
+    }
 }
 
 /// The runtime's sandboxes, listed from a synchronous check.

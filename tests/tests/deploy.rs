@@ -281,3 +281,180 @@ fn the_cluster_manifests_parse_and_grant_what_the_node_writes() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The companion's unit verifies, runs `enforcer run --companion` on kubelet's file, keeps to
+/// the companion's capabilities (no CAP_SYS_ADMIN) and scores better than the full agent's.
+#[test]
+fn the_companion_unit_verifies_and_is_hardened() {
+    let text = std::fs::read_to_string(deploy("companion/enforcer-companion.service"))
+        .expect("the companion unit");
+    let exec = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("ExecStart");
+    for arg in [
+        "run",
+        "--companion",
+        "--kubelet-config=/var/lib/kubelet/config.yaml",
+    ] {
+        assert!(exec.split_whitespace().any(|a| a == arg), "{arg} in {exec}");
+    }
+    let bounding = text
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("a bounding set");
+    assert!(!bounding.contains("CAP_SYS_ADMIN"), "{bounding}");
+    let bin = enforcer_tests::enforcer_binary();
+    let dir = scratch("companion-unit");
+    let unit = dir.join("enforcer-companion.service");
+    std::fs::write(
+        &unit,
+        text.replace("/usr/local/bin/enforcer", &bin.display().to_string()),
+    )
+    .expect("unit copy");
+    let (ok, out, err) = analyze(&["verify"], &unit);
+    assert!(ok, "systemd-analyze verify: {out}{err}");
+    assert!(
+        !err.contains("enforcer-companion.service:"),
+        "systemd-analyze verify warns about the unit: {err}"
+    );
+    let (_, out, err) = analyze(&["security", "--offline=yes", "--no-pager"], &unit);
+    let line = out
+        .lines()
+        .chain(err.lines())
+        .find(|l| l.contains("Overall exposure level"))
+        .unwrap_or_else(|| panic!("no exposure level: {out}{err}"));
+    let score: f64 = line
+        .split(':')
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("exposure in {line:?}"));
+    eprintln!("companion: {line}");
+    assert!(score <= 5.5, "the companion's hardening regressed: {line}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The companion's manifests parse; its role grants exactly what the companion's writers
+/// request and nothing that writes nodes, leases or pods; the DaemonSet is not privileged,
+/// shares the host's PIDs, mounts kubelet's file read-only and runs `--companion` on it; its
+/// configuration loads on top of a kubeadm kubelet file without a warning.
+#[test]
+fn the_companion_manifests_grant_only_what_the_companion_writes() {
+    let text = std::fs::read_to_string(deploy("companion/enforcer-companion.yaml"))
+        .expect("the companion's manifests");
+    let (mut role, mut ds, mut cm) = (None, None, None);
+    let mut kinds = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let v = serde_yaml_ng::Value::deserialize(doc).expect("a YAML document");
+        let kind = v["kind"].as_str().expect("kind").to_owned();
+        let json = serde_json::to_value(&v).expect("as JSON");
+        match kind.as_str() {
+            "Namespace" => drop(parse::<Namespace>(&kind, json)),
+            "ServiceAccount" => drop(parse::<ServiceAccount>(&kind, json)),
+            "ClusterRoleBinding" => drop(parse::<ClusterRoleBinding>(&kind, json)),
+            "ClusterRole" => role = Some(parse::<ClusterRole>(&kind, json)),
+            "ConfigMap" => cm = Some(parse::<ConfigMap>(&kind, json)),
+            "DaemonSet" => ds = Some(parse::<DaemonSet>(&kind, json)),
+            other => panic!("unexpected kind {other}"),
+        }
+        kinds.push(kind);
+    }
+    assert_eq!(kinds.len(), 6, "{kinds:?}");
+    let role = role.expect("role");
+    let granted: BTreeSet<(String, String)> = role
+        .rules
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|r| {
+            let resources = r.resources.clone().unwrap_or_default();
+            let verbs = r.verbs.clone();
+            resources
+                .into_iter()
+                .flat_map(move |res| verbs.clone().into_iter().map(move |v| (res.clone(), v)))
+        })
+        .collect();
+    let wanted: BTreeSet<(String, String)> = [
+        ("pods", "get"),
+        ("pods", "list"),
+        ("pods", "watch"),
+        ("pods/status", "get"),
+        ("pods/status", "patch"),
+        ("events", "create"),
+        ("events", "patch"),
+    ]
+    .iter()
+    .map(|(r, v)| ((*r).to_owned(), (*v).to_owned()))
+    .collect();
+    assert_eq!(granted, wanted, "the companion's role");
+    let pod = ds.expect("ds").spec.template.spec.expect("pod spec");
+    assert_eq!(pod.host_pid, Some(true));
+    let c = &pod.containers[0];
+    let sc = c.security_context.clone().expect("securityContext");
+    assert_eq!(sc.privileged, Some(false));
+    let caps = sc.capabilities.expect("capabilities");
+    assert_eq!(caps.drop, Some(vec!["ALL".to_owned()]));
+    assert!(
+        !caps
+            .add
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c == "SYS_ADMIN")
+    );
+    let args = c.args.clone().unwrap_or_default();
+    for arg in [
+        "run",
+        "--companion",
+        "--kubelet-config=/var/lib/kubelet/config.yaml",
+        "--config=/etc/enforcer/config.yaml",
+        "--kubeconfig=/etc/enforcer/kubeconfig",
+    ] {
+        assert!(args.iter().any(|a| a == arg), "{arg} in {args:?}");
+    }
+    let mounts: Vec<(&str, bool)> = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|m| (m.mount_path.as_str(), m.read_only == Some(true)))
+        .collect();
+    for (path, ro) in [
+        ("/var/lib/kubelet/config.yaml", true),
+        ("/etc/kubernetes/manifests", true),
+        ("/sys/fs/cgroup", false),
+        ("/sys/kernel/tracing", false),
+        ("/run/containerd", false),
+    ] {
+        assert!(
+            mounts.contains(&(path, ro)),
+            "{path} (read-only {ro}): {mounts:?}"
+        );
+    }
+    // Its configuration on top of kubeadm's kubelet file, through the enforcer's loader.
+    let data = cm.expect("cm").data.expect("ConfigMap data");
+    let dir = scratch("companion-config");
+    let kubelet = dir.join("kubelet-config.yaml");
+    std::fs::write(
+        &kubelet,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\nstaticPodPath: /etc/kubernetes/manifests\nevictionHard:\n  memory.available: 100Mi\n",
+    )
+    .expect("kubelet config");
+    let own = dir.join("config.yaml");
+    std::fs::write(&own, &data["config.yaml"]).expect("config");
+    let loaded = enforcer::config::load(&enforcer::config::ConfigArgs {
+        kubelet_config: Some(kubelet),
+        config: Some(own),
+        ..enforcer::config::ConfigArgs::default()
+    })
+    .expect("the companion's configuration loads");
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    assert_eq!(
+        loaded.config.enforcer.state_dir,
+        Path::new("/var/lib/enforcer-companion")
+    );
+    assert_eq!(
+        loaded.config.enforcer.manifest_dir,
+        Path::new("/etc/kubernetes/manifests")
+    );
+    assert_eq!(loaded.config.cgroup_driver.as_str(), "systemd");
+    let _ = std::fs::remove_dir_all(&dir);
+}
