@@ -887,4 +887,71 @@ mod tests {
             "{e}"
         );
     }
+
+    /// `--kubelet-config` with `--config`: the kubelet's file decides every kubelet field
+    /// (one warning per field the other sets), the other adds its `enforcer:` section,
+    /// `staticPodPath` is the manifest directory when that section names none, and flags
+    /// still apply on top.
+    #[test]
+    fn kubelet_config_decides_and_config_adds_the_enforcer_section() {
+        let dir = std::env::temp_dir().join(format!("enforcer-kcfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubelet = dir.join("kubelet.yaml");
+        std::fs::write(
+            &kubelet,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\nstaticPodPath: /etc/kubernetes/manifests\nevictionHard: {memory.available: 300Mi}\nmaxPods: 50\n",
+        )
+        .unwrap();
+        let own = dir.join("own.yaml");
+        std::fs::write(
+            &own,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nmaxPods: 7\nevictionHard: {memory.available: 1Gi}\nenforcer: {stateDir: /var/lib/c, nodeCapacity: {memory: 2Gi}}\n",
+        )
+        .unwrap();
+        let args = ConfigArgs {
+            kubelet_config: Some(kubelet.clone()),
+            config: Some(own.clone()),
+            hostname_override: Some("Node-B".to_owned()),
+            ..ConfigArgs::default()
+        };
+        let l = load(&args).unwrap();
+        assert_eq!(l.config.max_pods, 50, "kubelet's maxPods");
+        assert_eq!(l.config.cgroup_driver.as_str(), "systemd");
+        let hard: Vec<String> = l
+            .config
+            .eviction
+            .thresholds
+            .iter()
+            .filter(|t| t.signal == Signal::MemoryAvailable)
+            .map(|t| t.value.to_string())
+            .collect();
+        assert_eq!(hard, ["300Mi"], "kubelet's evictionHard");
+        assert_eq!(l.config.enforcer.state_dir, Path::new("/var/lib/c"));
+        assert_eq!(
+            l.config.enforcer.manifest_dir,
+            Path::new("/etc/kubernetes/manifests")
+        );
+        assert_eq!(l.config.node_name(), "node-b", "flags apply on top");
+        let ignored: Vec<&String> = l
+            .warnings
+            .iter()
+            .filter(|w| w.contains("is ignored: the kubelet's configuration"))
+            .collect();
+        assert_eq!(ignored.len(), 2, "{:?}", l.warnings);
+        assert!(
+            ignored
+                .iter()
+                .any(|w| w.starts_with(&format!("{}: maxPods is ignored", own.display()))),
+            "{ignored:?}"
+        );
+        // A kubelet file that cannot be read names it.
+        let e = load(&ConfigArgs {
+            kubelet_config: Some(dir.join("missing.yaml")),
+            ..ConfigArgs::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("missing.yaml"), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -299,11 +299,18 @@ fn the_companion_unit_verifies_and_is_hardened() {
     ] {
         assert!(exec.split_whitespace().any(|a| a == arg), "{arg} in {exec}");
     }
-    let bounding = text
+    let bounding: BTreeSet<&str> = text
         .lines()
         .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
-        .expect("a bounding set");
-    assert!(!bounding.contains("CAP_SYS_ADMIN"), "{bounding}");
+        .expect("a bounding set")
+        .split_whitespace()
+        .collect();
+    let daemonset = companion_daemonset_capabilities();
+    assert_eq!(
+        bounding,
+        daemonset.iter().map(String::as_str).collect(),
+        "the unit's bounding set is the DaemonSet's capabilities"
+    );
     let bin = enforcer_tests::enforcer_binary();
     let dir = scratch("companion-unit");
     let unit = dir.join("enforcer-companion.service");
@@ -394,12 +401,10 @@ fn the_companion_manifests_grant_only_what_the_companion_writes() {
     assert_eq!(sc.privileged, Some(false));
     let caps = sc.capabilities.expect("capabilities");
     assert_eq!(caps.drop, Some(vec!["ALL".to_owned()]));
-    assert!(
-        !caps
-            .add
-            .unwrap_or_default()
-            .iter()
-            .any(|c| c == "SYS_ADMIN")
+    assert_eq!(
+        caps.add.unwrap_or_default().len(),
+        8,
+        "the capabilities docs/companion.md lists"
     );
     let args = c.args.clone().unwrap_or_default();
     for arg in [
@@ -457,4 +462,26 @@ fn the_companion_manifests_grant_only_what_the_companion_writes() {
     );
     assert_eq!(loaded.config.cgroup_driver.as_str(), "systemd");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The DaemonSet's added capabilities as systemd names them (`CAP_BPF`, ...).
+fn companion_daemonset_capabilities() -> Vec<String> {
+    let text = std::fs::read_to_string(deploy("companion/enforcer-companion.yaml"))
+        .expect("the companion's manifests");
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let v = serde_yaml_ng::Value::deserialize(doc).expect("a YAML document");
+        if v["kind"].as_str() == Some("DaemonSet") {
+            let json = serde_json::to_value(&v).expect("as JSON");
+            let ds = parse::<DaemonSet>("DaemonSet", json);
+            let pod = ds.spec.template.spec.expect("pod spec");
+            let caps = pod.containers[0]
+                .security_context
+                .clone()
+                .and_then(|s| s.capabilities)
+                .and_then(|c| c.add)
+                .unwrap_or_default();
+            return caps.iter().map(|c| format!("CAP_{c}")).collect();
+        }
+    }
+    panic!("no DaemonSet");
 }

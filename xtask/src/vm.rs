@@ -817,6 +817,9 @@ pub const DEFAULT_TIERS: &[(&str, &[&str])] = &[
     // kubelet's node e2e: the memory and OOM scenarios (what cgroup v2 changes); the disk
     // ones (a tmpfs nodefs, no cgroup in it) stay on the host, for time.
     ("e2e_eviction", &["memory", "oom_killer", "pod_using_more"]),
+    // Beside a kubelet-shaped node: the companion's kills, its CRI fallback and the kernel
+    // OOM killer's choice once aligned, on a v2 node.
+    ("companion", &[]),
 ];
 
 /// The name suffix of tests that need systemd as PID 1 (the systemd driver's own checks):
@@ -834,6 +837,8 @@ pub const SYSTEMD_TIERS: &[(&str, &[&str])] = &[
     ("pressure", &[]),
     ("tripwire", &[]),
     ("e2e_eviction", &["memory", "oom_killer", "pod_using_more"]),
+    // kubeadm's node: kubelet's systemd slices and scopes, the companion beside it.
+    ("companion", &[]),
 ];
 
 /// Tiers the busybox boot runs and the systemd boot leaves out, and why.

@@ -17,7 +17,9 @@
 //! median over won times and bounds is a lower bound of the mode's median (`>=`). A second
 //! table splits the won trials' time into the chain's segments (from the kill records):
 //! crossing -> kernel event -> received by the daemon -> decided -> SIGKILL sent.
-//! `--log FILTER` prints the daemon's log with times; `--mode a,b` runs some modes only.
+//! `--log FILTER` prints the daemon's log with times; `--mode a,b` runs some modes only;
+//! `--companion` adds the eBPF mode as `enforcer run --companion` runs it beside kubelet
+//! (its configuration: no tripwire; the companion's eviction manager).
 //!
 //! The eviction manager is the daemon's own (`enforcer::eviction_manager::EvictionManager`), fed by the
 //! daemon's signal pipeline in each mode; pods are plain cgroups with the growing process
@@ -94,7 +96,10 @@ async fn main() -> anyhow::Result<()> {
     }
     let v2 = enforcer_tests::memory_is_v2();
     let ten = Duration::from_secs(10);
-    let modes: Vec<Mode> = if v2 {
+    // `--companion`: the eBPF mode also as companion mode runs it beside kubelet (its
+    // configuration: no tripwire, nothing written to kubepods), in the same table.
+    let companion = std::env::args().any(|a| a == "--companion");
+    let mut modes: Vec<Mode> = if v2 {
         vec![
             Mode::new("eBPF + memory.high tripwire", SignalSource::Ebpf, ten, true),
             Mode::new(
@@ -135,6 +140,18 @@ async fn main() -> anyhow::Result<()> {
             ),
         ]
     };
+    if companion {
+        modes.insert(
+            1,
+            Mode::new(
+                "companion beside kubelet (eBPF, no tripwire)",
+                SignalSource::Ebpf,
+                ten,
+                false,
+            )
+            .as_companion(),
+        );
+    }
     // `--drivers cgroupfs,systemd`: each mode with the pods laid out by each driver (systemd:
     // real slices over D-Bus, the process in a real scope; needs systemd as PID 1, as in
     // `cargo xtask bench eviction --vm --systemd`).
@@ -255,6 +272,9 @@ struct Mode {
     tripwire: bool,
     /// What the PSI source watches (the daemon's default: triggers and `memory.events`).
     psi_watch: PsiWatch,
+    /// Companion mode's configuration and manager (`enforcer::companion::adjust_config`: no
+    /// tripwire, no limit written; the release is the processes being gone).
+    companion: bool,
 }
 
 impl Mode {
@@ -270,7 +290,15 @@ impl Mode {
             housekeeping,
             tripwire,
             psi_watch: PsiWatch::default(),
+            companion: false,
         }
+    }
+
+    /// The same source, run as `--companion` beside kubelet.
+    fn as_companion(mut self) -> Self {
+        self.companion = true;
+        self.tripwire = false;
+        self
     }
 
     /// The PSI trigger alone, without `memory.events`.
@@ -406,6 +434,11 @@ async fn run_mode(
     let config = enforcer::config::load(&args)
         .context("configuration")?
         .config;
+    let config = if mode.companion {
+        enforcer::companion::adjust_config(config, false).0
+    } else {
+        config
+    };
     let observer = NodeObserver {
         layout: l.clone(),
         kubepods: kubepods_rel.clone(),
@@ -455,7 +488,7 @@ async fn run_mode(
         node_reclaim: None,
         health: std::sync::Arc::default(),
         events: enforcer::recorder::Recorder::default(),
-        companion: false,
+        companion: mode.companion,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(manager.run(pipeline, async {

@@ -52,21 +52,62 @@ pub fn unit(totalpages: u64) -> i64 {
 }
 
 /// Values for the adjustable pods of `ranked` (kubelet's order) so that, where the range
-/// allows, each pod's badness is below the badness of the pod ranked before it; `unit` is
-/// [`unit`] of the OOM domain's total pages.
+/// allows, each pod's badness is below the badness of the pod ranked before it, with a
+/// margin: a pod between others is put halfway between the badness of the pod before it and
+/// the lowest badness the pods after it can reach (so that memory growing or shrinking
+/// between two alignments does not flip the order), the last one at the range's bottom, the
+/// first at its top. `unit` is [`unit`] of the OOM domain's total pages.
 pub fn align(ranked: &[Candidate<'_>], unit: i64) -> Alignment {
     let mut out = Alignment::default();
-    // The badness the next pod must stay below, and whose it is.
+    // From the bottom: the lowest badness each pod can have with the pods after it kept in
+    // order below it (`floor[i]`), and the value that gives it (`lowest[i]`).
+    let n = ranked.len();
+    let mut floor = vec![0i64; n];
+    let mut lowest = vec![BURSTABLE_MIN; n];
+    let mut below: Option<i64> = None;
+    for i in (0..n).rev() {
+        floor[i] = match ranked[i].score {
+            Score::Fixed { badness } => badness,
+            Score::Adjustable { points } => {
+                let need = below.map_or(BURSTABLE_MIN, |b| {
+                    // The smallest value with `points + v * unit > b`.
+                    (b.saturating_sub(points))
+                        .div_euclid(unit)
+                        .saturating_add(1)
+                });
+                lowest[i] = need.clamp(BURSTABLE_MIN, BURSTABLE_MAX);
+                points.saturating_add(lowest[i].saturating_mul(unit))
+            }
+        };
+        below = Some(floor[i]);
+    }
+    // From the top: each adjustable pod below the lowest badness before it.
     let mut ceiling: Option<(i64, &str)> = None;
     let mut best: Option<(i64, &str)> = None;
-    for c in ranked {
+    for (i, c) in ranked.iter().enumerate() {
         let badness = match c.score {
             Score::Fixed { badness } => badness,
             Score::Adjustable { points } => {
-                let want = ceiling.map_or(BURSTABLE_MAX, |(b, _)| {
-                    (b.saturating_sub(1).saturating_sub(points)).div_euclid(unit)
-                });
-                let v = want.clamp(BURSTABLE_MIN, BURSTABLE_MAX);
+                let v = match ceiling {
+                    None => BURSTABLE_MAX,
+                    Some((b, _)) => {
+                        // The highest value that keeps it below `b`.
+                        let highest = (b.saturating_sub(1).saturating_sub(points))
+                            .div_euclid(unit)
+                            .clamp(BURSTABLE_MIN, BURSTABLE_MAX);
+                        let target = if i + 1 == n {
+                            floor[i]
+                        } else {
+                            b / 2 + floor[i + 1] / 2
+                        };
+                        let mid = (target.saturating_sub(points)).div_euclid(unit);
+                        if lowest[i] <= highest {
+                            mid.clamp(lowest[i], highest)
+                        } else {
+                            highest
+                        }
+                    }
+                };
                 out.values.push((c.uid.to_owned(), v));
                 points.saturating_add(v.saturating_mul(unit))
             }
@@ -156,5 +197,25 @@ mod tests {
         assert_eq!(al.inversions.len(), 1);
         assert_eq!(unit(999), 1);
         assert_eq!(unit(6_291_456), 6291);
+    }
+
+    /// The order is kept with a margin: the last pod at the range's bottom, a middle one
+    /// halfway between its neighbours' reach, so a few MiB of growth do not flip it.
+    #[test]
+    fn the_order_keeps_a_margin() {
+        let unit = 65;
+        let (a, b, c) = (15_360, 38_400, 20_000);
+        let al = align(&[adj("a", a), adj("b", b), adj("c", c)], unit);
+        let v: Vec<i64> = al.values.iter().map(|x| x.1).collect();
+        assert_eq!(v[0], BURSTABLE_MAX);
+        assert_eq!(v[2], BURSTABLE_MIN, "the last pod at the bottom: {al:?}");
+        let (ba, bb, bc) = (a + v[0] * unit, b + v[1] * unit, c + v[2] * unit);
+        assert!(ba > bb && bb > bc, "{al:?}");
+        // 4 MiB (1024 pages) more for b or less for a keeps the order.
+        assert!(ba - bb > 1024 && bb - bc > 1024, "{ba} {bb} {bc}");
+        assert!(al.inversions.is_empty());
+        // Two pods: the second at the bottom.
+        let two = align(&[adj("a", a), adj("b", b)], unit);
+        assert_eq!(two.values[1].1, BURSTABLE_MIN);
     }
 }
