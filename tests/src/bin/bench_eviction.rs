@@ -149,7 +149,7 @@ async fn main() -> anyhow::Result<()> {
                 ten,
                 false,
             )
-            .as_companion(),
+            .beside_kubelet(),
         );
     }
     // `--drivers cgroupfs,systemd`: each mode with the pods laid out by each driver (systemd:
@@ -295,7 +295,7 @@ impl Mode {
     }
 
     /// The same source, run as `--companion` beside kubelet.
-    fn as_companion(mut self) -> Self {
+    fn beside_kubelet(mut self) -> Self {
         self.companion = true;
         self.tripwire = false;
         self
