@@ -253,7 +253,18 @@ fn kill_record(state: &Path, uid: &str) -> Option<enforcer::kills::KillRecord> {
 /// Prints the record's chain (kernel event, received, decided, SIGKILL), checks its order and
 /// that it says what kubelet would have done.
 fn check_record(state: &Path, uid: &str) {
-    let r = kill_record(state, uid).unwrap_or_else(|| panic!("no kill record of {uid}"));
+    // The record is written just after the kill (under emulation, a while after).
+    let deadline = std::time::Instant::now() + enforcer_tests::scaled(Duration::from_secs(10));
+    let r = loop {
+        if let Some(r) = kill_record(state, uid) {
+            break r;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no kill record of {uid}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let chain = r.chain();
     eprintln!("companion kill of {uid}: {chain:?}");
     assert!(
