@@ -119,6 +119,9 @@ impl Kubelet {
         let mut o = pods::opts(cd);
         o.static_pods = false;
         o.kubeconfig = kubeconfig;
+        // kubelet sets oom_score_adj once, at creation; it does not correct it afterwards.
+        o.enforce =
+            Arc::new(enforcer::runtime::enforce::Enforcer::default().with_oom_scores_left());
         let status = StatusManager::default();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let rt = Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(5)));

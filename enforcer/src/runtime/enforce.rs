@@ -164,6 +164,9 @@ pub struct Enforcer {
     cpu: Option<Mutex<CpuManager>>,
     /// Container id -> the cpuset last pushed through CRI.
     pushed: Mutex<HashMap<String, String>>,
+    /// Read the containers' `oom_score_adj` without correcting it (kubelet's behaviour: the
+    /// value is set once, at creation, through CRI).
+    oom_read_only: bool,
 }
 
 impl Enforcer {
@@ -183,7 +186,16 @@ impl Enforcer {
             node_logged: AtomicBool::new(false),
             cpu: None,
             pushed: Mutex::new(HashMap::new()),
+            oom_read_only: false,
         }
+    }
+
+    /// Leaves the containers' `oom_score_adj` as the runtime set it at creation, as kubelet
+    /// does (the tests' kubelet stand-in beside a companion that aligns it).
+    #[must_use]
+    pub fn with_oom_scores_left(mut self) -> Self {
+        self.oom_read_only = true;
+        self
     }
 
     /// From the configuration: `kubepods` below `cgroupRoot` sized from `capacity` (the node's,
@@ -454,6 +466,15 @@ impl Enforcer {
         let wanted = clamp_oom_score_adj(decided, floor);
         let mut first = None;
         for pid in procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()) {
+            if self.oom_read_only {
+                let now = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok());
+                if let Some(v) = now {
+                    first.get_or_insert(v);
+                }
+                continue;
+            }
             let got = match ensure_oom_score_adj(pid, wanted) {
                 Ok(v) => v,
                 Err(e) => {
