@@ -43,6 +43,8 @@ pub const LAYERS: &[&[&str]] = &[
     &["cluster"],
     &["kills", "stats"],
     &["node_report"],
+    // beside kubelet: its pods, their eviction made known, the OOM scores aligned
+    &["companion"],
     &["eviction_manager"],
     &["server"],
     &["daemon"],
