@@ -460,3 +460,27 @@ pub fn enforcer_binary() -> PathBuf {
     assert!(bin.exists(), "{} missing after the build", bin.display());
     bin
 }
+
+/// The capabilities `deploy/companion`'s DaemonSet adds (`securityContext.capabilities.add`,
+/// as written there: `BPF`, ...); the DaemonSet must not be privileged.
+#[must_use]
+pub fn companion_daemonset_capabilities() -> Vec<String> {
+    use serde::Deserialize as _;
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/companion/enforcer-companion.yaml");
+    let text = std::fs::read_to_string(&path).expect("deploy/companion/enforcer-companion.yaml");
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let v = serde_yaml_ng::Value::deserialize(doc).expect("a YAML document");
+        if v["kind"].as_str() == Some("DaemonSet") {
+            let c = &v["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+            assert_eq!(c["privileged"].as_bool(), Some(false), "not privileged");
+            return c["capabilities"]["add"]
+                .as_sequence()
+                .expect("capabilities.add")
+                .iter()
+                .filter_map(|c| c.as_str().map(str::to_owned))
+                .collect();
+        }
+    }
+    panic!("no DaemonSet in {}", path.display());
+}

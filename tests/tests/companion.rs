@@ -227,24 +227,35 @@ fn kubepods_limits(cd: &Containerd) -> Vec<(String, String)> {
 }
 
 fn populated(cd: &Containerd, uid: &str) -> bool {
-    let dir = memory_dir(&cd.pod_path(QosClass::Burstable, uid));
-    let mut pids = String::new();
-    for e in walk(&dir) {
-        pids.push_str(&std::fs::read_to_string(e.join("cgroup.procs")).unwrap_or_default());
-    }
-    !pids.trim().is_empty()
+    !pod_pids(cd, uid).is_empty()
 }
 
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = vec![dir.to_path_buf()];
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
+/// The processes in a Burstable pod's cgroups (the pod's and its containers').
+fn pod_pids(cd: &Containerd, uid: &str) -> Vec<String> {
+    fn walk(dir: &Path, out: &mut Vec<String>) {
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        out.extend(procs.lines().map(str::to_owned));
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
             if e.file_type().is_ok_and(|t| t.is_dir()) {
-                out.extend(walk(&e.path()));
+                walk(&e.path(), out);
             }
         }
     }
+    let mut out = Vec::new();
+    walk(
+        &memory_dir(&cd.pod_path(QosClass::Burstable, uid)),
+        &mut out,
+    );
     out
+}
+
+/// A `/proc/<pid>/status` field in kB (`RssAnon:`, ...), 0 when absent.
+fn status_kb(status: &str, key: &str) -> i64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The companion's kill record of `uid`.
@@ -464,28 +475,6 @@ async fn companion_without_an_api_server_ranks_by_the_node_and_stops_the_sandbox
     cd.teardown();
 }
 
-/// The capabilities deploy/companion's DaemonSet grants the companion (`securityContext`).
-fn daemonset_capabilities() -> Vec<String> {
-    use serde::Deserialize as _;
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/companion/enforcer-companion.yaml");
-    let text = std::fs::read_to_string(&path).expect("deploy/companion/enforcer-companion.yaml");
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let v = serde_yaml_ng::Value::deserialize(doc).expect("a YAML document");
-        if v["kind"].as_str() == Some("DaemonSet") {
-            let c = &v["spec"]["template"]["spec"]["containers"][0]["securityContext"];
-            assert_eq!(c["privileged"].as_bool(), Some(false), "not privileged");
-            return c["capabilities"]["add"]
-                .as_sequence()
-                .expect("capabilities.add")
-                .iter()
-                .filter_map(|c| c.as_str().map(str::to_lowercase))
-                .collect();
-        }
-    }
-    panic!("no DaemonSet in {}", path.display());
-}
-
 /// `enforcer run --companion` as a process, root with only the DaemonSet's capabilities (its
 /// bounding set: root's permitted set after exec).
 struct CompanionProcess {
@@ -502,8 +491,9 @@ impl CompanionProcess {
             .ok()
             .and_then(|s| s.trim().parse().ok())
             .unwrap_or(3);
-        let caps: Vec<String> = daemonset_capabilities()
-            .into_iter()
+        let caps: Vec<String> = enforcer_tests::companion_daemonset_capabilities()
+            .iter()
+            .map(|c| c.to_lowercase())
             .filter(|c| paranoid > 2 || c != "sys_admin")
             .collect();
         let bounding = std::iter::once("-all".to_owned())
@@ -608,54 +598,30 @@ fn sandboxes_now(cri: &CriRuntime) -> Vec<k8s_cri::v1::PodSandbox> {
 }
 
 /// Whether a Burstable pod's [`oom_holder`] holds its `mib` MiB (its `dd`'s anonymous memory).
-fn holding(cd: &Containerd, uid: &str, mib: u64) -> bool {
-    let dir = memory_dir(&cd.pod_path(QosClass::Burstable, uid));
-    walk(&dir).iter().any(|d| {
-        std::fs::read_to_string(d.join("cgroup.procs"))
-            .unwrap_or_default()
-            .lines()
-            .any(|pid| {
-                let status =
-                    std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-                status
-                    .lines()
-                    .find_map(|l| l.strip_prefix("RssAnon:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-                    .is_some_and(|kb| kb >> 10 >= mib)
-            })
+fn holding(cd: &Containerd, uid: &str, mib: i64) -> bool {
+    pod_pids(cd, uid).iter().any(|pid| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status_kb(&status, "RssAnon:") >> 10 >= mib
     })
 }
 
 /// The kernel's badness of a pod's container processes in an OOM domain of `unit` pages per
 /// `oom_score_adj` point (`mm/oom_kill.c`), its highest task's.
 fn badness(cd: &Containerd, uid: &str, unit: i64) -> i64 {
-    let dir = memory_dir(&cd.pod_path(QosClass::Burstable, uid));
     let mut best = i64::MIN;
-    for d in walk(&dir) {
-        for pid in std::fs::read_to_string(d.join("cgroup.procs"))
-            .unwrap_or_default()
-            .lines()
-        {
-            let adj: i64 = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-                .unwrap_or(0);
-            if adj <= -998 {
-                continue;
-            }
-            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-            let kb = |k: &str| -> i64 {
-                status
-                    .lines()
-                    .find_map(|l| l.strip_prefix(k))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-                    .unwrap_or(0)
-            };
-            let points =
-                (kb("RssAnon:") + kb("RssFile:") + kb("RssShmem:") + kb("VmSwap:") + kb("VmPTE:"))
-                    / 4;
-            best = best.max(points + adj * unit);
+    for pid in pod_pids(cd, uid) {
+        let adj: i64 = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        if adj <= -998 {
+            continue;
         }
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let kb = |k: &str| status_kb(&status, k);
+        let points =
+            (kb("RssAnon:") + kb("RssFile:") + kb("RssShmem:") + kb("VmSwap:") + kb("VmPTE:")) / 4;
+        best = best.max(points + adj * unit);
     }
     best
 }

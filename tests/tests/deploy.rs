@@ -56,6 +56,42 @@ fn parse<T: serde::de::DeserializeOwned>(kind: &str, json: serde_json::Value) ->
     })
 }
 
+/// The unit `text` written as `name` with its binary at the built one (`verify` checks that
+/// `ExecStart` exists): it passes `systemd-analyze verify` without a warning about it, and
+/// its `systemd-analyze security` exposure is returned with the line that gives it.
+fn verified_exposure(text: &str, name: &str) -> (f64, String) {
+    let bin = enforcer_tests::enforcer_binary();
+    let dir = scratch(name);
+    let unit = dir.join(name);
+    std::fs::write(
+        &unit,
+        text.replace("/usr/local/bin/enforcer", &bin.display().to_string()),
+    )
+    .expect("unit copy");
+    let (ok, out, err) = analyze(&["verify"], &unit);
+    assert!(ok, "systemd-analyze verify: {out}{err}");
+    assert!(
+        !err.contains(&format!("{name}:")),
+        "systemd-analyze verify warns about the unit: {err}"
+    );
+    let (_, out, err) = analyze(&["security", "--offline=yes", "--no-pager"], &unit);
+    let line = out
+        .lines()
+        .chain(err.lines())
+        .find(|l| l.contains("Overall exposure level"))
+        .unwrap_or_else(|| panic!("no exposure level: {out}{err}"))
+        .to_owned();
+    let score: f64 = line
+        .split(':')
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("exposure in {line:?}"));
+    eprintln!("{line}");
+    let _ = std::fs::remove_dir_all(&dir);
+    (score, line)
+}
+
 /// The unit verifies (with its binary at the built one: `verify` checks that `ExecStart`
 /// exists), runs `enforcer run` with a configuration file, keeps the pods when it stops, and
 /// its exposure stays at systemd's MEDIUM or better.
@@ -76,38 +112,11 @@ fn the_systemd_unit_verifies_and_is_hardened() {
             "{cap} in the bounding set"
         );
     }
-    let bin = enforcer_tests::enforcer_binary();
-    let dir = scratch("unit");
-    let unit = dir.join("enforcer.service");
-    std::fs::write(
-        &unit,
-        text.replace("/usr/local/bin/enforcer", &bin.display().to_string()),
-    )
-    .expect("unit copy");
-    let (ok, out, err) = analyze(&["verify"], &unit);
-    assert!(ok, "systemd-analyze verify: {out}{err}");
-    assert!(
-        !err.contains("enforcer.service:"),
-        "systemd-analyze verify warns about the unit: {err}"
-    );
-    let (_, out, err) = analyze(&["security", "--offline=yes", "--no-pager"], &unit);
-    let line = out
-        .lines()
-        .chain(err.lines())
-        .find(|l| l.contains("Overall exposure level"))
-        .unwrap_or_else(|| panic!("no exposure level: {out}{err}"));
-    let score: f64 = line
-        .split(':')
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("exposure in {line:?}"));
-    eprintln!("{line}");
+    let (score, line) = verified_exposure(&text, "enforcer.service");
     assert!(
         score <= 6.5,
         "hardening regressed (docs/deployment.md): {line}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Every document parses into its k8s-openapi type; the role grants each request the node's
@@ -305,41 +314,17 @@ fn the_companion_unit_verifies_and_is_hardened() {
         .expect("a bounding set")
         .split_whitespace()
         .collect();
-    let daemonset = companion_daemonset_capabilities();
+    let daemonset: Vec<String> = enforcer_tests::companion_daemonset_capabilities()
+        .iter()
+        .map(|c| format!("CAP_{c}"))
+        .collect();
     assert_eq!(
         bounding,
         daemonset.iter().map(String::as_str).collect(),
         "the unit's bounding set is the DaemonSet's capabilities"
     );
-    let bin = enforcer_tests::enforcer_binary();
-    let dir = scratch("companion-unit");
-    let unit = dir.join("enforcer-companion.service");
-    std::fs::write(
-        &unit,
-        text.replace("/usr/local/bin/enforcer", &bin.display().to_string()),
-    )
-    .expect("unit copy");
-    let (ok, out, err) = analyze(&["verify"], &unit);
-    assert!(ok, "systemd-analyze verify: {out}{err}");
-    assert!(
-        !err.contains("enforcer-companion.service:"),
-        "systemd-analyze verify warns about the unit: {err}"
-    );
-    let (_, out, err) = analyze(&["security", "--offline=yes", "--no-pager"], &unit);
-    let line = out
-        .lines()
-        .chain(err.lines())
-        .find(|l| l.contains("Overall exposure level"))
-        .unwrap_or_else(|| panic!("no exposure level: {out}{err}"));
-    let score: f64 = line
-        .split(':')
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("exposure in {line:?}"));
-    eprintln!("companion: {line}");
+    let (score, line) = verified_exposure(&text, "enforcer-companion.service");
     assert!(score <= 5.5, "the companion's hardening regressed: {line}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The companion's manifests parse; its role grants exactly what the companion's writers
@@ -462,26 +447,4 @@ fn the_companion_manifests_grant_only_what_the_companion_writes() {
     );
     assert_eq!(loaded.config.cgroup_driver.as_str(), "systemd");
     let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// The DaemonSet's added capabilities as systemd names them (`CAP_BPF`, ...).
-fn companion_daemonset_capabilities() -> Vec<String> {
-    let text = std::fs::read_to_string(deploy("companion/enforcer-companion.yaml"))
-        .expect("the companion's manifests");
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let v = serde_yaml_ng::Value::deserialize(doc).expect("a YAML document");
-        if v["kind"].as_str() == Some("DaemonSet") {
-            let json = serde_json::to_value(&v).expect("as JSON");
-            let ds = parse::<DaemonSet>("DaemonSet", json);
-            let pod = ds.spec.template.spec.expect("pod spec");
-            let caps = pod.containers[0]
-                .security_context
-                .clone()
-                .and_then(|s| s.capabilities)
-                .and_then(|c| c.add)
-                .unwrap_or_default();
-            return caps.iter().map(|c| format!("CAP_{c}")).collect();
-        }
-    }
-    panic!("no DaemonSet");
 }
