@@ -140,6 +140,15 @@ pub struct ConfigArgs {
     /// Image pull burst.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub registry_burst: Option<i32>,
+    /// Image disk usage percent at or above which image garbage collection runs.
+    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
+    pub image_gc_high_threshold: Option<i32>,
+    /// Image disk usage percent image garbage collection frees down to.
+    #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
+    pub image_gc_low_threshold: Option<i32>,
+    /// Minimum age of an unused image before it is garbage collected (Go duration).
+    #[arg(long, value_name = "DURATION")]
+    pub minimum_image_ttl_duration: Option<String>,
     /// Enforce cpu limits with CFS quota.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub cpu_cfs_quota: Option<bool>,
@@ -296,6 +305,10 @@ pub struct Config {
     pub registry_pull_qps: u32,
     /// `registryBurst`.
     pub registry_burst: u32,
+    /// `maxParallelImagePulls` (unset: no limit when pulls are not serialized), the image
+    /// garbage collector's thresholds and ages.
+    #[serde(flatten)]
+    pub images: ImageConfig,
     /// `cpuCFSQuota`.
     #[serde(rename = "cpuCFSQuota")]
     pub cpu_cfs_quota: bool,
@@ -336,6 +349,27 @@ pub struct Config {
     pub enforcer: EnforcerConfig,
 }
 
+/// The validated image settings (kubelet's names).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageConfig {
+    /// `maxParallelImagePulls`: at most this many pulls at once when `serializeImagePulls` is
+    /// false (unset: no limit).
+    pub max_parallel_image_pulls: Option<u32>,
+    /// `imageGCHighThresholdPercent` (85).
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub image_gc_high_threshold_percent: u8,
+    /// `imageGCLowThresholdPercent` (80).
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub image_gc_low_threshold_percent: u8,
+    /// `imageMinimumGCAge` (2m).
+    #[serde(rename = "imageMinimumGCAge", serialize_with = "ser_duration")]
+    pub image_minimum_gc_age: Duration,
+    /// `imageMaximumGCAge` (0: off).
+    #[serde(rename = "imageMaximumGCAge", serialize_with = "ser_duration")]
+    pub image_maximum_gc_age: Duration,
+}
+
 /// The validated `enforcer:` section.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -359,6 +393,9 @@ pub struct EnforcerConfig {
     #[serde(rename = "allowHostIPC")]
     pub allow_host_ipc: bool,
     pub allow_host_paths: bool,
+    #[serde(rename = "imageGCPeriod", serialize_with = "ser_duration")]
+    pub image_gc_period: Duration,
+    pub image_pull_secret_dir: PathBuf,
 }
 
 impl Config {

@@ -324,6 +324,7 @@ pub async fn run(
     }
     let mut pods_task = None;
     let mut node_reclaim = None;
+    let mut image_gc = None;
     let mut companion_tasks = Vec::new();
     let mut events = events;
     if let (Some(cri), Some(_)) = (cri.clone(), companion) {
@@ -368,6 +369,8 @@ pub async fn run(
         ro.static_pods = opts.static_pods;
         ro.kubeconfig = opts.kubeconfig.clone();
         ro.resync = config.sync_frequency;
+        ro.images = Arc::new(runtime::images::ImageManager::new(&image_options(&config)));
+        image_gc = Some(ro.images.gc.clone());
         ro.dns = crate::policy::dns::DnsSettings {
             cluster_dns: config.cluster_dns.clone(),
             cluster_domain: config.cluster_domain.clone(),
@@ -447,6 +450,7 @@ pub async fn run(
         status,
         housekeeping: config.enforcer.housekeeping_interval,
         node_reclaim,
+        image_gc,
         health: health.clone(),
         events: recorder,
         companion: companion.is_some(),
@@ -558,5 +562,25 @@ mod tests {
         .config;
         let observer = plain.node_observer(&CgroupLayout::default(), &caps);
         assert!(memory_crossings(&plain, &observer).is_empty());
+    }
+}
+
+/// kubelet's image settings for the image manager and its collector.
+fn image_options(config: &Config) -> runtime::images::ImageOptions {
+    runtime::images::ImageOptions {
+        serialize: config.serialize_image_pulls,
+        max_parallel: config.images.max_parallel_image_pulls,
+        qps: config.registry_pull_qps,
+        burst: config.registry_burst,
+        gc: crate::policy::images::gc::GcPolicy {
+            high_percent: config.images.image_gc_high_threshold_percent,
+            low_percent: config.images.image_gc_low_threshold_percent,
+            min_age: config.images.image_minimum_gc_age,
+            max_age: config.images.image_maximum_gc_age,
+        },
+        gc_period: config.enforcer.image_gc_period,
+        secret_dir: config.enforcer.image_pull_secret_dir.clone(),
+        // kubelet's `<root dir>/config.json`.
+        node_config: config.enforcer.state_dir.join("config.json"),
     }
 }

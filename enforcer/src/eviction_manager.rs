@@ -113,6 +113,9 @@ pub struct EvictionManager {
     pub housekeeping: Duration,
     /// The runtime for node-level reclaim before disk-pressure evictions (`None`: no pods run).
     pub node_reclaim: Option<Arc<CriRuntime>>,
+    /// The image garbage collector node-level reclaim asks to delete unused images
+    /// (`DeleteUnusedImages`); `None`: images are left.
+    pub image_gc: Option<Arc<crate::runtime::images::ImageGc>>,
     /// Told of every wakeup and of the signal pipeline ending (`/healthz`).
     pub health: Arc<Health>,
     /// `EvictionThresholdMet` on the node, `Evicted` on the pod (cluster mode).

@@ -102,6 +102,20 @@ struct Source {
     source: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ImageSize {
+    image_size_in_bytes: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GcReason {
+    reason: String,
+}
+
+fn image_pull_histogram() -> Histogram {
+    Histogram::new(crate::policy::images::IMAGE_PULL_DURATION_BUCKETS)
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 #[derive(Debug)]
@@ -130,6 +144,8 @@ struct Inner {
     decision_to_sigkill: Histogram,
     sigkill_to_released: Histogram,
     oom_kills: Family<QosClass, Counter>,
+    image_pull_duration: HistogramFamily<ImageSize>,
+    image_garbage_collected: Family<GcReason, Counter>,
     /// When each pod was first seen, until it runs (kubelet's pod start duration).
     first_seen: Mutex<HashMap<String, Instant>>,
     last_relist: Mutex<Option<Instant>>,
@@ -180,6 +196,19 @@ impl Metrics {
             "kubelet_runtime_operations_duration_seconds",
             "Duration in seconds of runtime operations. Broken down by operation type.",
             runtime_operations_duration.clone(),
+        );
+        let image_pull_duration: HistogramFamily<ImageSize> =
+            Family::new_with_constructor(image_pull_histogram);
+        registry.register(
+            "kubelet_image_pull_duration_seconds",
+            "Duration in seconds to pull an image.",
+            image_pull_duration.clone(),
+        );
+        let image_garbage_collected = Family::<GcReason, Counter>::default();
+        registry.register(
+            "kubelet_image_garbage_collected",
+            "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
+            image_garbage_collected.clone(),
         );
         let started_pods = Counter::default();
         registry.register(
@@ -310,6 +339,8 @@ impl Metrics {
             runtime_operations,
             runtime_operations_errors,
             runtime_operations_duration,
+            image_pull_duration,
+            image_garbage_collected,
             started_pods,
             started_pods_errors,
             started_containers,
@@ -364,6 +395,27 @@ impl Metrics {
             start: Instant::now(),
             ok: false,
         }
+    }
+
+    /// An image was pulled: `kubelet_image_pull_duration_seconds` (the time including the
+    /// wait for a pull slot) by the image's size bucket.
+    pub fn image_pulled(&self, size: u64, elapsed: Duration) {
+        self.0
+            .image_pull_duration
+            .get_or_create(&ImageSize {
+                image_size_in_bytes: crate::policy::images::image_size_bucket(size).to_owned(),
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// An image was removed by the collector (`reason`: `age` or `space`).
+    pub fn image_garbage_collected(&self, reason: &str) {
+        self.0
+            .image_garbage_collected
+            .get_or_create(&GcReason {
+                reason: reason.to_owned(),
+            })
+            .inc();
     }
 
     /// A container is about to be created and started (`kubelet_started_containers_total`).

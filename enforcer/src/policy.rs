@@ -18,6 +18,8 @@
 //! - [`pod_status`]: the pod's status (kubelet's `generateAPIPodStatus`) from what the worker
 //!   observed.
 //! - [`backoff`]: crash-loop and image-pull backoff.
+//! - [`images`]: image references, the registry pull limiter, pull errors, pull secrets'
+//!   keyring and the image garbage collector's choices.
 //! - [`env`]: a container's environment (`fieldRef`, `resourceFieldRef`, `$(VAR)` expansion).
 //! - [`volumes`]: the volumes a pod asks for, as set-up steps and CRI mounts, or a refusal.
 //! - [`security`]: the pod's security context as CRI runs it, sysctl and AppArmor admission.
@@ -29,6 +31,7 @@ pub mod cpu;
 pub mod dns;
 pub mod env;
 pub mod eviction;
+pub mod images;
 pub mod objects;
 pub mod oom;
 pub mod pod_actions;

@@ -31,6 +31,7 @@ pub mod enforce;
 pub mod fake;
 mod feeds;
 pub mod gc;
+pub mod images;
 pub mod lifecycle;
 pub mod limit;
 pub mod link;
@@ -182,6 +183,9 @@ pub struct RunPodsOptions {
     pub events: crate::recorder::Recorder,
     /// `clusterDNS`, `clusterDomain`, `resolvConf`.
     pub dns: crate::policy::dns::DnsSettings,
+    /// The image manager (pulls, secrets, the garbage collector); the daemon shares its
+    /// collector with the eviction manager.
+    pub images: Arc<images::ImageManager>,
 }
 
 /// The annotation manifest pods carry instead of `kubernetes.io/config.source` when they are
@@ -237,6 +241,10 @@ impl RunPodsOptions {
             health: Arc::default(),
             events: crate::recorder::Recorder::default(),
             dns: crate::policy::dns::DnsSettings::default(),
+            images: Arc::new(images::ImageManager::new(&images::ImageOptions {
+                node_config: std::path::Path::new(DEFAULT_STATE_DIR).join("config.json"),
+                ..Default::default()
+            })),
         }
     }
 }
@@ -359,6 +367,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             .kubeconfig
             .clone()
             .map(|k| Arc::new(objects::ApiObjects::new(k))),
+        images: opts.images.clone(),
         // kubelet's seccompProfileRoot: `<root dir>/seccomp`.
         security: crate::policy::security::SecurityOptions {
             seccomp_profile_root: opts.state_dir.join("seccomp").display().to_string(),
@@ -389,6 +398,13 @@ pub async fn run_pods_with<R: ContainerRuntime>(
     let mut fast_relist_until: Option<tokio::time::Instant> = None;
     let link = opts.link.clone();
     let (cpu_reconcile, cpu_task) = cpu_reconciler(&opts.enforce, &runtime);
+    // kubelet's image garbage collection: at once, then every period.
+    let image_gc = tokio::spawn(opts.images.gc.clone().run(
+        runtime.clone(),
+        opts.events.clone(),
+        opts.node_name.clone(),
+        std::future::pending(),
+    ));
     let mut pods = Pods {
         ctx: ctx.clone(),
         link: link.clone(),
@@ -596,6 +612,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
     if let Some(t) = cpu_task {
         t.abort();
     }
+    image_gc.abort();
     let _ = stop_writer_tx.send(());
     let _ = writer.await;
     Ok(())
@@ -663,6 +680,10 @@ mod tests {
             health: Arc::default(),
             events: crate::recorder::Recorder::default(),
             dns: crate::policy::dns::DnsSettings::default(),
+            images: Arc::new(images::ImageManager::new(&images::ImageOptions {
+                node_config: dir.join("state/config.json"),
+                ..Default::default()
+            })),
         }
     }
 

@@ -64,6 +64,13 @@ pub fn opts(cd: &Containerd) -> RunPodsOptions {
         health: Arc::default(),
         events: enforcer::recorder::Recorder::default(),
         dns: enforcer::policy::dns::DnsSettings::default(),
+        images: Arc::new(enforcer::runtime::images::ImageManager::new(
+            &enforcer::runtime::images::ImageOptions {
+                node_config: state(cd).join("config.json"),
+                secret_dir: cd.dir.join("pull-secrets"),
+                ..Default::default()
+            },
+        )),
     }
 }
 

@@ -96,6 +96,12 @@ pub struct EnforcerSection {
     pub allow_host_ipc: Option<bool>,
     /// Allow hostPath volumes, default false.
     pub allow_host_paths: Option<bool>,
+    /// How often the image garbage collector runs (kubelet's fixed `ImageGCPeriod`), default 5m.
+    #[serde(rename = "imageGCPeriod")]
+    pub image_gc_period: Option<Scalar>,
+    /// Standalone pods' `imagePullSecrets`: the secret `NAME` is the docker config file
+    /// `<dir>/NAME.json`, default /etc/enforcer/pull-secrets.
+    pub image_pull_secret_dir: Option<PathBuf>,
 }
 
 /// The `KubeletConfiguration` fields the enforcer reads (all optional: unset means kubelet's
@@ -134,6 +140,15 @@ pub struct KubeletConfiguration {
     #[serde(rename = "registryPullQPS")]
     pub registry_pull_qps: Option<i32>,
     pub registry_burst: Option<i32>,
+    pub max_parallel_image_pulls: Option<i32>,
+    #[serde(rename = "imageGCHighThresholdPercent")]
+    pub image_gc_high_threshold_percent: Option<i32>,
+    #[serde(rename = "imageGCLowThresholdPercent")]
+    pub image_gc_low_threshold_percent: Option<i32>,
+    #[serde(rename = "imageMinimumGCAge")]
+    pub image_minimum_gc_age: Option<Scalar>,
+    #[serde(rename = "imageMaximumGCAge")]
+    pub image_maximum_gc_age: Option<Scalar>,
     #[serde(rename = "cpuCFSQuota")]
     pub cpu_cfs_quota: Option<bool>,
     pub memory_throttling_factor: Option<f64>,

@@ -7,6 +7,7 @@
 
 mod enforcer;
 mod eviction;
+mod images;
 mod node;
 
 use std::{collections::BTreeMap, time::Duration};
@@ -64,6 +65,18 @@ pub(super) mod key {
         EVENT_BURST = "eventBurst", "--event-burst";
         REGISTRY_PULL_QPS = "registryPullQPS", "--registry-qps";
         REGISTRY_BURST = "registryBurst", "--registry-burst";
+        /// File only.
+        MAX_PARALLEL_IMAGE_PULLS = "maxParallelImagePulls", "maxParallelImagePulls";
+        IMAGE_GC_HIGH_THRESHOLD_PERCENT =
+            "imageGCHighThresholdPercent", "--image-gc-high-threshold";
+        IMAGE_GC_LOW_THRESHOLD_PERCENT = "imageGCLowThresholdPercent", "--image-gc-low-threshold";
+        IMAGE_MINIMUM_GC_AGE = "imageMinimumGCAge", "--minimum-image-ttl-duration";
+        /// File only.
+        IMAGE_MAXIMUM_GC_AGE = "imageMaximumGCAge", "imageMaximumGCAge";
+        /// File only.
+        IMAGE_GC_PERIOD = "enforcer.imageGCPeriod", "enforcer.imageGCPeriod";
+        /// File only.
+        IMAGE_PULL_SECRET_DIR = "enforcer.imagePullSecretDir", "enforcer.imagePullSecretDir";
         /// File only.
         MEMORY_THROTTLING_FACTOR = "memoryThrottlingFactor", "memoryThrottlingFactor";
         POD_PIDS_LIMIT = "podPidsLimit", "--pod-max-pids";
@@ -315,6 +328,11 @@ pub fn resolve(
 ) -> Result<LoadedConfig, ConfigError> {
     let n = Namer { file: name };
     let mut warnings = Vec::new();
+    let serialize_image_pulls = args
+        .serialize_image_pulls
+        .or(doc.serialize_image_pulls)
+        .unwrap_or(true);
+    let images = images::images(&n, doc, args, serialize_image_pulls)?;
     let maps = Maps::read(&n, doc, args)?;
     let enforce = eviction::enforce_node_allocatable(&n, doc, args)?;
     let eviction = eviction::eviction(&n, doc, args, &maps, &enforce, &mut warnings)?;
@@ -354,12 +372,10 @@ pub fn resolve(
         kube_api_burst: rates.kube_api_burst,
         event_record_qps: rates.event_record_qps,
         event_burst: rates.event_burst,
-        serialize_image_pulls: args
-            .serialize_image_pulls
-            .or(doc.serialize_image_pulls)
-            .unwrap_or(true),
+        serialize_image_pulls,
         registry_pull_qps: rates.registry_pull_qps,
         registry_burst: rates.registry_burst,
+        images,
         cpu_cfs_quota: args.cpu_cfs_quota.or(doc.cpu_cfs_quota).unwrap_or(true),
         memory_throttling_factor,
         single_process_oom_kill: doc.single_process_oom_kill.unwrap_or(false),

@@ -2,7 +2,7 @@
 //! themselves (through the stats collector), the last victim's release, the imagefs, and the
 //! node after a node-level reclaim.
 
-use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use super::{EvictionManager, Memo, Trigger};
 use crate::{
@@ -15,15 +15,7 @@ use crate::{
 /// How often the runtime is asked for its image filesystem until it answers.
 const IMAGEFS_RETRY: Duration = Duration::from_secs(10);
 
-/// The imagefs mountpoint from a CRI `ImageFsInfo` answer: the first absolute path that exists.
-#[must_use]
-pub fn imagefs_mountpoint(filesystems: &[k8s_cri::v1::FilesystemUsage]) -> Option<PathBuf> {
-    filesystems
-        .iter()
-        .filter_map(|f| f.fs_id.as_ref())
-        .map(|id| PathBuf::from(&id.mountpoint))
-        .find(|p| p.is_absolute() && p.exists())
-}
+pub use crate::runtime::images::imagefs_mountpoint;
 
 /// What a step on `trigger` reads: everything on the housekeeping tick and at a due instant;
 /// on a signal, the node and the pods it names (`named`).
@@ -125,7 +117,8 @@ impl EvictionManager {
         let running = move |uid: &str| {
             active.contains_key(uid) && status.get(uid).is_none_or(|r| !r.phase.is_terminal())
         };
-        match runtime::gc::reclaim_node_level(rt.as_ref(), &running).await {
+        match runtime::gc::reclaim_node_level(rt.as_ref(), self.image_gc.as_deref(), &running).await
+        {
             Ok(r) => tracing::info!(
                 containers = r.containers,
                 log_bytes = r.log_bytes,

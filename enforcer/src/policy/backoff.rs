@@ -67,6 +67,15 @@ impl Backoff {
         (now < at).then_some(at)
     }
 
+    /// `IsInBackOffSinceUpdate`: whether the last recorded failure's delay has not passed at
+    /// `now` (image pulls: the pull is not retried before then).
+    #[must_use]
+    pub fn in_backoff_since_update(&self, key: &str, now: Instant) -> bool {
+        self.entries.get(key).is_some_and(|e| {
+            !self.expired(e, now) && now.saturating_duration_since(e.last_update) < e.backoff
+        })
+    }
+
     /// `Next`: records a retry now; the next failure waits twice as long (up to the max).
     pub fn next(&mut self, key: &str, now: Instant) {
         let initial = self.initial;
@@ -163,5 +172,22 @@ mod tests {
         assert_eq!(b.retry_at("k", later, later), None);
         b.next("k", later);
         assert_eq!(b.current("k"), Some(INITIAL));
+    }
+
+    /// Image pulls: ErrImagePull, then ImagePullBackOff for 10 s, then a retry; each failure
+    /// doubles the wait up to 300 s (image_manager_test.go's backoff case).
+    #[tokio::test(start_paused = true)]
+    async fn image_pull_schedule() {
+        let mut b = Backoff::default();
+        let t0 = Instant::now();
+        assert!(!b.in_backoff_since_update("p_img", t0));
+        b.next("p_img", t0);
+        assert!(b.in_backoff_since_update("p_img", t0 + Duration::from_secs(9)));
+        assert!(!b.in_backoff_since_update("p_img", t0 + INITIAL));
+        let t1 = t0 + INITIAL;
+        b.next("p_img", t1);
+        assert!(b.in_backoff_since_update("p_img", t1 + Duration::from_secs(19)));
+        assert!(!b.in_backoff_since_update("p_img", t1 + Duration::from_secs(20)));
+        assert!(!b.in_backoff_since_update("other", t1));
     }
 }

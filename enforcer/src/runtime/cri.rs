@@ -130,14 +130,22 @@ pub trait ContainerRuntime: Send + Sync + 'static {
         &self,
         image: &str,
     ) -> impl Future<Output = Result<Option<cri::Image>, CriError>> + Send;
-    /// Pulls an image; returns its reference.
+    /// Pulls an image with the credentials in `auth` (none: anonymous); returns its
+    /// reference.
     fn pull_image(
         &self,
         image: &str,
+        auth: Option<cri::AuthConfig>,
         sandbox_config: Option<cri::PodSandboxConfig>,
     ) -> impl Future<Output = Result<String, CriError>> + Send;
     /// The images on the node (node-level reclaim). A runtime without images lists none.
     fn list_images(&self) -> impl Future<Output = Result<Vec<cri::Image>, CriError>> + Send {
+        async { Ok(Vec::new()) }
+    }
+    /// The runtime's image filesystems (CRI `ImageFsInfo`); a runtime without images has none.
+    fn image_filesystems(
+        &self,
+    ) -> impl Future<Output = Result<Vec<cri::FilesystemUsage>, CriError>> + Send {
         async { Ok(Vec::new()) }
     }
     /// Removes an image by id (node-level reclaim).
@@ -687,6 +695,7 @@ impl ContainerRuntime for CriRuntime {
     async fn pull_image(
         &self,
         image: &str,
+        auth: Option<cri::AuthConfig>,
         sandbox_config: Option<cri::PodSandboxConfig>,
     ) -> Result<String, CriError> {
         let spec = cri::ImageSpec {
@@ -701,7 +710,7 @@ impl ContainerRuntime for CriRuntime {
                 |_, mut i| async move {
                     i.pull_image(cri::PullImageRequest {
                         image: Some(spec),
-                        auth: None,
+                        auth,
                         sandbox_config,
                     })
                     .await
@@ -709,6 +718,10 @@ impl ContainerRuntime for CriRuntime {
             )
             .await?;
         Ok(resp.image_ref)
+    }
+
+    async fn image_filesystems(&self) -> Result<Vec<cri::FilesystemUsage>, CriError> {
+        CriRuntime::image_fs_info(self).await
     }
 
     async fn list_images(&self) -> Result<Vec<cri::Image>, CriError> {

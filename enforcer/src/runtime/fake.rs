@@ -468,9 +468,11 @@ impl ContainerRuntime for FakeRuntime {
     async fn pull_image(
         &self,
         image: &str,
+        auth: Option<cri::AuthConfig>,
         _sandbox_config: Option<cri::PodSandboxConfig>,
     ) -> Result<String, CriError> {
-        self.log(format!("PullImage {image}"))?;
+        let who = auth.map_or_else(String::new, |a| format!(" as {}", a.username));
+        self.log(format!("PullImage {image}{who}"))?;
         Err(CriError::Status {
             op: "PullImage",
             id: image.to_owned(),

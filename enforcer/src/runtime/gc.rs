@@ -1,14 +1,14 @@
 //! Node-level reclaim, which kubelet's eviction manager runs before evicting pods for disk
 //! pressure (`reclaimNodeLevelResources`): first dead containers (`DeleteAllUnusedContainers`),
-//! then images no container uses (`DeleteUnusedImages`), through CRI.
+//! then images no container uses (`DeleteUnusedImages`, the image garbage collector's:
+//! [`super::images::ImageGc::delete_unused`]), through CRI.
 //!
 //! Dead containers: every exited container of a pod that is finished or unknown, and of the
 //! other pods all but the newest exited instance of each container name (kubelet's
 //! `MaxPerPodContainer` = 1, which keeps the last state). Their logs go with them, as kubelet
 //! removes a container's log before `RemoveContainer`.
-//! Images: not referenced by any container, not pinned, not the runtime's sandbox image.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
 use k8s_cri::v1 as cri;
 
@@ -67,6 +67,7 @@ pub fn dead_containers_to_remove<'a>(
 /// containers or images are logged and skipped; a failed listing is returned.
 pub async fn reclaim_node_level<R: ContainerRuntime>(
     runtime: &R,
+    images: Option<&super::images::ImageGc>,
     keep_newest: &(dyn Fn(&str) -> bool + Sync),
 ) -> Result<Reclaimed, CriError> {
     let mut out = Reclaimed::default();
@@ -98,55 +99,12 @@ pub async fn reclaim_node_level<R: ContainerRuntime>(
             Err(e) => tracing::warn!(container = %c.id, error = %e, "removing a dead container"),
         }
     }
-    // Images: what the remaining containers use is in use.
-    let remaining = runtime
-        .list_containers(cri::ContainerFilter::default())
-        .await?;
-    let mut in_use: HashSet<String> = HashSet::new();
-    for c in &remaining {
-        in_use.insert(c.image_ref.clone());
-        if let Some(i) = &c.image {
-            in_use.insert(i.image.clone());
-        }
-    }
-    let sandbox = match runtime.sandbox_image().await {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "the runtime's sandbox image is unknown; not removing images");
-            return Ok(out);
-        }
-    };
-    let images = runtime.list_images().await?;
-    for image in images {
-        let names = std::iter::once(&image.id)
-            .chain(&image.repo_tags)
-            .chain(&image.repo_digests);
-        let used = names.clone().any(|n| {
-            in_use.contains(n)
-                || sandbox
-                    .as_deref()
-                    .is_some_and(|s| s == n || short_name(n) == s)
-        });
-        if used || image.pinned || sandbox.is_none() {
-            continue;
-        }
-        match runtime.remove_image(&image.id).await {
-            Ok(()) => {
-                tracing::info!(image = %image.id, tags = ?image.repo_tags, "removed an unused image");
-                out.images += 1;
-            }
-            Err(e) if e.is_not_found() => {}
-            Err(e) => tracing::warn!(image = %image.id, error = %e, "removing an unused image"),
-        }
+    // Images: the image garbage collector's `DeleteUnusedImages` (unused, unpinned, not the
+    // sandbox image, detected at least `imageMinimumGCAge` ago).
+    if let Some(gc) = images {
+        out.images = gc.delete_unused(runtime).await?;
     }
     Ok(out)
-}
-
-/// `docker.io/library/busybox:local` -> `busybox:local` (how a sandbox image may be written).
-fn short_name(n: &str) -> &str {
-    n.strip_prefix("docker.io/library/")
-        .or_else(|| n.strip_prefix("docker.io/"))
-        .unwrap_or(n)
 }
 
 #[cfg(test)]
@@ -185,9 +143,5 @@ mod tests {
             .collect();
         ids.sort_unstable();
         assert_eq!(ids, ["a1", "d1", "d2"]);
-        assert_eq!(
-            short_name("docker.io/library/busybox:local"),
-            "busybox:local"
-        );
     }
 }

@@ -280,6 +280,36 @@ impl ApiObjects {
         self.store(what, a)
     }
 
+    /// An image pull secret (kubelet's `getPullSecretsForPod`): a `kubernetes.io/dockerconfigjson`
+    /// Secret's `.dockerconfigjson` or a `kubernetes.io/dockercfg` one's `.dockercfg`.
+    pub async fn pull_secret(
+        self: &Arc<Self>,
+        namespace: &str,
+        name: &str,
+    ) -> super::images::PullSecret {
+        use super::images::PullSecret;
+        let what = What::Secret(namespace.to_owned(), name.to_owned());
+        let secret = match self.read(what).await {
+            Answer::Secret(Fetched::Found(s)) => s,
+            Answer::Secret(Fetched::Failed(e)) => return PullSecret::Unavailable(e),
+            _ => return PullSecret::Unavailable("not found".to_owned()),
+        };
+        let data = secret.data.clone().unwrap_or_default();
+        let kind = secret.type_.as_deref().unwrap_or_default();
+        let key = match kind {
+            "kubernetes.io/dockerconfigjson" => ".dockerconfigjson",
+            "kubernetes.io/dockercfg" => ".dockercfg",
+            // Another type holds no registry credentials (kubelet skips it).
+            _ => return PullSecret::Found(crate::policy::images::keyring::Keyring::default()),
+        };
+        match data.get(key) {
+            Some(b) if !b.0.is_empty() => {
+                PullSecret::parse(&format!("secret {namespace}/{name}"), &b.0)
+            }
+            _ => PullSecret::Invalid(format!("secret {namespace}/{name}: no {key} data")),
+        }
+    }
+
     /// The services of `namespace`.
     async fn services_of(self: &Arc<Self>, namespace: &str) -> Result<Vec<Service>, String> {
         match self.read(What::Services(namespace.to_owned())).await {

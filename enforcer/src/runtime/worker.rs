@@ -66,6 +66,9 @@ pub enum WorkerError {
         #[source]
         source: std::io::Error,
     },
+    /// The runtime could not be reached for a pull.
+    #[error("pod {uid}: pulling an image: {message}")]
+    Image { uid: String, message: String },
     /// kubelet's `CreatePodSandboxError` for a DNS configuration that cannot be made.
     #[error("pod {uid}: Failed to create pod sandbox: {message}")]
     Dns { uid: String, message: String },
@@ -74,6 +77,7 @@ pub enum WorkerError {
 impl WorkerError {
     fn unavailable(&self) -> bool {
         matches!(self, Self::Cri { source, .. } if source.is_unavailable())
+            || matches!(self, Self::Image { .. })
     }
 }
 
@@ -115,6 +119,9 @@ pub struct WorkerContext<R> {
     pub objects: Option<Arc<super::objects::ApiObjects>>,
     /// `clusterDNS`, `clusterDomain`, `resolvConf`: the pods' DNS.
     pub dns: crate::policy::dns::DnsSettings,
+    /// kubelet's image manager: pull slots, the registry limiter, pull secrets, the image
+    /// garbage collector.
+    pub images: Arc<super::images::ImageManager>,
 }
 
 fn label_filter(uid: &str) -> HashMap<String, String> {
@@ -189,7 +196,7 @@ pub struct PodWorker<R> {
     pod: Option<Arc<Pod>>,
     source: String,
     backoff: Backoff,
-    image_backoff: Backoff,
+    image_backoff: super::images::ImageBackoff,
     /// When each exited container was first seen exited (crash backoff counts from there).
     exit_seen: HashMap<String, Instant>,
     /// Container statuses by id (refreshed when the listed state changes).
@@ -231,7 +238,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             pod: Some(pod),
             source,
             backoff: Backoff::default(),
-            image_backoff: Backoff::default(),
+            image_backoff: super::images::ImageBackoff::default(),
             exit_seen: HashMap::new(),
             statuses: HashMap::new(),
             waiting: HashMap::new(),
@@ -258,7 +265,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             pod: None,
             source: String::new(),
             backoff: Backoff::default(),
-            image_backoff: Backoff::default(),
+            image_backoff: super::images::ImageBackoff::default(),
             exit_seen: HashMap::new(),
             statuses: HashMap::new(),
             waiting: HashMap::new(),

@@ -486,6 +486,7 @@ async fn run_mode(
         status: StatusManager::default(),
         housekeeping,
         node_reclaim: None,
+        image_gc: None,
         health: std::sync::Arc::default(),
         events: enforcer::recorder::Recorder::default(),
         companion: mode.companion,

@@ -46,6 +46,7 @@ pub(super) fn section(
     let http_address: SocketAddr = http
         .parse()
         .map_err(|err| n.invalid(key::HTTP_ADDRESS, from_flag, http.clone(), err))?;
+    let (image_gc_period, image_pull_secret_dir) = super::images::section(n, doc)?;
     let path = |key: Key, flag: &Option<PathBuf>, file: &Option<PathBuf>, default: &str| {
         path_setting(n, key, flag.clone(), file.clone(), default)
     };
@@ -92,6 +93,8 @@ pub(super) fn section(
             .allow_host_paths
             .or(e.allow_host_paths)
             .unwrap_or(false),
+        image_gc_period,
+        image_pull_secret_dir,
     })
 }
 

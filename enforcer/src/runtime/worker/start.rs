@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use super::{PodWorker, WorkerError};
 use crate::{
     policy::{
+        images::{self, keyring::Credential},
         objects::{ObjectRefs, PodObjects},
         pod_actions::PullPolicy,
         security::{self, ImageUser},
@@ -19,6 +20,7 @@ use crate::{
     runtime::{
         apiserver::API_SOURCE,
         cri::ContainerRuntime,
+        images::PullSecret,
         lifecycle,
         spec::{self, ContainerKind},
         status::now_nanos,
@@ -375,88 +377,205 @@ impl<R: ContainerRuntime> PodWorker<R> {
     }
 
     /// The image reference to create from and, when it was already there, its status; `None`
-    /// (with a waiting reason) when it is not there and cannot be pulled now.
+    /// (with a waiting reason) when it is not there and cannot be pulled now. kubelet's
+    /// `EnsureImageExists`: the default tag, the pull policy against presence, the backoff,
+    /// then a pull through the shared image manager (its slots and limiter) with the pod's
+    /// pull secrets, with kubelet's events and waiting reasons at each step.
     async fn ensure_image(
         &mut self,
         c: &Container,
         sandbox_config: &cri::PodSandboxConfig,
         now: Instant,
     ) -> Result<Option<(String, Option<cri::Image>)>, WorkerError> {
-        let image = c.image.clone().unwrap_or_default();
+        let requested = c.image.clone().unwrap_or_default();
+        let image = match images::reference::with_default_tag(&requested) {
+            Ok(i) => i,
+            Err(e) => {
+                let msg = images::reference::invalid_name_message(&requested, &e);
+                self.event(
+                    Some(&c.name),
+                    EventType::Warning,
+                    "InspectFailed",
+                    msg.clone(),
+                );
+                self.image_error(c, images::ERR_INVALID_IMAGE_NAME, msg);
+                return Ok(None);
+            }
+        };
         let policy = PullPolicy::of(c);
         let rt = self.ctx.runtime.clone();
-        let present = rt.image_status(&image).await.map_err(self.cri())?;
-        let is_present = present.is_some();
-        if let Some(img) = present.filter(|_| policy != PullPolicy::Always) {
+        // `Always` does not look: it pulls.
+        let present = if policy == PullPolicy::Always {
+            None
+        } else {
+            rt.image_status(&image).await.map_err(self.cri())?
+        };
+        if let Some(img) = present {
             self.event(
                 Some(&c.name),
                 EventType::Normal,
                 "Pulled",
-                format!("Container image \"{image}\" already present on machine"),
+                format!("Container image \"{requested}\" already present on machine"),
             );
             return Ok(Some((img.id.clone(), Some(img))));
         }
-        if !is_present && policy == PullPolicy::Never {
+        if policy == PullPolicy::Never {
+            let msg =
+                format!("Container image \"{requested}\" is not present with pull policy of Never");
             self.event(
                 Some(&c.name),
                 EventType::Warning,
-                "ErrImageNeverPull",
-                format!("Container image \"{image}\" is not present with pull policy of Never"),
+                images::ERR_IMAGE_NEVER_PULL,
+                msg.clone(),
             );
-            self.waiting.insert(
-                c.name.clone(),
-                (
-                    "ErrImageNeverPull".to_owned(),
-                    format!("Container image \"{image}\" is not present with pull policy of Never"),
-                ),
-            );
+            self.image_error(c, images::ERR_IMAGE_NEVER_PULL, msg);
             return Ok(None);
         }
-        let key = format!("{}/{image}", self.uid);
-        if self.image_backoff.retry_at(&key, now, now).is_some() {
-            self.waiting.insert(
-                c.name.clone(),
-                (
-                    "ImagePullBackOff".to_owned(),
-                    format!("Back-off pulling image \"{image}\""),
-                ),
-            );
+        // kubelet's messages and backoff key name the image as the pod wrote it; CRI pulls the
+        // tagged reference.
+        let key = format!("{}_{requested}", self.uid);
+        if self
+            .image_backoff
+            .backoff
+            .in_backoff_since_update(&key, now)
+        {
+            let mut msg = format!("Back-off pulling image \"{requested}\"");
+            self.event(Some(&c.name), EventType::Normal, "BackOff", msg.clone());
+            if let Some(prev) = self.image_backoff.last_error.get(&key) {
+                msg = format!("{msg}: {prev}");
+            }
+            self.image_error(c, images::ERR_IMAGE_PULL_BACKOFF, msg);
             return Ok(None);
         }
+        let began = Instant::now();
+        let creds = match self.pull_credentials(&image).await {
+            Ok(c) => c,
+            Err(e) => {
+                // A secret that does not parse fails the pull (MakeDockerKeyring's error).
+                self.pull_failed(c, &requested, &key, &e, now);
+                return Ok(None);
+            }
+        };
         self.event(
             Some(&c.name),
             EventType::Normal,
             "Pulling",
-            format!("Pulling image \"{image}\""),
+            format!("Pulling image \"{requested}\""),
         );
-        let pulling = Instant::now();
-        match rt.pull_image(&image, Some(sandbox_config.clone())).await {
-            Ok(r) => {
+        let manager = self.ctx.images.clone();
+        match manager
+            .pull(rt.as_ref(), &image, &creds, sandbox_config)
+            .await
+        {
+            Ok(p) => {
+                let total = began.elapsed();
                 self.event(
                     Some(&c.name),
                     EventType::Normal,
                     "Pulled",
-                    format!(
-                        "Successfully pulled image \"{image}\" in {:?}",
-                        pulling.elapsed()
-                    ),
+                    images::pulled_message(&requested, p.pull, total, p.size),
                 );
-                Ok(Some((r, None)))
+                crate::metrics::global().image_pulled(p.size, total);
+                self.image_backoff.last_error.remove(&key);
+                Ok(Some((p.image_ref, None)))
             }
-            Err(e) if e.is_unavailable() => Err(self.cri()(e)),
+            Err(e) if e.unavailable => Err(WorkerError::Image {
+                uid: self.uid.clone(),
+                message: e.message,
+            }),
             Err(e) => {
-                self.image_backoff.next(&key, now);
-                tracing::warn!(uid = %self.uid, container = %c.name, image = %image, error = %e, "image pull failed");
-                self.event(
-                    Some(&c.name),
-                    EventType::Warning,
-                    "Failed",
-                    format!("Failed to pull image \"{image}\": {e}"),
-                );
-                self.waiting
-                    .insert(c.name.clone(), ("ErrImagePull".to_owned(), e.to_string()));
+                self.pull_failed(c, &requested, &key, &e.message, now);
                 Ok(None)
             }
         }
+    }
+
+    /// A failed pull: kubelet's `Failed` event, the next backoff step, the waiting reason
+    /// and message (`evalCRIPullErr`), and the `Error: <reason>` event.
+    fn pull_failed(&mut self, c: &Container, image: &str, key: &str, error: &str, now: Instant) {
+        tracing::warn!(uid = %self.uid, container = %c.name, image = %image, error = %error, "image pull failed");
+        self.event(
+            Some(&c.name),
+            EventType::Warning,
+            "Failed",
+            format!("Failed to pull image \"{image}\": {error}"),
+        );
+        self.image_backoff.backoff.next(key, now);
+        let (reason, msg) = images::pull_error(image, error);
+        self.image_backoff
+            .last_error
+            .insert(key.to_owned(), format!("{reason}: {msg}"));
+        self.image_error(c, reason, msg);
+    }
+
+    /// The container waits for its image: the waiting reason and message, and kubelet's
+    /// `Error: <reason>` event of `startContainer`.
+    fn image_error(&mut self, c: &Container, reason: &str, message: String) {
+        if reason != images::ERR_IMAGE_NEVER_PULL {
+            self.event(
+                Some(&c.name),
+                EventType::Warning,
+                "Failed",
+                format!("Error: {reason}"),
+            );
+        }
+        self.waiting
+            .insert(c.name.clone(), (reason.to_owned(), message));
+    }
+
+    /// The credentials for `image`: the pod's `imagePullSecrets` (from the API server for an
+    /// API pod, else `<secret dir>/<name>.json`), then the node's `config.json`. A secret
+    /// that cannot be read is skipped with kubelet's `FailedToRetrieveImagePullSecret`
+    /// warning; one that does not parse fails the pull.
+    async fn pull_credentials(&mut self, image: &str) -> Result<Vec<Credential>, String> {
+        let Some(pod) = self.pod.clone() else {
+            return Ok(Vec::new());
+        };
+        let names: Vec<String> = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.image_pull_secrets.as_ref())
+            .map(|v| {
+                v.iter()
+                    .map(|r| r.name.clone())
+                    .filter(|n| !n.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let namespace = pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".to_owned());
+        let mut keyrings = Vec::new();
+        let mut missing = Vec::new();
+        for name in &names {
+            let found = match (&self.ctx.objects, self.source == API_SOURCE) {
+                (Some(objects), true) => objects.pull_secret(&namespace, name).await,
+                _ => self.ctx.images.file_secret(name),
+            };
+            match found {
+                PullSecret::Found(k) => keyrings.push(k),
+                PullSecret::Invalid(e) => return Err(e),
+                PullSecret::Unavailable(e) => {
+                    tracing::warn!(uid = %self.uid, secret = %name, error = %e, "image pull secret not read");
+                    missing.push(format!("{namespace}/{name}"));
+                }
+            }
+        }
+        if !missing.is_empty() {
+            self.event(
+                None,
+                EventType::Warning,
+                "FailedToRetrieveImagePullSecret",
+                format!(
+                    "Unable to retrieve some image pull secrets ({}); attempting to pull the image may not succeed.",
+                    missing.join(", ")
+                ),
+            );
+        }
+        keyrings.push(self.ctx.images.node_keyring());
+        let refs: Vec<&images::keyring::Keyring> = keyrings.iter().collect();
+        Ok(images::keyring::lookup_all(&refs, image))
     }
 }

@@ -65,6 +65,12 @@ fn harness(yaml: &str) -> Harness {
         events: recorder,
         objects: None,
         dns: crate::policy::dns::DnsSettings::default(),
+        images: Arc::new(crate::runtime::images::ImageManager::new(
+            &crate::runtime::images::ImageOptions {
+                node_config: dir.path().join("config.json"),
+                ..Default::default()
+            },
+        )),
     });
     let pod: Pod = serde_yaml_ng::from_str(yaml).expect("pod");
     let (tx, rx) = mpsc::unbounded_channel();
