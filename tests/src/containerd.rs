@@ -54,6 +54,43 @@ impl Containerd {
         Self::start_inner(tag, true)
     }
 
+    /// As [`Containerd::start`], with containerd's root (its content store and snapshots: the
+    /// image filesystem `ImageFsInfo` reports) on a tmpfs of `bytes` of the test's own, so
+    /// image disk usage is the test's to fill (unmounted at teardown).
+    pub fn start_with_imagefs(tag: &str, bytes: u64) -> Self {
+        crate::require_root();
+        require_tools();
+        let name = crate::unique_name(tag);
+        let dir = std::env::temp_dir().join(&name);
+        let mut local = LocalContainerd::new(&dir, None)
+            .unwrap_or_else(|e| panic!("preparing a private containerd in {}: {e}", dir.display()));
+        let root = local.dir().join("root");
+        std::fs::create_dir_all(&root).expect("containerd root");
+        let data = std::ffi::CString::new(format!("mode=0711,size={bytes}")).unwrap_or_default();
+        rustix::mount::mount(
+            "tmpfs",
+            &root,
+            "tmpfs",
+            rustix::mount::MountFlags::empty(),
+            data.as_c_str(),
+        )
+        .unwrap_or_else(|e| panic!("tmpfs on {}: {e}", root.display()));
+        if let Err(e) = local.launch().and_then(|()| local.import_image().map(|_| ())) {
+            local.teardown();
+            panic!("starting a private containerd in {}: {e}", dir.display());
+        }
+        Self {
+            dir: local.dir().to_path_buf(),
+            socket: local.socket().to_path_buf(),
+            config: local.config().to_path_buf(),
+            cgroup_root: format!("/{name}"),
+            driver: crate::cgroup_driver(),
+            network: None,
+            local,
+            torn_down: false,
+        }
+    }
+
     fn start_inner(tag: &str, cni: bool) -> Self {
         crate::require_root();
         require_tools();

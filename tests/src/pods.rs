@@ -87,11 +87,18 @@ impl Enforcer {
     /// Starts it with [`opts`].
     #[must_use]
     pub fn start(cd: &Containerd) -> Self {
+        Self::start_with(cd, |_| {})
+    }
+
+    /// Starts it with [`opts`] as `change` leaves them.
+    #[must_use]
+    pub fn start_with(cd: &Containerd, change: impl FnOnce(&mut RunPodsOptions)) -> Self {
         std::fs::create_dir_all(manifests(cd)).expect("manifest dir");
         let (tx, rx) = oneshot::channel();
         let rt = Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(5)));
         let (recorder, events) = Recorder::channel();
         let mut o = opts(cd);
+        change(&mut o);
         o.events = recorder;
         let task = tokio::spawn(async move {
             run_pods_with(rt, o, StatusManager::default(), async {

@@ -397,6 +397,26 @@ impl ImageGc {
         Ok(records.eviction_order(&in_use))
     }
 
+    /// `detectImages` alone: the records brought up to date (new images first detected now,
+    /// images in use last used now).
+    pub async fn detect<R: ContainerRuntime>(&self, rt: &R) -> Result<(), CriError> {
+        self.candidates(rt, self.now()).await.map(|_| ())
+    }
+
+    /// The unused, unpinned images in the collector's eviction order (least recently used,
+    /// then first detected), after a detection.
+    pub async fn eviction_order<R: ContainerRuntime>(
+        &self,
+        rt: &R,
+    ) -> Result<Vec<String>, CriError> {
+        Ok(self
+            .candidates(rt, self.now())
+            .await?
+            .into_iter()
+            .map(|c| c.id)
+            .collect())
+    }
+
     async fn remove<R: ContainerRuntime>(&self, rt: &R, c: &Candidate, reason: &str) -> bool {
         match rt.remove_image(&c.id).await {
             Ok(()) => {
