@@ -36,7 +36,9 @@
 //!
 //! Lines are numbered in file order ([`Access::line`]): the order requests arrived in is the
 //! order of their `Started` entries, and two pulls overlapped when one's first `Started`
-//! comes before the other's last `Completed` ([`overlapped`]). Requests the router does not
+//! comes before the other's last blob `GET`'s `Completed` ([`overlapped`]). The fixture's
+//! own requests (pushes, start checks) carry the user agent [`PUSH_USER_AGENT`] and are left
+//! out of pulls ([`Access::is_pull`]); containerd's say `containerd/1.6.20+unknown`. Requests the router does not
 //! know (a path outside `/v2/`) log nothing.
 
 use std::{
@@ -47,7 +49,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::image::{ImageError, busybox_layer, gzip, header, image_config, oci_arch, sha256_hex};
+use crate::image::{ImageError, busybox_layer, header, image_config, oci_arch, sha256_hex};
 
 /// The user of the `auth` registry.
 pub const AUTH_USER: &str = "enforcer";
@@ -63,6 +65,10 @@ pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 pub const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 pub const OCI_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 pub const OCI_LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+
+/// The user agent of the fixture's own requests (pushes, start checks), so
+/// [`Access::is_pull`] tells them from containerd's.
+pub const PUSH_USER_AGENT: &str = "enforcer-test-fixture";
 
 /// How long a registry may take to answer `GET /v2/` after its start.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
@@ -234,16 +240,17 @@ impl Registries {
 
     /// Writes containerd's `hosts.toml` for the three registries below `certs_dir` (CRI
     /// `registry.config_path`, e.g. [`crate::containerd::Containerd::certs_dir`]):
-    /// `127.0.0.1:PORT/hosts.toml` for each (with `ca` for the HTTPS ones, the `http://`
-    /// scheme for `plain`), and `mirror.enforcer.test/hosts.toml` sending that name to
-    /// `plain`. containerd reads them at each pull.
+    /// `127.0.0.1:PORT/hosts.toml` for each ([`Registry::hosts_toml`]: `ca` for the HTTPS
+    /// ones, the `http://` scheme for `plain`), and `mirror.enforcer.test/hosts.toml` sending
+    /// that name to `plain` ([`Registry::mirror_hosts_toml`]). containerd reads them at each
+    /// pull.
     pub fn write_hosts(&self, certs_dir: &Path) -> Result<(), RegistryError> {
         for r in [&self.tls, &self.auth, &self.plain] {
             write_file(&certs_dir.join(&r.host).join("hosts.toml"), &r.hosts_toml())?;
         }
         write_file(
             &certs_dir.join(MIRROR_HOST).join("hosts.toml"),
-            &self.plain.hosts_toml(),
+            &self.plain.mirror_hosts_toml(),
         )
     }
 }
@@ -440,9 +447,27 @@ impl Registry {
         format!("{}/{repo}:{tag}", self.host)
     }
 
-    /// containerd's `hosts.toml` for this registry (the same text serves the mirror name).
+    /// containerd's `hosts.toml` for this registry's own name (`127.0.0.1:PORT`): `server`
+    /// with its scheme and, for HTTPS, the top-level `ca` that applies to it, and an empty
+    /// `[host]` table: containerd 1.6.20 refuses a file without a `host` tree ("failed to
+    /// decode hosts.toml: invalid `host` tree", then falls back to its defaults), and a host
+    /// entry for the same URL would make it try every failing request twice (host, then
+    /// server).
     #[must_use]
     pub fn hosts_toml(&self) -> String {
+        let mut t = format!("server = \"{}\"\n", self.url());
+        if let Some(ca) = &self.ca {
+            t.push_str(&format!("ca = \"{}\"\n", ca.display()));
+        }
+        t.push_str("\n[host]\n");
+        t
+    }
+
+    /// containerd's `hosts.toml` making this registry the mirror of another name: `server`
+    /// and a `[host]` entry (pull, resolve) both at this registry. A request that fails at
+    /// the host is sent again to the server, so the registry logs failing requests twice.
+    #[must_use]
+    pub fn mirror_hosts_toml(&self) -> String {
         let url = self.url();
         let mut t = format!(
             "server = \"{url}\"\n\n[host.\"{url}\"]\n  capabilities = [\"pull\", \"resolve\"]\n"
@@ -468,6 +493,7 @@ impl Registry {
         };
         let mut cmd = Command::new("curl");
         cmd.args(["-sS", "--max-time", "60", "-H", "Expect:", "-D", "-"]);
+        cmd.args(["-A", PUSH_USER_AGENT]);
         cmd.args(["-w", "\n%{http_code}"]);
         if let Some(ca) = &self.ca {
             cmd.arg("--cacert").arg(ca);
@@ -773,6 +799,13 @@ impl Access {
         Target::Other
     }
 
+    /// A request of a pull: `GET` or `HEAD` from anyone but this fixture (containerd says
+    /// `containerd/<version>`).
+    #[must_use]
+    pub fn is_pull(&self) -> bool {
+        (self.method == "GET" || self.method == "HEAD") && self.user_agent != PUSH_USER_AGENT
+    }
+
     /// `METHOD uri -> status` (or `METHOD uri ...` when started), for printing.
     #[must_use]
     pub fn summary(&self) -> String {
@@ -799,15 +832,15 @@ fn repo_of_uri(uri: &str) -> Option<String> {
         .find_map(|m| path.find(m).map(|i| path[..i].to_owned()))
 }
 
-/// The first `Started` line of a request for `repo` (pull requests for a repository).
+/// The first `Started` line of a pull request ([`Access::is_pull`]) for `repo`.
 #[must_use]
 pub fn first_start(log: &[Access], repo: &str) -> Option<usize> {
     log.iter()
-        .find(|a| a.kind == AccessKind::Started && a.repo.as_deref() == Some(repo))
+        .find(|a| a.kind == AccessKind::Started && a.is_pull() && a.repo.as_deref() == Some(repo))
         .map(|a| a.line)
 }
 
-/// The last `Completed` line of a blob `GET` of `repo` (a pull's end).
+/// The last `Completed` line of a blob `GET` of `repo` by a puller (a pull's end).
 #[must_use]
 pub fn last_blob_completion(log: &[Access], repo: &str) -> Option<usize> {
     log.iter()
@@ -815,6 +848,7 @@ pub fn last_blob_completion(log: &[Access], repo: &str) -> Option<usize> {
         .find(|a| {
             a.kind == AccessKind::Completed
                 && a.method == "GET"
+                && a.is_pull()
                 && a.repo.as_deref() == Some(repo)
                 && matches!(a.target(), Target::Blob(_))
         })
@@ -876,8 +910,9 @@ pub struct OciImage {
 }
 
 impl OciImage {
-    /// The busybox image of [`crate::image`] (same layer, same config; `Cmd` sleeps) for
-    /// this machine's platform, plus, when `extra_layer_bytes > 0`, a second layer holding
+    /// The busybox image of [`crate::image`] (same layer, which containerd then has already
+    /// from the local image; the same config plus a label naming the variant; `Cmd` sleeps)
+    /// for this machine's platform, plus, when `extra_layer_bytes > 0`, a second layer holding
     /// `/extra/<seed>` with that many pseudo-random bytes (incompressible, deterministic from
     /// `seed`): variants with different layers and sizes.
     pub fn busybox(extra_layer_bytes: usize, seed: u64) -> Result<Self, RegistryError> {
@@ -978,7 +1013,11 @@ fn extra_layer(bytes: usize, seed: u64) -> Result<(Vec<u8>, String), RegistryErr
     .map_err(io_err(here))?;
     let tar = b.into_inner().map_err(io_err(here))?;
     let diff_id = format!("sha256:{}", sha256_hex(&tar));
-    Ok((gzip(&tar, here)?, diff_id))
+    // Stored, not compressed: the bytes are random anyway, and deflate in a debug build is
+    // slow.
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::none());
+    std::io::Write::write_all(&mut enc, &tar).map_err(io_err(here))?;
+    Ok((enc.finish().map_err(io_err(here))?, diff_id))
 }
 
 /// The blobs and the manifest of a busybox image for `arch` with an optional extra layer.
@@ -992,7 +1031,13 @@ fn busybox_manifest(
         layers.push(extra_layer(extra_layer_bytes, seed)?);
     }
     let diff_ids: Vec<String> = layers.iter().map(|(_, d)| d.clone()).collect();
-    let config = Blob::json(OCI_CONFIG, &image_config(arch, &diff_ids));
+    let mut config = image_config(arch, &diff_ids);
+    // A label per variant: no two variants (nor the local image containerd imported, whose
+    // config is otherwise the same) share a config, so each pull fetches its own config.
+    config["config"]["Labels"] = serde_json::json!({
+        "org.enforcer.test.variant": format!("{arch}-{extra_layer_bytes}-{seed}"),
+    });
+    let config = Blob::json(OCI_CONFIG, &config);
     let layers: Vec<Blob> = layers
         .into_iter()
         .map(|(gz, _)| Blob::new(OCI_LAYER_GZIP, gz))
