@@ -271,9 +271,22 @@ fn make_certificates(dir: &Path) -> Result<PathBuf, RegistryError> {
     let csr = dir.join("server.csr");
     let cert = dir.join("server.pem");
     let ext = dir.join("server.ext");
-    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
     run(Command::new("openssl")
-        .args(["req", "-x509", "-days", "2", "-subj", "/CN=enforcer test CA"])
+        .args([
+            "req",
+            "-x509",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=enforcer test CA",
+        ])
         .args(ec)
         .args(["-addext", "basicConstraints=critical,CA:TRUE"])
         .args(["-addext", "keyUsage=critical,keyCertSign,cRLSign"])
@@ -398,7 +411,10 @@ impl Registry {
         self.child = Some(child);
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
             {
                 self.child = None;
                 return Err(self.start_error(format!("exited ({status})")));
@@ -410,9 +426,9 @@ impl Registry {
             }
             if Instant::now() >= deadline {
                 self.stop();
-                return Err(self.start_error(format!(
-                    "GET /v2/ did not answer within {START_TIMEOUT:?}"
-                )));
+                return Err(
+                    self.start_error(format!("GET /v2/ did not answer within {START_TIMEOUT:?}"))
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -723,6 +739,11 @@ pub struct Access {
     pub reference: Option<String>,
     /// The response status (`Completed` only).
     pub status: Option<u16>,
+    /// Why the request failed, on a failed `Completed`: `err.message: err.detail` of a
+    /// "response completed with error", or the auth failure ("basic authentication
+    /// challenge for realm ...: invalid authorization credential" without credentials,
+    /// "...: authentication failure" with a wrong password).
+    pub error: Option<String>,
     /// `http.response.duration` as logged, e.g. `1.27ms` (`Completed` only).
     pub duration: Option<String>,
     /// The log's RFC 3339 time stamp.
@@ -751,16 +772,20 @@ impl Access {
         let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_owned);
         let msg = s("msg")?;
         let id = s("http.request.id")?;
-        let (kind, status) = if msg == "authorizing request" {
-            (AccessKind::Started, None)
+        let (kind, status, error) = if msg == "authorizing request" {
+            (AccessKind::Started, None, None)
         } else if msg.starts_with("response completed") {
             let status = v
                 .get("http.response.status")
                 .and_then(serde_json::Value::as_u64)
                 .and_then(|n| u16::try_from(n).ok());
-            (AccessKind::Completed, status)
-        } else if msg.starts_with("error authorizing context") {
-            (AccessKind::Completed, Some(401))
+            let error = s("err.message").map(|m| match s("err.detail") {
+                Some(d) => format!("{m}: {d}"),
+                None => m,
+            });
+            (AccessKind::Completed, status, error)
+        } else if let Some(why) = msg.strip_prefix("error authorizing context: ") {
+            (AccessKind::Completed, Some(401), Some(why.to_owned()))
         } else {
             return None;
         };
@@ -774,6 +799,7 @@ impl Access {
             reference: s("vars.reference").or_else(|| s("vars.digest")),
             uri,
             status,
+            error,
             duration: s("http.response.duration"),
             time: s("time").unwrap_or_default(),
             user_agent: s("http.request.useragent").unwrap_or_default(),
@@ -810,14 +836,19 @@ impl Access {
     #[must_use]
     pub fn summary(&self) -> String {
         match (self.kind, self.status) {
-            (AccessKind::Started, _) => format!("{:>5} {} {} ...", self.line, self.method, self.uri),
+            (AccessKind::Started, _) => {
+                format!("{:>5} {} {} ...", self.line, self.method, self.uri)
+            }
             (AccessKind::Completed, s) => format!(
-                "{:>5} {} {} -> {} ({})",
+                "{:>5} {} {} -> {} ({}){}",
                 self.line,
                 self.method,
                 self.uri,
                 s.map_or_else(|| "?".into(), |s| s.to_string()),
-                self.duration.as_deref().unwrap_or("-")
+                self.duration.as_deref().unwrap_or("-"),
+                self.error
+                    .as_deref()
+                    .map_or_else(String::new, |e| format!(" {e}"))
             ),
         }
     }
@@ -1127,7 +1158,11 @@ mod tests {
         assert_eq!(b.repo.as_deref(), Some("lib/app"), "repo read from the URI");
         assert_eq!(b.target(), Target::Blob("sha256:ab".into()));
         let c = Access::from_json(3, &denied).expect("denied");
-        assert_eq!((c.kind, c.status, c.target()), (AccessKind::Completed, Some(401), Target::Base));
+        assert_eq!(
+            (c.kind, c.status, c.target()),
+            (AccessKind::Completed, Some(401), Target::Base)
+        );
+        assert_eq!(c.error.as_deref(), Some("basic authentication challenge"));
         assert!(Access::from_json(4, &other).is_none());
         let log = vec![a, b];
         assert_eq!(first_start(&log, "lib/app"), Some(1));
@@ -1145,6 +1180,7 @@ mod tests {
             repo: Some(repo.into()),
             reference: None,
             status: (kind == AccessKind::Completed).then_some(200),
+            error: None,
             duration: None,
             time: String::new(),
             user_agent: String::new(),
