@@ -80,7 +80,7 @@ async fn pulls_through_tls_auth_and_mirror_registries() {
     }
     let t0 = Instant::now();
     let dir = tempfile::tempdir().expect("tempdir");
-    let regs = Registries::start(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    let mut regs = Registries::start(dir.path()).unwrap_or_else(|e| panic!("{e}"));
     println!("registries up in {:?}", t0.elapsed());
     let cd = Containerd::start("registry");
     regs.write_hosts(&cd.certs_dir())
@@ -145,6 +145,19 @@ async fn pulls_through_tls_auth_and_mirror_registries() {
     let closed = format!("127.0.0.1:{}", free_port().expect("a free port"));
     let unreachable = pull_err(&sock, &format!("{closed}/enforcer/small:v1"), None).await;
     println!("ERROR TEXT (unreachable registry, closed port, no hosts.toml): {unreachable}");
+    let down = format!("127.0.0.1:{}", free_port().expect("a free port"));
+    let hosts = cd.certs_dir().join(&down).join("hosts.toml");
+    std::fs::create_dir_all(hosts.parent().expect("a parent")).expect("mkdir");
+    std::fs::write(
+        &hosts,
+        format!(
+            "server = \"https://{down}\"\nca = \"{}\"\n\n[host]\n",
+            regs.ca.display()
+        ),
+    )
+    .expect("hosts.toml");
+    let down_err = pull_err(&sock, &format!("{down}/enforcer/small:v1"), None).await;
+    println!("ERROR TEXT (unreachable registry, closed port, hosts.toml https + ca): {down_err}");
     let unknown_host = pull_err(&sock, "nowhere.enforcer.test/enforcer/small:v1", None).await;
     println!("ERROR TEXT (unresolvable registry name): {unknown_host}");
 
@@ -195,6 +208,16 @@ async fn pulls_through_tls_auth_and_mirror_registries() {
             .any(|(_, t, _)| matches!(t, Target::Blob(_))),
         "no blob of the other platform is fetched: {other_done:#?}"
     );
+
+    // The mirror gone: its registry stopped.
+    regs.plain.stop();
+    let mirror_down = pull_err(
+        &sock,
+        &Registries::mirror_reference("enforcer/mirrored", "v2"),
+        None,
+    )
+    .await;
+    println!("ERROR TEXT (mirror's registry stopped): {mirror_down}");
 
     let auth_log = accesses(&regs.auth);
     print_log(&regs.auth, &auth_log);
