@@ -38,8 +38,16 @@
 //! order of their `Started` entries, and two pulls overlapped when one's first `Started`
 //! comes before the other's last blob `GET`'s `Completed` ([`overlapped`]). The fixture's
 //! own requests (pushes, start checks) carry the user agent [`PUSH_USER_AGENT`] and are left
-//! out of pulls ([`Access::is_pull`]); containerd's say `containerd/1.6.20+unknown`. Requests the router does not
-//! know (a path outside `/v2/`) log nothing.
+//! out of pulls ([`Access::is_pull`]). Requests the router does not know (a path outside
+//! `/v2/`) log nothing.
+//!
+//! What containerd 1.6 sends, as these logs show: a pull is `HEAD manifests/<tag>`, `GET
+//! manifests/<digest>`, then a `GET blobs/<digest>` for the config and each layer it does not
+//! have yet (the busybox layer it has from the local image is never fetched); an index for
+//! another platform only is fetched, nothing it lists. Through the mirror every URI carries
+//! `?ns=mirror.enforcer.test`. Against basic auth, each request goes once without
+//! credentials (401 "invalid authorization credential") and again with them; a wrong password
+//! is tried several times (401 "authentication failure") before the pull fails.
 
 use std::{
     fs,
