@@ -136,6 +136,14 @@ impl Containerd {
         self.local.stop();
     }
 
+    /// The registry hosts directory (`<dir>/certs.d`, CRI `registry.config_path`): a
+    /// `<host[:port]>/hosts.toml` written there is honoured at the next pull
+    /// (see [`crate::registry::Registries::write_hosts`]).
+    #[must_use]
+    pub fn certs_dir(&self) -> PathBuf {
+        self.local.certs_dir()
+    }
+
     /// The containerd log so far (for assertion messages).
     #[must_use]
     pub fn log(&self) -> String {

@@ -70,26 +70,6 @@ pub fn applets(busybox: &Path) -> Result<Vec<String>, ImageError> {
         .collect())
 }
 
-fn sha256_hex(data: &[u8]) -> String {
-    let d = Sha256::digest(data);
-    d.iter().fold(String::with_capacity(64), |mut s, b| {
-        use std::fmt::Write as _;
-        let _ = write!(s, "{b:02x}");
-        s
-    })
-}
-
-fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
-    let mut h = tar::Header::new_ustar();
-    h.set_entry_type(kind);
-    h.set_mode(mode);
-    h.set_size(size);
-    h.set_uid(0);
-    h.set_gid(0);
-    h.set_mtime(0);
-    h
-}
-
 /// The uncompressed root filesystem layer.
 fn layer(busybox: &Path, applets: &[String]) -> Result<Vec<u8>, ImageError> {
     let bin = std::fs::read(busybox).map_err(io_err(busybox))?;
@@ -132,18 +112,71 @@ fn layer(busybox: &Path, applets: &[String]) -> Result<Vec<u8>, ImageError> {
     b.into_inner().map_err(io_err(layer_path))
 }
 
-fn gzip(data: &[u8], path: &Path) -> Result<Vec<u8>, ImageError> {
+/// The busybox root filesystem layer: `(gzip blob, diff_id)` where the diff_id is
+/// `sha256:<hex>` of the uncompressed tar (deterministic: the same binary gives the same bytes).
+pub fn busybox_layer(busybox: &Path) -> Result<(Vec<u8>, String), ImageError> {
+    let applets = applets(busybox)?;
+    let layer_tar = layer(busybox, &applets)?;
+    let diff_id = format!("sha256:{}", sha256_hex(&layer_tar));
+    Ok((gzip(&layer_tar, busybox)?, diff_id))
+}
+
+/// The image config of a busybox image for `architecture` (OCI names: `amd64`, `arm64`)
+/// whose layers have `diff_ids`: `Cmd ["/bin/sleep", "infinity"]`.
+#[must_use]
+pub fn image_config(architecture: &str, diff_ids: &[String]) -> serde_json::Value {
+    serde_json::json!({
+        "architecture": architecture,
+        "os": "linux",
+        "config": {
+            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+            "Cmd": ["/bin/sleep", "infinity"],
+            "WorkingDir": "/",
+        },
+        "rootfs": { "type": "layers", "diff_ids": diff_ids },
+        "history": [{ "created_by": "enforcer: busybox-static from the node", "comment": "local" }],
+    })
+}
+
+/// The sha256 of `data` in hex (a digest without its `sha256:` prefix).
+#[must_use]
+pub fn sha256_hex(data: &[u8]) -> String {
+    let d = Sha256::digest(data);
+    d.iter().fold(String::with_capacity(64), |mut s, b| {
+        use std::fmt::Write as _;
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// Gzips `data` (fast level); `path` names it in errors.
+pub fn gzip(data: &[u8], path: &Path) -> Result<Vec<u8>, ImageError> {
     let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     enc.write_all(data).map_err(io_err(path))?;
     enc.finish().map_err(io_err(path))
 }
 
-fn oci_arch() -> &'static str {
+/// This machine's architecture in OCI's names (`amd64`, `arm64`, ...).
+#[must_use]
+pub fn oci_arch() -> &'static str {
     match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
         other => other,
     }
+}
+
+/// A tar header owned by root with mtime 0 (deterministic archives).
+#[must_use]
+pub fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+    let mut h = tar::Header::new_ustar();
+    h.set_entry_type(kind);
+    h.set_mode(mode);
+    h.set_size(size);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h
 }
 
 /// Builds the busybox OCI archive at `out` from the binary at `busybox` (normally
@@ -158,17 +191,7 @@ pub fn build_busybox_image(
     let diff_id = format!("sha256:{}", sha256_hex(&layer_tar));
     let layer_gz = gzip(&layer_tar, out)?;
     let layer_hex = sha256_hex(&layer_gz);
-    let config = serde_json::json!({
-        "architecture": oci_arch(),
-        "os": "linux",
-        "config": {
-            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-            "Cmd": ["/bin/sleep", "infinity"],
-            "WorkingDir": "/",
-        },
-        "rootfs": { "type": "layers", "diff_ids": [diff_id] },
-        "history": [{ "created_by": "enforcer: busybox-static from the node", "comment": "local" }],
-    });
+    let config = image_config(oci_arch(), &[diff_id]);
     let config = serde_json::to_vec(&config).map_err(|e| ImageError::Invalid {
         path: out.to_path_buf(),
         what: e.to_string(),

@@ -2,7 +2,7 @@
 //! processes started inside them, and waiting for signals with a deadline; and the
 //! development tooling the daemon does not carry: a private containerd ([`local`], also the
 //! `local-containerd` binary that `cargo xtask run` uses) with a local busybox image
-//! ([`image`]).
+//! ([`image`]); and three real OCI registries to pull from ([`registry`]).
 //!
 //! Everything here needs root and the real kernel; a missing piece fails loudly.
 
@@ -12,6 +12,7 @@ pub mod image;
 pub mod local;
 pub mod node;
 pub mod pods;
+pub mod registry;
 
 use std::{
     fs,

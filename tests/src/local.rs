@@ -36,6 +36,10 @@ pub const PID_FILE: &str = "containerd.pid";
 pub const SOCKET_FILE: &str = "containerd.sock";
 /// The log inside the directory.
 pub const LOG_FILE: &str = "containerd.log";
+/// The registry hosts directory inside the directory (CRI `registry.config_path`): a
+/// `<host[:port]>/hosts.toml` there says how containerd reaches that registry (its CA, a
+/// mirror, plain HTTP); containerd reads it again at each pull.
+pub const CERTS_DIR: &str = "certs.d";
 /// The CNI network name of the bridge configuration.
 pub const CNI_NETWORK: &str = "enforcer-local";
 
@@ -235,6 +239,8 @@ oom_score = 0
     bin_dir = "/usr/lib/cni"
     conf_dir = "{d}/cni"
     max_conf_num = 1
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{d}/{CERTS_DIR}"
 "#,
         socket = socket.display()
     )
@@ -317,6 +323,8 @@ impl LocalContainerd {
         fs::write(&config, config_toml(&dir, &socket, systemd)).map_err(io_err(&config))?;
         let cni_dir = dir.join("cni");
         fs::create_dir_all(&cni_dir).map_err(io_err(&cni_dir))?;
+        let certs_dir = dir.join(CERTS_DIR);
+        fs::create_dir_all(&certs_dir).map_err(io_err(&certs_dir))?;
         if let Some(net) = &network {
             net.validate()?;
             let file = cni_dir.join("10-enforcer.conflist");
@@ -390,6 +398,13 @@ impl LocalContainerd {
     #[must_use]
     pub fn config(&self) -> &Path {
         &self.config
+    }
+
+    /// The registry hosts directory ([`CERTS_DIR`]): `<host[:port]>/hosts.toml` files there
+    /// are honoured at the next pull.
+    #[must_use]
+    pub fn certs_dir(&self) -> PathBuf {
+        self.dir.join(CERTS_DIR)
     }
 
     /// The containerd PID, while it runs.
@@ -821,5 +836,6 @@ mod tests {
         assert!(text.contains("restrict_oom_score_adj = true"));
         assert!(text.contains("netns_mounts_under_state_dir = true"));
         assert!(text.contains("conf_dir = \"/tmp/cd/cni\""));
+        assert!(text.contains("config_path = \"/tmp/cd/certs.d\""));
     }
 }

@@ -25,6 +25,15 @@ const PACKAGES: &[&str] = &[
     "iproute2",
     // systemd-analyze checks deploy/systemd (tests/tests/deploy.rs)
     "systemd",
+    // the OCI registry the image-pull tests pull from (tests/src/registry.rs): CNCF
+    // distribution 2.8, `docker-registry serve CONFIG`
+    "docker-registry",
+    // htpasswd -B: the bcrypt password file of the registry that wants a login
+    "apache2-utils",
+    // the test CA and the registries' server certificates
+    "openssl",
+    // pushes images to the test registries through the distribution API
+    "curl",
 ];
 const BPF_LINKER: &str = "0.10.3";
 
