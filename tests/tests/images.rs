@@ -101,6 +101,9 @@ async fn pull_policies_secrets_errors_and_backoff() {
     push(&regs.tls, "team/app", "v1", &app);
     push(&regs.tls, "team/app", "latest", &latest);
     push(&regs.auth, "team/private", "v1", &private);
+    // Each failing pod its own image: a present image is not pulled again (IfNotPresent).
+    push(&regs.auth, "team/private2", "v1", &private);
+    push(&regs.auth, "team/private3", "v1", &private);
     push(&regs.plain, "team/mirrored", "v1", &mirrored);
     push(&regs.tls, "team/other", "v1", &other);
     // Standalone pull secrets: docker config files by secret name.
@@ -136,15 +139,17 @@ async fn pull_policies_secrets_errors_and_backoff() {
     let app_ref = regs.tls.reference("team/app", "v1");
     let untagged = format!("{}/team/app", regs.tls.host);
     let private_ref = regs.auth.reference("team/private", "v1");
+    let private2 = regs.auth.reference("team/private2", "v1");
+    let private3 = regs.auth.reference("team/private3", "v1");
     let closed = format!("127.0.0.1:{}/team/app:v1", free_port().expect("port"));
     let pods = [
         ("ifnp", "img-1", String::new(), app_ref.clone(), ""),
         ("always", "img-2", String::new(), untagged.clone(), ""),
         ("never", "img-3", String::new(), regs.tls.reference("team/absent", "v1"), "Never"),
         ("secret", "img-4", "  imagePullSecrets: [{name: good}]\n".to_owned(), private_ref.clone(), ""),
-        ("wrongpw", "img-5", "  imagePullSecrets: [{name: bad}]\n".to_owned(), private_ref.clone(), ""),
-        ("nosecret", "img-6", "  imagePullSecrets: [{name: missing}]\n".to_owned(), private_ref.clone(), ""),
-        ("badref", "img-7", String::new(), "Bad Image:v1".to_owned(), ""),
+        ("wrongpw", "img-5", "  imagePullSecrets: [{name: bad}]\n".to_owned(), private2.clone(), ""),
+        ("nosecret", "img-6", "  imagePullSecrets: [{name: missing}]\n".to_owned(), private3.clone(), ""),
+        ("badref", "img-7", String::new(), "bad image:v1".to_owned(), ""),
         ("unreach", "img-8", String::new(), closed.clone(), ""),
         ("platform", "img-9", String::new(), regs.tls.reference("team/other", "v1"), ""),
         ("mirror", "img-10", String::new(), Registries::mirror_reference("team/mirrored", "v1"), ""),
@@ -184,7 +189,7 @@ async fn pull_policies_secrets_errors_and_backoff() {
     );
     assert!(
         msg("img-7").contains(
-            "Failed to apply default image tag \"Bad Image:v1\": couldn't parse image name \"Bad Image:v1\": invalid reference format"
+            "Failed to apply default image tag \"bad image:v1\": couldn't parse image name \"bad image:v1\": invalid reference format"
         ),
         "{}",
         msg("img-7")
@@ -222,7 +227,7 @@ async fn pull_policies_secrets_errors_and_backoff() {
     assert!(
         texts
             .iter()
-            .any(|t| t.starts_with(&format!("Failed: Failed to pull image \"{private_ref}\": "))),
+            .any(|t| t.starts_with(&format!("Failed: Failed to pull image \"{private2}\": "))),
         "{texts:#?}"
     );
     assert!(texts.iter().any(|t| t == "Failed: Error: ErrImagePull"), "{texts:#?}");
@@ -275,14 +280,14 @@ async fn pull_policies_secrets_errors_and_backoff() {
     // Backoff: the wrong password waits ImagePullBackOff, with the last error in its
     // message, and is tried again at the registry after 10 s, not before.
     let auth_log = log_of(&regs.auth);
-    let tries_then = pulls_of(&auth_log, "team/private");
+    let tries_then = pulls_of(&auth_log, "team/private2");
     let s = wait_status(&cd, Duration::from_secs(15), "ImagePullBackOff", |s| {
         waiting(s, "img-5", "ImagePullBackOff").is_some()
     })
     .await;
     let m = waiting(&s, "img-5", "ImagePullBackOff").unwrap_or_default();
     assert!(
-        m.starts_with(&format!("Back-off pulling image \"{private_ref}\": ErrImagePull: ")),
+        m.starts_with(&format!("Back-off pulling image \"{private2}\": ErrImagePull: ")),
         "{m}"
     );
     let ev: Vec<String> = reasons(&mut e, "wrongpw")
@@ -290,7 +295,7 @@ async fn pull_policies_secrets_errors_and_backoff() {
         .map(|(_, r, m)| format!("{r}: {m}"))
         .collect();
     assert!(
-        ev.contains(&format!("BackOff: Back-off pulling image \"{private_ref}\"")),
+        ev.contains(&format!("BackOff: Back-off pulling image \"{private2}\"")),
         "{ev:#?}"
     );
     assert!(ev.contains(&"Failed: Error: ImagePullBackOff".to_owned()), "{ev:#?}");
@@ -300,7 +305,7 @@ async fn pull_policies_secrets_errors_and_backoff() {
         running(s, "img-5")
     })
     .await;
-    let tries_now = pulls_of(&log_of(&regs.auth), "team/private");
+    let tries_now = pulls_of(&log_of(&regs.auth), "team/private2");
     assert!(tries_now > tries_then, "{tries_now} > {tries_then}");
     finish(e, cd).await;
 }
@@ -369,7 +374,7 @@ async fn serialized_parallel_and_qps_limited_pulls() {
     for (i, prefix) in ["ser", "par", "qps"].iter().enumerate() {
         for j in 0..3u64 {
             let seed = 100 + 10 * i as u64 + j;
-            let image = OciImage::busybox(24 << 20, seed).expect("image");
+            let image = OciImage::busybox(8 << 20, seed).expect("image");
             push(&regs.tls, &format!("{prefix}{j}"), "v1", &image);
         }
     }

@@ -163,10 +163,11 @@ impl ImageManager {
             creds
                 .iter()
                 .map(|c| {
+                    // kubelet sends the user and password alone (containerd parses a
+                    // server address as a URL and refuses `host:port`).
                     Some(cri::AuthConfig {
                         username: c.username.clone(),
                         password: c.password.clone(),
-                        server_address: c.server_address.clone(),
                         ..Default::default()
                     })
                 })
