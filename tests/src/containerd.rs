@@ -75,7 +75,10 @@ impl Containerd {
             data.as_c_str(),
         )
         .unwrap_or_else(|e| panic!("tmpfs on {}: {e}", root.display()));
-        if let Err(e) = local.launch().and_then(|()| local.import_image().map(|_| ())) {
+        if let Err(e) = local
+            .launch()
+            .and_then(|()| local.import_image().map(|_| ()))
+        {
             local.teardown();
             panic!("starting a private containerd in {}: {e}", dir.display());
         }

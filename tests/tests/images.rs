@@ -145,14 +145,56 @@ async fn pull_policies_secrets_errors_and_backoff() {
     let pods = [
         ("ifnp", "img-1", String::new(), app_ref.clone(), ""),
         ("always", "img-2", String::new(), untagged.clone(), ""),
-        ("never", "img-3", String::new(), regs.tls.reference("team/absent", "v1"), "Never"),
-        ("secret", "img-4", "  imagePullSecrets: [{name: good}]\n".to_owned(), private_ref.clone(), ""),
-        ("wrongpw", "img-5", "  imagePullSecrets: [{name: bad}]\n".to_owned(), private2.clone(), ""),
-        ("nosecret", "img-6", "  imagePullSecrets: [{name: missing}]\n".to_owned(), private3.clone(), ""),
-        ("badref", "img-7", String::new(), "bad image:v1".to_owned(), ""),
+        (
+            "never",
+            "img-3",
+            String::new(),
+            regs.tls.reference("team/absent", "v1"),
+            "Never",
+        ),
+        (
+            "secret",
+            "img-4",
+            "  imagePullSecrets: [{name: good}]\n".to_owned(),
+            private_ref.clone(),
+            "",
+        ),
+        (
+            "wrongpw",
+            "img-5",
+            "  imagePullSecrets: [{name: bad}]\n".to_owned(),
+            private2.clone(),
+            "",
+        ),
+        (
+            "nosecret",
+            "img-6",
+            "  imagePullSecrets: [{name: missing}]\n".to_owned(),
+            private3.clone(),
+            "",
+        ),
+        (
+            "badref",
+            "img-7",
+            String::new(),
+            "bad image:v1".to_owned(),
+            "",
+        ),
         ("unreach", "img-8", String::new(), closed.clone(), ""),
-        ("platform", "img-9", String::new(), regs.tls.reference("team/other", "v1"), ""),
-        ("mirror", "img-10", String::new(), Registries::mirror_reference("team/mirrored", "v1"), ""),
+        (
+            "platform",
+            "img-9",
+            String::new(),
+            regs.tls.reference("team/other", "v1"),
+            "",
+        ),
+        (
+            "mirror",
+            "img-10",
+            String::new(),
+            Registries::mirror_reference("team/mirrored", "v1"),
+            "",
+        ),
     ];
     let t0 = Instant::now();
     for (name, uid, extra, image, policy) in &pods {
@@ -162,14 +204,22 @@ async fn pull_policies_secrets_errors_and_backoff() {
             &pod_yaml(name, uid, extra, &format!("'{image}'"), policy),
         );
     }
-    let s = wait_status(&cd, Duration::from_secs(60), "every pod running or waiting with kubelet's reason", |s| {
-        ["img-1", "img-2", "img-4", "img-10"].iter().all(|u| running(s, u))
-            && waiting(s, "img-3", "ErrImageNeverPull").is_some()
-            && waiting(s, "img-7", "InvalidImageName").is_some()
-            && ["img-5", "img-6", "img-8", "img-9"].iter().all(|u| {
-                waiting(s, u, "ErrImagePull").is_some() || waiting(s, u, "ImagePullBackOff").is_some()
-            })
-    })
+    let s = wait_status(
+        &cd,
+        Duration::from_secs(60),
+        "every pod running or waiting with kubelet's reason",
+        |s| {
+            ["img-1", "img-2", "img-4", "img-10"]
+                .iter()
+                .all(|u| running(s, u))
+                && waiting(s, "img-3", "ErrImageNeverPull").is_some()
+                && waiting(s, "img-7", "InvalidImageName").is_some()
+                && ["img-5", "img-6", "img-8", "img-9"].iter().all(|u| {
+                    waiting(s, u, "ErrImagePull").is_some()
+                        || waiting(s, u, "ImagePullBackOff").is_some()
+                })
+        },
+    )
     .await;
     println!("all pods settled in {:?}", t0.elapsed());
     let msg = |uid: &str| match state_of(&s, uid) {
@@ -203,20 +253,34 @@ async fn pull_policies_secrets_errors_and_backoff() {
             msg(uid)
         );
     }
-    assert!(msg("img-8").contains("connection refused"), "{}", msg("img-8"));
-    assert!(msg("img-9").contains("no match for platform"), "{}", msg("img-9"));
+    assert!(
+        msg("img-8").contains("connection refused"),
+        "{}",
+        msg("img-8")
+    );
+    assert!(
+        msg("img-9").contains("no match for platform"),
+        "{}",
+        msg("img-9")
+    );
 
     // kubelet's events, in order, with its texts.
     let ev = reasons(&mut e, "ifnp");
     let texts: Vec<String> = ev.iter().map(|(_, r, m)| format!("{r}: {m}")).collect();
     println!("ifnp events: {texts:#?}");
     assert!(
-        texts.iter().any(|t| t == &format!("Pulling: Pulling image \"{app_ref}\"")),
+        texts
+            .iter()
+            .any(|t| t == &format!("Pulling: Pulling image \"{app_ref}\"")),
         "{texts:#?}"
     );
     let pulled = texts
         .iter()
-        .find(|t| t.starts_with(&format!("Pulled: Successfully pulled image \"{app_ref}\" in ")))
+        .find(|t| {
+            t.starts_with(&format!(
+                "Pulled: Successfully pulled image \"{app_ref}\" in "
+            ))
+        })
         .unwrap_or_else(|| panic!("no Pulled event: {texts:#?}"));
     assert!(
         pulled.contains(" including waiting). Image size: ") && pulled.ends_with(" bytes."),
@@ -230,7 +294,10 @@ async fn pull_policies_secrets_errors_and_backoff() {
             .any(|t| t.starts_with(&format!("Failed: Failed to pull image \"{private2}\": "))),
         "{texts:#?}"
     );
-    assert!(texts.iter().any(|t| t == "Failed: Error: ErrImagePull"), "{texts:#?}");
+    assert!(
+        texts.iter().any(|t| t == "Failed: Error: ErrImagePull"),
+        "{texts:#?}"
+    );
 
     // IfNotPresent: a second pod of the same image does not pull; the untagged image
     // (Always) pulls again each time.
@@ -246,16 +313,21 @@ async fn pull_policies_secrets_errors_and_backoff() {
         "always2.yaml",
         &pod_yaml("always2", "img-12", "", &format!("'{untagged}'"), ""),
     );
-    wait_status(&cd, Duration::from_secs(30), "the second pods running", |s| {
-        running(s, "img-11") && running(s, "img-12")
-    })
+    wait_status(
+        &cd,
+        Duration::from_secs(30),
+        "the second pods running",
+        |s| running(s, "img-11") && running(s, "img-12"),
+    )
     .await;
     let ev: Vec<String> = reasons(&mut e, "ifnp2")
         .into_iter()
         .map(|(_, r, m)| format!("{r}: {m}"))
         .collect();
     assert!(
-        ev.contains(&format!("Pulled: Container image \"{app_ref}\" already present on machine")),
+        ev.contains(&format!(
+            "Pulled: Container image \"{app_ref}\" already present on machine"
+        )),
         "{ev:#?}"
     );
     assert!(!ev.iter().any(|t| t.starts_with("Pulling")), "{ev:#?}");
@@ -287,7 +359,9 @@ async fn pull_policies_secrets_errors_and_backoff() {
     .await;
     let m = waiting(&s, "img-5", "ImagePullBackOff").unwrap_or_default();
     assert!(
-        m.starts_with(&format!("Back-off pulling image \"{private2}\": ErrImagePull: ")),
+        m.starts_with(&format!(
+            "Back-off pulling image \"{private2}\": ErrImagePull: "
+        )),
         "{m}"
     );
     let ev: Vec<String> = reasons(&mut e, "wrongpw")
@@ -298,12 +372,18 @@ async fn pull_policies_secrets_errors_and_backoff() {
         ev.contains(&format!("BackOff: Back-off pulling image \"{private2}\"")),
         "{ev:#?}"
     );
-    assert!(ev.contains(&"Failed: Error: ImagePullBackOff".to_owned()), "{ev:#?}");
+    assert!(
+        ev.contains(&"Failed: Error: ImagePullBackOff".to_owned()),
+        "{ev:#?}"
+    );
     // Right the secret: the next try (at most 20 s later) succeeds.
     std::fs::write(secrets.join("bad.json"), config(AUTH_USER, AUTH_PASSWORD)).expect("secret");
-    wait_status(&cd, Duration::from_secs(45), "the fixed secret's pod running", |s| {
-        running(s, "img-5")
-    })
+    wait_status(
+        &cd,
+        Duration::from_secs(45),
+        "the fixed secret's pod running",
+        |s| running(s, "img-5"),
+    )
     .await;
     let tries_now = pulls_of(&log_of(&regs.auth), "team/private2");
     assert!(tries_now > tries_then, "{tries_now} > {tries_then}");
@@ -326,14 +406,18 @@ fn spans(log: &[Access], repos: &[&str]) -> Vec<(String, usize, usize)> {
 }
 
 fn any_overlap(spans: &[(String, usize, usize)]) -> bool {
-    spans.iter().any(|(a, a0, a1)| {
-        spans
-            .iter()
-            .any(|(b, b0, _)| a != b && a0 < b0 && b0 < a1)
-    })
+    spans
+        .iter()
+        .any(|(a, a0, a1)| spans.iter().any(|(b, b0, _)| a != b && a0 < b0 && b0 < a1))
 }
 
-async fn run_three(cd: &Containerd, regs: &Registries, prefix: &str, uids: u32, opts: ImageOptions) {
+async fn run_three(
+    cd: &Containerd,
+    regs: &Registries,
+    prefix: &str,
+    uids: u32,
+    opts: ImageOptions,
+) {
     let mut e = Enforcer::start_with(cd, |o| {
         o.images = std::sync::Arc::new(ImageManager::new(&ImageOptions {
             node_config: state(cd).join("config.json"),
@@ -379,28 +463,43 @@ async fn serialized_parallel_and_qps_limited_pulls() {
         }
     }
     // Serialized (kubelet's default).
-    run_three(&cd, &regs, "ser", 0, ImageOptions {
-        serialize: true,
-        qps: 0,
-        ..Default::default()
-    })
+    run_three(
+        &cd,
+        &regs,
+        "ser",
+        0,
+        ImageOptions {
+            serialize: true,
+            qps: 0,
+            ..Default::default()
+        },
+    )
     .await;
     let log = log_of(&regs.tls);
     let ser = spans(&log, &["ser0", "ser1", "ser2"]);
     println!("serialized spans (repo, first request line, last blob completion line): {ser:?}");
     assert!(!any_overlap(&ser), "serialized pulls overlapped: {ser:?}");
     // Parallel, no limit.
-    run_three(&cd, &regs, "par", 0, ImageOptions {
-        serialize: false,
-        max_parallel: None,
-        qps: 0,
-        ..Default::default()
-    })
+    run_three(
+        &cd,
+        &regs,
+        "par",
+        0,
+        ImageOptions {
+            serialize: false,
+            max_parallel: None,
+            qps: 0,
+            ..Default::default()
+        },
+    )
     .await;
     let log = log_of(&regs.tls);
     let par = spans(&log, &["par0", "par1", "par2"]);
     println!("parallel spans: {par:?}");
-    assert!(any_overlap(&par), "parallel pulls never overlapped: {par:?}");
+    assert!(
+        any_overlap(&par),
+        "parallel pulls never overlapped: {par:?}"
+    );
 
     // registryPullQPS 1, registryBurst 1: the first pull takes the only token, the others
     // fail at once with kubelet's `pull QPS exceeded` (no request reaches the registry) and
@@ -420,21 +519,32 @@ async fn serialized_parallel_and_qps_limited_pulls() {
         write_manifest(
             &cd,
             &format!("qps{i}.yaml"),
-            &pod_yaml(&format!("qps{i}"), &format!("qps-{i}"), "", &format!("'{image}'"), ""),
+            &pod_yaml(
+                &format!("qps{i}"),
+                &format!("qps-{i}"),
+                "",
+                &format!("'{image}'"),
+                "",
+            ),
         );
     }
-    let s = wait_status(&cd, Duration::from_secs(30), "one pod running, two refused by the limiter", |s| {
-        let run = (0..3).filter(|i| running(s, &format!("qps-{i}"))).count();
-        let limited = (0..3)
-            .filter(|i| {
-                let u = format!("qps-{i}");
-                waiting(s, &u, "ErrImagePull").is_some_and(|m| m == "pull QPS exceeded")
-                    || waiting(s, &u, "ImagePullBackOff")
-                        .is_some_and(|m| m.ends_with("ErrImagePull: pull QPS exceeded"))
-            })
-            .count();
-        run == 1 && limited == 2
-    })
+    let s = wait_status(
+        &cd,
+        Duration::from_secs(30),
+        "one pod running, two refused by the limiter",
+        |s| {
+            let run = (0..3).filter(|i| running(s, &format!("qps-{i}"))).count();
+            let limited = (0..3)
+                .filter(|i| {
+                    let u = format!("qps-{i}");
+                    waiting(s, &u, "ErrImagePull").is_some_and(|m| m == "pull QPS exceeded")
+                        || waiting(s, &u, "ImagePullBackOff")
+                            .is_some_and(|m| m.ends_with("ErrImagePull: pull QPS exceeded"))
+                })
+                .count();
+            run == 1 && limited == 2
+        },
+    )
     .await;
     let started = |log: &[Access]| -> Vec<String> {
         let mut repos: Vec<String> = log[before..]
@@ -452,19 +562,28 @@ async fn serialized_parallel_and_qps_limited_pulls() {
         .filter(|i| running(&s, &format!("qps-{i}")))
         .map(|i| format!("qps{i}"))
         .collect();
-    assert_eq!(first, running_now, "only the pull that had a token reached the registry");
+    assert_eq!(
+        first, running_now,
+        "only the pull that had a token reached the registry"
+    );
     let texts: Vec<String> = (0..3)
         .flat_map(|i| reasons(&mut e, &format!("qps{i}")))
         .map(|(_, r, m)| format!("{r}: {m}"))
         .collect();
     assert!(
-        texts.iter().any(|t| t.starts_with("Failed: Failed to pull image") && t.ends_with(": pull QPS exceeded")),
+        texts
+            .iter()
+            .any(|t| t.starts_with("Failed: Failed to pull image")
+                && t.ends_with(": pull QPS exceeded")),
         "{texts:#?}"
     );
     // After the backoff (10 s, then 20 s) the tokens are back and the others pull.
-    wait_status(&cd, Duration::from_secs(60), "all three running after backoff", |s| {
-        (0..3).all(|i| running(s, &format!("qps-{i}")))
-    })
+    wait_status(
+        &cd,
+        Duration::from_secs(60),
+        "all three running after backoff",
+        |s| (0..3).all(|i| running(s, &format!("qps-{i}"))),
+    )
     .await;
     assert_eq!(started(&log_of(&regs.tls)).len(), 3);
     finish(e, cd).await;
@@ -500,7 +619,12 @@ async fn image_gc_frees_down_to_the_low_threshold() {
     let mut ids = Vec::new();
     for i in 0..7u64 {
         let repo = format!("gc{i}");
-        push(&regs.tls, &repo, "v1", &OciImage::busybox(10 << 20, 200 + i).expect("image"));
+        push(
+            &regs.tls,
+            &repo,
+            "v1",
+            &OciImage::busybox(10 << 20, 200 + i).expect("image"),
+        );
         let image = regs.tls.reference(&repo, "v1");
         let id = rt
             .pull_image(&image, None, Some(k8s_cri::v1::PodSandboxConfig::default()))
@@ -515,15 +639,27 @@ async fn image_gc_frees_down_to_the_low_threshold() {
     write_manifest(
         &cd,
         "user.yaml",
-        &pod_yaml("user", "gc-user", "", &format!("'{}'", regs.tls.reference("gc0", "v1")), ""),
+        &pod_yaml(
+            "user",
+            "gc-user",
+            "",
+            &format!("'{}'", regs.tls.reference("gc0", "v1")),
+            "",
+        ),
     );
-    wait_status(&cd, Duration::from_secs(30), "the pod using gc0", |s| running(s, "gc-user")).await;
+    wait_status(&cd, Duration::from_secs(30), "the pod using gc0", |s| {
+        running(s, "gc-user")
+    })
+    .await;
     let order = gc.eviction_order(&rt).await.expect("order");
     assert!(!order.contains(&ids[0]), "gc0 is in use: {order:?}");
     assert_eq!(order[..6], ids[1..], "oldest first");
     let before = usage();
     println!("usage {before}% with {} images", ids.len());
-    assert!(before >= 65, "the setup should be above the high threshold: {before}%");
+    assert!(
+        before >= 65,
+        "the setup should be above the high threshold: {before}%"
+    );
     let collected = gc
         .garbage_collect(&rt, Duration::ZERO)
         .await
@@ -535,7 +671,10 @@ async fn image_gc_frees_down_to_the_low_threshold() {
         collected.freed,
         collected.wanted
     );
-    assert!(after <= 55, "usage {after}% is not down to the low threshold");
+    assert!(
+        after <= 55,
+        "usage {after}% is not down to the low threshold"
+    );
     assert!(collected.freed >= collected.wanted);
     // Oldest first, never the one in use, and not more than needed.
     let k = collected.by_space.len();
@@ -552,6 +691,9 @@ async fn image_gc_frees_down_to_the_low_threshold() {
     assert!(left.contains(&ids[6]), "the newest stays");
     // Below the high threshold: nothing more.
     let again = gc.garbage_collect(&rt, Duration::ZERO).await.expect("gc");
-    assert!(again.by_space.is_empty() && again.by_age.is_empty(), "{again:?}");
+    assert!(
+        again.by_space.is_empty() && again.by_age.is_empty(),
+        "{again:?}"
+    );
     finish(e, cd).await;
 }

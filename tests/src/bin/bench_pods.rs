@@ -47,8 +47,12 @@ fn arg(name: &str, default: u64) -> u64 {
 }
 
 fn pod_yaml(name: &str, uid: &str) -> String {
+    image_pod_yaml(name, uid, "busybox:local")
+}
+
+fn image_pod_yaml(name: &str, uid: &str, image: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  uid: {uid}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: busybox:local\n    imagePullPolicy: IfNotPresent\n    command: [/bin/sh, -c]\n    args: [\"trap 'exit 0' TERM; sleep 3600 & wait\"]\n"
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  uid: {uid}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: c\n    image: '{image}'\n    imagePullPolicy: IfNotPresent\n    command: [/bin/sh, -c]\n    args: [\"trap 'exit 0' TERM; sleep 3600 & wait\"]\n"
     )
 }
 
@@ -444,7 +448,9 @@ async fn main() -> anyhow::Result<()> {
     let rss_pods = usize::try_from(arg("--rss-pods", 100)).unwrap_or(100);
     let poll = Duration::from_millis(arg("--poll-ms", 20));
     let mut cd = Containerd::start("bench-pods");
-    let result = if n > 100 {
+    let result = if std::env::args().any(|a| a == "--pull") {
+        pull_bench(&cd, usize::try_from(arg("--pods", 20)).unwrap_or(20), poll).await
+    } else if n > 100 {
         burst(&cd, n, poll).await
     } else {
         bench(&cd, n, rss_pods, poll).await
@@ -733,6 +739,149 @@ async fn bench(cd: &Containerd, n: usize, rss_pods: usize, poll: Duration) -> an
             println!("\n### The daemon (`enforcer run`)\n\nnot measured: {e:#}");
             return Err(e);
         }
+    }
+    Ok(())
+}
+
+/// `--pull`: `n` pods, each of its own image in a real registry (Debian's `docker-registry` on
+/// loopback with TLS, `enforcer_tests::registry`), all at once: direct CRI (`PullImage` then
+/// the pod, every pod in parallel) versus the enforcer's pod runtime with kubelet's defaults
+/// (`serializeImagePulls`, `registryPullQPS` 5, `registryBurst` 10: pulls past the burst fail
+/// with `pull QPS exceeded` and wait their backoff, as on kubelet) and with parallel,
+/// unthrottled pulls. Each row its own images (none present before).
+async fn pull_bench(cd: &Containerd, n: usize, poll: Duration) -> anyhow::Result<()> {
+    use enforcer::runtime::images::{ImageManager, ImageOptions};
+    use enforcer_tests::registry::{OciImage, Registries};
+    let dir = tempfile::tempdir()?;
+    let regs = Registries::start(dir.path())?;
+    regs.write_hosts(&cd.certs_dir())?;
+    let rows = ["direct", "kubelet", "parallel"];
+    let t = Instant::now();
+    for row in rows {
+        for i in 0..n {
+            let seed = u64::try_from(i).unwrap_or(0) + 1000 * u64::try_from(row.len()).unwrap_or(0);
+            regs.tls.push(
+                &format!("{row}{i}"),
+                "v1",
+                &OciImage::busybox(1 << 20, seed)?,
+            )?;
+        }
+    }
+    eprintln!("pushed {} images in {:?}", rows.len() * n, t.elapsed());
+    let image = |row: &str, i: usize| regs.tls.reference(&format!("{row}{i}"), "v1");
+    let node = node_facts();
+    let rt = Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(120)));
+    let direct = Arc::new(Direct {
+        rt: rt.clone(),
+        cgroups: Arc::new(PodCgroups::new(&cd.cgroup_root, layout())),
+        node,
+    });
+    // Direct: pull and start every pod at once.
+    let t = Instant::now();
+    let mut set = JoinSet::new();
+    for i in 0..n {
+        let d = direct.clone();
+        let img = image("direct", i);
+        set.spawn(async move {
+            d.rt.pull_image(&img, None, None).await?;
+            let text = image_pod_yaml(&format!("direct{i}"), &format!("direct-{i}"), &img);
+            let pod =
+                enforcer::runtime::source::parse_manifest(Path::new("/bench.yaml"), &text, NODE)?
+                    .pop()
+                    .context("no pod")?;
+            d.start_one(&pod).await
+        });
+    }
+    let mut ids = Vec::new();
+    while let Some(r) = set.join_next().await {
+        ids.push(r??);
+    }
+    let direct_time = t.elapsed();
+    for (uid, sid, cid) in &ids {
+        direct.stop_one(uid, sid, cid).await?;
+    }
+    let mut results = vec![("direct CRI, parallel pulls", direct_time)];
+    for (row, label, serialize, qps) in [
+        (
+            "kubelet",
+            "enforcer, kubelet's defaults (serialized, QPS 5, burst 10)",
+            true,
+            5,
+        ),
+        (
+            "parallel",
+            "enforcer, parallel pulls, no QPS limit",
+            false,
+            0,
+        ),
+    ] {
+        let manifests = cd.dir.join(format!("manifests-{row}"));
+        let state = cd.dir.join(format!("state-{row}"));
+        std::fs::create_dir_all(&manifests)?;
+        let mut opts = pod_runtime_options(cd, node, poll, &manifests, state.clone());
+        opts.images = Arc::new(ImageManager::new(&ImageOptions {
+            serialize,
+            qps,
+            burst: 10,
+            node_config: state.join("config.json"),
+            ..Default::default()
+        }));
+        let status = StatusManager::default();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(run_pods_with(
+            Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(120))),
+            opts,
+            status.clone(),
+            async {
+                let _ = stop_rx.await;
+            },
+        ));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let uids: Vec<String> = (0..n).map(|i| format!("{row}-{i}")).collect();
+        let t = Instant::now();
+        for (i, uid) in uids.iter().enumerate() {
+            write_manifest(
+                &manifests,
+                &format!("{row}{i}.yaml"),
+                &image_pod_yaml(&format!("{row}{i}"), uid, &image(row, i)),
+            )?;
+        }
+        let measured = wait_every(
+            &status,
+            "all running",
+            Duration::from_secs(600),
+            Duration::from_millis(5),
+            |s| uids.iter().all(|u| s.get(u).is_some_and(|p| running(&p))),
+        )
+        .await
+        .map(|()| t.elapsed());
+        for i in 0..n {
+            std::fs::remove_file(manifests.join(format!("{row}{i}.yaml")))?;
+        }
+        let gone = wait_until(&status, "all gone", Duration::from_secs(120), |s| {
+            uids.iter().all(|u| s.get(u).is_none())
+        })
+        .await;
+        let _ = stop_tx.send(());
+        task.await??;
+        gone?;
+        results.push((label, measured?));
+    }
+    let version = rt.version().await?;
+    println!(
+        "\n### Pods with their images pulled from a registry ({n} pods, one 1 MiB-layer image each, {} {}, docker-registry over TLS on loopback, 2 cores)\n",
+        version.runtime_name, version.runtime_version
+    );
+    println!("| mode | to all Running (s) | pods/s | vs direct CRI |");
+    println!("|---|---|---|---|");
+    let base = direct_time.as_secs_f64();
+    for (label, d) in results {
+        let s = d.as_secs_f64();
+        println!(
+            "| {label} | {s:.2} | {:.1} | {:.2}x |",
+            n as f64 / s,
+            s / base
+        );
     }
     Ok(())
 }
