@@ -525,6 +525,26 @@ pub fn memory_crossings(config: &Config, observer: &NodeObserver) -> Vec<u64> {
     out
 }
 
+/// kubelet's image settings for the image manager and its collector.
+fn image_options(config: &Config) -> runtime::images::ImageOptions {
+    runtime::images::ImageOptions {
+        serialize: config.serialize_image_pulls,
+        max_parallel: config.images.max_parallel_image_pulls,
+        qps: config.registry_pull_qps,
+        burst: config.registry_burst,
+        gc: crate::policy::images::gc::GcPolicy {
+            high_percent: config.images.image_gc_high_threshold_percent,
+            low_percent: config.images.image_gc_low_threshold_percent,
+            min_age: config.images.image_minimum_gc_age,
+            max_age: config.images.image_maximum_gc_age,
+        },
+        gc_period: config.enforcer.image_gc_period,
+        secret_dir: config.enforcer.image_pull_secret_dir.clone(),
+        // kubelet's `<root dir>/config.json`.
+        node_config: config.enforcer.state_dir.join("config.json"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -562,25 +582,5 @@ mod tests {
         .config;
         let observer = plain.node_observer(&CgroupLayout::default(), &caps);
         assert!(memory_crossings(&plain, &observer).is_empty());
-    }
-}
-
-/// kubelet's image settings for the image manager and its collector.
-fn image_options(config: &Config) -> runtime::images::ImageOptions {
-    runtime::images::ImageOptions {
-        serialize: config.serialize_image_pulls,
-        max_parallel: config.images.max_parallel_image_pulls,
-        qps: config.registry_pull_qps,
-        burst: config.registry_burst,
-        gc: crate::policy::images::gc::GcPolicy {
-            high_percent: config.images.image_gc_high_threshold_percent,
-            low_percent: config.images.image_gc_low_threshold_percent,
-            min_age: config.images.image_minimum_gc_age,
-            max_age: config.images.image_maximum_gc_age,
-        },
-        gc_period: config.enforcer.image_gc_period,
-        secret_dir: config.enforcer.image_pull_secret_dir.clone(),
-        // kubelet's `<root dir>/config.json`.
-        node_config: config.enforcer.state_dir.join("config.json"),
     }
 }

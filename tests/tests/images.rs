@@ -678,7 +678,7 @@ async fn image_gc_frees_down_to_the_low_threshold() {
     assert!(collected.freed >= collected.wanted);
     // Oldest first, never the one in use, and not more than needed.
     let k = collected.by_space.len();
-    assert!(k >= 1 && k < 6, "{k} removed");
+    assert!((1..6).contains(&k), "{k} removed");
     assert_eq!(collected.by_space, ids[1..=k], "least recently used first");
     let left: Vec<String> = rt
         .list_images()
