@@ -762,3 +762,35 @@ pub async fn cri_pull(
         .await
         .map(|r| r.into_inner().image_ref)
 }
+
+/// Standard base64 with padding (docker config `auth` fields, Secret data).
+#[must_use]
+pub fn base64(data: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(A[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// A docker config (`{"auths": ...}`) for `registry` with `user` and `password`.
+#[must_use]
+pub fn docker_config(registry: &Registry, user: &str, password: &str) -> String {
+    serde_json::json!({"auths": {format!("https://{}", registry.host): {
+        "auth": base64(format!("{user}:{password}").as_bytes())
+    }}})
+    .to_string()
+}

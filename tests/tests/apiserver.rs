@@ -1039,6 +1039,67 @@ fn last_log_line(node: &Node, uid: &str, prefix: &str) -> Option<String> {
         .find(|t| t.starts_with(prefix))
 }
 
+/// kubelet's `imagePullSecrets` in cluster mode: the Secret (`kubernetes.io/dockerconfigjson`)
+/// read from the API server authenticates the pull at a real registry with basic auth; a
+/// secret that does not exist is kubelet's `FailedToRetrieveImagePullSecret` warning on the
+/// pod, and the pull goes on with the others; the pull's events reach the API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_pull_secrets_come_from_the_api_server() {
+    use enforcer_tests::registry::{self, AUTH_PASSWORD, AUTH_USER, OciImage, Registries};
+    let (_serial, fake, node) =
+        cluster_test("cl-pull", "cl-pull-node", ConfigArgs::default(), false).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let regs = Registries::start(dir.path()).unwrap_or_else(|e| panic!("{e}"));
+    regs.write_hosts(&node.cd.certs_dir())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let image = OciImage::busybox(256 << 10, 41).expect("image");
+    regs.auth
+        .push("team/private", "v1", &image)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let config = registry::docker_config(&regs.auth, AUTH_USER, AUTH_PASSWORD);
+    fake.put(
+        Kind::Secret,
+        json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/dockerconfigjson",
+               "metadata": {"name": "regcred", "namespace": "default"},
+               "data": {".dockerconfigjson": registry::base64(config.as_bytes())}}),
+    );
+    let reference = regs.auth.reference("team/private", "v1");
+    let mut pod = node_pod(
+        "pulled",
+        "cl-uid-pulled",
+        "cl-pull-node",
+        json!({"imagePullSecrets": [{"name": "absent"}, {"name": "regcred"}]}),
+        "sleep 3600",
+    );
+    pod["spec"]["containers"][0]["image"] = json!(reference);
+    pod["spec"]["containers"][0]["imagePullPolicy"] = json!("IfNotPresent");
+    fake.put_pod(pod);
+    wait_until("Running in the API", Duration::from_secs(60), || {
+        fake.get(Kind::Pod, "default", "pulled")
+            .is_some_and(|p| p["status"]["phase"] == "Running")
+    })
+    .await;
+    let warned = wait_event(&fake, "FailedToRetrieveImagePullSecret", "pulled").await;
+    assert_eq!(
+        warned["message"],
+        "Unable to retrieve some image pull secrets (default/absent); attempting to pull the image may not succeed."
+    );
+    let pulled = wait_event(&fake, "Pulled", "pulled").await;
+    let text = pulled["message"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with(&format!("Successfully pulled image \"{reference}\" in ")),
+        "{text}"
+    );
+    // The registry saw the credentials: its log has the pull's requests answered 200.
+    let log = regs.auth.access_log().unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        log.iter().any(|a| a.is_pull()
+            && a.repo.as_deref() == Some("team/private")
+            && a.status == Some(200)),
+        "no authorized pull in the registry's log"
+    );
+}
+
 /// kubelet's configMap, secret and projected-volume e2e tests on the node
 /// (`test/e2e/common/storage/{configmap,secret,projected}_*.go`): an API pod's configMap,
 /// secret and kube-api-access volumes and its env from both, as the container (uid 1000 with

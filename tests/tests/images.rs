@@ -20,8 +20,8 @@ use enforcer_tests::{
     containerd::Containerd,
     pods::{Enforcer, finish, pod, state, wait_status, write_manifest},
     registry::{
-        AUTH_PASSWORD, AUTH_USER, Access, AccessKind, OciImage, Registries, Registry, free_port,
-        require_tools,
+        AUTH_PASSWORD, AUTH_USER, Access, AccessKind, OciImage, Registries, Registry,
+        docker_config, free_port, require_tools,
     },
 };
 
@@ -109,29 +109,7 @@ async fn pull_policies_secrets_errors_and_backoff() {
     // Standalone pull secrets: docker config files by secret name.
     let secrets = cd.dir.join("pull-secrets");
     std::fs::create_dir_all(&secrets).expect("secret dir");
-    let b64 = |s: &str| {
-        use std::io::Write as _;
-        let mut child = std::process::Command::new("base64")
-            .arg("-w0")
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("base64");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(s.as_bytes())
-            .expect("write");
-        String::from_utf8(child.wait_with_output().expect("base64").stdout).expect("utf8")
-    };
-    let config = |user: &str, password: &str| {
-        format!(
-            r#"{{"auths": {{"https://{}": {{"auth": "{}"}}}}}}"#,
-            regs.auth.host,
-            b64(&format!("{user}:{password}"))
-        )
-    };
+    let config = |user: &str, password: &str| docker_config(&regs.auth, user, password);
     std::fs::write(secrets.join("good.json"), config(AUTH_USER, AUTH_PASSWORD)).expect("secret");
     std::fs::write(secrets.join("bad.json"), config(AUTH_USER, "wrong")).expect("secret");
 
