@@ -365,7 +365,28 @@ async fn pull_policies_secrets_errors_and_backoff() {
     .await;
     let tries_now = pulls_of(&log_of(&regs.auth), "team/private2");
     assert!(tries_now > tries_then, "{tries_now} > {tries_then}");
+    // kubelet's pull series: the pull durations by size, the CRI pull operations and errors.
+    let m = metrics_text();
+    for series in [
+        "kubelet_image_pull_duration_seconds_count{image_size_in_bytes=\"0-10MB\"}",
+        "kubelet_runtime_operations_total{operation_type=\"pull_image\"}",
+        "kubelet_runtime_operations_errors_total{operation_type=\"pull_image\"}",
+    ] {
+        assert!(value_of(&m, series) >= 1.0, "{series} in\n{m}");
+    }
     finish(e, cd).await;
+}
+
+fn metrics_text() -> String {
+    enforcer::metrics::encode(&[enforcer::metrics::global().registry()]).expect("metrics")
+}
+
+/// The value of one series line (0 when absent).
+fn value_of(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// The access log's pulls of `repos`: for each, its first request and the completion of its
@@ -673,5 +694,8 @@ async fn image_gc_frees_down_to_the_low_threshold() {
         again.by_space.is_empty() && again.by_age.is_empty(),
         "{again:?}"
     );
+    let m = metrics_text();
+    let series = "kubelet_image_garbage_collected_total{reason=\"space\"}";
+    assert!(value_of(&m, series) >= k as f64, "{series} in\n{m}");
     finish(e, cd).await;
 }
