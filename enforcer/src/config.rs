@@ -140,6 +140,30 @@ pub struct ConfigArgs {
     /// Image pull burst.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub registry_burst: Option<i32>,
+    /// The secure port's address (cluster mode).
+    #[arg(long, value_name = "IP")]
+    pub address: Option<String>,
+    /// The secure port (HTTPS with authentication and authorization; cluster mode; 0: none).
+    #[arg(long, value_name = "PORT", allow_negative_numbers = true)]
+    pub port: Option<i32>,
+    /// The read-only port (plain HTTP, no authentication; 0: none).
+    #[arg(long, value_name = "PORT", allow_negative_numbers = true)]
+    pub read_only_port: Option<i32>,
+    /// The secure port's certificate (PEM); with no file a self-signed one is made.
+    #[arg(long, value_name = "FILE")]
+    pub tls_cert_file: Option<String>,
+    /// The secure port's private key (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub tls_private_key_file: Option<String>,
+    /// CA bundle: client certificates signed by it authenticate as their CN (groups: O).
+    #[arg(long, value_name = "FILE")]
+    pub client_ca_file: Option<String>,
+    /// Serve anonymous requests (as system:anonymous) on the secure port.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub anonymous_auth: Option<bool>,
+    /// Webhook (SubjectAccessReview) or AlwaysAllow.
+    #[arg(long, value_name = "MODE")]
+    pub authorization_mode: Option<String>,
     /// Image disk usage percent at or above which image garbage collection runs.
     #[arg(long, value_name = "PERCENT", allow_negative_numbers = true)]
     pub image_gc_high_threshold: Option<i32>,
@@ -309,6 +333,9 @@ pub struct Config {
     /// garbage collector's thresholds and ages.
     #[serde(flatten)]
     pub images: ImageConfig,
+    /// The secure port, its TLS, authentication and authorization; the read-only port.
+    #[serde(flatten)]
+    pub serving: ServingConfig,
     /// `cpuCFSQuota`.
     #[serde(rename = "cpuCFSQuota")]
     pub cpu_cfs_quota: bool,
@@ -347,6 +374,52 @@ pub struct Config {
     pub allowed_unsafe_sysctls: Vec<String>,
     /// The `enforcer:` section.
     pub enforcer: EnforcerConfig,
+}
+
+/// The validated serving settings (kubelet's names).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServingConfig {
+    /// `address` (0.0.0.0).
+    pub address: std::net::IpAddr,
+    /// `port` (10250; 0: the secure port is not served).
+    pub port: u16,
+    /// `readOnlyPort` (0: none).
+    pub read_only_port: u16,
+    pub tls_cert_file: String,
+    pub tls_private_key_file: String,
+    #[serde(rename = "serverTLSBootstrap")]
+    pub server_tls_bootstrap: bool,
+    pub authentication: AuthenticationConfig,
+    pub authorization: AuthorizationConfig,
+}
+
+/// `authentication`: client certificates, bearer tokens (TokenReview), anonymous.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthenticationConfig {
+    /// `x509.clientCAFile` (empty: no client certificates).
+    #[serde(rename = "clientCAFile")]
+    pub client_ca_file: String,
+    /// `webhook.enabled` (true): bearer tokens through TokenReview.
+    pub webhook: bool,
+    /// `webhook.cacheTTL` (2m).
+    #[serde(rename = "webhookCacheTTL", serialize_with = "ser_duration")]
+    pub webhook_cache_ttl: Duration,
+    /// `anonymous.enabled` (false).
+    pub anonymous: bool,
+}
+
+/// `authorization`: `Webhook` (SubjectAccessReview) or `AlwaysAllow`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuthorizationConfig {
+    /// `mode`: true for `Webhook` (the default), false for `AlwaysAllow`.
+    pub webhook: bool,
+    #[serde(rename = "cacheAuthorizedTTL", serialize_with = "ser_duration")]
+    pub cache_authorized_ttl: Duration,
+    #[serde(rename = "cacheUnauthorizedTTL", serialize_with = "ser_duration")]
+    pub cache_unauthorized_ttl: Duration,
 }
 
 /// The validated image settings (kubelet's names).

@@ -74,6 +74,12 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    #[error("the secure port on {addr}: {source}")]
+    Secure {
+        addr: SocketAddr,
+        #[source]
+        source: crate::server::secure::SecureError,
+    },
 }
 
 /// The node's capacity: the configured override, else this machine's.
@@ -260,20 +266,66 @@ pub async fn run(
             defaults.cri_timeout,
         ))
     });
-    let server = server::serve(
-        config.enforcer.http_address,
-        server::Sources {
-            config: config.clone(),
-            capabilities: serde_json::to_string(&caps).unwrap_or_default(),
-            health: health.clone(),
-            metrics: crate::metrics::global().clone(),
-            pipeline: pipeline.stats.clone(),
-            link: link.clone(),
-            status: status.clone(),
-            observer: observer.clone(),
-            runtime: cri.clone(),
-        },
-    )
+    let sources = || server::Sources {
+        config: config.clone(),
+        capabilities: serde_json::to_string(&caps).unwrap_or_default(),
+        health: health.clone(),
+        metrics: crate::metrics::global().clone(),
+        pipeline: pipeline.stats.clone(),
+        link: link.clone(),
+        status: status.clone(),
+        observer: observer.clone(),
+        runtime: cri.clone(),
+    };
+    let mut extra_servers = Vec::new();
+    // kubelet's secure port, where it serves the node (cluster mode, running pods; beside
+    // kubelet, kubelet serves it).
+    let serving = &config.serving;
+    if opts.kubeconfig.is_some() && companion.is_none() && run_pods && serving.port != 0 {
+        let addr = SocketAddr::new(serving.address, serving.port);
+        let secure = server::secure::SecureOptions {
+            cert_files: (!serving.tls_cert_file.is_empty() || !serving.tls_private_key_file.is_empty())
+                .then(|| {
+                    (
+                        PathBuf::from(&serving.tls_cert_file),
+                        PathBuf::from(&serving.tls_private_key_file),
+                    )
+                }),
+            cert_dir: config.enforcer.state_dir.join("pki"),
+            hostname: config.node_name(),
+            client_ca: (!serving.authentication.client_ca_file.is_empty())
+                .then(|| PathBuf::from(&serving.authentication.client_ca_file)),
+            anonymous: serving.authentication.anonymous,
+            token_webhook: serving
+                .authentication
+                .webhook
+                .then_some(serving.authentication.webhook_cache_ttl),
+            authz: if serving.authorization.webhook {
+                server::secure::AuthzMode::Webhook {
+                    allowed_ttl: serving.authorization.cache_authorized_ttl,
+                    denied_ttl: serving.authorization.cache_unauthorized_ttl,
+                }
+            } else {
+                server::secure::AuthzMode::AlwaysAllow
+            },
+            node_name: config.node_name(),
+            kubeconfig: opts.kubeconfig.clone(),
+        };
+        let s = server::serve_secure(addr, sources(), secure)
+            .await
+            .map_err(|source| DaemonError::Secure { addr, source })?;
+        tracing::info!(addr = %s.addr, "serving the secure port (TLS, authentication, authorization): the pages, /containerLogs, /exec, /attach, /portForward");
+        extra_servers.push(s);
+    }
+    if serving.read_only_port != 0 {
+        let addr = SocketAddr::new(serving.address, serving.read_only_port);
+        let s = server::serve(addr, sources())
+            .await
+            .map_err(|source| DaemonError::Http { addr, source })?;
+        tracing::info!(addr = %s.addr, "serving the read-only port (no authentication)");
+        extra_servers.push(s);
+    }
+    let server = server::serve(config.enforcer.http_address, sources())
     .await
     .map_err(|source| DaemonError::Http {
         addr: config.enforcer.http_address,
@@ -473,6 +525,9 @@ pub async fn run(
         let _ = t.await;
     }
     server.shutdown().await;
+    for s in extra_servers {
+        s.shutdown().await;
+    }
     Ok(())
 }
 

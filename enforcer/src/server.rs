@@ -24,7 +24,10 @@
 //! [`SHUTDOWN_GRACE`], then closes what is left.
 
 pub mod debug;
+pub mod logs;
 pub mod resource;
+pub mod secure;
+pub mod stream;
 pub mod summary;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
@@ -125,6 +128,92 @@ impl Server {
 pub async fn serve(addr: SocketAddr, sources: Sources) -> std::io::Result<Server> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
+    let state = app_state(sources);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(accept_loop(
+        listener,
+        router(state),
+        stopped,
+        None,
+        MAX_CONNECTION_LIFETIME,
+    ));
+    Ok(Server {
+        addr: local,
+        stop,
+        task,
+    })
+}
+
+/// How long a connection of the secure port may live (kubelet's
+/// `streamingConnectionIdleTimeout`, 4 h: log follows and exec sessions).
+pub const SECURE_CONNECTION_LIFETIME: Duration = Duration::from_secs(4 * 3600);
+
+/// kubelet's secure port on `addr`: TLS, authentication and authorization in front of the
+/// same pages plus the container streams (`/containerLogs`, `/exec`, `/attach`,
+/// `/portForward`), until [`Server::shutdown`].
+pub async fn serve_secure(
+    addr: SocketAddr,
+    sources: Sources,
+    opts: secure::SecureOptions,
+) -> Result<Server, secure::SecureError> {
+    let tls = secure::tls(&opts)?;
+    let auth = Arc::new(secure::Auth::new(opts, &tls));
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| secure::SecureError::Tls(format!("binding {addr}: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| secure::SecureError::Tls(e.to_string()))?;
+    let state = app_state(sources);
+    let streams = Router::new()
+        .route(
+            "/containerLogs/{namespace}/{pod}/{container}",
+            get(logs::handler),
+        )
+        .route(
+            "/exec/{namespace}/{pod}/{container}",
+            get(stream::exec).post(stream::exec),
+        )
+        .route(
+            "/exec/{namespace}/{pod}/{uid}/{container}",
+            get(stream::exec_uid).post(stream::exec_uid),
+        )
+        .route(
+            "/attach/{namespace}/{pod}/{container}",
+            get(stream::attach).post(stream::attach),
+        )
+        .route(
+            "/attach/{namespace}/{pod}/{uid}/{container}",
+            get(stream::attach_uid).post(stream::attach_uid),
+        )
+        .route(
+            "/portForward/{namespace}/{pod}",
+            get(stream::port_forward).post(stream::port_forward),
+        )
+        .route(
+            "/portForward/{namespace}/{pod}/{uid}",
+            get(stream::port_forward_uid).post(stream::port_forward_uid),
+        )
+        .with_state(state.clone());
+    let app = router(state)
+        .merge(streams)
+        .layer(middleware::from_fn_with_state(auth, secure::filter));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(accept_loop(
+        listener,
+        app,
+        stopped,
+        Some(Arc::new(tls)),
+        SECURE_CONNECTION_LIFETIME,
+    ));
+    Ok(Server {
+        addr: local,
+        stop,
+        task,
+    })
+}
+
+fn app_state(sources: Sources) -> Shared {
     let mut node = prometheus_client::registry::Registry::default();
     node.register_collector(Box::new(NodeStateCollector {
         pipeline: sources.pipeline.clone(),
@@ -132,17 +221,10 @@ pub async fn serve(addr: SocketAddr, sources: Sources) -> std::io::Result<Server
         status: sources.status.clone(),
     }));
     let stats = summary::StatsReader::new(sources.observer.clone());
-    let state = Arc::new(AppState {
+    Arc::new(AppState {
         sources,
         node,
         stats,
-    });
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let task = tokio::spawn(accept_loop(listener, router(state), stopped));
-    Ok(Server {
-        addr: local,
-        stop,
-        task,
     })
 }
 
@@ -305,6 +387,8 @@ async fn accept_loop(
     listener: TcpListener,
     app: Router,
     mut stopped: tokio::sync::watch::Receiver<bool>,
+    tls: Option<Arc<secure::Tls>>,
+    lifetime: Duration,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let graceful = GracefulShutdown::new();
@@ -330,11 +414,54 @@ async fn accept_loop(
         match accepted {
             Ok((sock, _)) => {
                 backoff = Duration::ZERO;
+                if let Some(tls) = &tls {
+                    // The handshake off the accept loop, bounded; then the connection with
+                    // its client's certificates as a request extension.
+                    let (tls, app, http, mut stop) =
+                        (tls.clone(), app.clone(), http.clone(), stopped.clone());
+                    tokio::spawn(async move {
+                        let handshake = tokio::time::timeout(
+                            HEADER_TIMEOUT * 5,
+                            tls.acceptor.accept(sock),
+                        )
+                        .await;
+                        let Ok(Ok(stream)) = handshake else {
+                            drop(slot);
+                            return;
+                        };
+                        let peer = Arc::new(secure::Peer {
+                            certs: stream
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
+                                .unwrap_or_default(),
+                        });
+                        let svc = tower::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+                            req.extensions_mut().insert(peer.clone());
+                            tower::ServiceExt::oneshot(app.clone(), req)
+                        });
+                        let conn = http
+                            .serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc))
+                            .with_upgrades();
+                        tokio::pin!(conn);
+                        let ended = tokio::select! {
+                            r = tokio::time::timeout(lifetime, conn.as_mut()) => r.is_ok(),
+                            _ = stop.wait_for(|s| *s) => false,
+                        };
+                        if !ended {
+                            conn.as_mut().graceful_shutdown();
+                            let _ = tokio::time::timeout(SHUTDOWN_GRACE, conn).await;
+                        }
+                        drop(slot);
+                    });
+                    continue;
+                }
                 let conn = http
                     .serve_connection(TokioIo::new(sock), TowerToHyperService::new(app.clone()));
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
-                    let _ = tokio::time::timeout(MAX_CONNECTION_LIFETIME, conn).await;
+                    let _ = tokio::time::timeout(lifetime, conn).await;
                     drop(slot);
                 });
             }

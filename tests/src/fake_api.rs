@@ -152,6 +152,12 @@ struct Store {
     tokens: Vec<IssuedToken>,
     /// The TTL every token gets whatever was asked (`None`: as asked).
     token_ttl: Option<i64>,
+    /// TokenReview: bearer token -> (user, groups).
+    reviewed_tokens: BTreeMap<String, (String, Vec<String>)>,
+    /// SubjectAccessReview: what is allowed, as (user or group, verb, resource/subresource).
+    access_rules: Vec<(String, String, String)>,
+    /// The reviews answered, in order: (kind, the request's spec).
+    reviews: Vec<(String, Value)>,
 }
 
 /// A token the fake's TokenRequest endpoint issued.
@@ -364,6 +370,32 @@ impl FakeApi {
     /// honours at least 10 min; tests need tokens that age within seconds).
     pub fn set_token_ttl(&self, ttl: Option<i64>) {
         lock(&self.state).token_ttl = ttl;
+    }
+
+    /// TokenReview answers `token` as authenticating `user` in `groups` (any other token is
+    /// not authenticated).
+    pub fn review_token(&self, token: &str, user: &str, groups: &[&str]) {
+        lock(&self.state).reviewed_tokens.insert(
+            token.to_owned(),
+            (
+                user.to_owned(),
+                groups.iter().map(|g| (*g).to_owned()).collect(),
+            ),
+        );
+    }
+
+    /// SubjectAccessReview allows `who` (a user or one of its groups) `verb` on
+    /// `resource` (`nodes/proxy`, `nodes/stats`, ...; `*` for any).
+    pub fn allow(&self, who: &str, verb: &str, resource: &str) {
+        lock(&self.state)
+            .access_rules
+            .push((who.to_owned(), verb.to_owned(), resource.to_owned()));
+    }
+
+    /// The TokenReviews and SubjectAccessReviews answered: (kind, spec).
+    #[must_use]
+    pub fn reviews(&self) -> Vec<(String, Value)> {
+        lock(&self.state).reviews.clone()
     }
 
     /// The tokens issued so far, in order.
@@ -809,6 +841,71 @@ fn token_request(st: &mut Store, path: &str, body: Option<&Value>) -> Option<(u1
     ))
 }
 
+/// `POST /apis/authentication.k8s.io/v1/tokenreviews` and
+/// `/apis/authorization.k8s.io/v1/subjectaccessreviews`, answered from the fake's tables.
+fn review(st: &mut Store, path: &str, body: Option<&Value>) -> Option<(u16, Value)> {
+    let p = path.split('?').next().unwrap_or("");
+    let kind = match p {
+        "/apis/authentication.k8s.io/v1/tokenreviews" => "TokenReview",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews" => "SubjectAccessReview",
+        _ => return None,
+    };
+    let Some(body) = body else {
+        return Some((422, status_body(422, "Invalid", "the body is not JSON")));
+    };
+    let decoded = if kind == "TokenReview" {
+        serde_json::from_value::<k8s_openapi::api::authentication::v1::TokenReview>(body.clone())
+            .map(drop)
+    } else {
+        serde_json::from_value::<k8s_openapi::api::authorization::v1::SubjectAccessReview>(
+            body.clone(),
+        )
+        .map(drop)
+    };
+    if let Err(e) = decoded {
+        return Some((
+            422,
+            status_body(422, "Invalid", &format!("decoding {kind}: {e}")),
+        ));
+    }
+    let spec = body["spec"].clone();
+    st.reviews.push((kind.to_owned(), spec.clone()));
+    let status = if kind == "TokenReview" {
+        match spec["token"]
+            .as_str()
+            .and_then(|t| st.reviewed_tokens.get(t))
+        {
+            Some((user, groups)) => json!({"authenticated": true,
+                "user": {"username": user, "uid": format!("uid-{user}"), "groups": groups}}),
+            None => json!({"authenticated": false}),
+        }
+    } else {
+        let user = spec["user"].as_str().unwrap_or_default();
+        let groups: Vec<&str> = spec["groups"]
+            .as_array()
+            .map(|g| g.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let ra = &spec["resourceAttributes"];
+        let resource = format!(
+            "{}/{}",
+            ra["resource"].as_str().unwrap_or_default(),
+            ra["subresource"].as_str().unwrap_or_default()
+        );
+        let verb = ra["verb"].as_str().unwrap_or_default();
+        let allowed = st.access_rules.iter().any(|(who, v, r)| {
+            (who == user || groups.contains(&who.as_str()))
+                && (v == "*" || v == verb)
+                && (r == "*" || *r == resource)
+        });
+        json!({"allowed": allowed})
+    };
+    Some((
+        201,
+        json!({"apiVersion": body["apiVersion"], "kind": kind, "metadata": {},
+               "spec": spec, "status": status}),
+    ))
+}
+
 /// Handles one non-watch request.
 fn handle(
     st: &mut Store,
@@ -819,6 +916,11 @@ fn handle(
 ) -> (u16, Value) {
     if method == "POST"
         && let Some(answer) = token_request(st, path, body)
+    {
+        return answer;
+    }
+    if method == "POST"
+        && let Some(answer) = review(st, path, body)
     {
         return answer;
     }

@@ -160,7 +160,10 @@ impl Node {
         let manifests = cd.dir.join("manifests");
         let state = state.unwrap_or_else(|| cd.dir.join("state"));
         std::fs::create_dir_all(&manifests).expect("manifest dir");
+        // No secure port unless the test asks for one (it would be 0.0.0.0:10250).
+        let port = args.port.or(Some(0));
         let args = ConfigArgs {
+            port,
             cgroup_root: Some(cd.cgroup_root.clone()),
             cgroup_driver: Some(cd.driver.as_str().to_owned()),
             cri_socket: Some(cd.socket.clone()),

@@ -104,6 +104,59 @@ pub struct EnforcerSection {
     pub image_pull_secret_dir: Option<PathBuf>,
 }
 
+/// `authentication` (kubelet's `KubeletAuthentication`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+/// Kubelet's fields of the same names.
+pub struct AuthenticationDoc {
+    pub x509: Option<X509Doc>,
+    pub webhook: Option<WebhookAuthnDoc>,
+    pub anonymous: Option<AnonymousDoc>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+/// Kubelet's fields of the same names.
+pub struct X509Doc {
+    #[serde(rename = "clientCAFile")]
+    pub client_ca_file: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+/// Kubelet's fields of the same names.
+pub struct WebhookAuthnDoc {
+    pub enabled: Option<bool>,
+    #[serde(rename = "cacheTTL")]
+    pub cache_ttl: Option<Scalar>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+/// Kubelet's fields of the same names.
+pub struct AnonymousDoc {
+    pub enabled: Option<bool>,
+}
+
+/// `authorization` (kubelet's `KubeletAuthorization`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+/// Kubelet's fields of the same names.
+pub struct AuthorizationDoc {
+    pub mode: Option<String>,
+    pub webhook: Option<WebhookAuthzDoc>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+/// Kubelet's fields of the same names.
+pub struct WebhookAuthzDoc {
+    #[serde(rename = "cacheAuthorizedTTL")]
+    pub cache_authorized_ttl: Option<Scalar>,
+    #[serde(rename = "cacheUnauthorizedTTL")]
+    pub cache_unauthorized_ttl: Option<Scalar>,
+}
+
 /// The `KubeletConfiguration` fields the enforcer reads (all optional: unset means kubelet's
 /// default).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -141,6 +194,15 @@ pub struct KubeletConfiguration {
     pub registry_pull_qps: Option<i32>,
     pub registry_burst: Option<i32>,
     pub max_parallel_image_pulls: Option<i32>,
+    pub address: Option<String>,
+    pub port: Option<i32>,
+    pub read_only_port: Option<i32>,
+    pub tls_cert_file: Option<String>,
+    pub tls_private_key_file: Option<String>,
+    #[serde(rename = "serverTLSBootstrap")]
+    pub server_tls_bootstrap: Option<bool>,
+    pub authentication: Option<AuthenticationDoc>,
+    pub authorization: Option<AuthorizationDoc>,
     #[serde(rename = "imageGCHighThresholdPercent")]
     pub image_gc_high_threshold_percent: Option<i32>,
     #[serde(rename = "imageGCLowThresholdPercent")]

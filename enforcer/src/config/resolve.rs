@@ -8,6 +8,7 @@
 mod enforcer;
 mod eviction;
 mod images;
+mod serving;
 mod node;
 
 use std::{collections::BTreeMap, time::Duration};
@@ -65,6 +66,12 @@ pub(super) mod key {
         EVENT_BURST = "eventBurst", "--event-burst";
         REGISTRY_PULL_QPS = "registryPullQPS", "--registry-qps";
         REGISTRY_BURST = "registryBurst", "--registry-burst";
+        ADDRESS = "address", "--address";
+        PORT = "port", "--port";
+        READ_ONLY_PORT = "readOnlyPort", "--read-only-port";
+        AUTHORIZATION = "authorization", "--authorization-mode";
+        /// File only.
+        AUTHENTICATION = "authentication", "authentication";
         /// File only.
         MAX_PARALLEL_IMAGE_PULLS = "maxParallelImagePulls", "maxParallelImagePulls";
         IMAGE_GC_HIGH_THRESHOLD_PERCENT =
@@ -333,6 +340,7 @@ pub fn resolve(
         .or(doc.serialize_image_pulls)
         .unwrap_or(true);
     let images = images::images(&n, doc, args, serialize_image_pulls)?;
+    let serving = serving::serving(&n, doc, args)?;
     let maps = Maps::read(&n, doc, args)?;
     let enforce = eviction::enforce_node_allocatable(&n, doc, args)?;
     let eviction = eviction::eviction(&n, doc, args, &maps, &enforce, &mut warnings)?;
@@ -376,6 +384,7 @@ pub fn resolve(
         registry_pull_qps: rates.registry_pull_qps,
         registry_burst: rates.registry_burst,
         images,
+        serving,
         cpu_cfs_quota: args.cpu_cfs_quota.or(doc.cpu_cfs_quota).unwrap_or(true),
         memory_throttling_factor,
         single_process_oom_kill: doc.single_process_oom_kill.unwrap_or(false),
