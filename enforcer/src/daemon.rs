@@ -284,13 +284,14 @@ pub async fn run(
     if opts.kubeconfig.is_some() && companion.is_none() && run_pods && serving.port != 0 {
         let addr = SocketAddr::new(serving.address, serving.port);
         let secure = server::secure::SecureOptions {
-            cert_files: (!serving.tls_cert_file.is_empty() || !serving.tls_private_key_file.is_empty())
-                .then(|| {
-                    (
-                        PathBuf::from(&serving.tls_cert_file),
-                        PathBuf::from(&serving.tls_private_key_file),
-                    )
-                }),
+            cert_files: (!serving.tls_cert_file.is_empty()
+                || !serving.tls_private_key_file.is_empty())
+            .then(|| {
+                (
+                    PathBuf::from(&serving.tls_cert_file),
+                    PathBuf::from(&serving.tls_private_key_file),
+                )
+            }),
             cert_dir: config.enforcer.state_dir.join("pki"),
             hostname: config.node_name(),
             client_ca: (!serving.authentication.client_ca_file.is_empty())
@@ -326,11 +327,11 @@ pub async fn run(
         extra_servers.push(s);
     }
     let server = server::serve(config.enforcer.http_address, sources())
-    .await
-    .map_err(|source| DaemonError::Http {
-        addr: config.enforcer.http_address,
-        source,
-    })?;
+        .await
+        .map_err(|source| DaemonError::Http {
+            addr: config.enforcer.http_address,
+            source,
+        })?;
     tracing::info!(addr = %server.addr, "serving /metrics, /healthz, /configz, /pods, /stats/summary, /debug");
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

@@ -420,11 +420,9 @@ async fn accept_loop(
                     let (tls, app, http, mut stop) =
                         (tls.clone(), app.clone(), http.clone(), stopped.clone());
                     tokio::spawn(async move {
-                        let handshake = tokio::time::timeout(
-                            HEADER_TIMEOUT * 5,
-                            tls.acceptor.accept(sock),
-                        )
-                        .await;
+                        let handshake =
+                            tokio::time::timeout(HEADER_TIMEOUT * 5, tls.acceptor.accept(sock))
+                                .await;
                         let Ok(Ok(stream)) = handshake else {
                             drop(slot);
                             return;
@@ -437,10 +435,11 @@ async fn accept_loop(
                                 .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
                                 .unwrap_or_default(),
                         });
-                        let svc = tower::service_fn(move |mut req: Request<hyper::body::Incoming>| {
-                            req.extensions_mut().insert(peer.clone());
-                            tower::ServiceExt::oneshot(app.clone(), req)
-                        });
+                        let svc =
+                            tower::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+                                req.extensions_mut().insert(peer.clone());
+                                tower::ServiceExt::oneshot(app.clone(), req)
+                            });
                         let conn = http
                             .serve_connection(TokioIo::new(stream), TowerToHyperService::new(svc))
                             .with_upgrades();

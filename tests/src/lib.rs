@@ -13,6 +13,7 @@ pub mod local;
 pub mod node;
 pub mod pods;
 pub mod registry;
+pub mod streams;
 
 use std::{
     fs,

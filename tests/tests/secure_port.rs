@@ -6,7 +6,6 @@
 
 use std::{
     path::{Path, PathBuf},
-    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -15,9 +14,9 @@ use enforcer_tests::{
     containerd::Containerd,
     fake_api::{FakeApi, Kind},
     node::Node,
+    streams::Ws,
 };
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 const NODE: &str = "sec-node";
 
@@ -119,7 +118,10 @@ impl Port {
         cmd.args(extra)
             .arg(format!("https://{NODE}:{}{path}", self.port));
         let o = cmd.output().expect("curl");
-        let code = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap_or(0);
+        let code = String::from_utf8_lossy(&o.stdout)
+            .trim()
+            .parse()
+            .unwrap_or(0);
         let body = std::fs::read_to_string(out.path()).unwrap_or_default();
         (code, body)
     }
@@ -175,9 +177,11 @@ async fn setup(tag: &str) -> Setup {
     };
     let node = Node::start_in_cluster(cd, args, None, Some(kubeconfig), false);
     let server_ca = node.state.join("pki").join("kubelet.crt");
-    wait_until("the secure port's certificate", Duration::from_secs(30), || {
-        server_ca.exists() && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    })
+    wait_until(
+        "the secure port's certificate",
+        Duration::from_secs(30),
+        || server_ca.exists() && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    )
     .await;
     Setup {
         _dir: dir,
@@ -189,7 +193,10 @@ async fn setup(tag: &str) -> Setup {
 }
 
 async fn run_pod(fake: &FakeApi, pod: Value) {
-    let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_owned();
+    let name = pod["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     fake.put_pod(pod);
     wait_until(&format!("{name} Running"), Duration::from_secs(60), || {
         fake.get(Kind::Pod, "default", &name)
@@ -206,7 +213,11 @@ async fn authentication_and_authorization_per_endpoint() {
     let s = setup("sec-auth").await;
     run_pod(
         &s.fake,
-        api_pod("logger", "sec-uid-logger", json!([container("app", "echo hello; sleep 3600")])),
+        api_pod(
+            "logger",
+            "sec-uid-logger",
+            json!([container("app", "echo hello; sleep 3600")]),
+        ),
     )
     .await;
     // alice: nodes/proxy only. bob: nodes/stats and nodes/metrics. carol (certificate):
@@ -237,7 +248,11 @@ async fn authentication_and_authorization_per_endpoint() {
     ];
     for (path, alice, bob) in table {
         let (code, body) = s.port.get(path, &Cred::None, &[]);
-        assert_eq!((code, body.as_str()), (401, "Unauthorized"), "anonymous {path}");
+        assert_eq!(
+            (code, body.as_str()),
+            (401, "Unauthorized"),
+            "anonymous {path}"
+        );
         let (code, body) = s.port.get(path, &Cred::Token("alice-token"), &[]);
         assert_eq!(code, *alice, "alice {path}: {body}");
         let (code, body) = s.port.get(path, &Cred::Token("bob-token"), &[]);
@@ -326,9 +341,18 @@ async fn container_logs_with_each_option() {
             "logs",
             "sec-uid-logs",
             json!([
-                container("lines", "for i in 1 2 3 4 5; do echo line $i; done; echo oops >&2; sleep 3600"),
-                container("ticker", "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.2; done"),
-                container("once", "echo run $(cat /proc/sys/kernel/random/uuid); sleep 1; exit 1"),
+                container(
+                    "lines",
+                    "for i in 1 2 3 4 5; do echo line $i; done; echo oops >&2; sleep 3600"
+                ),
+                container(
+                    "ticker",
+                    "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.2; done"
+                ),
+                container(
+                    "once",
+                    "echo run $(cat /proc/sys/kernel/random/uuid); sleep 1; exit 1"
+                ),
             ]),
         ),
     )
@@ -336,11 +360,18 @@ async fn container_logs_with_each_option() {
     let base = "/containerLogs/default/logs";
     let get = |q: &str| s.port.get(&format!("{base}/{q}"), &tok, &[]);
     let (code, all) = get("lines");
-    assert_eq!((code, all.as_str()), (200, "line 1\nline 2\nline 3\nline 4\nline 5\noops\n"));
+    assert_eq!(
+        (code, all.as_str()),
+        (200, "line 1\nline 2\nline 3\nline 4\nline 5\noops\n")
+    );
     assert_eq!(get("lines?tailLines=2").1, "line 5\noops\n");
     assert_eq!(get("lines?tail=2").1, "line 5\noops\n");
     assert_eq!(get("lines?tailLines=0").1, "");
-    assert_eq!(get("lines?tailLines=9223372036854775807").1, all, "a huge tail");
+    assert_eq!(
+        get("lines?tailLines=9223372036854775807").1,
+        all,
+        "a huge tail"
+    );
     assert_eq!(get("lines?limitBytes=9").1, "line 1\nli");
     let stamped = get("lines?timestamps=true&tailLines=1").1;
     let (ts, rest) = stamped.split_once(' ').expect("a timestamp");
@@ -353,9 +384,11 @@ async fn container_logs_with_each_option() {
     let future = "2999-01-01T00:00:00Z";
     assert_eq!(get(&format!("lines?sinceTime={future}")).1, "");
     // Follow: the ticker's lines keep coming until the client leaves (curl's 2 s).
-    let (_, followed) = s
-        .port
-        .get(&format!("{base}/ticker?follow=true"), &tok, &["--max-time", "2"]);
+    let (_, followed) = s.port.get(
+        &format!("{base}/ticker?follow=true"),
+        &tok,
+        &["--max-time", "2"],
+    );
     let ticks = followed.lines().filter(|l| l.starts_with("tick ")).count();
     let (_, now) = get("ticker");
     assert!(ticks >= 5, "followed {ticks} ticks: {followed}");
@@ -368,164 +401,50 @@ async fn container_logs_with_each_option() {
     .await;
     let (_, prev) = get("once?previous=true");
     let (_, cur) = get("once");
-    assert!(prev.starts_with("run ") && cur.starts_with("run "), "{prev} / {cur}");
+    assert!(
+        prev.starts_with("run ") && cur.starts_with("run "),
+        "{prev} / {cur}"
+    );
     assert_ne!(prev, cur, "the previous instance's log is its own");
     // Bad input: kubelet's codes and bodies.
     for (q, code, body) in [
-        ("lines?tailLines=-1", 422, r#"{"message": "Invalid request."}"#),
-        ("lines?limitBytes=0", 422, r#"{"message": "Invalid request."}"#),
-        ("lines?sinceSeconds=1&sinceTime=2020-01-01T00:00:00Z", 422, r#"{"message": "Invalid request."}"#),
-        ("lines?tailLines=abc", 400, r#"{"message": "Unable to decode query."}"#),
+        (
+            "lines?tailLines=-1",
+            422,
+            r#"{"message": "Invalid request."}"#,
+        ),
+        (
+            "lines?limitBytes=0",
+            422,
+            r#"{"message": "Invalid request."}"#,
+        ),
+        (
+            "lines?sinceSeconds=1&sinceTime=2020-01-01T00:00:00Z",
+            422,
+            r#"{"message": "Invalid request."}"#,
+        ),
+        (
+            "lines?tailLines=abc",
+            400,
+            r#"{"message": "Unable to decode query."}"#,
+        ),
         ("nope", 404, "container \"nope\" not found in pod \"logs\""),
-        ("lines?previous=true", 400, "previous terminated container \"lines\" in pod \"logs\" not found"),
+        (
+            "lines?previous=true",
+            400,
+            "previous terminated container \"lines\" in pod \"logs\" not found",
+        ),
     ] {
         let (c, b) = get(q);
         assert_eq!((c, b.as_str()), (code, body), "{q}");
     }
     let (c, b) = s.port.get("/containerLogs/default/ghost/app", &tok, &[]);
     assert_eq!((c, b.as_str()), (404, "pod \"ghost\" does not exist"));
-    let (c, _) = s.port.get("/containerLogs/default/../../etc/passwd", &tok, &[]);
+    let (c, _) = s
+        .port
+        .get("/containerLogs/default/../../etc/passwd", &tok, &[]);
     assert!(c == 404 || c == 400, "{c}");
     finish(s).await;
-}
-
-/// A TLS connection to the node's secure port (the server verified against its CA).
-async fn tls_connect(port: &Port) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
-    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject as _};
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(&port.server_ca).expect("ca") {
-        roots.add(c.expect("cert")).expect("add");
-    }
-    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port.port))
-        .await
-        .expect("connect");
-    tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from(NODE).expect("name"), tcp)
-        .await
-        .expect("TLS")
-}
-
-/// A WebSocket session on kubectl's `v4.channel.k8s.io` (each binary message: a channel
-/// byte, then data).
-struct Ws {
-    io: tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
-    buf: Vec<u8>,
-}
-
-impl Ws {
-    async fn open(port: &Port, path: &str, token: &str) -> Result<Self, String> {
-        let mut io = tls_connect(port).await;
-        let req = format!(
-            "GET {path} HTTP/1.1\r\nHost: {NODE}\r\nAuthorization: Bearer {token}\r\n\
-             Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\
-             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
-             Sec-WebSocket-Protocol: v4.channel.k8s.io\r\n\r\n"
-        );
-        io.write_all(req.as_bytes()).await.map_err(|e| e.to_string())?;
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 4096];
-        let end = loop {
-            if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break i + 4;
-            }
-            let n = io.read(&mut chunk).await.map_err(|e| e.to_string())?;
-            if n == 0 {
-                return Err(format!("closed: {}", String::from_utf8_lossy(&buf)));
-            }
-            buf.extend_from_slice(&chunk[..n]);
-        };
-        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-        if !head.starts_with("HTTP/1.1 101") {
-            return Err(head + &String::from_utf8_lossy(&buf[end..]));
-        }
-        assert!(
-            head.to_lowercase().contains("sec-websocket-protocol: v4.channel.k8s.io"),
-            "{head}"
-        );
-        Ok(Self {
-            io,
-            buf: buf[end..].to_vec(),
-        })
-    }
-
-    /// Sends `data` on `channel` (a masked binary frame, as a client must).
-    async fn send(&mut self, channel: u8, data: &[u8]) {
-        let mut payload = vec![channel];
-        payload.extend_from_slice(data);
-        let mask = [0x12u8, 0x34, 0x56, 0x78];
-        let mut frame = vec![0x82u8];
-        let n = payload.len();
-        if n < 126 {
-            frame.push(0x80 | u8::try_from(n).expect("len"));
-        } else {
-            frame.push(0x80 | 126);
-            frame.extend_from_slice(&u16::try_from(n).expect("len").to_be_bytes());
-        }
-        frame.extend_from_slice(&mask);
-        frame.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-        self.io.write_all(&frame).await.expect("send");
-    }
-
-    /// The next message: `Some((channel, data))`, `None` at close.
-    async fn recv(&mut self) -> Option<(u8, Vec<u8>)> {
-        loop {
-            if self.buf.len() >= 2 {
-                let op = self.buf[0] & 0x0f;
-                let mut len = usize::from(self.buf[1] & 0x7f);
-                let mut at = 2;
-                if len == 126 && self.buf.len() >= 4 {
-                    len = usize::from(u16::from_be_bytes([self.buf[2], self.buf[3]]));
-                    at = 4;
-                } else if len == 127 && self.buf.len() >= 10 {
-                    let mut b = [0u8; 8];
-                    b.copy_from_slice(&self.buf[2..10]);
-                    len = usize::try_from(u64::from_be_bytes(b)).expect("len");
-                    at = 10;
-                }
-                if (len < 126 || at > 2) && self.buf.len() >= at + len {
-                    let payload: Vec<u8> = self.buf[at..at + len].to_vec();
-                    self.buf.drain(..at + len);
-                    match op {
-                        0x8 => return None,
-                        0x1 | 0x2 if !payload.is_empty() => {
-                            return Some((payload[0], payload[1..].to_vec()));
-                        }
-                        _ => continue,
-                    }
-                }
-            }
-            let mut chunk = [0u8; 4096];
-            let n = self.io.read(&mut chunk).await.ok()?;
-            if n == 0 {
-                return None;
-            }
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-
-    /// Everything received on `channel` until close (or `timeout`).
-    async fn collect(&mut self, channel: u8, timeout: Duration) -> (String, String) {
-        let mut out = Vec::new();
-        let mut status = String::new();
-        let _ = tokio::time::timeout(timeout, async {
-            while let Some((c, d)) = self.recv().await {
-                if c == channel {
-                    out.extend_from_slice(&d);
-                } else if c == 3 {
-                    status.push_str(&String::from_utf8_lossy(&d));
-                }
-            }
-        })
-        .await;
-        (String::from_utf8_lossy(&out).into_owned(), status)
-    }
 }
 
 /// exec, attach and port-forward through the node: a WebSocket client (kubectl's
@@ -543,7 +462,10 @@ async fn exec_attach_and_port_forward() {
             "shell",
             "sec-uid-shell",
             json!([
-                container("ticker", "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.2; done"),
+                container(
+                    "ticker",
+                    "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.2; done"
+                ),
                 container("echo", &format!("exec nc -ll -p {echo_port} -e /bin/cat")),
             ]),
         ),
@@ -551,7 +473,9 @@ async fn exec_attach_and_port_forward() {
     .await;
     // exec: stdout and the status channel.
     let mut ws = Ws::open(
-        &s.port,
+        s.port.port,
+        &s.port.server_ca,
+        NODE,
         "/exec/default/shell/ticker?command=sh&command=-c&command=echo%20hello%20$((6*7))&output=1&error=1",
         "t",
     )
@@ -562,7 +486,9 @@ async fn exec_attach_and_port_forward() {
     assert!(status.contains("Success"), "{status}");
     // exec with stdin: cat echoes what is sent.
     let mut ws = Ws::open(
-        &s.port,
+        s.port.port,
+        &s.port.server_ca,
+        NODE,
         "/exec/default/shell/ticker?command=head&command=-n1&input=1&output=1",
         "t",
     )
@@ -572,9 +498,15 @@ async fn exec_attach_and_port_forward() {
     let (out, _) = ws.collect(1, Duration::from_secs(10)).await;
     assert_eq!(out, "from stdin\n");
     // attach: the running container's output as it comes.
-    let mut ws = Ws::open(&s.port, "/attach/default/shell/ticker?output=1", "t")
-        .await
-        .unwrap_or_else(|e| panic!("attach: {e}"));
+    let mut ws = Ws::open(
+        s.port.port,
+        &s.port.server_ca,
+        NODE,
+        "/attach/default/shell/ticker?output=1",
+        "t",
+    )
+    .await
+    .unwrap_or_else(|e| panic!("attach: {e}"));
     let (out, _) = ws.collect(1, Duration::from_secs(2)).await;
     assert!(
         out.lines().filter(|l| l.starts_with("tick ")).count() >= 3,
@@ -582,7 +514,9 @@ async fn exec_attach_and_port_forward() {
     );
     // port-forward: the pod's echo server through the node.
     let mut ws = Ws::open(
-        &s.port,
+        s.port.port,
+        &s.port.server_ca,
+        NODE,
         &format!("/portForward/default/shell?port={echo_port}"),
         "t",
     )
@@ -612,18 +546,48 @@ async fn exec_attach_and_port_forward() {
     assert_eq!(got, b"ping through the node\n");
     // Refusals, as kubelet words them.
     let tok = Cred::Token("t");
-    let (c, b) = s.port.get("/exec/default/shell/ticker?command=ls", &tok, &[]);
-    assert_eq!((c, b.as_str()), (400, "you must specify at least 1 of stdin, stdout, stderr"));
-    let (c, b) = s.port.get("/exec/default/shell/ticker?command=ls&output=1", &tok, &[]);
+    let (c, b) = s
+        .port
+        .get("/exec/default/shell/ticker?command=ls", &tok, &[]);
+    assert_eq!(
+        (c, b.as_str()),
+        (400, "you must specify at least 1 of stdin, stdout, stderr")
+    );
+    let (c, b) = s
+        .port
+        .get("/exec/default/shell/ticker?command=ls&output=1", &tok, &[]);
     assert_eq!((c, b.as_str()), (500, "Upgrade request required\n"));
-    let (c, b) = s.port.get("/exec/default/ghost/x?command=ls&output=1", &tok, &[]);
+    let (c, b) = s
+        .port
+        .get("/exec/default/ghost/x?command=ls&output=1", &tok, &[]);
     assert_eq!((c, b.as_str()), (404, "pod does not exist"));
-    let e = Ws::open(&s.port, "/portForward/default/shell", "t").await.err();
+    let e = Ws::open(
+        s.port.port,
+        &s.port.server_ca,
+        NODE,
+        "/portForward/default/shell",
+        "t",
+    )
+    .await
+    .err();
     assert!(
-        e.as_deref().is_some_and(|e| e.starts_with("HTTP/1.1 400") && e.contains("query parameter \"port\" is required")),
+        e.as_deref()
+            .is_some_and(|e| e.starts_with("HTTP/1.1 400")
+                && e.contains("query parameter \"port\" is required")),
         "{e:?}"
     );
-    let e = Ws::open(&s.port, "/exec/default/shell/ticker?command=ls&output=1", "nobody").await.err();
-    assert!(e.as_deref().is_some_and(|e| e.starts_with("HTTP/1.1 401")), "{e:?}");
+    let e = Ws::open(
+        s.port.port,
+        &s.port.server_ca,
+        NODE,
+        "/exec/default/shell/ticker?command=ls&output=1",
+        "nobody",
+    )
+    .await
+    .err();
+    assert!(
+        e.as_deref().is_some_and(|e| e.starts_with("HTTP/1.1 401")),
+        "{e:?}"
+    );
     finish(s).await;
 }

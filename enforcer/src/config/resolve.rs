@@ -8,8 +8,8 @@
 mod enforcer;
 mod eviction;
 mod images;
-mod serving;
 mod node;
+mod serving;
 
 use std::{collections::BTreeMap, time::Duration};
 

@@ -51,15 +51,13 @@ fn percent_decode(s: &str) -> String {
     while i < b.len() {
         match b[i] {
             b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => {
-                match u8::from_str_radix(&s[i + 1..i + 3], 16) {
-                    Ok(v) => {
-                        out.push(v);
-                        i += 2;
-                    }
-                    Err(_) => out.push(b'%'),
+            b'%' if i + 2 < b.len() => match u8::from_str_radix(&s[i + 1..i + 3], 16) {
+                Ok(v) => {
+                    out.push(v);
+                    i += 2;
                 }
-            }
+                Err(_) => out.push(b'%'),
+            },
             c => out.push(c),
         }
         i += 1;
@@ -83,11 +81,19 @@ pub fn query_pairs(query: &str) -> Vec<(String, String)> {
 /// `PodLogOptions` from the query, at `now` (nanoseconds since the epoch).
 pub fn parse_options(query: &str, now_nanos: i128) -> Result<LogOptions, QueryError> {
     let pairs = query_pairs(query);
-    let get = |k: &str| pairs.iter().rev().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    let get = |k: &str| {
+        pairs
+            .iter()
+            .rev()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.as_str())
+    };
     // Present: true unless "0" or "false" (the parameter codec's bools).
     let flag = |k: &str| get(k).is_some_and(|v| !(v == "0" || v.eq_ignore_ascii_case("false")));
     let int = |k: &str| -> Result<Option<i64>, QueryError> {
-        get(k).map_or(Ok(None), |v| v.parse::<i64>().map(Some).map_err(|_| QueryError::Decode))
+        get(k).map_or(Ok(None), |v| {
+            v.parse::<i64>().map(Some).map_err(|_| QueryError::Decode)
+        })
     };
     let mut tail = int("tailLines")?;
     match get("tail") {
@@ -106,10 +112,14 @@ pub fn parse_options(query: &str, now_nanos: i128) -> Result<LogOptions, QueryEr
         ),
     };
     if tail.is_some_and(|t| t < 0) {
-        return Err(QueryError::Invalid("tailLines: must be greater than or equal to 0".into()));
+        return Err(QueryError::Invalid(
+            "tailLines: must be greater than or equal to 0".into(),
+        ));
     }
     if limit.is_some_and(|l| l < 1) {
-        return Err(QueryError::Invalid("limitBytes: must be greater than 0".into()));
+        return Err(QueryError::Invalid(
+            "limitBytes: must be greater than 0".into(),
+        ));
     }
     if since_seconds.is_some() && since_time.is_some() {
         return Err(QueryError::Invalid(
@@ -117,11 +127,12 @@ pub fn parse_options(query: &str, now_nanos: i128) -> Result<LogOptions, QueryEr
         ));
     }
     if since_seconds.is_some_and(|s| s < 1) {
-        return Err(QueryError::Invalid("sinceSeconds: must be greater than 0".into()));
+        return Err(QueryError::Invalid(
+            "sinceSeconds: must be greater than 0".into(),
+        ));
     }
-    let since_nanos = since_time.or_else(|| {
-        since_seconds.map(|s| now_nanos - i128::from(s) * 1_000_000_000)
-    });
+    let since_nanos =
+        since_time.or_else(|| since_seconds.map(|s| now_nanos - i128::from(s) * 1_000_000_000));
     Ok(LogOptions {
         follow: flag("follow"),
         previous: flag("previous"),
@@ -144,7 +155,10 @@ pub struct LogLine {
 #[must_use]
 pub fn parse_line(line: &[u8]) -> Option<LogLine> {
     let mut parts = line.splitn(4, |b| *b == b' ');
-    let ts = std::str::from_utf8(parts.next()?).ok()?.parse::<Timestamp>().ok()?;
+    let ts = std::str::from_utf8(parts.next()?)
+        .ok()?
+        .parse::<Timestamp>()
+        .ok()?;
     let stream = parts.next()?;
     if stream != b"stdout" && stream != b"stderr" {
         return None;
@@ -291,7 +305,10 @@ async fn container_id(
         };
         let filter = cri::ContainerFilter {
             label_selector: [
-                (crate::runtime::spec::POD_UID_LABEL.to_owned(), uid.to_owned()),
+                (
+                    crate::runtime::spec::POD_UID_LABEL.to_owned(),
+                    uid.to_owned(),
+                ),
                 (
                     crate::runtime::spec::CONTAINER_NAME_LABEL.to_owned(),
                     c.name.clone(),
@@ -339,7 +356,10 @@ pub(super) async fn handler(
     let opts = match parse_options(query.as_deref().unwrap_or(""), now) {
         Ok(o) => o,
         Err(QueryError::Decode) => {
-            return message(StatusCode::BAD_REQUEST, r#"{"message": "Unable to decode query."}"#);
+            return message(
+                StatusCode::BAD_REQUEST,
+                r#"{"message": "Unable to decode query."}"#,
+            );
         }
         Err(QueryError::Invalid(why)) => {
             tracing::debug!(%why, "containerLogs: invalid options");
@@ -355,7 +375,10 @@ pub(super) async fn handler(
         .iter()
         .find(|p| p.namespace == namespace && p.name == pod)
     else {
-        return message(StatusCode::NOT_FOUND, &format!("pod {pod:?} does not exist"));
+        return message(
+            StatusCode::NOT_FOUND,
+            &format!("pod {pod:?} does not exist"),
+        );
     };
     let Some(c) = rec
         .container_statuses
@@ -511,11 +534,22 @@ mod tests {
                 ..Default::default()
             }
         );
-        assert!(!parse_options("follow=0&previous=false", NOW).expect("o").follow);
+        assert!(
+            !parse_options("follow=0&previous=false", NOW)
+                .expect("o")
+                .follow
+        );
         assert_eq!(parse_options("tail=3", NOW).expect("o").tail_lines, Some(3));
-        assert_eq!(parse_options("tailLines=3&tail=all", NOW).expect("o").tail_lines, None);
         assert_eq!(
-            parse_options("sinceSeconds=10", NOW).expect("o").since_nanos,
+            parse_options("tailLines=3&tail=all", NOW)
+                .expect("o")
+                .tail_lines,
+            None
+        );
+        assert_eq!(
+            parse_options("sinceSeconds=10", NOW)
+                .expect("o")
+                .since_nanos,
             Some(NOW - 10_000_000_000)
         );
         assert_eq!(
@@ -525,7 +559,10 @@ mod tests {
             Some(1_700_000_000_000_000_000)
         );
         assert_eq!(parse_options("tailLines=abc", NOW), Err(QueryError::Decode));
-        assert_eq!(parse_options("sinceTime=yesterday", NOW), Err(QueryError::Decode));
+        assert_eq!(
+            parse_options("sinceTime=yesterday", NOW),
+            Err(QueryError::Decode)
+        );
         for bad in [
             "tailLines=-1",
             "limitBytes=0",
@@ -586,35 +623,80 @@ mod tests {
             "line one\npart two\nline three\n"
         );
         assert_eq!(
-            read_all(text, LogOptions { tail_lines: Some(1), ..Default::default() }),
+            read_all(
+                text,
+                LogOptions {
+                    tail_lines: Some(1),
+                    ..Default::default()
+                }
+            ),
             "line three\n"
         );
         assert_eq!(
-            read_all(text, LogOptions { tail_lines: Some(2), ..Default::default() }),
+            read_all(
+                text,
+                LogOptions {
+                    tail_lines: Some(2),
+                    ..Default::default()
+                }
+            ),
             "two\nline three\n",
             "a partial line counts as a line"
         );
         assert_eq!(
-            read_all(text, LogOptions { tail_lines: Some(0), ..Default::default() }),
+            read_all(
+                text,
+                LogOptions {
+                    tail_lines: Some(0),
+                    ..Default::default()
+                }
+            ),
             ""
         );
         assert_eq!(
-            read_all(text, LogOptions { tail_lines: Some(1 << 40), ..Default::default() }),
+            read_all(
+                text,
+                LogOptions {
+                    tail_lines: Some(1 << 40),
+                    ..Default::default()
+                }
+            ),
             "line one\npart two\nline three\n"
         );
         assert_eq!(
-            read_all(text, LogOptions { timestamps: true, ..Default::default() }),
+            read_all(
+                text,
+                LogOptions {
+                    timestamps: true,
+                    ..Default::default()
+                }
+            ),
             "2016-10-06T00:17:09.669794202Z line one\n\
              2016-10-06T00:17:10.669794202Z part two\n\
              2016-10-06T00:17:11.000000000Z line three\n"
         );
         assert_eq!(
-            read_all(text, LogOptions { limit_bytes: Some(12), ..Default::default() }),
+            read_all(
+                text,
+                LogOptions {
+                    limit_bytes: Some(12),
+                    ..Default::default()
+                }
+            ),
             "line one\npar"
         );
-        let since = "2016-10-06T00:17:10.7Z".parse::<Timestamp>().expect("ts").as_nanosecond();
+        let since = "2016-10-06T00:17:10.7Z"
+            .parse::<Timestamp>()
+            .expect("ts")
+            .as_nanosecond();
         assert_eq!(
-            read_all(text, LogOptions { since_nanos: Some(since), ..Default::default() }),
+            read_all(
+                text,
+                LogOptions {
+                    since_nanos: Some(since),
+                    ..Default::default()
+                }
+            ),
             "two\nline three\n"
         );
         assert!(parse_line(b"garbage").is_none());

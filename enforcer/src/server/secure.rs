@@ -126,7 +126,8 @@ pub fn ensure_self_signed(dir: &Path, host: &str) -> Result<(PathBuf, PathBuf), 
     leaf.not_before = from;
     leaf.not_after = to;
     let cert = leaf.signed_by(&leaf_key, &issuer).map_err(g)?;
-    std::fs::write(&crt, format!("{}{}", cert.pem(), issuer.pem())).map_err(|e| file_err(&crt, e))?;
+    std::fs::write(&crt, format!("{}{}", cert.pem(), issuer.pem()))
+        .map_err(|e| file_err(&crt, e))?;
     write_private(&key, &leaf_key.serialize_pem())?;
     tracing::info!(cert = %crt.display(), "using a self-signed serving certificate");
     Ok((crt, key))
@@ -250,7 +251,9 @@ pub fn tls(opts: &SecureOptions) -> Result<Tls, SecureError> {
         .with_protocol_versions(&[&rustls::version::TLS12, &rustls::version::TLS13])
         .map_err(|e| SecureError::Tls(e.to_string()))?;
     let builder = match &verifier {
-        Some(v) => builder.with_client_cert_verifier(Arc::new(RequestClientCert { inner: v.clone() })),
+        Some(v) => {
+            builder.with_client_cert_verifier(Arc::new(RequestClientCert { inner: v.clone() }))
+        }
         None => builder.with_no_client_auth(),
     };
     let mut config = builder
@@ -413,7 +416,9 @@ impl Auth {
     fn from_certificate(&self, peer: &Peer) -> Option<Authn> {
         let (verifier, leaf) = (self.verifier.as_ref()?, peer.certs.first()?);
         if let Err(e) = verifier.verify_client_cert(leaf, &peer.certs[1..], UnixTime::now()) {
-            return Some(Authn::Unauthorized(format!("verifying the client certificate: {e}")));
+            return Some(Authn::Unauthorized(format!(
+                "verifying the client certificate: {e}"
+            )));
         }
         let (_, cert) = x509_parser::parse_x509_certificate(leaf).ok()?;
         let cn = cert
@@ -524,7 +529,12 @@ impl Auth {
         else {
             return Ok(true);
         };
-        let key = format!("{}\u{0}{}\u{0}{}\u{0}{verb}\u{0}{sub}", user.name, user.uid, user.groups.join(","));
+        let key = format!(
+            "{}\u{0}{}\u{0}{}\u{0}{verb}\u{0}{sub}",
+            user.name,
+            user.uid,
+            user.groups.join(",")
+        );
         let cached = self.decisions.lock().ok().and_then(|m| {
             m.get(&key)
                 .filter(|(at, allowed)| {
@@ -669,7 +679,11 @@ mod tests {
             assert_eq!(mode & 0o777, 0o600);
         }
         let again = ensure_self_signed(dir.path(), "node-1").expect("reuse");
-        assert_eq!(std::fs::read(&again.0).expect("crt"), first, "kept, not remade");
+        assert_eq!(
+            std::fs::read(&again.0).expect("crt"),
+            first,
+            "kept, not remade"
+        );
         let opts = SecureOptions {
             cert_files: None,
             cert_dir: dir.path().to_path_buf(),
@@ -688,9 +702,6 @@ mod tests {
             ..opts
         };
         let e = tls(&bad).map(|_| ()).map_err(|e| e.to_string());
-        assert!(
-            e.as_ref().is_err_and(|m| m.contains("nope.crt")),
-            "{e:?}"
-        );
+        assert!(e.as_ref().is_err_and(|m| m.contains("nope.crt")), "{e:?}");
     }
 }

@@ -45,7 +45,13 @@ pub struct StreamOptions {
 /// is asked for.
 pub fn stream_options(query: &str) -> Result<StreamOptions, String> {
     let pairs = query_pairs(query);
-    let on = |k: &str| pairs.iter().rev().find(|(n, _)| n == k).is_some_and(|(_, v)| v == "1");
+    let on = |k: &str| {
+        pairs
+            .iter()
+            .rev()
+            .find(|(n, _)| n == k)
+            .is_some_and(|(_, v)| v == "1")
+    };
     let tty = on("tty");
     let o = StreamOptions {
         stdin: on("input"),
@@ -105,7 +111,10 @@ fn is_websocket(h: &HeaderMap) -> bool {
 fn is_upgrade(h: &HeaderMap) -> bool {
     h.get(header::CONNECTION)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
+        .is_some_and(|v| {
+            v.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+        })
 }
 
 fn find_pod(s: &Shared, namespace: &str, pod: &str) -> Option<PodRecord> {
@@ -190,7 +199,10 @@ async fn exec_or_attach(
         return text(StatusCode::NOT_FOUND, "pod does not exist".to_owned());
     };
     if matches!(kind, Kind::Attach) && uid.as_ref().is_some_and(|u| *u != rec.uid) {
-        return text(StatusCode::INTERNAL_SERVER_ERROR, format!("pod {pod} not found"));
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("pod {pod} not found"),
+        );
     }
     let Some(id) = running_container(&rec, &container) else {
         return text(
@@ -199,7 +211,10 @@ async fn exec_or_attach(
         );
     };
     let Some(rt) = s.sources.runtime.clone() else {
-        return text(StatusCode::INTERNAL_SERVER_ERROR, "no container runtime".to_owned());
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "no container runtime".to_owned(),
+        );
     };
     let url = match kind {
         Kind::Exec => {
@@ -238,7 +253,19 @@ pub(super) async fn exec(
     RawQuery(query): RawQuery,
     req: Request,
 ) -> Response {
-    exec_or_attach(s, Kind::Exec, Target { namespace, pod, uid: None, container }, query, req).await
+    exec_or_attach(
+        s,
+        Kind::Exec,
+        Target {
+            namespace,
+            pod,
+            uid: None,
+            container,
+        },
+        query,
+        req,
+    )
+    .await
 }
 
 /// `/exec/{namespace}/{pod}/{uid}/{container}` (the uid is not checked, as kubelet).
@@ -248,7 +275,19 @@ pub(super) async fn exec_uid(
     RawQuery(query): RawQuery,
     req: Request,
 ) -> Response {
-    exec_or_attach(s, Kind::Exec, Target { namespace, pod, uid: Some(uid), container }, query, req).await
+    exec_or_attach(
+        s,
+        Kind::Exec,
+        Target {
+            namespace,
+            pod,
+            uid: Some(uid),
+            container,
+        },
+        query,
+        req,
+    )
+    .await
 }
 
 /// `/attach/{namespace}/{pod}/{container}`.
@@ -258,7 +297,19 @@ pub(super) async fn attach(
     RawQuery(query): RawQuery,
     req: Request,
 ) -> Response {
-    exec_or_attach(s, Kind::Attach, Target { namespace, pod, uid: None, container }, query, req).await
+    exec_or_attach(
+        s,
+        Kind::Attach,
+        Target {
+            namespace,
+            pod,
+            uid: None,
+            container,
+        },
+        query,
+        req,
+    )
+    .await
 }
 
 /// `/attach/{namespace}/{pod}/{uid}/{container}`.
@@ -268,7 +319,19 @@ pub(super) async fn attach_uid(
     RawQuery(query): RawQuery,
     req: Request,
 ) -> Response {
-    exec_or_attach(s, Kind::Attach, Target { namespace, pod, uid: Some(uid), container }, query, req).await
+    exec_or_attach(
+        s,
+        Kind::Attach,
+        Target {
+            namespace,
+            pod,
+            uid: Some(uid),
+            container,
+        },
+        query,
+        req,
+    )
+    .await
 }
 
 async fn forward(
@@ -290,7 +353,10 @@ async fn forward(
         return text(StatusCode::NOT_FOUND, "pod not found".to_owned());
     }
     let Some(rt) = s.sources.runtime.clone() else {
-        return text(StatusCode::INTERNAL_SERVER_ERROR, "no container runtime".to_owned());
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "no container runtime".to_owned(),
+        );
     };
     match rt
         .port_forward_url(cri::PortForwardRequest {
@@ -338,16 +404,22 @@ async fn proxy(mut req: Request, url: &str) -> Response {
         );
     }
     let Some(rest) = url.strip_prefix("http://") else {
-        return text(StatusCode::INTERNAL_SERVER_ERROR, format!("unsupported streaming URL {url}"));
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("unsupported streaming URL {url}"),
+        );
     };
-    let (host, path) = rest.split_once('/').map_or((rest, "/".to_owned()), |(h, p)| {
-        (h, format!("/{p}"))
-    });
+    let (host, path) = rest
+        .split_once('/')
+        .map_or((rest, "/".to_owned()), |(h, p)| (h, format!("/{p}")));
     let mut backend = match TcpStream::connect(host).await {
         Ok(b) => b,
         Err(e) => {
             tracing::warn!(url, error = %e, "error while proxying request");
-            return text(StatusCode::INTERNAL_SERVER_ERROR, format!("error dialing backend: {e}"));
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("error dialing backend: {e}"),
+            );
         }
     };
     let path = match req.uri().query() {
@@ -365,7 +437,10 @@ async fn proxy(mut req: Request, url: &str) -> Response {
     }
     head.push_str("\r\n");
     if let Err(e) = backend.write_all(head.as_bytes()).await {
-        return text(StatusCode::INTERNAL_SERVER_ERROR, format!("error proxying request: {e}"));
+        return text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("error proxying request: {e}"),
+        );
     }
     let mut got = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
@@ -374,11 +449,17 @@ async fn proxy(mut req: Request, url: &str) -> Response {
             break i + 4;
         }
         if got.len() > MAX_HEAD {
-            return text(StatusCode::BAD_GATEWAY, "the runtime's answer is too large".to_owned());
+            return text(
+                StatusCode::BAD_GATEWAY,
+                "the runtime's answer is too large".to_owned(),
+            );
         }
         match backend.read(&mut chunk).await {
             Ok(0) | Err(_) => {
-                return text(StatusCode::BAD_GATEWAY, "the runtime closed the stream".to_owned());
+                return text(
+                    StatusCode::BAD_GATEWAY,
+                    "the runtime closed the stream".to_owned(),
+                );
             }
             Ok(n) => got.extend_from_slice(&chunk[..n]),
         }
@@ -453,7 +534,10 @@ mod tests {
             Err("you must specify at least 1 of stdin, stdout, stderr".to_owned())
         );
         assert_eq!(forward_ports("", false), Ok(vec![]));
-        assert_eq!(forward_ports("port=80&port=8080,9090", true), Ok(vec![80, 8080, 9090]));
+        assert_eq!(
+            forward_ports("port=80&port=8080,9090", true),
+            Ok(vec![80, 8080, 9090])
+        );
         assert_eq!(
             forward_ports("", true),
             Err("query parameter \"port\" is required".to_owned())

@@ -140,6 +140,27 @@ async fn main() -> anyhow::Result<()> {
             ),
         ]
     };
+    // `--streams N`: the first mode again, with N log follows and an exec session open on
+    // the secure port in the same process during its trials.
+    let streams = usize::try_from(arg("--streams", 0)).unwrap_or(0);
+    if streams > 0 {
+        let first = modes
+            .first()
+            .map(|m| (m.source, m.housekeeping, m.tripwire));
+        if let Some((source, housekeeping, tripwire)) = first {
+            let name: &'static str = Box::leak(
+                format!(
+                    "{} + {streams} log follows and an exec session",
+                    modes[0].name
+                )
+                .into_boxed_str(),
+            );
+            modes.insert(
+                1,
+                Mode::new(name, source, housekeeping, tripwire).with_streams(streams),
+            );
+        }
+    }
     if companion {
         modes.insert(
             1,
@@ -275,6 +296,9 @@ struct Mode {
     /// Companion mode's configuration and manager (`enforcer::companion::adjust_config`: no
     /// tripwire, no limit written; the release is the processes being gone).
     companion: bool,
+    /// Log follows (and one exec session) on the secure port during the trials
+    /// (`enforcer_tests::streams::StreamLoad`); 0: none.
+    streams: usize,
 }
 
 impl Mode {
@@ -291,7 +315,14 @@ impl Mode {
             tripwire,
             psi_watch: PsiWatch::default(),
             companion: false,
+            streams: 0,
         }
+    }
+
+    /// The same mode with `n` log follows and an exec session open on the secure port.
+    fn with_streams(mut self, n: usize) -> Self {
+        self.streams = n;
+        self
     }
 
     /// The same source, run as `--companion` beside kubelet.
@@ -367,6 +398,29 @@ impl Drop for Slices {
 }
 
 async fn run_mode(
+    mode: &Mode,
+    driver: CgroupDriver,
+    label_driver: bool,
+    trials: u64,
+    hog: &std::path::Path,
+) -> anyhow::Result<ModeResult> {
+    let load = if mode.streams > 0 {
+        Some(enforcer_tests::streams::StreamLoad::start(mode.streams).await?)
+    } else {
+        None
+    };
+    let result = run_mode_inner(mode, driver, label_driver, trials, hog).await;
+    if let Some(l) = load {
+        eprintln!(
+            "stream clients received {} bytes during the trials",
+            l.received.load(std::sync::atomic::Ordering::Relaxed)
+        );
+        l.stop().await;
+    }
+    result
+}
+
+async fn run_mode_inner(
     mode: &Mode,
     driver: CgroupDriver,
     label_driver: bool,

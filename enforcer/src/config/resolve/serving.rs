@@ -66,7 +66,13 @@ pub(super) fn serving(
     Ok(ServingConfig {
         address,
         port: port(n, key::PORT, args.port, doc.port, 10250)?,
-        read_only_port: port(n, key::READ_ONLY_PORT, args.read_only_port, doc.read_only_port, 0)?,
+        read_only_port: port(
+            n,
+            key::READ_ONLY_PORT,
+            args.read_only_port,
+            doc.read_only_port,
+            0,
+        )?,
         tls_cert_file: args
             .tls_cert_file
             .clone()
