@@ -158,6 +158,9 @@ pub struct ConfigArgs {
     /// CA bundle: client certificates signed by it authenticate as their CN (groups: O).
     #[arg(long, value_name = "FILE")]
     pub client_ca_file: Option<String>,
+    /// serverTLSBootstrap: the secure port's certificate from a CSR to the API server.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub rotate_server_certificates: Option<bool>,
     /// Serve anonymous requests (as system:anonymous) on the secure port.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub anonymous_auth: Option<bool>,

@@ -311,6 +311,11 @@ pub async fn run(
             },
             node_name: config.node_name(),
             kubeconfig: opts.kubeconfig.clone(),
+            bootstrap: serving.server_tls_bootstrap,
+            addresses: crate::node::default_route_ip()
+                .into_iter()
+                .map(|ip| ip.to_string())
+                .collect(),
         };
         let s = server::serve_secure(addr, sources(), secure)
             .await

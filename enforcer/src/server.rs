@@ -156,7 +156,13 @@ pub async fn serve_secure(
     sources: Sources,
     opts: secure::SecureOptions,
 ) -> Result<Server, secure::SecureError> {
-    let tls = secure::tls(&opts)?;
+    let bootstrap = opts
+        .bootstrap
+        .then(|| Arc::new(secure::BootstrapCert::default()));
+    let tls = secure::tls_with(&opts, bootstrap.clone())?;
+    if let Some(b) = bootstrap {
+        tokio::spawn(secure::bootstrap(opts.clone(), b));
+    }
     let auth = Arc::new(secure::Auth::new(opts, &tls));
     let listener = TcpListener::bind(addr)
         .await

@@ -158,6 +158,8 @@ struct Store {
     access_rules: Vec<(String, String, String)>,
     /// The reviews answered, in order: (kind, the request's spec).
     reviews: Vec<(String, Value)>,
+    /// CertificateSigningRequests by name.
+    csrs: BTreeMap<String, Value>,
 }
 
 /// A token the fake's TokenRequest endpoint issued.
@@ -390,6 +392,24 @@ impl FakeApi {
         lock(&self.state)
             .access_rules
             .push((who.to_owned(), verb.to_owned(), resource.to_owned()));
+    }
+
+    /// The CertificateSigningRequests made, by name.
+    #[must_use]
+    pub fn csrs(&self) -> Vec<Value> {
+        lock(&self.state).csrs.values().cloned().collect()
+    }
+
+    /// Approves CSR `name` and issues `cert_pem` (what a signer controller does).
+    pub fn issue_csr(&self, name: &str, cert_pem: &str) {
+        let mut st = lock(&self.state);
+        if let Some(c) = st.csrs.get_mut(name) {
+            c["status"] = json!({
+                "conditions": [{"type": "Approved", "status": "True", "reason": "Test",
+                                "message": "approved by the test"}],
+                "certificate": crate::registry::base64(cert_pem.as_bytes()),
+            });
+        }
     }
 
     /// The TokenReviews and SubjectAccessReviews answered: (kind, spec).
@@ -906,6 +926,59 @@ fn review(st: &mut Store, path: &str, body: Option<&Value>) -> Option<(u16, Valu
     ))
 }
 
+/// `certificates.k8s.io/v1` CertificateSigningRequests: create (with `generateName`) and get.
+fn csr(st: &mut Store, method: &str, path: &str, body: Option<&Value>) -> Option<(u16, Value)> {
+    let p = path.split('?').next().unwrap_or("");
+    let rest = p.strip_prefix("/apis/certificates.k8s.io/v1/certificatesigningrequests")?;
+    match (method, rest.trim_matches('/')) {
+        ("POST", "") => {
+            let Some(body) = body else {
+                return Some((422, status_body(422, "Invalid", "the body is not JSON")));
+            };
+            if let Err(e) = serde_json::from_value::<
+                k8s_openapi::api::certificates::v1::CertificateSigningRequest,
+            >(body.clone())
+            {
+                return Some((
+                    422,
+                    status_body(
+                        422,
+                        "Invalid",
+                        &format!("decoding CertificateSigningRequest: {e}"),
+                    ),
+                ));
+            }
+            st.uid_seq += 1;
+            let name = match body["metadata"]["name"].as_str() {
+                Some(n) if !n.is_empty() => n.to_owned(),
+                _ => format!(
+                    "{}{}",
+                    body["metadata"]["generateName"].as_str().unwrap_or("csr-"),
+                    st.uid_seq
+                ),
+            };
+            let mut obj = body.clone();
+            obj["metadata"]["name"] = json!(name);
+            obj["metadata"]["uid"] = json!(format!("csr-uid-{}", st.uid_seq));
+            obj["metadata"]["resourceVersion"] = json!(st.uid_seq.to_string());
+            st.csrs.insert(name, obj.clone());
+            Some((201, obj))
+        }
+        ("GET", name) if !name.is_empty() => Some(match st.csrs.get(name) {
+            Some(c) => (200, c.clone()),
+            None => (
+                404,
+                status_body(
+                    404,
+                    "NotFound",
+                    &format!("certificatesigningrequests.certificates.k8s.io \"{name}\" not found"),
+                ),
+            ),
+        }),
+        _ => None,
+    }
+}
+
 /// Handles one non-watch request.
 fn handle(
     st: &mut Store,
@@ -922,6 +995,9 @@ fn handle(
     if method == "POST"
         && let Some(answer) = review(st, path, body)
     {
+        return answer;
+    }
+    if let Some(answer) = csr(st, method, path, body) {
         return answer;
     }
     let Some(r) = route(path) else {

@@ -231,6 +231,8 @@ impl StreamLoad {
             authz: enforcer::server::secure::AuthzMode::AlwaysAllow,
             node_name: "stream-node".to_owned(),
             kubeconfig: None,
+            bootstrap: false,
+            addresses: Vec::new(),
         };
         let server =
             enforcer::server::serve_secure("127.0.0.1:0".parse().context("addr")?, sources, secure)

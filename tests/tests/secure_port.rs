@@ -159,6 +159,10 @@ struct Setup {
 }
 
 async fn setup(tag: &str) -> Setup {
+    setup_with(tag, false).await
+}
+
+async fn setup_with(tag: &str, bootstrap: bool) -> Setup {
     enforcer_tests::require_root();
     let dir = tempfile::tempdir().expect("tempdir");
     let pki = Pki::new(dir.path(), "clients");
@@ -173,15 +177,19 @@ async fn setup(tag: &str) -> Setup {
         port: Some(i32::from(port)),
         address: Some("127.0.0.1".to_owned()),
         client_ca_file: Some(pki.ca_file("clients").display().to_string()),
+        rotate_server_certificates: Some(bootstrap),
         ..ConfigArgs::default()
     };
     let node = Node::start_in_cluster(cd, args, None, Some(kubeconfig), false);
-    let server_ca = node.state.join("pki").join("kubelet.crt");
-    wait_until(
-        "the secure port's certificate",
-        Duration::from_secs(30),
-        || server_ca.exists() && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
-    )
+    let server_ca = if bootstrap {
+        pki.ca_file("clients")
+    } else {
+        node.state.join("pki").join("kubelet.crt")
+    };
+    wait_until("the secure port", Duration::from_secs(30), || {
+        (bootstrap || server_ca.exists())
+            && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    })
     .await;
     Setup {
         _dir: dir,
@@ -343,7 +351,7 @@ async fn container_logs_with_each_option() {
             json!([
                 container(
                     "lines",
-                    "for i in 1 2 3 4 5; do echo line $i; done; echo oops >&2; sleep 3600"
+                    "for i in 1 2 3 4 5; do echo line $i; done; sleep 0.5; echo oops >&2; sleep 3600"
                 ),
                 container(
                     "ticker",
@@ -359,6 +367,10 @@ async fn container_logs_with_each_option() {
     .await;
     let base = "/containerLogs/default/logs";
     let get = |q: &str| s.port.get(&format!("{base}/{q}"), &tok, &[]);
+    wait_until("every line logged", Duration::from_secs(20), || {
+        get("lines").1.ends_with("oops\n")
+    })
+    .await;
     let (code, all) = get("lines");
     assert_eq!(
         (code, all.as_str()),
@@ -588,6 +600,81 @@ async fn exec_attach_and_port_forward() {
     assert!(
         e.as_deref().is_some_and(|e| e.starts_with("HTTP/1.1 401")),
         "{e:?}"
+    );
+    finish(s).await;
+}
+
+/// `serverTLSBootstrap` (`--rotate-server-certificates`): the node asks the API server for its
+/// serving certificate with a CSR as kubelet's (signer `kubernetes.io/kubelet-serving`,
+/// `system:node:<name>` in `system:nodes`, the node's name among the SANs); no handshake
+/// succeeds until it is issued; once the test's signer issues it, the port serves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serving_certificate_through_a_csr() {
+    let s = setup_with("sec-csr", true).await;
+    s.fake.review_token("t", "admin", &[]);
+    s.fake.allow("admin", "*", "*");
+    let mut csr = Value::Null;
+    wait_until("a CSR", Duration::from_secs(30), || {
+        csr = s.fake.csrs().into_iter().next().unwrap_or(Value::Null);
+        !csr.is_null()
+    })
+    .await;
+    assert_eq!(csr["spec"]["signerName"], "kubernetes.io/kubelet-serving");
+    assert_eq!(
+        csr["spec"]["usages"],
+        json!(["digital signature", "server auth"])
+    );
+    let request = csr["spec"]["request"].as_str().expect("request");
+    let pem = {
+        use std::io::Write as _;
+        let mut child = std::process::Command::new("base64")
+            .arg("-d")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("base64");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(request.as_bytes())
+            .expect("write");
+        String::from_utf8(child.wait_with_output().expect("base64").stdout).expect("pem")
+    };
+    let params = rcgen::CertificateSigningRequestParams::from_pem(&pem).expect("a CSR");
+    let subject = format!("{:?}", params.params.distinguished_name);
+    assert!(
+        subject.contains(&format!("system:node:{NODE}")) && subject.contains("system:nodes"),
+        "{subject}"
+    );
+    assert!(
+        format!("{:?}", params.params.subject_alt_names).contains(NODE),
+        "{:?}",
+        params.params.subject_alt_names
+    );
+    // Not issued yet: no handshake.
+    let (code, _) = s.port.get("/healthz", &Cred::Token("t"), &[]);
+    assert_eq!(code, 0, "a handshake before the certificate was issued");
+    let cert = params.signed_by(&s.pki.ca).expect("sign");
+    let name = csr["metadata"]["name"].as_str().expect("name");
+    s.fake.issue_csr(name, &cert.pem());
+    let mut last = (0, String::new());
+    wait_until(
+        "the issued certificate served",
+        Duration::from_secs(30),
+        || {
+            last = s.port.get("/healthz", &Cred::Token("t"), &[]);
+            last.0 == 200
+        },
+    )
+    .await;
+    assert_eq!(last.1, "ok\n");
+    assert!(
+        s.node
+            .state
+            .join("pki")
+            .join("kubelet-server-current.pem")
+            .exists()
     );
     finish(s).await;
 }

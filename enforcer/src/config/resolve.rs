@@ -341,6 +341,7 @@ pub fn resolve(
         .unwrap_or(true);
     let images = images::images(&n, doc, args, serialize_image_pulls)?;
     let serving = serving::serving(&n, doc, args)?;
+
     let maps = Maps::read(&n, doc, args)?;
     let enforce = eviction::enforce_node_allocatable(&n, doc, args)?;
     let eviction = eviction::eviction(&n, doc, args, &maps, &enforce, &mut warnings)?;

@@ -83,7 +83,10 @@ pub(super) fn serving(
             .clone()
             .or_else(|| doc.tls_private_key_file.clone())
             .unwrap_or_default(),
-        server_tls_bootstrap: doc.server_tls_bootstrap.unwrap_or(false),
+        server_tls_bootstrap: args
+            .rotate_server_certificates
+            .or(doc.server_tls_bootstrap)
+            .unwrap_or(false),
         authentication: AuthenticationConfig {
             client_ca_file: args
                 .client_ca_file
