@@ -617,7 +617,7 @@ impl Auth {
             .cloned()
     }
 
-    fn from_certificate(&self, peer: &Peer) -> Option<Authn> {
+    fn by_certificate(&self, peer: &Peer) -> Option<Authn> {
         let (verifier, leaf) = (self.verifier.as_ref()?, peer.certs.first()?);
         if let Err(e) = verifier.verify_client_cert(leaf, &peer.certs[1..], UnixTime::now()) {
             return Some(Authn::Unauthorized(format!(
@@ -647,7 +647,7 @@ impl Auth {
         }))
     }
 
-    async fn from_token(&self, token: &str, ttl: Duration) -> Authn {
+    async fn by_token(&self, token: &str, ttl: Duration) -> Authn {
         // The token itself is not kept: its digest is the key (kubelet's cache keys on an
         // HMAC of it).
         let key = {
@@ -711,12 +711,12 @@ impl Auth {
     /// The request's user: certificate, then bearer token, then anonymous.
     async fn authenticate(&self, peer: Option<Arc<Peer>>, bearer: Option<String>) -> Authn {
         if let Some(peer) = peer
-            && let Some(a) = self.from_certificate(&peer)
+            && let Some(a) = self.by_certificate(&peer)
         {
             return a;
         }
         if let (Some(token), Some(ttl)) = (bearer, self.opts.token_webhook) {
-            return self.from_token(&token, ttl).await;
+            return self.by_token(&token, ttl).await;
         }
         if self.opts.anonymous {
             return Authn::User(UserInfo::anonymous());
