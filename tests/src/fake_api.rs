@@ -160,6 +160,21 @@ struct Store {
     reviews: Vec<(String, Value)>,
     /// CertificateSigningRequests by name.
     csrs: BTreeMap<String, Value>,
+    /// Where `pods/log`, `pods/exec`, `pods/attach` and `pods/portforward` are proxied.
+    node_proxy: Option<NodeProxy>,
+}
+
+/// The node's secure port, as the API server reaches it (its `kubelet-client` certificate).
+#[derive(Clone, Debug)]
+pub struct NodeProxy {
+    pub port: u16,
+    /// The name the node's certificate carries.
+    pub server_name: String,
+    /// The CA the node's certificate is verified against.
+    pub server_ca: PathBuf,
+    /// The API server's client certificate and key for the node.
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
 }
 
 /// A token the fake's TokenRequest endpoint issued.
@@ -392,6 +407,12 @@ impl FakeApi {
         lock(&self.state)
             .access_rules
             .push((who.to_owned(), verb.to_owned(), resource.to_owned()));
+    }
+
+    /// Proxies the pods' `log`, `exec`, `attach` and `portforward` subresources to the node, as
+    /// the API server does (kubectl's way to the node).
+    pub fn proxy_to_node(&self, proxy: NodeProxy) {
+        lock(&self.state).node_proxy = Some(proxy);
     }
 
     /// The CertificateSigningRequests made, by name.
@@ -979,6 +1000,38 @@ fn csr(st: &mut Store, method: &str, path: &str, body: Option<&Value>) -> Option
     }
 }
 
+/// Legacy discovery (`/api`, `/apis`, `/api/v1`), enough for kubectl to find pods and their
+/// `log`, `exec`, `attach` and `portforward` subresources.
+fn discovery(path: &str) -> Option<(u16, Value)> {
+    let p = path.split('?').next().unwrap_or("");
+    let answer = match p.trim_end_matches('/') {
+        "/api" => json!({"kind": "APIVersions", "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}),
+        "/apis" => json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
+        "/api/v1" => {
+            let r = |name: &str, kind: &str, namespaced: bool, verbs: &[&str]| {
+                json!({"name": name, "singularName": "", "namespaced": namespaced,
+                       "kind": kind, "verbs": verbs})
+            };
+            json!({"kind": "APIResourceList", "groupVersion": "v1", "resources": [
+                r("pods", "Pod", true, &["create", "delete", "get", "list", "patch", "update", "watch"]),
+                r("pods/log", "Pod", true, &["get"]),
+                r("pods/exec", "PodExecOptions", true, &["create", "get"]),
+                r("pods/attach", "PodAttachOptions", true, &["create", "get"]),
+                r("pods/portforward", "PodPortForwardOptions", true, &["create", "get"]),
+                r("pods/status", "Pod", true, &["get", "patch", "update"]),
+                r("nodes", "Node", false, &["create", "delete", "get", "list", "patch", "update", "watch"]),
+                r("events", "Event", true, &["create", "get", "list", "patch"]),
+                r("configmaps", "ConfigMap", true, &["get", "list", "watch"]),
+                r("secrets", "Secret", true, &["get", "list", "watch"]),
+                r("services", "Service", true, &["get", "list", "watch"]),
+            ]})
+        }
+        _ => return None,
+    };
+    Some((200, answer))
+}
+
 /// Handles one non-watch request.
 fn handle(
     st: &mut Store,
@@ -998,6 +1051,11 @@ fn handle(
         return answer;
     }
     if let Some(answer) = csr(st, method, path, body) {
+        return answer;
+    }
+    if method == "GET"
+        && let Some(answer) = discovery(path)
+    {
         return answer;
     }
     let Some(r) = route(path) else {
@@ -1188,9 +1246,151 @@ fn interfere(st: &mut Store, path: &str) {
     }
 }
 
+/// The node path of a pod subresource request (`/api/v1/namespaces/N/pods/P/log?...`), with
+/// the API's parameters turned into kubelet's (`stdin=true` -> `input=1`, the container into
+/// the path), as the API server's `streamLocation` does.
+fn node_location(path: &str) -> Option<String> {
+    let (p, q) = path.split_once('?').unwrap_or((path, ""));
+    let segs: Vec<&str> = p.trim_matches('/').split('/').collect();
+    let ["api", "v1", "namespaces", ns, "pods", pod, sub] = segs.as_slice() else {
+        return None;
+    };
+    let pairs: Vec<(String, String)> = q
+        .split('&')
+        .filter(|s| !s.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (k.to_owned(), v.to_owned())
+        })
+        .collect();
+    let container = pairs
+        .iter()
+        .find(|(k, _)| k == "container")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    let rest = |map: &dyn Fn(&str, &str) -> Option<String>| -> String {
+        pairs
+            .iter()
+            .filter(|(k, _)| k != "container")
+            .filter_map(|(k, v)| map(k, v))
+            .collect::<Vec<_>>()
+            .join("&")
+    };
+    let stream_param = |k: &str, v: &str| -> Option<String> {
+        let on = v == "true" || v == "1";
+        match k {
+            "stdin" => on.then(|| "input=1".to_owned()),
+            "stdout" => on.then(|| "output=1".to_owned()),
+            "stderr" => on.then(|| "error=1".to_owned()),
+            "tty" => on.then(|| "tty=1".to_owned()),
+            "command" => Some(format!("command={v}")),
+            _ => None,
+        }
+    };
+    match *sub {
+        "log" => Some(format!(
+            "/containerLogs/{ns}/{pod}/{container}?{}",
+            rest(&|k, v| Some(format!("{k}={v}")))
+        )),
+        "exec" => Some(format!(
+            "/exec/{ns}/{pod}/{container}?{}",
+            rest(&stream_param)
+        )),
+        "attach" => Some(format!(
+            "/attach/{ns}/{pod}/{container}?{}",
+            rest(&stream_param)
+        )),
+        "portforward" => Some(format!(
+            "/portForward/{ns}/{pod}?{}",
+            rest(&|k, v| (k == "ports").then(|| format!("port={v}")))
+        )),
+        _ => None,
+    }
+}
+
+/// Takes the connection over: the request to the node's secure port (TLS, the API server's
+/// client certificate), then the bytes both ways until either side closes (an upgrade
+/// included).
+async fn proxy_to_node(
+    mut conn: TcpStream,
+    proxy: NodeProxy,
+    method: &str,
+    location: &str,
+    headers: &BTreeMap<String, String>,
+    leftover: Vec<u8>,
+) {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject as _};
+    let fail = |m: String| {
+        let body = status_body(502, "InternalError", &m);
+        async move { (502u16, body) }
+    };
+    let connected = async {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(&proxy.server_ca).map_err(|e| e.to_string())? {
+            roots
+                .add(c.map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+        }
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&proxy.client_cert)
+            .map_err(|e| e.to_string())?
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?;
+        let key = PrivateKeyDer::from_pem_file(&proxy.client_key).map_err(|e| e.to_string())?;
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| e.to_string())?;
+        let tcp = TcpStream::connect(("127.0.0.1", proxy.port))
+            .await
+            .map_err(|e| e.to_string())?;
+        let name = ServerName::try_from(proxy.server_name.clone()).map_err(|e| e.to_string())?;
+        tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .map_err(|e| e.to_string())
+    }
+    .await;
+    let mut node = match connected {
+        Ok(n) => n,
+        Err(e) => {
+            let (code, body) = fail(format!("error dialing the node: {e}")).await;
+            let _ = respond(&mut conn, code, &body).await;
+            return;
+        }
+    };
+    let mut head = format!(
+        "{method} {location} HTTP/1.1\r\nHost: {}\r\n",
+        proxy.server_name
+    );
+    for (k, v) in headers {
+        if matches!(k.as_str(), "host" | "authorization" | "content-length") {
+            continue;
+        }
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    if node.write_all(head.as_bytes()).await.is_err()
+        || (!leftover.is_empty() && node.write_all(&leftover).await.is_err())
+    {
+        return;
+    }
+    let _ = tokio::io::copy_bidirectional(&mut conn, &mut node).await;
+}
+
 async fn serve(mut conn: TcpStream, state: Arc<Mutex<Store>>) {
     let mut buf = Vec::new();
     while let Some((method, path, headers, raw)) = read_request(&mut conn, &mut buf).await {
+        let node_proxy = lock(&state).node_proxy.clone();
+        if let (Some(proxy), Some(location)) = (node_proxy, node_location(&path)) {
+            let mut leftover = raw;
+            leftover.append(&mut buf);
+            proxy_to_node(conn, proxy, &method, &location, &headers, leftover).await;
+            return;
+        }
         let decoded = percent_decode(&path);
         let content_type = headers.get("content-type").cloned().unwrap_or_default();
         let body: Option<Value> = if raw.is_empty() {

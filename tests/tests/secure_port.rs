@@ -678,3 +678,133 @@ async fn serving_certificate_through_a_csr() {
     );
     finish(s).await;
 }
+
+/// kubectl itself (`kubectl logs`, `kubectl exec`) against the fake API server, which proxies
+/// the pod's `log` and `exec` to the node's secure port with its own client certificate, as
+/// the API server does; the node authorizes the API server's user by its group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_and_exec_through_the_api_server() {
+    let kubectl = std::process::Command::new("kubectl")
+        .args(["version", "--client"])
+        .output();
+    assert!(
+        kubectl.as_ref().is_ok_and(|o| o.status.success()),
+        "kubectl is missing (cargo xtask setup installs Debian's kubernetes-client): {kubectl:?}"
+    );
+    let s = setup("sec-kubectl").await;
+    let (cert, key) = s.pki.client(
+        "apiserver",
+        "kube-apiserver-kubelet-client",
+        &["system:masters"],
+        30,
+    );
+    s.fake.allow("system:masters", "*", "*");
+    s.fake.proxy_to_node(enforcer_tests::fake_api::NodeProxy {
+        port: s.port.port,
+        server_name: NODE.to_owned(),
+        server_ca: s.port.server_ca.clone(),
+        client_cert: cert,
+        client_key: key,
+    });
+    run_pod(
+        &s.fake,
+        api_pod(
+            "shell",
+            "sec-uid-kubectl",
+            json!([container(
+                "ticker",
+                "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.2; done"
+            )]),
+        ),
+    )
+    .await;
+    let kubeconfig = s.fake.kubeconfig(s._dir.path());
+    let run = |args: &[&str]| {
+        let o = std::process::Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--request-timeout", "20s"])
+            .args(args)
+            .output()
+            .expect("kubectl");
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (ok, out, err) = run(&["logs", "shell", "-c", "ticker", "--tail=2"]);
+    assert!(ok, "kubectl logs: {err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(lines.iter().all(|l| l.starts_with("tick ")), "{out}");
+    let (ok, out, err) = run(&[
+        "exec",
+        "shell",
+        "-c",
+        "ticker",
+        "--",
+        "sh",
+        "-c",
+        "echo hello $((6*7))",
+    ]);
+    assert!(ok, "kubectl exec: {err}");
+    assert_eq!(out, "hello 42\n");
+    // kubectl port-forward to the pod's echo server, through the API server and the node.
+    let (local, remote) = (free_port(), free_port());
+    s.fake.put_pod(api_pod(
+        "echo",
+        "sec-uid-echo",
+        json!([container(
+            "echo",
+            &format!("exec nc -ll -p {remote} -e /bin/cat")
+        )]),
+    ));
+    wait_until("echo Running", Duration::from_secs(60), || {
+        s.fake
+            .get(Kind::Pod, "default", "echo")
+            .is_some_and(|p| p["status"]["phase"] == "Running")
+    })
+    .await;
+    let mut forward = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["port-forward", "pod/echo", &format!("{local}:{remote}")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kubectl port-forward");
+    let echoed = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            if let Ok(mut c) = tokio::net::TcpStream::connect(("127.0.0.1", local)).await {
+                use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+                if c.write_all(b"through kubectl\n").await.is_ok() {
+                    let mut got = Vec::new();
+                    let mut b = [0u8; 256];
+                    while !got.ends_with(b"\n") {
+                        match c.read(&mut b).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => got.extend_from_slice(&b[..n]),
+                        }
+                    }
+                    if !got.is_empty() {
+                        return got;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    // The kubectl this test started, by its PID.
+    let _ = forward.kill();
+    let out = forward.wait_with_output().expect("kubectl port-forward");
+    assert_eq!(
+        echoed.ok().as_deref(),
+        Some(&b"through kubectl\n"[..]),
+        "kubectl port-forward: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    finish(s).await;
+}

@@ -179,6 +179,17 @@ fn install_packages(packages: &[&str]) -> anyhow::Result<()> {
 
 fn setup() -> anyhow::Result<()> {
     install_packages(PACKAGES)?;
+    // kubectl, the client of the secure port's tests (tests/tests/secure_port.rs): the one on
+    // PATH, else Debian's kubernetes-client.
+    let kubectl = Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if kubectl {
+        say("kubectl: present");
+    } else {
+        install_packages(&["kubernetes-client"])?;
+    }
     let installed = output(Command::new("rustup").args([
         "component",
         "list",
