@@ -182,7 +182,7 @@ pub async fn serve_secure(
         )
         .route(
             "/exec/{namespace}/{pod}/{uid}/{container}",
-            get(stream::exec_uid).post(stream::exec_uid),
+            get(stream::exec).post(stream::exec),
         )
         .route(
             "/attach/{namespace}/{pod}/{container}",
@@ -190,7 +190,7 @@ pub async fn serve_secure(
         )
         .route(
             "/attach/{namespace}/{pod}/{uid}/{container}",
-            get(stream::attach_uid).post(stream::attach_uid),
+            get(stream::attach).post(stream::attach),
         )
         .route(
             "/portForward/{namespace}/{pod}",
@@ -198,7 +198,7 @@ pub async fn serve_secure(
         )
         .route(
             "/portForward/{namespace}/{pod}/{uid}",
-            get(stream::port_forward_uid).post(stream::port_forward_uid),
+            get(stream::port_forward).post(stream::port_forward),
         )
         .with_state(state.clone());
     let app = router(state)

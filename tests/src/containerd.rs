@@ -82,13 +82,18 @@ impl Containerd {
             local.teardown();
             panic!("starting a private containerd in {}: {e}", dir.display());
         }
+        Self::of(&name, local, None)
+    }
+
+    /// The fixture of a started `local` named `name`.
+    fn of(name: &str, local: LocalContainerd, network: Option<CniBridge>) -> Self {
         Self {
             dir: local.dir().to_path_buf(),
             socket: local.socket().to_path_buf(),
             config: local.config().to_path_buf(),
             cgroup_root: format!("/{name}"),
             driver: crate::cgroup_driver(),
-            network: None,
+            network,
             local,
             torn_down: false,
         }
@@ -114,16 +119,7 @@ impl Containerd {
         });
         let local = LocalContainerd::start(&dir, network.clone())
             .unwrap_or_else(|e| panic!("starting a private containerd in {}: {e}", dir.display()));
-        Self {
-            dir: local.dir().to_path_buf(),
-            socket: local.socket().to_path_buf(),
-            config: local.config().to_path_buf(),
-            cgroup_root: format!("/{name}"),
-            driver: crate::cgroup_driver(),
-            network,
-            local,
-            torn_down: false,
-        }
+        Self::of(&name, local, network)
     }
 
     /// Starts (again) the containerd process and waits for its socket.

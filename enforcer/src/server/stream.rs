@@ -246,92 +246,48 @@ async fn exec_or_attach(
     }
 }
 
-/// `/exec/{namespace}/{pod}/{container}`.
+/// The path's parameters (`namespace`, `pod`, optional `uid`, `container`).
+type Params = Path<std::collections::HashMap<String, String>>;
+
+fn target(p: &std::collections::HashMap<String, String>) -> Target {
+    let get = |k: &str| p.get(k).cloned().unwrap_or_default();
+    Target {
+        namespace: get("namespace"),
+        pod: get("pod"),
+        uid: p.get("uid").cloned(),
+        container: get("container"),
+    }
+}
+
+/// `/exec/{namespace}/{pod}[/{uid}]/{container}` (the uid is not checked, as kubelet).
 pub(super) async fn exec(
     State(s): State<Shared>,
-    Path((namespace, pod, container)): Path<(String, String, String)>,
+    Path(p): Params,
     RawQuery(query): RawQuery,
     req: Request,
 ) -> Response {
-    exec_or_attach(
-        s,
-        Kind::Exec,
-        Target {
-            namespace,
-            pod,
-            uid: None,
-            container,
-        },
-        query,
-        req,
-    )
-    .await
+    exec_or_attach(s, Kind::Exec, target(&p), query, req).await
 }
 
-/// `/exec/{namespace}/{pod}/{uid}/{container}` (the uid is not checked, as kubelet).
-pub(super) async fn exec_uid(
-    State(s): State<Shared>,
-    Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
-    RawQuery(query): RawQuery,
-    req: Request,
-) -> Response {
-    exec_or_attach(
-        s,
-        Kind::Exec,
-        Target {
-            namespace,
-            pod,
-            uid: Some(uid),
-            container,
-        },
-        query,
-        req,
-    )
-    .await
-}
-
-/// `/attach/{namespace}/{pod}/{container}`.
+/// `/attach/{namespace}/{pod}[/{uid}]/{container}`.
 pub(super) async fn attach(
     State(s): State<Shared>,
-    Path((namespace, pod, container)): Path<(String, String, String)>,
+    Path(p): Params,
     RawQuery(query): RawQuery,
     req: Request,
 ) -> Response {
-    exec_or_attach(
-        s,
-        Kind::Attach,
-        Target {
-            namespace,
-            pod,
-            uid: None,
-            container,
-        },
-        query,
-        req,
-    )
-    .await
+    exec_or_attach(s, Kind::Attach, target(&p), query, req).await
 }
 
-/// `/attach/{namespace}/{pod}/{uid}/{container}`.
-pub(super) async fn attach_uid(
+/// `/portForward/{namespace}/{pod}[/{uid}]`.
+pub(super) async fn port_forward(
     State(s): State<Shared>,
-    Path((namespace, pod, uid, container)): Path<(String, String, String, String)>,
+    Path(p): Params,
     RawQuery(query): RawQuery,
     req: Request,
 ) -> Response {
-    exec_or_attach(
-        s,
-        Kind::Attach,
-        Target {
-            namespace,
-            pod,
-            uid: Some(uid),
-            container,
-        },
-        query,
-        req,
-    )
-    .await
+    let t = target(&p);
+    forward(s, t.namespace, t.pod, t.uid, query, req).await
 }
 
 async fn forward(
@@ -368,26 +324,6 @@ async fn forward(
         Ok(url) => proxy(req, &url).await,
         Err(e) => cri_error(&e),
     }
-}
-
-/// `/portForward/{namespace}/{pod}`.
-pub(super) async fn port_forward(
-    State(s): State<Shared>,
-    Path((namespace, pod)): Path<(String, String)>,
-    RawQuery(query): RawQuery,
-    req: Request,
-) -> Response {
-    forward(s, namespace, pod, None, query, req).await
-}
-
-/// `/portForward/{namespace}/{pod}/{uid}`.
-pub(super) async fn port_forward_uid(
-    State(s): State<Shared>,
-    Path((namespace, pod, uid)): Path<(String, String, String)>,
-    RawQuery(query): RawQuery,
-    req: Request,
-) -> Response {
-    forward(s, namespace, pod, Some(uid), query, req).await
 }
 
 /// The largest response head read from the runtime's streaming server.
