@@ -1098,6 +1098,7 @@ async fn image_pull_secrets_come_from_the_api_server() {
             && a.status == Some(200)),
         "no authorized pull in the registry's log"
     );
+    drop(node.shutdown().await);
 }
 
 /// kubelet's configMap, secret and projected-volume e2e tests on the node
