@@ -442,7 +442,6 @@ async fn run_three(
         (0..3).all(|i| running(s, &uid(i)))
     })
     .await;
-    let _ = reasons(&mut e, prefix);
     e.stop().await;
 }
 

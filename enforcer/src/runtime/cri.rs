@@ -19,6 +19,8 @@ use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::policy::cgroup_name::CgroupDriver;
 
+mod stream;
+
 /// Errors of CRI calls; each names the call and the object it was about.
 #[derive(Debug, thiserror::Error)]
 pub enum CriError {
@@ -363,39 +365,6 @@ impl CriRuntime {
             .info
             .get("config")
             .and_then(|c| serde_json::from_str::<serde_json::Value>(c).ok()))
-    }
-
-    /// CRI `Exec`: the runtime's streaming URL for the exec (kubelet proxies it).
-    pub async fn exec_url(&self, req: cri::ExecRequest) -> Result<String, CriError> {
-        let id = req.container_id.clone();
-        let resp = self
-            .call("Exec", &id, Duration::ZERO, |mut r, _| async move {
-                r.exec(req).await
-            })
-            .await?;
-        Ok(resp.url)
-    }
-
-    /// CRI `Attach`: the runtime's streaming URL.
-    pub async fn attach_url(&self, req: cri::AttachRequest) -> Result<String, CriError> {
-        let id = req.container_id.clone();
-        let resp = self
-            .call("Attach", &id, Duration::ZERO, |mut r, _| async move {
-                r.attach(req).await
-            })
-            .await?;
-        Ok(resp.url)
-    }
-
-    /// CRI `PortForward`: the runtime's streaming URL for the sandbox.
-    pub async fn port_forward_url(&self, req: cri::PortForwardRequest) -> Result<String, CriError> {
-        let id = req.pod_sandbox_id.clone();
-        let resp = self
-            .call("PortForward", &id, Duration::ZERO, |mut r, _| async move {
-                r.port_forward(req).await
-            })
-            .await?;
-        Ok(resp.url)
     }
 
     async fn call<T, F, Fut>(

@@ -596,10 +596,10 @@ impl ImageGc {
 /// The mountpoint's capacity and available bytes (statvfs).
 #[must_use]
 pub fn fs_bytes(path: &Path) -> Option<(u64, u64)> {
-    let st = rustix::fs::statvfs(path).ok()?;
+    let (available, capacity, _, _) = crate::node::statvfs(path).ok()?;
     Some((
-        st.f_blocks.saturating_mul(st.f_frsize),
-        st.f_bavail.saturating_mul(st.f_frsize),
+        u64::try_from(capacity).ok()?,
+        u64::try_from(available).ok()?,
     ))
 }
 

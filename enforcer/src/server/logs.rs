@@ -186,31 +186,16 @@ pub fn tail_start(f: &mut std::fs::File, n: u64) -> std::io::Result<u64> {
     let mut pos = len;
     let mut count = 0u64;
     let mut buf = vec![0u8; 64 * 1024];
-    let mut first = true;
     while pos > 0 {
         let take = usize::try_from(pos.min(buf.len() as u64)).unwrap_or(buf.len());
         pos -= take as u64;
         f.seek(SeekFrom::Start(pos))?;
         f.read_exact(&mut buf[..take])?;
-        for i in (0..take).rev() {
-            if buf[i] != b'\n' {
-                first = false;
-                continue;
-            }
-            let at = pos + i as u64;
-            if first && at + 1 == len {
-                // The file's final newline ends the last line.
-                first = false;
-                count += 1;
-                if count > n {
-                    return Ok(at + 1);
-                }
-                continue;
-            }
-            first = false;
+        // Each newline ends a line; the (n+1)-th from the end is where the last n begin.
+        for i in (0..take).rev().filter(|&i| buf[i] == b'\n') {
             count += 1;
             if count > n {
-                return Ok(at + 1);
+                return Ok(pos + i as u64 + 1);
             }
         }
     }
