@@ -237,6 +237,14 @@ pub struct ConfigArgs {
     /// threshold); default true.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub memory_tripwire: Option<bool>,
+    /// The signal readers and the eviction manager at real-time priority (`SCHED_FIFO` 1)
+    /// where the kernel allows it; default true.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub crossing_realtime: Option<bool>,
+    /// After a hard memory eviction's SIGKILL, reclaim the victim's memory at once with
+    /// process_mrelease(2) (Linux 5.15+); default true.
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub reap_memory: Option<bool>,
     /// Allow privileged containers.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub allow_privileged: Option<bool>,
@@ -462,6 +470,8 @@ pub struct EnforcerConfig {
     #[serde(rename = "memoryQoS")]
     pub memory_qos: bool,
     pub memory_tripwire: bool,
+    pub crossing_realtime: bool,
+    pub reap_memory: bool,
     pub allow_privileged: bool,
     pub allow_host_namespaces: bool,
     #[serde(rename = "allowHostPID")]

@@ -55,6 +55,8 @@ pub enum DaemonError {
     #[error(transparent)]
     Kernel(#[from] kernel::KernelError),
     #[error(transparent)]
+    Crossing(#[from] crate::eviction_manager::thread::StartError),
+    #[error(transparent)]
     Cgroup(#[from] crate::cgroup::CgroupError),
     #[error(transparent)]
     Node(#[from] node::NodeError),
@@ -250,8 +252,15 @@ pub async fn run(
         poll_interval: config.enforcer.housekeeping_interval,
         ..PipelineOptions::default()
     };
-    let pipeline = kernel::start(&pipeline_opts, &caps, &layout)?;
-    tracing::info!(source = ?pipeline.source, reason = %pipeline.reason, "signal pipeline started");
+    // The pipeline's readers and the eviction manager run on the crossing thread.
+    let (pipeline, crossing) = crate::eviction_manager::thread::start(
+        pipeline_opts,
+        caps.clone(),
+        layout.clone(),
+        config.enforcer.crossing_realtime,
+    )
+    .await?;
+    tracing::info!(source = ?pipeline.source, reason = %pipeline.reason, scheduling = %pipeline.scheduling, "signal pipeline and eviction manager on the crossing thread");
     health.watch_readers(&pipeline.heartbeats);
 
     let link = NodeLink::default();
@@ -513,7 +522,7 @@ pub async fn run(
         events: recorder,
         companion: companion.is_some(),
     };
-    let eviction = tokio::spawn(manager.run(pipeline, stopped()));
+    let eviction = tokio::spawn(crossing.run(manager, stopped()));
 
     shutdown.await;
     tracing::info!("shutting down");

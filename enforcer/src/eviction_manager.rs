@@ -7,6 +7,7 @@ mod act;
 mod observe;
 mod report;
 mod signals;
+pub mod thread;
 mod tripwire;
 
 #[cfg(test)]
@@ -83,6 +84,9 @@ struct Memo {
     reported: Option<(tokio::time::Instant, Vec<NodeCondition>)>,
     /// The generation of the cgroup-value ledger last written to `cgroups.json`.
     cgroups_written: Option<u64>,
+    /// The pods last read and the active set they came from: what a crossing reuses while
+    /// the active set is the same (`observe::TargetCache`).
+    targets: Option<observe::TargetCache>,
 }
 
 /// How often the manager looks whether an evicted pod's resources were released (kubelet's
@@ -232,9 +236,9 @@ impl EvictionManager {
             .cleanup
             .as_ref()
             .is_some_and(|w| self.released(&w.uid, memo.victim_cgroup.as_deref()));
-        let (active, targets) = self.targets(state.awaited(now, released));
+        let (active, targets) = self.targets_for(trigger, state.awaited(now, released), memo);
         let refresh = refresh_for(trigger, named);
-        let mut pods_fresh = refresh.pods == PodScope::All;
+        let mut pods_fresh = refresh.pods.every_pod();
         let began = std::time::Instant::now();
         let mut snapshot = match self.stats.refresh(refresh, targets.clone(), now).await {
             Ok(s) => s,

@@ -152,6 +152,12 @@ pub struct KillRecord {
     pub decision_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sigkill_ns: Option<u64>,
+    /// When process_mrelease(2) had reclaimed the victim's memory, right after the SIGKILL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reaped_ns: Option<u64>,
+    /// What reclaiming the victim's memory did (`process_mrelease: 2 processes reaped`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reaped: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_ns: Option<u64>,
     /// `released`, `timed out` (kubelet's cleanup wait), or empty while waiting.
@@ -186,6 +192,8 @@ impl KillRecord {
             grace_period_seconds: 0,
             decision_ns: None,
             sigkill_ns: None,
+            reaped_ns: None,
+            reaped: String::new(),
             released_ns: None,
             release: String::new(),
             kubelet: None,
@@ -205,6 +213,7 @@ impl KillRecord {
         let steps = [
             ("decided", self.decision_ns),
             ("SIGKILL sent", self.sigkill_ns),
+            ("memory reaped (process_mrelease)", self.reaped_ns),
             ("memory released", self.released_ns),
         ];
         out.extend(steps.into_iter().filter_map(|(w, t)| t.map(|t| (w, t))));

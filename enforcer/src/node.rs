@@ -67,6 +67,24 @@ pub fn stat_value(text: &str, key: &str) -> Option<i64> {
 /// and cAdvisor's definition). v1: `memory.usage_in_bytes` and `total_inactive_file`; v2:
 /// `memory.current` and `inactive_file`.
 pub fn working_set(dir: &Path) -> Result<i64, NodeError> {
+    let (usage, inactive) = memory_figures(dir)?;
+    Ok(usage.saturating_sub(inactive).max(0))
+}
+
+/// The usage file of a memory cgroup directory: v1 `memory.usage_in_bytes`, v2
+/// `memory.current`.
+#[must_use]
+pub fn usage_file(dir: &Path) -> PathBuf {
+    let v1 = dir.join("memory.usage_in_bytes");
+    if v1.exists() {
+        v1
+    } else {
+        dir.join("memory.current")
+    }
+}
+
+/// A memory cgroup's usage and its inactive file pages (the working set is their difference).
+pub fn memory_figures(dir: &Path) -> Result<(i64, i64), NodeError> {
     let v1 = dir.join("memory.usage_in_bytes");
     let (usage, stat, key) = if v1.exists() {
         (
@@ -82,7 +100,7 @@ pub fn working_set(dir: &Path) -> Result<i64, NodeError> {
         )
     };
     let inactive = stat_value(&stat, key).unwrap_or(0);
-    Ok(usage.saturating_sub(inactive).max(0))
+    Ok((usage, inactive))
 }
 
 /// statvfs of a path: (available bytes, capacity bytes, free inodes, inode capacity).
@@ -256,6 +274,14 @@ impl NodeObserver {
 
     /// One round of observations at `now` (monotonic time of the caller's clock).
     pub fn observe(&self, now: Duration) -> Result<Observations, NodeError> {
+        let mut obs = self.observe_memory(now)?;
+        self.observe_others(now, &mut obs)?;
+        Ok(obs)
+    }
+
+    /// The memory observations only (`memory.available`, `allocatableMemory.available`), at
+    /// `now`: what a crossing reads of the node.
+    pub fn observe_memory(&self, now: Duration) -> Result<Observations, NodeError> {
         let mut obs = Observations::new();
         let at = Some(now);
         let kubepods_ws = working_set(&self.memory_dir(&self.kubepods)?).unwrap_or(0);
@@ -273,6 +299,12 @@ impl NodeObserver {
             }
         };
         obs.extend(self.memory_observations(node_ws, kubepods_ws, at));
+        Ok(obs)
+    }
+
+    /// The filesystem and process observations at `now`, into `obs`.
+    fn observe_others(&self, now: Duration, obs: &mut Observations) -> Result<(), NodeError> {
+        let at = Some(now);
         if let Ok((avail, cap, ifree, icap)) = statvfs(&self.nodefs) {
             obs.insert(
                 Signal::NodeFsAvailable,
@@ -323,7 +355,7 @@ impl NodeObserver {
                 time: at,
             },
         );
-        Ok(obs)
+        Ok(())
     }
 
     /// The kubepods cgroup's memory usage, page cache included (`memory.current`): what the
@@ -416,8 +448,20 @@ impl NodeObserver {
     /// `containers` are (name, runtime id) pairs: a container's cgroup is `<pod>/<id>`.
     #[must_use]
     pub fn pod_stats(&self, pod_rel: &str, containers: &[(String, String)]) -> Option<PodStats> {
+        self.pod_stats_and_inactive(pod_rel, containers)
+            .map(|(s, _)| s)
+    }
+
+    /// [`Self::pod_stats`], with the pod cgroup's inactive file pages (what its working set
+    /// left out of its usage).
+    pub fn pod_stats_and_inactive(
+        &self,
+        pod_rel: &str,
+        containers: &[(String, String)],
+    ) -> Option<(PodStats, i64)> {
         let mem_dir = self.memory_dir(pod_rel).ok()?;
-        let memory = working_set(&mem_dir).ok()?;
+        let (usage, inactive) = memory_figures(&mem_dir).ok()?;
+        let memory = usage.saturating_sub(inactive).max(0);
         let containers: Vec<ContainerStats> = containers
             .iter()
             .filter_map(|(name, id)| {
@@ -434,12 +478,20 @@ impl NodeObserver {
             .controller("pids")
             .and_then(|(m, _)| join_inside(m, pod_rel).ok())
             .and_then(|d| read_i64(&d.join("pids.current")).ok());
-        Some(PodStats {
-            memory: Some(memory),
-            processes,
-            containers,
-            ..PodStats::default()
-        })
+        Some((
+            PodStats {
+                memory: Some(memory),
+                processes,
+                containers,
+                ..PodStats::default()
+            },
+            inactive,
+        ))
+    }
+
+    /// The memory cgroup directory of a pod cgroup (inside the hierarchy).
+    pub fn pod_memory_dir(&self, pod_rel: &str) -> Option<PathBuf> {
+        self.memory_dir(pod_rel).ok()
     }
 }
 

@@ -322,6 +322,25 @@ pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
             "run the daemon with CAP_BPF and CAP_PERFMON",
         );
     }
+    if config.enforcer.crossing_realtime
+        && let Err(e) = crate::eviction_manager::thread::realtime_allowed()
+    {
+        add(
+            "scheduling",
+            format!(
+                "the crossing thread (signal readers, eviction manager) cannot run at real-time priority (SCHED_FIFO {}): {e}; it runs at ordinary priority",
+                crate::eviction_manager::thread::PRIORITY
+            ),
+            "run the daemon with CAP_SYS_NICE (deploy/ keeps it); with CONFIG_RT_GROUP_SCHED, give its cgroup real-time runtime (cpu.rt_runtime_us)",
+        );
+    }
+    if config.enforcer.reap_memory && !crate::cgroup::kill::process_mrelease_supported() {
+        add(
+            "kernel",
+            "no process_mrelease(2) (Linux 5.15+): an evicted pod's memory comes back only as its processes exit".to_owned(),
+            "boot Linux 5.15 or later; until then the kernel frees it at exit",
+        );
+    }
     if config.cgroup_driver == CgroupDriver::Systemd
         && let Err(e) = crate::cgroup::systemd::Systemd::connect()
     {

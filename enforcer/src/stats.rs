@@ -25,6 +25,8 @@ use crate::{
     policy::eviction::{Observations, PodStats},
 };
 
+mod usage;
+
 /// A pod to collect stats of.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodTarget {
@@ -93,6 +95,18 @@ pub enum PodScope {
     Named(Vec<String>),
     /// Every pod.
     All,
+    /// Every pod's memory usage counter through its open file descriptor (`usage`), less
+    /// the inactive file pages of its last full read; its containers' and processes' figures
+    /// carried over; of the node, only the memory observations: a crossing's refresh.
+    Usage,
+}
+
+impl PodScope {
+    /// Whether every pod's memory is read now.
+    #[must_use]
+    pub fn every_pod(&self) -> bool {
+        matches!(self, Self::All | Self::Usage)
+    }
 }
 
 /// What one refresh reads besides the node-level observations.
@@ -119,6 +133,8 @@ impl Refresh {
 pub struct Collector {
     pub observer: NodeObserver,
     last: Arc<NodeSnapshot>,
+    /// Each pod's usage file, open (by uid): what [`PodScope::Usage`] reads.
+    usage: HashMap<String, usage::UsageFd>,
 }
 
 impl Collector {
@@ -127,7 +143,40 @@ impl Collector {
         Self {
             observer,
             last: Arc::default(),
+            usage: HashMap::new(),
         }
+    }
+
+    /// A pod's full memory read (its working set, containers, processes); keeps its usage
+    /// file open for [`PodScope::Usage`] with the inactive figure found.
+    fn read_pod(&mut self, t: &PodTarget) -> Option<PodStats> {
+        let (stats, inactive) = self
+            .observer
+            .pod_stats_and_inactive(&t.cgroup, &t.containers)?;
+        match self.usage.get_mut(&t.uid) {
+            Some(u) if u.cgroup == t.cgroup => u.inactive = inactive,
+            _ => {
+                if let Some(u) = self
+                    .observer
+                    .pod_memory_dir(&t.cgroup)
+                    .and_then(|dir| usage::UsageFd::open(&t.cgroup, &dir, inactive))
+                {
+                    self.usage.insert(t.uid.clone(), u);
+                }
+            }
+        }
+        Some(stats)
+    }
+
+    /// A pod's working set now through its open usage file, the rest of `old` carried over
+    /// (`None`: no open file, or unreadable: a full read is needed).
+    fn read_usage(&self, t: &PodTarget, old: &PodSample, now: Duration) -> Option<PodSample> {
+        let u = self.usage.get(&t.uid).filter(|u| u.cgroup == t.cgroup)?;
+        let ws = u.working_set()?;
+        let mut sample = old.clone();
+        sample.stats.as_mut()?.memory = Some(ws);
+        sample.memory_at = now;
+        Some(sample)
     }
 
     /// One refresh at `now` for the pods in `targets` (pods not in it are dropped).
@@ -137,23 +186,38 @@ impl Collector {
         targets: &[PodTarget],
         now: Duration,
     ) -> Result<Arc<NodeSnapshot>, NodeError> {
-        let observations = self.observer.observe(now)?;
+        let observations = if req.pods == PodScope::Usage {
+            // The node's memory now; its filesystems and processes as last read.
+            let mut o = self.observer.observe_memory(now)?;
+            for (k, v) in &self.last.observations {
+                o.entry(*k).or_insert(*v);
+            }
+            o
+        } else {
+            self.observer.observe(now)?
+        };
         // Writable layers: read once per refresh that walks a pod (one pass over mountinfo),
         // of the targets' containers only.
         let mut layers: Option<HashMap<String, i64>> = None;
         let mut pods = BTreeMap::new();
+        let last = self.last.clone();
         for t in targets {
-            let old = self.last.pods.get(&t.uid);
+            let old = last.pods.get(&t.uid);
             let read_memory = old.is_none()
                 || match &req.pods {
                     PodScope::New => false,
                     PodScope::Named(uids) => uids.contains(&t.uid),
-                    PodScope::All => true,
+                    PodScope::All | PodScope::Usage => true,
                 };
-            let mut sample = match (read_memory, old) {
-                (false, Some(old)) => old.clone(),
+            let fast = match (req.pods == PodScope::Usage, old) {
+                (true, Some(old)) => self.read_usage(t, old, now),
+                _ => None,
+            };
+            let mut sample = match (read_memory, old, fast) {
+                (false, Some(old), _) => old.clone(),
+                (true, _, Some(fast)) => fast,
                 _ => PodSample {
-                    stats: self.observer.pod_stats(&t.cgroup, &t.containers),
+                    stats: self.read_pod(t),
                     memory_at: now,
                     logs_at: None,
                 },
@@ -211,6 +275,10 @@ impl Collector {
             }
             pods.insert(t.uid.clone(), sample);
         }
+        // Pods gone from the targets: their files closed.
+        if self.usage.len() > pods.len() {
+            self.usage.retain(|uid, _| pods.contains_key(uid));
+        }
         self.last = Arc::new(NodeSnapshot {
             observations,
             pods,
@@ -224,7 +292,7 @@ impl Collector {
 enum Request {
     Refresh {
         refresh: Refresh,
-        targets: Vec<PodTarget>,
+        targets: Arc<[PodTarget]>,
         now: Duration,
         reply: oneshot::Sender<Result<Arc<NodeSnapshot>, NodeError>>,
     },
@@ -298,7 +366,7 @@ impl StatsCollector {
     pub async fn refresh(
         &self,
         refresh: Refresh,
-        targets: Vec<PodTarget>,
+        targets: Arc<[PodTarget]>,
         now: Duration,
     ) -> Result<Arc<NodeSnapshot>, NodeError> {
         if !refresh.logs
@@ -495,7 +563,7 @@ mod tests {
         let stats = StatsCollector::spawn(observer).expect("spawn");
         assert!(stats.latest().pods.is_empty());
         let s = stats
-            .refresh(Refresh::full(), vec![target("a")], Duration::from_secs(5))
+            .refresh(Refresh::full(), vec![target("a")].into(), Duration::from_secs(5))
             .await
             .expect("refresh");
         assert!(Arc::ptr_eq(&s, &stats.latest()));

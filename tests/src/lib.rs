@@ -10,6 +10,7 @@ pub mod containerd;
 pub mod fake_api;
 pub mod image;
 pub mod local;
+pub mod neighbours;
 pub mod node;
 pub mod pods;
 pub mod registry;
@@ -378,6 +379,17 @@ pub struct Daemon {
     task: tokio::task::JoinHandle<Result<(), enforcer::daemon::DaemonError>>,
 }
 
+/// The in-process daemon's log, captured by the test harness per test (shown for a failing
+/// test, with `--nocapture` always); `RUST_LOG` overrides the filter (`enforcer=info`).
+pub fn capture_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("enforcer=info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .try_init();
+}
+
 impl Daemon {
     /// Starts the daemon with `config` (no extra watches, pods as workloads, no API server).
     #[must_use]
@@ -404,6 +416,7 @@ impl Daemon {
     /// Starts the daemon with `opts`.
     #[must_use]
     pub fn start_with(opts: enforcer::daemon::DaemonOptions) -> Self {
+        capture_logs();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(enforcer::daemon::run(opts, async {
             let _ = stopped.await;

@@ -75,17 +75,6 @@ fn holder(mib: u32) -> String {
     )
 }
 
-/// The in-process companion's and stand-in's log, captured by the test harness (shown for a
-/// failing test); `RUST_LOG` overrides the filter.
-fn logs() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("enforcer=info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_test_writer()
-        .try_init();
-}
-
 /// Holds `mib` MiB in the container's main process, `dd` with one block of that size read
 /// from /dev/zero and written to a FIFO nobody reads (one allocation: no transient peak, no
 /// copy); a kernel OOM kill of it ends the container (exit 137), as a real workload's would.
@@ -334,7 +323,7 @@ async fn pressure_scenario(cd: &Containerd, kubelet: &Kubelet, submit: &dyn Fn(&
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn companion_evicts_kubelets_choice_and_the_api_shows_kubelets_eviction() {
     let _serial = SERIAL.lock().await;
-    logs();
+    enforcer_tests::capture_logs();
     let mut cd = Containerd::start("companion-api");
     let fake = FakeApi::start().await;
     let kubeconfig = fake.kubeconfig(&cd.dir);
@@ -439,7 +428,7 @@ async fn companion_evicts_kubelets_choice_and_the_api_shows_kubelets_eviction() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn companion_without_an_api_server_ranks_by_the_node_and_stops_the_sandbox() {
     let _serial = SERIAL.lock().await;
-    logs();
+    enforcer_tests::capture_logs();
     let mut cd = Containerd::start("companion-cri");
     let kubelet = Kubelet::start(&cd, None);
     let config = companion_config(&cd, "300Mi", Some("memory=1Gi"));
@@ -631,7 +620,7 @@ fn badness(cd: &Containerd, uid: &str, unit: i64) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kernel_oom_kill_follows_kubelets_ranking_once_aligned() {
     let _serial = SERIAL.lock().await;
-    logs();
+    enforcer_tests::capture_logs();
     let mut cd = Containerd::start("companion-oom");
     let fake = FakeApi::start().await;
     let kubeconfig = fake.kubeconfig(&cd.dir);

@@ -1,4 +1,5 @@
-//! Killing a pod through its cgroup: what a hard memory eviction does first.
+//! Killing a pod through its cgroup: what a hard memory eviction does first; then reclaiming
+//! the victims' memory without waiting for them to exit.
 
 use crate::cgroup::{CgroupLayout, join_inside, writer::CgroupWriter};
 
@@ -13,6 +14,108 @@ pub fn kill_pod_cgroup(writer: &dyn CgroupWriter, layout: &CgroupLayout, rel: &s
         return 0;
     };
     writer.kill(&dir, version)
+}
+
+/// What reclaiming a killed pod's memory did ([`reap_pod_cgroup`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reaped {
+    /// Processes whose memory process_mrelease(2) reclaimed.
+    pub processes: usize,
+    /// The kernel has no process_mrelease (before 5.15): the victims free their memory as
+    /// they exit.
+    pub unsupported: bool,
+    /// Processes it refused (not dying: a pid reused since the kill), or could not open.
+    pub refused: usize,
+}
+
+impl std::fmt::Display for Reaped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.unsupported {
+            return f.write_str("no process_mrelease on this kernel: freed as the processes exit");
+        }
+        write!(f, "process_mrelease: {} processes reaped", self.processes)?;
+        if self.refused > 0 {
+            write!(f, ", {} refused", self.refused)?;
+        }
+        Ok(())
+    }
+}
+
+/// `process_mrelease(2)`: reclaims the address space of the dying process behind `pidfd` in
+/// the caller's context (what Android's lmkd does after its SIGKILL), instead of waiting for
+/// the victim to be scheduled and exit.
+fn process_mrelease(pidfd: &std::os::fd::OwnedFd) -> Result<(), std::io::Error> {
+    use std::os::fd::AsRawFd as _;
+    // SAFETY: a raw system call with an fd this function borrows (open for the whole call)
+    // and flags 0; it reads and writes no memory of this process.
+    let r = unsafe { libc::syscall(libc::SYS_process_mrelease, pidfd.as_raw_fd(), 0) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// After the SIGKILL of [`kill_pod_cgroup`]: the memory of every process still in the pod
+/// cgroup (and its container cgroups) reclaimed now through `process_mrelease(2)`, each
+/// process named by a pidfd (a pid reused since the kill belongs to a process that is not
+/// dying, which the kernel refuses: nothing else is touched).
+#[must_use]
+pub fn reap_pod_cgroup(layout: &CgroupLayout, rel: &str) -> Reaped {
+    let mut out = Reaped::default();
+    let Some((mount, _)) = layout.controller("memory") else {
+        return out;
+    };
+    let Ok(dir) = join_inside(mount, rel) else {
+        return out;
+    };
+    let mut stack = vec![dir];
+    while let Some(d) = stack.pop() {
+        if let Ok(text) = std::fs::read_to_string(d.join("cgroup.procs")) {
+            for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                let Some(pid) = rustix::process::Pid::from_raw(pid) else {
+                    continue;
+                };
+                let fd = match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
+                    Ok(fd) => fd,
+                    // Exited since the listing: its memory is already freed.
+                    Err(rustix::io::Errno::SRCH) => continue,
+                    Err(_) => {
+                        out.refused += 1;
+                        continue;
+                    }
+                };
+                match process_mrelease(&fd) {
+                    Ok(()) => out.processes += 1,
+                    Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                        out.unsupported = true;
+                        return out;
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                    Err(_) => out.refused += 1,
+                }
+            }
+        }
+        if let Ok(entries) = std::fs::read_dir(&d) {
+            stack.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    out
+}
+
+/// Whether this kernel has `process_mrelease(2)` (`enforcer doctor`): asked with an fd that
+/// is no pidfd, which a kernel with the call refuses with EBADF or EINVAL, one without it
+/// with ENOSYS.
+#[must_use]
+pub fn process_mrelease_supported() -> bool {
+    // SAFETY: a raw system call with fd -1 and flags 0: it touches no memory of this process.
+    let r = unsafe { libc::syscall(libc::SYS_process_mrelease, -1, 0) };
+    !(r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS))
 }
 
 #[cfg(test)]

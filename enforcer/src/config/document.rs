@@ -84,6 +84,12 @@ pub struct EnforcerSection {
     /// The cgroup v2 crossing tripwire (`memory.high` on kubepods where the nearest memory
     /// threshold is crossed), default true; used only on a v2 memory controller.
     pub memory_tripwire: Option<bool>,
+    /// The crossing thread (signal readers and eviction manager) at real-time priority where
+    /// the kernel allows it, default true.
+    pub crossing_realtime: Option<bool>,
+    /// process_mrelease(2) of a hard memory eviction's victim right after its SIGKILL,
+    /// default true.
+    pub reap_memory: Option<bool>,
     /// Allow privileged containers, default false.
     pub allow_privileged: Option<bool>,
     /// Allow hostNetwork, default false.

@@ -39,7 +39,7 @@ impl EvictionManager {
         // A hard memory threshold frees the victim's memory now: SIGKILL to every process of
         // the pod cgroup first (the node's bookkeeping below can wait microseconds; memory
         // cannot), then the orderly stop through the pod worker.
-        let sigkill_ns = match &decision.action {
+        let killed = match &decision.action {
             Action::Evict {
                 eviction,
                 kill_first: true,
@@ -54,25 +54,30 @@ impl EvictionManager {
             // Carried out by the step itself, before its final decision.
             Action::Reobserve | Action::ReclaimNodeLevel { .. } => {}
             Action::Nothing(_) | Action::WaitForCleanup => {}
-            Action::Evict { eviction, .. } => self.evict(eviction, sigkill_ns, seen, memo),
+            Action::Evict { eviction, .. } => self.evict(eviction, killed, seen, memo),
             Action::EvictLocalStorage(evictions) => {
                 self.evict_local_storage(evictions, seen.pods, memo);
             }
         }
     }
 
-    /// SIGKILL to every process of the victim's pod cgroup; when it was sent.
+    /// SIGKILL to every process of the victim's pod cgroup, then (`reapMemory`) their memory
+    /// reclaimed at once through process_mrelease(2), before any bookkeeping.
     fn kill_pod_cgroup(
         &self,
         ev: &Eviction,
         active: &BTreeMap<String, ActiveEntry>,
-    ) -> Option<u64> {
+    ) -> Option<Killed> {
         let e = active.get(&*ev.uid)?;
-        let killed =
+        let signalled =
             crate::cgroup::kill::kill_pod_cgroup(self.cgroups.as_ref(), &self.layout, &e.cgroup);
         let sigkill_ns = crate::signal::monotonic_ns();
-        tracing::warn!(uid = %ev.uid, killed, "hard memory threshold: SIGKILL sent to the pod's processes");
-        Some(sigkill_ns)
+        let reaped = self.config.enforcer.reap_memory.then(|| {
+            let r = crate::cgroup::kill::reap_pod_cgroup(&self.layout, &e.cgroup);
+            (r, crate::signal::monotonic_ns())
+        });
+        tracing::warn!(uid = %ev.uid, signalled, reaped = ?reaped.as_ref().map(|r| r.0.to_string()), "hard memory threshold: SIGKILL sent to the pod's processes");
+        Some(Killed { sigkill_ns, reaped })
     }
 
     /// The decision's report: the node conditions, the node event, the end of the cleanup
@@ -99,7 +104,8 @@ impl EvictionManager {
 
     /// kubelet's `evictPod` for a threshold: the kill record, the `Evicted` event, the pod
     /// worker's stop.
-    fn evict(&self, ev: Eviction, sigkill_ns: Option<u64>, seen: &Observed<'_>, memo: &mut Memo) {
+    fn evict(&self, ev: Eviction, killed: Option<Killed>, seen: &Observed<'_>, memo: &mut Memo) {
+        let sigkill_ns = killed.as_ref().map(|k| k.sigkill_ns);
         tracing::warn!(
             pod = %format!("{}/{}", ev.namespace, ev.name),
             uid = %ev.uid,
@@ -123,6 +129,12 @@ impl EvictionManager {
         }
         let mut record = self.kill_record(&ev, seen, memo);
         record.sigkill_ns = sigkill_ns;
+        if let Some((reaped, at)) = killed.and_then(|k| k.reaped) {
+            if !reaped.unsupported {
+                record.reaped_ns = Some(at);
+            }
+            record.reaped = reaped.to_string();
+        }
         if let Some(t) = record.trigger.as_ref() {
             let from = t.kernel_ns.unwrap_or(t.received_ns);
             m.crossing_to_decision(
@@ -234,6 +246,13 @@ impl EvictionManager {
             });
         }
     }
+}
+
+/// The SIGKILL of a hard memory eviction: when it was sent, and what reclaiming the
+/// victims' memory did and when it ended (`None`: `reapMemory` off).
+struct Killed {
+    sigkill_ns: u64,
+    reaped: Option<(crate::cgroup::kill::Reaped, u64)>,
 }
 
 /// Beside kubelet: what kubelet's eviction manager would have done with the same observation,

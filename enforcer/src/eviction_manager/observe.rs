@@ -12,6 +12,14 @@ use crate::{
     stats::{NodeSnapshot, PodScope, PodTarget, Refresh},
 };
 
+/// The targets of the last step ([`EvictionManager::targets_for`]).
+#[derive(Debug)]
+pub(super) struct TargetCache {
+    active: Arc<BTreeMap<String, ActiveEntry>>,
+    victim: Option<String>,
+    targets: Arc<[PodTarget]>,
+}
+
 /// How often the runtime is asked for its image filesystem until it answers.
 const IMAGEFS_RETRY: Duration = Duration::from_secs(10);
 
@@ -21,9 +29,10 @@ pub use crate::runtime::images::imagefs_mountpoint;
 /// on a signal, the node and the pods it names (`named`).
 pub(super) fn refresh_for(trigger: Trigger, named: &[String]) -> Refresh {
     match trigger {
-        // A crossing is the moment to evict: every pod's memory now, in one read.
+        // A crossing is the moment to evict: every pod's memory now, one usage counter
+        // each through its open file (`stats::PodScope::Usage`).
         Trigger::Crossing => Refresh {
-            pods: PodScope::All,
+            pods: PodScope::Usage,
             logs: false,
         },
         Trigger::Signal => Refresh {
@@ -109,7 +118,7 @@ impl EvictionManager {
     pub(super) async fn node_level_reclaim(
         &self,
         now: Duration,
-        targets: Vec<PodTarget>,
+        targets: Arc<[PodTarget]>,
     ) -> Option<Arc<NodeSnapshot>> {
         let rt = self.node_reclaim.as_ref()?;
         let active = self.link.active();
@@ -141,14 +150,40 @@ impl EvictionManager {
             .ok()
     }
 
+    /// [`Self::targets`]; at a crossing, the last ones again while the active set and the
+    /// victim are the same (no status record copied, nothing allocated on the crossing's
+    /// path; a container restarted since shows its new figures at the next step).
+    pub(super) fn targets_for(
+        &self,
+        trigger: Trigger,
+        victim: Option<&str>,
+        memo: &mut Memo,
+    ) -> (Arc<BTreeMap<String, ActiveEntry>>, Arc<[PodTarget]>) {
+        let active = self.link.active();
+        if trigger == Trigger::Crossing
+            && let Some(c) = &memo.targets
+            && Arc::ptr_eq(&c.active, &active)
+            && c.victim.as_deref() == victim
+        {
+            return (active, c.targets.clone());
+        }
+        let targets = self.targets(&active, victim);
+        memo.targets = Some(TargetCache {
+            active: active.clone(),
+            victim: victim.map(str::to_owned),
+            targets: targets.clone(),
+        });
+        (active, targets)
+    }
+
     /// The pods to collect stats of: the active pods (kubelet's active pods: not one that ran
     /// to its end, which holds no memory worth reclaiming, nor the victim being cleaned up),
     /// with their containers' runtime ids.
     pub(super) fn targets(
         &self,
+        active: &BTreeMap<String, ActiveEntry>,
         victim: Option<&str>,
-    ) -> (Arc<BTreeMap<String, ActiveEntry>>, Vec<PodTarget>) {
-        let active = self.link.active();
+    ) -> Arc<[PodTarget]> {
         let mut targets = Vec::with_capacity(active.len());
         for (uid, e) in active.iter() {
             if Some(uid.as_str()) == victim {
@@ -160,6 +195,6 @@ impl EvictionManager {
             }
             targets.push(PodTarget::of(uid, &e.cgroup, record.as_ref()));
         }
-        (active, targets)
+        targets.into()
     }
 }

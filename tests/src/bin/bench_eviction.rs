@@ -17,6 +17,9 @@
 //! median over won times and bounds is a lower bound of the mode's median (`>=`). A second
 //! table splits the won trials' time into the chain's segments (from the kill records):
 //! crossing -> kernel event -> received by the daemon -> decided -> SIGKILL sent.
+//! `--pods N` runs each mode twice, with the growing pod alone and with N - 1 idle Burstable
+//! neighbours beside it (each in its pod and container cgroups, writing a log line every
+//! second: kubelet's 110 pods with `--pods 110`);
 //! `--log FILTER` prints the daemon's log with times; `--mode a,b` runs some modes only;
 //! `--companion` adds the eBPF mode as `enforcer run --companion` runs it beside kubelet
 //! (its configuration: no tripwire; the companion's eviction manager).
@@ -64,6 +67,8 @@ struct ModeResult {
     to_free: Vec<u64>,
     oom: u64,
     neither: u64,
+    /// Won trials whose memory process_mrelease reclaimed before the victim's exit.
+    reaped: u64,
     /// Per trial lost to the kernel OOM killer, a lower bound of the mode's crossing ->
     /// SIGKILL: the process was still running at its last stamp, so the mode had not acted
     /// by then (its SIGKILL time instead, if it sent one after all).
@@ -161,6 +166,35 @@ async fn main() -> anyhow::Result<()> {
             );
         }
     }
+    // The first mode again as it ran before the crossing thread and without reclaiming the
+    // victim's memory: what each of the two adds, in the same run.
+    if let Some((source, housekeeping, tripwire)) = modes
+        .first()
+        .map(|m| (m.source, m.housekeeping, m.tripwire))
+    {
+        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+        let first = modes[0].name;
+        modes.insert(
+            1,
+            Mode::new(
+                leak(format!("{first}, no process_mrelease")),
+                source,
+                housekeeping,
+                tripwire,
+            )
+            .without_reaping(),
+        );
+        modes.insert(
+            1,
+            Mode::new(
+                leak(format!("{first}, shared runtime (no crossing thread)")),
+                source,
+                housekeeping,
+                tripwire,
+            )
+            .on_shared_runtime(),
+        );
+    }
     if companion {
         modes.insert(
             1,
@@ -189,6 +223,13 @@ async fn main() -> anyhow::Result<()> {
             })
             .collect::<anyhow::Result<_>>()?,
     };
+    // `--pods N`: each mode with one pod and again with N (the growing one and N - 1 idle
+    // neighbours, `enforcer_tests::neighbours`), the 1-pod rows in the same run.
+    let pods = usize::try_from(arg("--pods", 1)).unwrap_or(1).max(1);
+    let pod_counts: Vec<usize> = if pods > 1 { vec![1, pods] } else { vec![1] };
+    if pods > 1 && drivers.contains(&CgroupDriver::Systemd) {
+        bail!("--pods with the systemd driver: the neighbours are laid out by the cgroupfs driver only");
+    }
     let mut results = Vec::new();
     let only = std::env::args()
         .position(|a| a == "--mode")
@@ -202,12 +243,21 @@ async fn main() -> anyhow::Result<()> {
             continue;
         }
         for &driver in &drivers {
-            eprintln!(
-                "mode {} ({} driver): {trials} trials",
-                mode.name,
-                driver.as_str()
-            );
-            results.push(run_mode(&mode, driver, drivers.len() > 1, trials, &hog).await?);
+            for &n in &pod_counts {
+                eprintln!(
+                    "mode {} ({} driver, {n} pods): {trials} trials",
+                    mode.name,
+                    driver.as_str()
+                );
+                let run = Run {
+                    driver,
+                    label_driver: drivers.len() > 1,
+                    pods: n,
+                    label_pods: pod_counts.len() > 1,
+                    trials,
+                };
+                results.push(run_mode(&mode, &run, &hog).await?);
+            }
         }
     }
     println!(
@@ -216,9 +266,9 @@ async fn main() -> anyhow::Result<()> {
         if v2 { "v2" } else { "v1" }
     );
     println!(
-        "| mode | to SIGKILL p50 | p99 | max | to memory released p50 | p99 | max | to SIGKILL p50, lost trials as lower bounds | p50 vs fastest | kernel OOM kills | neither |"
+        "| mode | to SIGKILL p50 | p99 | max | to memory released p50 | p99 | max | released by process_mrelease | to SIGKILL p50, lost trials as lower bounds | p50 vs fastest | kernel OOM kills | neither |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     // A trial lost to the OOM killer is censored: the mode's time is only known to exceed its
     // bound. The median over won times and bounds together is then a lower bound of the
     // mode's median (each trial's true time is at least its entry), written `>=`; over won
@@ -248,7 +298,7 @@ async fn main() -> anyhow::Result<()> {
             _ => ("-".to_owned(), "-".to_owned()),
         };
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {med} | {ratio} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {}/{} | {med} | {ratio} | {} | {} |",
             r.name,
             ms(pct(&r.to_kill, 0.5)),
             ms(pct(&r.to_kill, 0.99)),
@@ -256,6 +306,8 @@ async fn main() -> anyhow::Result<()> {
             ms(pct(&r.to_free, 0.5)),
             ms(pct(&r.to_free, 0.99)),
             ms(pct(&r.to_free, 1.0)),
+            r.reaped,
+            r.to_free.len(),
             r.oom,
             r.neither
         );
@@ -299,6 +351,11 @@ struct Mode {
     /// Log follows (and one exec session) on the secure port during the trials
     /// (`enforcer_tests::streams::StreamLoad`); 0: none.
     streams: usize,
+    /// The readers and the manager on the crossing thread (the daemon's way); false: on the
+    /// harness's shared two-worker runtime.
+    crossing_thread: bool,
+    /// process_mrelease(2) of the victim after the SIGKILL (`reapMemory`).
+    reap: bool,
 }
 
 impl Mode {
@@ -316,7 +373,21 @@ impl Mode {
             psi_watch: PsiWatch::default(),
             companion: false,
             streams: 0,
+            crossing_thread: true,
+            reap: true,
         }
+    }
+
+    /// The same mode on the shared runtime, without the crossing thread.
+    fn on_shared_runtime(mut self) -> Self {
+        self.crossing_thread = false;
+        self
+    }
+
+    /// The same mode without process_mrelease (the victim frees its memory as it exits).
+    fn without_reaping(mut self) -> Self {
+        self.reap = false;
+        self
     }
 
     /// The same mode with `n` log follows and an exec session open on the secure port.
@@ -341,6 +412,13 @@ impl Mode {
 
 fn ms(v: Option<u64>) -> String {
     v.map_or("-".to_owned(), |ns| format!("{:.2}", ns as f64 / 1e6))
+}
+
+/// When process_mrelease had reclaimed the memory of `uid`'s processes (its latest kill
+/// record).
+fn reaped_at(state: &std::path::Path, uid: &str) -> Option<u64> {
+    let (records, _) = enforcer::kills::read(state).ok()?;
+    records.iter().rev().find(|r| r.uid == uid)?.reaped_ns
 }
 
 /// The segments of the latest kill record of `uid`, from the crossing at `crossing`.
@@ -397,19 +475,23 @@ impl Drop for Slices {
     }
 }
 
-async fn run_mode(
-    mode: &Mode,
+/// One mode's run: the driver laying out the pods, how many pods, the trials.
+struct Run {
     driver: CgroupDriver,
     label_driver: bool,
+    /// The growing pod and `pods - 1` idle neighbours.
+    pods: usize,
+    label_pods: bool,
     trials: u64,
-    hog: &std::path::Path,
-) -> anyhow::Result<ModeResult> {
+}
+
+async fn run_mode(mode: &Mode, run: &Run, hog: &std::path::Path) -> anyhow::Result<ModeResult> {
     let load = if mode.streams > 0 {
         Some(enforcer_tests::streams::StreamLoad::start(mode.streams).await?)
     } else {
         None
     };
-    let result = run_mode_inner(mode, driver, label_driver, trials, hog).await;
+    let result = run_mode_inner(mode, run, hog).await;
     if let Some(l) = load {
         eprintln!(
             "stream clients received {} bytes during the trials",
@@ -422,17 +504,18 @@ async fn run_mode(
 
 async fn run_mode_inner(
     mode: &Mode,
-    driver: CgroupDriver,
-    label_driver: bool,
-    trials: u64,
+    run: &Run,
     hog: &std::path::Path,
 ) -> anyhow::Result<ModeResult> {
     let (source, housekeeping) = (mode.source, mode.housekeeping);
-    let name = if label_driver {
-        format!("{} ({} driver)", mode.name, driver.as_str())
-    } else {
-        mode.name.to_owned()
-    };
+    let (driver, trials) = (run.driver, run.trials);
+    let mut name = mode.name.to_owned();
+    if run.label_driver {
+        name = format!("{name} ({} driver)", driver.as_str());
+    }
+    if run.label_pods {
+        name = format!("{name}, {} pod{}", run.pods, if run.pods == 1 { "" } else { "s" });
+    }
     let l = layout();
     let caps = Capabilities::probe(&l);
     let (mem_mount, version) = l.controller("memory").context("memory controller")?;
@@ -483,6 +566,7 @@ async fn run_mode_inner(
         housekeeping_interval: Some(format!("{}s", housekeeping.as_secs())),
         http_address: Some("127.0.0.1:0".into()),
         state_dir: Some(state.path().to_path_buf()),
+        reap_memory: Some(mode.reap),
         ..ConfigArgs::default()
     };
     let config = enforcer::config::load(&args)
@@ -510,21 +594,39 @@ async fn run_mode_inner(
         _ => SourceChoice::Only(SourceKind::Poll),
     };
     let threshold_usage = (CAPACITY_MIB - THRESHOLD_MIB) * MIB;
-    let pipeline = kernel::start(
-        &PipelineOptions {
-            source: choice,
-            watches: vec![Watch {
-                cgroup: kubepods_dir.clone(),
-                threshold_bytes: Some(threshold_usage),
-            }],
-            poll_interval: housekeeping,
-            psi_watch: mode.psi_watch,
-            ..PipelineOptions::default()
-        },
-        &caps,
-        &l,
-    )?;
+    let opts = PipelineOptions {
+        source: choice,
+        watches: vec![Watch {
+            cgroup: kubepods_dir.clone(),
+            threshold_bytes: Some(threshold_usage),
+        }],
+        poll_interval: housekeeping,
+        psi_watch: mode.psi_watch,
+        ..PipelineOptions::default()
+    };
+    // As the daemon runs them: the pipeline's readers and the manager on the crossing thread
+    // (real-time where allowed); `shared runtime` modes: on this runtime's two workers, as
+    // before the crossing thread.
+    let (pipeline, crossing) = if mode.crossing_thread {
+        let (info, runner) = enforcer::eviction_manager::thread::start(opts, caps, l.clone(), true)
+            .await
+            .context("the crossing thread")?;
+        eprintln!("  crossing thread: {}", info.scheduling);
+        (None, Some(runner))
+    } else {
+        (Some(kernel::start(&opts, &caps, &l)?), None)
+    };
     let link = NodeLink::default();
+    let status = StatusManager::default();
+    // Dropped before the kubepods cgroup above (declared after it).
+    let _neighbours = enforcer_tests::neighbours::Neighbours::start(
+        run.pods.saturating_sub(1),
+        &root,
+        mem_mount,
+        hog,
+        &link,
+        &status,
+    )?;
     let manager = EvictionManager {
         config,
         layout: observer.layout.clone(),
@@ -537,7 +639,7 @@ async fn run_mode_inner(
             }),
         stats: enforcer::stats::StatsCollector::spawn(observer)?,
         link: link.clone(),
-        status: StatusManager::default(),
+        status,
         housekeeping,
         node_reclaim: None,
         image_gc: None,
@@ -546,9 +648,14 @@ async fn run_mode_inner(
         companion: mode.companion,
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(manager.run(pipeline, async {
+    let stop = async {
         let _ = stop_rx.await;
-    }));
+    };
+    let task = match (pipeline, crossing) {
+        (Some(p), _) => tokio::spawn(manager.run(p, stop)),
+        (None, Some(runner)) => tokio::spawn(runner.run(manager, stop)),
+        (None, None) => bail!("no pipeline"),
+    };
 
     let mut res = ModeResult {
         name,
@@ -556,6 +663,7 @@ async fn run_mode_inner(
         to_free: Vec::new(),
         oom: 0,
         neither: 0,
+        reaped: 0,
         lost: Vec::new(),
         segments: Vec::new(),
     };
@@ -590,9 +698,12 @@ async fn run_mode_inner(
         let _ = link.take_evictions();
         link.set_active(&uid, ActiveEntry::new(pod.clone(), pod_rel.clone()));
         let ooms = enforcer_tests::oom_kills_in(&kubepods_dir);
-        // Grow fast to 40 MiB under the threshold, then 1 MiB per ms (with the page faults,
-        // about 100-200 MiB/s) up to 600 MiB: past the limit if nothing acts.
-        let fast = (threshold_usage / MIB).saturating_sub(40);
+        // Grow fast to 40 MiB under the threshold (what the neighbours hold counted), then
+        // 1 MiB per ms (with the page faults, about 100-200 MiB/s) up to 600 MiB: past the
+        // limit if nothing acts.
+        let others =
+            u64::try_from(enforcer::node::working_set(&kubepods_dir).unwrap_or(0)).unwrap_or(0);
+        let fast = (threshold_usage.saturating_sub(others) / MIB).saturating_sub(40);
         cmd.args(["--report", &fast.to_string(), "600", "1000"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());
@@ -691,6 +802,16 @@ async fn run_mode_inner(
         match (evictions.iter().find_map(|e| e.sigkill_ns), crossing, oom) {
             (Some(k), Some(c), false) => {
                 res.to_kill.push(k.saturating_sub(c));
+                // Released: reclaimed by process_mrelease (the kill record's time) or freed
+                // by the exit, whichever came first.
+                let reaped = reaped_at(state.path(), &uid);
+                let freed_ns = match reaped {
+                    Some(r) if r < freed_ns => {
+                        res.reaped += 1;
+                        r
+                    }
+                    _ => freed_ns,
+                };
                 res.to_free.push(freed_ns.saturating_sub(c));
                 let seg = segments(state.path(), &uid, c);
                 res.segments.push(seg);

@@ -127,7 +127,7 @@ async fn main() -> anyhow::Result<()> {
     // Warm up both paths (first reads of every file).
     inline.refresh(&Refresh::full(), &targets, start.elapsed())?;
     stats
-        .refresh(Refresh::full(), targets.clone(), start.elapsed())
+        .refresh(Refresh::full(), targets.clone().into(), start.elapsed())
         .await?;
     let (mut before, mut after, mut tick) = (Vec::new(), Vec::new(), Vec::new());
     let mut sink = 0usize;
@@ -139,14 +139,14 @@ async fn main() -> anyhow::Result<()> {
 
         let t = Instant::now();
         let s = stats
-            .refresh(signal.clone(), targets.clone(), start.elapsed())
+            .refresh(signal.clone(), targets.clone().into(), start.elapsed())
             .await?;
         sink += decide(&config, &s, &active, start.elapsed());
         after.push(t.elapsed());
 
         let t = Instant::now();
         let s = stats
-            .refresh(Refresh::full(), targets.clone(), start.elapsed())
+            .refresh(Refresh::full(), targets.clone().into(), start.elapsed())
             .await?;
         sink += decide(&config, &s, &active, start.elapsed());
         tick.push(t.elapsed());

@@ -6,6 +6,8 @@
 //! - `memhog --report <fast_MiB> <total_MiB> <step_us>`: waits for a line on stdin, touches
 //!   fast_MiB at once, then one MiB every step_us up to total_MiB, printing `<KiB> <monotonic
 //!   ns>` after each quarter MiB touched; then holds until killed.
+//! - `memhog --log <path> <MiB> <interval_ms>`: touches MiB, then appends a line to the file
+//!   at path every interval_ms (as a container writing its log) until killed; no forks.
 //! - `memhog --getppid <count> <rate_per_s>`: waits for a line on stdin, then calls getppid()
 //!   `count` times at about that rate (0 = as fast as possible): the pipeline probe's load.
 
@@ -25,6 +27,7 @@ fn main() {
         Some("--file") => file_storm(&args),
         Some("--getppid") => getppid_storm(&args),
         Some("--report") => report(&args),
+        Some("--log") => log_writer(&args),
         _ => anon(&args),
     }
 }
@@ -113,6 +116,29 @@ fn getppid_storm(args: &[String]) {
 fn monotonic_ns() -> u64 {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn log_writer(args: &[String]) {
+    let Some(path) = args.get(1) else {
+        eprintln!("memhog --log <path> <MiB> <interval_ms>");
+        std::process::exit(2);
+    };
+    let (mib, interval_ms) = (num(args, 2, 1), num(args, 3, 1000));
+    let mut held = vec![0u8; usize::try_from(mib << 20).unwrap_or(1 << 20)];
+    for i in (0..held.len()).step_by(4096) {
+        held[i] = 1;
+    }
+    let mut f = match OpenOptions::new().create(true).append(true).open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("{path}: {e}");
+            std::process::exit(1);
+        }
+    };
+    for n in 0u64.. {
+        let _ = writeln!(f, "line {n} of a container's log, held {} bytes", held.len());
+        std::thread::sleep(Duration::from_millis(interval_ms));
+    }
 }
 
 fn report(args: &[String]) {

@@ -79,6 +79,11 @@ pub(super) fn section(
         )?,
         memory_qos: args.memory_qos.or(e.memory_qos).unwrap_or(false),
         memory_tripwire: args.memory_tripwire.or(e.memory_tripwire).unwrap_or(true),
+        crossing_realtime: args
+            .crossing_realtime
+            .or(e.crossing_realtime)
+            .unwrap_or(true),
+        reap_memory: args.reap_memory.or(e.reap_memory).unwrap_or(true),
         allow_privileged: args
             .allow_privileged
             .or(e.allow_privileged)
