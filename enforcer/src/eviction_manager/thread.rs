@@ -13,7 +13,7 @@ use super::EvictionManager;
 use crate::{
     cgroup::CgroupLayout,
     health::Heartbeat,
-    kernel::{self, Capabilities, KernelError, PipelineOptions},
+    kernel::{self, Capabilities, KernelError, PipelineOptions, realtime::make_realtime},
     signal::{PipelineStats, SourceKind},
 };
 
@@ -36,25 +36,6 @@ impl std::fmt::Display for Scheduling {
             Self::RealTime(p) => write!(f, "SCHED_FIFO priority {p}"),
             Self::Normal(why) => write!(f, "the ordinary scheduler ({why})"),
         }
-    }
-}
-
-/// Puts the calling thread under `SCHED_FIFO` at `priority` (reset to the ordinary scheduler
-/// in children it forks). Refused without CAP_SYS_NICE (or an `RLIMIT_RTPRIO` allowing it),
-/// or in a cgroup with no real-time runtime (`CONFIG_RT_GROUP_SCHED`).
-pub fn make_realtime(priority: i32) -> Result<(), std::io::Error> {
-    let param = libc::sched_param {
-        sched_priority: priority,
-    };
-    // SAFETY: pid 0 is the calling thread; the kernel reads `param` during the call only, and
-    // it lives on this stack frame for the whole call.
-    let r = unsafe {
-        libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
     }
 }
 

@@ -316,10 +316,20 @@ pub fn start(
     Ok(stop)
 }
 
+/// A reader thread, at the spawning thread's real-time priority when it has one (the
+/// crossing thread's readers).
 fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), KernelError> {
+    let rt = super::realtime::current_priority();
     std::thread::Builder::new()
         .name(name.to_owned())
-        .spawn(f)
+        .spawn(move || {
+            if let Some(p) = rt
+                && let Err(e) = super::realtime::make_realtime(p)
+            {
+                tracing::warn!(error = %e, "a signal reader could not run at real-time priority");
+            }
+            f();
+        })
         .map(|_| ())
         .map_err(io("spawning a signal thread"))
 }

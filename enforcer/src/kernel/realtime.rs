@@ -1,0 +1,55 @@
+//! Real-time scheduling of the threads on a crossing's path: the crossing thread
+//! (`eviction_manager::thread`) and the signal readers it starts.
+
+/// Puts the calling thread under `SCHED_FIFO` at `priority` (reset to the ordinary scheduler
+/// in children it forks). Refused without CAP_SYS_NICE (or an `RLIMIT_RTPRIO` allowing it),
+/// or in a cgroup with no real-time runtime (`CONFIG_RT_GROUP_SCHED`).
+pub fn make_realtime(priority: i32) -> Result<(), std::io::Error> {
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: pid 0 is the calling thread; the kernel reads `param` during the call only, and
+    // it lives on this stack frame for the whole call.
+    let r = unsafe {
+        libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &param)
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The calling thread's `SCHED_FIFO` priority (`None`: another policy).
+#[must_use]
+pub fn current_priority() -> Option<i32> {
+    // SAFETY: pid 0 is the calling thread; no memory is passed.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    if policy < 0 || policy & !libc::SCHED_RESET_ON_FORK != libc::SCHED_FIFO {
+        return None;
+    }
+    let mut param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; the kernel writes `param`, which lives on this
+    // stack frame for the whole call.
+    let r = unsafe { libc::sched_getparam(0, &mut param) };
+    (r == 0).then_some(param.sched_priority)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This test runs as root (the tests need it): a thread is put under SCHED_FIFO and
+    /// reads its priority back; an ordinary thread has none.
+    #[test]
+    fn a_thread_made_realtime_reports_its_priority() {
+        assert_eq!(current_priority(), None, "the test thread is ordinary");
+        let got = std::thread::spawn(|| make_realtime(1).map(|()| current_priority()))
+            .join()
+            .expect("thread");
+        match got {
+            Ok(p) => assert_eq!(p, Some(1)),
+            Err(e) => panic!("SCHED_FIFO refused as root: {e}"),
+        }
+    }
+}
