@@ -264,6 +264,11 @@ pub struct ConfigArgs {
     /// comma-separated (e.g. kernel.msg*,net.core.somaxconn).
     #[arg(long, value_name = "SYSCTL,...", value_delimiter = ',')]
     pub allowed_unsafe_sysctls: Vec<String>,
+    /// Hard memory thresholds whose victim is capped at its usage, then stopped gracefully
+    /// while the node keeps half the threshold available (comma-separated signals, e.g.
+    /// memory.available); default none.
+    #[arg(long, value_name = "SIGNAL,...", value_delimiter = ',')]
+    pub throttle_before_evict: Vec<String>,
 }
 
 /// CPU manager policy.
@@ -472,6 +477,9 @@ pub struct EnforcerConfig {
     pub memory_tripwire: bool,
     pub crossing_realtime: bool,
     pub reap_memory: bool,
+    /// The signals of the hard memory thresholds that throttle, then evict
+    /// (`policy::eviction::throttle`).
+    pub throttle_before_evict: Vec<String>,
     pub allow_privileged: bool,
     pub allow_host_namespaces: bool,
     #[serde(rename = "allowHostPID")]

@@ -87,6 +87,19 @@ struct Memo {
     /// The pods last read and the active set they came from: what a crossing reuses while
     /// the active set is the same (`observe::TargetCache`).
     targets: Option<observe::TargetCache>,
+    /// The last victim, capped and stopping gracefully (`throttleBeforeEvict`).
+    throttled: Option<Throttled>,
+}
+
+/// A victim capped at its usage and stopping gracefully: SIGKILLed if the node falls below
+/// `floor` of `signal` before it is gone.
+#[derive(Debug)]
+struct Throttled {
+    uid: String,
+    cgroup: String,
+    signal: crate::policy::eviction::Signal,
+    floor: i64,
+    capped_at: i64,
 }
 
 /// How often the manager looks whether an evicted pod's resources were released (kubelet's
@@ -248,6 +261,13 @@ impl EvictionManager {
             }
         };
         let is_active = |uid: &str| active.contains_key(uid);
+        // A capped victim still stopping: killed now if the node fell below its floor.
+        match &state.cleanup {
+            Some(w) if memo.throttled.as_ref().is_some_and(|t| *t.uid == *w.uid) => {
+                self.escalate(&snapshot.observations, memo);
+            }
+            _ => memo.throttled = None,
+        }
         // After node-level reclaim: the node observed again (`None`: that failed).
         let mut reclaimed: Option<Option<Arc<NodeSnapshot>>> = None;
         let mut decision_ns = None;

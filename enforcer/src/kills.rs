@@ -158,6 +158,9 @@ pub struct KillRecord {
     /// What reclaiming the victim's memory did (`process_mrelease: 2 processes reaped`).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reaped: String,
+    /// Throttle, then evict: how the victim was capped and stopped.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub throttled: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_ns: Option<u64>,
     /// `released`, `timed out` (kubelet's cleanup wait), or empty while waiting.
@@ -194,6 +197,7 @@ impl KillRecord {
             sigkill_ns: None,
             reaped_ns: None,
             reaped: String::new(),
+            throttled: String::new(),
             released_ns: None,
             release: String::new(),
             kubelet: None,
@@ -314,6 +318,28 @@ impl KillLog {
             self.waiting.clear();
         }
         self.waiting.insert(r.uid.clone(), r);
+    }
+
+    /// A capped victim killed after all (the node fell below its floor while it stopped):
+    /// its SIGKILL and what reclaiming its memory did.
+    pub fn killed_later(
+        &mut self,
+        uid: &str,
+        sigkill_ns: u64,
+        reaped: Option<(crate::cgroup::kill::Reaped, u64)>,
+    ) {
+        if let Some(r) = self.waiting.get_mut(uid) {
+            r.sigkill_ns = Some(sigkill_ns);
+            if let Some((reaped, at)) = reaped {
+                if reaped.processes > 0 {
+                    r.reaped_ns = Some(at);
+                }
+                r.reaped = reaped.to_string();
+            }
+            r.throttled.push_str("; killed: the node fell below the floor");
+            let r = r.clone();
+            self.write(&r);
+        }
     }
 
     /// Records the end of the cleanup wait of `uid` (`released`: its resources were freed;

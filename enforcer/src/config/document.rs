@@ -90,6 +90,9 @@ pub struct EnforcerSection {
     /// process_mrelease(2) of a hard memory eviction's victim right after its SIGKILL,
     /// default true.
     pub reap_memory: Option<bool>,
+    /// Hard memory thresholds (by signal) whose victim is capped, then stopped gracefully
+    /// while the node has headroom, default none.
+    pub throttle_before_evict: Option<Vec<String>>,
     /// Allow privileged containers, default false.
     pub allow_privileged: Option<bool>,
     /// Allow hostNetwork, default false.

@@ -91,6 +91,7 @@ pub(super) mod key {
         CLUSTER_DNS = "clusterDNS", "--cluster-dns";
         ALLOWED_UNSAFE_SYSCTLS = "allowedUnsafeSysctls", "--allowed-unsafe-sysctls";
         HOUSEKEEPING_INTERVAL = "enforcer.housekeepingInterval", "--housekeeping-interval";
+        THROTTLE_BEFORE_EVICT = "enforcer.throttleBeforeEvict", "--throttle-before-evict";
         NODE_CAPACITY = "enforcer.nodeCapacity", "--node-capacity";
         HTTP_ADDRESS = "enforcer.httpAddress", "--http-address";
         MANIFEST_DIR = "enforcer.manifestDir", "--manifest-dir";
@@ -352,7 +353,9 @@ pub fn resolve(
     let memory_throttling_factor = node::memory_throttling_factor(&n, doc)?;
     let cluster = node::cluster(&n, doc, args)?;
     let allowed_unsafe_sysctls = node::allowed_unsafe_sysctls(&n, doc, args)?;
-    let enforcer = enforcer::section(&n, doc, args)?;
+    let mut enforcer = enforcer::section(&n, doc, args)?;
+    enforcer.throttle_before_evict =
+        enforcer::throttle_before_evict(&n, doc, args, &eviction.thresholds)?;
 
     let config = Config {
         eviction: EvictionConfig {

@@ -9,7 +9,8 @@ use super::{EvictionManager, Memo, Trigger, report::node_record};
 use crate::{
     kills::{self, KillKind, KillRecord},
     policy::eviction::{
-        ActivePod, Eviction,
+        ActivePod, Eviction, Signal,
+        throttle::{self, Stop},
         local_storage::LocalStorageEviction,
         manager::{Action, CleanupEnd, Idle, REASON, StepDecision},
     },
@@ -39,12 +40,19 @@ impl EvictionManager {
         // A hard memory threshold frees the victim's memory now: SIGKILL to every process of
         // the pod cgroup first (the node's bookkeeping below can wait microseconds; memory
         // cannot), then the orderly stop through the pod worker.
-        let killed = match &decision.action {
+        // Or, for a threshold that throttles first (`policy::eviction::throttle`): the victim
+        // capped at its usage, and its graceful stop instead.
+        let (killed, graceful) = match &decision.action {
             Action::Evict {
                 eviction,
                 kill_first: true,
-            } => self.kill_pod_cgroup(eviction, seen.active),
-            _ => None,
+            } => match self.stop_of(eviction, seen) {
+                Stop::Graceful { grace_seconds } if self.cap(eviction, seen, memo) => {
+                    (None, Some(grace_seconds))
+                }
+                _ => (self.kill_pod_cgroup(eviction, seen.active), None),
+            },
+            _ => (None, None),
         };
         self.report_decision(&decision, seen.trigger, memo);
         match decision.action {
@@ -54,11 +62,115 @@ impl EvictionManager {
             // Carried out by the step itself, before its final decision.
             Action::Reobserve | Action::ReclaimNodeLevel { .. } => {}
             Action::Nothing(_) | Action::WaitForCleanup => {}
-            Action::Evict { eviction, .. } => self.evict(eviction, killed, seen, memo),
+            Action::Evict { mut eviction, .. } => {
+                if let Some(g) = graceful {
+                    eviction.grace_period_seconds = g;
+                }
+                self.evict(eviction, killed, seen, memo);
+            }
             Action::EvictLocalStorage(evictions) => {
                 self.evict_local_storage(evictions, seen.pods, memo);
             }
         }
+    }
+
+    /// How a hard memory eviction's victim is stopped (`enforcer.throttleBeforeEvict`).
+    fn stop_of(&self, ev: &Eviction, seen: &Observed<'_>) -> Stop {
+        let throttled: Vec<Signal> = self
+            .config
+            .enforcer
+            .throttle_before_evict
+            .iter()
+            .filter_map(|s| Signal::parse(s))
+            .collect();
+        if throttled.is_empty() {
+            return Stop::Kill;
+        }
+        let pod_grace = seen
+            .active
+            .get(&*ev.uid)
+            .map_or(crate::runtime::spec::DEFAULT_GRACE_SECONDS, |e| {
+                crate::runtime::spec::grace_seconds(&e.pod)
+            });
+        throttle::decide(
+            ev,
+            &throttled,
+            &seen.snapshot.observations,
+            pod_grace,
+            self.config.eviction.max_pod_grace_period_seconds,
+        )
+    }
+
+    /// Caps the victim's pod cgroup at its usage now (v2 `memory.high`, v1
+    /// `memory.limit_in_bytes`) and remembers it for [`Self::escalate`]; false when it could
+    /// not be capped (then it is killed).
+    fn cap(&self, ev: &Eviction, seen: &Observed<'_>, memo: &mut Memo) -> bool {
+        let Some(e) = seen.active.get(&*ev.uid) else {
+            return false;
+        };
+        let Some((mount, version)) = self.layout.controller("memory") else {
+            return false;
+        };
+        let Ok(dir) = crate::cgroup::join_inside(mount, &e.cgroup) else {
+            return false;
+        };
+        let Ok((usage, _)) = crate::node::memory_figures(&dir) else {
+            return false;
+        };
+        let result = match version {
+            crate::cgroup::CgroupVersion::V2 => {
+                self.cgroups.set_memory_high(&dir, mount, Some(usage))
+            }
+            crate::cgroup::CgroupVersion::V1 => self.cgroups.set_memory(
+                &dir,
+                mount,
+                version,
+                &crate::cgroup::writer::CgroupValues {
+                    memory_limit: Some(Some(usage)),
+                    ..Default::default()
+                },
+            ),
+        };
+        if let Err(err) = result {
+            tracing::warn!(uid = %ev.uid, error = %err, "capping the victim failed; killing it instead");
+            return false;
+        }
+        let Some(floor) = throttle::floor(ev, &seen.snapshot.observations) else {
+            return false;
+        };
+        tracing::warn!(uid = %ev.uid, usage, floor, "hard memory threshold: victim capped at its usage; graceful stop");
+        memo.throttled = Some(super::Throttled {
+            uid: ev.uid.to_string(),
+            cgroup: e.cgroup.clone(),
+            signal: ev.signal,
+            floor,
+            capped_at: usage,
+        });
+        true
+    }
+
+    /// A victim capped and stopping gracefully whose node fell below the floor since: SIGKILL
+    /// (and its memory reclaimed) now. Called by every step while its cleanup is awaited.
+    pub(super) fn escalate(&self, observations: &crate::policy::eviction::Observations, memo: &mut Memo) {
+        let Some(t) = &memo.throttled else {
+            return;
+        };
+        if !throttle::must_kill(t.floor, t.signal, observations) {
+            return;
+        }
+        let signalled =
+            crate::cgroup::kill::kill_pod_cgroup(self.cgroups.as_ref(), &self.layout, &t.cgroup);
+        let sigkill_ns = crate::signal::monotonic_ns();
+        let reaped = self
+            .config
+            .enforcer
+            .reap_memory
+            .then(|| crate::cgroup::kill::reap_pod_cgroup(&self.layout, &t.cgroup));
+        let reaped_ns = crate::signal::monotonic_ns();
+        tracing::warn!(uid = %t.uid, signalled, floor = t.floor, "the node fell below the floor while the capped victim stopped: SIGKILL");
+        let uid = t.uid.clone();
+        memo.throttled = None;
+        memo.kills.killed_later(&uid, sigkill_ns, reaped.map(|r| (r, reaped_ns)));
     }
 
     /// SIGKILL to every process of the victim's pod cgroup, then (`reapMemory`) their memory
@@ -129,8 +241,16 @@ impl EvictionManager {
         }
         let mut record = self.kill_record(&ev, seen, memo);
         record.sigkill_ns = sigkill_ns;
+        if let Some(t) = memo.throttled.as_ref().filter(|t| *t.uid == *ev.uid) {
+            record.throttled = format!(
+                "capped at {} bytes; graceful stop, grace {} s; SIGKILL below {} bytes available",
+                t.capped_at, ev.grace_period_seconds, t.floor
+            );
+        }
         if let Some((reaped, at)) = killed.and_then(|k| k.reaped) {
-            if !reaped.unsupported {
+            // Released by the reclaim only when it reaped a process (one found exiting already
+            // frees its own memory: its exit is the release then).
+            if reaped.processes > 0 {
                 record.reaped_ns = Some(at);
             }
             record.reaped = reaped.to_string();

@@ -10,6 +10,7 @@ pub mod local_storage;
 pub mod manager;
 pub mod rank;
 pub mod threshold;
+pub mod throttle;
 pub mod tripwire;
 
 use std::{collections::BTreeMap, fmt, time::Duration};

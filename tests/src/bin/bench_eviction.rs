@@ -69,6 +69,12 @@ struct ModeResult {
     neither: u64,
     /// Won trials whose memory process_mrelease reclaimed before the victim's exit.
     reaped: u64,
+    /// Trials whose victim ended by its graceful stop's SIGTERM (throttle modes).
+    graceful: u64,
+    /// Trials whose victim ended by SIGKILL (the manager's, at once or escalated).
+    sigkilled: u64,
+    /// The node's smallest headroom over the mode (capacity less kubepods' peak usage).
+    headroom_min: Option<u64>,
     /// Per trial lost to the kernel OOM killer, a lower bound of the mode's crossing ->
     /// SIGKILL: the process was still running at its last stamp, so the mode had not acted
     /// by then (its SIGKILL time instead, if it sent one after all).
@@ -183,6 +189,16 @@ async fn main() -> anyhow::Result<()> {
                 tripwire,
             )
             .without_reaping(),
+        );
+        modes.insert(
+            1,
+            Mode::new(
+                leak(format!("{first}, throttle then graceful stop")),
+                source,
+                housekeeping,
+                tripwire,
+            )
+            .throttling(),
         );
         modes.insert(
             1,
@@ -313,6 +329,22 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     println!(
+        "\n#### How the victims ended, and the node's smallest headroom (capacity less kubepods' peak usage)\n"
+    );
+    println!("| mode | graceful stops (SIGTERM) | SIGKILL | kernel OOM kills | minimum node headroom, MiB |");
+    println!("|---|---|---|---|---|");
+    for r in &results {
+        println!(
+            "| {} | {}/{trials} | {}/{trials} | {}/{trials} | {} |",
+            r.name,
+            r.graceful,
+            r.sigkilled,
+            r.oom,
+            r.headroom_min
+                .map_or("-".to_owned(), |h| format!("{:.1}", h as f64 / MIB as f64))
+        );
+    }
+    println!(
         "\n#### Where the time to SIGKILL goes (p50 of each segment over the won trials, milliseconds)\n"
     );
     println!(
@@ -356,6 +388,9 @@ struct Mode {
     crossing_thread: bool,
     /// process_mrelease(2) of the victim after the SIGKILL (`reapMemory`).
     reap: bool,
+    /// `throttleBeforeEvict: [memory.available]`: the victim capped, then stopped gracefully
+    /// (the harness sends the SIGTERM the pod worker would).
+    throttle: bool,
 }
 
 impl Mode {
@@ -375,7 +410,14 @@ impl Mode {
             streams: 0,
             crossing_thread: true,
             reap: true,
+            throttle: false,
         }
+    }
+
+    /// The same mode, throttling the victim before its graceful stop.
+    fn throttling(mut self) -> Self {
+        self.throttle = true;
+        self
     }
 
     /// The same mode on the shared runtime, without the crossing thread.
@@ -558,6 +600,11 @@ async fn run_mode_inner(
     };
     let kubepods_rel = driver.name(&cgroup_name::kubepods(&root));
     let kubepods_dir = mem_mount.join(kubepods_rel.trim_start_matches('/'));
+    // The node's headroom over the mode: kubepods' peak usage (v1: reset now; v2: a new
+    // cgroup's `memory.peak`).
+    if v1 {
+        let _ = std::fs::write(kubepods_dir.join("memory.max_usage_in_bytes"), "0");
+    }
 
     let args = ConfigArgs {
         eviction_hard: vec![format!("memory.available<{THRESHOLD_MIB}Mi")],
@@ -567,6 +614,11 @@ async fn run_mode_inner(
         http_address: Some("127.0.0.1:0".into()),
         state_dir: Some(state.path().to_path_buf()),
         reap_memory: Some(mode.reap),
+        throttle_before_evict: if mode.throttle {
+            vec!["memory.available".to_owned()]
+        } else {
+            Vec::new()
+        },
         ..ConfigArgs::default()
     };
     let config = enforcer::config::load(&args)
@@ -664,6 +716,9 @@ async fn run_mode_inner(
         oom: 0,
         neither: 0,
         reaped: 0,
+        graceful: 0,
+        sigkilled: 0,
+        headroom_min: None,
         lost: Vec::new(),
         segments: Vec::new(),
     };
@@ -749,6 +804,28 @@ async fn run_mode_inner(
                 .collect();
             (st, stamps)
         });
+        // What the pod worker does with an eviction without SIGKILL (a graceful stop): its
+        // SIGTERM, sent here to the growing process; every eviction is kept for the trial.
+        let taken: Arc<std::sync::Mutex<Vec<enforcer::runtime::Evict>>> = Arc::default();
+        let watcher = {
+            let (link, taken) = (link.clone(), taken.clone());
+            tokio::spawn(async move {
+                loop {
+                    link.evictions_pending().await;
+                    for e in link.take_evictions() {
+                        if e.sigkill_ns.is_none()
+                            && let Ok(p) = i32::try_from(pid)
+                            && let Some(p) = rustix::process::Pid::from_raw(p)
+                        {
+                            let _ = rustix::process::kill_process(p, rustix::process::Signal::TERM);
+                        }
+                        if let Ok(mut t) = taken.lock() {
+                            t.push(e);
+                        }
+                    }
+                }
+            })
+        };
         let mut exited_rx = exited_rx;
         let freed_ns = match tokio::time::timeout(Duration::from_secs(30), &mut exited_rx).await {
             Ok(Ok(at)) => at,
@@ -763,7 +840,17 @@ async fn run_mode_inner(
         };
         let (status, stamps) = waiter.join().unwrap_or_default();
         let exit = status.map(|st| format!("{st:?}")).unwrap_or_default();
-        let evictions = link.take_evictions();
+        watcher.abort();
+        let mut evictions = taken.lock().map(|mut t| std::mem::take(&mut *t)).unwrap_or_default();
+        evictions.extend(link.take_evictions());
+        {
+            use std::os::unix::process::ExitStatusExt as _;
+            match status.and_then(|st| st.signal()) {
+                Some(15) => res.graceful += 1,
+                Some(9) if !evictions.is_empty() => res.sigkilled += 1,
+                _ => {}
+            }
+        }
         // On cgroup v1 the kill is counted in the victim's own memory cgroup, on v2 also up
         // the tree: look at both.
         let oom = enforcer_tests::oom_kills_in(&kubepods_dir) > ooms
@@ -800,6 +887,13 @@ async fn run_mode_inner(
             .find(|(kib, _)| overhead + kib * 1024 > threshold_usage)
             .map(|(_, t)| *t);
         match (evictions.iter().find_map(|e| e.sigkill_ns), crossing, oom) {
+            // A graceful stop (throttle modes): no SIGKILL sent with the eviction.
+            (None, Some(_), false) if !evictions.is_empty() => {
+                eprintln!(
+                    "  trial {trial}: capped, then stopped gracefully (exit {exit}, grace {:?} s)",
+                    evictions.first().map(|e| e.grace_seconds)
+                );
+            }
             (Some(k), Some(c), false) => {
                 res.to_kill.push(k.saturating_sub(c));
                 // Released: reclaimed by process_mrelease (the kill record's time) or freed
@@ -862,6 +956,14 @@ async fn run_mode_inner(
         // Let the manager see the node recover before the next trial.
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    let peak = std::fs::read_to_string(kubepods_dir.join(if v1 {
+        "memory.max_usage_in_bytes"
+    } else {
+        "memory.peak"
+    }))
+    .ok()
+    .and_then(|t| t.trim().parse::<u64>().ok());
+    res.headroom_min = peak.map(|p| (CAPACITY_MIB * MIB).saturating_sub(p));
     let _ = stop_tx.send(());
     let _ = task.await;
     Ok(res)

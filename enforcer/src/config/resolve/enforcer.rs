@@ -84,6 +84,8 @@ pub(super) fn section(
             .or(e.crossing_realtime)
             .unwrap_or(true),
         reap_memory: args.reap_memory.or(e.reap_memory).unwrap_or(true),
+        // Checked against the thresholds once they are known (`throttle_before_evict`).
+        throttle_before_evict: Vec::new(),
         allow_privileged: args
             .allow_privileged
             .or(e.allow_privileged)
@@ -118,4 +120,48 @@ fn path_setting(
         return Err(n.invalid(key, from_flag, "", "must not be empty"));
     }
     Ok(p)
+}
+
+/// `enforcer.throttleBeforeEvict`: memory signals, each with a hard threshold among
+/// `thresholds`.
+pub(super) fn throttle_before_evict(
+    n: &Namer<'_>,
+    doc: &KubeletConfiguration,
+    args: &ConfigArgs,
+    thresholds: &[crate::policy::eviction::Threshold],
+) -> Result<Vec<String>, ConfigError> {
+    use crate::policy::eviction::{Signal, throttle};
+    let from_flag = !args.throttle_before_evict.is_empty();
+    let list = if from_flag {
+        args.throttle_before_evict.clone()
+    } else {
+        doc.enforcer
+            .as_ref()
+            .and_then(|e| e.throttle_before_evict.clone())
+            .unwrap_or_default()
+    };
+    let mut out: Vec<String> = Vec::new();
+    for name in list {
+        let name = name.trim().to_owned();
+        let Some(signal) = Signal::parse(&name).filter(|s| throttle::applies_to(*s)) else {
+            return Err(n.invalid(
+                key::THROTTLE_BEFORE_EVICT,
+                from_flag,
+                name,
+                "must be memory.available or allocatableMemory.available",
+            ));
+        };
+        if !thresholds.iter().any(|t| t.signal == signal && t.is_hard()) {
+            return Err(n.invalid(
+                key::THROTTLE_BEFORE_EVICT,
+                from_flag,
+                name,
+                "has no hard eviction threshold (evictionHard) to throttle before",
+            ));
+        }
+        if !out.contains(&name) {
+            out.push(name);
+        }
+    }
+    Ok(out)
 }
