@@ -336,7 +336,8 @@ impl KillLog {
                 }
                 r.reaped = reaped.to_string();
             }
-            r.throttled.push_str("; killed: the node fell below the floor");
+            r.throttled
+                .push_str("; killed: the node fell below the floor");
             let r = r.clone();
             self.write(&r);
         }

@@ -563,7 +563,11 @@ mod tests {
         let stats = StatsCollector::spawn(observer).expect("spawn");
         assert!(stats.latest().pods.is_empty());
         let s = stats
-            .refresh(Refresh::full(), vec![target("a")].into(), Duration::from_secs(5))
+            .refresh(
+                Refresh::full(),
+                vec![target("a")].into(),
+                Duration::from_secs(5),
+            )
             .await
             .expect("refresh");
         assert!(Arc::ptr_eq(&s, &stats.latest()));

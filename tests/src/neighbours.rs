@@ -90,11 +90,8 @@ impl Neighbours {
         };
         for i in 0..n {
             let uid = format!("aaaaaaaa-0000-0000-0000-{i:012}");
-            let pod_rel = CgroupDriver::Cgroupfs.name(&cgroup_name::pod(
-                root,
-                QosClass::Burstable,
-                &uid,
-            )?);
+            let pod_rel =
+                CgroupDriver::Cgroupfs.name(&cgroup_name::pod(root, QosClass::Burstable, &uid)?);
             let ctr = TestCgroup::create(mount, &format!("{pod_rel}/{CONTAINER_ID}"));
             let log = log_dir.join(format!("{uid}.log"));
             let mut cmd = Command::new(memhog);

@@ -463,6 +463,63 @@ async fn memory_allocatable_eviction() {
     drop(node.shutdown().await);
 }
 
+/// Throttle, then evict (`enforcer.throttleBeforeEvict`): at the crossing the hog's pod
+/// cgroup is capped at its usage and the pod gets its graceful stop instead of SIGKILL: its
+/// SIGTERM handler runs (its container exits 0, not 137), the pod is Failed/Evicted, and the
+/// kill record says it was capped and sent no SIGKILL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttle_then_graceful_stop() {
+    let _scenario = Scenario::begin("throttle_then_graceful_stop").await;
+    let args = memory_node(ConfigArgs {
+        kube_reserved: vec!["memory=724Mi".to_owned()],
+        eviction_hard: vec!["memory.available<250Mi".to_owned()],
+        enforce_node_allocatable: Some("pods".to_owned()),
+        throttle_before_evict: vec![
+            "memory.available".to_owned(),
+            "allocatableMemory.available".to_owned(),
+        ],
+        ..ConfigArgs::default()
+    });
+    let node = Node::start("e2e-throttle", args, None);
+    // The hog grows in the background; the container's main process sleeps in short steps
+    // and exits 0 on SIGTERM (a shell runs its trap between foreground commands).
+    let script = format!(
+        "({}) & trap 'echo stopping gracefully; exit 0' TERM; while true; do sleep 0.2; done",
+        memory_hog_script(240)
+    );
+    let hog = spec("throttled-pod", 0, 1, "", "", &script);
+    node.submit("throttled-pod.yaml", &hog.manifest);
+    wait_until(
+        "the throttled pod evicted",
+        Duration::from_secs(120),
+        || {
+            record(&node.state, "throttled-pod")
+                .is_some_and(|r| r.reason == "Evicted" && r.phase.is_terminal())
+        },
+    )
+    .await;
+    let rec = record(&node.state, "throttled-pod").expect("its status");
+    assert_eq!(rec.phase.to_string(), "Failed", "{rec:?}");
+    match &rec.container_statuses.first().map(|c| &c.state) {
+        Some(ContainerState::Terminated { exit_code, .. }) => assert_eq!(
+            *exit_code, 0,
+            "the graceful stop ran the SIGTERM handler, no SIGKILL: {rec:?}"
+        ),
+        other => panic!("the container terminated: {other:?}"),
+    }
+    let r = enforcer::kills::read(&node.state)
+        .expect("the kill records")
+        .0
+        .into_iter()
+        .rev()
+        .find(|r| r.name.starts_with("throttled-pod-"))
+        .expect("the kill record");
+    assert!(r.throttled.starts_with("capped at "), "{r:?}");
+    assert_eq!(r.sigkill_ns, None, "no SIGKILL above the floor: {r:?}");
+    assert!(r.grace_period_seconds >= 1, "{r:?}");
+    drop(node.shutdown().await);
+}
+
 /// The causal record of the eviction, as `enforcer why` shows it: every time of the chain
 /// (kernel event, received, decided, SIGKILL, memory released) present and in order, the
 /// threshold and the ranking with the victim first; `enforcer evictions -o json` lists it.
@@ -486,6 +543,8 @@ async fn verify_why(state: &std::path::Path, prefix: &str) {
     .await;
     let r = find().expect("the kill record");
     assert_eq!(r.release, "released", "{r:?}");
+    // The victim's memory reclaimed right after its SIGKILL (the default `reapMemory`).
+    assert!(r.reaped.starts_with("process_mrelease:"), "{r:?}");
     let chain = r.chain();
     let names: Vec<&str> = chain.iter().map(|c| c.0).collect();
     for want in ["decided", "SIGKILL sent", "memory released"] {

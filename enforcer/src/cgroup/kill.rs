@@ -76,15 +76,16 @@ pub fn reap_pod_cgroup(layout: &CgroupLayout, rel: &str) -> Reaped {
                 let Some(pid) = rustix::process::Pid::from_raw(pid) else {
                     continue;
                 };
-                let fd = match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
-                    Ok(fd) => fd,
-                    // Exited since the listing: its memory is already freed.
-                    Err(rustix::io::Errno::SRCH) => continue,
-                    Err(_) => {
-                        out.refused += 1;
-                        continue;
-                    }
-                };
+                let fd =
+                    match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
+                        Ok(fd) => fd,
+                        // Exited since the listing: its memory is already freed.
+                        Err(rustix::io::Errno::SRCH) => continue,
+                        Err(_) => {
+                            out.refused += 1;
+                            continue;
+                        }
+                    };
                 match process_mrelease(&fd) {
                     Ok(()) => out.processes += 1,
                     Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {

@@ -10,9 +10,9 @@ use crate::{
     kills::{self, KillKind, KillRecord},
     policy::eviction::{
         ActivePod, Eviction, Signal,
-        throttle::{self, Stop},
         local_storage::LocalStorageEviction,
         manager::{Action, CleanupEnd, Idle, REASON, StepDecision},
+        throttle::{self, Stop},
     },
     recorder::{EventRecord, EventType, Involved},
     runtime::{ActiveEntry, Evict},
@@ -151,7 +151,11 @@ impl EvictionManager {
 
     /// A victim capped and stopping gracefully whose node fell below the floor since: SIGKILL
     /// (and its memory reclaimed) now. Called by every step while its cleanup is awaited.
-    pub(super) fn escalate(&self, observations: &crate::policy::eviction::Observations, memo: &mut Memo) {
+    pub(super) fn escalate(
+        &self,
+        observations: &crate::policy::eviction::Observations,
+        memo: &mut Memo,
+    ) {
         let Some(t) = &memo.throttled else {
             return;
         };
@@ -170,7 +174,8 @@ impl EvictionManager {
         tracing::warn!(uid = %t.uid, signalled, floor = t.floor, "the node fell below the floor while the capped victim stopped: SIGKILL");
         let uid = t.uid.clone();
         memo.throttled = None;
-        memo.kills.killed_later(&uid, sigkill_ns, reaped.map(|r| (r, reaped_ns)));
+        memo.kills
+            .killed_later(&uid, sigkill_ns, reaped.map(|r| (r, reaped_ns)));
     }
 
     /// SIGKILL to every process of the victim's pod cgroup, then (`reapMemory`) their memory

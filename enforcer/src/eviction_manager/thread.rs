@@ -77,7 +77,11 @@ impl std::fmt::Debug for Runner {
 
 impl Runner {
     /// Runs `manager` on the crossing thread until `stop` resolves; returns when it ended.
-    pub async fn run(self, manager: EvictionManager, stop: impl Future<Output = ()> + Send + 'static) {
+    pub async fn run(
+        self,
+        manager: EvictionManager,
+        stop: impl Future<Output = ()> + Send + 'static,
+    ) {
         if self.job.send((manager, Box::pin(stop))).is_ok() {
             let _ = self.done.await;
         }

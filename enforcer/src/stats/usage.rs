@@ -60,7 +60,14 @@ mod tests {
     fn counters_parse_without_allocating_and_garbage_is_refused() {
         assert_eq!(parse_counter(b"8832905216\n"), Some(8_832_905_216));
         assert_eq!(parse_counter(b"0"), Some(0));
-        for bad in [&b""[..], b"\n", b"max\n", b"12 34\n", b"-1\n", b"99999999999999999999\n"] {
+        for bad in [
+            &b""[..],
+            b"\n",
+            b"max\n",
+            b"12 34\n",
+            b"-1\n",
+            b"99999999999999999999\n",
+        ] {
             assert_eq!(parse_counter(bad), None, "{bad:?}");
         }
     }

@@ -244,7 +244,9 @@ async fn main() -> anyhow::Result<()> {
     let pods = usize::try_from(arg("--pods", 1)).unwrap_or(1).max(1);
     let pod_counts: Vec<usize> = if pods > 1 { vec![1, pods] } else { vec![1] };
     if pods > 1 && drivers.contains(&CgroupDriver::Systemd) {
-        bail!("--pods with the systemd driver: the neighbours are laid out by the cgroupfs driver only");
+        bail!(
+            "--pods with the systemd driver: the neighbours are laid out by the cgroupfs driver only"
+        );
     }
     let mut results = Vec::new();
     let only = std::env::args()
@@ -331,7 +333,9 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "\n#### How the victims ended, and the node's smallest headroom (capacity less kubepods' peak usage)\n"
     );
-    println!("| mode | graceful stops (SIGTERM) | SIGKILL | kernel OOM kills | minimum node headroom, MiB |");
+    println!(
+        "| mode | graceful stops (SIGTERM) | SIGKILL | kernel OOM kills | minimum node headroom, MiB |"
+    );
     println!("|---|---|---|---|---|");
     for r in &results {
         println!(
@@ -556,7 +560,11 @@ async fn run_mode_inner(
         name = format!("{name} ({} driver)", driver.as_str());
     }
     if run.label_pods {
-        name = format!("{name}, {} pod{}", run.pods, if run.pods == 1 { "" } else { "s" });
+        name = format!(
+            "{name}, {} pod{}",
+            run.pods,
+            if run.pods == 1 { "" } else { "s" }
+        );
     }
     let l = layout();
     let caps = Capabilities::probe(&l);
@@ -841,7 +849,10 @@ async fn run_mode_inner(
         let (status, stamps) = waiter.join().unwrap_or_default();
         let exit = status.map(|st| format!("{st:?}")).unwrap_or_default();
         watcher.abort();
-        let mut evictions = taken.lock().map(|mut t| std::mem::take(&mut *t)).unwrap_or_default();
+        let mut evictions = taken
+            .lock()
+            .map(|mut t| std::mem::take(&mut *t))
+            .unwrap_or_default();
         evictions.extend(link.take_evictions());
         {
             use std::os::unix::process::ExitStatusExt as _;
@@ -888,7 +899,7 @@ async fn run_mode_inner(
             .map(|(_, t)| *t);
         match (evictions.iter().find_map(|e| e.sigkill_ns), crossing, oom) {
             // A graceful stop (throttle modes): no SIGKILL sent with the eviction.
-            (None, Some(_), false) if !evictions.is_empty() => {
+            (None, _, false) if !evictions.is_empty() => {
                 eprintln!(
                     "  trial {trial}: capped, then stopped gracefully (exit {exit}, grace {:?} s)",
                     evictions.first().map(|e| e.grace_seconds)

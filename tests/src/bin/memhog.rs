@@ -136,7 +136,11 @@ fn log_writer(args: &[String]) {
         }
     };
     for n in 0u64.. {
-        let _ = writeln!(f, "line {n} of a container's log, held {} bytes", held.len());
+        let _ = writeln!(
+            f,
+            "line {n} of a container's log, held {} bytes",
+            held.len()
+        );
         std::thread::sleep(Duration::from_millis(interval_ms));
     }
 }

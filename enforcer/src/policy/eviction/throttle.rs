@@ -168,6 +168,9 @@ mod tests {
         assert_eq!(f, 50 << 20);
         assert!(!must_kill(f, m, &observed(m, 60)));
         assert!(must_kill(f, m, &observed(m, 40)));
-        assert!(!must_kill(f, m, &Observations::new()), "no observation, no kill");
+        assert!(
+            !must_kill(f, m, &Observations::new()),
+            "no observation, no kill"
+        );
     }
 }
