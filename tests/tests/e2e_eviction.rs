@@ -468,8 +468,8 @@ async fn memory_allocatable_eviction() {
 /// SIGTERM handler runs (its container exits 0, not 137), the pod is Failed/Evicted, and the
 /// kill record says it was capped and sent no SIGKILL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn throttle_then_graceful_stop() {
-    let _scenario = Scenario::begin("throttle_then_graceful_stop").await;
+async fn memory_throttle_then_graceful_stop() {
+    let _scenario = Scenario::begin("memory_throttle_then_graceful_stop").await;
     let args = memory_node(ConfigArgs {
         kube_reserved: vec!["memory=724Mi".to_owned()],
         eviction_hard: vec!["memory.available<250Mi".to_owned()],
