@@ -323,13 +323,13 @@ pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
         );
     }
     if config.enforcer.crossing_realtime
-        && let Err(e) = crate::eviction_manager::thread::realtime_allowed()
+        && let Err(e) = crate::kernel::realtime::realtime_allowed()
     {
         add(
             "scheduling",
             format!(
                 "the crossing thread (signal readers, eviction manager) cannot run at real-time priority (SCHED_FIFO {}): {e}; it runs at ordinary priority",
-                crate::eviction_manager::thread::PRIORITY
+                crate::kernel::realtime::PRIORITY
             ),
             "run the daemon with CAP_SYS_NICE (deploy/ keeps it); with CONFIG_RT_GROUP_SCHED, give its cgroup real-time runtime (cpu.rt_runtime_us)",
         );

@@ -13,13 +13,12 @@ use super::EvictionManager;
 use crate::{
     cgroup::CgroupLayout,
     health::Heartbeat,
-    kernel::{self, Capabilities, KernelError, PipelineOptions, realtime::make_realtime},
+    kernel::{
+        self, Capabilities, KernelError, PipelineOptions,
+        realtime::{PRIORITY, make_realtime},
+    },
     signal::{PipelineStats, SourceKind},
 };
-
-/// The `SCHED_FIFO` priority of the crossing thread (the lowest real-time one: above every
-/// ordinary thread of the node, below the kernel's own real-time threads).
-pub const PRIORITY: i32 = 1;
 
 /// How the crossing thread is scheduled.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,17 +36,6 @@ impl std::fmt::Display for Scheduling {
             Self::Normal(why) => write!(f, "the ordinary scheduler ({why})"),
         }
     }
-}
-
-/// Whether a thread of this process may run at real-time priority: tried on a throwaway
-/// thread (`enforcer doctor`); the error's text when not.
-pub fn realtime_allowed() -> Result<(), String> {
-    std::thread::Builder::new()
-        .name("rt-probe".to_owned())
-        .spawn(|| make_realtime(PRIORITY).map_err(|e| e.to_string()))
-        .map_err(|e| format!("spawning a thread: {e}"))?
-        .join()
-        .unwrap_or_else(|_| Err("the probe thread panicked".to_owned()))
 }
 
 /// What the daemon learns of the pipeline started on the crossing thread.

@@ -1,6 +1,21 @@
 //! Real-time scheduling of the threads on a crossing's path: the crossing thread
 //! (`eviction_manager::thread`) and the signal readers it starts.
 
+/// The `SCHED_FIFO` priority of the crossing thread (the lowest real-time one: above every
+/// ordinary thread of the node, below the kernel's own real-time threads).
+pub const PRIORITY: i32 = 1;
+
+/// Whether a thread of this process may run at real-time priority: tried on a throwaway
+/// thread (`enforcer doctor`); the error's text when not.
+pub fn realtime_allowed() -> Result<(), String> {
+    std::thread::Builder::new()
+        .name("rt-probe".to_owned())
+        .spawn(|| make_realtime(PRIORITY).map_err(|e| e.to_string()))
+        .map_err(|e| format!("spawning a thread: {e}"))?
+        .join()
+        .unwrap_or_else(|_| Err("the probe thread panicked".to_owned()))
+}
+
 /// Puts the calling thread under `SCHED_FIFO` at `priority` (reset to the ordinary scheduler
 /// in children it forks). Refused without CAP_SYS_NICE (or an `RLIMIT_RTPRIO` allowing it),
 /// or in a cgroup with no real-time runtime (`CONFIG_RT_GROUP_SCHED`).
