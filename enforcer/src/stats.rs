@@ -405,7 +405,10 @@ impl StatsCollector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cgroup::{CgroupLayout, V1Mount};
+    use crate::{
+        cgroup::{CgroupLayout, V1Mount},
+        policy::eviction::Signal,
+    };
 
     /// A v1-shaped memory hierarchy in a temporary directory: enough for the reading logic.
     fn fake_node() -> (tempfile::TempDir, NodeObserver) {
@@ -447,6 +450,57 @@ mod tests {
             cgroup: format!("/kubepods/pod{uid}"),
             containers: Vec::new(),
         }
+    }
+
+    /// A crossing's refresh: every pod's usage through the descriptor its first full read
+    /// opened, less that read's inactive file pages; the node's memory re-read, its other
+    /// observations carried over with their time; a pod never read in full is read in full.
+    #[test]
+    fn a_crossing_reads_each_pods_usage_through_its_open_file() {
+        let (dir, observer) = fake_node();
+        let mem = dir.path().join("memory/kubepods");
+        std::fs::write(mem.join("poda/memory.stat"), "total_inactive_file 4096\n").expect("stat");
+        let mut c = Collector::new(observer);
+        let s = c
+            .refresh(&Refresh::full(), &[target("a")], Duration::from_secs(1))
+            .expect("refresh");
+        assert_eq!(
+            s.pods["a"].stats.as_ref().and_then(|s| s.memory),
+            Some((1 << 20) - 4096)
+        );
+        // Pod a grows; its memory.stat says nothing new (not read at a crossing).
+        std::fs::write(
+            mem.join("poda/memory.usage_in_bytes"),
+            (6 << 20).to_string(),
+        )
+        .expect("usage");
+        std::fs::write(mem.join("poda/memory.stat"), "total_inactive_file 999999\n").expect("stat");
+        let crossing = Refresh {
+            pods: PodScope::Usage,
+            logs: false,
+        };
+        let s = c
+            .refresh(
+                &crossing,
+                &[target("a"), target("b")],
+                Duration::from_secs(2),
+            )
+            .expect("refresh");
+        assert_eq!(
+            s.pods["a"].stats.as_ref().and_then(|s| s.memory),
+            Some((6 << 20) - 4096),
+            "the fresh usage less the last full read's inactive pages"
+        );
+        assert_eq!(s.pods["a"].memory_at, Duration::from_secs(2));
+        assert_eq!(
+            s.pods["b"].stats.as_ref().and_then(|s| s.memory),
+            Some(2 << 20),
+            "a pod never read in full is read in full"
+        );
+        let times = |sig: Signal| s.observations.get(&sig).and_then(|o| o.time);
+        assert_eq!(times(Signal::MemoryAvailable), Some(Duration::from_secs(2)));
+        assert_eq!(times(Signal::PidAvailable), Some(Duration::from_secs(1)));
+        assert_eq!(times(Signal::NodeFsAvailable), Some(Duration::from_secs(1)));
     }
 
     #[test]

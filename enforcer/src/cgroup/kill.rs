@@ -124,6 +124,51 @@ mod tests {
     use super::*;
     use crate::cgroup::{V1Mount, writer::RecordingCgroups};
 
+    /// This machine's kernels (the host's and the VM tier's 6.1) have it: Linux 5.15+.
+    #[test]
+    fn process_mrelease_is_found_on_this_kernel() {
+        assert!(
+            process_mrelease_supported(),
+            "Linux 5.15+ has process_mrelease(2)"
+        );
+    }
+
+    /// A process killed in a cgroup is reaped through its pidfd (or found gone already); a
+    /// live process is refused, not touched; nothing outside the hierarchy is read.
+    #[test]
+    fn reaping_names_each_process_by_a_pidfd() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cg = dir.path().join("kubepods/podu");
+        std::fs::create_dir_all(&cg).expect("mkdir");
+        let mut live = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep");
+        std::fs::write(cg.join("cgroup.procs"), format!("{}\n", live.id())).expect("procs");
+        let layout = CgroupLayout {
+            v1: vec![V1Mount {
+                mount: dir.path().to_path_buf(),
+                controllers: vec!["memory".to_owned()],
+                hierarchy_id: Some(4),
+            }],
+            ..CgroupLayout::default()
+        };
+        let r = reap_pod_cgroup(&layout, "/kubepods/podu");
+        assert_eq!(
+            (r.processes, r.refused),
+            (0, 1),
+            "a live process is refused: {r:?}"
+        );
+        assert!(live.kill().is_ok());
+        let r = reap_pod_cgroup(&layout, "/kubepods/podu");
+        assert_eq!(r.refused, 0, "a killed process is reaped or gone: {r:?}");
+        let _ = live.wait();
+        assert_eq!(
+            reap_pod_cgroup(&layout, "/kubepods/../../etc"),
+            Reaped::default()
+        );
+    }
+
     #[test]
     fn the_kill_goes_to_the_pod_cgroup_of_the_memory_hierarchy_only() {
         let layout = CgroupLayout {
