@@ -88,6 +88,10 @@ impl Neighbours {
             }),
             _logs: logs,
         };
+        // On v2 the pods below get the memory controller's files.
+        if let Some(b) = &out._burstable {
+            crate::enable_subtree_controllers(&b.dir);
+        }
         for i in 0..n {
             let uid = format!("aaaaaaaa-0000-0000-0000-{i:012}");
             let pod_rel =

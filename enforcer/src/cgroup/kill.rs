@@ -69,43 +69,27 @@ pub fn reap_pod_cgroup(layout: &CgroupLayout, rel: &str) -> Reaped {
     let Ok(dir) = join_inside(mount, rel) else {
         return out;
     };
-    let mut stack = vec![dir];
-    while let Some(d) = stack.pop() {
-        if let Ok(text) = std::fs::read_to_string(d.join("cgroup.procs")) {
-            for pid in text.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                let Some(pid) = rustix::process::Pid::from_raw(pid) else {
-                    continue;
-                };
-                let fd =
-                    match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
-                        Ok(fd) => fd,
-                        // Exited since the listing: its memory is already freed.
-                        Err(rustix::io::Errno::SRCH) => continue,
-                        Err(_) => {
-                            out.refused += 1;
-                            continue;
-                        }
-                    };
-                match process_mrelease(&fd) {
-                    Ok(()) => out.processes += 1,
-                    Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
-                        out.unsupported = true;
-                        return out;
-                    }
-                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
-                    Err(_) => out.refused += 1,
-                }
+    crate::cgroup::writer::for_each_process(&dir, |pid| {
+        let fd = match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
+            Ok(fd) => fd,
+            // Exited since the listing: its memory is already freed.
+            Err(rustix::io::Errno::SRCH) => return true,
+            Err(_) => {
+                out.refused += 1;
+                return true;
             }
+        };
+        match process_mrelease(&fd) {
+            Ok(()) => out.processes += 1,
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                out.unsupported = true;
+                return false;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            Err(_) => out.refused += 1,
         }
-        if let Ok(entries) = std::fs::read_dir(&d) {
-            stack.extend(
-                entries
-                    .flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path()),
-            );
-        }
-    }
+        true
+    });
     out
 }
 

@@ -285,32 +285,42 @@ impl CgroupWriter for KernelCgroups {
             return 1;
         }
         let mut killed = 0;
-        let mut stack = vec![dir.to_path_buf()];
-        while let Some(d) = stack.pop() {
-            if let Ok(text) = std::fs::read_to_string(d.join("cgroup.procs")) {
-                for pid in text
-                    .lines()
-                    .filter_map(|l| l.trim().parse::<i32>().ok())
-                    .filter(|p| *p > 1)
-                {
-                    let Some(pid) = rustix::process::Pid::from_raw(pid) else {
-                        continue;
-                    };
-                    if rustix::process::kill_process(pid, rustix::process::Signal::KILL).is_ok() {
-                        killed += 1;
-                    }
+        for_each_process(dir, |pid| {
+            if pid.as_raw_nonzero().get() > 1
+                && rustix::process::kill_process(pid, rustix::process::Signal::KILL).is_ok()
+            {
+                killed += 1;
+            }
+            true
+        });
+        killed
+    }
+}
+
+/// Calls `f` with every process in the cgroup `dir` and its descendants (each directory's
+/// `cgroup.procs`, the directories walked depth first) until `f` returns false.
+pub fn for_each_process(dir: &Path, mut f: impl FnMut(rustix::process::Pid) -> bool) {
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        if let Ok(text) = std::fs::read_to_string(d.join("cgroup.procs")) {
+            for pid in text
+                .lines()
+                .filter_map(|l| l.trim().parse::<i32>().ok())
+                .filter_map(rustix::process::Pid::from_raw)
+            {
+                if !f(pid) {
+                    return;
                 }
             }
-            if let Ok(entries) = std::fs::read_dir(&d) {
-                stack.extend(
-                    entries
-                        .flatten()
-                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                        .map(|e| e.path()),
-                );
-            }
         }
-        killed
+        if let Ok(entries) = std::fs::read_dir(&d) {
+            stack.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
+        }
     }
 }
 

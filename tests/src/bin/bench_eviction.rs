@@ -586,6 +586,9 @@ async fn run_mode_inner(
                 },
                 &(CAPACITY_MIB * MIB).to_string(),
             );
+            // Its children (the QoS tiers) get the memory controller's files on v2, as the
+            // daemon's cgroup manager gives them.
+            enforcer_tests::enable_subtree_controllers(&kubepods.dir);
             (Some(kubepods), None)
         }
         CgroupDriver::Systemd => {
