@@ -260,7 +260,7 @@ pub async fn run(
         config.enforcer.crossing_realtime,
     )
     .await?;
-    tracing::info!(source = ?pipeline.source, reason = %pipeline.reason, scheduling = %pipeline.scheduling, "signal pipeline and eviction manager on the crossing thread");
+    tracing::info!(source = ?pipeline.source, reason = %pipeline.reason, scheduling = %pipeline.scheduling, "signal pipeline started (with the eviction manager, on the crossing thread)");
     health.watch_readers(&pipeline.heartbeats);
 
     let link = NodeLink::default();
