@@ -388,7 +388,7 @@ fn the_companion_manifests_grant_only_what_the_companion_writes() {
     assert_eq!(caps.drop, Some(vec!["ALL".to_owned()]));
     assert_eq!(
         caps.add.unwrap_or_default().len(),
-        8,
+        9,
         "the capabilities docs/companion.md lists"
     );
     let args = c.args.clone().unwrap_or_default();
