@@ -171,7 +171,27 @@ pub struct KillRecord {
     pub kubelet: Option<String>,
 }
 
+/// A hard eviction's SIGKILL: when it was sent, and what reclaiming the victims' memory did
+/// and when that ended (`None`: `reapMemory` off).
+#[derive(Clone, Debug)]
+pub struct Killed {
+    pub sigkill_ns: u64,
+    pub reaped: Option<(crate::cgroup::kill::Reaped, u64)>,
+}
+
 impl KillRecord {
+    /// Records `k`: the SIGKILL's time, what the reclaim did, and its time when it reaped a
+    /// process (one found exiting already frees its own memory: its exit is the release then).
+    pub fn set_killed(&mut self, k: &Killed) {
+        self.sigkill_ns = Some(k.sigkill_ns);
+        if let Some((reaped, at)) = &k.reaped {
+            if reaped.processes > 0 {
+                self.reaped_ns = Some(*at);
+            }
+            self.reaped = reaped.to_string();
+        }
+    }
+
     /// A record of `kind` about `who` (a pod's uid, or `pid<N>` for a kill outside any pod),
     /// stamped now (its id and wall-clock time); every other field empty, to be filled in.
     #[must_use]
@@ -322,20 +342,9 @@ impl KillLog {
 
     /// A capped victim killed after all (the node fell below its floor while it stopped):
     /// its SIGKILL and what reclaiming its memory did.
-    pub fn killed_later(
-        &mut self,
-        uid: &str,
-        sigkill_ns: u64,
-        reaped: Option<(crate::cgroup::kill::Reaped, u64)>,
-    ) {
+    pub fn killed_later(&mut self, uid: &str, killed: &Killed) {
         if let Some(r) = self.waiting.get_mut(uid) {
-            r.sigkill_ns = Some(sigkill_ns);
-            if let Some((reaped, at)) = reaped {
-                if reaped.processes > 0 {
-                    r.reaped_ns = Some(at);
-                }
-                r.reaped = reaped.to_string();
-            }
+            r.set_killed(killed);
             r.throttled
                 .push_str("; killed: the node fell below the floor");
             let r = r.clone();

@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, time::Duration};
 
 use super::{EvictionManager, Memo, Trigger, report::node_record};
 use crate::{
-    kills::{self, KillKind, KillRecord},
+    kills::{self, KillKind, KillRecord, Killed},
     policy::eviction::{
         ActivePod, Eviction, Signal,
         local_storage::LocalStorageEviction,
@@ -162,39 +162,38 @@ impl EvictionManager {
         if !throttle::must_kill(t.floor, t.signal, observations) {
             return;
         }
-        let signalled =
-            crate::cgroup::kill::kill_pod_cgroup(self.cgroups.as_ref(), &self.layout, &t.cgroup);
-        let sigkill_ns = crate::signal::monotonic_ns();
-        let reaped = self
-            .config
-            .enforcer
-            .reap_memory
-            .then(|| crate::cgroup::kill::reap_pod_cgroup(&self.layout, &t.cgroup));
-        let reaped_ns = crate::signal::monotonic_ns();
-        tracing::warn!(uid = %t.uid, signalled, floor = t.floor, "the node fell below the floor while the capped victim stopped: SIGKILL");
+        let killed = self.kill_and_reap(&t.cgroup);
+        tracing::warn!(uid = %t.uid, floor = t.floor, "the node fell below the floor while the capped victim stopped: SIGKILL");
         let uid = t.uid.clone();
         memo.throttled = None;
-        memo.kills
-            .killed_later(&uid, sigkill_ns, reaped.map(|r| (r, reaped_ns)));
+        memo.kills.killed_later(&uid, &killed);
     }
 
-    /// SIGKILL to every process of the victim's pod cgroup, then (`reapMemory`) their memory
-    /// reclaimed at once through process_mrelease(2), before any bookkeeping.
+    /// SIGKILL to every process of the victim's pod cgroup, then its memory reclaimed, before
+    /// any bookkeeping ([`Self::kill_and_reap`]).
     fn kill_pod_cgroup(
         &self,
         ev: &Eviction,
         active: &BTreeMap<String, ActiveEntry>,
     ) -> Option<Killed> {
         let e = active.get(&*ev.uid)?;
+        let killed = self.kill_and_reap(&e.cgroup);
+        tracing::warn!(uid = %ev.uid, reaped = ?killed.reaped.as_ref().map(|r| r.0.to_string()), "hard memory threshold: SIGKILL sent to the pod's processes");
+        Some(killed)
+    }
+
+    /// SIGKILL to every process of the pod cgroup `cgroup`, then (`reapMemory`) their memory
+    /// reclaimed at once through process_mrelease(2).
+    fn kill_and_reap(&self, cgroup: &str) -> Killed {
         let signalled =
-            crate::cgroup::kill::kill_pod_cgroup(self.cgroups.as_ref(), &self.layout, &e.cgroup);
+            crate::cgroup::kill::kill_pod_cgroup(self.cgroups.as_ref(), &self.layout, cgroup);
         let sigkill_ns = crate::signal::monotonic_ns();
+        tracing::debug!(cgroup, signalled, "SIGKILL sent");
         let reaped = self.config.enforcer.reap_memory.then(|| {
-            let r = crate::cgroup::kill::reap_pod_cgroup(&self.layout, &e.cgroup);
+            let r = crate::cgroup::kill::reap_pod_cgroup(&self.layout, cgroup);
             (r, crate::signal::monotonic_ns())
         });
-        tracing::warn!(uid = %ev.uid, signalled, reaped = ?reaped.as_ref().map(|r| r.0.to_string()), "hard memory threshold: SIGKILL sent to the pod's processes");
-        Some(Killed { sigkill_ns, reaped })
+        Killed { sigkill_ns, reaped }
     }
 
     /// The decision's report: the node conditions, the node event, the end of the cleanup
@@ -245,20 +244,14 @@ impl EvictionManager {
             m.eviction_stats_age(ev.signal.as_str(), seen.now.saturating_sub(at));
         }
         let mut record = self.kill_record(&ev, seen, memo);
-        record.sigkill_ns = sigkill_ns;
+        if let Some(k) = &killed {
+            record.set_killed(k);
+        }
         if let Some(t) = memo.throttled.as_ref().filter(|t| *t.uid == *ev.uid) {
             record.throttled = format!(
                 "capped at {} bytes; graceful stop, grace {} s; SIGKILL below {} bytes available",
                 t.capped_at, ev.grace_period_seconds, t.floor
             );
-        }
-        if let Some((reaped, at)) = killed.and_then(|k| k.reaped) {
-            // Released by the reclaim only when it reaped a process (one found exiting already
-            // frees its own memory: its exit is the release then).
-            if reaped.processes > 0 {
-                record.reaped_ns = Some(at);
-            }
-            record.reaped = reaped.to_string();
         }
         if let Some(t) = record.trigger.as_ref() {
             let from = t.kernel_ns.unwrap_or(t.received_ns);
@@ -371,13 +364,6 @@ impl EvictionManager {
             });
         }
     }
-}
-
-/// The SIGKILL of a hard memory eviction: when it was sent, and what reclaiming the
-/// victims' memory did and when it ended (`None`: `reapMemory` off).
-struct Killed {
-    sigkill_ns: u64,
-    reaped: Option<(crate::cgroup::kill::Reaped, u64)>,
 }
 
 /// Beside kubelet: what kubelet's eviction manager would have done with the same observation,
