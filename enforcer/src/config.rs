@@ -11,8 +11,8 @@ pub mod flags;
 mod resolve;
 
 pub use document::{
-    EnforcerSection, KubeletConfiguration, Scalar, ScalarMap, SignalSource, from_value,
-    parse_document,
+    EnforcerSection, KubeletConfiguration, MemorySwapDoc, Scalar, ScalarMap, SignalSource,
+    from_value, parse_document,
 };
 pub use resolve::resolve;
 
@@ -179,6 +179,9 @@ pub struct ConfigArgs {
     /// Enforce cpu limits with CFS quota.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub cpu_cfs_quota: Option<bool>,
+    /// Refuse to run pods when the node has swap on (kubelet's `failSwapOn`, default true).
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    pub fail_swap_on: Option<bool>,
     /// The node's name instead of the hostname (cluster mode).
     #[arg(long, value_name = "NAME")]
     pub hostname_override: Option<String>,
@@ -361,6 +364,10 @@ pub struct Config {
     /// (the kernel OOM killer then kills the whole container, kubelet's default since 1.28).
     #[serde(rename = "singleProcessOOMKill")]
     pub single_process_oom_kill: bool,
+    /// `memorySwap`: `swapBehavior` `NoSwap` (also `""`, the default) or `LimitedSwap`.
+    pub memory_swap: MemorySwapConfig,
+    /// `failSwapOn` (true): with swap on the node, refuse to start running pods.
+    pub fail_swap_on: bool,
     /// `hostnameOverride` (empty: the hostname).
     pub hostname_override: String,
     /// `--node-labels`.
@@ -390,6 +397,14 @@ pub struct Config {
     pub allowed_unsafe_sysctls: Vec<String>,
     /// The `enforcer:` section.
     pub enforcer: EnforcerConfig,
+}
+
+/// The validated `memorySwap`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemorySwapConfig {
+    /// `swapBehavior`.
+    pub swap_behavior: crate::policy::swap::SwapBehavior,
 }
 
 /// The validated serving settings (kubelet's names).

@@ -64,6 +64,11 @@ pub enum DaemonError {
     Runtime(#[from] runtime::RuntimeError),
     #[error(transparent)]
     Enforce(#[from] runtime::enforce::EnforceError),
+    /// kubelet's `failSwapOn` refusal.
+    #[error(
+        "running with swap on is not supported, please disable swap or set --fail-swap-on flag to false (failSwapOn); /proc/swaps lists {areas:?}"
+    )]
+    SwapOn { areas: Vec<String> },
     #[error("starting {what}: {source}")]
     Thread {
         what: &'static str,
@@ -158,6 +163,14 @@ pub async fn run(
         None => opts.config,
     };
     let run_pods = opts.run_pods && companion.is_none();
+    // kubelet's container manager refuses to start with swap on unless failSwapOn is false.
+    if run_pods && config.fail_swap_on {
+        match node::swap::swap_on() {
+            Ok(areas) if !areas.is_empty() => return Err(DaemonError::SwapOn { areas }),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "reading /proc/swaps; assuming swap is off"),
+        }
+    }
     raise_nofile_limit();
     let health = Arc::new(Health::default());
     if let Err(e) = crate::health::probe_writable(&config.enforcer.state_dir) {

@@ -9,6 +9,8 @@ use std::{
     time::Duration,
 };
 
+pub mod swap;
+
 use crate::{
     cgroup::{CgroupLayout, CgroupVersion, join_inside},
     policy::eviction::{ContainerStats, Observation, Observations, PodStats, Signal},

@@ -7,6 +7,7 @@
 //!
 //! - [`resources`]: pod requests and limits (sidecar-aware), API defaulting, critical pods.
 //! - [`qos`]: the pod QoS class.
+//! - [`swap`]: node swap (`NoSwap` / `LimitedSwap`): each container's `memory.swap.max`.
 //! - [`cgroup_name`]: kubelet's cgroup names under the cgroupfs and systemd drivers.
 //! - [`oom`]: per-container `oom_score_adj`, and cgroup values (shares, weight, quota, limits).
 //! - [`eviction`]: signals, thresholds, ranking and the eviction manager's step.
@@ -40,4 +41,5 @@ pub mod preemption;
 pub mod qos;
 pub mod resources;
 pub mod security;
+pub mod swap;
 pub mod volumes;

@@ -243,7 +243,7 @@ pub fn explain(args: &ExplainArgs) -> Result<Vec<String>, CliError> {
         {
             let score = oom::container_oom_score_adj(&pod, c, memory)
                 .map_err(|e| CliError::invalid(Path::new("command line"), "--node-memory", e))?;
-            let v = cgroup::container_cgroup_values(c, &opts);
+            let v = cgroup::container_cgroup_values_in(&pod, c, &opts);
             let cpuset = match cpu_manager.as_mut() {
                 Some(m) => {
                     let set = m.allocate(&pod, c).map_err(|e| {

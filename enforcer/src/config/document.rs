@@ -166,6 +166,14 @@ pub struct WebhookAuthzDoc {
     pub cache_unauthorized_ttl: Option<Scalar>,
 }
 
+/// `memorySwap` (kubelet's `MemorySwapConfiguration`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemorySwapDoc {
+    /// `""`, `NoSwap` or `LimitedSwap`.
+    pub swap_behavior: Option<String>,
+}
+
 /// The `KubeletConfiguration` fields the enforcer reads (all optional: unset means kubelet's
 /// default).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -225,6 +233,8 @@ pub struct KubeletConfiguration {
     pub memory_throttling_factor: Option<f64>,
     #[serde(rename = "singleProcessOOMKill")]
     pub single_process_oom_kill: Option<bool>,
+    pub memory_swap: Option<MemorySwapDoc>,
+    pub fail_swap_on: Option<bool>,
     pub hostname_override: Option<String>,
     pub node_status_update_frequency: Option<Scalar>,
     pub node_status_report_frequency: Option<Scalar>,

@@ -86,6 +86,8 @@ pub(super) mod key {
         IMAGE_PULL_SECRET_DIR = "enforcer.imagePullSecretDir", "enforcer.imagePullSecretDir";
         /// File only.
         MEMORY_THROTTLING_FACTOR = "memoryThrottlingFactor", "memoryThrottlingFactor";
+        /// File only.
+        MEMORY_SWAP_BEHAVIOR = "memorySwap.swapBehavior", "memorySwap.swapBehavior";
         POD_PIDS_LIMIT = "podPidsLimit", "--pod-max-pids";
         SYNC_FREQUENCY = "syncFrequency", "--sync-frequency";
         CLUSTER_DNS = "clusterDNS", "--cluster-dns";
@@ -351,6 +353,7 @@ pub fn resolve(
     let cpu_manager = node::cpu_manager(&n, doc, args)?;
     let rates = node::rates(&n, doc, args)?;
     let memory_throttling_factor = node::memory_throttling_factor(&n, doc)?;
+    let memory_swap = node::memory_swap(&n, doc)?;
     let cluster = node::cluster(&n, doc, args)?;
     let allowed_unsafe_sysctls = node::allowed_unsafe_sysctls(&n, doc, args)?;
     let mut enforcer = enforcer::section(&n, doc, args)?;
@@ -392,6 +395,8 @@ pub fn resolve(
         cpu_cfs_quota: args.cpu_cfs_quota.or(doc.cpu_cfs_quota).unwrap_or(true),
         memory_throttling_factor,
         single_process_oom_kill: doc.single_process_oom_kill.unwrap_or(false),
+        memory_swap,
+        fail_swap_on: args.fail_swap_on.or(doc.fail_swap_on).unwrap_or(true),
         hostname_override: cluster.hostname_override,
         node_labels: cluster.node_labels,
         node_status_update_frequency: cluster.status_update,
@@ -452,7 +457,9 @@ mod tests {
         for k in key::ALL {
             let known = match k.field.split_once('.') {
                 Some(("enforcer", f)) => section.get(f).is_some(),
-                _ => top.get(k.field).is_some(),
+                // A field of a nested kubelet struct (`memorySwap.swapBehavior`).
+                Some((outer, _)) => top.get(outer).is_some(),
+                None => top.get(k.field).is_some(),
             };
             assert!(known, "{} is not a field", k.field);
             assert!(

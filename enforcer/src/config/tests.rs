@@ -411,3 +411,58 @@ fn kubelet_config_decides_and_config_adds_the_enforcer_section() {
     assert!(e.contains("missing.yaml"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn memory_swap_and_fail_swap_on() {
+    use crate::policy::swap::SwapBehavior;
+    let resolved = |yaml: &str, args: ConfigArgs| resolve("c.yaml", &doc(yaml), &args);
+    // kubelet's defaults: NoSwap, failSwapOn.
+    let c = Config::defaults().unwrap();
+    assert_eq!(c.memory_swap.swap_behavior, SwapBehavior::NoSwap);
+    assert!(c.fail_swap_on);
+    for (yaml, want) in [
+        ("memorySwap: {}", SwapBehavior::NoSwap),
+        ("memorySwap: {swapBehavior: \"\"}", SwapBehavior::NoSwap),
+        ("memorySwap: {swapBehavior: NoSwap}", SwapBehavior::NoSwap),
+        (
+            "memorySwap: {swapBehavior: LimitedSwap}",
+            SwapBehavior::LimitedSwap,
+        ),
+    ] {
+        let l = resolved(yaml, ConfigArgs::default()).unwrap();
+        assert_eq!(l.config.memory_swap.swap_behavior, want, "{yaml}");
+        assert!(l.warnings.is_empty(), "{yaml}: {:?}", l.warnings);
+    }
+    // kubelet's validation: `memorySwap.swapBehavior "X" must be one of: "", "LimitedSwap" or
+    // "NoSwap"`, naming the field.
+    let e = resolved(
+        "memorySwap: {swapBehavior: UnlimitedSwap}",
+        ConfigArgs::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("memorySwap.swapBehavior")
+            && e.contains("UnlimitedSwap")
+            && e.contains("\"LimitedSwap\" or \"NoSwap\""),
+        "{e}"
+    );
+    let (_, w) =
+        parse_document("c.yaml", "memorySwap: {swapBehavior: NoSwap, bogus: 1}\n").unwrap();
+    assert_eq!(w, ["c.yaml: unknown field \"memorySwap.bogus\" ignored"]);
+    // failSwapOn: the file, overridden by --fail-swap-on.
+    let l = resolved("failSwapOn: false", ConfigArgs::default()).unwrap();
+    assert!(!l.config.fail_swap_on);
+    let l = resolved(
+        "failSwapOn: false",
+        ConfigArgs {
+            fail_swap_on: Some(true),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(l.config.fail_swap_on);
+    let json = serde_json::to_value(&l.config).unwrap();
+    assert_eq!(json["memorySwap"]["swapBehavior"], "NoSwap");
+    assert_eq!(json["failSwapOn"], true);
+}

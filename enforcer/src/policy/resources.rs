@@ -5,6 +5,8 @@
 //! (`IsCriticalPod`, `IsStaticPod`, `IsMirrorPod`).
 
 pub mod cgroup;
+#[cfg(test)]
+mod pod_level_tests;
 
 use std::collections::BTreeMap;
 
@@ -187,10 +189,39 @@ pub fn pod_level(pod: &Pod) -> Option<&ResourceRequirements> {
     pod.spec.as_ref().and_then(|s| s.resources.as_ref())
 }
 
-/// Resources that may be set at pod level (`IsSupportedPodLevelResource`).
+/// Resources that may be set at pod level (`IsSupportedPodLevelResource`): cpu, memory and
+/// hugepages.
 #[must_use]
 pub fn is_supported_pod_level_resource(name: &str) -> bool {
-    name == "cpu" || name == "memory"
+    name == "cpu" || name == "memory" || name.starts_with(HUGEPAGES_PREFIX)
+}
+
+/// The prefix of hugepages resources (`hugepages-2Mi`).
+pub const HUGEPAGES_PREFIX: &str = "hugepages-";
+
+fn has_supported(
+    map: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+) -> bool {
+    map.is_some_and(|m| m.keys().any(|k| is_supported_pod_level_resource(k)))
+}
+
+/// `IsPodLevelResourcesSet`: pod-level requests or limits name a supported resource.
+#[must_use]
+pub fn is_pod_level_resources_set(pod: &Pod) -> bool {
+    pod_level(pod)
+        .is_some_and(|r| has_supported(r.requests.as_ref()) || has_supported(r.limits.as_ref()))
+}
+
+/// `IsPodLevelRequestsSet`: pod-level requests name a supported resource.
+#[must_use]
+pub fn is_pod_level_requests_set(pod: &Pod) -> bool {
+    pod_level(pod).is_some_and(|r| has_supported(r.requests.as_ref()))
+}
+
+/// `IsPodLevelLimitsSet`: pod-level limits name a supported resource.
+#[must_use]
+pub fn is_pod_level_limits_set(pod: &Pod) -> bool {
+    pod_level(pod).is_some_and(|r| has_supported(r.limits.as_ref()))
 }
 
 fn add(into: &mut ResourceList, from: &ResourceList) {

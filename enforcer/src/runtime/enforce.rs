@@ -245,6 +245,7 @@ impl Enforcer {
             single_process_oom_kill: config.single_process_oom_kill,
             pod_pids_limit: config.pod_pids_limit,
             allocatable_memory: node.memory.saturating_sub(node.reserved_memory).max(0),
+            swap: swap_options(config, &layout, node.memory),
             ..CgroupOptions::default()
         };
         Self::new(Some((kubepods, node)), cgroup)
@@ -558,6 +559,39 @@ pub fn set_own_oom_score_adj(cap_sys_resource: bool) -> Option<i64> {
         (_, None) => tracing::warn!("cannot read /proc/self/oom_score_adj"),
     }
     now
+}
+
+/// The node's swap as containers see it: `memorySwap.swapBehavior`, kubelet's swap
+/// controller check, the node's memory (`memory`: the capacity pods are sized against) and
+/// `SwapTotal`.
+fn swap_options(
+    config: &Config,
+    layout: &crate::cgroup::CgroupLayout,
+    memory: i64,
+) -> crate::policy::swap::SwapOptions {
+    use crate::{node::swap, policy::swap::SwapBehavior};
+    let behavior = config.memory_swap.swap_behavior;
+    let swap_capacity = match swap::machine_swap() {
+        Ok((total, _)) => total,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the node's swap; pods get none");
+            0
+        }
+    };
+    let controller_available = swap::swap_controller_available(layout);
+    if behavior == SwapBehavior::LimitedSwap {
+        tracing::info!(
+            swap_capacity,
+            controller_available,
+            "memorySwap.swapBehavior LimitedSwap: Burstable containers get memory.swap.max in proportion to their memory requests"
+        );
+    }
+    crate::policy::swap::SwapOptions {
+        behavior,
+        controller_available,
+        memory_capacity: memory,
+        swap_capacity,
+    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use crate::{
     policy::{
         resources::cgroup::{self, CgroupOptions, PodCgroupValues},
         security,
+        swap::{self, SwapSetting},
     },
     quantity::Quantity,
 };
@@ -35,6 +36,9 @@ pub const CONTAINER_KIND_ANNOTATION: &str = "io.kubernetes.enforcer.container-ki
 pub const SANDBOX_HASH_ANNOTATION: &str = "io.kubernetes.enforcer.sandbox-hash";
 /// Relative cgroup path of the pod cgroup.
 pub const CGROUP_ANNOTATION: &str = "io.kubernetes.enforcer.pod-cgroup";
+
+/// cgroup v2's swap limit file (kubelet's `Cgroup2MaxSwapFilename`), set through CRI `unified`.
+pub const MEMORY_SWAP_MAX: &str = "memory.swap.max";
 
 /// The runtime's stop-timeout floor (kubelet's `minimumGracePeriodInSeconds`).
 pub const MIN_GRACE_SECONDS: i64 = 2;
@@ -350,8 +354,8 @@ pub fn linux_resources(
     node: NodeFacts,
     opts: &ResourceOptions,
 ) -> cri::LinuxContainerResources {
-    let (_, dc) = defaulted_container(pod, c);
-    let v = cgroup::container_cgroup_values(&dc, &opts.cgroup);
+    let (dpod, dc) = defaulted_container(pod, c);
+    let v = cgroup::container_cgroup_values_in(&dpod, &dc, &opts.cgroup);
     let mem_lim = v.memory_limit_bytes.unwrap_or(0).max(0);
     let mut unified = HashMap::new();
     if let Some(min) = v.memory_min_bytes {
@@ -365,6 +369,16 @@ pub fn linux_resources(
     if opts.cgroup.v2 && !opts.cgroup.single_process_oom_kill {
         unified.insert("memory.oom.group".to_owned(), "1".to_owned());
     }
+    // kubelet's configureContainerSwapResources.
+    let swap = swap::container_swap(&dpod, &dc, opts.cgroup.v2, &opts.cgroup.swap);
+    let memory_swap_limit_in_bytes = match swap.setting {
+        SwapSetting::Untouched => 0,
+        SwapSetting::SwapLimitIsMemoryLimit => mem_lim,
+        SwapSetting::SwapMax(bytes) => {
+            unified.insert(MEMORY_SWAP_MAX.to_owned(), bytes.to_string());
+            0
+        }
+    };
     let decided = decided_oom_score_adj(pod, c, node.memory_capacity);
     cri::LinuxContainerResources {
         cpu_period: if v.cpu_quota_micros.is_some() {
@@ -375,8 +389,7 @@ pub fn linux_resources(
         cpu_quota: v.cpu_quota_micros.unwrap_or(0),
         cpu_shares: i64::try_from(v.cpu_shares).unwrap_or(2),
         memory_limit_in_bytes: mem_lim,
-        // No swap for pods (kubelet's NoSwap on cgroup v1).
-        memory_swap_limit_in_bytes: mem_lim,
+        memory_swap_limit_in_bytes,
         oom_score_adj: decided.max(oom_score_adj_floor(node.cap_sys_resource)),
         cpuset_cpus: opts.cpuset.clone().unwrap_or_default(),
         unified,
@@ -584,6 +597,71 @@ mod tests {
         assert_eq!(
             r.unified.keys().map(String::as_str).collect::<Vec<_>>(),
             ["memory.oom.group"]
+        );
+    }
+
+    #[test]
+    fn swap_and_pod_level_limits_in_the_container_resources() {
+        use crate::policy::swap::{SwapBehavior, SwapOptions};
+        let node = NodeFacts {
+            memory_capacity: 40 << 30,
+            cap_sys_resource: false,
+        };
+        let b = pod(
+            "metadata: {name: a}\nspec: {containers: [{name: c, resources: {requests: {memory: 1Gi}, limits: {memory: 2Gi}}}]}",
+        );
+        let c = &b.spec.as_ref().expect("spec").containers[0];
+        let with = |v2: bool, behavior, controller_available| ResourceOptions {
+            cgroup: CgroupOptions {
+                v2,
+                swap: SwapOptions {
+                    behavior,
+                    controller_available,
+                    memory_capacity: 40 << 30,
+                    swap_capacity: 5 << 30,
+                },
+                ..CgroupOptions::default()
+            },
+            cpuset: None,
+        };
+        // After TestGenerateLinuxContainerResourcesWithSwap's expectSwap / expectNoSwap /
+        // expectSwapDisabled, on the CRI message.
+        let r = linux_resources(&b, c, node, &with(true, SwapBehavior::LimitedSwap, true));
+        assert_eq!(
+            r.unified.get(MEMORY_SWAP_MAX).map(String::as_str),
+            Some("134217728")
+        );
+        assert_eq!(r.memory_swap_limit_in_bytes, 0);
+        let r = linux_resources(&b, c, node, &with(true, SwapBehavior::NoSwap, true));
+        assert_eq!(
+            r.unified.get(MEMORY_SWAP_MAX).map(String::as_str),
+            Some("0")
+        );
+        let r = linux_resources(&b, c, node, &with(false, SwapBehavior::LimitedSwap, true));
+        assert_eq!(r.memory_swap_limit_in_bytes, r.memory_limit_in_bytes);
+        assert!(!r.unified.contains_key(MEMORY_SWAP_MAX));
+        for v2 in [true, false] {
+            let r = linux_resources(&b, c, node, &with(v2, SwapBehavior::LimitedSwap, false));
+            assert_eq!(r.memory_swap_limit_in_bytes, 0);
+            assert!(!r.unified.contains_key(MEMORY_SWAP_MAX));
+        }
+        // Pod-level resources (getCPULimit / getMemoryLimit): a container without its own
+        // limit takes the pod's; one with its own keeps it.
+        let p = pod(
+            "metadata: {name: a}\nspec: {resources: {requests: {cpu: 500m, memory: 1Gi}, limits: {cpu: '2', memory: 4Gi}}, containers: [{name: c}, {name: d, resources: {requests: {cpu: 100m}, limits: {cpu: 200m, memory: 1Gi}}}]}",
+        );
+        let spec = p.spec.as_ref().expect("spec");
+        let opts = ResourceOptions::default();
+        let r = linux_resources(&p, &spec.containers[0], node, &opts);
+        // No cpu request: shares from the (pod-level) cpu limit, as kubelet computes them.
+        assert_eq!(
+            (r.cpu_shares, r.cpu_quota, r.memory_limit_in_bytes),
+            (2048, 200_000, 4 << 30)
+        );
+        let r = linux_resources(&p, &spec.containers[1], node, &opts);
+        assert_eq!(
+            (r.cpu_shares, r.cpu_quota, r.memory_limit_in_bytes),
+            (102, 20_000, 1 << 30)
         );
     }
 

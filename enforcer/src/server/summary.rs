@@ -21,7 +21,10 @@ use std::{
 };
 
 use axum::{extract::State, http::StatusCode, response::Response};
-use serde::Serialize;
+
+mod types;
+
+pub use types::*;
 
 use super::{Shared, json, text};
 use crate::{
@@ -48,6 +51,11 @@ pub struct Reading {
     pub records: HashMap<String, PodRecord>,
     /// Each pod's cgroup and containers, as read.
     pub targets: Vec<PodTarget>,
+    /// cgroup v2 swap by cgroup (relative path), pods and containers: (`memory.swap.current`,
+    /// `memory.swap.max`, `None` when `max`).
+    pub swap: HashMap<String, (u64, Option<u64>)>,
+    /// The machine's swap: (`SwapTotal`, `SwapFree`) in bytes.
+    pub node_swap: Option<(i64, i64)>,
 }
 
 /// Reads the node for the summary and the resource metrics.
@@ -116,6 +124,8 @@ impl StatsReader {
                     }
                 }
             }
+            let swap = swap_readings(&st.layout, &targets);
+            let node_swap = crate::node::swap::machine_swap().ok();
             let node_cpu_ns = cpu_usage_ns(&st.layout, "/").or_else(proc_stat_cpu_ns);
             let mut nano_cores = HashMap::new();
             let mut next = HashMap::new();
@@ -142,6 +152,8 @@ impl StatsReader {
                 at_nanos: crate::runtime::status::now_nanos(),
                 records,
                 targets,
+                swap,
+                node_swap,
             })
         })
         .await
@@ -167,6 +179,34 @@ fn targets(
         out.push(PodTarget::of(uid, &e.cgroup, record));
     }
     (out, records)
+}
+
+/// cgroup v2 swap (`memory.swap.current`, `memory.swap.max`) of every pod and container
+/// cgroup in `targets`, by relative path; nothing on cgroup v1 (kubelet's swap is v2 only).
+fn swap_readings(
+    layout: &CgroupLayout,
+    targets: &[PodTarget],
+) -> HashMap<String, (u64, Option<u64>)> {
+    let mut out = HashMap::new();
+    let Some((mount, CgroupVersion::V2)) = layout.controller("memory") else {
+        return out;
+    };
+    for t in targets {
+        let rels = std::iter::once(t.cgroup.clone()).chain(
+            t.containers
+                .iter()
+                .map(|(_, id)| format!("{}/{id}", t.cgroup)),
+        );
+        for rel in rels {
+            if let Some(v) = join_inside(mount, &rel)
+                .ok()
+                .and_then(|dir| crate::node::swap::cgroup_swap(&dir))
+            {
+                out.insert(rel, v);
+            }
+        }
+    }
+    out
 }
 
 /// Cumulative CPU time of a cgroup (relative to the hierarchy roots) in nanoseconds:
@@ -203,47 +243,6 @@ fn proc_stat_cpu_ns() -> Option<u64> {
     let busy: u64 = [0, 1, 2, 5, 6, 7].iter().filter_map(|i| f.get(*i)).sum();
     let hz = rustix::param::clock_ticks_per_second();
     Some(busy.saturating_mul(1_000_000_000) / hz.max(1))
-}
-
-// --- kubelet's stats/v1alpha1 types (the fields served) ---
-
-/// `Summary`.
-#[derive(Debug, Serialize)]
-pub struct Summary {
-    pub node: NodeStats,
-    pub pods: Vec<PodStats>,
-}
-
-/// `NodeStats`.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeStats {
-    pub node_name: String,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub system_containers: Vec<ContainerStats>,
-    pub start_time: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu: Option<CpuStats>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory: Option<MemoryStats>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fs: Option<FsStats>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub runtime: Option<RuntimeStats>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rlimit: Option<RlimitStats>,
-}
-
-/// `RuntimeStats`.
-#[derive(Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RuntimeStats {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub image_fs: Option<FsStats>,
-    /// The filesystem of the containers' writable layers (the image filesystem's figures
-    /// when the runtime names none apart, as kubelet's CRI stats provider reports it).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub container_fs: Option<FsStats>,
 }
 
 /// statvfs of a mountpoint: (available bytes, capacity bytes, free inodes, inode capacity).
@@ -291,114 +290,6 @@ pub fn runtime_stats(
     })
 }
 
-/// `RlimitStats`.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RlimitStats {
-    pub time: String,
-    pub maxpid: Option<i64>,
-    pub curproc: Option<i64>,
-}
-
-/// `CPUStats`.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CpuStats {
-    pub time: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub usage_nano_cores: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub usage_core_nano_seconds: Option<u64>,
-}
-
-/// `MemoryStats`.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct MemoryStats {
-    pub time: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub available_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub working_set_bytes: Option<u64>,
-}
-
-/// `FsStats` (also the body of `VolumeStats`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct FsStats {
-    pub time: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub available_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub capacity_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub used_bytes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub inodes_free: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub inodes: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub inodes_used: Option<u64>,
-}
-
-/// `PodReference`.
-#[derive(Debug, Serialize)]
-pub struct PodReference {
-    pub name: String,
-    pub namespace: String,
-    pub uid: String,
-}
-
-/// `VolumeStats`.
-#[derive(Debug, Serialize)]
-pub struct VolumeStats {
-    pub name: String,
-    #[serde(flatten)]
-    pub fs: FsStats,
-}
-
-/// `ProcessStats`.
-#[derive(Debug, Serialize)]
-pub struct ProcessStats {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub process_count: Option<u64>,
-}
-
-/// `PodStats`.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PodStats {
-    pub pod_ref: PodReference,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub start_time: String,
-    pub containers: Vec<ContainerStats>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu: Option<CpuStats>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory: Option<MemoryStats>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub volume: Vec<VolumeStats>,
-    #[serde(rename = "ephemeral-storage", skip_serializing_if = "Option::is_none")]
-    pub ephemeral_storage: Option<FsStats>,
-    #[serde(rename = "process_stats", skip_serializing_if = "Option::is_none")]
-    pub process_stats: Option<ProcessStats>,
-}
-
-/// `ContainerStats`.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ContainerStats {
-    pub name: String,
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub start_time: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu: Option<CpuStats>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory: Option<MemoryStats>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub rootfs: Option<FsStats>,
-}
-
 fn u(v: i64) -> Option<u64> {
     u64::try_from(v).ok()
 }
@@ -443,6 +334,14 @@ pub fn summarize(r: &Reading, node_name: &str, runtime: Option<RuntimeStats>) ->
             working_set_bytes: u(o.capacity - o.available),
         })
     };
+    // kubelet's cadvisorInfoToSwapStats: usage, and the limit minus usage unless unlimited.
+    let swap = |key: &str| {
+        r.swap.get(key).map(|(usage, max)| SwapStats {
+            time: time.clone(),
+            swap_available_bytes: max.map(|m| m.saturating_sub(*usage)),
+            swap_usage_bytes: Some(*usage),
+        })
+    };
     let cpu = |key: &str, total: Option<u64>| {
         total.map(|ns| CpuStats {
             time: time.clone(),
@@ -458,6 +357,7 @@ pub fn summarize(r: &Reading, node_name: &str, runtime: Option<RuntimeStats>) ->
                 start_time: String::new(),
                 cpu: None,
                 memory: Some(m),
+                swap: None,
                 rootfs: None,
             })
             .into_iter()
@@ -465,6 +365,12 @@ pub fn summarize(r: &Reading, node_name: &str, runtime: Option<RuntimeStats>) ->
         start_time: boot_time(r.at_nanos),
         cpu: cpu("", r.node_cpu_ns),
         memory: memory(Signal::MemoryAvailable),
+        // The root cgroup's swap is the machine's: used = SwapTotal - SwapFree.
+        swap: r.node_swap.map(|(total, free)| SwapStats {
+            time: time.clone(),
+            swap_available_bytes: u(free),
+            swap_usage_bytes: u(total.saturating_sub(free)),
+        }),
         fs: fs(Signal::NodeFsAvailable, Signal::NodeFsInodesFree),
         runtime: runtime.or_else(|| {
             fs(Signal::ImageFsAvailable, Signal::ImageFsInodesFree).map(|image_fs| RuntimeStats {
@@ -509,6 +415,7 @@ pub fn summarize(r: &Reading, node_name: &str, runtime: Option<RuntimeStats>) ->
                         available_bytes: None,
                         working_set_bytes: u(m),
                     }),
+                    swap: swap(&key),
                     rootfs: cs.and_then(|c| c.ephemeral_storage).map(|b| FsStats {
                         time: time.clone(),
                         used_bytes: u(b),
@@ -531,6 +438,7 @@ pub fn summarize(r: &Reading, node_name: &str, runtime: Option<RuntimeStats>) ->
                 available_bytes: None,
                 working_set_bytes: u(m),
             }),
+            swap: swap(&t.cgroup),
             volume: stats
                 .map(|s| {
                     s.volumes
@@ -680,6 +588,11 @@ pub(super) mod tests {
                 cgroup: "/kubepods/podu1".to_owned(),
                 containers: vec![("app".to_owned(), "c1".to_owned())],
             }],
+            swap: HashMap::from([
+                ("/kubepods/podu1".to_owned(), (4096, None)),
+                ("/kubepods/podu1/c1".to_owned(), (4096, Some(134_217_728))),
+            ]),
+            node_swap: Some((5 << 30, 4 << 30)),
         }
     }
 
@@ -797,5 +710,14 @@ pub(super) mod tests {
         assert_eq!(c["memory"]["workingSetBytes"], 200);
         assert_eq!(c["rootfs"]["usedBytes"], 1024);
         assert_eq!(c["cpu"]["usageCoreNanoSeconds"], 2_000_000_000_u64);
+        // Swap (kubelet's cadvisorInfoToSwapStats): the node's from /proc/meminfo, a pod's
+        // and a container's from memory.swap.current, available only below a set limit.
+        assert_eq!(node["swap"]["swapUsageBytes"], 1_u64 << 30);
+        assert_eq!(node["swap"]["swapAvailableBytes"], 4_u64 << 30);
+        assert_eq!(pod["swap"]["swapUsageBytes"], 4096);
+        assert!(pod["swap"].get("swapAvailableBytes").is_none());
+        assert_eq!(c["swap"]["swapUsageBytes"], 4096);
+        assert_eq!(c["swap"]["swapAvailableBytes"], 134_217_728 - 4096);
+        assert!(node["systemContainers"][0].get("swap").is_none());
     }
 }

@@ -1,12 +1,12 @@
-//! The node: reservations, cgroups, the CPU manager, rate limits and the memory throttling
-//! factor.
+//! The node: reservations, cgroups, the CPU manager, rate limits, the memory throttling
+//! factor and swap.
 
 use std::{collections::BTreeMap, time::Duration};
 
 use super::{Key, Maps, Namer, Sourced, StringMap, count, duration_setting, key, quantity_map};
 use crate::{
     config::{ConfigArgs, ConfigError, CpuManagerPolicy, KubeletConfiguration},
-    policy::cgroup_name::CgroupDriver,
+    policy::{cgroup_name::CgroupDriver, swap::SwapBehavior},
     quantity::Quantity,
 };
 
@@ -236,6 +236,32 @@ pub(super) fn memory_throttling_factor(
         ));
     }
     Ok(factor)
+}
+
+/// `memorySwap.swapBehavior`: `""` or `NoSwap` (the default), or `LimitedSwap` (kubelet's
+/// validation message).
+pub(super) fn memory_swap(
+    n: &Namer<'_>,
+    doc: &KubeletConfiguration,
+) -> Result<crate::config::MemorySwapConfig, ConfigError> {
+    let given = doc
+        .memory_swap
+        .as_ref()
+        .and_then(|m| m.swap_behavior.as_deref())
+        .unwrap_or("");
+    let swap_behavior = SwapBehavior::parse(given).ok_or_else(|| {
+        n.invalid(
+            key::MEMORY_SWAP_BEHAVIOR,
+            false,
+            given,
+            format!(
+                "must be one of: \"\", {:?} or {:?}",
+                SwapBehavior::LimitedSwap.as_str(),
+                SwapBehavior::NoSwap.as_str()
+            ),
+        )
+    })?;
+    Ok(crate::config::MemorySwapConfig { swap_behavior })
 }
 
 /// The validated cluster-mode settings.

@@ -12,7 +12,9 @@ use super::{container_limits, container_requests, pod_limits_with, pod_requests,
 use crate::policy::{
     cgroup_name::{self, CgroupDriver},
     qos::{self, QosClass},
+    swap::SwapOptions,
 };
+use crate::quantity::Quantity;
 
 /// Minimum cpu.shares.
 pub const MIN_SHARES: u64 = 2;
@@ -115,6 +117,8 @@ pub struct CgroupOptions {
     pub single_process_oom_kill: bool,
     /// `podPidsLimit`: the pod cgroup's `pids.max` when positive.
     pub pod_pids_limit: i64,
+    /// Node swap: `memorySwap.swapBehavior`, the swap controller, the node's memory and swap.
+    pub swap: SwapOptions,
 }
 
 impl Default for CgroupOptions {
@@ -128,6 +132,7 @@ impl Default for CgroupOptions {
             allocatable_memory: 0,
             single_process_oom_kill: false,
             pod_pids_limit: -1,
+            swap: SwapOptions::default(),
         }
     }
 }
@@ -213,19 +218,56 @@ pub struct ContainerCgroupValues {
     pub memory_high_bytes: Option<i64>,
 }
 
+/// kubelet's `getCPULimit` / `getMemoryLimit`: the container's limit of `resource`; when it
+/// has none (or zero) and the pod has pod-level resources, the pod-level limit (zero when
+/// that is unset too).
+fn effective_limit(pod: Option<&Pod>, lims: &super::ResourceList, resource: &str) -> Quantity {
+    let own = lims.get(resource).copied().unwrap_or_default();
+    match pod {
+        Some(p) if own.is_zero() && super::is_pod_level_resources_set(p) => super::pod_level(p)
+            .and_then(|r| r.limits.as_ref())
+            .and_then(|l| l.get(resource))
+            .map(super::lenient)
+            .unwrap_or_default(),
+        _ => own,
+    }
+}
+
 /// `calculateLinuxResources` for one container, plus Memory QoS values when enabled.
 pub fn container_cgroup_values(
     container: &Container,
     opts: &CgroupOptions,
 ) -> ContainerCgroupValues {
+    container_values(None, container, opts)
+}
+
+/// `generateLinuxContainerResources`' values for `container` of `pod`: as
+/// [`container_cgroup_values`], with a missing container cpu or memory limit taken from the
+/// pod-level limits (KEP-2837).
+pub fn container_cgroup_values_in(
+    pod: &Pod,
+    container: &Container,
+    opts: &CgroupOptions,
+) -> ContainerCgroupValues {
+    container_values(Some(pod), container, opts)
+}
+
+fn container_values(
+    pod: Option<&Pod>,
+    container: &Container,
+    opts: &CgroupOptions,
+) -> ContainerCgroupValues {
     let reqs = container_requests(container);
     let lims = container_limits(container);
-    let cpu_limit = lims.get("cpu").map_or(0, |q| q.milli_value());
+    let cpu_limit = effective_limit(pod, &lims, "cpu").milli_value();
+    // kubelet: no cpu request -> shares from the (effective) cpu limit, 2 when that is 0.
     let cpu_shares = match reqs.get("cpu") {
-        None if lims.contains_key("cpu") => milli_cpu_to_shares(cpu_limit),
-        r => milli_cpu_to_shares(r.map_or(0, |q| q.milli_value())),
+        None => milli_cpu_to_shares(cpu_limit),
+        Some(r) => milli_cpu_to_shares(r.milli_value()),
     };
-    let memory_limit = lims.get("memory").map_or(0, |q| q.value());
+    let memory_limit = effective_limit(pod, &lims, "memory").value();
+    // Memory QoS reads the container's own limit (kubelet's `container.Resources.Limits`).
+    let own_memory_limit = lims.get("memory").map_or(0, |q| q.value());
     let cpu_quota = if opts.enforce_cpu_limits {
         milli_cpu_to_quota(cpu_limit, opts.cpu_period_us)
     } else {
@@ -237,9 +279,9 @@ pub fn container_cgroup_values(
         if request != 0 {
             memory_min = Some(request);
         }
-        if request != memory_limit {
-            let base = if memory_limit != 0 {
-                memory_limit
+        if request != own_memory_limit {
+            let base = if own_memory_limit != 0 {
+                own_memory_limit
             } else {
                 opts.allocatable_memory
             };
