@@ -576,6 +576,74 @@ async fn memory_qos_on_real_files_v2only() {
     drop(cd);
 }
 
+/// `memorySwap.swapBehavior: LimitedSwap` on a pure cgroup v2 node, read back from the real
+/// files (kubelet's `configureContainerSwapResources`): the Burstable container's
+/// `memory.swap.max` is request / node memory x `SwapTotal`, the Guaranteed one's 0.
+/// `failSwapOn: false` so a node with swap on runs pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limited_swap_on_real_files_v2only() {
+    enforcer_tests::require_memory_v2("LimitedSwap");
+    assert!(
+        enforcer::node::swap::swap_controller_available(&layout()),
+        "this test needs the swap controller (memory.swap.max in the test's own cgroup)"
+    );
+    let (swap_total, _) = enforcer::node::swap::machine_swap().expect("SwapTotal");
+    let cd = Containerd::start("swap");
+    let files = Files::new(
+        &cd,
+        "failSwapOn: false\nmemorySwap: {swapBehavior: LimitedSwap}\n",
+    );
+    let (manifests, state) = (files.manifests.clone(), files.state.clone());
+    std::fs::write(
+        manifests.join("burstable.yaml"),
+        pod(
+            "burstable",
+            "dddddddd-0000-0000-0000-000000000011",
+            "    resources: {requests: {memory: 64Mi}, limits: {memory: 256Mi}}\n",
+        ),
+    )
+    .expect("write");
+    std::fs::write(
+        manifests.join("guaranteed.yaml"),
+        pod(
+            "guaranteed",
+            "dddddddd-0000-0000-0000-000000000012",
+            "    resources: {limits: {cpu: 100m, memory: 32Mi}}\n",
+        ),
+    )
+    .expect("write");
+    let args = ConfigArgs {
+        node_capacity: vec!["memory=2Gi".to_owned()],
+        ..files.args(&cd)
+    };
+    let config = enforcer::config::load(&args).expect("configuration").config;
+    let daemon = Daemon::start(config);
+    wait_until("both pods running", Duration::from_secs(60), || {
+        let r = records(&state);
+        container_of(&r, "burstable").is_some() && container_of(&r, "guaranteed").is_some()
+    })
+    .await;
+    let recs = records(&state);
+    let (burstable_pod, burstable_id) = container_of(&recs, "burstable").expect("burstable");
+    let (guaranteed_pod, guaranteed_id) = container_of(&recs, "guaranteed").expect("guaranteed");
+    let memory = |rel: &str, file: &str| read(&dir_of("memory", rel).join(file));
+    let want =
+        enforcer::policy::swap::calc_swap_for_burstable_pods(64 * MIB, 2048 * MIB, swap_total)
+            .expect("formula");
+    let b = cd.container_path(&burstable_pod, &burstable_id);
+    // The kernel keeps the limit in pages: what reads back is rounded down to one.
+    assert_eq!(
+        memory(&b, "memory.swap.max"),
+        (want / 4096 * 4096).to_string()
+    );
+    let g = cd.container_path(&guaranteed_pod, &guaranteed_id);
+    assert_eq!(memory(&g, "memory.swap.max"), "0");
+
+    daemon.stop().await;
+    cd.remove_all_pods().await;
+    drop(cd);
+}
+
 /// `podPidsLimit` on the real pids controller (v1 here, v2 in the VM tier): `pids.max` on
 /// every pod cgroup and not on kubepods, and a fork loop held at it: the kernel refused
 /// forks (`pids.events`) and the pod keeps running.
