@@ -157,6 +157,119 @@ mod tests {
         BitMask::new(bits).unwrap()
     }
 
+    /// `topology_hints_test.go` `TestGetTopologyHints` (`returnTestCases`): 2 sockets = 2
+    /// NUMA nodes x 3 cores x 2 threads (node 0 = cpus 0-2,6-8), no reserved CPUs.
+    #[test]
+    fn get_topology_hints_table() {
+        let first = mask(&[0]);
+        let second = mask(&[1]);
+        let cross = mask(&[0, 1]);
+        let h = TopologyHint::new;
+        // (name, cpus requested, shared pool, already allocated, hints)
+        type Case = (
+            &'static str,
+            usize,
+            &'static str,
+            Option<&'static str>,
+            Vec<TopologyHint>,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "Request 2 CPUs, 4 available on NUMA 0, 6 available on NUMA 1",
+                2,
+                "2-11",
+                None,
+                vec![h(first, true), h(second, true), h(cross, false)],
+            ),
+            (
+                "Request 5 CPUs, 4 available on NUMA 0, 6 available on NUMA 1",
+                5,
+                "2-11",
+                None,
+                vec![h(second, true), h(cross, false)],
+            ),
+            (
+                "Request 7 CPUs, 4 available on NUMA 0, 6 available on NUMA 1",
+                7,
+                "2-11",
+                None,
+                vec![h(cross, true)],
+            ),
+            (
+                "Request 11 CPUs, 4 available on NUMA 0, 6 available on NUMA 1",
+                11,
+                "2-11",
+                None,
+                vec![],
+            ),
+            (
+                "Request 2 CPUs, 1 available on NUMA 0, 1 available on NUMA 1",
+                2,
+                "0,3",
+                None,
+                vec![h(cross, false)],
+            ),
+            ("Request more CPUs than available", 5, "0-3", None, vec![]),
+            (
+                "Regenerate Single-Node NUMA Hints if already allocated 1/2",
+                2,
+                "",
+                Some("0,6"),
+                vec![h(first, true), h(cross, false)],
+            ),
+            (
+                "Regenerate Single-Node NUMA Hints if already allocated 2/2",
+                2,
+                "",
+                Some("3,9"),
+                vec![h(second, true), h(cross, false)],
+            ),
+            (
+                "Regenerate Cross-NUMA Hints if already allocated",
+                11,
+                "",
+                Some("0-10"),
+                vec![h(cross, true)],
+            ),
+            (
+                "Requested less than already allocated",
+                2,
+                "",
+                Some("0,3,6,9"),
+                vec![],
+            ),
+            (
+                "Requested more than already allocated",
+                11,
+                "",
+                Some("0,3,6,9"),
+                vec![],
+            ),
+        ];
+        for (name, cpus, default, allocated, want) in cases {
+            let r = format!("cpu={cpus},memory=1G");
+            let p = pod("fakePod", vec![container("fakeContainer", &r, &r)]);
+            let c = p.spec.as_ref().unwrap().containers[0].clone();
+            let mut assignments = std::collections::BTreeMap::new();
+            if let Some(a) = allocated {
+                assignments.insert(
+                    "uid-fakePod".to_owned(),
+                    [("fakeContainer".to_owned(), set(a))].into(),
+                );
+            }
+            let policy = StaticPolicy {
+                topology: Topology::uniform(2, 3, 2),
+                reserved: CpuSet::default(),
+                state: crate::policy::cpu::CpuState {
+                    default_cpu_set: set(default),
+                    assignments,
+                },
+            };
+            let got = policy.topology_hints(&p, &c);
+            assert_eq!(got["cpu"].as_ref(), Some(&want), "{name}");
+        }
+    }
+
     #[test]
     fn hints_and_aligned_allocation() {
         // 2 sockets = 2 NUMA nodes x 2 cores x 2 threads: node 0 = cpus 0,1,4,5.
