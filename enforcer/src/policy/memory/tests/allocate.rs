@@ -1,4 +1,5 @@
-//! `TestStaticPolicyAllocate` and `TestStaticPolicyAllocateWithInitContainers`.
+//! `TestStaticPolicyAllocate`, `TestStaticPolicyAllocateWithInitContainers` and
+//! `TestStaticPolicyAllocateWithRestartableInitContainers`.
 
 use super::*;
 #[test]
@@ -356,4 +357,106 @@ fn static_policy_allocate_with_init_containers() {
         )]);
         check(&policy, name, &want, &want_ms);
     }
+}
+
+#[test]
+fn static_policy_allocate_with_restartable_init_containers() {
+    let sidecar = |name: &str, size: &str| Container {
+        restart_policy: Some("Always".to_owned()),
+        ..g(name, size, HP1G, size)
+    };
+    // should do nothing once containers already exist under the state file
+    let existing = assign(&[
+        ("pod1", "initContainer1", vec![b(&[0], "memory", GB)]),
+        ("pod1", "container1", vec![b(&[0], "memory", GB)]),
+    ]);
+    let state = ms(vec![node(
+        0,
+        &[],
+        &[
+            (
+                "memory",
+                t(2560 * MB, 512 * MB, 2048 * MB, 512 * MB, 3 * GB),
+            ),
+            (HP1G, t(2 * GB, 2 * GB, 0, 0, 2 * GB)),
+        ],
+    )]);
+    let mut p = policy(
+        &[(0, 512 * MB)],
+        NumaTopology::default(),
+        state.clone(),
+        existing.clone(),
+    );
+    let pd = pod(
+        "pod1",
+        vec![g("container1", "1Gi", HP1G, "1Gi")],
+        vec![sidecar("initContainer1", "1Gi")],
+    );
+    let spec = pd.spec.clone().unwrap();
+    for c in spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+    {
+        assert_eq!(p.allocate(&pd, c, &TopologyHint::default()), Ok(()));
+    }
+    check(&p, "existing", &existing, &state);
+
+    // should not re-use restartable init containers memory
+    let state = ms(vec![node(
+        0,
+        &[0],
+        &[
+            ("memory", t(7 * GB, 7 * GB, 0, 512 * MB, 7680 * MB)),
+            (HP1G, t(7 * GB, 7 * GB, 0, 0, 7 * GB)),
+        ],
+    )]);
+    let mut p = policy(
+        &[(0, 512 * MB)],
+        NumaTopology::default(),
+        state,
+        assign(&[]),
+    );
+    let pd = pod(
+        "pod1",
+        vec![g("container1", "1Gi", HP1G, "1Gi")],
+        vec![
+            g("initContainer1", "1Gi", HP1G, "1Gi"),
+            sidecar("restartableInitContainer2", "2Gi"),
+            g("initContainer3", "3Gi", HP1G, "3Gi"),
+            sidecar("restartableInitContainer4", "4Gi"),
+        ],
+    );
+    let spec = pd.spec.clone().unwrap();
+    for c in spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&spec.containers)
+    {
+        assert_eq!(
+            p.allocate(&pd, c, &TopologyHint::default()),
+            Ok(()),
+            "{}",
+            c.name
+        );
+    }
+    let blocks = |size: u64| vec![b(&[0], "memory", size), b(&[0], HP1G, size)];
+    let want = assign(&[
+        ("pod1", "initContainer1", blocks(0)),
+        ("pod1", "restartableInitContainer2", blocks(2 * GB)),
+        ("pod1", "initContainer3", blocks(0)),
+        ("pod1", "restartableInitContainer4", blocks(4 * GB)),
+        ("pod1", "container1", blocks(GB)),
+    ]);
+    let want_ms = ms(vec![node(
+        10,
+        &[0],
+        &[
+            ("memory", t(7 * GB, 0, 7 * GB, 512 * MB, 7680 * MB)),
+            (HP1G, t(7 * GB, 0, 7 * GB, 0, 7 * GB)),
+        ],
+    )]);
+    check(&p, "restartable", &want, &want_ms);
 }
