@@ -107,15 +107,12 @@ impl StaticPolicy {
             let take = n.min(aligned.len());
             set = take_by_topology(&self.topology, &aligned, take)?;
         }
+        // The error names what was left to take, as kubelet's does.
         let rest = take_by_topology(
             &self.topology,
             &allocatable.difference(&set),
             n.saturating_sub(set.len()),
-        )
-        .map_err(|_| CpuError::NotEnough {
-            requested: n,
-            available: allocatable.len(),
-        })?;
+        )?;
         let set = set.union(&rest);
         self.state.default_cpu_set = self.state.default_cpu_set.difference(&set);
         self.state
@@ -308,6 +305,11 @@ mod tests {
         assert_eq!(
             p.topology_hints(&four, &c4)["cpu"],
             Some(vec![TopologyHint::new(mask(&[0, 1]), false)])
+        );
+        // Aligned on node 1 but it has only two free: those, then a whole core elsewhere.
+        assert_eq!(
+            p.allocate_aligned(&four, &c4, Some(mask(&[1]))).unwrap(),
+            Some(set("1,3,5,7"))
         );
         // A shared-pool container has no preference.
         let bu = pod("bu", vec![container("c", "cpu=1", "")]);
