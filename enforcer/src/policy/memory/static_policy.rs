@@ -168,7 +168,7 @@ fn reserve(state: &mut NumaNodeMap, bits: &[usize], resource: &str, mut size: u6
         let Some(node) = state.get_mut(n) else {
             continue;
         };
-        node.number_of_assignments += 1;
+        node.number_of_assignments = node.number_of_assignments.saturating_add(1);
         node.cells = bits.to_vec();
         if size == 0 {
             continue;
@@ -180,13 +180,13 @@ fn reserve(state: &mut NumaNodeMap, bits: &[usize], resource: &str, mut size: u6
             continue;
         }
         if t.free >= size {
-            t.reserved += size;
+            t.reserved = t.reserved.saturating_add(size);
             t.free -= size;
             size = 0;
             continue;
         }
         size -= t.free;
-        t.reserved += t.free;
+        t.reserved = t.reserved.saturating_add(t.free);
         t.free = 0;
     }
 }
@@ -627,7 +627,7 @@ impl StaticPolicy {
                 let Some(node) = machine.get_mut(n) else {
                     continue;
                 };
-                node.number_of_assignments -= 1;
+                node.number_of_assignments = node.number_of_assignments.saturating_sub(1);
                 if node.number_of_assignments == 0 {
                     node.cells = vec![*n];
                 }
@@ -642,11 +642,11 @@ impl StaticPolicy {
                 }
                 if t.reserved < released {
                     released -= t.reserved;
-                    t.free += t.reserved;
+                    t.free = t.free.saturating_add(t.reserved);
                     t.reserved = 0;
                     continue;
                 }
-                t.free += released;
+                t.free = t.free.saturating_add(released);
                 t.reserved -= released;
                 released = 0;
             }
