@@ -11,8 +11,8 @@ pub mod flags;
 mod resolve;
 
 pub use document::{
-    EnforcerSection, KubeletConfiguration, MemorySwapDoc, Scalar, ScalarMap, SignalSource,
-    from_value, parse_document,
+    EnforcerSection, KubeletConfiguration, MemorySwapDoc, ReservedMemory, Scalar, ScalarMap,
+    SignalSource, from_value, parse_document,
 };
 pub use resolve::resolve;
 
@@ -116,6 +116,18 @@ pub struct ConfigArgs {
     /// CPUs reserved for the system (a cpuset, e.g. 0-1).
     #[arg(long = "reserved-cpus", value_name = "CPUSET")]
     pub reserved_cpus: Option<String>,
+    /// Memory manager policy: None or Static.
+    #[arg(long, value_name = "POLICY")]
+    pub memory_manager_policy: Option<String>,
+    /// Memory reserved per NUMA node (repeatable; e.g. 0:memory=1Gi,hugepages-2Mi=2Gi;1:memory=2Gi).
+    #[arg(long, value_name = "NODE:RESOURCE=QUANTITY,...")]
+    pub reserved_memory: Vec<String>,
+    /// Topology manager policy: none, best-effort, restricted or single-numa-node.
+    #[arg(long, value_name = "POLICY")]
+    pub topology_manager_policy: Option<String>,
+    /// Topology manager scope: container or pod.
+    #[arg(long, value_name = "SCOPE")]
+    pub topology_manager_scope: Option<String>,
     /// Maximum number of pods.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub max_pods: Option<i32>,
@@ -328,6 +340,14 @@ pub struct Config {
     /// `reservedSystemCPUs`.
     #[serde(rename = "reservedSystemCPUs")]
     pub reserved_system_cpus: String,
+    /// `memoryManagerPolicy`.
+    pub memory_manager_policy: crate::policy::memory::MemoryManagerPolicy,
+    /// `reservedMemory`.
+    pub reserved_memory: Vec<crate::policy::memory::MemoryReservation>,
+    /// `topologyManagerPolicy`.
+    pub topology_manager_policy: crate::policy::topology::Policy,
+    /// `topologyManagerScope`.
+    pub topology_manager_scope: crate::policy::topology::Scope,
     /// `maxPods`.
     pub max_pods: u32,
     /// `kubeAPIQPS`.

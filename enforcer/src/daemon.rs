@@ -219,9 +219,18 @@ pub async fn run(
         })?;
         let enforcer =
             runtime::enforce::Enforcer::from_config(&config, kubepods_cgroups, &capacity);
-        // The CPU manager only where the enforcer runs the pods.
+        // The CPU, memory and topology managers only where the enforcer runs the pods.
         let enforcer = Arc::new(if run_pods {
-            enforcer.with_cpu_manager(&config)?
+            // The NUMA cells for the memory and topology managers (one cell where sysfs has
+            // no NUMA nodes).
+            let numa = runtime::enforce::numa_topology(Path::new("/sys"), &capacity)
+                .unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "reading the NUMA cells");
+                    crate::policy::topology::NumaTopology::default()
+                });
+            enforcer
+                .with_cpu_manager(&config)?
+                .with_resource_managers(&config, &numa, &capacity)?
         } else {
             enforcer
         });

@@ -211,6 +211,75 @@ pub fn cpu_topology(
     Ok(Topology::from_ids(raw))
 }
 
+/// The NUMA cells of the node from sysfs (`<root>/devices/system/node/node*`; root is `/sys`
+/// on a real node), as cAdvisor reads them for kubelet's `MachineInfo.Topology`: each cell's
+/// `MemTotal` (`meminfo`), hugepages pools (`hugepages/hugepages-<size>kB/nr_hugepages`) and
+/// CPUs (`cpulist`). A kernel without NUMA nodes in sysfs gives no cells.
+pub fn numa_topology(
+    root: &Path,
+) -> Result<crate::policy::topology::NumaTopology, crate::policy::topology::TopologyError> {
+    use crate::policy::{
+        cpu::CpuSet,
+        topology::{
+            HugePages, NumaCell, NumaTopology, TopologyError,
+            numa::{hugepages_dir_size_kib, node_dir_id, node_meminfo_total},
+        },
+    };
+    let err = |p: &Path, message: String| TopologyError::Sysfs {
+        path: p.display().to_string(),
+        message,
+    };
+    let read = |p: &Path| fs::read_to_string(p).map_err(|e| err(p, e.to_string()));
+    let base = root.join("devices/system/node");
+    let entries = match fs::read_dir(&base) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(NumaTopology::default()),
+        Err(e) => return Err(err(&base, e.to_string())),
+    };
+    let mut cells = Vec::new();
+    for entry in entries.flatten() {
+        let Some(id) = entry.file_name().to_str().and_then(node_dir_id) else {
+            continue;
+        };
+        let dir = entry.path();
+        let meminfo = dir.join("meminfo");
+        let memory = node_meminfo_total(&read(&meminfo)?)
+            .ok_or_else(|| err(&meminfo, "no MemTotal".into()))?;
+        let cpulist = dir.join("cpulist");
+        let cpus =
+            CpuSet::parse(read(&cpulist)?.trim()).map_err(|e| err(&cpulist, e.to_string()))?;
+        let mut hugepages = Vec::new();
+        if let Ok(pools) = fs::read_dir(dir.join("hugepages")) {
+            for pool in pools.flatten() {
+                let Some(page_size_kib) =
+                    pool.file_name().to_str().and_then(hugepages_dir_size_kib)
+                else {
+                    continue;
+                };
+                let nr = pool.path().join("nr_hugepages");
+                let text = read(&nr)?;
+                let num_pages = text
+                    .trim()
+                    .parse()
+                    .map_err(|_| err(&nr, format!("not a number: {text:?}")))?;
+                hugepages.push(HugePages {
+                    page_size_kib,
+                    num_pages,
+                });
+            }
+        }
+        hugepages.sort_by_key(|h| h.page_size_kib);
+        cells.push(NumaCell {
+            id,
+            memory,
+            hugepages,
+            cpus,
+        });
+    }
+    cells.sort_by_key(|c| c.id);
+    Ok(NumaTopology { cells })
+}
+
 /// Where the observer looks.
 #[derive(Clone, Debug)]
 pub struct NodeObserver {
@@ -669,6 +738,53 @@ mod tests {
         let topo = cpu_topology(dir.path()).unwrap();
         assert_eq!(topo.all().iter().count(), 4);
         assert!(cpu_topology(&dir.path().join("nope")).is_err());
+    }
+
+    #[test]
+    fn sysfs_numa_topology() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("devices/system/node");
+        for (id, cpus, kib, pages) in [(0, "0-1", 8_000_000, 4), (1, "2-3", 4_000_000, 0)] {
+            let n = base.join(format!("node{id}"));
+            std::fs::create_dir_all(n.join("hugepages/hugepages-2048kB")).unwrap();
+            std::fs::create_dir_all(n.join("hugepages/hugepages-1048576kB")).unwrap();
+            std::fs::write(
+                n.join("meminfo"),
+                format!("Node {id} MemTotal:       {kib} kB\nNode {id} MemFree: 1 kB\n"),
+            )
+            .unwrap();
+            std::fs::write(n.join("cpulist"), format!("{cpus}\n")).unwrap();
+            std::fs::write(
+                n.join("hugepages/hugepages-2048kB/nr_hugepages"),
+                format!("{pages}\n"),
+            )
+            .unwrap();
+            std::fs::write(n.join("hugepages/hugepages-1048576kB/nr_hugepages"), "1\n").unwrap();
+        }
+        std::fs::write(base.join("possible"), "0-1\n").unwrap();
+        let topo = numa_topology(dir.path()).unwrap();
+        assert_eq!(topo.node_ids(), vec![0, 1]);
+        let c0 = topo.cell(0).unwrap();
+        assert_eq!(c0.memory, 8_000_000 * 1024);
+        assert_eq!(c0.hugepages[0].resource_name(), "hugepages-2Mi");
+        assert_eq!(c0.hugepages[0].num_pages, 4);
+        assert_eq!(c0.hugepages[1].resource_name(), "hugepages-1Gi");
+        assert_eq!(topo.cpu_nodes()[&3], 1);
+        // No NUMA nodes in sysfs: no cells.
+        assert!(
+            numa_topology(&dir.path().join("none"))
+                .unwrap()
+                .cells
+                .is_empty()
+        );
+        // A malformed file names its path.
+        std::fs::write(base.join("node1/cpulist"), "x").unwrap();
+        assert!(
+            numa_topology(dir.path())
+                .unwrap_err()
+                .to_string()
+                .contains("node1/cpulist")
+        );
     }
 
     #[test]

@@ -15,6 +15,9 @@
 //! - [`preemption`]: the pods a critical pod that does not fit preempts (kubelet's
 //!   `CriticalPodAdmissionHandler`).
 //! - [`cpu`]: the CPU manager's static policy and its checkpoint.
+//! - [`memory`]: the memory manager's static policy, `reservedMemory` and its checkpoint.
+//! - [`topology`]: the topology manager: NUMA cells, hint merging and its admission.
+//! - [`checksum`]: kubelet's checkpoint checksum.
 //! - [`pod_actions`]: the pod worker's plan (kubelet's `computePodActions`) and the pod phase.
 //! - [`pod_status`]: the pod's status (kubelet's `generateAPIPodStatus`) from what the worker
 //!   observed.
@@ -28,11 +31,13 @@
 pub mod admission;
 pub mod backoff;
 pub mod cgroup_name;
+pub mod checksum;
 pub mod cpu;
 pub mod dns;
 pub mod env;
 pub mod eviction;
 pub mod images;
+pub mod memory;
 pub mod objects;
 pub mod oom;
 pub mod pod_actions;
@@ -42,4 +47,5 @@ pub mod qos;
 pub mod resources;
 pub mod security;
 pub mod swap;
+pub mod topology;
 pub mod volumes;

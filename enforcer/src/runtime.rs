@@ -540,7 +540,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                 pods.workers.remove(&uid);
                 link.forget_oom_kills(&uid);
                 pods.admissions.release(&uid);
-                opts.enforce.release_cpus(&uid);
+                opts.enforce.release_resources(&uid);
                 pods.sync_node();
                 cpu_reconcile.notify_one();
                 link.remove_active(&uid);

@@ -60,6 +60,16 @@ impl<'de> Deserialize<'de> for Scalar {
 /// A map of [`Scalar`]s.
 pub type ScalarMap = BTreeMap<String, Scalar>;
 
+/// One `reservedMemory` entry (kubelet's `MemoryReservation`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReservedMemory {
+    /// `numaNode`.
+    pub numa_node: Option<i32>,
+    /// `limits`: resource -> quantity.
+    pub limits: Option<ScalarMap>,
+}
+
 /// The `enforcer:` section: what kubelet has no field for.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -198,6 +208,10 @@ pub struct KubeletConfiguration {
     pub cpu_manager_reconcile_period: Option<Scalar>,
     #[serde(rename = "reservedSystemCPUs")]
     pub reserved_system_cpus: Option<String>,
+    pub memory_manager_policy: Option<String>,
+    pub reserved_memory: Option<Vec<ReservedMemory>>,
+    pub topology_manager_policy: Option<String>,
+    pub topology_manager_scope: Option<String>,
     pub max_pods: Option<i32>,
     #[serde(rename = "kubeAPIQPS")]
     pub kube_api_qps: Option<i32>,

@@ -8,6 +8,7 @@
 mod enforcer;
 mod eviction;
 mod images;
+mod managers;
 mod node;
 mod serving;
 
@@ -59,6 +60,10 @@ pub(super) mod key {
         /// File only.
         CPU_MANAGER_RECONCILE_PERIOD = "cpuManagerReconcilePeriod", "cpuManagerReconcilePeriod";
         RESERVED_SYSTEM_CPUS = "reservedSystemCPUs", "--reserved-cpus";
+        MEMORY_MANAGER_POLICY = "memoryManagerPolicy", "--memory-manager-policy";
+        RESERVED_MEMORY = "reservedMemory", "--reserved-memory";
+        TOPOLOGY_MANAGER_POLICY = "topologyManagerPolicy", "--topology-manager-policy";
+        TOPOLOGY_MANAGER_SCOPE = "topologyManagerScope", "--topology-manager-scope";
         MAX_PODS = "maxPods", "--max-pods";
         KUBE_API_QPS = "kubeAPIQPS", "--kube-api-qps";
         KUBE_API_BURST = "kubeAPIBurst", "--kube-api-burst";
@@ -351,6 +356,7 @@ pub fn resolve(
     let reserved = node::reservations(&n, &maps)?;
     let cgroups = node::cgroups(&n, doc, args)?;
     let cpu_manager = node::cpu_manager(&n, doc, args)?;
+    let managers = managers::managers(&n, doc, args)?;
     let rates = node::rates(&n, doc, args)?;
     let memory_throttling_factor = node::memory_throttling_factor(&n, doc)?;
     let memory_swap = node::memory_swap(&n, doc)?;
@@ -382,6 +388,10 @@ pub fn resolve(
         cpu_manager_policy: cpu_manager.policy,
         cpu_manager_reconcile_period: cpu_manager.reconcile_period,
         reserved_system_cpus: cpu_manager.reserved_system_cpus,
+        memory_manager_policy: managers.memory_manager_policy,
+        reserved_memory: managers.reserved_memory,
+        topology_manager_policy: managers.topology_manager_policy,
+        topology_manager_scope: managers.topology_manager_scope,
         max_pods: rates.max_pods,
         kube_api_qps: rates.kube_api_qps,
         kube_api_burst: rates.kube_api_burst,

@@ -466,3 +466,100 @@ fn memory_swap_and_fail_swap_on() {
     assert_eq!(json["memorySwap"]["swapBehavior"], "NoSwap");
     assert_eq!(json["failSwapOn"], true);
 }
+
+#[test]
+fn resource_managers() {
+    use crate::policy::{
+        memory::MemoryManagerPolicy,
+        topology::{Policy, Scope},
+    };
+    let c = Config::defaults().unwrap();
+    assert_eq!(c.memory_manager_policy, MemoryManagerPolicy::None);
+    assert!(c.reserved_memory.is_empty());
+    assert_eq!(c.topology_manager_policy, Policy::None);
+    assert_eq!(c.topology_manager_scope, Scope::Container);
+    let d = doc(
+        "memoryManagerPolicy: Static\nreservedMemory: [{numaNode: 0, limits: {memory: 1Gi, hugepages-2Mi: 2Mi}}, {numaNode: 1, limits: {memory: 512Mi}}]\ntopologyManagerPolicy: single-numa-node\ntopologyManagerScope: container\n",
+    );
+    let l = resolve("c.yaml", &d, &ConfigArgs::default()).unwrap();
+    assert_eq!(l.config.memory_manager_policy, MemoryManagerPolicy::Static);
+    assert_eq!(l.config.reserved_memory.len(), 2);
+    assert_eq!(
+        l.config.reserved_memory[0].limits["hugepages-2Mi"].to_string(),
+        "2Mi"
+    );
+    assert_eq!(l.config.topology_manager_policy, Policy::SingleNumaNode);
+    // Flags replace the file's entries.
+    let args = ConfigArgs {
+        reserved_memory: vec!["0:memory=1Gi;1:memory=2Gi,hugepages-1Gi=1Gi".into()],
+        topology_manager_policy: Some("restricted".into()),
+        ..Default::default()
+    };
+    let l = resolve("c.yaml", &d, &args).unwrap();
+    assert_eq!(
+        l.config.reserved_memory[1].limits["hugepages-1Gi"].to_string(),
+        "1Gi"
+    );
+    assert_eq!(l.config.topology_manager_policy, Policy::Restricted);
+    // Errors name the field (or flag) and the value.
+    let err = |yaml: &str, args: ConfigArgs| {
+        resolve("c.yaml", &doc(yaml), &args)
+            .unwrap_err()
+            .to_string()
+    };
+    let e = err("memoryManagerPolicy: static", ConfigArgs::default());
+    assert!(
+        e.contains("memoryManagerPolicy") && e.contains("None or Static"),
+        "{e}"
+    );
+    let e = err("memoryManagerPolicy: Static", ConfigArgs::default());
+    assert!(
+        e.contains("memoryManagerPolicy") && e.contains("system reserved memory"),
+        "{e}"
+    );
+    let e = err(
+        "reservedMemory: [{numaNode: 0, limits: {cpu: 1}}]",
+        ConfigArgs::default(),
+    );
+    assert!(
+        e.contains("reservedMemory") && e.contains("\"cpu\" for NUMA node 0 is not supported"),
+        "{e}"
+    );
+    let e = err(
+        "reservedMemory: [{numaNode: 0, limits: {memory: 0}}]",
+        ConfigArgs::default(),
+    );
+    assert!(e.contains("may not be zero"), "{e}");
+    let e = err(
+        "reservedMemory: [{numaNode: 0, limits: {memory: 1Gi}}, {numaNode: 0, limits: {memory: 1Gi}}]",
+        ConfigArgs::default(),
+    );
+    assert!(e.contains("duplicate value for NUMA node 0"), "{e}");
+    let e = err(
+        "",
+        ConfigArgs {
+            reserved_memory: vec!["x:memory=1Gi".into()],
+            ..Default::default()
+        },
+    );
+    assert!(
+        e.contains("--reserved-memory") && e.contains("NUMA node number"),
+        "{e}"
+    );
+    let e = err("topologyManagerPolicy: strict", ConfigArgs::default());
+    assert!(
+        e.contains("topologyManagerPolicy") && e.contains("single-numa-node"),
+        "{e}"
+    );
+    let e = err(
+        "",
+        ConfigArgs {
+            topology_manager_scope: Some("node".into()),
+            ..Default::default()
+        },
+    );
+    assert!(
+        e.contains("--topology-manager-scope") && e.contains("container or pod"),
+        "{e}"
+    );
+}

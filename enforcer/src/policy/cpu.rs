@@ -12,11 +12,14 @@
 //! - [`topology`]: [`Topology`], which socket and core each CPU sits on.
 //! - [`assignment`]: [`take_by_topology`], kubelet's packed CPU assignment.
 //! - [`static_policy`]: [`StaticPolicy`], allocation and release of exclusive CPUs.
+//! - [`hints`]: the static policy as a topology manager hint provider (`GetTopologyHints`,
+//!   NUMA-aligned `Allocate`).
 //! - [`checkpoint`]: [`CpuState`] and its [`Checkpoint`] (`cpu_manager_state`), checksummed.
 
 pub mod assignment;
 pub mod checkpoint;
 pub mod cpuset;
+pub mod hints;
 pub mod static_policy;
 pub mod topology;
 

@@ -29,10 +29,14 @@ use crate::{
     policy::{
         cpu::{Checkpoint, CpuError, CpuSet, StaticPolicy, Topology},
         oom::KUBELET_OOM_SCORE_ADJ,
-        resources::{self, cgroup::CgroupOptions},
+        resources::cgroup::CgroupOptions,
     },
     runtime::{ContainerRuntime, spec},
 };
+
+mod managers;
+
+pub use managers::numa_topology;
 
 /// The CPU manager's checkpoint file in the state directory (kubelet's name).
 pub const CPU_MANAGER_STATE_FILE: &str = "cpu_manager_state";
@@ -48,6 +52,19 @@ pub enum EnforceError {
         #[source]
         source: CpuError,
     },
+    /// The memory manager cannot start (policy change against the checkpoint,
+    /// `reservedMemory` that does not add up, a checkpoint that does not match the machine...).
+    #[error(
+        "memory manager ({path}): {source}; if the checkpoint is at fault, drain this node and delete it before restarting"
+    )]
+    MemoryManager {
+        path: PathBuf,
+        #[source]
+        source: crate::policy::memory::MemoryError,
+    },
+    /// The topology manager cannot start.
+    #[error("topology manager: {0}")]
+    TopologyManager(#[source] crate::policy::topology::TopologyError),
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -162,6 +179,10 @@ pub struct Enforcer {
     node_logged: AtomicBool,
     /// The CPU manager (static policy only).
     cpu: Option<Mutex<CpuManager>>,
+    /// The memory manager (static policy only).
+    memory: Option<Mutex<managers::MemoryManager>>,
+    /// The topology manager's policy and the NUMA nodes.
+    topology: managers::TopologyManager,
     /// Container id -> the cpuset last pushed through CRI.
     pushed: Mutex<HashMap<String, String>>,
     /// Read the containers' `oom_score_adj` without correcting it (kubelet's behaviour: the
@@ -185,6 +206,8 @@ impl Enforcer {
             oom_clamp_logged: AtomicBool::new(false),
             node_logged: AtomicBool::new(false),
             cpu: None,
+            memory: None,
+            topology: managers::TopologyManager::default(),
             pushed: Mutex::new(HashMap::new()),
             oom_read_only: false,
         }
@@ -260,7 +283,11 @@ impl Enforcer {
             .filter_map(|m| m.get("cpu"))
             .fold(0i64, |a, q| a.saturating_add(q.milli_value()));
         let topology = if config.cpu_manager_policy == CpuManagerPolicy::Static {
-            crate::node::cpu_topology(Path::new("/sys"))
+            // Each CPU's NUMA node, for the topology manager's hints.
+            let nodes = crate::node::numa_topology(Path::new("/sys"))
+                .map(|n| n.cpu_nodes())
+                .unwrap_or_default();
+            crate::node::cpu_topology(Path::new("/sys")).map(|t| t.with_numa_nodes(&nodes))
         } else {
             Ok(Topology::uniform(1, 1, 1))
         };
@@ -273,34 +300,6 @@ impl Enforcer {
         )?
         .map(Mutex::new);
         Ok(self)
-    }
-
-    /// Allocates exclusive CPUs to the pod's Guaranteed integer-cpu containers (static policy;
-    /// kubelet's admission-time `Allocate`) and writes the checkpoint.
-    pub fn admit_cpus(&self, pod: &Pod) {
-        let Some(cpu) = &self.cpu else { return };
-        let Ok(mut m) = cpu.lock() else { return };
-        let mut defaulted = pod.clone();
-        resources::apply_defaults(&mut defaulted);
-        let mut changed = false;
-        for c in resources::init_containers(&defaulted)
-            .iter()
-            .chain(resources::containers(&defaulted))
-        {
-            match m.policy.allocate(&defaulted, c) {
-                Ok(Some(set)) => {
-                    changed = true;
-                    tracing::info!(uid = resources::pod_uid(&defaulted), container = %c.name, cpus = %set, "exclusive cpus");
-                }
-                Ok(None) => {}
-                Err(e) => {
-                    tracing::warn!(uid = resources::pod_uid(&defaulted), container = %c.name, error = %e, "cpu manager allocation")
-                }
-            }
-        }
-        if changed {
-            m.save();
-        }
     }
 
     /// Gives a terminated pod's exclusive CPUs back to the shared pool.

@@ -16,7 +16,7 @@ use super::{
     spec,
     status::{PodPhase, PodRecord},
 };
-use crate::policy::{admission, preemption};
+use crate::policy::{admission, eviction::manager::AdmitResult, preemption};
 
 pub(super) struct Handle {
     pub(super) tx: mpsc::UnboundedSender<WorkUpdate>,
@@ -155,6 +155,13 @@ impl<R: ContainerRuntime> Pods<R> {
     /// CPUs allocated, kubepods in step, active for the eviction manager. A rejected pod gets
     /// its Failed status instead.
     pub(super) fn admit_and_spawn(&mut self, uid: String, u: PodUpdate) -> Result<(), Rejected> {
+        // kubelet's resource allocation admission (CPU and memory managers along the topology
+        // manager's hints) runs before resource fit and preemption.
+        let allocated = self.ctx.enforce.admit_resources(&u.pod);
+        if !allocated.admitted {
+            self.ctx.enforce.release_resources(&uid);
+            return Err(self.reject(&u, allocated));
+        }
         match self.admissions.try_admit(
             &uid,
             &u.pod,
@@ -165,7 +172,6 @@ impl<R: ContainerRuntime> Pods<R> {
                 for (victim, pod) in preempted.victims {
                     self.preempt(&victim, pod, &preempted.signal);
                 }
-                self.ctx.enforce.admit_cpus(&u.pod);
                 self.sync_node();
                 if let Ok(cgroup) = self.ctx.cgroups.pod_path(&uid, spec::pod_qos(&u.pod)) {
                     self.link
@@ -177,15 +183,21 @@ impl<R: ContainerRuntime> Pods<R> {
                 Ok(())
             }
             Err(r) => {
-                let message = admission::rejected_status_message(&r);
-                self.ctx
-                    .status
-                    .set(failed_record(&u.pod, &u.source, &r.reason, message.clone()));
-                Err(Rejected {
-                    reason: r.reason,
-                    message,
-                })
+                self.ctx.enforce.release_resources(&uid);
+                Err(self.reject(&u, r))
             }
+        }
+    }
+
+    /// A rejected pod's Failed status, and the rejection.
+    fn reject(&self, u: &PodUpdate, r: AdmitResult) -> Rejected {
+        let message = admission::rejected_status_message(&r);
+        self.ctx
+            .status
+            .set(failed_record(&u.pod, &u.source, &r.reason, message.clone()));
+        Rejected {
+            reason: r.reason,
+            message,
         }
     }
 }

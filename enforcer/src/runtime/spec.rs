@@ -313,6 +313,8 @@ pub struct ResourceOptions {
     pub cgroup: CgroupOptions,
     /// The CPU manager's cpuset for this container (static policy), if any.
     pub cpuset: Option<String>,
+    /// The memory manager's NUMA nodes for this container (`cpuset.mems`), if any.
+    pub cpuset_mems: Option<String>,
 }
 
 /// The container config (kubelet's `generateContainerConfig`) with default resource options
@@ -333,6 +335,7 @@ pub fn container_config(
             ..CgroupOptions::default()
         },
         cpuset: None,
+        cpuset_mems: None,
     };
     let sc = security::container_security_context(
         pod,
@@ -392,6 +395,7 @@ pub fn linux_resources(
         memory_swap_limit_in_bytes,
         oom_score_adj: decided.max(oom_score_adj_floor(node.cap_sys_resource)),
         cpuset_cpus: opts.cpuset.clone().unwrap_or_default(),
+        cpuset_mems: opts.cpuset_mems.clone().unwrap_or_default(),
         unified,
         ..Default::default()
     }
@@ -531,12 +535,14 @@ mod tests {
                 ..CgroupOptions::default()
             },
             cpuset: Some("1".into()),
+            cpuset_mems: Some("0".into()),
         };
         let r = linux_resources(&b, c, node, &opts);
         assert_eq!((r.cpu_shares, r.cpu_quota, r.cpu_period), (256, 0, 0));
         assert_eq!(r.memory_limit_in_bytes, 2 << 30);
         assert_eq!(r.oom_score_adj, 750);
         assert_eq!(r.cpuset_cpus, "1");
+        assert_eq!(r.cpuset_mems, "0");
         assert_eq!(
             r.unified.get("memory.min").map(String::as_str),
             Some("1073741824")
@@ -554,6 +560,7 @@ mod tests {
                 ..opts.cgroup
             },
             cpuset: None,
+            cpuset_mems: None,
         };
         assert!(
             !linux_resources(&b, c, node, &single)
@@ -566,6 +573,7 @@ mod tests {
                 ..opts.cgroup
             },
             cpuset: None,
+            cpuset_mems: None,
         };
         assert!(
             !linux_resources(&b, c, node, &v1)

@@ -83,6 +83,47 @@ pub fn allocatable(
         .collect()
 }
 
+/// kubelet's `GetNodeAllocatableReservation`: for each resource of `capacity`,
+/// systemReserved + kubeReserved + the hard eviction threshold's reservation (`memory.available`
+/// -> memory, `nodefs.available` -> ephemeral-storage; percentages of capacity), zeros left
+/// out. Sums keep Go's formats (a zero takes the other's), so the memory manager's error texts
+/// print them as kubelet does.
+#[must_use]
+pub fn reservation(
+    capacity: &ResourceList,
+    system_reserved: &ResourceList,
+    kube_reserved: &ResourceList,
+    hard: &[Threshold],
+) -> ResourceList {
+    let go_add = |a: Quantity, b: Quantity| {
+        let format = if a.is_zero() { b.format() } else { a.format() };
+        Quantity::from_nanos(a.nanos().saturating_add(b.nanos()), format).unwrap_or(a)
+    };
+    let mut eviction = ResourceList::new();
+    for t in hard.iter().filter(|t| t.is_hard()) {
+        let resource = match t.signal {
+            Signal::MemoryAvailable => "memory",
+            Signal::NodeFsAvailable => "ephemeral-storage",
+            _ => continue,
+        };
+        let cap = capacity.get(resource).map_or(0, Quantity::value);
+        eviction.insert(resource.to_owned(), t.value.resolve(cap));
+    }
+    let mut out = ResourceList::new();
+    for k in capacity.keys() {
+        let mut value = Quantity::default();
+        for list in [system_reserved, kube_reserved, &eviction] {
+            if let Some(q) = list.get(k) {
+                value = go_add(value, *q);
+            }
+        }
+        if !value.is_zero() {
+            out.insert(k.clone(), value);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -91,12 +91,7 @@ impl Checkpoint {
     }
 
     fn compute_checksum(&self) -> u64 {
-        let mut hash: u32 = 0x811c_9dc5;
-        for b in self.spew().bytes() {
-            hash ^= u32::from(b);
-            hash = hash.wrapping_mul(0x0100_0193);
-        }
-        u64::from(hash)
+        crate::policy::checksum::of_spew(&self.spew())
     }
 
     /// Parses and verifies a checkpoint file's JSON.

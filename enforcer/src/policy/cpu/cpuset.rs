@@ -62,6 +62,12 @@ impl CpuSet {
         Self(self.0.union(&other.0).copied().collect())
     }
 
+    /// `self ∩ other`.
+    #[must_use]
+    pub fn intersection(&self, other: &Self) -> Self {
+        Self(self.0.intersection(&other.0).copied().collect())
+    }
+
     /// `self \ other`.
     #[must_use]
     pub fn difference(&self, other: &Self) -> Self {

@@ -18,9 +18,9 @@ use crate::policy::{
 /// The static policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StaticPolicy {
-    topology: Topology,
-    reserved: CpuSet,
-    state: CpuState,
+    pub(super) topology: Topology,
+    pub(super) reserved: CpuSet,
+    pub(super) state: CpuState,
 }
 
 /// The exclusive CPUs a container needs: a whole number of CPUs in a Guaranteed pod, else 0.
@@ -122,33 +122,14 @@ impl StaticPolicy {
     }
 
     /// `Allocate`: exclusive CPUs for a Guaranteed integer-CPU container (idempotent), or
-    /// `None` for a container that shares the pool.
+    /// `None` for a container that shares the pool; without a NUMA affinity (see
+    /// [`Self::allocate_aligned`]).
     pub fn allocate(
         &mut self,
         pod: &Pod,
         container: &Container,
     ) -> Result<Option<CpuSet>, CpuError> {
-        let n = guaranteed_cpus(pod, container);
-        if n == 0 {
-            return Ok(None);
-        }
-        let uid = resources::pod_uid(pod).to_owned();
-        if let Some(set) = self
-            .state
-            .assignments
-            .get(&uid)
-            .and_then(|m| m.get(&container.name))
-        {
-            return Ok(Some(set.clone()));
-        }
-        let set = take_by_topology(&self.topology, &self.assignable(), n)?;
-        self.state.default_cpu_set = self.state.default_cpu_set.difference(&set);
-        self.state
-            .assignments
-            .entry(uid)
-            .or_default()
-            .insert(container.name.clone(), set.clone());
-        Ok(Some(set))
+        self.allocate_aligned(pod, container, None)
     }
 
     /// `RemoveContainer`: gives the container's CPUs back to the shared pool.

@@ -15,6 +15,8 @@ pub struct CpuInfo {
     pub socket: u32,
     /// Core, unique across sockets.
     pub core: u32,
+    /// NUMA node (0 on a machine without NUMA nodes in sysfs).
+    pub numa_node: usize,
 }
 
 /// The machine's CPU topology.
@@ -38,6 +40,7 @@ impl Topology {
                         CpuInfo {
                             socket: s,
                             core: s * cores_per_socket + c,
+                            numa_node: s as usize,
                         },
                     );
                 }
@@ -56,9 +59,45 @@ impl Topology {
         for (cpu, socket, core_id) in raw {
             let next = u32::try_from(ids.len()).unwrap_or(u32::MAX);
             let core = *ids.entry((socket, core_id)).or_insert(next);
-            cpus.insert(cpu, CpuInfo { socket, core });
+            cpus.insert(
+                cpu,
+                CpuInfo {
+                    socket,
+                    core,
+                    numa_node: 0,
+                },
+            );
         }
         Self { cpus }
+    }
+
+    /// The NUMA node of each CPU (CPU id -> node, from
+    /// [`crate::policy::topology::NumaTopology::cpu_nodes`]); CPUs not listed keep theirs.
+    #[must_use]
+    pub fn with_numa_nodes(mut self, nodes: &BTreeMap<u32, usize>) -> Self {
+        for (cpu, info) in &mut self.cpus {
+            if let Some(n) = nodes.get(cpu) {
+                info.numa_node = *n;
+            }
+        }
+        self
+    }
+
+    /// The NUMA nodes of the CPUs, ascending (`CPUDetails.NUMANodes()`).
+    #[must_use]
+    pub fn numa_nodes(&self) -> Vec<usize> {
+        let set: BTreeSet<usize> = self.cpus.values().map(|c| c.numa_node).collect();
+        set.into_iter().collect()
+    }
+
+    /// The CPUs on the NUMA nodes of `mask` (`CPUsInNUMANodes`).
+    #[must_use]
+    pub fn cpus_in_numa_nodes(&self, mask: crate::policy::topology::BitMask) -> CpuSet {
+        self.cpus
+            .iter()
+            .filter(|(_, i)| mask.is_set(i.numa_node))
+            .map(|(c, _)| *c)
+            .collect()
     }
 
     /// All CPUs.
@@ -100,7 +139,14 @@ mod tests {
     #[test]
     fn topology_from_ids_numbers_cores_across_sockets() {
         let topo = Topology::from_ids([(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]);
-        assert_eq!(topo.cpus[&2], CpuInfo { socket: 1, core: 2 });
+        assert_eq!(
+            topo.cpus[&2],
+            CpuInfo {
+                socket: 1,
+                core: 2,
+                numa_node: 0
+            }
+        );
         assert_eq!(topo.all(), set("0-3"));
     }
 }

@@ -285,6 +285,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
         let resources = spec::ResourceOptions {
             cgroup: *self.ctx.cgroups.options(),
             cpuset: self.ctx.enforce.cpuset(&self.uid, &c.name),
+            cpuset_mems: self.ctx.enforce.cpuset_mems(&self.uid, &c.name),
         };
         let mut config = spec::container_config_with(
             pod,
