@@ -13,6 +13,7 @@ use crate::{
     cgroup::{CgroupLayout, CgroupVersion, join_inside},
     config::{Config, SignalSource},
     health::Health,
+    eviction_manager::TripwireHow,
     kernel::{self, Capabilities, PipelineOptions, SourceChoice, Watch},
     node::{self, NodeObserver},
     policy::{
@@ -568,8 +569,8 @@ pub async fn run(
     Ok(())
 }
 
-/// The kubepods cgroup of the v2 crossing tripwire: on a v2 memory controller with
-/// `memoryTripwire` on (the default) and at least one memory threshold.
+/// The kubepods cgroup of the crossing tripwire (v2 `memory.high`, v1 a usage-threshold
+/// eventfd): with `memoryTripwire` on (the default) and at least one memory threshold.
 fn tripwire_cgroup(
     config: &Config,
     layout: &CgroupLayout,
@@ -582,13 +583,17 @@ fn tripwire_cgroup(
             EvictionSignal::MemoryAvailable | EvictionSignal::AllocatableMemoryAvailable
         )
     });
-    if version != CgroupVersion::V2 || !config.enforcer.memory_tripwire || !memory_threshold {
+    if !config.enforcer.memory_tripwire || !memory_threshold {
         return None;
     }
     let dir = join_inside(mount, kubepods).ok()?;
     Some(crate::eviction_manager::TripwireCgroup {
         dir,
         mount: mount.to_path_buf(),
+        how: match version {
+            CgroupVersion::V1 => TripwireHow::UsageEventfd,
+            CgroupVersion::V2 => TripwireHow::MemoryHigh,
+        },
     })
 }
 

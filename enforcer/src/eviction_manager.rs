@@ -17,7 +17,7 @@ use std::{sync::Arc, time::Duration};
 
 pub use observe::imagefs_mountpoint;
 pub use signals::{is_pressure, is_urgent};
-pub use tripwire::TripwireCgroup;
+pub use tripwire::{TripwireCgroup, TripwireHow};
 
 use self::{
     act::Observed,
@@ -31,7 +31,7 @@ use crate::{
     kernel,
     kills::{KillLog, TriggerSignal},
     policy::eviction::{
-        NodeCondition, State,
+        NodeCondition, Resource, State,
         manager::{Action, Input, NodeReclaimed, next_deadline, step},
         tripwire::Tripwire,
     },
@@ -63,6 +63,12 @@ impl std::fmt::Display for Trigger {
     }
 }
 
+/// What woke the run loop.
+enum Woke {
+    Trigger(Trigger),
+    Signal(crate::signal::Signal),
+}
+
 /// What the run loop remembers between steps besides the decision core's state.
 #[derive(Debug, Default)]
 struct Memo {
@@ -72,8 +78,13 @@ struct Memo {
     /// When the runtime was last asked for its image filesystem, and whether it answered.
     imagefs_asked: Option<Duration>,
     imagefs_known: bool,
-    /// The v2 tripwire as last written.
+    /// The tripwire as last written (v2 `memory.high`, v1 usage threshold).
     tripwire: Option<Tripwire>,
+    /// The v1 tripwire's usage threshold, registered, in the crossing thread's reactor.
+    wire: Option<tokio::io::unix::AsyncFd<kernel::threshold::UsageThreshold>>,
+    /// The usage was already past the v1 tripwire when it was registered (which the kernel
+    /// does not signal): the loop steps at once.
+    wire_missed: bool,
     /// The kill records (`kills`).
     kills: KillLog,
     /// The kernel signal that started this step (`None` on a tick or a due instant).
@@ -179,10 +190,10 @@ impl EvictionManager {
             };
             named.clear();
             memo.trigger = None;
-            let trigger = tokio::select! {
+            let woke = tokio::select! {
                 () = &mut stop => break,
-                _ = tick.tick() => Trigger::Housekeeping,
-                () = deadline => Trigger::Deadline,
+                _ = tick.tick() => Woke::Trigger(Trigger::Housekeeping),
+                () = deadline => Woke::Trigger(Trigger::Deadline),
                 s = pipeline.signals.recv(), if signals_open => match s {
                     None => {
                         tracing::error!("signal pipeline ended; housekeeping continues");
@@ -190,26 +201,35 @@ impl EvictionManager {
                         signals_open = false;
                         continue;
                     }
-                    Some(s) => {
-                        log_signal(&s);
-                        if !is_pressure(&s) {
-                            continue;
-                        }
-                        let floor = last_step + MIN_STEP_INTERVAL;
-                        self.absorb(&s, &mut memo, &mut named, false);
-                        let urgent = gather_burst(
-                            &mut pipeline.signals,
-                            is_urgent(&s),
-                            floor,
-                            |more, urgent| {
-                                log_signal(more);
-                                self.absorb(more, &mut memo, &mut named, urgent);
-                            },
-                        )
-                        .await;
-                        if urgent { Trigger::Crossing } else { Trigger::Signal }
-                    }
+                    Some(s) => Woke::Signal(s),
                 },
+                // The v1 tripwire: a usage threshold this thread's reactor waits on itself.
+                s = self.wire_fired(memo.wire.as_ref(), memo.wire_missed) => {
+                    memo.wire_missed = false;
+                    Woke::Signal(s)
+                }
+            };
+            let trigger = match woke {
+                Woke::Trigger(t) => t,
+                Woke::Signal(s) => {
+                    log_signal(&s);
+                    if !is_pressure(&s) {
+                        continue;
+                    }
+                    let floor = last_step + MIN_STEP_INTERVAL;
+                    self.absorb(&s, &mut memo, &mut named, false);
+                    let urgent = gather_burst(
+                        &mut pipeline.signals,
+                        is_urgent(&s),
+                        floor,
+                        |more, urgent| {
+                            log_signal(more);
+                            self.absorb(more, &mut memo, &mut named, urgent);
+                        },
+                    )
+                    .await;
+                    if urgent { Trigger::Crossing } else { Trigger::Signal }
+                }
             };
             last_step = tokio::time::Instant::now();
             if trigger == Trigger::Housekeeping {
@@ -290,10 +310,13 @@ impl EvictionManager {
             let (next, decision) = step(&self.config.eviction, state, &input);
             state = next;
             if decision.action == Action::Reobserve {
-                // A victim is chosen on every pod's fresh memory: before evicting on figures
-                // some of which were carried over, read every pod again and decide again.
+                // A victim is chosen on every pod's fresh figures: before evicting on figures
+                // some of which were carried over, read every pod again and decide again. For
+                // memory, as at a crossing, every pod's usage counter (microseconds each); for
+                // the other resources every pod in full.
+                let memory = matches!(decision.reclaim, Some((_, Resource::Memory)));
                 let again = Refresh {
-                    pods: PodScope::All,
+                    pods: if memory { PodScope::Usage } else { PodScope::All },
                     logs: false,
                 };
                 match self.stats.refresh(again, targets.clone(), now).await {

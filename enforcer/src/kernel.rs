@@ -6,6 +6,7 @@ pub mod ebpf;
 pub mod fallback;
 pub mod probe;
 pub mod realtime;
+pub mod threshold;
 pub mod tracefmt;
 
 use std::{path::PathBuf, sync::Arc, time::Duration};

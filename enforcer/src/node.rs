@@ -429,19 +429,17 @@ impl NodeObserver {
         Ok(())
     }
 
-    /// The kubepods cgroup's memory usage, page cache included (`memory.current`): what the
-    /// v2 tripwire's `memory.high` is compared with. `None` on a v1 memory controller, where
-    /// there is no tripwire (and no file read for it).
+    /// The kubepods cgroup's memory usage, page cache included (v2 `memory.current`, v1
+    /// `memory.usage_in_bytes`): where the tripwire is placed from.
     #[must_use]
     pub fn kubepods_usage(&self) -> Option<i64> {
-        if !matches!(
-            self.layout.controller("memory"),
-            Some((_, crate::cgroup::CgroupVersion::V2))
-        ) {
-            return None;
-        }
+        let (_, version) = self.layout.controller("memory")?;
         let dir = self.memory_dir(&self.kubepods).ok()?;
-        read_i64(&dir.join("memory.current")).ok()
+        read_i64(&dir.join(match version {
+            crate::cgroup::CgroupVersion::V1 => "memory.usage_in_bytes",
+            crate::cgroup::CgroupVersion::V2 => "memory.current",
+        }))
+        .ok()
     }
 
     /// Tasks in the kubepods cgroup (`pids.current`, hierarchical); 0 before any pod ran.

@@ -81,8 +81,8 @@ pub struct NodeSnapshot {
     pub observations: Observations,
     /// Per pod, by uid.
     pub pods: BTreeMap<String, PodSample>,
-    /// The kubepods cgroup's memory usage, page cache included (where the v2 tripwire is
-    /// placed from).
+    /// The kubepods cgroup's memory usage, page cache included (where the tripwire is placed
+    /// from).
     pub kubepods_usage: Option<i64>,
 }
 

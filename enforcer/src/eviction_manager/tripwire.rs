@@ -1,19 +1,36 @@
-//! The v2 `memory.high` tripwire on kubepods (`policy::eviction::tripwire`): placed after
-//! every step so the next crossing is a kernel event.
+//! The crossing tripwire on kubepods (`policy::eviction::tripwire`): placed after every step
+//! so the next crossing is a kernel event. On cgroup v2 it is kubepods' `memory.high` (the
+//! kernel reclaims past it, which eBPF and `memory.events` report); on v1 a usage threshold
+//! eventfd at the same place, which the crossing thread's own reactor waits on (no reader
+//! thread between the kernel and the step).
 
 use std::path::PathBuf;
 
+use tokio::io::unix::AsyncFd;
+
 use super::{EvictionManager, Memo};
 use crate::{
+    kernel::threshold::UsageThreshold,
     policy::eviction::tripwire::{self, Tripwire},
+    signal::{Signal, SignalKind, SourceKind},
     stats::NodeSnapshot,
 };
 
-/// The kubepods cgroup of the v2 tripwire: its directory and the hierarchy's mount.
+/// How the tripwire is laid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TripwireHow {
+    /// cgroup v2: `memory.high` of kubepods.
+    MemoryHigh,
+    /// cgroup v1: a usage threshold on kubepods' `memory.usage_in_bytes`, through an eventfd.
+    UsageEventfd,
+}
+
+/// The kubepods cgroup of the tripwire: its directory and the hierarchy's mount.
 #[derive(Clone, Debug)]
 pub struct TripwireCgroup {
     pub dir: PathBuf,
     pub mount: PathBuf,
+    pub how: TripwireHow,
 }
 
 /// The tripwire is never placed closer than this above kubepods' usage: two charge batches
@@ -49,6 +66,10 @@ impl EvictionManager {
         let Some(t) = &self.tripwire else {
             return;
         };
+        if t.how == TripwireHow::UsageEventfd {
+            self.register_wire(t, next, memo);
+            return;
+        }
         // Another writer may have put it back to `max`: systemd re-applies a slice's memory
         // attributes when its children change (the systemd driver's kubepods slice). An armed
         // tripwire the file no longer shows is forgotten, so it is written again.
@@ -79,5 +100,75 @@ impl EvictionManager {
             }
             Err(e) => tracing::warn!(error = %e, "placing the memory.high tripwire"),
         }
+    }
+}
+
+impl EvictionManager {
+    /// The v1 tripwire: the usage threshold registered again at `next` (the last one closed,
+    /// which unregisters it), or none when off.
+    fn register_wire(&self, t: &TripwireCgroup, next: Tripwire, memo: &mut Memo) {
+        if !tripwire::worth_writing(memo.tripwire, next, TRIPWIRE_SLACK) {
+            return;
+        }
+        memo.wire = None;
+        memo.wire_missed = false;
+        if let Tripwire::At(at) = next {
+            let registered = u64::try_from(at)
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
+                .and_then(|bytes| UsageThreshold::register(&t.dir, bytes))
+                .and_then(UsageThreshold::into_async);
+            match registered {
+                Ok(fd) => {
+                    // Already past it: the kernel signals only the next crossing.
+                    let usage = fd.get_ref().usage();
+                    memo.wire_missed = usage.is_some_and(|u| u >= fd.get_ref().bytes);
+                    memo.wire = Some(fd);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, cgroup = %t.dir.display(), "registering the usage-threshold tripwire");
+                    memo.tripwire = None;
+                    return;
+                }
+            }
+        }
+        if memo.tripwire.is_none_or(|was| (was == Tripwire::Off) != (next == Tripwire::Off)) {
+            tracing::info!(tripwire = ?next, cgroup = %t.dir.display(), "usage-threshold tripwire");
+        } else {
+            tracing::debug!(tripwire = ?next, "usage-threshold tripwire moved");
+        }
+        memo.tripwire = Some(next);
+    }
+
+    /// Resolves when the v1 tripwire fires (at once when `missed`: the usage was past it
+    /// when registered), with the signal an eventfd reader would have made of it; never
+    /// without one.
+    pub(super) async fn wire_fired(
+        &self,
+        wire: Option<&AsyncFd<UsageThreshold>>,
+        missed: bool,
+    ) -> Signal {
+        let (Some(w), Some(t)) = (wire, &self.tripwire) else {
+            return std::future::pending().await;
+        };
+        while !missed {
+            let Ok(mut ready) = w.readable().await else {
+                return std::future::pending().await;
+            };
+            match ready.try_io(|fd| fd.get_ref().drain()) {
+                Ok(Ok(n)) if n > 0 => break,
+                Ok(Ok(_)) | Err(_) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "reading the usage-threshold tripwire");
+                    return std::future::pending().await;
+                }
+            }
+        }
+        let mut s = Signal::new(SignalKind::MemoryThreshold, SourceKind::Eventfd);
+        s.detail.threshold_bytes = Some(w.get_ref().bytes);
+        s.detail.usage_bytes = w.get_ref().usage();
+        if let Ok(rel) = t.dir.strip_prefix(&t.mount) {
+            s.set_cgroup(format!("/{}", rel.display()), "memory".to_owned());
+        }
+        s
     }
 }

@@ -6,8 +6,9 @@
 //! SIGKILL sent by the eviction manager, and to the process's memory being released (its exit
 //! reaped); and how many trials ended with a kernel OOM kill instead.
 //!
-//! The modes follow the node's memory controller. On cgroup v1: eBPF (with the threshold
-//! eventfds), the memcg eventfds alone, PSI, kubelet's 10 s poll. On cgroup v2
+//! The modes follow the node's memory controller. On cgroup v1: eBPF with the usage-threshold
+//! tripwire on kubepods (the daemon's way; with the static threshold eventfds), the same
+//! without the tripwire, the memcg eventfds alone, PSI, kubelet's 10 s poll. On cgroup v2
 //! (`cargo xtask bench eviction --vm` runs it in Debian's 6.1 kernel): eBPF with the
 //! `memory.high` tripwire on kubepods (the kernel-driven path), the tripwire's
 //! `memory.events` notification without eBPF, a PSI trigger, a 1 s poll (the cadence of
@@ -136,7 +137,13 @@ async fn main() -> anyhow::Result<()> {
     } else {
         vec![
             Mode::new(
-                "eBPF (+ v1 threshold eventfds)",
+                "eBPF + usage-threshold tripwire (+ v1 threshold eventfds)",
+                SignalSource::Ebpf,
+                ten,
+                true,
+            ),
+            Mode::new(
+                "eBPF (+ v1 threshold eventfds), no tripwire",
                 SignalSource::Ebpf,
                 ten,
                 false,
@@ -377,7 +384,7 @@ struct Mode {
     name: &'static str,
     source: SignalSource,
     housekeeping: Duration,
-    /// The v2 `memory.high` tripwire on kubepods.
+    /// The tripwire on kubepods (v2 `memory.high`, v1 a usage-threshold eventfd).
     tripwire: bool,
     /// What the PSI source watches (the daemon's default: triggers and `memory.events`).
     psi_watch: PsiWatch,
@@ -699,6 +706,11 @@ async fn run_mode_inner(
             .then(|| enforcer::eviction_manager::TripwireCgroup {
                 dir: kubepods_dir.clone(),
                 mount: mem_mount.to_path_buf(),
+                how: if enforcer_tests::memory_is_v2() {
+                    enforcer::eviction_manager::TripwireHow::MemoryHigh
+                } else {
+                    enforcer::eviction_manager::TripwireHow::UsageEventfd
+                },
             }),
         stats: enforcer::stats::StatsCollector::spawn(observer)?,
         link: link.clone(),
@@ -857,6 +869,15 @@ async fn run_mode_inner(
             .map(|mut t| std::mem::take(&mut *t))
             .unwrap_or_default();
         evictions.extend(link.take_evictions());
+        // The eviction is recorded once its step is done (after process_mrelease returns),
+        // which can be after the victim's exit was seen: wait a moment for it.
+        for _ in 0..20 {
+            if !evictions.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            evictions.extend(link.take_evictions());
+        }
         {
             use std::os::unix::process::ExitStatusExt as _;
             match status.and_then(|st| st.signal()) {

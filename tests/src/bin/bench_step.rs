@@ -130,6 +130,11 @@ async fn main() -> anyhow::Result<()> {
         .refresh(Refresh::full(), targets.clone().into(), start.elapsed())
         .await?;
     let (mut before, mut after, mut tick) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut cross_read, mut cross_decide, mut node_mem) = (Vec::new(), Vec::new(), Vec::new());
+    let crossing = Refresh {
+        pods: PodScope::Usage,
+        logs: false,
+    };
     let mut sink = 0usize;
     for _ in 0..rounds {
         let t = Instant::now();
@@ -150,6 +155,19 @@ async fn main() -> anyhow::Result<()> {
             .await?;
         sink += decide(&config, &s, &active, start.elapsed());
         tick.push(t.elapsed());
+
+        // A crossing's step (the crossing thread's): every pod's usage counter, inline.
+        let t = Instant::now();
+        let s = inline.refresh(&crossing, &targets, start.elapsed())?;
+        cross_read.push(t.elapsed());
+        let t = Instant::now();
+        sink += decide(&config, &s, &active, start.elapsed());
+        cross_decide.push(t.elapsed());
+
+        // Of which the node's memory observations.
+        let t = Instant::now();
+        sink += inline.observer.observe_memory(start.elapsed())?.len();
+        node_mem.push(t.elapsed());
     }
     let base = pct(&before, 0.5).as_secs_f64();
     println!(
@@ -168,6 +186,18 @@ async fn main() -> anyhow::Result<()> {
             &after,
         ),
         ("housekeeping step: full refresh, collector thread", &tick),
+        (
+            "crossing step, its read: every pod's usage counter, inline",
+            &cross_read,
+        ),
+        (
+            "crossing step, its decision (the decision core on that snapshot)",
+            &cross_decide,
+        ),
+        (
+            "of a crossing's read, the node's memory observations",
+            &node_mem,
+        ),
     ] {
         println!(
             "| {name} | {:.1} us | {:.1} us | {:.3}x |",
