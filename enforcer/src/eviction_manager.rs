@@ -228,7 +228,11 @@ impl EvictionManager {
                         },
                     )
                     .await;
-                    if urgent { Trigger::Crossing } else { Trigger::Signal }
+                    if urgent {
+                        Trigger::Crossing
+                    } else {
+                        Trigger::Signal
+                    }
                 }
             };
             last_step = tokio::time::Instant::now();
@@ -316,7 +320,11 @@ impl EvictionManager {
                 // the other resources every pod in full.
                 let memory = matches!(decision.reclaim, Some((_, Resource::Memory)));
                 let again = Refresh {
-                    pods: if memory { PodScope::Usage } else { PodScope::All },
+                    pods: if memory {
+                        PodScope::Usage
+                    } else {
+                        PodScope::All
+                    },
                     logs: false,
                 };
                 match self.stats.refresh(again, targets.clone(), now).await {

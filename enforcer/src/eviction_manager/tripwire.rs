@@ -131,7 +131,10 @@ impl EvictionManager {
                 }
             }
         }
-        if memo.tripwire.is_none_or(|was| (was == Tripwire::Off) != (next == Tripwire::Off)) {
+        if memo
+            .tripwire
+            .is_none_or(|was| (was == Tripwire::Off) != (next == Tripwire::Off))
+        {
             tracing::info!(tripwire = ?next, cgroup = %t.dir.display(), "usage-threshold tripwire");
         } else {
             tracing::debug!(tripwire = ?next, "usage-threshold tripwire moved");
