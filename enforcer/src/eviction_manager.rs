@@ -66,7 +66,7 @@ impl std::fmt::Display for Trigger {
 /// What woke the run loop.
 enum Woke {
     Trigger(Trigger),
-    Signal(crate::signal::Signal),
+    Signal(Box<crate::signal::Signal>),
 }
 
 /// What the run loop remembers between steps besides the decision core's state.
@@ -201,17 +201,18 @@ impl EvictionManager {
                         signals_open = false;
                         continue;
                     }
-                    Some(s) => Woke::Signal(s),
+                    Some(s) => Woke::Signal(Box::new(s)),
                 },
                 // The v1 tripwire: a usage threshold this thread's reactor waits on itself.
                 s = self.wire_fired(memo.wire.as_ref(), memo.wire_missed) => {
                     memo.wire_missed = false;
-                    Woke::Signal(s)
+                    Woke::Signal(Box::new(s))
                 }
             };
             let trigger = match woke {
                 Woke::Trigger(t) => t,
                 Woke::Signal(s) => {
+                    let s = *s;
                     log_signal(&s);
                     if !is_pressure(&s) {
                         continue;

@@ -153,16 +153,18 @@ impl EvictionManager {
         let (Some(w), Some(t)) = (wire, &self.tripwire) else {
             return std::future::pending().await;
         };
-        while !missed {
-            let Ok(mut ready) = w.readable().await else {
-                return std::future::pending().await;
-            };
-            match ready.try_io(|fd| fd.get_ref().drain()) {
-                Ok(Ok(n)) if n > 0 => break,
-                Ok(Ok(_)) | Err(_) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "reading the usage-threshold tripwire");
+        if !missed {
+            loop {
+                let Ok(mut ready) = w.readable().await else {
                     return std::future::pending().await;
+                };
+                match ready.try_io(|fd| fd.get_ref().drain()) {
+                    Ok(Ok(n)) if n > 0 => break,
+                    Ok(Ok(_)) | Err(_) => {}
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "reading the usage-threshold tripwire");
+                        return std::future::pending().await;
+                    }
                 }
             }
         }

@@ -631,6 +631,7 @@ mod tests {
                 ..CgroupOptions::default()
             },
             cpuset: None,
+            cpuset_mems: None,
         };
         // After TestGenerateLinuxContainerResourcesWithSwap's expectSwap / expectNoSwap /
         // expectSwapDisabled, on the CRI message.
