@@ -569,8 +569,8 @@ pub async fn run(
     Ok(())
 }
 
-/// The kubepods cgroup of the crossing tripwire (v2 `memory.high`): with `memoryTripwire` on
-/// (the default) and at least one memory threshold.
+/// The kubepods cgroup of the crossing tripwire (v2 `memory.high`, v1 a usage-threshold
+/// eventfd): with `memoryTripwire` on (the default) and at least one memory threshold.
 fn tripwire_cgroup(
     config: &Config,
     layout: &CgroupLayout,
@@ -583,10 +583,7 @@ fn tripwire_cgroup(
             EvictionSignal::MemoryAvailable | EvictionSignal::AllocatableMemoryAvailable
         )
     });
-    // cgroup v1's usage-threshold tripwire is not the daemon's yet: registering a threshold
-    // waits for an RCU grace period on the registering thread (the crossing thread), which
-    // delayed crossings in `cargo xtask bench eviction --pods 110` (docs/kernel-speed.md).
-    if version != CgroupVersion::V2 || !config.enforcer.memory_tripwire || !memory_threshold {
+    if !config.enforcer.memory_tripwire || !memory_threshold {
         return None;
     }
     let dir = join_inside(mount, kubepods).ok()?;

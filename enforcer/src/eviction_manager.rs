@@ -85,6 +85,9 @@ struct Memo {
     /// The usage was already past the v1 tripwire when it was registered (which the kernel
     /// does not signal): the loop steps at once.
     wire_missed: bool,
+    /// The v1 tripwire's next threshold, being registered on a thread of its own.
+    wire_pending:
+        Option<tokio::sync::oneshot::Receiver<std::io::Result<kernel::threshold::UsageThreshold>>>,
     /// The kill records (`kills`).
     kills: KillLog,
     /// The kernel signal that started this step (`None` on a tick or a due instant).
@@ -131,7 +134,7 @@ pub struct EvictionManager {
     pub layout: CgroupLayout,
     /// Through which the pod cgroup is killed and the tripwire placed.
     pub cgroups: Arc<dyn CgroupWriter>,
-    /// The kubepods cgroup whose `memory.high` is the crossing tripwire (cgroup v2 only).
+    /// The kubepods cgroup of the crossing tripwire (v2 `memory.high`, v1 a usage threshold).
     pub tripwire: Option<TripwireCgroup>,
     /// The node's stats collector: all reading happens on its thread.
     pub stats: StatsCollector,
@@ -207,6 +210,10 @@ impl EvictionManager {
                 s = self.wire_fired(memo.wire.as_ref(), memo.wire_missed) => {
                     memo.wire_missed = false;
                     Woke::Signal(Box::new(s))
+                }
+                r = tripwire::wire_registered(&mut memo.wire_pending) => {
+                    self.install_wire(r, &mut memo);
+                    continue;
                 }
             };
             let trigger = match woke {

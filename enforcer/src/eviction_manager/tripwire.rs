@@ -104,31 +104,38 @@ impl EvictionManager {
 }
 
 impl EvictionManager {
-    /// The v1 tripwire: the usage threshold registered again at `next` (the last one closed,
-    /// which unregisters it), or none when off.
+    /// The v1 tripwire: the usage threshold registered again at `next`, or none when off.
+    /// The kernel's registration ends by waiting for an RCU grace period, so it is done on a
+    /// thread of its own; the last threshold stays armed until the new one is in
+    /// ([`Self::install_wire`]), then is closed (which unregisters it in a kernel worker).
     fn register_wire(&self, t: &TripwireCgroup, next: Tripwire, memo: &mut Memo) {
         if !tripwire::worth_writing(memo.tripwire, next, TRIPWIRE_SLACK) {
             return;
         }
-        memo.wire = None;
-        memo.wire_missed = false;
-        if let Tripwire::At(at) = next {
-            let registered = u64::try_from(at)
-                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))
-                .and_then(|bytes| UsageThreshold::register(&t.dir, bytes))
-                .and_then(UsageThreshold::into_async);
-            match registered {
-                Ok(fd) => {
-                    // Already past it: the kernel signals only the next crossing.
-                    let usage = fd.get_ref().usage();
-                    memo.wire_missed = usage.is_some_and(|u| u >= fd.get_ref().bytes);
-                    memo.wire = Some(fd);
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, cgroup = %t.dir.display(), "registering the usage-threshold tripwire");
-                    memo.tripwire = None;
+        // A registration still under way: its threshold is closed when it arrives.
+        memo.wire_pending = None;
+        match next {
+            Tripwire::Off => {
+                memo.wire = None;
+                memo.wire_missed = false;
+            }
+            Tripwire::At(at) => {
+                let Ok(bytes) = u64::try_from(at) else {
+                    return;
+                };
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let dir = t.dir.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("tripwire".to_owned())
+                    .spawn(move || {
+                        // Refused (the manager moved on): dropped, so closed and unregistered.
+                        let _ = tx.send(UsageThreshold::register(&dir, bytes));
+                    });
+                if let Err(e) = spawned {
+                    tracing::warn!(error = %e, "starting the usage-threshold tripwire's registration");
                     return;
                 }
+                memo.wire_pending = Some(rx);
             }
         }
         if memo
@@ -140,6 +147,28 @@ impl EvictionManager {
             tracing::debug!(tripwire = ?next, "usage-threshold tripwire moved");
         }
         memo.tripwire = Some(next);
+    }
+
+    /// A registered threshold into the crossing thread's reactor, replacing the last one (a
+    /// usage already past it steps at once: the kernel signals only the next crossing).
+    pub(super) fn install_wire(
+        &self,
+        registered: std::io::Result<UsageThreshold>,
+        memo: &mut Memo,
+    ) {
+        match registered.and_then(UsageThreshold::into_async) {
+            Ok(fd) => {
+                let usage = fd.get_ref().usage();
+                memo.wire_missed = usage.is_some_and(|u| u >= fd.get_ref().bytes);
+                memo.wire = Some(fd);
+            }
+            Err(e) => {
+                let dir = self.tripwire.as_ref().map(|t| t.dir.display().to_string());
+                tracing::warn!(error = %e, cgroup = ?dir, "registering the usage-threshold tripwire");
+                // Placed again at the next step.
+                memo.tripwire = None;
+            }
+        }
     }
 
     /// Resolves when the v1 tripwire fires (at once when `missed`: the usage was past it
@@ -176,4 +205,16 @@ impl EvictionManager {
         }
         s
     }
+}
+
+/// Resolves with the registration under way (never without one).
+pub(super) async fn wire_registered(
+    pending: &mut Option<tokio::sync::oneshot::Receiver<std::io::Result<UsageThreshold>>>,
+) -> std::io::Result<UsageThreshold> {
+    let Some(rx) = pending.as_mut() else {
+        return std::future::pending().await;
+    };
+    let r = rx.await;
+    *pending = None;
+    r.unwrap_or_else(|_| Err(std::io::Error::other("the registration thread ended")))
 }
