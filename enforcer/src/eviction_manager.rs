@@ -81,7 +81,7 @@ struct Memo {
     /// The tripwire as last written (v2 `memory.high`, v1 usage threshold).
     tripwire: Option<Tripwire>,
     /// The v1 tripwire's usage threshold, registered, in the crossing thread's reactor.
-    wire: Option<tokio::io::unix::AsyncFd<kernel::threshold::UsageThreshold>>,
+    wire: Option<Arc<tokio::io::unix::AsyncFd<kernel::threshold::UsageThreshold>>>,
     /// The usage was already past the v1 tripwire when it was registered (which the kernel
     /// does not signal): the loop steps at once.
     wire_missed: bool,
@@ -207,7 +207,7 @@ impl EvictionManager {
                     Some(s) => Woke::Signal(Box::new(s)),
                 },
                 // The v1 tripwire: a usage threshold this thread's reactor waits on itself.
-                s = self.wire_fired(memo.wire.as_ref(), memo.wire_missed) => {
+                s = self.wire_fired(memo.wire.as_deref(), memo.wire_missed) => {
                     memo.wire_missed = false;
                     Woke::Signal(Box::new(s))
                 }
@@ -226,10 +226,12 @@ impl EvictionManager {
                     }
                     let floor = last_step + MIN_STEP_INTERVAL;
                     self.absorb(&s, &mut memo, &mut named, false);
+                    let wire = memo.wire.clone();
                     let urgent = gather_burst(
                         &mut pipeline.signals,
                         is_urgent(&s),
                         floor,
+                        self.wire_fired(wire.as_deref(), false),
                         |more, urgent| {
                             log_signal(more);
                             self.absorb(more, &mut memo, &mut named, urgent);

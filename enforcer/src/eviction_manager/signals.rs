@@ -42,13 +42,16 @@ pub fn is_urgent(s: &Signal) -> bool {
 /// Gathers the rest of a burst into the coming step (`take`, told whether an urgent signal
 /// came before): every signal already queued, then, unless one was urgent, what comes before
 /// `floor` (reclaim and fork records wait for [`MIN_STEP_INTERVAL`](super::MIN_STEP_INTERVAL) since the last step; an
-/// urgent signal arriving meanwhile ends the wait at once). Whether the burst was urgent.
+/// urgent signal arriving meanwhile, or the v1 tripwire firing (`wire`), ends the wait at
+/// once). Whether the burst was urgent.
 pub(super) async fn gather_burst(
     signals: &mut mpsc::Receiver<Signal>,
     mut urgent: bool,
     floor: tokio::time::Instant,
+    wire: impl std::future::Future<Output = Signal>,
     mut take: impl FnMut(&Signal, bool),
 ) -> bool {
+    tokio::pin!(wire);
     while let Ok(more) = signals.try_recv() {
         take(&more, urgent);
         urgent |= is_urgent(&more);
@@ -65,6 +68,10 @@ pub(super) async fn gather_burst(
                 // Closed: the manager's next turn says so.
                 None => break,
             },
+            crossed = &mut wire => {
+                take(&crossed, urgent);
+                urgent = true;
+            }
         }
     }
     urgent

@@ -42,9 +42,15 @@ async fn an_urgent_signal_cuts_the_floor_short() {
         drop(tx);
     });
     let mut taken = Vec::new();
-    let urgent = gather_burst(&mut rx, false, floor, |s, before| {
-        taken.push((s.kind, before));
-    })
+    let urgent = gather_burst(
+        &mut rx,
+        false,
+        floor,
+        std::future::pending(),
+        |s, before| {
+            taken.push((s.kind, before));
+        },
+    )
     .await;
     let waited = start.elapsed();
     assert!(urgent, "the burst turned urgent");
@@ -59,6 +65,45 @@ async fn an_urgent_signal_cuts_the_floor_short() {
     sender.abort();
 }
 
+/// The v1 tripwire firing while a reclaim record waits for the floor ends the wait at once,
+/// as an urgent signal from the channel does (it is waited on beside the channel).
+#[tokio::test(start_paused = true)]
+async fn the_tripwire_cuts_the_floor_short() {
+    use crate::signal::{SignalKind as K, SourceKind as S};
+    use tokio::time::{Duration, Instant};
+    let (tx, mut rx) = mpsc::channel(8);
+    tx.send(Signal::new(K::MemcgReclaim, S::Ebpf))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let wire = async {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        Signal::new(K::MemoryThreshold, S::Eventfd)
+    };
+    let mut taken = Vec::new();
+    let urgent = gather_burst(
+        &mut rx,
+        false,
+        start + MIN_STEP_INTERVAL,
+        wire,
+        |s, before| {
+            taken.push((s.kind, before));
+        },
+    )
+    .await;
+    assert!(urgent);
+    assert_eq!(
+        taken,
+        vec![(K::MemcgReclaim, false), (K::MemoryThreshold, false)]
+    );
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_millis(1),
+        "stepped on the tripwire"
+    );
+    drop(tx);
+}
+
 /// With no urgent signal the burst ends at the floor, not before; an urgent first
 /// signal does not wait at all; a closed channel ends the wait.
 #[tokio::test(start_paused = true)]
@@ -71,7 +116,14 @@ async fn a_burst_of_records_waits_for_the_floor() {
         .unwrap();
     let start = Instant::now();
     let mut n = 0;
-    let urgent = gather_burst(&mut rx, false, start + MIN_STEP_INTERVAL, |_, _| n += 1).await;
+    let urgent = gather_burst(
+        &mut rx,
+        false,
+        start + MIN_STEP_INTERVAL,
+        std::future::pending(),
+        |_, _| n += 1,
+    )
+    .await;
     assert!(!urgent);
     assert_eq!(n, 1, "the queued record was gathered");
     assert_eq!(
@@ -81,12 +133,26 @@ async fn a_burst_of_records_waits_for_the_floor() {
     );
 
     let start = Instant::now();
-    let urgent = gather_burst(&mut rx, true, start + MIN_STEP_INTERVAL, |_, _| n += 1).await;
+    let urgent = gather_burst(
+        &mut rx,
+        true,
+        start + MIN_STEP_INTERVAL,
+        std::future::pending(),
+        |_, _| n += 1,
+    )
+    .await;
     assert!(urgent);
     assert_eq!(start.elapsed(), Duration::ZERO, "urgent: no wait");
 
     drop(tx);
-    let urgent = gather_burst(&mut rx, false, start + MIN_STEP_INTERVAL, |_, _| n += 1).await;
+    let urgent = gather_burst(
+        &mut rx,
+        false,
+        start + MIN_STEP_INTERVAL,
+        std::future::pending(),
+        |_, _| n += 1,
+    )
+    .await;
     assert!(!urgent);
     assert_eq!(start.elapsed(), Duration::ZERO, "closed: no wait");
     assert_eq!(n, 1);

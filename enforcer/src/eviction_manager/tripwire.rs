@@ -160,7 +160,7 @@ impl EvictionManager {
             Ok(fd) => {
                 let usage = fd.get_ref().usage();
                 memo.wire_missed = usage.is_some_and(|u| u >= fd.get_ref().bytes);
-                memo.wire = Some(fd);
+                memo.wire = Some(std::sync::Arc::new(fd));
             }
             Err(e) => {
                 let dir = self.tripwire.as_ref().map(|t| t.dir.display().to_string());
