@@ -11,7 +11,8 @@
 //!
 //! By job: [`actions`] (what the pod worker does with an allocated resize: kubelet's
 //! `computePodResizeAction` and the order of `doPodResizeAction`), [`checkpoint`] (the
-//! `allocated_pods_state` file); here, the allocation and its decision.
+//! `allocated_pods_state` file), [`status`] (a container status's `resources` and
+//! `allocatedResources`); here, the allocation and its decision.
 //!
 //! Pure: the caller passes the pods, the allocation it holds and the node's facts, and gets a
 //! [`ResizeDecision`] carrying its reason and message.
@@ -20,6 +21,7 @@ pub mod actions;
 pub mod checkpoint;
 #[cfg(test)]
 mod checkpoint_tests;
+pub mod status;
 #[cfg(test)]
 mod tests;
 
