@@ -48,6 +48,42 @@ pub struct ActualResources {
     pub cpu_request: Option<i64>,
 }
 
+/// `sharesToMilliCPU`: the millicores cpu shares stand for (0 below the minimum shares).
+#[must_use]
+pub fn shares_to_milli_cpu(shares: i64) -> i64 {
+    let min = i64::try_from(MIN_SHARES).unwrap_or(2);
+    if shares < min {
+        return 0;
+    }
+    // ceil(shares * 1000 / 1024)
+    shares.saturating_mul(1000).saturating_add(1023) / 1024
+}
+
+/// `quotaToMilliCPU`: the millicores a cfs quota stands for (0 for no quota).
+#[must_use]
+pub fn quota_to_milli_cpu(quota: i64, period: i64) -> i64 {
+    if quota == -1 || period <= 0 {
+        return 0;
+    }
+    quota.saturating_mul(1000) / period
+}
+
+impl ActualResources {
+    /// What CRI `ContainerStatus.resources.linux` says (kubelet's `getContainerResources`):
+    /// a cpu limit from quota and period, a cpu request from shares, a memory limit; each
+    /// only when positive.
+    #[must_use]
+    pub fn from_linux(cpu_period: i64, cpu_quota: i64, cpu_shares: i64, memory_limit: i64) -> Self {
+        let positive = |v: i64| (v > 0).then_some(v);
+        Self {
+            cpu_limit: positive(cpu_period)
+                .and_then(|p| positive(quota_to_milli_cpu(cpu_quota, p))),
+            cpu_request: positive(cpu_shares).and_then(|s| positive(shares_to_milli_cpu(s))),
+            memory_limit: positive(memory_limit),
+        }
+    }
+}
+
 /// Which way a value moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Direction {

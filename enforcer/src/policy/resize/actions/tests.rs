@@ -307,3 +307,22 @@ fn update_values_keep_the_other_resource() {
     let c = update_values(&u, false);
     assert_eq!((c.memory_limit, c.cpu_limit, c.cpu_request), (4, 200, 100));
 }
+
+#[test]
+fn actual_resources_from_cri() {
+    // cpu.shares 512 -> 500m, quota 50000 / 100000 -> 500m, 2 shares -> 2m, no quota -> none.
+    let a = ActualResources::from_linux(100_000, 50_000, 512, 128 << 20);
+    assert_eq!(
+        a,
+        ActualResources {
+            memory_limit: Some(128 << 20),
+            cpu_limit: Some(500),
+            cpu_request: Some(500)
+        }
+    );
+    assert_eq!(shares_to_milli_cpu(1024), 1000);
+    assert_eq!(shares_to_milli_cpu(2), 2);
+    assert_eq!(shares_to_milli_cpu(1), 0);
+    let none = ActualResources::from_linux(100_000, -1, 0, 0);
+    assert_eq!(none, ActualResources::default());
+}
