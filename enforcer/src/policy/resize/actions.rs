@@ -7,7 +7,10 @@
 use k8s_openapi::api::core::v1::Container;
 use serde::Serialize;
 
-use crate::policy::resources::{self, cgroup::MIN_SHARES};
+use crate::policy::resources::{
+    self,
+    cgroup::{MIN_SHARES, PodCgroupValues},
+};
 
 /// `cm.MinMilliCPULimit`: the smallest effective cpu limit (1000 us of a 100000 us period).
 pub const MIN_MILLI_CPU_LIMIT: i64 = 10;
@@ -277,6 +280,26 @@ pub struct PodCgroupResize {
     pub new_cpu_shares: u64,
     /// The pod cgroup's memory usage now (bytes).
     pub memory_usage: u64,
+}
+
+impl PodCgroupResize {
+    /// From the pod cgroup's values as read now (`current`: no memory limit and no quota
+    /// read as `None`) and as computed for the allocated pod (`target`,
+    /// [`crate::policy::resources::cgroup::pod_cgroup_values`]), and the pod's memory usage.
+    /// An absent current limit counts as unlimited (`i64::MAX`, no quota as -1), as kubelet's
+    /// `GetPodCgroupConfig` reads `max`.
+    #[must_use]
+    pub fn new(current: &PodCgroupValues, target: &PodCgroupValues, memory_usage: u64) -> Self {
+        Self {
+            current_memory_limit: current.memory_limit_bytes.unwrap_or(i64::MAX),
+            new_memory_limit: target.memory_limit_bytes,
+            current_cpu_quota: current.cpu_quota_micros.unwrap_or(-1),
+            new_cpu_quota: target.cpu_quota_micros,
+            current_cpu_shares: current.cpu_shares,
+            new_cpu_shares: target.cpu_shares,
+            memory_usage,
+        }
+    }
 }
 
 /// Why [`resize_steps`] refused.

@@ -326,3 +326,34 @@ fn actual_resources_from_cri() {
     let none = ActualResources::from_linux(100_000, -1, 0, 0);
     assert_eq!(none, ActualResources::default());
 }
+
+#[test]
+fn pod_cgroup_resize_from_values() {
+    use crate::policy::resources::cgroup::PodCgroupValues;
+    let values = |shares, quota, memory| PodCgroupValues {
+        cpu_shares: shares,
+        cpu_weight: None,
+        cpu_quota_micros: quota,
+        cpu_period_micros: quota.map(|_| 100_000),
+        memory_limit_bytes: memory,
+        memory_min_bytes: None,
+        pids_limit: None,
+    };
+    let r = PodCgroupResize::new(
+        &values(102, None, None),
+        &values(204, Some(20_000), Some(256 << 20)),
+        1 << 20,
+    );
+    assert_eq!(
+        (
+            r.current_memory_limit,
+            r.current_cpu_quota,
+            r.new_cpu_shares
+        ),
+        (i64::MAX, -1, 204)
+    );
+    // From unlimited to a limit is a decrease: the containers first, the pod last.
+    let plan = plan_of(&[("a", true, Direction::Decrease)]);
+    let steps = resize_steps("p", &plan, &r).unwrap();
+    assert_eq!(steps.last(), Some(&ResizeStep::PodMemoryLimit(256 << 20)));
+}
