@@ -26,6 +26,8 @@
 //!   keyring and the image garbage collector's choices.
 //! - [`env`]: a container's environment (`fieldRef`, `resourceFieldRef`, `$(VAR)` expansion).
 //! - [`volumes`]: the volumes a pod asks for, as set-up steps and CRI mounts, or a refusal.
+//! - [`resize`]: in-place pod resize: the allocation's decision (`Deferred` / `Infeasible`),
+//!   the resize actions and cgroup order, the `allocated_pods_state` checkpoint.
 //! - [`security`]: the pod's security context as CRI runs it, sysctl and AppArmor admission.
 
 pub mod admission;
@@ -44,6 +46,7 @@ pub mod pod_actions;
 pub mod pod_status;
 pub mod preemption;
 pub mod qos;
+pub mod resize;
 pub mod resources;
 pub mod security;
 pub mod swap;
