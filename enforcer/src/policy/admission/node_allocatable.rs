@@ -32,6 +32,23 @@ pub fn kubepods_memory_limit(
         .max(0)
 }
 
+/// What the hard eviction thresholds reserve (kubelet's `hardEvictionReservation`):
+/// `memory.available` -> memory, `nodefs.available` -> ephemeral-storage, percentages of
+/// capacity resolved.
+fn eviction_reservation(capacity: &ResourceList, hard: &[Threshold]) -> ResourceList {
+    let mut eviction = ResourceList::new();
+    for t in hard.iter().filter(|t| t.is_hard()) {
+        let resource = match t.signal {
+            Signal::MemoryAvailable => "memory",
+            Signal::NodeFsAvailable => "ephemeral-storage",
+            _ => continue,
+        };
+        let cap = capacity.get(resource).map_or(0, Quantity::value);
+        eviction.insert(resource.to_owned(), t.value.resolve(cap));
+    }
+    eviction
+}
+
 /// `allocatable = capacity - kubeReserved - systemReserved - hard eviction thresholds`
 /// (`memory.available` -> memory, `nodefs.available` -> ephemeral-storage; percentages of
 /// capacity), floored at zero. `hard` are the hard thresholds without allocatable copies.
@@ -51,16 +68,7 @@ pub fn allocatable(
                 .or_insert(*v);
         }
     }
-    let mut eviction = ResourceList::new();
-    for t in hard.iter().filter(|t| t.is_hard()) {
-        let resource = match t.signal {
-            Signal::MemoryAvailable => "memory",
-            Signal::NodeFsAvailable => "ephemeral-storage",
-            _ => continue,
-        };
-        let cap = capacity.get(resource).map_or(0, Quantity::value);
-        eviction.insert(resource.to_owned(), t.value.resolve(cap));
-    }
+    let eviction = eviction_reservation(capacity, hard);
     for (k, v) in eviction {
         reservation
             .entry(k)
@@ -99,16 +107,7 @@ pub fn reservation(
         let format = if a.is_zero() { b.format() } else { a.format() };
         Quantity::from_nanos(a.nanos().saturating_add(b.nanos()), format).unwrap_or(a)
     };
-    let mut eviction = ResourceList::new();
-    for t in hard.iter().filter(|t| t.is_hard()) {
-        let resource = match t.signal {
-            Signal::MemoryAvailable => "memory",
-            Signal::NodeFsAvailable => "ephemeral-storage",
-            _ => continue,
-        };
-        let cap = capacity.get(resource).map_or(0, Quantity::value);
-        eviction.insert(resource.to_owned(), t.value.resolve(cap));
-    }
+    let eviction = eviction_reservation(capacity, hard);
     let mut out = ResourceList::new();
     for k in capacity.keys() {
         let mut value = Quantity::default();
