@@ -24,6 +24,7 @@
 //! (`enforcer_tests::local`, the `local-containerd` binary), not in the daemon.
 
 mod admissions;
+pub mod allocation;
 pub mod apiserver;
 pub mod cri;
 pub mod enforce;
@@ -373,6 +374,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             seccomp_profile_root: opts.state_dir.join("seccomp").display().to_string(),
             seccomp_default: false,
         },
+        resizes: allocation::ResizeBoard::default(),
     });
     let (stop_writer_tx, stop_writer_rx) = tokio::sync::oneshot::channel::<()>();
     let writer = tokio::spawn(status::writer(
@@ -421,6 +423,14 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             terminating: std::collections::HashSet::new(),
         },
         evicted: HashMap::new(),
+        allocations: allocation::Allocations::load(
+            Some(
+                opts.state_dir
+                    .join(crate::policy::resize::ALLOCATED_PODS_STATE_FILE),
+            ),
+            allocation::resize_node(&opts),
+            ctx.resizes.clone(),
+        ),
     };
     tracing::info!(dir = %opts.manifest_dir.display(), socket = %opts.cri_socket.display(), cgroup_root = %opts.cgroup_root, "pod runtime started");
     // kubepods and the QoS tiers: kept in step with the admitted pods, re-checked every 10 s.
@@ -464,7 +474,12 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                                     h.working.updated();
                                     // A terminating worker ignores it; it is re-added when done.
                                     pods.pending.insert(uid.clone(), u.clone());
-                                    let _ = h.tx.send(WorkUpdate::Sync { pod: u.pod, source: u.source });
+                                    // A change of resources is an in-place resize: the worker
+                                    // runs what is allocated.
+                                    let pod = pods.allocate(&uid, u.pod);
+                                    if let Some(h) = pods.workers.get(&uid) {
+                                        let _ = h.tx.send(WorkUpdate::Sync { pod, source: u.source });
+                                    }
                                 }
                                 (_, None) => match pods.admit_and_spawn(uid.clone(), u) {
                                     Ok(()) => cpu_reconcile.notify_one(),
@@ -535,11 +550,13 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             _ = reconcile.tick() => {
                 pods.sync_node();
                 cpu_reconcile.notify_one();
+                pods.retry_resizes();
             }
             Some(Terminated { uid, last }) = done_rx.recv() => {
                 pods.workers.remove(&uid);
                 link.forget_oom_kills(&uid);
                 pods.admissions.release(&uid);
+                pods.allocations.remove(&uid);
                 opts.enforce.release_resources(&uid);
                 pods.sync_node();
                 cpu_reconcile.notify_one();

@@ -489,6 +489,178 @@ async fn cpu_manager_static_gives_an_exclusive_cpu_and_restores_it() {
     drop(cd);
 }
 
+/// The pod `uid`'s Running record and its container `name`'s (id, restart count).
+fn container_named(state: &Path, uid: &str, name: &str) -> Option<(PodRecord, String, u32)> {
+    let r = records(state)
+        .into_iter()
+        .find(|r| r.uid == uid && r.phase == "Running")?;
+    let c = r.container_statuses.iter().find(|c| c.name == name)?;
+    let id = c.container_id.rsplit("://").next()?.to_owned();
+    let restarts = c.restart_count;
+    (!id.is_empty()).then_some((r, id, restarts))
+}
+
+/// A two-container pod: `app` resized in place (no `resizePolicy`: NotRequired), `db` with
+/// `resizePolicy` memory `RestartContainer`.
+fn resizable_pod(uid: &str, app: &str, db: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: resize, uid: {uid}}}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: app\n    image: busybox:local\n    imagePullPolicy: Never\n    command: [/bin/sleep, '3600']\n    resources: {app}\n  - name: db\n    image: busybox:local\n    imagePullPolicy: Never\n    command: [/bin/sleep, '3600']\n    resizePolicy: [{{resourceName: memory, restartPolicy: RestartContainer}}]\n    resources: {db}\n"
+    )
+}
+
+/// In-place resize (KEP-1287) of a manifest pod: a changed manifest's cpu and memory are a
+/// resize, not a new pod. Read back from the real cgroup files: the running container's
+/// memory limit and CFS quota (and the pod cgroup's) change while its id and restart count
+/// stay; growing and shrinking both; the container whose `resizePolicy` says
+/// `RestartContainer` for memory is restarted with the new limit; the allocation is
+/// checkpointed in kubelet's `allocated_pods_state` (read back by its decoder and checksum);
+/// a resize beyond the node is `PodResizePending` / `Infeasible` and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_place_resize_changes_running_containers_without_a_restart() {
+    let cd = Containerd::start("resize");
+    let files = Files::new(&cd, "");
+    let (manifests, state) = (files.manifests.clone(), files.state.clone());
+    let uid = "abababab-0000-0000-0000-000000000001";
+    let db = "{requests: {cpu: 100m, memory: 32Mi}, limits: {cpu: 100m, memory: 64Mi}}";
+    let write = |app: &str, db: &str| {
+        std::fs::write(manifests.join("resize.yaml"), resizable_pod(uid, app, db)).expect("write");
+    };
+    write(
+        "{requests: {cpu: 100m, memory: 32Mi}, limits: {cpu: 200m, memory: 64Mi}}",
+        db,
+    );
+    let config = enforcer::config::load(&files.args(&cd))
+        .expect("configuration")
+        .config;
+    let daemon = Daemon::start(config);
+    let running = || {
+        let (r, app, app_restarts) = container_named(&state, uid, "app")?;
+        let (_, db, db_restarts) = container_named(&state, uid, "db")?;
+        Some((r, app, app_restarts, db, db_restarts))
+    };
+    wait_until("the pod running", Duration::from_secs(60), || {
+        running().is_some()
+    })
+    .await;
+    let (rec, app_id, _, db_id, _) = running().expect("running");
+    let pod_cg = rec.cgroup.clone();
+    let app_cg = cd.container_path(&pod_cg, &app_id);
+    let period = 100_000;
+    assert_eq!(memory_limit(&app_cg), Some(64 * MIB));
+    assert_eq!(cpu_values(&app_cg).1, Some(200 * period / 1000));
+    assert_eq!(memory_limit(&pod_cg), Some(128 * MIB), "pod: 64Mi + 64Mi");
+
+    // Grown: memory 64Mi -> 128Mi, cpu 200m -> 500m, in place.
+    write(
+        "{requests: {cpu: 200m, memory: 48Mi}, limits: {cpu: 500m, memory: 128Mi}}",
+        db,
+    );
+    wait_until("app grown in place", Duration::from_secs(60), || {
+        memory_limit(&app_cg) == Some(128 * MIB) && cpu_values(&app_cg).1 == Some(50_000)
+    })
+    .await;
+    let (rec, app_now, app_restarts, db_now, _) = running().expect("running");
+    assert_eq!(
+        (app_now.as_str(), app_restarts),
+        (app_id.as_str(), 0),
+        "app not restarted"
+    );
+    assert_eq!(db_now, db_id, "db untouched");
+    assert_eq!(rec.uid, uid, "the same pod");
+    assert_eq!(memory_limit(&pod_cg), Some(192 * MIB), "pod: 128Mi + 64Mi");
+    assert_eq!(
+        cpu_values(&pod_cg).1,
+        Some(60_000),
+        "pod quota: 500m + 100m"
+    );
+    assert_eq!(
+        cpu_values(&app_cg).0,
+        shares_as_written(204),
+        "app shares from its 200m request"
+    );
+
+    // Shrunk: memory 128Mi -> 96Mi, cpu 500m -> 300m.
+    write(
+        "{requests: {cpu: 200m, memory: 48Mi}, limits: {cpu: 300m, memory: 96Mi}}",
+        db,
+    );
+    wait_until("app shrunk in place", Duration::from_secs(60), || {
+        memory_limit(&app_cg) == Some(96 * MIB)
+            && cpu_values(&app_cg).1 == Some(30_000)
+            && memory_limit(&pod_cg) == Some(160 * MIB)
+    })
+    .await;
+    let (_, app_now, app_restarts, ..) = running().expect("running");
+    assert_eq!((app_now.as_str(), app_restarts), (app_id.as_str(), 0));
+
+    // The allocation, in kubelet's checkpoint.
+    let text = read(&state.join("allocated_pods_state"));
+    let alloc = enforcer::policy::resize::checkpoint::from_json(&text).expect("checkpoint");
+    let app = &alloc[uid].containers["app"];
+    let limit = |k: &str| {
+        app.limits
+            .as_ref()
+            .and_then(|l| l.get(k))
+            .map(|q| q.0.clone())
+    };
+    assert_eq!(
+        (limit("memory"), limit("cpu")),
+        (Some("96Mi".into()), Some("300m".into()))
+    );
+
+    // db's memory policy is RestartContainer: restarted, with the new limit.
+    let db2 = "{requests: {cpu: 100m, memory: 32Mi}, limits: {cpu: 100m, memory: 80Mi}}";
+    write(
+        "{requests: {cpu: 200m, memory: 48Mi}, limits: {cpu: 300m, memory: 96Mi}}",
+        db2,
+    );
+    wait_until("db restarted with 80Mi", Duration::from_secs(60), || {
+        running().is_some_and(|(_, _, _, db_now, restarts)| {
+            db_now != db_id
+                && restarts == 1
+                && memory_limit(&cd.container_path(&pod_cg, &db_now)) == Some(80 * MIB)
+        })
+    })
+    .await;
+    let (_, app_now, app_restarts, ..) = running().expect("running");
+    assert_eq!(
+        (app_now.as_str(), app_restarts),
+        (app_id.as_str(), 0),
+        "app untouched"
+    );
+
+    // Beyond the node: pending, infeasible, nothing changed.
+    write(
+        "{requests: {cpu: 200m, memory: 4000Gi}, limits: {cpu: 300m, memory: 4000Gi}}",
+        db2,
+    );
+    wait_until(
+        "PodResizePending Infeasible",
+        Duration::from_secs(60),
+        || {
+            records(&state).iter().any(|r| {
+                r.uid == uid
+                    && r.conditions.iter().any(|c| {
+                        c.kind == "PodResizePending"
+                            && c.reason == "Infeasible"
+                            && c.message
+                                .starts_with("Node didn't have enough capacity: memory")
+                    })
+            })
+        },
+    )
+    .await;
+    assert_eq!(
+        memory_limit(&app_cg),
+        Some(96 * MIB),
+        "an infeasible resize changes nothing"
+    );
+
+    daemon.stop().await;
+    cd.remove_all_pods().await;
+    drop(cd);
+}
+
 /// Memory QoS on a pure cgroup v2 node, read back from the real files: `memory.min` on the
 /// container, the pod, the burstable tier and kubepods (kubelet's `setMemoryQoS` sums), and
 /// the container's `memory.high` from `memoryThrottlingFactor` (kubelet's formula,

@@ -398,6 +398,26 @@ pub struct PendingResize {
     pub pending_since: Option<Duration>,
 }
 
+impl PendingResize {
+    /// The pod `uid` whose spec asks for `desired`'s resources, its allocation `allocation`,
+    /// pending since `pending_since`.
+    #[must_use]
+    pub fn of(
+        uid: &str,
+        desired: &Pod,
+        allocation: Option<&PodAllocation>,
+        pending_since: Option<Duration>,
+    ) -> Self {
+        Self {
+            uid: uid.to_owned(),
+            increasing: is_resize_increasing_requests(desired, allocation),
+            priority: resources::priority(desired),
+            qos: qos::pod_qos(desired),
+            pending_since,
+        }
+    }
+}
+
 /// `sortPendingResizes`' comparator: resizes that do not increase requests first, then higher
 /// priority, then Guaranteed before others, then the longest pending (one without a pending
 /// condition last).
@@ -482,6 +502,48 @@ impl ResizeCondition {
             observed_generation: generation,
         }
     }
+}
+
+impl ResizeCondition {
+    /// The pod status condition it is.
+    #[must_use]
+    pub fn condition(&self) -> super::pod_status::Condition {
+        super::pod_status::Condition {
+            kind: self.type_.to_owned(),
+            status: self.status.to_owned(),
+            reason: self.reason.clone(),
+            message: self.message.clone(),
+        }
+    }
+}
+
+/// What a manifest pod's uid is derived from: the pod with its resizable containers' cpu
+/// and memory values left out (their names kept), and its QoS class. A manifest that changes
+/// only those values, keeping the QoS class and every resource name, is the same pod
+/// resized (a change [`validate_resize`] accepts); any other change is a new pod.
+#[must_use]
+pub fn uid_basis(pod: &Pod) -> (Pod, QosClass) {
+    let qos = qos::compute(pod);
+    let mut out = pod.clone();
+    let blank = |l: &mut Option<K8sList>| {
+        for (k, v) in l.iter_mut().flatten() {
+            if k == "cpu" || k == "memory" {
+                *v = k8s_openapi::apimachinery::pkg::api::resource::Quantity(String::new());
+            }
+        }
+    };
+    if let Some(spec) = out.spec.as_mut() {
+        let inits = spec.init_containers.iter_mut().flatten().map(|c| (c, true));
+        for (c, init) in inits.chain(spec.containers.iter_mut().map(|c| (c, false))) {
+            if is_resizable(c, init)
+                && let Some(r) = c.resources.as_mut()
+            {
+                blank(&mut r.requests);
+                blank(&mut r.limits);
+            }
+        }
+    }
+    (out, qos)
 }
 
 /// What the API server's `ValidatePodResize` refuses in a resize of `old` to `new` (the same

@@ -109,6 +109,16 @@ impl Admissions {
         }
     }
 
+    /// An admitted pod's resize was allocated: the admission totals count `pod` in its place.
+    pub(super) fn resize(&mut self, uid: &str, pod: Arc<Pod>) {
+        if let Some(old) = self.admitted.insert(uid.to_owned(), pod.clone())
+            && let Some(a) = &mut self.admitter
+        {
+            a.remove(&old);
+            a.add(&pod);
+        }
+    }
+
     pub(super) fn release(&mut self, uid: &str) {
         self.terminating.remove(uid);
         if let Some(pod) = self.admitted.remove(uid)

@@ -385,6 +385,19 @@ impl Enforcer {
         }
     }
 
+    /// kubelet's `GetNodeAllocatableAbsolute` (capacity less kube and system reserved, before
+    /// the eviction thresholds): cpu in millicores and memory in bytes, when kubepods is
+    /// enforced from the node's numbers.
+    #[must_use]
+    pub fn allocatable_absolute(&self) -> Option<(i64, i64)> {
+        self.node.as_ref().map(|(_, n)| {
+            (
+                n.cpu_milli.saturating_sub(n.reserved_cpu_milli),
+                n.memory.saturating_sub(n.reserved_memory),
+            )
+        })
+    }
+
     /// Whether the CPU manager's static policy is on.
     #[must_use]
     pub fn cpu_manager_enabled(&self) -> bool {

@@ -11,6 +11,7 @@ use super::{
     ActiveEntry, ContainerRuntime, NodeLink, PodUpdate, PodWorker, StatusManager, Terminated,
     WorkUpdate, WorkerContext,
     admissions::Admissions,
+    allocation::Allocations,
     apiserver,
     records::failed_record,
     spec,
@@ -40,6 +41,8 @@ pub(super) struct Pods<R: ContainerRuntime> {
     /// Pods the eviction manager evicted: their Failed status stays until their source
     /// deletes them; updates are ignored meanwhile (phase Failed is terminal).
     pub(super) evicted: HashMap<String, (PodRecord, bool)>,
+    /// The resources allocated to the admitted pods, and their pending resizes.
+    pub(super) allocations: Allocations,
 }
 
 /// How [`Pods::evict`] kills a pod: the status reason and message, the grace period, and
@@ -177,6 +180,7 @@ impl<R: ContainerRuntime> Pods<R> {
                     self.link
                         .set_active(&uid, ActiveEntry::new(u.pod.clone(), cgroup));
                 }
+                self.allocations.admitted(&uid, &u.pod);
                 let working = crate::metrics::WorkingPod::desired(&u.source);
                 let w = PodWorker::new(self.ctx.clone(), u.pod, u.source);
                 self.spawn(uid, w, working);
@@ -185,6 +189,50 @@ impl<R: ContainerRuntime> Pods<R> {
             Err(r) => {
                 self.ctx.enforce.release_resources(&uid);
                 Err(self.reject(&u, r))
+            }
+        }
+    }
+
+    /// An admitted pod's update `desired` through the allocation (kubelet's
+    /// `handlePodResourcesResize`): the pod its worker is to run. An allocated resize moves the
+    /// admission totals, kubepods and the eviction manager's view of the pod with it.
+    pub(super) fn allocate(&mut self, uid: &str, desired: Arc<Pod>) -> Arc<Pod> {
+        let a = &self.admissions;
+        let others: Vec<Arc<Pod>> = a
+            .admitted
+            .iter()
+            .filter(|(u, _)| u.as_str() != uid && !a.terminating.contains(*u))
+            .map(|(_, p)| p.clone())
+            .collect();
+        let (run, changed) = self
+            .allocations
+            .update(uid, desired, others.iter().map(|p| &**p));
+        if changed {
+            self.admissions.resize(uid, run.clone());
+            self.sync_node();
+            if let Ok(cgroup) = self.ctx.cgroups.pod_path(uid, spec::pod_qos(&run)) {
+                self.link
+                    .set_active(uid, ActiveEntry::new(run.clone(), cgroup));
+            }
+        }
+        run
+    }
+
+    /// The pending resizes due for another decision: an allocated one goes to its worker.
+    pub(super) fn retry_resizes(&mut self) {
+        for (uid, desired) in self.allocations.due(tokio::time::Instant::now()) {
+            if !self.workers.contains_key(&uid) {
+                continue;
+            }
+            let pod = self.allocate(&uid, desired);
+            if let Some(h) = self.workers.get(&uid) {
+                let source = self
+                    .ctx
+                    .status
+                    .get(&uid)
+                    .map(|r| r.source)
+                    .unwrap_or_default();
+                let _ = h.tx.send(WorkUpdate::Sync { pod, source });
             }
         }
     }

@@ -84,6 +84,17 @@ impl PodCgroups {
         self.path_of(&self.name(uid, qos)?)
     }
 
+    /// The pod cgroup's memory usage in bytes (kubelet's `GetPodCgroupMemoryUsage`; `None`:
+    /// no memory hierarchy, or unreadable).
+    #[must_use]
+    pub fn memory_usage(&self, uid: &str, qos: Qos) -> Option<u64> {
+        let rel = self.pod_path(uid, qos).ok()?;
+        let (mount, _) = self.kubepods.layout().controller("memory")?;
+        let dir = join_inside(mount, &rel).ok()?;
+        let text = std::fs::read_to_string(crate::node::usage_file(&dir)).ok()?;
+        text.trim().parse().ok()
+    }
+
     /// `name`'s relative path, checked against a dummy root: the same rules as for every
     /// real mount.
     fn path_of(&self, name: &CgroupName) -> Result<String, CgroupError> {

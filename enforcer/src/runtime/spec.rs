@@ -9,6 +9,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::{
     policy::{
+        resize::actions::ContainerResources,
         resources::cgroup::{self, CgroupOptions, PodCgroupValues},
         security,
         swap::{self, SwapSetting},
@@ -34,6 +35,9 @@ pub const MANAGED_LABEL: &str = "io.kubernetes.enforcer.managed";
 pub const CONTAINER_KIND_ANNOTATION: &str = "io.kubernetes.enforcer.container-kind";
 /// Hash of the sandbox-relevant parts of the pod spec.
 pub const SANDBOX_HASH_ANNOTATION: &str = "io.kubernetes.enforcer.sandbox-hash";
+/// The cpu and memory a container was created with (kubelet's actuated resources, JSON of
+/// `policy::resize::actions::ContainerResources`): what an in-place resize compares with.
+pub const RESOURCES_ANNOTATION: &str = "io.kubernetes.enforcer.container-resources";
 /// Relative cgroup path of the pod cgroup.
 pub const CGROUP_ANNOTATION: &str = "io.kubernetes.enforcer.pod-cgroup";
 
@@ -172,9 +176,19 @@ pub fn hash_of<T: serde::Serialize>(value: &T) -> String {
     d.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
-/// Hash of a container's spec: a change means the container is restarted.
+/// Hash of a container's spec without its resources (kubelet's `HashContainer` leaves them
+/// out): a change means the container is restarted; a change of resources is a resize.
 #[must_use]
 pub fn container_hash(c: &Container) -> String {
+    let mut c = c.clone();
+    c.resources = None;
+    hash_of(&c)
+}
+
+/// The hash containers were annotated with before resources were left out of it: a container
+/// created by an earlier enforcer with the same spec is current, not restarted.
+#[must_use]
+pub fn legacy_container_hash(c: &Container) -> String {
     hash_of(c)
 }
 
@@ -446,6 +460,10 @@ pub fn container_config_with(
         (
             CONTAINER_KIND_ANNOTATION.to_owned(),
             kind.as_str().to_owned(),
+        ),
+        (
+            RESOURCES_ANNOTATION.to_owned(),
+            serde_json::to_string(&ContainerResources::desired(c)).unwrap_or_default(),
         ),
     ]);
     let resources = linux_resources(pod, c, node, opts);

@@ -122,6 +122,8 @@ pub struct WorkerContext<R> {
     /// kubelet's image manager: pull slots, the registry limiter, pull secrets, the image
     /// garbage collector.
     pub images: Arc<super::images::ImageManager>,
+    /// The pods' `PodResizePending` conditions (the runtime loop's allocation decisions).
+    pub resizes: super::allocation::ResizeBoard,
 }
 
 fn label_filter(uid: &str) -> HashMap<String, String> {
@@ -158,6 +160,7 @@ const CREATED: i32 = cri::ContainerState::ContainerCreated as i32;
 const SANDBOX_READY: i32 = cri::PodSandboxState::SandboxReady as i32;
 
 mod hooks;
+mod resize;
 mod start;
 mod sync;
 mod terminate;
@@ -226,6 +229,8 @@ pub struct PodWorker<R> {
     init_probes_reported: bool,
     /// The kill carries a grace-period override (an eviction).
     grace_override: bool,
+    /// The in-place resize's actuation.
+    resize: resize::ResizeState,
 }
 
 impl<R: ContainerRuntime> PodWorker<R> {
@@ -253,6 +258,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             probe_killed: HashSet::new(),
             init_probes_reported: false,
             grace_override: false,
+            resize: resize::ResizeState::default(),
         }
     }
 
@@ -280,6 +286,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             probe_killed: HashSet::new(),
             init_probes_reported: false,
             grace_override: false,
+            resize: resize::ResizeState::default(),
         }
     }
 

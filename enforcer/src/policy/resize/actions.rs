@@ -5,7 +5,7 @@
 //! pod memory limit is never set at or below the pod's memory usage.
 
 use k8s_openapi::api::core::v1::Container;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::policy::resources::{
     self,
@@ -17,7 +17,7 @@ pub const MIN_MILLI_CPU_LIMIT: i64 = 10;
 
 /// A container's cpu and memory as kubelet compares them (`containerResources`): millicores
 /// and bytes, 0 when unset.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ContainerResources {
     pub memory_limit: i64,
     pub memory_request: i64,
@@ -26,6 +26,29 @@ pub struct ContainerResources {
 }
 
 impl ContainerResources {
+    /// A container's resources with these cpu and memory values in place of its own
+    /// (what CRI `UpdateContainerResources` is computed from), requests and limits kept where
+    /// the container has them.
+    #[must_use]
+    pub fn applied_to(&self, container: &Container) -> Container {
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let mut c = container.clone();
+        let r = c.resources.get_or_insert_with(Default::default);
+        let set =
+            |l: &mut Option<std::collections::BTreeMap<String, Quantity>>, key: &str, v: String| {
+                if let Some(m) = l.as_mut()
+                    && m.contains_key(key)
+                {
+                    m.insert(key.to_owned(), Quantity(v));
+                }
+            };
+        set(&mut r.requests, "cpu", format!("{}m", self.cpu_request));
+        set(&mut r.requests, "memory", self.memory_request.to_string());
+        set(&mut r.limits, "cpu", format!("{}m", self.cpu_limit));
+        set(&mut r.limits, "memory", self.memory_limit.to_string());
+        c
+    }
+
     /// What `container`'s spec (its allocated resources) asks for.
     #[must_use]
     pub fn desired(container: &Container) -> Self {
@@ -72,6 +95,18 @@ pub fn quota_to_milli_cpu(quota: i64, period: i64) -> i64 {
 }
 
 impl ActualResources {
+    /// What was last actuated for a container (kubelet 1.33+ compares the allocation with its
+    /// actuated resources, not with what the runtime reports): each figure only when positive.
+    #[must_use]
+    pub fn actuated(r: &ContainerResources) -> Self {
+        let positive = |v: i64| (v > 0).then_some(v);
+        Self {
+            memory_limit: positive(r.memory_limit),
+            cpu_limit: positive(r.cpu_limit),
+            cpu_request: positive(r.cpu_request),
+        }
+    }
+
     /// What CRI `ContainerStatus.resources.linux` says (kubelet's `getContainerResources`):
     /// a cpu limit from quota and period, a cpu request from shares, a memory limit; each
     /// only when positive.

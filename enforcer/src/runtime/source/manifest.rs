@@ -214,7 +214,11 @@ pub fn parse_manifest(file: &Path, text: &str, node_name: &str) -> Result<Vec<Po
             let mut h = Sha256::new();
             h.update(node_name.as_bytes());
             h.update(file.as_os_str().as_encoded_bytes());
-            h.update(serde_json::to_vec(&pod).unwrap_or_default());
+            // A change of the resizable containers' cpu or memory alone keeps the uid: the
+            // pod is resized in place (`policy::resize::uid_basis`).
+            h.update(
+                serde_json::to_vec(&crate::policy::resize::uid_basis(&pod)).unwrap_or_default(),
+            );
             h.update(ns.as_bytes());
             let hex: String = h
                 .finalize()
@@ -250,6 +254,30 @@ mod tests {
         assert_ne!(a[0].metadata.uid, c[0].metadata.uid);
         let d = parse_manifest(f, &text.replace("busybox:local", "busybox:2"), "n").expect("d");
         assert_ne!(a[0].metadata.uid, d[0].metadata.uid);
+        // Resources: a resize keeps the uid; a change of QoS class or of a resource's
+        // presence is a new pod.
+        let with = |r: &str| {
+            let t = text.replace(
+                "image: 'busybox:local'",
+                &format!("image: 'busybox:local', resources: {r}"),
+            );
+            parse_manifest(f, &t, "n").expect("resources")[0]
+                .metadata
+                .uid
+                .clone()
+        };
+        let small = with("{requests: {cpu: 100m, memory: 64Mi}, limits: {memory: 128Mi}}");
+        let grown = with("{requests: {cpu: 200m, memory: 96Mi}, limits: {memory: 256Mi}}");
+        assert_eq!(small, grown, "a resize is the same pod");
+        assert_ne!(
+            small, a[0].metadata.uid,
+            "BestEffort to Burstable is a new pod"
+        );
+        let guaranteed =
+            with("{requests: {cpu: 100m, memory: 64Mi}, limits: {cpu: 100m, memory: 64Mi}}");
+        assert_ne!(small, guaranteed, "Burstable to Guaranteed is a new pod");
+        let no_limit = with("{requests: {cpu: 100m, memory: 64Mi}}");
+        assert_ne!(small, no_limit, "a limit removed is a new pod");
         assert!(is_valid_uid(a[0].metadata.uid.as_deref().unwrap_or("")));
     }
 

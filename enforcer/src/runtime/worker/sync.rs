@@ -60,11 +60,14 @@ impl<R: ContainerRuntime> PodWorker<R> {
         self.probe_killed
             .retain(|id| containers.iter().any(|c| &c.id == id));
         let want_sandbox = spec::sandbox_hash(pod);
-        let hashes: HashMap<&str, String> = pod
+        let hashes: HashMap<&str, [String; 2]> = pod
             .spec
             .iter()
             .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
-            .map(|c| (c.name.as_str(), spec::container_hash(c)))
+            .map(|c| {
+                let hashes = [spec::container_hash(c), spec::legacy_container_hash(c)];
+                (c.name.as_str(), hashes)
+            })
             .collect();
         let mut view = PodRuntime {
             sandboxes: sandboxes
@@ -98,8 +101,13 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 name: name_of(c).to_owned(),
                 sandbox_id: c.pod_sandbox_id.clone(),
                 state,
-                current: c.annotations.get(spec::CONTAINER_HASH_ANNOTATION)
-                    == hashes.get(name_of(c)),
+                // A container to restart for a resize (its `resizePolicy`) is not current.
+                current: c
+                    .annotations
+                    .get(spec::CONTAINER_HASH_ANNOTATION)
+                    .zip(hashes.get(name_of(c)))
+                    .is_some_and(|(have, want)| want.contains(have))
+                    && !self.resize.restart.contains(&c.id),
                 restart_count: restart_count_of(c),
                 created_at: c.created_at,
                 started: false,
@@ -130,8 +138,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
         self.waiting.clear();
         self.message.clear();
         // The pod cgroup (created and limited before the sandbox, as kubelet does), its
-        // values re-written on every sync so they stay as decided.
-        let values = spec::pod_cgroup_values(pod, self.ctx.cgroups.options());
+        // values re-written on every sync so they stay as decided; an allocated resize is
+        // actuated first, in kubelet's order.
+        let target = spec::pod_cgroup_values(pod, self.ctx.cgroups.options());
+        let values = self.actuate_resize(pod, qos, &target).await?;
         let cgroup = self
             .ctx
             .cgroups
@@ -140,6 +150,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 uid: uid.clone(),
                 source,
             })?;
+        self.pod_values_written(&values);
         // The API objects the pod reads, for its volumes and environment.
         self.objects = Some(Arc::new(self.read_objects(pod).await));
         // The volumes, before the sandbox and every container (kubelet's
@@ -528,6 +539,12 @@ impl<R: ContainerRuntime> PodWorker<R> {
             init_failed,
             syncing: self.state == PodWorkerState::Syncing,
         });
+        let mut record = record;
+        let generation = pod.metadata.generation.unwrap_or(0);
+        let pending = self.ctx.resizes.pending(&self.uid);
+        record
+            .conditions
+            .extend(self.resize.conditions(pending, generation));
         let phase = record.phase;
         crate::metrics::global().pod_phase(&self.uid, phase);
         self.ctx.status.set(record);

@@ -71,6 +71,7 @@ fn harness(yaml: &str) -> Harness {
                 ..Default::default()
             },
         )),
+        resizes: crate::runtime::allocation::ResizeBoard::default(),
     });
     let pod: Pod = serde_yaml_ng::from_str(yaml).expect("pod");
     let (tx, rx) = mpsc::unbounded_channel();
