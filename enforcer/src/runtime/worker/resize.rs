@@ -202,7 +202,19 @@ impl<R: ContainerRuntime> PodWorker<R> {
             cpuset: self.ctx.enforce.cpuset(&self.uid, &def.name),
             cpuset_mems: self.ctx.enforce.cpuset_mems(&self.uid, &def.name),
         };
-        let res = spec::linux_resources(pod, &next.applied_to(def), self.ctx.node, &opts);
+        // The container is found in the pod by name (for the pod's defaults): the pod carries
+        // the values to apply.
+        let applied = next.applied_to(def);
+        let mut with = pod.clone();
+        if let Some(s) = with.spec.as_mut() {
+            let all = s.init_containers.iter_mut().flatten();
+            for c in all.chain(s.containers.iter_mut()) {
+                if c.name == applied.name {
+                    c.clone_from(&applied);
+                }
+            }
+        }
+        let res = spec::linux_resources(&with, &applied, self.ctx.node, &opts);
         self.ctx
             .runtime
             .update_container_resources(id, res)
