@@ -112,6 +112,11 @@ fn capacity(config: &Config) -> BTreeMap<String, Quantity> {
         );
     }
     cap.insert("pods".to_owned(), admission::pods_quantity(config.max_pods));
+    // cAdvisor's hugepages pools, every supported size (kubelet's `hugepages-<size>`).
+    let pools = node::hugepages::machine_hugepages(Path::new("/sys"));
+    for (name, bytes) in node::hugepages::capacity_of(&pools) {
+        cap.insert(name, Quantity::from_int(bytes, Format::BinarySI));
+    }
     for (k, v) in &config.enforcer.node_capacity {
         cap.insert(k.clone(), *v);
     }

@@ -9,6 +9,7 @@ use std::{
     time::Duration,
 };
 
+pub mod hugepages;
 pub mod swap;
 
 use crate::{

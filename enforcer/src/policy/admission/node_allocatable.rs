@@ -51,7 +51,8 @@ fn eviction_reservation(capacity: &ResourceList, hard: &[Threshold]) -> Resource
 
 /// `allocatable = capacity - kubeReserved - systemReserved - hard eviction thresholds`
 /// (`memory.available` -> memory, `nodefs.available` -> ephemeral-storage; percentages of
-/// capacity), floored at zero. `hard` are the hard thresholds without allocatable copies.
+/// capacity), floored at zero; memory also less every hugepages pool's capacity (pre-allocated:
+/// kubelet's node status setter). `hard` are the hard thresholds without allocatable copies.
 #[must_use]
 pub fn allocatable(
     capacity: &ResourceList,
@@ -75,6 +76,14 @@ pub fn allocatable(
             .and_modify(|r| *r = r.saturating_add(v))
             .or_insert(v);
     }
+    let hugepages = capacity
+        .iter()
+        .filter(|(k, _)| k.starts_with("hugepages-"))
+        .fold(Quantity::default(), |a, (_, v)| a.saturating_add(*v));
+    reservation
+        .entry("memory".to_owned())
+        .and_modify(|r| *r = r.saturating_add(hugepages))
+        .or_insert(hugepages);
     capacity
         .iter()
         .map(|(k, cap)| {
@@ -154,5 +163,27 @@ mod tests {
         assert_eq!(a["memory"].value(), (8 << 30) - (1 << 30) - (500 << 20));
         // 10% is float32(0.1) x capacity, as kubelet computes it.
         assert_eq!(a["ephemeral-storage"].value(), 96_636_764_000);
+    }
+
+    /// kubelet's node status: each hugepages pool is pre-allocated, so it leaves allocatable
+    /// memory (the pools themselves stay allocatable, less their own reservations).
+    #[test]
+    fn hugepages_pools_leave_allocatable_memory() {
+        let a = allocatable(
+            &list("cpu=4,memory=8Gi,hugepages-2Mi=1Gi,hugepages-1Gi=2Gi"),
+            &list("memory=1Gi,hugepages-2Mi=256Mi"),
+            &ResourceList::new(),
+            &[],
+        );
+        assert_eq!(a["memory"].value(), (8 << 30) - (1 << 30) - (3 << 30));
+        assert_eq!(a["hugepages-2Mi"].value(), 768 << 20);
+        assert_eq!(a["hugepages-1Gi"].value(), 2 << 30);
+        let none = allocatable(
+            &list("memory=1Gi,hugepages-1Gi=2Gi"),
+            &ResourceList::new(),
+            &ResourceList::new(),
+            &[],
+        );
+        assert_eq!(none["memory"].value(), 0, "floored at zero");
     }
 }

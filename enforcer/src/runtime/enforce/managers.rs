@@ -125,16 +125,22 @@ pub(super) fn start_memory_manager(
     if config.memory_manager_policy == MemoryManagerPolicy::None {
         return Ok(None);
     }
-    let mut capacity = capacity.clone();
+    // The hugepages pools summed over the cells, where the node's capacity (the machine's
+    // pools, `node::hugepages`) does not already name them.
+    let mut pools = ResourceList::new();
     for cell in &numa.cells {
         for hp in &cell.hugepages {
             let bytes = i64::try_from(hp.total_bytes()).unwrap_or(i64::MAX);
             let q = Quantity::from_int(bytes, Format::BinarySI);
-            capacity
+            pools
                 .entry(hp.resource_name())
                 .and_modify(|v| *v = v.saturating_add(q))
                 .or_insert(q);
         }
+    }
+    let mut capacity = capacity.clone();
+    for (name, q) in pools {
+        capacity.entry(name).or_insert(q);
     }
     let reservation = node_allocatable::reservation(
         &capacity,
