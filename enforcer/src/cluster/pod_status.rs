@@ -42,12 +42,16 @@ use crate::runtime::{
 };
 
 /// Conditions kubelet owns (`kubetypes.PodConditionByKubelet`).
-const OWNED: [&str; 5] = [
+const OWNED: [&str; 7] = [
     "PodScheduled",
     "Ready",
     "Initialized",
     "ContainersReady",
     "PodReadyToStartContainers",
+    // In-place resize (`PodConditionsByKubelet` since 1.33): present while pending or in
+    // progress, removed when the record no longer has them.
+    "PodResizePending",
+    "PodResizeInProgress",
 ];
 /// The condition kubelet shares with other writers (`PodConditionSharedByKubelet`).
 const DISRUPTION_TARGET: &str = "DisruptionTarget";
@@ -680,6 +684,39 @@ mod tests {
         let merged = merge(&old, new, true, &t(9));
         assert_eq!(merged.phase.as_deref(), Some("Failed"));
         assert_eq!(merged.reason.as_deref(), Some("Evicted"));
+    }
+
+    /// The resize conditions are kubelet's: written while the record has them, removed with
+    /// it once the resize is done.
+    #[test]
+    fn resize_conditions_come_and_go_with_the_record() {
+        let mut rec = running_record("u");
+        rec.conditions.push(crate::policy::pod_status::Condition {
+            kind: "PodResizePending".to_owned(),
+            status: "True".to_owned(),
+            reason: "Deferred".to_owned(),
+            message: "Node didn't have enough resource: memory".to_owned(),
+        });
+        let pending = merge(
+            &PodStatus::default(),
+            api_status(&rec, None, false),
+            true,
+            &t(1),
+        );
+        let has = |s: &PodStatus| {
+            s.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "PodResizePending" && c.reason.as_deref() == Some("Deferred"))
+        };
+        assert!(has(&pending));
+        let done = merge(
+            &pending,
+            api_status(&running_record("u"), None, false),
+            true,
+            &t(2),
+        );
+        assert!(!has(&done), "removed once the record no longer has it");
     }
 
     #[test]
