@@ -15,6 +15,7 @@ pub mod node;
 pub mod pods;
 pub mod registry;
 pub mod streams;
+pub mod swap;
 
 use std::{
     fs,

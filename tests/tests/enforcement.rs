@@ -18,7 +18,7 @@ use enforcer::{
     kernel::Capabilities,
     runtime::status::{self, PodRecord},
 };
-use enforcer_tests::{Daemon, containerd::Containerd, layout};
+use enforcer_tests::{Daemon, TestCgroup, containerd::Containerd, layout, swap::ZramSwap};
 
 const MIB: i64 = 1 << 20;
 
@@ -78,6 +78,19 @@ impl Files {
             eviction_hard: vec!["memory.available<100Mi".to_owned()],
             ..ConfigArgs::default()
         }
+    }
+
+    /// [`Files::args`] as `enforcer run` flags (for a daemon run as a child process).
+    fn flags(&self, cd: &Containerd) -> Vec<String> {
+        vec![
+            format!("--config={}", self.config_file.display()),
+            format!("--cri-socket={}", cd.socket.display()),
+            format!("--manifest-dir={}", self.manifests.display()),
+            format!("--state-dir={}", self.state.display()),
+            "--http-address=127.0.0.1:0".to_owned(),
+            "--allow-host-namespaces".to_owned(),
+            "--eviction-hard=memory.available<100Mi".to_owned(),
+        ]
     }
 }
 
@@ -746,6 +759,195 @@ async fn memory_qos_on_real_files_v2only() {
     daemon.stop().await;
     cd.remove_all_pods().await;
     drop(cd);
+}
+
+/// `memorySwap.swapBehavior: LimitedSwap` on a pure cgroup v2 node with swap, read back from
+/// the real files (kubelet's `configureContainerSwapResources`): the Burstable container's
+/// `memory.swap.max` is kubelet's `calcSwapForBurstablePods` (request / node memory x node
+/// swap, with the node memory and swap the daemon logged, which are this machine's
+/// `MemTotal` and `SwapTotal`), the Guaranteed and BestEffort containers' 0.
+///
+/// What kubelet needs to write anything, set up by the test and undone on drop: swap on the
+/// node (a zram swap area of its own, [`ZramSwap`]; `failSwapOn: false` so the daemon runs
+/// pods with it), and the swap controller where kubelet looks for it, `memory.swap.max` in
+/// the daemon's own cgroup (the root has none, and the guest runs the tests there): the
+/// daemon is the `enforcer` binary, started by this test in a cgroup of its own under the v2
+/// root (moved there before it executes). Nothing else is moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limited_swap_on_real_files_v2only() {
+    enforcer_tests::require_memory_v2("LimitedSwap");
+    let l = layout();
+    let (mount, _) = l.controller("memory").expect("the memory controller");
+    let swap = ZramSwap::on(256 << 20);
+    let (swap_total, _) = enforcer::node::swap::machine_swap().expect("SwapTotal");
+    let memory_total = enforcer::node::machine_memory().expect("MemTotal");
+    assert!(
+        swap_total > 0,
+        "SwapTotal 0 with {} on",
+        swap.device.display()
+    );
+    let daemon_cgroup = TestCgroup::create(mount, &enforcer_tests::unique_name("swapcheck"));
+    assert!(
+        daemon_cgroup.dir.join("memory.swap.max").exists(),
+        "{} has no memory.swap.max: no swap controller on this kernel",
+        daemon_cgroup.dir.display()
+    );
+    let cd = Containerd::start("swap");
+    let files = Files::new(
+        &cd,
+        "failSwapOn: false\nmemorySwap: {swapBehavior: LimitedSwap}\n",
+    );
+    let (manifests, state) = (files.manifests.clone(), files.state.clone());
+    let pods = [
+        (
+            "burstable",
+            "dddddddd-0000-0000-0000-000000000011",
+            "    resources: {requests: {memory: 256Mi}, limits: {memory: 512Mi}}\n",
+        ),
+        (
+            "guaranteed",
+            "dddddddd-0000-0000-0000-000000000012",
+            "    resources: {limits: {cpu: 100m, memory: 32Mi}}\n",
+        ),
+        ("besteffort", "dddddddd-0000-0000-0000-000000000013", ""),
+    ];
+    for (name, uid, res) in &pods {
+        std::fs::write(manifests.join(format!("{name}.yaml")), pod(name, uid, res)).expect("write");
+    }
+    let daemon = ChildDaemon::start(&files, &cd, &daemon_cgroup.dir);
+    wait_until("three pods running", Duration::from_secs(60), || {
+        let r = records(&state);
+        pods.iter().all(|(n, ..)| container_of(&r, n).is_some())
+    })
+    .await;
+
+    // The daemon's view of the node: this machine's memory and swap, and the swap controller
+    // found in its cgroup.
+    let log = daemon.log();
+    let (memory_capacity, swap_capacity, controller) = logged_swap_options(&log)
+        .unwrap_or_else(|| panic!("no LimitedSwap line in the daemon's log:\n{log}"));
+    assert!(controller, "the daemon found no swap controller:\n{log}");
+    assert_eq!(
+        (memory_capacity, swap_capacity),
+        (memory_total, swap_total),
+        "the daemon's node memory and swap"
+    );
+    let recs = records(&state);
+    let memory = |name: &str| {
+        let (pod_cgroup, id) = container_of(&recs, name).expect("running");
+        read(&dir_of("memory", &cd.container_path(&pod_cgroup, &id)).join("memory.swap.max"))
+    };
+    let want = enforcer::policy::swap::calc_swap_for_burstable_pods(
+        256 * MIB,
+        memory_capacity,
+        swap_capacity,
+    )
+    .expect("formula");
+    assert!(want > 0, "the formula gives {want}");
+    // The kernel keeps the limit in pages: what reads back is rounded down to one.
+    let burstable = memory("burstable");
+    eprintln!(
+        "node MemTotal {memory_capacity}, SwapTotal {swap_capacity}; burstable (256Mi request) \
+         memory.swap.max {burstable} (formula {want}); guaranteed {}, besteffort {}",
+        memory("guaranteed"),
+        memory("besteffort")
+    );
+    assert_eq!(burstable, (want / 4096 * 4096).to_string());
+    assert_eq!(memory("guaranteed"), "0");
+    assert_eq!(memory("besteffort"), "0");
+
+    daemon.stop();
+    cd.remove_all_pods().await;
+    drop(cd);
+    // What the test set up is gone: its cgroup, and its swap area (the node's swap as before).
+    let dir = daemon_cgroup.dir.clone();
+    drop(daemon_cgroup);
+    assert!(!dir.exists(), "{} left behind", dir.display());
+    let device = swap.device.to_string_lossy().into_owned();
+    drop(swap);
+    let areas = enforcer::node::swap::swap_on().expect("/proc/swaps");
+    assert!(!areas.contains(&device), "{device} still on: {areas:?}");
+}
+
+/// (`memory_capacity`, `swap_capacity`, `controller_available`) of the daemon's
+/// `memorySwap.swapBehavior LimitedSwap` line in its JSON log.
+fn logged_swap_options(log: &str) -> Option<(i64, i64, bool)> {
+    let v = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| {
+            v["fields"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("memorySwap.swapBehavior LimitedSwap"))
+        })?;
+    let f = &v["fields"];
+    Some((
+        f["memory_capacity"].as_i64()?,
+        f["swap_capacity"].as_i64()?,
+        f["controller_available"].as_bool()?,
+    ))
+}
+
+/// The `enforcer` binary as the test's child (`enforcer --log-format=json run` with
+/// [`Files::flags`]), moved into `cgroup` before it executes, its log in
+/// `<containerd dir>/enforcer.log`; stopped with SIGTERM (on drop too).
+struct ChildDaemon {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl ChildDaemon {
+    fn start(files: &Files, cd: &Containerd, cgroup: &Path) -> Self {
+        let log = cd.dir.join("enforcer.log");
+        let mut cmd = std::process::Command::new(enforcer_tests::enforcer_binary());
+        cmd.args(["--log-format=json", "run"])
+            .args(files.flags(cd))
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("the daemon's log"));
+        let child = enforcer_tests::spawn_in(cmd, &[cgroup]);
+        Self { child, log }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then the exit status (`None`: killed after a bounded wait).
+    fn terminate(&mut self) -> Option<std::process::ExitStatus> {
+        if let Ok(Some(s)) = self.child.try_wait() {
+            return Some(s);
+        }
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            enforcer_tests::kill(pid, rustix::process::Signal::TERM);
+        }
+        let deadline = std::time::Instant::now() + enforcer_tests::scaled(Duration::from_secs(20));
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        None
+    }
+
+    /// Stops it; fails the test unless it exited cleanly.
+    fn stop(mut self) {
+        let status = self.terminate();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "the daemon's exit: {status:?}; log:\n{}",
+            self.log()
+        );
+    }
+}
+
+impl Drop for ChildDaemon {
+    fn drop(&mut self) {
+        let _ = self.terminate();
+    }
 }
 
 /// `podPidsLimit` on the real pids controller (v1 here, v2 in the VM tier): `pids.max` on

@@ -111,6 +111,9 @@ $B mount --bind @MODULE_TREE@ /lib/modules || fail "module tree"
 printf '#!/.vm/busybox sh\nexec /.vm/busybox modprobe "$@"\n' > /.vm/modprobe
 $B chmod 755 /.vm/modprobe
 echo /.vm/modprobe > /proc/sys/kernel/modprobe
+# zram for the swap tests (enforcement's LimitedSwap test): no device of its own, a test adds
+# its swap device (hot_add) and removes it. Not fatal here: that test fails without it.
+$B modprobe zram num_devices=0 || echo "vm-init: modprobe zram failed (the swap tests will fail)"
 $B hostname enforcer-vm
 $B ip link set lo up
 # (The runner below exports PATH and HOME, and CARGO=/bin/true: a test that calls cargo would

@@ -593,6 +593,7 @@ fn swap_options(
     let controller_available = swap::swap_controller_available(layout);
     if behavior == SwapBehavior::LimitedSwap {
         tracing::info!(
+            memory_capacity = memory,
             swap_capacity,
             controller_available,
             "memorySwap.swapBehavior LimitedSwap: Burstable containers get memory.swap.max in proportion to their memory requests"
