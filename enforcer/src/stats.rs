@@ -135,6 +135,8 @@ pub struct Collector {
     last: Arc<NodeSnapshot>,
     /// Each pod's usage file, open (by uid): what [`PodScope::Usage`] reads.
     usage: HashMap<String, usage::UsageFd>,
+    /// The node's memory counters, open: what [`PodScope::Usage`] reads of the node.
+    node: Option<usage::NodeCounters>,
 }
 
 impl Collector {
@@ -144,6 +146,7 @@ impl Collector {
             observer,
             last: Arc::default(),
             usage: HashMap::new(),
+            node: None,
         }
     }
 
@@ -186,15 +189,30 @@ impl Collector {
         targets: &[PodTarget],
         now: Duration,
     ) -> Result<Arc<NodeSnapshot>, NodeError> {
-        let observations = if req.pods == PodScope::Usage {
-            // The node's memory now; its filesystems and processes as last read.
-            let mut o = self.observer.observe_memory(now)?;
+        let (observations, kubepods_usage) = if req.pods == PodScope::Usage {
+            // The node's memory now (its usage counters less the last full read's inactive
+            // file pages, as for the pods); its filesystems and processes as last read.
+            let (mut o, kubepods_usage) = match self.node.as_ref().and_then(|c| c.read()) {
+                Some((node_ws, kubepods_ws, usage)) => (
+                    self.observer
+                        .memory_observations(node_ws, kubepods_ws, Some(now))
+                        .into_iter()
+                        .collect(),
+                    Some(usage),
+                ),
+                None => (
+                    self.observer.observe_memory(now)?,
+                    self.observer.kubepods_usage(),
+                ),
+            };
             for (k, v) in &self.last.observations {
                 o.entry(*k).or_insert(*v);
             }
-            o
+            (o, kubepods_usage)
         } else {
-            self.observer.observe(now)?
+            let (o, figures) = self.observer.observe_with_figures(now)?;
+            self.node = usage::NodeCounters::open(&figures);
+            (o, self.observer.kubepods_usage())
         };
         // Writable layers: read once per refresh that walks a pod (one pass over mountinfo),
         // of the targets' containers only.
@@ -213,6 +231,9 @@ impl Collector {
                 (true, Some(old)) => self.read_usage(t, old, now),
                 _ => None,
             };
+            // A sample carried over from `old` (in full, or but for its memory) has its
+            // storage figures already.
+            let carried = !read_memory || fast.is_some();
             let mut sample = match (read_memory, old, fast) {
                 (false, Some(old), _) => old.clone(),
                 (true, _, Some(fast)) => fast,
@@ -258,7 +279,10 @@ impl Collector {
                     }
                     sample.logs_at = Some(now);
                 }
-            } else if !walk && let Some(o) = old {
+            } else if !walk
+                && !carried
+                && let Some(o) = old
+            {
                 // Carried over: the last walk's figures and time.
                 if let (Some(s), Some(os)) = (sample.stats.as_mut(), o.stats.as_ref()) {
                     s.ephemeral_storage = os.ephemeral_storage;
@@ -282,7 +306,7 @@ impl Collector {
         self.last = Arc::new(NodeSnapshot {
             observations,
             pods,
-            kubepods_usage: self.observer.kubepods_usage(),
+            kubepods_usage,
         });
         Ok(self.last.clone())
     }

@@ -67,6 +67,9 @@ fn decide(
 async fn main() -> anyhow::Result<()> {
     require_root();
     let rounds = enforcer_tests::arg_u64("--rounds", 200);
+    // `--crossing-only`: only the crossing's read and decision (to profile them alone, e.g.
+    // under `perf record`); the other rows stay empty.
+    let crossing_only = std::env::args().any(|a| a == "--crossing-only");
     let l = layout();
     let (mem, _) = l.controller("memory").context("memory controller")?;
     let root = format!("/{}", unique_name("bench-step"));
@@ -137,6 +140,13 @@ async fn main() -> anyhow::Result<()> {
     };
     let mut sink = 0usize;
     for _ in 0..rounds {
+        if crossing_only {
+            let t = Instant::now();
+            let s = inline.refresh(&crossing, &targets, start.elapsed())?;
+            cross_read.push(t.elapsed());
+            sink += decide(&config, &s, &active, start.elapsed());
+            continue;
+        }
         let t = Instant::now();
         let s = inline.refresh(&Refresh::full(), &targets, start.elapsed())?;
         sink += decide(&config, &s, &active, start.elapsed());
@@ -169,7 +179,10 @@ async fn main() -> anyhow::Result<()> {
         sink += inline.observer.observe_memory(start.elapsed())?.len();
         node_mem.push(t.elapsed());
     }
-    let base = pct(&before, 0.5).as_secs_f64();
+    // NaN ratios under `--crossing-only` (no "before" row).
+    let base = Some(pct(&before, 0.5).as_secs_f64())
+        .filter(|b| *b > 0.0)
+        .unwrap_or(f64::NAN);
     println!(
         "\n### One eviction step with its I/O, {PODS} pods ({LOG_FILES} x {} KiB logs each), {rounds} rounds, interleaved\n",
         LOG_BYTES / 1024
