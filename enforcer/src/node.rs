@@ -281,16 +281,6 @@ pub fn numa_topology(
     Ok(NumaTopology { cells })
 }
 
-/// The memory cgroups the node's memory signals are read from, with the inactive file pages
-/// their last full read found: kubepods', and the v1 root's unless the capacity is overridden
-/// (then the node is kubepods). `kubepods` is `None` where a crossing reads the node in full
-/// (the v2 root has no usage counter: `/proc/meminfo`).
-#[derive(Clone, Debug, Default)]
-pub struct MemoryFigures {
-    pub kubepods: Option<(PathBuf, i64)>,
-    pub root: Option<(PathBuf, i64)>,
-}
-
 /// Where the observer looks.
 #[derive(Clone, Debug)]
 pub struct NodeObserver {
@@ -356,39 +346,17 @@ impl NodeObserver {
 
     /// One round of observations at `now` (monotonic time of the caller's clock).
     pub fn observe(&self, now: Duration) -> Result<Observations, NodeError> {
-        Ok(self.observe_with_figures(now)?.0)
-    }
-
-    /// [`Self::observe`], with the memory cgroups' figures a crossing reads the node from
-    /// afterwards ([`MemoryFigures`]).
-    pub fn observe_with_figures(
-        &self,
-        now: Duration,
-    ) -> Result<(Observations, MemoryFigures), NodeError> {
-        let (mut obs, figures) = self.observe_memory_with_figures(now)?;
+        let mut obs = self.observe_memory(now)?;
         self.observe_others(now, &mut obs)?;
-        Ok((obs, figures))
+        Ok(obs)
     }
 
     /// The memory observations only (`memory.available`, `allocatableMemory.available`), at
     /// `now`: what a crossing reads of the node.
     pub fn observe_memory(&self, now: Duration) -> Result<Observations, NodeError> {
-        Ok(self.observe_memory_with_figures(now)?.0)
-    }
-
-    fn observe_memory_with_figures(
-        &self,
-        now: Duration,
-    ) -> Result<(Observations, MemoryFigures), NodeError> {
         let mut obs = Observations::new();
         let at = Some(now);
-        let kubepods_dir = self.memory_dir(&self.kubepods)?;
-        let kubepods = memory_figures(&kubepods_dir).ok();
-        let kubepods_ws = kubepods.map_or(0, |(u, i)| u.saturating_sub(i).max(0));
-        let mut figures = MemoryFigures {
-            kubepods: kubepods.map(|(_, inactive)| (kubepods_dir, inactive)),
-            root: None,
-        };
+        let kubepods_ws = working_set(&self.memory_dir(&self.kubepods)?).unwrap_or(0);
         let node_ws = if self.capacity_override {
             kubepods_ws
         } else {
@@ -397,20 +365,13 @@ impl NodeObserver {
                 .controller("memory")
                 .ok_or(NodeError::NoMemoryController)?;
             match version {
-                CgroupVersion::V1 => {
-                    let (usage, inactive) = memory_figures(mount)?;
-                    figures.root = Some((mount.to_path_buf(), inactive));
-                    usage.saturating_sub(inactive).max(0)
-                }
+                CgroupVersion::V1 => working_set(mount)?,
                 // The v2 root has no memory.current: use /proc/meminfo minus inactive file.
-                CgroupVersion::V2 => {
-                    figures.kubepods = None;
-                    root_working_set_v2()?
-                }
+                CgroupVersion::V2 => root_working_set_v2()?,
             }
         };
         obs.extend(self.memory_observations(node_ws, kubepods_ws, at));
-        Ok((obs, figures))
+        Ok(obs)
     }
 
     /// The filesystem and process observations at `now`, into `obs`.

@@ -135,8 +135,6 @@ pub struct Collector {
     last: Arc<NodeSnapshot>,
     /// Each pod's usage file, open (by uid): what [`PodScope::Usage`] reads.
     usage: HashMap<String, usage::UsageFd>,
-    /// The node's memory counters, open: what [`PodScope::Usage`] reads of the node.
-    node: Option<usage::NodeCounters>,
 }
 
 impl Collector {
@@ -146,7 +144,6 @@ impl Collector {
             observer,
             last: Arc::default(),
             usage: HashMap::new(),
-            node: None,
         }
     }
 
@@ -189,30 +186,15 @@ impl Collector {
         targets: &[PodTarget],
         now: Duration,
     ) -> Result<Arc<NodeSnapshot>, NodeError> {
-        let (observations, kubepods_usage) = if req.pods == PodScope::Usage {
-            // The node's memory now (its usage counters less the last full read's inactive
-            // file pages, as for the pods); its filesystems and processes as last read.
-            let (mut o, kubepods_usage) = match self.node.as_ref().and_then(|c| c.read()) {
-                Some((node_ws, kubepods_ws, usage)) => (
-                    self.observer
-                        .memory_observations(node_ws, kubepods_ws, Some(now))
-                        .into_iter()
-                        .collect(),
-                    Some(usage),
-                ),
-                None => (
-                    self.observer.observe_memory(now)?,
-                    self.observer.kubepods_usage(),
-                ),
-            };
+        let observations = if req.pods == PodScope::Usage {
+            // The node's memory now; its filesystems and processes as last read.
+            let mut o = self.observer.observe_memory(now)?;
             for (k, v) in &self.last.observations {
                 o.entry(*k).or_insert(*v);
             }
-            (o, kubepods_usage)
+            o
         } else {
-            let (o, figures) = self.observer.observe_with_figures(now)?;
-            self.node = usage::NodeCounters::open(&figures);
-            (o, self.observer.kubepods_usage())
+            self.observer.observe(now)?
         };
         // Writable layers: read once per refresh that walks a pod (one pass over mountinfo),
         // of the targets' containers only.
@@ -306,7 +288,7 @@ impl Collector {
         self.last = Arc::new(NodeSnapshot {
             observations,
             pods,
-            kubepods_usage,
+            kubepods_usage: self.observer.kubepods_usage(),
         });
         Ok(self.last.clone())
     }

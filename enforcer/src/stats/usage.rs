@@ -27,51 +27,13 @@ impl UsageFd {
         })
     }
 
-    /// The usage counter now (`None`: the cgroup is gone or the file unreadable).
-    pub fn usage(&self) -> Option<i64> {
-        let mut buf = [0u8; 24];
-        let n = self.file.read_at(&mut buf, 0).ok()?;
-        parse_counter(buf.get(..n)?)
-    }
-
     /// The working set now: the usage counter less the last inactive figure (`None`: the
     /// cgroup is gone or the file unreadable).
     pub fn working_set(&self) -> Option<i64> {
-        Some(self.usage()?.saturating_sub(self.inactive).max(0))
-    }
-}
-
-/// The node's memory counters a crossing reads (cgroup v1): kubepods' usage file and the
-/// root's (none with a capacity override: the node is kubepods), open, with the inactive file
-/// pages of the last full read. Two `pread(2)`s instead of two `memory.stat` files generated
-/// and parsed and four files opened.
-#[derive(Debug)]
-pub(super) struct NodeCounters {
-    kubepods: UsageFd,
-    root: Option<UsageFd>,
-}
-
-impl NodeCounters {
-    /// Opened from a full read's figures (`None` where a crossing reads the node in full).
-    pub fn open(figures: &crate::node::MemoryFigures) -> Option<Self> {
-        let (dir, inactive) = figures.kubepods.as_ref()?;
-        let kubepods = UsageFd::open("kubepods", dir, *inactive)?;
-        let root = match &figures.root {
-            Some((dir, inactive)) => Some(UsageFd::open("/", dir, *inactive)?),
-            None => None,
-        };
-        Some(Self { kubepods, root })
-    }
-
-    /// (the node's working set, kubepods' working set, kubepods' usage) now.
-    pub fn read(&self) -> Option<(i64, i64, i64)> {
-        let usage = self.kubepods.usage()?;
-        let kubepods = usage.saturating_sub(self.kubepods.inactive).max(0);
-        let node = match &self.root {
-            Some(r) => r.working_set()?,
-            None => kubepods,
-        };
-        Some((node, kubepods, usage))
+        let mut buf = [0u8; 24];
+        let n = self.file.read_at(&mut buf, 0).ok()?;
+        let usage = parse_counter(buf.get(..n)?)?;
+        Some(usage.saturating_sub(self.inactive).max(0))
     }
 }
 
