@@ -210,7 +210,10 @@ impl<R: ContainerRuntime> Pods<R> {
         if changed {
             self.admissions.resize(uid, run.clone());
             self.sync_node();
-            if let Ok(cgroup) = self.ctx.cgroups.pod_path(uid, spec::pod_qos(&run)) {
+            // Only a pod still active (not one being evicted or killed) is put back in view.
+            if self.link.active().contains_key(uid)
+                && let Ok(cgroup) = self.ctx.cgroups.pod_path(uid, spec::pod_qos(&run))
+            {
                 self.link
                     .set_active(uid, ActiveEntry::new(run.clone(), cgroup));
             }
