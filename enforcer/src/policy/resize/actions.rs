@@ -405,25 +405,24 @@ pub fn resize_steps(
 }
 
 /// The resources CRI `UpdateContainerResources` gets for one update (kubelet's
-/// `updatePodContainerResources`): a memory update keeps the cpu last configured, a cpu update
-/// keeps the memory last configured.
+/// `updatePodContainerResources`): the updated resource (memory, or cpu) as `desired`, the
+/// other as last actuated (`actuated`: a cpu update after a memory update keeps the new
+/// memory).
 #[must_use]
-pub fn update_values(u: &ContainerUpdate, memory: bool) -> ContainerResources {
+pub fn update_values(
+    actuated: &ContainerResources,
+    desired: &ContainerResources,
+    memory: bool,
+) -> ContainerResources {
+    let mut next = *actuated;
     if memory {
-        ContainerResources {
-            memory_limit: u.desired.memory_limit,
-            memory_request: u.desired.memory_request,
-            cpu_limit: u.current.cpu_limit,
-            cpu_request: u.current.cpu_request,
-        }
+        next.memory_limit = desired.memory_limit;
+        next.memory_request = desired.memory_request;
     } else {
-        ContainerResources {
-            memory_limit: u.current.memory_limit,
-            memory_request: u.current.memory_request,
-            cpu_limit: u.desired.cpu_limit,
-            cpu_request: u.desired.cpu_request,
-        }
+        next.cpu_limit = desired.cpu_limit;
+        next.cpu_request = desired.cpu_request;
     }
+    next
 }
 
 /// `isPodResizeInProgress` for one running resizable container: its allocated cpu and memory

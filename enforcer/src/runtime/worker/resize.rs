@@ -13,10 +13,10 @@ use crate::{
     policy::{
         pod_status::Condition,
         resize::{
-            ResizeCondition,
+            PodAllocation, ResizeCondition,
             actions::{
                 ActualResources, ContainerResize, ContainerResources, PodCgroupResize,
-                PodResizePlan, ResizeStep, compute_container_resize, resize_steps,
+                PodResizePlan, ResizeStep, compute_container_resize, resize_steps, update_values,
             },
         },
         resources::{self, cgroup::PodCgroupValues},
@@ -38,6 +38,9 @@ pub(super) struct ResizeState {
     in_progress: bool,
     /// Why the last actuation failed (retried at the next sync).
     error: Option<String>,
+    /// The allocation last found fully actuated: while the pod's is the same, nothing is
+    /// listed or compared (containers started since were created with it).
+    settled: Option<PodAllocation>,
 }
 
 impl ResizeState {
@@ -61,6 +64,11 @@ impl<R: ContainerRuntime> PodWorker<R> {
         qos: spec::Qos,
         target: &PodCgroupValues,
     ) -> Result<PodCgroupValues, WorkerError> {
+        let allocation = PodAllocation::of(pod);
+        if self.resize.settled.as_ref() == Some(&allocation) {
+            self.resize.pod_values = Some(target.clone());
+            return Ok(target.clone());
+        }
         let containers = self.pod_containers().await.map_err(self.cri())?;
         let live: HashSet<&str> = containers.iter().map(|c| c.id.as_str()).collect();
         let st = &mut self.resize;
@@ -99,10 +107,12 @@ impl<R: ContainerRuntime> PodWorker<R> {
         let current = st.pod_values.clone().unwrap_or_else(|| target.clone());
         if plan.is_empty() {
             st.error = None;
+            st.settled = st.restart.is_empty().then_some(allocation);
             st.pod_values = Some(target.clone());
             return Ok(target.clone());
         }
         st.in_progress = true;
+        st.settled = None;
         let usage = self.ctx.cgroups.memory_usage(&self.uid, qos).unwrap_or(0);
         let steps = match resize_steps(
             &self.uid,
@@ -188,15 +198,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
         def: &Container,
         memory: bool,
     ) -> Result<(), String> {
-        let desired = ContainerResources::desired(def);
-        let mut next = *actuated;
-        if memory {
-            next.memory_limit = desired.memory_limit;
-            next.memory_request = desired.memory_request;
-        } else {
-            next.cpu_limit = desired.cpu_limit;
-            next.cpu_request = desired.cpu_request;
-        }
+        let next = update_values(actuated, &ContainerResources::desired(def), memory);
         let opts = spec::ResourceOptions {
             cgroup: *self.ctx.cgroups.options(),
             cpuset: self.ctx.enforce.cpuset(&self.uid, &def.name),

@@ -302,9 +302,9 @@ fn update_values_keep_the_other_resource() {
         },
         direction: Direction::Decrease,
     };
-    let m = update_values(&u, true);
+    let m = update_values(&u.current, &u.desired, true);
     assert_eq!((m.memory_limit, m.cpu_limit, m.cpu_request), (2, 400, 300));
-    let c = update_values(&u, false);
+    let c = update_values(&u.current, &u.desired, false);
     assert_eq!((c.memory_limit, c.cpu_limit, c.cpu_request), (4, 200, 100));
 }
 
