@@ -16,7 +16,9 @@ fn main() -> anyhow::Result<()> {
     println!("cargo:rerun-if-env-changed=ENFORCER_EBPF_TOOLCHAIN");
     if skip {
         // An empty object: the loader reports "built without eBPF" at run time.
-        fs::write(out_dir.join("enforcer"), b"").context("writing the empty eBPF placeholder")?;
+        for name in ["enforcer", "memcg-usage"] {
+            fs::write(out_dir.join(name), b"").context("writing the empty eBPF placeholder")?;
+        }
         return Ok(());
     }
     let manifest = PathBuf::from(

@@ -279,6 +279,44 @@ pub mod stat {
     pub const COUNT: u32 = 4;
 }
 
+/// Global of the `memcg-usage` object: where the fields its cgroup iterator reads sit in the
+/// running kernel ([`MemcgOffsets`], from the kernel's BTF, set by the loader).
+pub const GLOBAL_MEMCG_OFFSETS: &str = "MEMCG_OFFSETS";
+/// The `memcg-usage` object's program: a cgroup iterator writing one [`MemcgUsage`] per
+/// memory cgroup it visits.
+pub const MEMCG_USAGE_PROGRAM: &str = "memcg_usage";
+
+/// Byte offsets (and the memory controller's index) the cgroup iterator reads at, from the
+/// running kernel's BTF: `cgroup.subsys[memory_cgrp_id]` is the memory cgroup's
+/// `cgroup_subsys_state`, the first member of its `mem_cgroup`; `mem_cgroup.memory.usage` is
+/// its page counter (pages, what `memory.usage_in_bytes` / `memory.current` print times the
+/// page size); `cgroup.kn->id` is the cgroup directory's inode number.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemcgOffsets {
+    /// `offsetof(struct cgroup, subsys) + memory_cgrp_id * 8`.
+    pub cgroup_memory_css: u32,
+    /// `offsetof(struct cgroup, kn)`.
+    pub cgroup_kn: u32,
+    /// `offsetof(struct kernfs_node, id)`.
+    pub kn_id: u32,
+    /// `offsetof(struct mem_cgroup, memory) + offsetof(struct page_counter, usage)`.
+    pub memcg_usage: u32,
+}
+
+/// One memory cgroup as the iterator writes it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemcgUsage {
+    /// The cgroup directory's inode number (`kernfs_node.id`).
+    pub ino: u64,
+    /// Its page counter, in pages.
+    pub pages: u64,
+}
+
+const _: () = assert!(core::mem::size_of::<MemcgOffsets>() == 16);
+const _: () = assert!(core::mem::size_of::<MemcgUsage>() == 16);
+
 #[cfg(feature = "user")]
 mod user {
     // SAFETY: plain-old-data, `repr(C)`, no padding bytes (checked by the size asserts).
@@ -289,4 +327,6 @@ mod user {
     unsafe impl aya::Pod for super::BurstKey {}
     // SAFETY: as above (`repr(C)` of u32 pairs, size asserted).
     unsafe impl aya::Pod for super::TracepointFields {}
+    // SAFETY: as above (`repr(C)` of four u32, size asserted).
+    unsafe impl aya::Pod for super::MemcgOffsets {}
 }

@@ -2,8 +2,10 @@
 //! programs, read their ring buffer, and fall back to eventfd / PSI / polling sources that
 //! produce the same signal stream when eBPF cannot load.
 
+pub mod btf;
 pub mod ebpf;
 pub mod fallback;
+pub mod memcg_iter;
 pub mod probe;
 pub mod realtime;
 pub mod threshold;

@@ -25,6 +25,7 @@ use crate::{
     policy::eviction::{Observations, PodStats},
 };
 
+mod node_memory;
 mod usage;
 
 /// A pod to collect stats of.
@@ -135,6 +136,26 @@ pub struct Collector {
     last: Arc<NodeSnapshot>,
     /// Each pod's usage file, open (by uid): what [`PodScope::Usage`] reads.
     usage: HashMap<String, usage::UsageFd>,
+    /// The memory cgroup iterator over kubepods: every pod's usage in one walk.
+    memcg: MemcgReader,
+    /// The last walk's usage by cgroup inode (kept: its capacity is reused).
+    walked: HashMap<u64, i64>,
+    /// The node's and kubepods' memory files, open (at a full refresh) for crossings.
+    node_memory: Option<node_memory::NodeMemory>,
+}
+
+/// Whether [`PodScope::Usage`] reads through the memory cgroup iterator.
+#[derive(Debug, Default)]
+enum MemcgReader {
+    /// Not tried yet: tried at the next full refresh with pods (loading it takes milliseconds,
+    /// never at a crossing).
+    #[default]
+    Untried,
+    Ready(Box<crate::kernel::memcg_iter::MemcgIter>),
+    /// Not here (said once in the log): the per-pod usage files are read.
+    Unavailable,
+    /// Not wanted (unit tests of the file path).
+    Off,
 }
 
 impl Collector {
@@ -144,6 +165,58 @@ impl Collector {
             observer,
             last: Arc::default(),
             usage: HashMap::new(),
+            memcg: MemcgReader::Off,
+            walked: HashMap::new(),
+            node_memory: None,
+        }
+    }
+
+    /// Reads crossings through the memory cgroup iterator where the kernel has it (loaded at
+    /// the first full refresh with pods).
+    #[must_use]
+    pub fn with_memcg_iterator(mut self) -> Self {
+        self.memcg = MemcgReader::Untried;
+        self
+    }
+
+    /// Whether crossings read through the iterator (it loaded and walked).
+    #[must_use]
+    pub fn reads_memcg_iterator(&self) -> bool {
+        matches!(self.memcg, MemcgReader::Ready(_))
+    }
+
+    /// Loads the iterator over the kubepods memory cgroup (once; a failure is logged and the
+    /// usage files are read from then on).
+    fn load_memcg_iterator(&mut self) {
+        let root = self.observer.pod_memory_dir(&self.observer.kubepods);
+        let loaded = root
+            .ok_or_else(|| "no kubepods memory cgroup".to_owned())
+            .and_then(|root| crate::kernel::memcg_iter::MemcgIter::open(&root));
+        self.memcg = match loaded {
+            Ok(it) => {
+                tracing::info!("crossings read every pod's memory with one cgroup iterator walk");
+                MemcgReader::Ready(Box::new(it))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the memory cgroup iterator is not available: crossings read each pod's usage file");
+                MemcgReader::Unavailable
+            }
+        };
+    }
+
+    /// One walk of the iterator into `walked` (`false`: no iterator, or it failed: the files
+    /// are read, and the iterator is given up after a failure).
+    fn walk_memcg(&mut self) -> bool {
+        let MemcgReader::Ready(it) = &mut self.memcg else {
+            return false;
+        };
+        match it.read_into(&mut self.walked) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "the memory cgroup iterator failed: crossings read each pod's usage file from now on");
+                self.memcg = MemcgReader::Unavailable;
+                false
+            }
         }
     }
 
@@ -170,9 +243,18 @@ impl Collector {
 
     /// A pod's working set now through its open usage file, the rest of `old` carried over
     /// (`None`: no open file, or unreadable: a full read is needed).
-    fn read_usage(&self, t: &PodTarget, old: &PodSample, now: Duration) -> Option<PodSample> {
+    fn read_usage(
+        &self,
+        t: &PodTarget,
+        old: &PodSample,
+        now: Duration,
+        walked: bool,
+    ) -> Option<PodSample> {
         let u = self.usage.get(&t.uid).filter(|u| u.cgroup == t.cgroup)?;
-        let ws = u.working_set()?;
+        let ws = match self.walked.get(&u.ino) {
+            Some(usage) if walked => u.working_set_of(*usage),
+            _ => u.working_set()?,
+        };
         let mut sample = old.clone();
         sample.stats.as_mut()?.memory = Some(ws);
         sample.memory_at = now;
@@ -186,9 +268,32 @@ impl Collector {
         targets: &[PodTarget],
         now: Duration,
     ) -> Result<Arc<NodeSnapshot>, NodeError> {
+        if matches!(self.memcg, MemcgReader::Untried)
+            && req.pods == PodScope::All
+            && !targets.is_empty()
+        {
+            self.load_memcg_iterator();
+        }
+        if req.pods == PodScope::All && self.node_memory.is_none() {
+            self.node_memory = node_memory::NodeMemory::open(&self.observer);
+        }
+        let walked = req.pods == PodScope::Usage && self.walk_memcg();
+        let mut node_now = None;
         let observations = if req.pods == PodScope::Usage {
-            // The node's memory now; its filesystems and processes as last read.
-            let mut o = self.observer.observe_memory(now)?;
+            // The node's memory now (through its open files; by path when they fail, opened
+            // again at the next full refresh); its filesystems and processes as last read.
+            node_now = self.node_memory.as_mut().and_then(node_memory::NodeMemory::read);
+            let mut o = match node_now {
+                Some(n) => self
+                    .observer
+                    .memory_observations(n.node_ws, n.kubepods_ws, Some(now))
+                    .into_iter()
+                    .collect(),
+                None => {
+                    self.node_memory = None;
+                    self.observer.observe_memory(now)?
+                }
+            };
             for (k, v) in &self.last.observations {
                 o.entry(*k).or_insert(*v);
             }
@@ -210,7 +315,7 @@ impl Collector {
                     PodScope::All | PodScope::Usage => true,
                 };
             let fast = match (req.pods == PodScope::Usage, old) {
-                (true, Some(old)) => self.read_usage(t, old, now),
+                (true, Some(old)) => self.read_usage(t, old, now, walked),
                 _ => None,
             };
             // A sample carried over from `old` (in full, or but for its memory) has its
@@ -288,7 +393,10 @@ impl Collector {
         self.last = Arc::new(NodeSnapshot {
             observations,
             pods,
-            kubepods_usage: self.observer.kubepods_usage(),
+            kubepods_usage: match node_now {
+                Some(n) => Some(n.kubepods_usage),
+                None => self.observer.kubepods_usage(),
+            },
         });
         Ok(self.last.clone())
     }
@@ -338,10 +446,20 @@ pub struct StatsCollector {
 impl StatsCollector {
     /// Starts the collector thread; it ends when the handle is dropped.
     pub fn spawn(observer: NodeObserver) -> std::io::Result<Self> {
+        Self::spawn_with(observer, true)
+    }
+
+    /// As [`Self::spawn`]; `iterator`: crossings read the memory cgroup iterator where the
+    /// kernel has it (false: each pod's usage file, for comparison).
+    pub fn spawn_with(observer: NodeObserver, iterator: bool) -> std::io::Result<Self> {
         let (tx, rx) = std_mpsc::channel::<Request>();
         let (publish, snapshots) = watch::channel(Arc::<NodeSnapshot>::default());
         let publish = Arc::new(publish);
-        let collector = Arc::new(Mutex::new(Collector::new(observer)));
+        let mut collector = Collector::new(observer);
+        if iterator {
+            collector = collector.with_memcg_iterator();
+        }
+        let collector = Arc::new(Mutex::new(collector));
         {
             let collector = collector.clone();
             let publish = publish.clone();

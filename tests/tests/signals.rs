@@ -562,3 +562,125 @@ async fn a_missing_watch_is_a_clear_error_not_a_crash_v1only() {
         "names the path: {err}"
     );
 }
+
+/// The memory cgroup iterator (the crossing's one-call read of every pod's memory) reports,
+/// for the cgroup it is linked to and each cgroup below it, by directory inode, what the
+/// cgroup's usage file says, and nothing of the cgroups beside or above; the stats collector
+/// that reads crossings through it finds each pod's working set as the file path does.
+#[tokio::test]
+async fn memcg_iterator_reads_every_pods_usage_as_its_file_says() {
+    use enforcer::{
+        kernel::memcg_iter::MemcgIter,
+        node::NodeObserver,
+        stats::{Collector, PodScope, PodTarget, Refresh},
+    };
+    require_root();
+    let l = layout();
+    let mount = memory_mount();
+    let root = format!("/{}", unique_name("memcg-iter"));
+    let kubepods_rel = format!("{root}/kubepods");
+    // Made from the leaves (so that on v2 each parent made here enables the memory
+    // controller for its children); the first owns the test root and kubepods.
+    let pods: Vec<TestCgroup> = (0..3)
+        .map(|i| TestCgroup::create(&mount, &format!("{kubepods_rel}/pod{i}/c{i}")))
+        .collect();
+    let beside = TestCgroup::create(&mount, &format!("{root}/beside"));
+    let kubepods_dir = mount.join(kubepods_rel.trim_start_matches('/'));
+    let mut hog = spawn_in(memhog(24, 0, 60_000), &[pods[1].dir.as_path()]);
+    let usage_file = |dir: &std::path::Path| -> i64 {
+        let f = if memory_is_v2() { "memory.current" } else { "memory.usage_in_bytes" };
+        std::fs::read_to_string(dir.join(f))
+            .expect("usage file")
+            .trim()
+            .parse()
+            .expect("a number")
+    };
+    let pod_dir = |i: usize| pods[i].dir.parent().expect("pod dir").to_path_buf();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while usage_file(&pod_dir(1)) < 20 << 20 {
+        assert!(std::time::Instant::now() < deadline, "memhog never reached 20 MiB");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let mut it = MemcgIter::open(&kubepods_dir).expect("the iterator loads and links here");
+    let mut walked = std::collections::HashMap::new();
+    it.read_into(&mut walked).expect("a walk");
+    let ino = |p: &std::path::Path| {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(p).expect("stat").ino()
+    };
+    // kubepods, 3 pods, 3 containers: every one, nothing else.
+    assert_eq!(walked.len(), 7, "{walked:?}");
+    assert!(walked.contains_key(&ino(&kubepods_dir)));
+    assert!(!walked.contains_key(&beside.ino()));
+    assert!(!walked.contains_key(&ino(&mount.join(root.trim_start_matches('/')))));
+    for i in 0..3 {
+        for dir in [pod_dir(i), pods[i].dir.clone()] {
+            let file = usage_file(&dir);
+            let got = walked[&ino(&dir)];
+            // Read a moment apart: the kernel's own small charges may come and go.
+            assert!(
+                (got - file).abs() <= 1 << 20,
+                "{}: iterator {got}, file {file}",
+                dir.display()
+            );
+        }
+    }
+    assert!(walked[&ino(&pod_dir(1))] >= 20 << 20);
+    assert!(walked[&ino(&kubepods_dir)] >= walked[&ino(&pod_dir(1))]);
+
+    // The collector: a crossing's refresh through the iterator, beside one through the files.
+    let capacity = enforcer::node::machine_memory().expect("machine memory");
+    let logs = tempfile::tempdir().expect("tempdir");
+    let observer = NodeObserver {
+        layout: l.clone(),
+        kubepods: kubepods_rel.clone(),
+        memory_capacity: capacity,
+        capacity_override: false,
+        kubepods_memory_limit: capacity,
+        nodefs: logs.path().to_path_buf(),
+        imagefs: None,
+        pid_capacity: None,
+    };
+    let targets: Vec<PodTarget> = (0..3)
+        .map(|i| PodTarget {
+            uid: format!("uid-{i}"),
+            cgroup: format!("{kubepods_rel}/pod{i}"),
+            containers: vec![("app".to_owned(), format!("c{i}"))],
+        })
+        .collect();
+    let mut files = Collector::new(observer.clone());
+    let mut walker = Collector::new(observer).with_memcg_iterator();
+    let crossing = Refresh {
+        pods: PodScope::Usage,
+        logs: false,
+    };
+    let start = std::time::Instant::now();
+    for c in [&mut files, &mut walker] {
+        c.refresh(&Refresh::full(), &targets, start.elapsed())
+            .expect("full refresh");
+    }
+    assert!(walker.reads_memcg_iterator(), "the collector loaded the iterator");
+    assert!(!files.reads_memcg_iterator());
+    let a = walker.refresh(&crossing, &targets, start.elapsed()).expect("walk");
+    let b = files.refresh(&crossing, &targets, start.elapsed()).expect("files");
+    for t in &targets {
+        let ws = |s: &enforcer::stats::NodeSnapshot| {
+            s.pods[&t.uid]
+                .stats
+                .as_ref()
+                .and_then(|s| s.memory)
+                .expect("a working set")
+        };
+        assert!((ws(&a) - ws(&b)).abs() <= 1 << 20, "{}: {} vs {}", t.uid, ws(&a), ws(&b));
+    }
+    assert!(a.pods["uid-1"].stats.as_ref().and_then(|s| s.memory) >= Some(16 << 20));
+
+    let _ = hog.kill();
+    let _ = hog.wait();
+    drop(it);
+    drop(beside);
+    for p in pods.into_iter().rev() {
+        drop(p);
+    }
+}

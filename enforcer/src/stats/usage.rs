@@ -3,9 +3,15 @@
 //! `pread(2)` of a few bytes into a buffer on the stack, no path walked, no file opened, no
 //! `memory.stat` generated. The working set is that usage less the inactive file pages the
 //! last full read found (kubelet's own figures are up to 10 s old; the usage here is read at
-//! the crossing itself).
+//! the crossing itself). Where the kernel offers it, the usage counters of every pod come
+//! from one walk of the memory cgroup iterator ([`crate::kernel::memcg_iter`]) instead, found
+//! by the pod cgroup directory's inode; the file stays open as the fallback.
 
-use std::{fs::File, os::unix::fs::FileExt as _, path::Path};
+use std::{
+    fs::File,
+    os::unix::fs::{FileExt as _, MetadataExt as _},
+    path::Path,
+};
 
 /// One pod's usage file, open, and the inactive file pages of its last full read.
 #[derive(Debug)]
@@ -13,6 +19,8 @@ pub(super) struct UsageFd {
     /// The pod cgroup it was opened for (a pod whose cgroup changed is opened again).
     pub cgroup: String,
     file: File,
+    /// The pod cgroup directory's inode number (what the memory cgroup iterator reports).
+    pub ino: u64,
     pub inactive: i64,
 }
 
@@ -20,11 +28,18 @@ impl UsageFd {
     /// Opens the usage file of the memory cgroup `dir` (the pod cgroup `cgroup`).
     pub fn open(cgroup: &str, dir: &Path, inactive: i64) -> Option<Self> {
         let file = File::open(crate::node::usage_file(dir)).ok()?;
+        let ino = std::fs::metadata(dir).ok()?.ino();
         Some(Self {
             cgroup: cgroup.to_owned(),
             file,
+            ino,
             inactive,
         })
+    }
+
+    /// The working set for a usage figure read elsewhere (the iterator's walk).
+    pub fn working_set_of(&self, usage: i64) -> i64 {
+        usage.saturating_sub(self.inactive).max(0)
     }
 
     /// The working set now: the usage counter less the last inactive figure (`None`: the
@@ -33,7 +48,7 @@ impl UsageFd {
         let mut buf = [0u8; 24];
         let n = self.file.read_at(&mut buf, 0).ok()?;
         let usage = parse_counter(buf.get(..n)?)?;
-        Some(usage.saturating_sub(self.inactive).max(0))
+        Some(self.working_set_of(usage))
     }
 }
 

@@ -21,7 +21,7 @@
 //! `--pods N` runs each mode twice, with the growing pod alone and with N - 1 idle Burstable
 //! neighbours beside it (each in its pod and container cgroups, writing a log line every
 //! second: kubelet's 110 pods with `--pods 110`);
-//! `--log FILTER` prints the daemon's log with times; `--mode a,b` runs some modes only;
+//! `--log FILTER` prints the daemon's log with times; `--mode a,b` runs some modes only (`=name`: that one alone);
 //! `--companion` adds the eBPF mode as `enforcer run --companion` runs it beside kubelet
 //! (its configuration: no tripwire; the companion's eviction manager).
 //!
@@ -200,6 +200,16 @@ async fn main() -> anyhow::Result<()> {
         modes.insert(
             1,
             Mode::new(
+                leak(format!("{first}, usage files (no cgroup iterator)")),
+                source,
+                housekeeping,
+                tripwire,
+            )
+            .reading_files(),
+        );
+        modes.insert(
+            1,
+            Mode::new(
                 leak(format!("{first}, throttle then graceful stop")),
                 source,
                 housekeeping,
@@ -260,10 +270,13 @@ async fn main() -> anyhow::Result<()> {
         .position(|a| a == "--mode")
         .and_then(|i| std::env::args().nth(i + 1));
     for mode in modes {
-        // `--mode a,b`: the modes whose names contain any of the comma-separated words.
+        // `--mode a,b`: the modes whose names contain any of the comma-separated words (a
+        // word `=name`: the mode of that name only).
         if only.as_deref().is_some_and(|o| {
-            !o.split(',')
-                .any(|w| mode.name.to_lowercase().contains(&w.trim().to_lowercase()))
+            !o.split(',').any(|w| match w.trim().strip_prefix('=') {
+                Some(exact) => mode.name.eq_ignore_ascii_case(exact),
+                None => mode.name.to_lowercase().contains(&w.trim().to_lowercase()),
+            })
         }) {
             continue;
         }
@@ -402,6 +415,8 @@ struct Mode {
     /// `throttleBeforeEvict: [memory.available]`: the victim capped, then stopped gracefully
     /// (the harness sends the SIGTERM the pod worker would).
     throttle: bool,
+    /// The crossing reads the memory cgroup iterator (each pod's usage file when false).
+    iterator: bool,
 }
 
 impl Mode {
@@ -422,7 +437,14 @@ impl Mode {
             crossing_thread: true,
             reap: true,
             throttle: false,
+            iterator: true,
         }
+    }
+
+    /// The same mode, its crossings reading each pod's usage file (not the iterator).
+    fn reading_files(mut self) -> Self {
+        self.iterator = false;
+        self
     }
 
     /// The same mode, throttling the victim before its graceful stop.
@@ -712,7 +734,7 @@ async fn run_mode_inner(
                     enforcer::eviction_manager::TripwireHow::UsageEventfd
                 },
             }),
-        stats: enforcer::stats::StatsCollector::spawn(observer)?,
+        stats: enforcer::stats::StatsCollector::spawn_with(observer, mode.iterator)?,
         link: link.clone(),
         status,
         housekeeping,

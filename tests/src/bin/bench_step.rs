@@ -70,6 +70,9 @@ async fn main() -> anyhow::Result<()> {
     // `--crossing-only`: only the crossing's read and decision (to profile them alone, e.g.
     // under `perf record`); the other rows stay empty.
     let crossing_only = std::env::args().any(|a| a == "--crossing-only");
+    // `--files`: with `--crossing-only`, the crossing reads each pod's usage file (not the
+    // memory cgroup iterator).
+    let files_only = std::env::args().any(|a| a == "--files");
     let l = layout();
     let (mem, _) = l.controller("memory").context("memory controller")?;
     let root = format!("/{}", unique_name("bench-step"));
@@ -121,6 +124,7 @@ async fn main() -> anyhow::Result<()> {
         pid_capacity: None,
     };
     let mut inline = Collector::new(observer.clone());
+    let mut walker = Collector::new(observer.clone()).with_memcg_iterator();
     let stats = StatsCollector::spawn(observer)?;
     let signal = Refresh {
         pods: PodScope::Named(vec![targets[PODS / 2].uid.clone()]),
@@ -129,11 +133,17 @@ async fn main() -> anyhow::Result<()> {
     let start = Instant::now();
     // Warm up both paths (first reads of every file).
     inline.refresh(&Refresh::full(), &targets, start.elapsed())?;
+    walker.refresh(&Refresh::full(), &targets, start.elapsed())?;
+    anyhow::ensure!(
+        walker.reads_memcg_iterator(),
+        "the memory cgroup iterator did not load (see the log)"
+    );
     stats
         .refresh(Refresh::full(), targets.clone().into(), start.elapsed())
         .await?;
     let (mut before, mut after, mut tick) = (Vec::new(), Vec::new(), Vec::new());
     let (mut cross_read, mut cross_decide, mut node_mem) = (Vec::new(), Vec::new(), Vec::new());
+    let mut cross_walk = Vec::new();
     let crossing = Refresh {
         pods: PodScope::Usage,
         logs: false,
@@ -141,8 +151,9 @@ async fn main() -> anyhow::Result<()> {
     let mut sink = 0usize;
     for _ in 0..rounds {
         if crossing_only {
+            let c = if files_only { &mut inline } else { &mut walker };
             let t = Instant::now();
-            let s = inline.refresh(&crossing, &targets, start.elapsed())?;
+            let s = c.refresh(&crossing, &targets, start.elapsed())?;
             cross_read.push(t.elapsed());
             sink += decide(&config, &s, &active, start.elapsed());
             continue;
@@ -174,6 +185,12 @@ async fn main() -> anyhow::Result<()> {
         sink += decide(&config, &s, &active, start.elapsed());
         cross_decide.push(t.elapsed());
 
+        // The same through the memory cgroup iterator (one walk for every pod).
+        let t = Instant::now();
+        let w = walker.refresh(&crossing, &targets, start.elapsed())?;
+        cross_walk.push(t.elapsed());
+        sink += w.pods.len();
+
         // Of which the node's memory observations.
         let t = Instant::now();
         sink += inline.observer.observe_memory(start.elapsed())?.len();
@@ -202,6 +219,10 @@ async fn main() -> anyhow::Result<()> {
         (
             "crossing step, its read: every pod's usage counter, inline",
             &cross_read,
+        ),
+        (
+            "crossing step, its read through one memory cgroup iterator walk, inline",
+            &cross_walk,
         ),
         (
             "crossing step, its decision (the decision core on that snapshot)",

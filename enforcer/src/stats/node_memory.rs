@@ -1,0 +1,175 @@
+//! What a crossing reads of the node ([`super::PodScope::Usage`]): the working sets of the
+//! node and of kubepods, as [`crate::node::NodeObserver::observe_memory`] computes them, from
+//! files opened once (at a full refresh) and read again with `pread(2)` into one buffer: no
+//! path walked, no file opened or allocated at the crossing. Still read whole and fresh, as
+//! kubelet's figures are (usage less the inactive file pages of the same moment).
+
+use std::{fs::File, os::unix::fs::FileExt as _, path::Path};
+
+use crate::{cgroup::CgroupVersion, node::NodeObserver};
+
+/// A memory cgroup's usage and `memory.stat`, open.
+#[derive(Debug)]
+struct CgroupFiles {
+    usage: File,
+    stat: File,
+    /// The inactive file pages' key: v1 `total_inactive_file` (hierarchical), v2
+    /// `inactive_file`.
+    inactive_key: &'static [u8],
+}
+
+impl CgroupFiles {
+    fn open(dir: &Path, version: CgroupVersion) -> Option<Self> {
+        let (usage, key): (_, &'static [u8]) = match version {
+            CgroupVersion::V1 => ("memory.usage_in_bytes", b"total_inactive_file"),
+            CgroupVersion::V2 => ("memory.current", b"inactive_file"),
+        };
+        Some(Self {
+            usage: File::open(dir.join(usage)).ok()?,
+            stat: File::open(dir.join("memory.stat")).ok()?,
+            inactive_key: key,
+        })
+    }
+
+    /// (usage - inactive_file floored at 0, usage).
+    fn working_set(&self, buf: &mut Vec<u8>) -> Option<(i64, i64)> {
+        let usage = number(pread_all(&self.usage, buf)?)?;
+        let inactive = value_of(pread_all(&self.stat, buf)?, self.inactive_key, b' ').unwrap_or(0);
+        Some((usage.saturating_sub(inactive).max(0), usage))
+    }
+}
+
+/// The node's own figure.
+#[derive(Debug)]
+enum Root {
+    /// v1: the root memory cgroup.
+    Cgroup(CgroupFiles),
+    /// v2 (no root `memory.current`): `/proc/meminfo`, MemTotal - MemFree - Inactive(file).
+    Meminfo(File),
+    /// A capacity override: the node is kubepods.
+    Kubepods,
+}
+
+/// The node's and kubepods' memory files, open.
+#[derive(Debug)]
+pub(super) struct NodeMemory {
+    kubepods: CgroupFiles,
+    root: Root,
+    /// Read buffer, reused.
+    buf: Vec<u8>,
+}
+
+impl NodeMemory {
+    /// Opens the files `observer` reads (`None`: one is missing; the caller reads by path).
+    pub fn open(observer: &NodeObserver) -> Option<Self> {
+        let (mount, version) = observer.layout.controller("memory")?;
+        let kubepods = CgroupFiles::open(&observer.pod_memory_dir(&observer.kubepods)?, version)?;
+        let root = match (observer.capacity_override, version) {
+            (true, _) => Root::Kubepods,
+            (false, CgroupVersion::V1) => Root::Cgroup(CgroupFiles::open(mount, version)?),
+            (false, CgroupVersion::V2) => Root::Meminfo(File::open("/proc/meminfo").ok()?),
+        };
+        Some(Self {
+            kubepods,
+            root,
+            buf: Vec::with_capacity(16 * 1024),
+        })
+    }
+
+    /// The node's figures now (`None`: a read failed).
+    pub fn read(&mut self) -> Option<NodeMemoryNow> {
+        let (kubepods, kubepods_usage) = self.kubepods.working_set(&mut self.buf)?;
+        let node = match &self.root {
+            Root::Kubepods => kubepods,
+            Root::Cgroup(files) => files.working_set(&mut self.buf)?.0,
+            Root::Meminfo(file) => {
+                let text = pread_all(file, &mut self.buf)?;
+                let kib = |key: &[u8]| value_of(text, key, b':').unwrap_or(0).saturating_mul(1024);
+                (kib(b"MemTotal") - kib(b"MemFree") - kib(b"Inactive(file)")).max(0)
+            }
+        };
+        Some(NodeMemoryNow {
+            node_ws: node,
+            kubepods_ws: kubepods,
+            kubepods_usage,
+        })
+    }
+}
+
+/// What [`NodeMemory::read`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct NodeMemoryNow {
+    pub node_ws: i64,
+    pub kubepods_ws: i64,
+    /// kubepods' usage, page cache included ([`crate::node::NodeObserver::kubepods_usage`]).
+    pub kubepods_usage: i64,
+}
+
+/// The whole file from offset 0, into `buf` (grown when a read fills it).
+fn pread_all<'a>(file: &File, buf: &'a mut Vec<u8>) -> Option<&'a [u8]> {
+    if buf.len() < 4096 {
+        buf.resize(buf.capacity().max(4096), 0);
+    }
+    loop {
+        let n = file.read_at(buf, 0).ok()?;
+        if n < buf.len() {
+            return buf.get(..n);
+        }
+        // Filled: the file may be longer; read it again whole into a larger buffer.
+        let more = buf.len() * 2;
+        buf.resize(more, 0);
+    }
+}
+
+/// A counter file's number (`123\n`).
+fn number(text: &[u8]) -> Option<i64> {
+    let t = text.strip_suffix(b"\n").unwrap_or(text);
+    std::str::from_utf8(t).ok()?.parse().ok()
+}
+
+/// The first number after `key` + `sep` at the start of a line (`memory.stat`'s `key value`,
+/// `/proc/meminfo`'s `Key:   value kB`).
+fn value_of(text: &[u8], key: &[u8], sep: u8) -> Option<i64> {
+    text.split(|b| *b == b'\n').find_map(|line| {
+        let rest = line.strip_prefix(key)?.strip_prefix(&[sep])?;
+        let digits = rest.trim_ascii_start();
+        let end = digits
+            .iter()
+            .position(|b| !b.is_ascii_digit())
+            .unwrap_or(digits.len());
+        std::str::from_utf8(digits.get(..end)?).ok()?.parse().ok()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_found_by_whole_key_and_garbage_is_refused() {
+        let stat = b"inactive_file 10\ntotal_inactive_file 30\nactive_file 5\n";
+        assert_eq!(value_of(stat, b"inactive_file", b' '), Some(10));
+        assert_eq!(value_of(stat, b"total_inactive_file", b' '), Some(30));
+        assert_eq!(value_of(stat, b"file", b' '), None);
+        let meminfo = b"MemTotal:       24576000 kB\nMemFree:  100 kB\nInactive(file):  7 kB\n";
+        assert_eq!(value_of(meminfo, b"MemTotal", b':'), Some(24_576_000));
+        assert_eq!(value_of(meminfo, b"Inactive(file)", b':'), Some(7));
+        assert_eq!(value_of(b"MemTotal: x kB\n", b"MemTotal", b':'), None);
+        assert_eq!(number(b"42\n"), Some(42));
+        assert_eq!(number(b"max\n"), None);
+    }
+
+    #[test]
+    fn a_file_longer_than_the_buffer_is_read_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("memory.stat");
+        let mut text = "x 1\n".repeat(3000);
+        text.push_str("total_inactive_file 77\n");
+        std::fs::write(&path, &text).expect("write");
+        let file = File::open(&path).expect("open");
+        let mut buf = Vec::new();
+        let got = pread_all(&file, &mut buf).expect("read");
+        assert_eq!(got.len(), text.len());
+        assert_eq!(value_of(got, b"total_inactive_file", b' '), Some(77));
+    }
+}
