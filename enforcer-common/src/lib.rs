@@ -302,6 +302,11 @@ pub struct MemcgOffsets {
     pub kn_id: u32,
     /// `offsetof(struct mem_cgroup, memory) + offsetof(struct page_counter, usage)`.
     pub memcg_usage: u32,
+    /// `offsetof(struct cgroup, level)`.
+    pub cgroup_level: u32,
+    /// The deepest level written: a cgroup below it is passed over after one read (the
+    /// pods' containers: their figures are not what a crossing reads).
+    pub max_level: u32,
 }
 
 /// One memory cgroup as the iterator writes it.
@@ -314,7 +319,7 @@ pub struct MemcgUsage {
     pub pages: u64,
 }
 
-const _: () = assert!(core::mem::size_of::<MemcgOffsets>() == 16);
+const _: () = assert!(core::mem::size_of::<MemcgOffsets>() == 24);
 const _: () = assert!(core::mem::size_of::<MemcgUsage>() == 16);
 
 #[cfg(feature = "user")]
@@ -327,6 +332,6 @@ mod user {
     unsafe impl aya::Pod for super::BurstKey {}
     // SAFETY: as above (`repr(C)` of u32 pairs, size asserted).
     unsafe impl aya::Pod for super::TracepointFields {}
-    // SAFETY: as above (`repr(C)` of four u32, size asserted).
+    // SAFETY: as above (`repr(C)` of six u32, size asserted).
     unsafe impl aya::Pod for super::MemcgOffsets {}
 }

@@ -2,7 +2,8 @@
 //! the daemon runs over the kubepods memory cgroup's descendants, writing one
 //! [`MemcgUsage`] (directory inode, page counter) per cgroup into the iterator's read
 //! buffer. No map, no policy: what `memory.usage_in_bytes` / `memory.current` of each cgroup
-//! would print, without opening or reading a file per pod.
+//! would print, without opening or reading a file per pod. Cgroups deeper than the loader's
+//! `max_level` (the pods' containers) are passed over after reading their level.
 //!
 //! The fields are read at the offsets the running kernel's BTF gives ([`MEMCG_OFFSETS`], set
 //! by the loader), through `bpf_probe_read_kernel`: a read that faults writes nothing.
@@ -24,6 +25,8 @@ static MEMCG_OFFSETS: MemcgOffsets = MemcgOffsets {
     cgroup_kn: 0,
     kn_id: 0,
     memcg_usage: 0,
+    cgroup_level: 0,
+    max_level: 0,
 };
 
 /// `struct bpf_iter__cgroup`: the iterator's context.
@@ -47,6 +50,13 @@ fn visit(ctx: *const IterCgroup) -> Option<()> {
         return None;
     }
     // SAFETY: kernel reads through the probe helper (a fault is an error, not a crash).
+    let level: i32 = unsafe {
+        bpf_probe_read_kernel(cgroup.wrapping_add(off.cgroup_level as usize).cast()).ok()?
+    };
+    if level < 0 || level as u32 > off.max_level {
+        return None;
+    }
+    // SAFETY: as above.
     let css: *const u8 = unsafe {
         bpf_probe_read_kernel(cgroup.wrapping_add(off.cgroup_memory_css as usize).cast()).ok()?
     };

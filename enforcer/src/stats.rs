@@ -188,10 +188,12 @@ impl Collector {
     /// Loads the iterator over the kubepods memory cgroup (once; a failure is logged and the
     /// usage files are read from then on).
     fn load_memcg_iterator(&mut self) {
+        let mount = self.observer.layout.controller("memory").map(|(m, _)| m);
         let root = self.observer.pod_memory_dir(&self.observer.kubepods);
-        let loaded = root
+        let loaded = mount
+            .zip(root)
             .ok_or_else(|| "no kubepods memory cgroup".to_owned())
-            .and_then(|root| crate::kernel::memcg_iter::MemcgIter::open(&root));
+            .and_then(|(mount, root)| crate::kernel::memcg_iter::MemcgIter::open(mount, &root, 2));
         self.memcg = match loaded {
             Ok(it) => {
                 tracing::info!("crossings read every pod's memory with one cgroup iterator walk");

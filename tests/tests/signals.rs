@@ -585,6 +585,7 @@ async fn memcg_iterator_reads_every_pods_usage_as_its_file_says() {
         .map(|i| TestCgroup::create(&mount, &format!("{kubepods_rel}/pod{i}/c{i}")))
         .collect();
     let beside = TestCgroup::create(&mount, &format!("{root}/beside"));
+    let deep = TestCgroup::create(&mount, &format!("{kubepods_rel}/pod0/c0/deeper"));
     let kubepods_dir = mount.join(kubepods_rel.trim_start_matches('/'));
     let mut hog = spawn_in(memhog(24, 0, 60_000), &[pods[1].dir.as_path()]);
     let usage_file = |dir: &std::path::Path| -> i64 {
@@ -602,15 +603,17 @@ async fn memcg_iterator_reads_every_pods_usage_as_its_file_says() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    let mut it = MemcgIter::open(&kubepods_dir).expect("the iterator loads and links here");
+    // Two levels below kubepods (its pods and their containers here), not three.
+    let mut it = MemcgIter::open(&mount, &kubepods_dir, 2).expect("the iterator loads and links here");
     let mut walked = std::collections::HashMap::new();
     it.read_into(&mut walked).expect("a walk");
     let ino = |p: &std::path::Path| {
         use std::os::unix::fs::MetadataExt as _;
         std::fs::metadata(p).expect("stat").ino()
     };
-    // kubepods, 3 pods, 3 containers: every one, nothing else.
+    // kubepods, 3 pods, 3 containers: every one, nothing else (not the cgroup below c0).
     assert_eq!(walked.len(), 7, "{walked:?}");
+    assert!(!walked.contains_key(&deep.ino()));
     assert!(walked.contains_key(&ino(&kubepods_dir)));
     assert!(!walked.contains_key(&beside.ino()));
     assert!(!walked.contains_key(&ino(&mount.join(root.trim_start_matches('/')))));
@@ -679,6 +682,7 @@ async fn memcg_iterator_reads_every_pods_usage_as_its_file_says() {
     let _ = hog.kill();
     let _ = hog.wait();
     drop(it);
+    drop(deep);
     drop(beside);
     for p in pods.into_iter().rev() {
         drop(p);

@@ -50,8 +50,9 @@ impl std::fmt::Debug for MemcgIter {
     }
 }
 
-/// The offsets the program reads at, from the running kernel's BTF.
-pub fn offsets(btf: &Btf) -> Result<MemcgOffsets, String> {
+/// The offsets the program reads at, from the running kernel's BTF; cgroups deeper than
+/// `max_level` are passed over.
+pub fn offsets(btf: &Btf, max_level: u32) -> Result<MemcgOffsets, String> {
     let memory_id = btf.enum_value("memory_cgrp_id").map_err(|e| e.to_string())?;
     let memory_id = u32::try_from(memory_id).map_err(|_| format!("memory_cgrp_id {memory_id}"))?;
     let field = |s: &str, m: &str| btf.member_offset(s, m).map_err(|e| e.to_string());
@@ -64,6 +65,8 @@ pub fn offsets(btf: &Btf) -> Result<MemcgOffsets, String> {
         cgroup_kn: field("cgroup", "kn")?,
         kn_id: field("kernfs_node", "id")?,
         memcg_usage: field("mem_cgroup", "memory")? + field("page_counter", "usage")?,
+        cgroup_level: field("cgroup", "level")?,
+        max_level,
     })
 }
 
@@ -87,16 +90,23 @@ fn bpf(cmd: libc::c_long, attr: &mut [u64; 16]) -> std::io::Result<OwnedFd> {
 }
 
 impl MemcgIter {
-    /// Loads the iterator and links it to the memory cgroup directory `root` (its walk covers
-    /// `root` and every cgroup below it).
-    pub fn open(root: &Path) -> Result<Self, String> {
+    /// Loads the iterator and links it to the memory cgroup `root` of the hierarchy mounted
+    /// at `mount` (a directory below it): its walk reports `root` and the cgroups down to
+    /// `depth` levels below it (2 for kubepods: the QoS classes' cgroups and the pods').
+    pub fn open(mount: &Path, root: &Path, depth: u32) -> Result<Self, String> {
         if OBJECT.is_empty() {
             return Err("this binary was built without the eBPF object (AYA_BUILD_SKIP)".into());
         }
         let btf = Btf::vmlinux()
             .map_err(|e| format!("reading {}: {e}", super::btf::VMLINUX))?
             .map_err(|e| format!("{}: {e}", super::btf::VMLINUX))?;
-        let offsets = offsets(&btf)?;
+        let level = root
+            .strip_prefix(mount)
+            .map_err(|_| format!("{} is not below {}", root.display(), mount.display()))?
+            .components()
+            .count();
+        let level = u32::try_from(level).map_err(|_| "too deep".to_owned())?;
+        let offsets = offsets(&btf, level.saturating_add(depth))?;
         let mut ebpf = EbpfLoader::new()
             .override_global(GLOBAL_MEMCG_OFFSETS, &offsets, true)
             .load(OBJECT)
