@@ -341,6 +341,17 @@ pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
             "boot Linux 5.15 or later; until then the kernel frees it at exit",
         );
     }
+    if caps.btf
+        && caps.cap_bpf_or_sys_admin
+        && let Some((mount, _)) = layout.controller("memory")
+        && let Err(e) = crate::kernel::memcg_iter::MemcgIter::open(mount, mount, 1)
+    {
+        add(
+            "kernel",
+            format!("no memory cgroup iterator ({e}): a crossing reads each pod's usage file, slower with many pods"),
+            "boot Linux 6.1 or later with BTF (6.5 or later on cgroup v1)",
+        );
+    }
     if config.cgroup_driver == CgroupDriver::Systemd
         && let Err(e) = crate::cgroup::systemd::Systemd::connect()
     {

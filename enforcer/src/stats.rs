@@ -147,10 +147,13 @@ pub struct Collector {
 /// Whether [`PodScope::Usage`] reads through the memory cgroup iterator.
 #[derive(Debug, Default)]
 enum MemcgReader {
-    /// Not tried yet: tried at the next full refresh with pods (loading it takes milliseconds,
-    /// never at a crossing).
+    /// Not tried yet: loaded at the next full refresh with pods, on a thread of its own
+    /// (reading the kernel's BTF and verifying the program take milliseconds, seconds under
+    /// emulation: never at a crossing, nor under the collector's lock).
     #[default]
     Untried,
+    /// Being loaded; taken at the next refresh that finds it done.
+    Loading(std_mpsc::Receiver<Result<crate::kernel::memcg_iter::MemcgIter, String>>),
     Ready(Box<crate::kernel::memcg_iter::MemcgIter>),
     /// Not here (said once in the log): the per-pod usage files are read.
     Unavailable,
@@ -185,25 +188,65 @@ impl Collector {
         matches!(self.memcg, MemcgReader::Ready(_))
     }
 
-    /// Loads the iterator over the kubepods memory cgroup (once; a failure is logged and the
-    /// usage files are read from then on).
+    /// Starts loading the iterator over the kubepods memory cgroup (once; a failure is logged
+    /// and the usage files are read from then on).
     fn load_memcg_iterator(&mut self) {
-        let mount = self.observer.layout.controller("memory").map(|(m, _)| m);
+        let mount = self.observer.layout.controller("memory").map(|(m, _)| m.to_path_buf());
         let root = self.observer.pod_memory_dir(&self.observer.kubepods);
-        let loaded = mount
-            .zip(root)
-            .ok_or_else(|| "no kubepods memory cgroup".to_owned())
-            .and_then(|(mount, root)| crate::kernel::memcg_iter::MemcgIter::open(mount, &root, 2));
-        self.memcg = match loaded {
-            Ok(it) => {
-                tracing::info!("crossings read every pod's memory with one cgroup iterator walk");
-                MemcgReader::Ready(Box::new(it))
-            }
+        let (tx, rx) = std_mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("memcg-iter-load".to_owned())
+            .spawn(move || {
+                let loaded = mount
+                    .zip(root)
+                    .ok_or_else(|| "no kubepods memory cgroup".to_owned())
+                    .and_then(|(mount, root)| {
+                        crate::kernel::memcg_iter::MemcgIter::open(&mount, &root, 2)
+                    });
+                let _ = tx.send(loaded);
+            });
+        self.memcg = match spawned {
+            Ok(_) => MemcgReader::Loading(rx),
             Err(e) => {
-                tracing::warn!(error = %e, "the memory cgroup iterator is not available: crossings read each pod's usage file");
+                tracing::warn!(error = %e, "the memory cgroup iterator could not be loaded: crossings read each pod's usage file");
                 MemcgReader::Unavailable
             }
         };
+    }
+
+    /// Takes the loaded iterator once its thread is done.
+    fn poll_memcg_iterator(&mut self) {
+        let MemcgReader::Loading(rx) = &self.memcg else {
+            return;
+        };
+        self.memcg = match rx.try_recv() {
+            Err(std_mpsc::TryRecvError::Empty) => return,
+            Ok(Ok(it)) => {
+                tracing::info!("crossings read every pod's memory with one cgroup iterator walk");
+                MemcgReader::Ready(Box::new(it))
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the memory cgroup iterator is not available: crossings read each pod's usage file");
+                MemcgReader::Unavailable
+            }
+            Err(std_mpsc::TryRecvError::Disconnected) => MemcgReader::Unavailable,
+        };
+    }
+
+    /// Waits for the iterator's loading (benchmarks and tests: the next crossing then reads
+    /// through it); true when it loaded.
+    pub fn wait_memcg_iterator(&mut self) -> bool {
+        if let MemcgReader::Loading(rx) = &self.memcg {
+            self.memcg = match rx.recv() {
+                Ok(Ok(it)) => MemcgReader::Ready(Box::new(it)),
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "the memory cgroup iterator is not available");
+                    MemcgReader::Unavailable
+                }
+                Err(_) => MemcgReader::Unavailable,
+            };
+        }
+        self.reads_memcg_iterator()
     }
 
     /// One walk of the iterator into `walked` (`false`: no iterator, or it failed: the files
@@ -276,6 +319,7 @@ impl Collector {
         {
             self.load_memcg_iterator();
         }
+        self.poll_memcg_iterator();
         if req.pods == PodScope::All && self.node_memory.is_none() {
             self.node_memory = node_memory::NodeMemory::open(&self.observer);
         }

@@ -663,7 +663,7 @@ async fn memcg_iterator_reads_every_pods_usage_as_its_file_says() {
         c.refresh(&Refresh::full(), &targets, start.elapsed())
             .expect("full refresh");
     }
-    assert!(walker.reads_memcg_iterator(), "the collector loaded the iterator");
+    assert!(walker.wait_memcg_iterator(), "the collector loaded the iterator");
     assert!(!files.reads_memcg_iterator());
     let a = walker.refresh(&crossing, &targets, start.elapsed()).expect("walk");
     let b = files.refresh(&crossing, &targets, start.elapsed()).expect("files");

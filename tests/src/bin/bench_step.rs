@@ -135,7 +135,7 @@ async fn main() -> anyhow::Result<()> {
     inline.refresh(&Refresh::full(), &targets, start.elapsed())?;
     walker.refresh(&Refresh::full(), &targets, start.elapsed())?;
     anyhow::ensure!(
-        walker.reads_memcg_iterator(),
+        walker.wait_memcg_iterator(),
         "the memory cgroup iterator did not load (see the log)"
     );
     stats
