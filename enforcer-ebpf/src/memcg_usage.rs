@@ -64,9 +64,8 @@ fn visit(ctx: *const IterCgroup) -> Option<()> {
         return None;
     }
     // SAFETY: as above.
-    let pages: u64 = unsafe {
-        bpf_probe_read_kernel(css.wrapping_add(off.memcg_usage as usize).cast()).ok()?
-    };
+    let pages: u64 =
+        unsafe { bpf_probe_read_kernel(css.wrapping_add(off.memcg_usage as usize).cast()).ok()? };
     // SAFETY: as above.
     let kn: *const u8 =
         unsafe { bpf_probe_read_kernel(cgroup.wrapping_add(off.cgroup_kn as usize).cast()).ok()? };

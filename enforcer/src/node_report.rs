@@ -348,7 +348,9 @@ pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
     {
         add(
             "kernel",
-            format!("no memory cgroup iterator ({e}): a crossing reads each pod's usage file, slower with many pods"),
+            format!(
+                "no memory cgroup iterator ({e}): a crossing reads each pod's usage file, slower with many pods"
+            ),
             "boot Linux 6.1 or later with BTF (6.5 or later on cgroup v1)",
         );
     }

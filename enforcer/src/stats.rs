@@ -191,7 +191,11 @@ impl Collector {
     /// Starts loading the iterator over the kubepods memory cgroup (once; a failure is logged
     /// and the usage files are read from then on).
     fn load_memcg_iterator(&mut self) {
-        let mount = self.observer.layout.controller("memory").map(|(m, _)| m.to_path_buf());
+        let mount = self
+            .observer
+            .layout
+            .controller("memory")
+            .map(|(m, _)| m.to_path_buf());
         let root = self.observer.pod_memory_dir(&self.observer.kubepods);
         let (tx, rx) = std_mpsc::channel();
         let spawned = std::thread::Builder::new()
@@ -328,7 +332,10 @@ impl Collector {
         let observations = if req.pods == PodScope::Usage {
             // The node's memory now (through its open files; by path when they fail, opened
             // again at the next full refresh); its filesystems and processes as last read.
-            node_now = self.node_memory.as_mut().and_then(node_memory::NodeMemory::read);
+            node_now = self
+                .node_memory
+                .as_mut()
+                .and_then(node_memory::NodeMemory::read);
             let mut o = match node_now {
                 Some(n) => self
                     .observer

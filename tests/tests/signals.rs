@@ -589,7 +589,11 @@ async fn memcg_iterator_reads_every_pods_usage_as_its_file_says() {
     let kubepods_dir = mount.join(kubepods_rel.trim_start_matches('/'));
     let mut hog = spawn_in(memhog(24, 0, 60_000), &[pods[1].dir.as_path()]);
     let usage_file = |dir: &std::path::Path| -> i64 {
-        let f = if memory_is_v2() { "memory.current" } else { "memory.usage_in_bytes" };
+        let f = if memory_is_v2() {
+            "memory.current"
+        } else {
+            "memory.usage_in_bytes"
+        };
         std::fs::read_to_string(dir.join(f))
             .expect("usage file")
             .trim()
@@ -599,12 +603,16 @@ async fn memcg_iterator_reads_every_pods_usage_as_its_file_says() {
     let pod_dir = |i: usize| pods[i].dir.parent().expect("pod dir").to_path_buf();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while usage_file(&pod_dir(1)) < 20 << 20 {
-        assert!(std::time::Instant::now() < deadline, "memhog never reached 20 MiB");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "memhog never reached 20 MiB"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
     // Two levels below kubepods (its pods and their containers here), not three.
-    let mut it = MemcgIter::open(&mount, &kubepods_dir, 2).expect("the iterator loads and links here");
+    let mut it =
+        MemcgIter::open(&mount, &kubepods_dir, 2).expect("the iterator loads and links here");
     let mut walked = std::collections::HashMap::new();
     it.read_into(&mut walked).expect("a walk");
     let ino = |p: &std::path::Path| {
@@ -663,10 +671,17 @@ async fn memcg_iterator_reads_every_pods_usage_as_its_file_says() {
         c.refresh(&Refresh::full(), &targets, start.elapsed())
             .expect("full refresh");
     }
-    assert!(walker.wait_memcg_iterator(), "the collector loaded the iterator");
+    assert!(
+        walker.wait_memcg_iterator(),
+        "the collector loaded the iterator"
+    );
     assert!(!files.reads_memcg_iterator());
-    let a = walker.refresh(&crossing, &targets, start.elapsed()).expect("walk");
-    let b = files.refresh(&crossing, &targets, start.elapsed()).expect("files");
+    let a = walker
+        .refresh(&crossing, &targets, start.elapsed())
+        .expect("walk");
+    let b = files
+        .refresh(&crossing, &targets, start.elapsed())
+        .expect("files");
     for t in &targets {
         let ws = |s: &enforcer::stats::NodeSnapshot| {
             s.pods[&t.uid]
@@ -675,7 +690,13 @@ async fn memcg_iterator_reads_every_pods_usage_as_its_file_says() {
                 .and_then(|s| s.memory)
                 .expect("a working set")
         };
-        assert!((ws(&a) - ws(&b)).abs() <= 1 << 20, "{}: {} vs {}", t.uid, ws(&a), ws(&b));
+        assert!(
+            (ws(&a) - ws(&b)).abs() <= 1 << 20,
+            "{}: {} vs {}",
+            t.uid,
+            ws(&a),
+            ws(&b)
+        );
     }
     assert!(a.pods["uid-1"].stats.as_ref().and_then(|s| s.memory) >= Some(16 << 20));
 

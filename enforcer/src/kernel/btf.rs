@@ -79,9 +79,7 @@ impl Btf {
         let str_off = u32_at(&data, 16)? as usize;
         let strings_len = u32_at(&data, 20)? as usize;
         let types_start = hdr_len.checked_add(type_off).ok_or(BtfError::Header)?;
-        let types_end = types_start
-            .checked_add(type_len)
-            .ok_or(BtfError::Header)?;
+        let types_end = types_start.checked_add(type_len).ok_or(BtfError::Header)?;
         let strings = hdr_len.checked_add(str_off).ok_or(BtfError::Header)?;
         if types_end > data.len() || strings.saturating_add(strings_len) > data.len() {
             return Err(BtfError::Truncated(data.len()));
@@ -255,14 +253,30 @@ mod tests {
         // 3: anonymous union { int b; long c; }
         t.extend([0, (KIND_UNION << 24) | 2, 8, s("b"), 1, 0, s("c"), 2, 0]);
         // 4: struct outer { int a; union anon (at bit 64); }
-        t.extend([s("outer"), (KIND_STRUCT << 24) | 2, 16, s("a"), 1, 0, 0, 3, 64]);
+        t.extend([
+            s("outer"),
+            (KIND_STRUCT << 24) | 2,
+            16,
+            s("a"),
+            1,
+            0,
+            0,
+            3,
+            64,
+        ]);
         // 5: enum e { X = 3 }
         t.extend([s("e"), (KIND_ENUM << 24) | 1, 4, s("X"), 3]);
         let types: Vec<u8> = t.iter().flat_map(|v| v.to_ne_bytes()).collect();
         let mut d = Vec::new();
         d.extend(MAGIC.to_ne_bytes());
         d.extend([1u8, 0]);
-        for v in [24u32, 0, types.len() as u32, types.len() as u32, strings.len() as u32] {
+        for v in [
+            24u32,
+            0,
+            types.len() as u32,
+            types.len() as u32,
+            strings.len() as u32,
+        ] {
             d.extend(v.to_ne_bytes());
         }
         d.extend(types);
@@ -292,7 +306,10 @@ mod tests {
 
     #[test]
     fn garbage_and_truncation_are_refused() {
-        assert_eq!(Btf::parse(b"nonsense".to_vec()).unwrap_err(), BtfError::Header);
+        assert_eq!(
+            Btf::parse(b"nonsense".to_vec()).unwrap_err(),
+            BtfError::Header
+        );
         let mut b = blob();
         b.truncate(40);
         assert!(matches!(Btf::parse(b), Err(BtfError::Truncated(_))));
@@ -301,7 +318,9 @@ mod tests {
     #[test]
     fn the_running_kernels_memory_cgroup_fields_are_found() {
         // The machine's kernel: CI runs on one with BTF (the iterator needs it).
-        let btf = Btf::vmlinux().expect("reading /sys/kernel/btf/vmlinux").unwrap();
+        let btf = Btf::vmlinux()
+            .expect("reading /sys/kernel/btf/vmlinux")
+            .unwrap();
         let kn = btf.member_offset("cgroup", "kn").unwrap();
         let subsys = btf.member_offset("cgroup", "subsys").unwrap();
         assert_ne!(kn, subsys);

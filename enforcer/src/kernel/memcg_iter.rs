@@ -53,7 +53,9 @@ impl std::fmt::Debug for MemcgIter {
 /// The offsets the program reads at, from the running kernel's BTF; cgroups deeper than
 /// `max_level` are passed over.
 pub fn offsets(btf: &Btf, max_level: u32) -> Result<MemcgOffsets, String> {
-    let memory_id = btf.enum_value("memory_cgrp_id").map_err(|e| e.to_string())?;
+    let memory_id = btf
+        .enum_value("memory_cgrp_id")
+        .map_err(|e| e.to_string())?;
     let memory_id = u32::try_from(memory_id).map_err(|_| format!("memory_cgrp_id {memory_id}"))?;
     let field = |s: &str, m: &str| btf.member_offset(s, m).map_err(|e| e.to_string());
     // The css the cgroup points at is the mem_cgroup's first member.
@@ -180,7 +182,12 @@ impl MemcgIter {
         }
         out.clear();
         let size = std::mem::size_of::<MemcgUsage>();
-        for rec in self.buf.get(..filled).unwrap_or_default().chunks_exact(size) {
+        for rec in self
+            .buf
+            .get(..filled)
+            .unwrap_or_default()
+            .chunks_exact(size)
+        {
             let word = |i: usize| {
                 rec.get(i * 8..i * 8 + 8)
                     .and_then(|b| b.try_into().ok())
