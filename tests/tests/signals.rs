@@ -625,8 +625,8 @@ async fn memcg_iterator_reads_every_pods_usage_as_its_file_says() {
     assert!(walked.contains_key(&ino(&kubepods_dir)));
     assert!(!walked.contains_key(&beside.ino()));
     assert!(!walked.contains_key(&ino(&mount.join(root.trim_start_matches('/')))));
-    for i in 0..3 {
-        for dir in [pod_dir(i), pods[i].dir.clone()] {
+    for (i, container) in pods.iter().enumerate() {
+        for dir in [pod_dir(i), container.dir.clone()] {
             let file = usage_file(&dir);
             let got = walked[&ino(&dir)];
             // Read a moment apart: the kernel's own small charges may come and go.
