@@ -147,9 +147,10 @@ pub struct Collector {
 /// Whether [`PodScope::Usage`] reads through the memory cgroup iterator.
 #[derive(Debug, Default)]
 enum MemcgReader {
-    /// Not tried yet: loaded at the next full refresh with pods, on a thread of its own
-    /// (reading the kernel's BTF and verifying the program take milliseconds, seconds under
-    /// emulation: never at a crossing, nor under the collector's lock).
+    /// Not tried yet: loaded at the next full refresh with pods, on a thread of its own at
+    /// `SCHED_IDLE` (reading the kernel's BTF and verifying the program take a fraction of a
+    /// second, seconds under emulation: never at a crossing, nor under the collector's lock,
+    /// nor before the node's own processes).
     #[default]
     Untried,
     /// Being loaded; taken at the next refresh that finds it done.
@@ -201,6 +202,11 @@ impl Collector {
         let spawned = std::thread::Builder::new()
             .name("memcg-iter-load".to_owned())
             .spawn(move || {
+                // Reading the BTF twice and verifying take a CPU for a while (seconds under
+                // emulation): only when nothing else wants it.
+                if let Err(e) = crate::kernel::realtime::make_idle() {
+                    tracing::debug!(error = %e, "the iterator's loader stays at normal priority");
+                }
                 let loaded = mount
                     .zip(root)
                     .ok_or_else(|| "no kubepods memory cgroup".to_owned())

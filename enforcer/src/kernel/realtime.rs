@@ -35,6 +35,21 @@ pub fn make_realtime(priority: i32) -> Result<(), std::io::Error> {
     }
 }
 
+/// Puts the calling thread in `SCHED_IDLE`: it runs only when nothing else wants the CPU
+/// (background work that must not slow the node's processes, e.g. loading the memory cgroup
+/// iterator).
+pub fn make_idle() -> Result<(), std::io::Error> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; the kernel reads `param` during the call only, and
+    // it lives on this stack frame for the whole call.
+    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// The calling thread's `SCHED_FIFO` priority (`None`: another policy).
 #[must_use]
 pub fn current_priority() -> Option<i32> {
