@@ -6,7 +6,11 @@
 
 use std::{fs::File, os::unix::fs::FileExt as _, path::Path};
 
-use crate::{cgroup::CgroupVersion, node::NodeObserver};
+use super::usage::parse_counter;
+use crate::{
+    cgroup::CgroupVersion,
+    node::{NodeObserver, meminfo_bytes, stat_value},
+};
 
 /// A memory cgroup's usage and `memory.stat`, open.
 #[derive(Debug)]
@@ -15,14 +19,14 @@ struct CgroupFiles {
     stat: File,
     /// The inactive file pages' key: v1 `total_inactive_file` (hierarchical), v2
     /// `inactive_file`.
-    inactive_key: &'static [u8],
+    inactive_key: &'static str,
 }
 
 impl CgroupFiles {
     fn open(dir: &Path, version: CgroupVersion) -> Option<Self> {
-        let (usage, key): (_, &'static [u8]) = match version {
-            CgroupVersion::V1 => ("memory.usage_in_bytes", b"total_inactive_file"),
-            CgroupVersion::V2 => ("memory.current", b"inactive_file"),
+        let (usage, key) = match version {
+            CgroupVersion::V1 => ("memory.usage_in_bytes", "total_inactive_file"),
+            CgroupVersion::V2 => ("memory.current", "inactive_file"),
         };
         Some(Self {
             usage: File::open(dir.join(usage)).ok()?,
@@ -33,8 +37,9 @@ impl CgroupFiles {
 
     /// (usage - inactive_file floored at 0, usage).
     fn working_set(&self, buf: &mut Vec<u8>) -> Option<(i64, i64)> {
-        let usage = number(pread_all(&self.usage, buf)?)?;
-        let inactive = value_of(pread_all(&self.stat, buf)?, self.inactive_key, b' ').unwrap_or(0);
+        let usage = parse_counter(pread_all(&self.usage, buf)?)?;
+        let stat = std::str::from_utf8(pread_all(&self.stat, buf)?).ok()?;
+        let inactive = stat_value(stat, self.inactive_key).unwrap_or(0);
         Some((usage.saturating_sub(inactive).max(0), usage))
     }
 }
@@ -83,9 +88,9 @@ impl NodeMemory {
             Root::Kubepods => kubepods,
             Root::Cgroup(files) => files.working_set(&mut self.buf)?.0,
             Root::Meminfo(file) => {
-                let text = pread_all(file, &mut self.buf)?;
-                let kib = |key: &[u8]| value_of(text, key, b':').unwrap_or(0).saturating_mul(1024);
-                (kib(b"MemTotal") - kib(b"MemFree") - kib(b"Inactive(file)")).max(0)
+                let text = std::str::from_utf8(pread_all(file, &mut self.buf)?).ok()?;
+                let bytes = |key: &str| meminfo_bytes(text, key).unwrap_or(0);
+                (bytes("MemTotal:") - bytes("MemFree:") - bytes("Inactive(file):")).max(0)
             }
         };
         Some(NodeMemoryNow {
@@ -121,43 +126,9 @@ fn pread_all<'a>(file: &File, buf: &'a mut Vec<u8>) -> Option<&'a [u8]> {
     }
 }
 
-/// A counter file's number (`123\n`).
-fn number(text: &[u8]) -> Option<i64> {
-    let t = text.strip_suffix(b"\n").unwrap_or(text);
-    std::str::from_utf8(t).ok()?.parse().ok()
-}
-
-/// The first number after `key` + `sep` at the start of a line (`memory.stat`'s `key value`,
-/// `/proc/meminfo`'s `Key:   value kB`).
-fn value_of(text: &[u8], key: &[u8], sep: u8) -> Option<i64> {
-    text.split(|b| *b == b'\n').find_map(|line| {
-        let rest = line.strip_prefix(key)?.strip_prefix(&[sep])?;
-        let digits = rest.trim_ascii_start();
-        let end = digits
-            .iter()
-            .position(|b| !b.is_ascii_digit())
-            .unwrap_or(digits.len());
-        std::str::from_utf8(digits.get(..end)?).ok()?.parse().ok()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn values_are_found_by_whole_key_and_garbage_is_refused() {
-        let stat = b"inactive_file 10\ntotal_inactive_file 30\nactive_file 5\n";
-        assert_eq!(value_of(stat, b"inactive_file", b' '), Some(10));
-        assert_eq!(value_of(stat, b"total_inactive_file", b' '), Some(30));
-        assert_eq!(value_of(stat, b"file", b' '), None);
-        let meminfo = b"MemTotal:       24576000 kB\nMemFree:  100 kB\nInactive(file):  7 kB\n";
-        assert_eq!(value_of(meminfo, b"MemTotal", b':'), Some(24_576_000));
-        assert_eq!(value_of(meminfo, b"Inactive(file)", b':'), Some(7));
-        assert_eq!(value_of(b"MemTotal: x kB\n", b"MemTotal", b':'), None);
-        assert_eq!(number(b"42\n"), Some(42));
-        assert_eq!(number(b"max\n"), None);
-    }
 
     #[test]
     fn a_file_longer_than_the_buffer_is_read_whole() {
@@ -170,6 +141,7 @@ mod tests {
         let mut buf = Vec::new();
         let got = pread_all(&file, &mut buf).expect("read");
         assert_eq!(got.len(), text.len());
-        assert_eq!(value_of(got, b"total_inactive_file", b' '), Some(77));
+        let text = std::str::from_utf8(got).expect("text");
+        assert_eq!(stat_value(text, "total_inactive_file"), Some(77));
     }
 }

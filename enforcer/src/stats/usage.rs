@@ -53,7 +53,7 @@ impl UsageFd {
 }
 
 /// A cgroup counter file's text (`123456\n`) as a number, without allocating.
-fn parse_counter(text: &[u8]) -> Option<i64> {
+pub(super) fn parse_counter(text: &[u8]) -> Option<i64> {
     let digits = text.strip_suffix(b"\n").unwrap_or(text);
     if digits.is_empty() {
         return None;
