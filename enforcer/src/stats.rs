@@ -224,12 +224,17 @@ impl Collector {
         };
     }
 
-    /// Takes the loaded iterator once its thread is done.
-    fn poll_memcg_iterator(&mut self) {
+    /// Takes the loaded iterator once its thread is done (`block`: waits for it).
+    fn take_memcg_iterator(&mut self, block: bool) {
         let MemcgReader::Loading(rx) = &self.memcg else {
             return;
         };
-        self.memcg = match rx.try_recv() {
+        let loaded = if block {
+            rx.recv().map_err(|_| std_mpsc::TryRecvError::Disconnected)
+        } else {
+            rx.try_recv()
+        };
+        self.memcg = match loaded {
             Err(std_mpsc::TryRecvError::Empty) => return,
             Ok(Ok(it)) => {
                 tracing::info!("crossings read every pod's memory with one cgroup iterator walk");
@@ -246,16 +251,7 @@ impl Collector {
     /// Waits for the iterator's loading (benchmarks and tests: the next crossing then reads
     /// through it); true when it loaded.
     pub fn wait_memcg_iterator(&mut self) -> bool {
-        if let MemcgReader::Loading(rx) = &self.memcg {
-            self.memcg = match rx.recv() {
-                Ok(Ok(it)) => MemcgReader::Ready(Box::new(it)),
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "the memory cgroup iterator is not available");
-                    MemcgReader::Unavailable
-                }
-                Err(_) => MemcgReader::Unavailable,
-            };
-        }
+        self.take_memcg_iterator(true);
         self.reads_memcg_iterator()
     }
 
@@ -329,7 +325,7 @@ impl Collector {
         {
             self.load_memcg_iterator();
         }
-        self.poll_memcg_iterator();
+        self.take_memcg_iterator(false);
         if req.pods == PodScope::All && self.node_memory.is_none() {
             self.node_memory = node_memory::NodeMemory::open(&self.observer);
         }
