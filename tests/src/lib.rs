@@ -500,3 +500,19 @@ pub fn companion_daemonset_capabilities() -> Vec<String> {
     }
     panic!("no DaemonSet in {}", path.display());
 }
+
+/// The node as the stats collector reads it on this machine: its memory (no capacity
+/// override), kubepods at `kubepods_rel` of every hierarchy, nodefs at `nodefs`.
+pub fn machine_observer(kubepods_rel: &str, nodefs: &Path) -> enforcer::node::NodeObserver {
+    let capacity = enforcer::node::machine_memory().expect("the machine's memory");
+    enforcer::node::NodeObserver {
+        layout: layout(),
+        kubepods: kubepods_rel.to_owned(),
+        memory_capacity: capacity,
+        capacity_override: false,
+        kubepods_memory_limit: capacity,
+        nodefs: nodefs.to_path_buf(),
+        imagefs: None,
+        pid_capacity: None,
+    }
+}

@@ -571,11 +571,9 @@ async fn a_missing_watch_is_a_clear_error_not_a_crash_v1only() {
 async fn memcg_iterator_reads_every_pods_usage_as_its_file_says() {
     use enforcer::{
         kernel::memcg_iter::MemcgIter,
-        node::NodeObserver,
         stats::{Collector, PodScope, PodTarget, Refresh},
     };
     require_root();
-    let l = layout();
     let mount = memory_mount();
     let root = format!("/{}", unique_name("memcg-iter"));
     let kubepods_rel = format!("{root}/kubepods");
@@ -641,18 +639,8 @@ async fn memcg_iterator_reads_every_pods_usage_as_its_file_says() {
     assert!(walked[&ino(&kubepods_dir)] >= walked[&ino(&pod_dir(1))]);
 
     // The collector: a crossing's refresh through the iterator, beside one through the files.
-    let capacity = enforcer::node::machine_memory().expect("machine memory");
     let logs = tempfile::tempdir().expect("tempdir");
-    let observer = NodeObserver {
-        layout: l.clone(),
-        kubepods: kubepods_rel.clone(),
-        memory_capacity: capacity,
-        capacity_override: false,
-        kubepods_memory_limit: capacity,
-        nodefs: logs.path().to_path_buf(),
-        imagefs: None,
-        pid_capacity: None,
-    };
+    let observer = enforcer_tests::machine_observer(&kubepods_rel, logs.path());
     let targets: Vec<PodTarget> = (0..3)
         .map(|i| PodTarget {
             uid: format!("uid-{i}"),

@@ -19,7 +19,6 @@ use std::{
 use anyhow::Context as _;
 use enforcer::{
     config::ConfigArgs,
-    node::NodeObserver,
     policy::eviction::{
         State,
         manager::{ActivePod, Input, step},
@@ -112,17 +111,7 @@ async fn main() -> anyhow::Result<()> {
     })
     .context("configuration")?
     .config;
-    let capacity = enforcer::node::machine_memory()?;
-    let observer = NodeObserver {
-        layout: l.clone(),
-        kubepods: kubepods_rel.clone(),
-        memory_capacity: capacity,
-        capacity_override: false,
-        kubepods_memory_limit: capacity,
-        nodefs: logs.path().to_path_buf(),
-        imagefs: None,
-        pid_capacity: None,
-    };
+    let observer = enforcer_tests::machine_observer(&kubepods_rel, logs.path());
     let mut inline = Collector::new(observer.clone());
     let mut walker = Collector::new(observer.clone()).with_memcg_iterator();
     let stats = StatsCollector::spawn(observer)?;

@@ -215,13 +215,7 @@ fn disruption_target_only_when_terminal_and_stopped() {
 fn finished_pods_get_kubelets_terminal_phase() {
     let mut rec = running_record("u");
     rec.phase = PodPhase::Terminating;
-    rec.container_statuses[0].state = ContainerState::Terminated {
-        exit_code: 0,
-        reason: "Completed".to_owned(),
-        message: String::new(),
-        started_at: String::new(),
-        finished_at: String::new(),
-    };
+    rec.container_statuses[0].state = completed();
     assert_eq!(finished(rec.clone()).phase, PodPhase::Succeeded);
     rec.container_statuses[0].state = ContainerState::Running {
         started_at: String::new(),
@@ -284,13 +278,7 @@ async fn sends_changes_retries_conflicts_and_completes_deletion() {
     // Graceful deletion: the worker terminates, the final status is sent, then DELETE.
     api.mark_deleting("u1");
     rec.phase = PodPhase::Terminating;
-    rec.container_statuses[0].state = ContainerState::Terminated {
-        exit_code: 0,
-        reason: "Completed".to_owned(),
-        message: String::new(),
-        started_at: String::new(),
-        finished_at: String::new(),
-    };
+    rec.container_statuses[0].state = completed();
     status.set(rec);
     status.remove("u1");
     tokio::time::sleep(Duration::from_millis(1)).await;
@@ -367,4 +355,15 @@ async fn statuses_wait_for_the_api_server_newest_wins() {
         .collect();
     assert_eq!(sent, ["Failed"], "only the newest status");
     task.abort();
+}
+
+/// A container that exited 0 (`Completed`).
+fn completed() -> ContainerState {
+    ContainerState::Terminated {
+        exit_code: 0,
+        reason: "Completed".to_owned(),
+        message: String::new(),
+        started_at: String::new(),
+        finished_at: String::new(),
+    }
 }
