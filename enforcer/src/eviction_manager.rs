@@ -287,6 +287,7 @@ impl EvictionManager {
         let refresh = refresh_for(trigger, named);
         let mut pods_fresh = refresh.pods.every_pod();
         let began = std::time::Instant::now();
+        let mut read_from = crate::signal::monotonic_ns();
         let mut snapshot = match self.stats.refresh(refresh, targets.clone(), now).await {
             Ok(s) => s,
             Err(e) => {
@@ -294,6 +295,7 @@ impl EvictionManager {
                 return state;
             }
         };
+        let mut read = (read_from, crate::signal::monotonic_ns());
         let is_active = |uid: &str| active.contains_key(uid);
         // A capped victim still stopping: killed now if the node fell below its floor.
         match &state.cleanup {
@@ -337,8 +339,12 @@ impl EvictionManager {
                     },
                     logs: false,
                 };
+                read_from = crate::signal::monotonic_ns();
                 match self.stats.refresh(again, targets.clone(), now).await {
-                    Ok(s) => snapshot = s,
+                    Ok(s) => {
+                        snapshot = s;
+                        read = (read_from, crate::signal::monotonic_ns());
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "observing the pods failed; skipping this step");
                         return state;
@@ -362,6 +368,7 @@ impl EvictionManager {
                 active: &active,
                 now,
                 trigger,
+                read,
                 decision_ns: decided,
             };
             self.carry_out(decision, &seen, memo);

@@ -148,6 +148,12 @@ pub struct KillRecord {
     pub message: String,
     #[serde(default)]
     pub grace_period_seconds: i64,
+    /// When the step began reading the node and the pods the decision was taken on, and
+    /// when that read was done (CLOCK_MONOTONIC ns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observe_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decision_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -213,6 +219,8 @@ impl KillRecord {
             candidates: Vec::new(),
             message: String::new(),
             grace_period_seconds: 0,
+            observe_ns: None,
+            observed_ns: None,
             decision_ns: None,
             sigkill_ns: None,
             reaped_ns: None,
@@ -235,6 +243,8 @@ impl KillRecord {
             out.push(("received by the daemon", t.received_ns));
         }
         let steps = [
+            ("reading node and pods", self.observe_ns),
+            ("node and pods read", self.observed_ns),
             ("decided", self.decision_ns),
             ("SIGKILL sent", self.sigkill_ns),
             ("memory reaped (process_mrelease)", self.reaped_ns),
@@ -439,6 +449,8 @@ pub(crate) mod tests {
             }],
             message: "The node was low on resource: memory. ".to_owned(),
             grace_period_seconds: 1,
+            observe_ns: Some(1_200_000),
+            observed_ns: Some(1_700_000),
             decision_ns: Some(2_000_000),
             sigkill_ns: Some(2_100_000),
             ..KillRecord::new(KillKind::Eviction, uid)
@@ -466,6 +478,8 @@ pub(crate) mod tests {
             [
                 "kernel event",
                 "received by the daemon",
+                "reading node and pods",
+                "node and pods read",
                 "decided",
                 "SIGKILL sent",
                 "memory released"

@@ -552,7 +552,7 @@ impl NodeObserver {
             PodStats {
                 memory: Some(memory),
                 processes,
-                containers,
+                containers: containers.into(),
                 ..PodStats::default()
             },
             inactive,

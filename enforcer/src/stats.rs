@@ -135,13 +135,15 @@ pub struct Collector {
     pub observer: NodeObserver,
     last: Arc<NodeSnapshot>,
     /// Each pod's usage file, open (by uid): what [`PodScope::Usage`] reads.
-    usage: HashMap<String, usage::UsageFd>,
+    usage: BTreeMap<String, usage::UsageFd>,
     /// The memory cgroup iterator over kubepods: every pod's usage in one walk.
     memcg: MemcgReader,
     /// The last walk's usage by cgroup inode (kept: its capacity is reused).
     walked: HashMap<u64, i64>,
     /// The node's and kubepods' memory files, open (at a full refresh) for crossings.
     node_memory: Option<node_memory::NodeMemory>,
+    /// The snapshot a crossing's refresh replaced, kept until the next refresh.
+    retired: Option<Arc<NodeSnapshot>>,
 }
 
 /// Whether [`PodScope::Usage`] reads through the memory cgroup iterator.
@@ -168,10 +170,11 @@ impl Collector {
         Self {
             observer,
             last: Arc::default(),
-            usage: HashMap::new(),
+            usage: BTreeMap::new(),
             memcg: MemcgReader::Off,
             walked: HashMap::new(),
             node_memory: None,
+            retired: None,
         }
     }
 
@@ -292,24 +295,36 @@ impl Collector {
         Some(stats)
     }
 
-    /// A pod's working set now through its open usage file, the rest of `old` carried over
-    /// (`None`: no open file, or unreadable: a full read is needed).
-    fn read_usage(
+    /// A crossing's samples (`PodScope::Usage`), one per target in its order: the pod's
+    /// working set now through its open usage file (or the walk), the rest of its last
+    /// sample carried over (`None`: not read before, no open file, or unreadable: a full read
+    /// is needed). The targets come in uid order (the active set's), as the last samples and
+    /// the open files are kept: each is found by stepping along both, not by a search (a
+    /// crossing's 110 lookups of cold keys were most of its loop).
+    fn usage_samples(
         &self,
-        t: &PodTarget,
-        old: &PodSample,
+        targets: &[PodTarget],
+        last: &NodeSnapshot,
         now: Duration,
         walked: bool,
-    ) -> Option<PodSample> {
-        let u = self.usage.get(&t.uid).filter(|u| u.cgroup == t.cgroup)?;
-        let ws = match self.walked.get(&u.ino) {
-            Some(usage) if walked => u.working_set_of(*usage),
-            _ => u.working_set()?,
-        };
-        let mut sample = old.clone();
-        sample.stats.as_mut()?.memory = Some(ws);
-        sample.memory_at = now;
-        Some(sample)
+    ) -> Vec<Option<PodSample>> {
+        let mut olds = SortedCursor::new(&last.pods);
+        let mut files = SortedCursor::new(&self.usage);
+        targets
+            .iter()
+            .map(|t| {
+                let old = olds.find(&t.uid)?;
+                let u = files.find(&t.uid).filter(|u| u.cgroup == t.cgroup)?;
+                let ws = match self.walked.get(&u.ino) {
+                    Some(usage) if walked => u.working_set_of(*usage),
+                    _ => u.working_set()?,
+                };
+                let mut sample = old.clone();
+                sample.stats.as_mut()?.memory = Some(ws);
+                sample.memory_at = now;
+                Some(sample)
+            })
+            .collect()
     }
 
     /// One refresh at `now` for the pods in `targets` (pods not in it are dropped).
@@ -361,18 +376,22 @@ impl Collector {
         let mut layers: Option<HashMap<String, i64>> = None;
         let mut pods = BTreeMap::new();
         let last = self.last.clone();
+        let mut fast = if req.pods == PodScope::Usage {
+            self.usage_samples(targets, &last, now, walked)
+        } else {
+            Vec::new()
+        }
+        .into_iter();
+        let mut olds = SortedCursor::new(&last.pods);
         for t in targets {
-            let old = last.pods.get(&t.uid);
+            let old = olds.find(&t.uid);
             let read_memory = old.is_none()
                 || match &req.pods {
                     PodScope::New => false,
                     PodScope::Named(uids) => uids.contains(&t.uid),
                     PodScope::All | PodScope::Usage => true,
                 };
-            let fast = match (req.pods == PodScope::Usage, old) {
-                (true, Some(old)) => self.read_usage(t, old, now, walked),
-                _ => None,
-            };
+            let fast = fast.next().flatten();
             // A sample carried over from `old` (in full, or but for its memory) has its
             // storage figures already.
             let carried = !read_memory || fast.is_some();
@@ -386,12 +405,15 @@ impl Collector {
                 },
             };
             // Local storage: walked now (the housekeeping walk, or a pod never walked), or
-            // carried over from the last walk.
-            let walk = req.logs || old.is_none_or(|o| o.logs_at.is_none());
+            // carried over from the last walk. A crossing walks nothing (its step decides on
+            // memory; a pod with no directory to walk would be looked for at every crossing).
+            let walk = req.logs
+                || (req.pods != PodScope::Usage && old.is_none_or(|o| o.logs_at.is_none()));
             if walk && let Some(usage) = self.observer.pod_disk_usage(&t.uid) {
                 if let Some(s) = sample.stats.as_mut() {
                     s.ephemeral_storage = Some(usage.total);
-                    for c in &mut s.containers {
+                    let mut containers = s.containers.to_vec();
+                    for c in &mut containers {
                         c.ephemeral_storage = usage
                             .containers
                             .iter()
@@ -414,11 +436,12 @@ impl Collector {
                         };
                         s.ephemeral_storage =
                             Some(s.ephemeral_storage.unwrap_or(0).saturating_add(*layer));
-                        if let Some(c) = s.containers.iter_mut().find(|c| c.name == *name) {
+                        if let Some(c) = containers.iter_mut().find(|c| c.name == *name) {
                             c.ephemeral_storage =
                                 Some(c.ephemeral_storage.unwrap_or(0).saturating_add(*layer));
                         }
                     }
+                    s.containers = containers.into();
                     sample.logs_at = Some(now);
                 }
             } else if !walk
@@ -428,13 +451,15 @@ impl Collector {
                 // Carried over: the last walk's figures and time.
                 if let (Some(s), Some(os)) = (sample.stats.as_mut(), o.stats.as_ref()) {
                     s.ephemeral_storage = os.ephemeral_storage;
-                    for c in &mut s.containers {
+                    let mut containers = s.containers.to_vec();
+                    for c in &mut containers {
                         c.ephemeral_storage = os
                             .containers
                             .iter()
                             .find(|oc| oc.name == c.name)
                             .and_then(|oc| oc.ephemeral_storage);
                     }
+                    s.containers = containers.into();
                     s.volumes = os.volumes.clone();
                 }
                 sample.logs_at = o.logs_at;
@@ -445,15 +470,57 @@ impl Collector {
         if self.usage.len() > pods.len() {
             self.usage.retain(|uid, _| pods.contains_key(uid));
         }
-        self.last = Arc::new(NodeSnapshot {
-            observations,
-            pods,
-            kubepods_usage: match node_now {
-                Some(n) => Some(n.kubepods_usage),
-                None => self.observer.kubepods_usage(),
-            },
-        });
+        let prev = std::mem::replace(
+            &mut self.last,
+            Arc::new(NodeSnapshot {
+                observations,
+                pods,
+                kubepods_usage: match node_now {
+                    Some(n) => Some(n.kubepods_usage),
+                    None => self.observer.kubepods_usage(),
+                },
+            }),
+        );
+        // A crossing frees nothing on its path: the snapshot it replaces (the publisher drops
+        // its own hold as it publishes) is freed at the next refresh that is not a
+        // crossing's.
+        self.retired = (req.pods == PodScope::Usage).then_some(prev);
         Ok(self.last.clone())
+    }
+}
+
+/// Finds keys of a map in ascending order by stepping along it (one comparison per key when
+/// the keys asked for come in order, as the active set's do); a key asked for out of order is
+/// searched for.
+struct SortedCursor<'a, V> {
+    map: &'a BTreeMap<String, V>,
+    at: std::iter::Peekable<std::collections::btree_map::Iter<'a, String, V>>,
+}
+
+impl<'a, V> SortedCursor<'a, V> {
+    fn new(map: &'a BTreeMap<String, V>) -> Self {
+        Self {
+            map,
+            at: map.iter().peekable(),
+        }
+    }
+
+    fn find(&mut self, key: &str) -> Option<&'a V> {
+        while let Some((k, v)) = self.at.peek() {
+            match k.as_str().cmp(key) {
+                std::cmp::Ordering::Less => {
+                    self.at.next();
+                }
+                std::cmp::Ordering::Equal => {
+                    let v = *v;
+                    self.at.next();
+                    return Some(v);
+                }
+                std::cmp::Ordering::Greater => break,
+            }
+        }
+        // Not ahead: absent, or asked for out of order.
+        self.map.get(key)
     }
 }
 
@@ -582,227 +649,4 @@ impl StatsCollector {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{
-        cgroup::{CgroupLayout, V1Mount},
-        policy::eviction::Signal,
-    };
-
-    /// A v1-shaped memory hierarchy in a temporary directory: enough for the reading logic.
-    fn fake_node() -> (tempfile::TempDir, NodeObserver) {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mem = dir.path().join("memory");
-        let stat = |p: &std::path::Path, usage: i64| {
-            std::fs::create_dir_all(p).expect("mkdir");
-            std::fs::write(p.join("memory.usage_in_bytes"), usage.to_string()).expect("usage");
-            std::fs::write(p.join("memory.stat"), "total_inactive_file 0\n").expect("stat");
-        };
-        stat(&mem, 1 << 30);
-        stat(&mem.join("kubepods"), 1 << 29);
-        stat(&mem.join("kubepods/poda"), 1 << 20);
-        stat(&mem.join("kubepods/podb"), 2 << 20);
-        let layout = CgroupLayout {
-            v1: vec![V1Mount {
-                mount: mem.clone(),
-                controllers: vec!["memory".to_owned()],
-                hierarchy_id: Some(1),
-            }],
-            ..CgroupLayout::default()
-        };
-        let observer = NodeObserver {
-            layout,
-            kubepods: "/kubepods".to_owned(),
-            memory_capacity: 2 << 30,
-            capacity_override: false,
-            kubepods_memory_limit: 1 << 30,
-            nodefs: dir.path().to_path_buf(),
-            imagefs: None,
-            pid_capacity: Some(1000),
-        };
-        (dir, observer)
-    }
-
-    fn target(uid: &str) -> PodTarget {
-        PodTarget {
-            uid: uid.to_owned(),
-            cgroup: format!("/kubepods/pod{uid}"),
-            containers: Vec::new(),
-        }
-    }
-
-    /// A crossing's refresh: every pod's usage through the descriptor its first full read
-    /// opened, less that read's inactive file pages; the node's memory re-read, its other
-    /// observations carried over with their time; a pod never read in full is read in full.
-    #[test]
-    fn a_crossing_reads_each_pods_usage_through_its_open_file() {
-        let (dir, observer) = fake_node();
-        let mem = dir.path().join("memory/kubepods");
-        std::fs::write(mem.join("poda/memory.stat"), "total_inactive_file 4096\n").expect("stat");
-        let mut c = Collector::new(observer);
-        let s = c
-            .refresh(&Refresh::full(), &[target("a")], Duration::from_secs(1))
-            .expect("refresh");
-        assert_eq!(
-            s.pods["a"].stats.as_ref().and_then(|s| s.memory),
-            Some((1 << 20) - 4096)
-        );
-        // Pod a grows; its memory.stat says nothing new (not read at a crossing).
-        std::fs::write(
-            mem.join("poda/memory.usage_in_bytes"),
-            (6 << 20).to_string(),
-        )
-        .expect("usage");
-        std::fs::write(mem.join("poda/memory.stat"), "total_inactive_file 999999\n").expect("stat");
-        let crossing = Refresh {
-            pods: PodScope::Usage,
-            logs: false,
-        };
-        let s = c
-            .refresh(
-                &crossing,
-                &[target("a"), target("b")],
-                Duration::from_secs(2),
-            )
-            .expect("refresh");
-        assert_eq!(
-            s.pods["a"].stats.as_ref().and_then(|s| s.memory),
-            Some((6 << 20) - 4096),
-            "the fresh usage less the last full read's inactive pages"
-        );
-        assert_eq!(s.pods["a"].memory_at, Duration::from_secs(2));
-        assert_eq!(
-            s.pods["b"].stats.as_ref().and_then(|s| s.memory),
-            Some(2 << 20),
-            "a pod never read in full is read in full"
-        );
-        let times = |sig: Signal| s.observations.get(&sig).and_then(|o| o.time);
-        assert_eq!(times(Signal::MemoryAvailable), Some(Duration::from_secs(2)));
-        assert_eq!(times(Signal::PidAvailable), Some(Duration::from_secs(1)));
-        assert_eq!(times(Signal::NodeFsAvailable), Some(Duration::from_secs(1)));
-    }
-
-    #[test]
-    fn a_refresh_reads_only_what_it_is_asked_for() {
-        let (dir, observer) = fake_node();
-        let mut c = Collector::new(observer);
-        let targets = [target("a"), target("b")];
-        let s = c
-            .refresh(&Refresh::full(), &targets, Duration::from_secs(1))
-            .expect("refresh");
-        assert_eq!(
-            s.pods["a"].stats.as_ref().and_then(|s| s.memory),
-            Some(1 << 20)
-        );
-        assert_eq!(s.pods["a"].memory_at, Duration::from_secs(1));
-        // Pod b grows; a signal names pod a only: b keeps its old figure and time.
-        let b = dir
-            .path()
-            .join("memory/kubepods/podb/memory.usage_in_bytes");
-        std::fs::write(&b, (8 << 20).to_string()).expect("write");
-        let s = c
-            .refresh(
-                &Refresh {
-                    pods: PodScope::Named(vec!["a".to_owned()]),
-                    logs: false,
-                },
-                &targets,
-                Duration::from_secs(2),
-            )
-            .expect("refresh");
-        assert_eq!(s.pods["a"].memory_at, Duration::from_secs(2));
-        assert_eq!(s.pods["b"].memory_at, Duration::from_secs(1));
-        assert_eq!(
-            s.pods["b"].stats.as_ref().and_then(|s| s.memory),
-            Some(2 << 20)
-        );
-        // Node-level figures are always re-read.
-        assert!(
-            s.observations
-                .values()
-                .all(|o| o.time == Some(Duration::from_secs(2)))
-        );
-        // Before an eviction every pod is re-read.
-        let s = c
-            .refresh(
-                &Refresh {
-                    pods: PodScope::All,
-                    logs: false,
-                },
-                &targets,
-                Duration::from_secs(3),
-            )
-            .expect("refresh");
-        assert_eq!(
-            s.pods["b"].stats.as_ref().and_then(|s| s.memory),
-            Some(8 << 20)
-        );
-        // A pod that left is dropped; a new one is read even when not named.
-        let s = c
-            .refresh(
-                &Refresh {
-                    pods: PodScope::New,
-                    logs: false,
-                },
-                &[target("b"), target("c")],
-                Duration::from_secs(4),
-            )
-            .expect("refresh");
-        assert!(!s.pods.contains_key("a"));
-        assert_eq!(s.pods["c"].stats, None, "pod c has no cgroup");
-        assert_eq!(s.pods["c"].memory_at, Duration::from_secs(4));
-    }
-
-    #[test]
-    fn log_usage_is_carried_over_between_walks() {
-        let (dir, observer) = fake_node();
-        let logs = dir.path().join("pods/a/c");
-        std::fs::create_dir_all(&logs).expect("mkdir");
-        std::fs::write(logs.join("0.log"), vec![b'x'; 64 * 1024]).expect("log");
-        let mut c = Collector::new(observer);
-        let mut t = target("a");
-        t.containers = vec![("c".to_owned(), "cid".to_owned())];
-        std::fs::create_dir_all(dir.path().join("memory/kubepods/poda/cid")).expect("mkdir");
-        let s = c
-            .refresh(
-                &Refresh::full(),
-                std::slice::from_ref(&t),
-                Duration::from_secs(1),
-            )
-            .expect("refresh");
-        let used = s.pods["a"].stats.as_ref().and_then(|s| s.ephemeral_storage);
-        assert!(used.is_some_and(|u| u >= 64 * 1024), "{used:?}");
-        let s = c
-            .refresh(
-                &Refresh {
-                    pods: PodScope::All,
-                    logs: false,
-                },
-                std::slice::from_ref(&t),
-                Duration::from_secs(2),
-            )
-            .expect("refresh");
-        assert_eq!(
-            s.pods["a"].stats.as_ref().and_then(|s| s.ephemeral_storage),
-            used
-        );
-        assert_eq!(s.pods["a"].logs_at, Some(Duration::from_secs(1)));
-        assert_eq!(s.pods["a"].memory_at, Duration::from_secs(2));
-    }
-
-    #[tokio::test]
-    async fn the_thread_publishes_each_snapshot() {
-        let (_dir, observer) = fake_node();
-        let stats = StatsCollector::spawn(observer).expect("spawn");
-        assert!(stats.latest().pods.is_empty());
-        let s = stats
-            .refresh(
-                Refresh::full(),
-                vec![target("a")].into(),
-                Duration::from_secs(5),
-            )
-            .await
-            .expect("refresh");
-        assert!(Arc::ptr_eq(&s, &stats.latest()));
-    }
-}
+mod tests;

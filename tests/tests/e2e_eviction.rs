@@ -547,7 +547,13 @@ async fn verify_why(state: &std::path::Path, prefix: &str) {
     assert!(r.reaped.starts_with("process_mrelease:"), "{r:?}");
     let chain = r.chain();
     let names: Vec<&str> = chain.iter().map(|c| c.0).collect();
-    for want in ["decided", "SIGKILL sent", "memory released"] {
+    for want in [
+        "reading node and pods",
+        "node and pods read",
+        "decided",
+        "SIGKILL sent",
+        "memory released",
+    ] {
         assert!(names.contains(&want), "{want} missing: {r:?}");
     }
     if matches!(r.step.as_str(), "crossing" | "signal") {

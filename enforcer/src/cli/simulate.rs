@@ -198,7 +198,7 @@ fn stats_of(path: &Path, place: &str, pod: &Pod, usage: &Usage) -> Result<PodSta
             .or_else(|| sum(|c| c.ephemeral_storage)),
         inodes: to_bytes(path, place, usage.inodes)?,
         processes: to_bytes(path, place, usage.pids)?,
-        containers,
+        containers: containers.into(),
         volumes: std::collections::BTreeMap::new(),
     })
 }

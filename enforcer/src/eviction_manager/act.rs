@@ -30,6 +30,8 @@ pub(super) struct Observed<'a> {
     pub active: &'a BTreeMap<String, ActiveEntry>,
     pub now: Duration,
     pub trigger: Trigger,
+    /// When the read of `snapshot` began and ended (CLOCK_MONOTONIC ns).
+    pub read: (u64, u64),
     /// When the decision was taken (CLOCK_MONOTONIC ns).
     pub decision_ns: u64,
 }
@@ -313,6 +315,8 @@ impl EvictionManager {
             candidates: kills::candidates(ev.signal, seen.pods, kills::CANDIDATES),
             message: ev.message.clone(),
             grace_period_seconds: ev.grace_period_seconds,
+            observe_ns: Some(seen.read.0),
+            observed_ns: Some(seen.read.1),
             decision_ns: Some(seen.decision_ns),
             kubelet: self.companion.then(|| kubelet_would(ev)),
             ..KillRecord::new(KillKind::Eviction, &ev.uid)

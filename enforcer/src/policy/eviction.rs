@@ -265,8 +265,9 @@ pub struct PodStats {
     pub inodes: Option<i64>,
     /// Processes.
     pub processes: Option<i64>,
-    /// Per container, in the order the runtime reports them.
-    pub containers: Vec<ContainerStats>,
+    /// Per container, in the order the runtime reports them (shared: a crossing's sample
+    /// carries its last figures over without copying them).
+    pub containers: std::sync::Arc<[ContainerStats]>,
     /// Bytes used by each emptyDir volume, by volume name (kubelet's `VolumeStats`).
     pub volumes: BTreeMap<String, i64>,
 }

@@ -527,7 +527,8 @@ pub(super) mod tests {
                 name: "app".to_owned(),
                 memory: Some(200),
                 ephemeral_storage: Some(1024),
-            }],
+            }]
+            .into(),
             volumes: BTreeMap::from([("scratch".to_owned(), 512)]),
             ..PStats::default()
         };

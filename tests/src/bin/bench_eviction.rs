@@ -17,7 +17,8 @@
 //! mode had not acted by the process's last stamp, which bounds its time from below; the
 //! median over won times and bounds is a lower bound of the mode's median (`>=`). A second
 //! table splits the won trials' time into the chain's segments (from the kill records):
-//! crossing -> kernel event -> received by the daemon -> decided -> SIGKILL sent.
+//! crossing -> kernel event -> received by the daemon -> node and pods read -> decided ->
+//! SIGKILL sent.
 //! `--pods N` runs each mode twice, with the growing pod alone and with N - 1 idle Burstable
 //! neighbours beside it (each in its pod and container cgroups, writing a log line every
 //! second: kubelet's 110 pods with `--pods 110`);
@@ -82,7 +83,7 @@ struct ModeResult {
     lost: Vec<u64>,
     /// Per won trial, the chain's segments (ns): crossing -> kernel event, -> received by
     /// the daemon, -> decided, -> SIGKILL sent (from the kill record).
-    segments: Vec<[Option<u64>; 4]>,
+    segments: Vec<[Option<u64>; SEGMENTS]>,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -372,21 +373,22 @@ async fn main() -> anyhow::Result<()> {
         "\n#### Where the time to SIGKILL goes (p50 of each segment over the won trials, milliseconds)\n"
     );
     println!(
-        "| mode | crossing -> kernel event | -> received by the daemon | -> decided | -> SIGKILL sent |"
+        "| mode | crossing -> kernel event | -> received by the daemon | -> node and pods read | -> decided | -> SIGKILL sent |"
     );
-    println!("|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|");
     for r in &results {
         let col = |i: usize| {
             let v: Vec<u64> = r.segments.iter().filter_map(|s| s[i]).collect();
             ms(pct(&v, 0.5))
         };
         println!(
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             r.name,
             col(0),
             col(1),
             col(2),
-            col(3)
+            col(3),
+            col(4)
         );
     }
     Ok(())
@@ -496,20 +498,30 @@ fn reaped_at(state: &std::path::Path, uid: &str) -> Option<u64> {
     records.iter().rev().find(|r| r.uid == uid)?.reaped_ns
 }
 
+/// The chain's segments the second table splits the time to SIGKILL into.
+const SEGMENTS: usize = 5;
+
+/// When the step whose decision killed `uid` began reading the node (its latest kill
+/// record).
+fn observe_at(state: &std::path::Path, uid: &str) -> Option<u64> {
+    let (records, _) = enforcer::kills::read(state).ok()?;
+    records.iter().rev().find(|r| r.uid == uid)?.observe_ns
+}
+
 /// The segments of the latest kill record of `uid`, from the crossing at `crossing`.
-fn segments(state: &std::path::Path, uid: &str, crossing: u64) -> [Option<u64>; 4] {
+fn segments(state: &std::path::Path, uid: &str, crossing: u64) -> [Option<u64>; SEGMENTS] {
     let Ok((records, _)) = enforcer::kills::read(state) else {
-        return [None; 4];
+        return [None; SEGMENTS];
     };
     let Some(r) = records.iter().rev().find(|r| r.uid == uid) else {
-        return [None; 4];
+        return [None; SEGMENTS];
     };
     let t = r.trigger.as_ref();
     let kernel = t.and_then(|t| t.kernel_ns);
     let received = t.map(|t| t.received_ns);
-    let mut out = [None; 4];
+    let mut out = [None; SEGMENTS];
     let mut prev = Some(crossing);
-    for (i, at) in [kernel, received, r.decision_ns, r.sigkill_ns]
+    for (i, at) in [kernel, received, r.observed_ns, r.decision_ns, r.sigkill_ns]
         .into_iter()
         .enumerate()
     {
@@ -916,14 +928,19 @@ async fn run_mode_inner(
         // charged before the process grew: its binary, stack and the fast part).
         // The growth is known quarter MiB by quarter MiB (the process's stamps); what else is charged (its
         // binary, page tables, the kernel's charge batching) is taken from the eviction
-        // decision itself: the working set it observed minus the MiB touched by then.
+        // decision itself: the working set it observed minus the MiB touched when its read
+        // began (the kill record's `observe_ns`; touched by the SIGKILL where a record lacks
+        // it: that counts the growth during the step as overhead and places the crossing
+        // late). MiB touched during the read count as overhead: the crossing is placed no
+        // later than it was.
+        let observed_at = observe_at(state.path(), &uid);
         let decided = evictions.iter().find_map(|e| {
             let avail = e.message.split("available: ").nth(1)?.split(". ").next()?;
             let avail = enforcer::quantity::Quantity::parse(avail.trim())
                 .ok()?
                 .value();
             Some((
-                e.sigkill_ns?,
+                observed_at.or(e.sigkill_ns)?,
                 CAPACITY_MIB * MIB - u64::try_from(avail).ok()?,
             ))
         });
@@ -967,13 +984,14 @@ async fn run_mode_inner(
                 let seg = segments(state.path(), &uid, c);
                 res.segments.push(seg);
                 eprintln!(
-                    "  trial {trial}: crossing at monotonic {c} ns; SIGKILL {:.3} ms after it, memory freed at {:.3} ms (kernel event {}, received {}, decided {}, SIGKILL {} ms after the step before)",
+                    "  trial {trial}: crossing at monotonic {c} ns; SIGKILL {:.3} ms after it, memory freed at {:.3} ms (kernel event {}, received {}, read {}, decided {}, SIGKILL {} ms after the step before)",
                     (k.saturating_sub(c)) as f64 / 1e6,
                     (freed_ns.saturating_sub(c)) as f64 / 1e6,
                     ms(seg[0]),
                     ms(seg[1]),
                     ms(seg[2]),
                     ms(seg[3]),
+                    ms(seg[4]),
                 );
             }
             (k, Some(c), true) => {

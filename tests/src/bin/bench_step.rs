@@ -72,6 +72,11 @@ async fn main() -> anyhow::Result<()> {
     // `--files`: with `--crossing-only`, the crossing reads each pod's usage file (not the
     // memory cgroup iterator).
     let files_only = std::env::args().any(|a| a == "--files");
+    // `--cold MIB`: with `--crossing-only`, before each round write MIB MiB of memory and
+    // sleep a millisecond, as a growing pod does to the caches while the daemon waits for a
+    // crossing (0: warm rounds, one after another).
+    let cold_mib = usize::try_from(enforcer_tests::arg_u64("--cold", 0))?;
+    let mut thrash = vec![0u8; cold_mib << 20];
     let l = layout();
     let (mem, _) = l.controller("memory").context("memory controller")?;
     let root = format!("/{}", unique_name("bench-step"));
@@ -141,10 +146,18 @@ async fn main() -> anyhow::Result<()> {
     for _ in 0..rounds {
         if crossing_only {
             let c = if files_only { &mut inline } else { &mut walker };
+            if cold_mib > 0 {
+                for b in thrash.iter_mut().step_by(64) {
+                    *b = b.wrapping_add(1);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
             let t = Instant::now();
             let s = c.refresh(&crossing, &targets, start.elapsed())?;
             cross_read.push(t.elapsed());
+            let t = Instant::now();
             sink += decide(&config, &s, &active, start.elapsed());
+            cross_decide.push(t.elapsed());
             continue;
         }
         let t = Instant::now();
@@ -229,6 +242,7 @@ async fn main() -> anyhow::Result<()> {
             pct(v, 0.5).as_secs_f64() / base
         );
     }
+    sink += usize::from(thrash.iter().step_by(4096).fold(0u8, |a, b| a ^ b));
     eprintln!("({sink} pods decided on)");
     drop(stats);
     for mut c in cgroups.into_iter().rev() {

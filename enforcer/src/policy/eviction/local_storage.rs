@@ -113,7 +113,8 @@ mod tests {
                 name: "c".into(),
                 memory: None,
                 ephemeral_storage: Some(container),
-            }],
+            }]
+            .into(),
             volumes: volume
                 .map(|v| BTreeMap::from([("v".to_owned(), v)]))
                 .unwrap_or_default(),

@@ -40,7 +40,7 @@ pub fn eviction_message(
     };
     let mut offending = Vec::new();
     let mut usages = Vec::new();
-    for cs in &stats.containers {
+    for cs in stats.containers.iter() {
         for c in resources::containers(pod.pod)
             .iter()
             .filter(|c| c.name == cs.name)

@@ -76,7 +76,8 @@ fn memory_pressure_hard_and_transition() {
             name: "a".into(),
             memory: Some(300 << 20),
             ephemeral_storage: None,
-        }],
+        }]
+        .into(),
         ..Default::default()
     };
     let pods = [
