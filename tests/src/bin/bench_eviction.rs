@@ -82,7 +82,7 @@ struct ModeResult {
     /// by then (its SIGKILL time instead, if it sent one after all).
     lost: Vec<u64>,
     /// Per won trial, the chain's segments (ns): crossing -> kernel event, -> received by
-    /// the daemon, -> decided, -> SIGKILL sent (from the kill record).
+    /// the daemon, -> node and pods read, -> decided, -> SIGKILL sent (from the kill record).
     segments: Vec<[Option<u64>; SEGMENTS]>,
 }
 
@@ -373,22 +373,25 @@ async fn main() -> anyhow::Result<()> {
         "\n#### Where the time to SIGKILL goes (p50 of each segment over the won trials, milliseconds)\n"
     );
     println!(
-        "| mode | crossing -> kernel event | -> received by the daemon | -> node and pods read | -> decided | -> SIGKILL sent |"
+        "| mode | crossing -> kernel event | -> received by the daemon | -> node and pods read | -> decided | -> SIGKILL sent | the daemon's part (received -> SIGKILL) p50 | p99 |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     for r in &results {
         let col = |i: usize| {
             let v: Vec<u64> = r.segments.iter().filter_map(|s| s[i]).collect();
             ms(pct(&v, 0.5))
         };
+        let daemon = daemon_part(&r.segments);
         println!(
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
             r.name,
             col(0),
             col(1),
             col(2),
             col(3),
-            col(4)
+            col(4),
+            ms(pct(&daemon, 0.5)),
+            ms(pct(&daemon, 0.99))
         );
     }
     Ok(())
@@ -506,6 +509,16 @@ const SEGMENTS: usize = 5;
 fn observe_at(state: &std::path::Path, uid: &str) -> Option<u64> {
     let (records, _) = enforcer::kills::read(state).ok()?;
     records.iter().rev().find(|r| r.uid == uid)?.observe_ns
+}
+
+/// Per won trial with a kernel signal, the daemon's own part: from the signal's receipt to
+/// the SIGKILL (the segments after "received", each measured from the one before).
+fn daemon_part(segments: &[[Option<u64>; SEGMENTS]]) -> Vec<u64> {
+    segments
+        .iter()
+        .filter(|s| s[1].is_some() && s[SEGMENTS - 1].is_some())
+        .map(|s| s[2..].iter().flatten().sum())
+        .collect()
 }
 
 /// The segments of the latest kill record of `uid`, from the crossing at `crossing`.
