@@ -297,23 +297,23 @@ impl Collector {
 
     /// A crossing's samples (`PodScope::Usage`), one per target in its order: the pod's
     /// working set now through its open usage file (or the walk), the rest of its last
-    /// sample carried over (`None`: not read before, no open file, or unreadable: a full read
-    /// is needed). The targets come in uid order (the active set's), as the last samples and
-    /// the open files are kept: each is found by stepping along both, not by a search (a
-    /// crossing's 110 lookups of cold keys were most of its loop).
+    /// sample (`olds`, the targets') carried over (`None`: not read before, no open file, or
+    /// unreadable: a full read is needed). The targets come in uid order (the active set's),
+    /// as the open files are kept: each file is found by stepping along them, not by a search
+    /// (a crossing's 110 lookups of cold keys were most of its loop).
     fn usage_samples(
         &self,
         targets: &[PodTarget],
-        last: &NodeSnapshot,
+        olds: &[Option<&PodSample>],
         now: Duration,
         walked: bool,
     ) -> Vec<Option<PodSample>> {
-        let mut olds = SortedCursor::new(&last.pods);
         let mut files = SortedCursor::new(&self.usage);
         targets
             .iter()
-            .map(|t| {
-                let old = olds.find(&t.uid)?;
+            .zip(olds)
+            .map(|(t, old)| {
+                let old = (*old)?;
                 let u = files.find(&t.uid).filter(|u| u.cgroup == t.cgroup)?;
                 let ws = match self.walked.get(&u.ino) {
                     Some(usage) if walked => u.working_set_of(*usage),
@@ -376,15 +376,16 @@ impl Collector {
         let mut layers: Option<HashMap<String, i64>> = None;
         let mut pods = BTreeMap::new();
         let last = self.last.clone();
+        // Each target's last sample, found once.
+        let mut cursor = SortedCursor::new(&last.pods);
+        let olds: Vec<Option<&PodSample>> = targets.iter().map(|t| cursor.find(&t.uid)).collect();
         let mut fast = if req.pods == PodScope::Usage {
-            self.usage_samples(targets, &last, now, walked)
+            self.usage_samples(targets, &olds, now, walked)
         } else {
             Vec::new()
         }
         .into_iter();
-        let mut olds = SortedCursor::new(&last.pods);
-        for t in targets {
-            let old = olds.find(&t.uid);
+        for (t, &old) in targets.iter().zip(&olds) {
             let read_memory = old.is_none()
                 || match &req.pods {
                     PodScope::New => false,

@@ -494,21 +494,13 @@ fn ms(v: Option<u64>) -> String {
     v.map_or("-".to_owned(), |ns| format!("{:.2}", ns as f64 / 1e6))
 }
 
-/// When process_mrelease had reclaimed the memory of `uid`'s processes (its latest kill
-/// record).
-fn reaped_at(state: &std::path::Path, uid: &str) -> Option<u64> {
-    let (records, _) = enforcer::kills::read(state).ok()?;
-    records.iter().rev().find(|r| r.uid == uid)?.reaped_ns
-}
-
 /// The chain's segments the second table splits the time to SIGKILL into.
 const SEGMENTS: usize = 5;
 
-/// When the step whose decision killed `uid` began reading the node (its latest kill
-/// record).
-fn observe_at(state: &std::path::Path, uid: &str) -> Option<u64> {
+/// The latest kill record of `uid` (read once a trial is over).
+fn latest_record(state: &std::path::Path, uid: &str) -> Option<enforcer::kills::KillRecord> {
     let (records, _) = enforcer::kills::read(state).ok()?;
-    records.iter().rev().find(|r| r.uid == uid)?.observe_ns
+    records.into_iter().rev().find(|r| r.uid == uid)
 }
 
 /// Per won trial with a kernel signal, the daemon's own part: from the signal's receipt to
@@ -521,12 +513,9 @@ fn daemon_part(segments: &[[Option<u64>; SEGMENTS]]) -> Vec<u64> {
         .collect()
 }
 
-/// The segments of the latest kill record of `uid`, from the crossing at `crossing`.
-fn segments(state: &std::path::Path, uid: &str, crossing: u64) -> [Option<u64>; SEGMENTS] {
-    let Ok((records, _)) = enforcer::kills::read(state) else {
-        return [None; SEGMENTS];
-    };
-    let Some(r) = records.iter().rev().find(|r| r.uid == uid) else {
+/// The segments of a kill record, from the crossing at `crossing`.
+fn segments(r: Option<&enforcer::kills::KillRecord>, crossing: u64) -> [Option<u64>; SEGMENTS] {
+    let Some(r) = r else {
         return [None; SEGMENTS];
     };
     let t = r.trigger.as_ref();
@@ -946,7 +935,8 @@ async fn run_mode_inner(
         // it: that counts the growth during the step as overhead and places the crossing
         // late). MiB touched during the read count as overhead: the crossing is placed no
         // later than it was.
-        let observed_at = observe_at(state.path(), &uid);
+        let record = latest_record(state.path(), &uid);
+        let observed_at = record.as_ref().and_then(|r| r.observe_ns);
         let decided = evictions.iter().find_map(|e| {
             let avail = e.message.split("available: ").nth(1)?.split(". ").next()?;
             let avail = enforcer::quantity::Quantity::parse(avail.trim())
@@ -985,7 +975,7 @@ async fn run_mode_inner(
                 res.to_kill.push(k.saturating_sub(c));
                 // Released: reclaimed by process_mrelease (the kill record's time) or freed
                 // by the exit, whichever came first.
-                let reaped = reaped_at(state.path(), &uid);
+                let reaped = record.as_ref().and_then(|r| r.reaped_ns);
                 let freed_ns = match reaped {
                     Some(r) if r < freed_ns => {
                         res.reaped += 1;
@@ -994,7 +984,7 @@ async fn run_mode_inner(
                     _ => freed_ns,
                 };
                 res.to_free.push(freed_ns.saturating_sub(c));
-                let seg = segments(state.path(), &uid, c);
+                let seg = segments(record.as_ref(), c);
                 res.segments.push(seg);
                 eprintln!(
                     "  trial {trial}: crossing at monotonic {c} ns; SIGKILL {:.3} ms after it, memory freed at {:.3} ms (kernel event {}, received {}, read {}, decided {}, SIGKILL {} ms after the step before)",
