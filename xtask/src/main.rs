@@ -4,15 +4,31 @@
 //! README's test command and what CI runs. `run` builds and starts the enforcer on this node.
 
 use std::{
+    fmt::Write as _,
     path::{Path, PathBuf},
     process::Command,
+    time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 
 mod layers;
+mod runner;
 mod vm;
+
+/// The bound of one test on this host (the guest stretches it: `vm::GUEST_TEST_BOUND`). The
+/// longest test here takes about a minute and a half; one past this is stopped, its stacks,
+/// the machine's processes and the kernel's log reported, and counted as failed.
+pub const HOST_TEST_BOUND: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// How many tests run at once on this host (each its own process). The tests wait on
+/// containerd, the kernel and their daemons far more than they compute.
+const HOST_PARALLEL: usize = 2;
+
+/// Tiers whose tests run one at a time (each holds the node's memory, or a fake API server's
+/// timing, for its whole length); the others run beside them.
+const SERIAL_TIERS: &[&str] = &["e2e_eviction", "apiserver", "companion"];
 
 /// Debian packages the build and the tests need.
 const PACKAGES: &[&str] = &[
@@ -72,6 +88,17 @@ enum Task {
     },
     /// The enforcer library's import graph: no upward import between its layers, no cycle.
     Layers,
+    /// The test runner (what `test` and the VM's guest use): a plan's tests, each in its own
+    /// process under its bound, outcomes and logs in a directory.
+    #[command(hide = true)]
+    RunTests {
+        #[arg(long)]
+        plan: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        parallel: usize,
+    },
     /// Build (release) and run the enforcer on this node; extra arguments go to `enforcer run`.
     Run {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -103,7 +130,7 @@ fn main() -> anyhow::Result<()> {
             test_args,
         } => {
             setup()?;
-            vm::vm_test(
+            let run = vm::vm_test(
                 &target_dir(),
                 &vm::Options {
                     init: if systemd {
@@ -116,9 +143,31 @@ fn main() -> anyhow::Result<()> {
                     test_args,
                     build_args: None,
                 },
-            )
+            )?;
+            if run.failed.is_empty() {
+                Ok(())
+            } else {
+                bail!("vm-test failed: {}", run.failed.join(", "))
+            }
         }
         Task::Layers => layers::check(Path::new("enforcer/src")),
+        Task::RunTests {
+            plan,
+            out,
+            parallel,
+        } => {
+            let jobs = runner::read_plan(&plan)?;
+            let outcomes = runner::run(jobs, parallel, &out, &[])?;
+            let failed = outcomes
+                .iter()
+                .filter(|o| o.verdict != runner::Verdict::Passed)
+                .count();
+            if failed == 0 {
+                Ok(())
+            } else {
+                bail!("{failed} test(s) failed")
+            }
+        }
         Task::Run { args } => run(&args),
         Task::Bench { what, args } => bench(&what, &args),
     }
@@ -222,6 +271,7 @@ fn cargo() -> Command {
 }
 
 fn test(args: &[String]) -> anyhow::Result<()> {
+    let started = Instant::now();
     setup()?;
     sh(cargo().args(["fmt", "--all", "--", "--check"]))?;
     layers::check(Path::new("enforcer/src"))?;
@@ -250,11 +300,10 @@ fn test(args: &[String]) -> anyhow::Result<()> {
             "warnings",
         ])
         .env("RUSTC_BOOTSTRAP", "1"))?;
-    // Every tier: unit and pipeline tests in the crates, the black-box suite in tests/.
-    // Tests named `*_v2only` need the cgroup v2 memory controller: skipped here (by name,
-    // each listed) when this host's is v1; the VM tier below runs them.
+    let checks = started.elapsed();
     // Tests bound to the other cgroup version than this host's memory controller are
-    // skipped here by name, each listed with where it runs.
+    // skipped here by name, each listed with where it runs; so are those that need systemd
+    // as PID 1 (this host's PID 1 is not systemd).
     let (version, other, runs_it) = if host_memory_is_v2() {
         (
             "v2",
@@ -269,63 +318,173 @@ fn test(args: &[String]) -> anyhow::Result<()> {
         )
     };
     say(format!("host memory controller: cgroup {version}"));
-    let mut cargo_args = args.to_vec();
-    for (file, name) in tests_named(Path::new("."), other)? {
-        say(format!(
-            "skipping {name} ({file}) on this host: it needs the other cgroup version; {runs_it}"
-        ));
-    }
-    if !cargo_args.iter().any(|a| a == "--") {
-        cargo_args.push("--".to_owned());
-    }
-    cargo_args.extend(["--skip".to_owned(), other.to_owned()]);
-    // Tests that need systemd as PID 1 (this host's PID 1 is not systemd).
-    for (file, name) in tests_named(Path::new("."), vm::SYSTEMD_ONLY)? {
-        say(format!(
-            "skipping {name} ({file}) on this host: it needs systemd as PID 1; the VM's \
-             systemd boot (cargo xtask vm-test --systemd) runs it"
-        ));
-    }
-    cargo_args.extend(["--skip".to_owned(), vm::SYSTEMD_ONLY.to_owned()]);
-    let host = sh(cargo()
-        .args(["test", "--workspace", "--exclude", "enforcer-ebpf"])
-        .args(&cargo_args));
-    // The same binaries on a pure cgroup v2 kernel (runs even when a host tier failed, so
-    // one run reports all): booted with busybox (the cgroupfs driver), then with systemd as
-    // PID 1 (the systemd driver's tiers).
-    let mut failures = Vec::new();
-    if let Err(h) = host {
-        failures.push(format!("host tiers: {h:#}"));
-    }
-    if args.is_empty() {
-        for init in [vm::Init::Busybox, vm::Init::Systemd] {
-            let run = vm::vm_test(
-                &target_dir(),
-                &vm::Options {
-                    init,
-                    tiers: Vec::new(),
-                    test_threads: 1,
-                    test_args: Vec::new(),
-                    // The binaries the host tiers just ran (same features, no rebuild).
-                    build_args: Some(
-                        ["--workspace", "--exclude", "enforcer-ebpf"]
-                            .map(str::to_owned)
-                            .to_vec(),
-                    ),
-                },
-            );
-            if let Err(v) = run {
-                failures.push(format!("VM tier ({}): {v:#}", init.name()));
-            }
+    if !args.is_empty() {
+        // A filter given: plain `cargo test` with it, on this host only.
+        let mut cargo_args = args.to_vec();
+        if !cargo_args.iter().any(|a| a == "--") {
+            cargo_args.push("--".to_owned());
         }
-    } else {
+        cargo_args.extend(["--skip".to_owned(), other.to_owned()]);
+        cargo_args.extend(["--skip".to_owned(), vm::SYSTEMD_ONLY.to_owned()]);
         say("a test filter was given: the VM tiers are not run (cargo xtask vm-test runs them)");
+        return sh(cargo()
+            .args(["test", "--workspace", "--exclude", "enforcer-ebpf"])
+            .args(&cargo_args));
     }
+    let build_start = Instant::now();
+    let workspace = ["--workspace", "--exclude", "enforcer-ebpf"];
+    sh(cargo().args(["build", "--package", "enforcer", "--bin", "enforcer"]))?;
+    let built = vm::build_tests(&workspace)?;
+    sh(cargo().args(["test", "--doc"]).args(workspace))?;
+    let build = build_start.elapsed();
+    // Every tier: unit and pipeline tests in the crates, the black-box suite in tests/, each
+    // test in its own process under its bound, HOST_PARALLEL at once.
+    let mut jobs = Vec::new();
+    for b in &built {
+        for t in vm::list_tests(&b.path)? {
+            if t.contains(other) {
+                say(format!(
+                    "skipping {}::{t} on this host: it needs the other cgroup version; {runs_it}",
+                    b.name
+                ));
+                continue;
+            }
+            if t.contains(vm::SYSTEMD_ONLY) {
+                say(format!(
+                    "skipping {}::{t} on this host: it needs systemd as PID 1; the VM's \
+                     systemd boot (cargo xtask vm-test --systemd) runs it",
+                    b.name
+                ));
+                continue;
+            }
+            jobs.push(runner::Job {
+                tier: b.name.clone(),
+                bin: b.path.clone(),
+                cwd: b.cwd.clone(),
+                test: t,
+                serial: SERIAL_TIERS.contains(&b.name.as_str()),
+                bound: HOST_TEST_BOUND,
+            });
+        }
+    }
+    // The serial tiers first (their chains are the longest), the rest in tier order.
+    jobs.sort_by_key(|j| {
+        (
+            SERIAL_TIERS
+                .iter()
+                .position(|t| *t == j.tier)
+                .unwrap_or(SERIAL_TIERS.len()),
+            j.tier.clone(),
+        )
+    });
+    let host_start = Instant::now();
+    let logs = target_dir().join("test-logs/host");
+    let host = runner::run(jobs, HOST_PARALLEL, &logs, &[])?;
+    let host_wall = host_start.elapsed();
+    let mut failures: Vec<String> = host
+        .iter()
+        .filter(|o| o.verdict != runner::Verdict::Passed)
+        .map(|o| format!("{}::{} ({:?})", o.tier, o.test, o.verdict))
+        .collect();
+    // The same binaries on a pure cgroup v2 kernel (run even when a host tier failed, so one
+    // run reports all): booted with busybox (the cgroupfs driver), then with systemd as PID 1
+    // (what depends on systemd or the driver).
+    let mut boots = Vec::new();
+    for init in [vm::Init::Busybox, vm::Init::Systemd] {
+        let run = vm::vm_test(
+            &target_dir(),
+            &vm::Options {
+                init,
+                tiers: Vec::new(),
+                test_threads: 1,
+                test_args: Vec::new(),
+                // The binaries the host tiers just ran (same features, no rebuild).
+                build_args: Some(workspace.map(str::to_owned).to_vec()),
+            },
+        );
+        match run {
+            Ok(r) => {
+                failures.extend(r.failed.iter().map(|f| format!("VM ({}): {f}", init.name())));
+                boots.push((init, r));
+            }
+            Err(e) => failures.push(format!("VM tier ({}): {e:#}", init.name())),
+        }
+    }
+    print_times(checks, build, &host, host_wall, &boots, started.elapsed());
     if failures.is_empty() {
         Ok(())
     } else {
-        bail!("{}", failures.join("; "))
+        bail!("failed: {}", failures.join("; "))
     }
+}
+
+/// The end of `cargo xtask test`: each tier's time on this host and in each boot, the
+/// phases' wall times and the total, and the plain closing line of the counts.
+fn print_times(
+    checks: Duration,
+    build: Duration,
+    host: &[runner::Outcome],
+    host_wall: Duration,
+    boots: &[(vm::Init, vm::VmRun)],
+    total: Duration,
+) {
+    let host_tiers = runner::by_tier(host);
+    let boot_tiers: Vec<Vec<(String, usize, usize, f64)>> =
+        boots.iter().map(|(_, r)| runner::by_tier(&r.outcomes)).collect();
+    let mut names: Vec<String> = host_tiers.iter().map(|t| t.0.clone()).collect();
+    for b in &boot_tiers {
+        for t in b {
+            if !names.contains(&t.0) {
+                names.push(t.0.clone());
+            }
+        }
+    }
+    let cell = |tiers: &[(String, usize, usize, f64)], name: &str| {
+        tiers
+            .iter()
+            .find(|t| t.0 == name)
+            .map_or_else(|| "-".to_owned(), |t| {
+                if t.2 == 0 {
+                    format!("{:.0} s ({})", t.3, t.1)
+                } else {
+                    format!("{:.0} s ({} ok, {} FAILED)", t.3, t.1, t.2)
+                }
+            })
+    };
+    println!("\n=== cargo xtask test: time per tier (the tests' own times added up; tests run) ===");
+    let mut header = format!("  {:<28} {:>22}", "tier", "host");
+    for (init, _) in boots {
+        let _ = write!(header, " {:>22}", format!("VM, {}", init.name()));
+    }
+    println!("{header}");
+    for n in &names {
+        let mut line = format!("  {n:<28} {:>22}", cell(&host_tiers, n));
+        for b in &boot_tiers {
+            let _ = write!(line, " {:>22}", cell(b, n));
+        }
+        println!("{line}");
+    }
+    println!(
+        "  wall: checks (fmt, layers, clippy) {:.0} s; build {:.0} s; host tests {:.0} s ({} \
+         at once)",
+        checks.as_secs_f64(),
+        build.as_secs_f64(),
+        host_wall.as_secs_f64(),
+        HOST_PARALLEL
+    );
+    for (init, r) in boots {
+        println!("  wall: VM, {} {:.0} s", init.name(), r.wall.as_secs_f64());
+    }
+    println!("  total {:.1} min", total.as_secs_f64() / 60.0);
+    let all = host.iter().chain(boots.iter().flat_map(|(_, r)| &r.outcomes));
+    let (passed, failed) = all.fold((0, 0), |(p, f), o| {
+        if o.verdict == runner::Verdict::Passed {
+            (p + 1, f)
+        } else {
+            (p, f + 1)
+        }
+    });
+    println!("tests: {passed} passed, {failed} failed");
 }
 
 /// Whether this host's memory controller is on cgroup v2 (a cgroup2 mount offers it).
@@ -341,44 +500,6 @@ fn host_memory_is_v2() -> bool {
                     .is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"))
             })
     })
-}
-
-/// `(file, name)` of every function whose name ends with `suffix` in the workspace's test
-/// sources (`tests/`, `enforcer/src/`): the tests named `*_v1only` / `*_v2only`.
-fn tests_named(root: &Path, suffix: &str) -> anyhow::Result<Vec<(String, String)>> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
-        for e in std::fs::read_dir(dir)? {
-            let p = e?.path();
-            if p.is_dir() {
-                walk(&p, out)?;
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                out.push(p);
-            }
-        }
-        Ok(())
-    }
-    let mut files = Vec::new();
-    for d in ["tests", "enforcer/src"] {
-        walk(&root.join(d), &mut files).with_context(|| format!("reading {d}"))?;
-    }
-    files.sort();
-    let mut found = Vec::new();
-    for f in files {
-        let text = std::fs::read_to_string(&f).with_context(|| format!("read {}", f.display()))?;
-        for line in text.lines() {
-            let Some((_, rest)) = line.split_once("fn ") else {
-                continue;
-            };
-            let name: String = rest
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_')
-                .collect();
-            if name.ends_with(suffix) {
-                found.push((f.display().to_string(), name));
-            }
-        }
-    }
-    Ok(found)
 }
 
 /// The CRI socket `enforcer run` uses by default.
@@ -610,33 +731,5 @@ fn bench(what: &str, args: &[String]) -> anyhow::Result<()> {
             .args(["bench", "--package", "enforcer", "--bench", "policy", "--"])
             .args(args)),
         other => bail!("unknown benchmark {other}"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn version_bound_tests_are_found_by_name() {
-        let root = workspace_root().expect("root");
-        let v2 = tests_named(&root, "_v2only").expect("scan");
-        assert!(
-            v2.iter().any(|(f, n)| f.ends_with("e2e_eviction.rs")
-                && n == "oom_killer_multi_process_container_v2only"),
-            "{v2:?}"
-        );
-        let v1 = tests_named(&root, "_v1only").expect("scan");
-        for want in [
-            "eventfd_fallback_reports_the_same_pressure_v1only",
-            "a_missing_watch_is_a_clear_error_not_a_crash_v1only",
-        ] {
-            assert!(
-                v1.iter()
-                    .any(|(f, n)| f.ends_with("signals.rs") && n == want),
-                "{want}: {v1:?}"
-            );
-        }
-        assert!(v1.iter().all(|(_, n)| n.ends_with("_v1only")), "{v1:?}");
     }
 }

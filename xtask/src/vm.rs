@@ -20,7 +20,11 @@ use std::{
 
 use anyhow::{Context as _, bail};
 
-use crate::{output, say, sh};
+use crate::{
+    output,
+    runner::{Outcome, Verdict},
+    say, sh,
+};
 
 /// Loaded with `insmod` by the initramfs, in this order (virtio PCI, 9p, overlay).
 const INITRAMFS_MODULES: &[&str] = &[
@@ -47,8 +51,6 @@ const GUEST_CPUS: u32 = 2;
 
 /// The whole VM run, boot to power-off (QEMU is killed after it).
 const VM_TIMEOUT: Duration = Duration::from_secs(40 * 60);
-/// One test binary inside the guest (killed after it, counted as failed).
-const BINARY_TIMEOUT_SECS: u64 = 20 * 60;
 
 /// Stage 1, the initramfs's `/init`: modules, the 9p host root under an overlay, switch_root.
 const INIT_STAGE1: &str = r#"#!/bin/busybox sh
@@ -449,12 +451,18 @@ impl Init {
 /// Boots the VM with `command` (a sh script) as the guest's work, streams the serial
 /// console (prefixed `vm| `, also kept in `<target>/vm/console.log`), and returns the
 /// command's exit code (None when the guest never got to write it) and the wall time.
-pub fn boot(vm: &Vm, init: Init, command: &str) -> anyhow::Result<(Option<i32>, Duration)> {
+pub fn boot(
+    vm: &Vm,
+    init: Init,
+    command: &str,
+    prepare: impl FnOnce(&Path) -> anyhow::Result<()>,
+) -> anyhow::Result<(Option<i32>, Duration)> {
     let _lock = VmLock::take(&vm.dir)?;
     if vm.share.exists() {
         fs::remove_dir_all(&vm.share).with_context(|| format!("rm -r {}", vm.share.display()))?;
     }
     fs::create_dir_all(&vm.share)?;
+    prepare(&vm.share)?;
     let script = vm.share.join("command.sh");
     fs::write(&script, command)?;
     fs::set_permissions(&script, fs::Permissions::from_mode(0o755))?;
@@ -612,47 +620,6 @@ pub fn build_tests(args: &[&str]) -> anyhow::Result<Vec<TestBinary>> {
     Ok(bins)
 }
 
-/// libtest's counts for one binary.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct Counts {
-    pub passed: u32,
-    pub failed: u32,
-    pub ignored: u32,
-    pub filtered: u32,
-}
-
-/// The `test result:` line of libtest's output, if it got that far.
-pub fn parse_counts(out: &str) -> Option<Counts> {
-    let line = out.lines().rev().find(|l| l.starts_with("test result:"))?;
-    let mut c = Counts::default();
-    for part in line.split([';', '.']) {
-        let mut w = part.split_whitespace();
-        if let (Some(n), Some(what)) = (w.next(), w.next())
-            && let Ok(n) = n.parse()
-        {
-            match what {
-                "passed" => c.passed = n,
-                "failed" => c.failed = n,
-                "ignored" => c.ignored = n,
-                "filtered" => c.filtered = n,
-                _ => {}
-            }
-        }
-    }
-    Some(c)
-}
-
-/// libtest's failure section (each failing test's output and the list), or the output's
-/// tail when the binary ended without one.
-pub fn failure_report(out: &str) -> String {
-    if let Some(i) = out.find("\nfailures:\n") {
-        return out[i + 1..].to_owned();
-    }
-    let lines: Vec<&str> = out.lines().collect();
-    let tail = lines.len().saturating_sub(60);
-    lines[tail..].join("\n")
-}
-
 /// The tests of `bin` (`--list`, run on the host; ignored ones included).
 pub fn list_tests(bin: &Path) -> anyhow::Result<Vec<String>> {
     let out = Command::new(bin)
@@ -674,16 +641,13 @@ pub fn list_tests(bin: &Path) -> anyhow::Result<Vec<String>> {
 /// 4-30x slower than the host.
 pub const GUEST_TIME_SCALE: u32 = 3;
 
-/// One binary to run in the guest, with the libtest arguments of its run.
-#[derive(Debug, Clone)]
-pub struct GuestRun {
-    pub bin: TestBinary,
-    pub args: Vec<String>,
-}
+/// The bound of one test in the guest: the host's bound stretched by the emulation's
+/// factor ([`GUEST_TIME_SCALE`]).
+pub const GUEST_TEST_BOUND: Duration = Duration::from_secs(crate::HOST_TEST_BOUND.as_secs() * GUEST_TIME_SCALE as u64);
 
-/// The guest's command: `enforcer probe`, then each binary, one after another, each with its
-/// output, exit code and guest time in the share.
-pub fn guest_command(enforcer: &Path, init: Init, runs: &[GuestRun]) -> String {
+/// The guest's command: `enforcer probe`, then the plan's tests through xtask's runner
+/// (each in its own process, under its bound), outcomes and logs in the share.
+pub fn guest_command(enforcer: &Path, xtask: &Path, init: Init, parallel: usize) -> String {
     let mut s = String::from(
         "# written by cargo xtask vm-test\n\
          S=/.vm/share\n\
@@ -711,88 +675,14 @@ pub fn guest_command(enforcer: &Path, init: Init, runs: &[GuestRun]) -> String {
         "{} probe > $S/probe.out 2>&1; echo $? > $S/probe.rc",
         shell_quote(&enforcer.display().to_string())
     );
-    for r in runs {
-        let args: Vec<String> = r.args.iter().map(|a| shell_quote(a)).collect();
-        // RUSTC_BOOTSTRAP lets libtest take `-Z unstable-options --report-time` (per-test
-        // times) from a stable build.
-        let _ = writeln!(
-            s,
-            "echo \"vm-test: {name}: running (at $(up) s)\"\n\
-             t0=$(up)\n\
-             (cd {cwd} && RUSTC_BOOTSTRAP=1 exec timeout -k 10 {BINARY_TIMEOUT_SECS} {bin} \
-             -Z unstable-options --report-time {args}) > $S/{name}.out 2>&1 < /dev/null\n\
-             rc=$?\n\
-             echo \"$rc $t0 $(up)\" > $S/{name}.rc\n\
-             echo \"vm-test: {name}: exit $rc (at $(up) s)\"",
-            name = r.bin.name,
-            cwd = shell_quote(&r.bin.cwd.display().to_string()),
-            bin = shell_quote(&r.bin.path.display().to_string()),
-            args = args.join(" "),
-        );
-    }
+    let _ = writeln!(
+        s,
+        "{} run-tests --plan $S/plan.tsv --out $S/tests --parallel {parallel}\n\
+         echo \"vm-test: the runner exited $? (at $(up) s)\"",
+        shell_quote(&xtask.display().to_string()),
+    );
     s.push_str("echo \"$(up)\" > $S/end\n");
     s
-}
-
-/// What one binary did in the guest.
-#[derive(Debug)]
-pub struct GuestResult {
-    pub name: String,
-    pub rc: Option<i32>,
-    pub seconds: Option<f64>,
-    pub counts: Option<Counts>,
-    pub output: String,
-}
-
-impl GuestResult {
-    fn ok(&self) -> bool {
-        self.rc == Some(0) && self.counts.is_some_and(|c| c.failed == 0)
-    }
-
-    /// `(name, outcome, time)` of each test libtest reported (`--report-time`).
-    fn tests(&self) -> Vec<(String, String, String)> {
-        self.output
-            .lines()
-            .filter_map(|l| l.strip_prefix("test "))
-            .filter_map(|l| l.split_once(" ... "))
-            .map(|(name, rest)| {
-                let (outcome, time) = match rest.rsplit_once(" <") {
-                    Some((o, t)) => (o, t.trim_end_matches('>')),
-                    None => (rest, ""),
-                };
-                (name.to_owned(), outcome.to_owned(), time.to_owned())
-            })
-            .collect()
-    }
-}
-
-/// Reads the share after the run.
-pub fn guest_results(vm: &Vm, runs: &[GuestRun]) -> Vec<GuestResult> {
-    runs.iter()
-        .map(|r| {
-            let name = &r.bin.name;
-            let output =
-                fs::read_to_string(vm.share.join(format!("{name}.out"))).unwrap_or_default();
-            let rc_line =
-                fs::read_to_string(vm.share.join(format!("{name}.rc"))).unwrap_or_default();
-            let f: Vec<&str> = rc_line.split_whitespace().collect();
-            let rc = f.first().and_then(|r| r.parse().ok());
-            let seconds = match (
-                f.get(1).and_then(|t| t.parse::<f64>().ok()),
-                f.get(2).and_then(|t| t.parse::<f64>().ok()),
-            ) {
-                (Some(a), Some(b)) => Some(b - a),
-                _ => None,
-            };
-            GuestResult {
-                name: name.clone(),
-                rc,
-                seconds,
-                counts: parse_counts(&output),
-                output,
-            }
-        })
-        .collect()
 }
 
 /// Guest seconds from the command's start to its end, when both were written.
@@ -807,10 +697,12 @@ pub fn guest_total(vm: &Vm) -> Option<f64> {
     Some(read("end")? - read("start")?)
 }
 
-/// The tiers `vm-test` runs by default after the enforcer's unit tests, in this order, each
-/// with the libtest name filters it runs (none: all its tests): the kernel-facing tiers
-/// (eBPF, cgroup v2, PSI, containerd on a v2 node).
-pub const DEFAULT_TIERS: &[(&str, &[&str])] = &[
+/// The tiers the busybox boot (cgroupfs driver) runs by default, in this order, each with
+/// the name filters it runs (none: all its tests): what the kernel decides (eBPF, cgroup v2,
+/// PSI, containerd on a v2 node). Of the unit tests only those that read the running
+/// kernel (its BTF, its cgroup mounts, its memory): the rest is pure logic, run on the host.
+pub const BUSYBOX_TIERS: &[(&str, &[&str])] = &[
+    ("unit", &["kernel::", "cgroup::", "node::"]),
     ("signals", &[]),
     ("pressure", &[]),
     ("enforcement", &[]),
@@ -829,26 +721,55 @@ pub const DEFAULT_TIERS: &[(&str, &[&str])] = &[
 /// only the systemd boot runs them.
 pub const SYSTEMD_ONLY: &str = "_systemdonly";
 
-/// The tiers the systemd boot runs (with the systemd driver), each with its filters: the
-/// kernel-facing ones (signals on a systemd node; where the pods' cgroups are made:
-/// containerd, the enforcer's kubepods, slices and scopes).
+/// The tests the systemd boot runs (with the systemd driver): what depends on systemd or on
+/// the driver, not every kernel tier a second time. The driver decides where pods' cgroups
+/// are and who makes them (slices over D-Bus, containerd's scopes), so: pods made, restarted
+/// and removed; every cgroup value written through them; a signal attributed to a slice;
+/// the kills and OOM kills that find a pod by its slice; the tripwire on `kubepods.slice`;
+/// kubeadm's node with the companion beside kubelet. The rest (thresholds, ranking, PSI,
+/// signals) is the same code on either driver and runs in the busybox boot.
 pub const SYSTEMD_TIERS: &[(&str, &[&str])] = &[
-    ("signals", &[]),
-    ("runtime", &[]),
+    ("signals", &["systemd"]),
+    (
+        "runtime",
+        &[
+            SYSTEMD_ONLY,
+            "manifest_runs_edit_restarts_changed_removal_cleans_up",
+            "over_the_memory_limit_is_oom_killed",
+            "enforcer_restart_adopts",
+        ],
+    ),
     ("enforcement", &[]),
-    ("eviction", &[]),
-    ("pressure", &[]),
-    ("tripwire", &[]),
-    ("e2e_eviction", &["memory", "oom_killer", "pod_using_more"]),
+    ("pressure", &["a_kernel_oom_kill_inside_a_pod"]),
+    (
+        "e2e_eviction",
+        &[
+            "memory_allocatable_eviction",
+            "oom_killer_single_process",
+            "oom_killer_multi_process",
+            "pod_using_more",
+        ],
+    ),
     // kubeadm's node: kubelet's systemd slices and scopes, the companion beside it.
     ("companion", &[]),
 ];
 
 /// Tiers the busybox boot runs and the systemd boot leaves out, and why.
-pub const SYSTEMD_LEFT_OUT: &[(&str, &str)] = &[(
-    "unit",
-    "pure logic: the busybox boot runs it on this kernel",
-)];
+pub const SYSTEMD_LEFT_OUT: &[(&str, &str)] = &[
+    (
+        "unit",
+        "the kernel-reading unit tests run in the busybox boot on this kernel",
+    ),
+    (
+        "eviction",
+        "thresholds and ranking are the driver's same code; the kills through slices run in \
+         e2e_eviction here",
+    ),
+    (
+        "tripwire",
+        "the tripwire on kubepods.slice runs here in e2e_eviction's pod_using_more scenario",
+    ),
+];
 
 /// Tiers left out by default, and why (printed on every run, so none is left out silently).
 pub const LEFT_OUT: &[(&str, &str)] = &[
@@ -908,11 +829,11 @@ pub struct Options {
     /// The guest's init: busybox (cgroupfs driver) or systemd as PID 1 (the tiers run with
     /// `ENFORCER_CGROUP_DRIVER=systemd`, containerd with `SystemdCgroup = true`).
     pub init: Init,
-    /// Tiers to run (empty: unit + [`DEFAULT_TIERS`]); `all` runs every tier in full.
+    /// Tiers to run (empty: the boot's default tiers); `all` runs every tier in full.
     pub tiers: Vec<String>,
-    /// libtest's `--test-threads` in the guest.
+    /// How many tests run at once in the guest.
     pub test_threads: u32,
-    /// Extra libtest arguments for every binary (a name filter replaces the tier's own).
+    /// Name filters (substrings) that replace the tiers' own.
     pub test_args: Vec<String>,
     /// How the test binaries are built: `None` for `-p enforcer --lib` and
     /// `-p enforcer-tests --test '*'`; `cargo xtask test` passes its own `cargo test`
@@ -938,7 +859,7 @@ pub fn run_in_vm(
         shell_quote(&program.display().to_string()),
         quoted.join(" ")
     );
-    let (rc, wall) = boot(&vm, init, &command)?;
+    let (rc, wall) = boot(&vm, init, &command, |_| Ok(()))?;
     let out = fs::read_to_string(vm.share.join("program.out")).unwrap_or_default();
     println!("{out}");
     say(format!(
@@ -959,14 +880,23 @@ pub fn run_in_vm(
     }
 }
 
-/// `cargo xtask vm-test`: build on the host, run in the guest, report, fail on any failure.
-pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<()> {
+/// What one boot of `vm-test` did: each test's outcome, the VM's wall time, and what failed.
+pub struct VmRun {
+    pub outcomes: Vec<Outcome>,
+    pub wall: Duration,
+    pub failed: Vec<String>,
+}
+
+/// `cargo xtask vm-test`: build on the host, run in the guest, report. The run's failures
+/// are in [`VmRun::failed`]; an error is a run that could not be made at all.
+pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<VmRun> {
     let start = Instant::now();
     let vm = setup(target_dir)?;
     // The binary the tiers run (`enforcer_tests::enforcer_binary`: `cargo build -p enforcer`;
     // in the guest cargo is a no-op, so it must be there already).
     sh(crate::cargo().args(["build", "--package", "enforcer", "--bin", "enforcer"]))?;
     let enforcer = std::path::absolute(target_dir.join("debug/enforcer"))?;
+    let xtask = std::env::current_exe().context("xtask's own path")?;
     let built: Vec<TestBinary> = match &opts.build_args {
         Some(args) => {
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -983,16 +913,14 @@ pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<()> {
             b
         }
     };
-    let wanted: Vec<(String, Vec<String>)> = if opts.tiers.is_empty() && opts.init == Init::Systemd
-    {
-        SYSTEMD_TIERS
+    let defaults = match opts.init {
+        Init::Busybox => BUSYBOX_TIERS,
+        Init::Systemd => SYSTEMD_TIERS,
+    };
+    let wanted: Vec<(String, Vec<String>)> = if opts.tiers.is_empty() {
+        defaults
             .iter()
             .map(|(t, f)| ((*t).to_owned(), f.iter().map(|s| (*s).to_owned()).collect()))
-            .collect()
-    } else if opts.tiers.is_empty() {
-        std::iter::once(("unit", &[][..]))
-            .chain(DEFAULT_TIERS.iter().copied())
-            .map(|(t, f)| (t.to_owned(), f.iter().map(|s| (*s).to_owned()).collect()))
             .collect()
     } else if opts.tiers.iter().any(|t| t == "all") {
         let mut names: Vec<String> = built
@@ -1005,53 +933,57 @@ pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<()> {
     } else {
         opts.tiers.iter().map(|t| (t.clone(), Vec::new())).collect()
     };
-    let user_filters = opts.test_args.iter().any(|a| !a.starts_with('-'));
-    let mut runs = Vec::new();
+    let user_filters: Vec<String> = opts
+        .test_args
+        .iter()
+        .filter(|a| !a.starts_with('-'))
+        .cloned()
+        .collect();
+    let mut jobs = Vec::new();
     for (tier, filters) in &wanted {
         let bin = built.iter().find(|b| &b.name == tier).with_context(|| {
             let names: Vec<&str> = built.iter().map(|b| b.name.as_str()).collect();
             format!("no test binary {tier}; built: {}", names.join(" "))
         })?;
-        let tests = list_tests(&bin.path)?;
-        for t in tests.iter().filter(|t| t.ends_with("_v1only")) {
-            say(format!(
-                "vm-test: {tier}::{t} is skipped in the VM (needs the cgroup v1 memory \
-                 controller): the host tiers (cargo xtask test) run it"
-            ));
-        }
-        let mut args = vec![
-            format!("--test-threads={}", opts.test_threads),
-            "--skip".to_owned(),
-            "_v1only".to_owned(),
-        ];
-        // Tests that need systemd as PID 1 run only in the systemd boot.
-        if opts.init == Init::Busybox {
-            for t in tests.iter().filter(|t| t.ends_with(SYSTEMD_ONLY)) {
-                say(format!(
-                    "vm-test: {tier}::{t} is skipped in the busybox boot (needs systemd as PID \
-                     1): the systemd boot (cargo xtask vm-test --systemd) runs it"
-                ));
+        let filters = if user_filters.is_empty() {
+            filters
+        } else {
+            &user_filters
+        };
+        for t in list_tests(&bin.path)? {
+            let why_not = if t.ends_with("_v1only") {
+                Some("needs the cgroup v1 memory controller: the host tiers run it".to_owned())
+            } else if opts.init == Init::Busybox && t.ends_with(SYSTEMD_ONLY) {
+                Some(
+                    "needs systemd as PID 1: the systemd boot (cargo xtask vm-test --systemd) \
+                     runs it"
+                        .to_owned(),
+                )
+            } else if !filters.is_empty() && !filters.iter().any(|f| t.contains(f.as_str())) {
+                Some(format!(
+                    "this boot runs the tests of the tier matching {}: {}",
+                    filters.join(", "),
+                    match opts.init {
+                        Init::Busybox => "the host tiers run it",
+                        Init::Systemd =>
+                            "the host tiers and the busybox boot (cgroupfs driver) run it",
+                    }
+                ))
+            } else {
+                None
+            };
+            match why_not {
+                Some(why) => say(format!("vm-test: {tier}::{t} is not run in this boot ({why})")),
+                None => jobs.push(crate::runner::Job {
+                    tier: tier.clone(),
+                    bin: bin.path.clone(),
+                    cwd: bin.cwd.clone(),
+                    test: t,
+                    serial: true,
+                    bound: GUEST_TEST_BOUND,
+                }),
             }
-            args.extend(["--skip".to_owned(), SYSTEMD_ONLY.to_owned()]);
         }
-        if !filters.is_empty() && !user_filters {
-            for t in tests
-                .iter()
-                .filter(|t| !filters.iter().any(|f| t.contains(f.as_str())))
-            {
-                say(format!(
-                    "vm-test: {tier}::{t} is not run in the VM (the tier runs the tests \
-                     matching {}): the host tiers run it",
-                    filters.join(", ")
-                ));
-            }
-            args.extend(filters.iter().cloned());
-        }
-        args.extend(opts.test_args.iter().cloned());
-        runs.push(GuestRun {
-            bin: bin.clone(),
-            args,
-        });
     }
     for b in &built {
         if !wanted.iter().any(|(t, _)| t == &b.name) {
@@ -1073,22 +1005,32 @@ pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<()> {
             ));
         }
     }
-    let command = guest_command(&enforcer, opts.init, &runs);
-    let (rc, wall) = boot(&vm, opts.init, &command)?;
-    let results = guest_results(&vm, &runs);
-    report(&vm, opts.init, &results, rc, wall, start.elapsed())
+    let parallel = usize::try_from(opts.test_threads).unwrap_or(1);
+    let command = guest_command(&enforcer, &xtask, opts.init, parallel);
+    let (rc, wall) = boot(&vm, opts.init, &command, |share| {
+        crate::runner::write_plan(&share.join("plan.tsv"), &jobs)
+    })?;
+    let outcomes =
+        crate::runner::read_outcomes(&vm.share.join("tests/outcomes.tsv"), &vm.share.join("tests"));
+    let failed = report(&vm, opts.init, &jobs, &outcomes, rc, wall, start.elapsed());
+    Ok(VmRun {
+        outcomes,
+        wall,
+        failed,
+    })
 }
 
-/// Prints the probe, each failing binary's failures, every test's outcome and time, and
-/// the totals; fails when anything failed or did not run.
+/// Prints the probe, each failing test's log tail, every test's outcome and time, and the
+/// totals; returns what failed or did not run.
 fn report(
     vm: &Vm,
     init: Init,
-    results: &[GuestResult],
+    jobs: &[crate::runner::Job],
+    outcomes: &[Outcome],
     rc: Option<i32>,
     wall: Duration,
     total: Duration,
-) -> anyhow::Result<()> {
+) -> Vec<String> {
     println!(
         "\n=== vm-test: enforcer probe in the guest ({}) ===",
         vm.kernel_version
@@ -1100,10 +1042,17 @@ fn report(
     if probe_rc.trim() != "0" {
         failed.push(format!("enforcer probe (exit {:?})", probe_rc.trim()));
     }
-    for r in results.iter().filter(|r| !r.ok()) {
-        println!("\n=== vm-test: {} failed in the guest ===", r.name);
-        println!("{}", failure_report(&r.output).trim_end());
-        failed.push(r.name.clone());
+    for o in outcomes.iter().filter(|o| o.verdict != Verdict::Passed) {
+        println!("\n=== vm-test: {}::{} {:?} in the guest ===", o.tier, o.test, o.verdict);
+        let text = fs::read_to_string(&o.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        println!("{}", lines[lines.len().saturating_sub(150)..].join("\n"));
+        failed.push(format!("{}::{}", o.tier, o.test));
+    }
+    for j in jobs {
+        if !outcomes.iter().any(|o| o.tier == j.tier && o.test == j.test) {
+            failed.push(format!("{}::{} (never ran: the guest stopped first)", j.tier, j.test));
+        }
     }
     let node = match init {
         Init::Busybox => "cgroup v2, cgroupfs driver",
@@ -1113,40 +1062,21 @@ fn report(
         "\n=== vm-test: tests in the guest ({}, {node}) ===",
         vm.kernel_version
     );
-    for r in results {
-        let tests = r.tests();
-        // The unit tests are many and quick: only those that did not pass are listed.
-        let listed = tests
-            .iter()
-            .filter(|(_, outcome, _)| r.name != "unit" || outcome != "ok");
-        for (name, outcome, time) in listed {
-            println!("  {:<12} {outcome:<8} {time:>9}  {name}", r.name);
-        }
-        if r.name == "unit" {
-            let ok = tests.iter().filter(|(_, o, _)| o == "ok").count();
-            println!("  {:<12} {ok} passed (not listed)", r.name);
-        }
+    for o in outcomes.iter().filter(|o| o.tier != "unit" || o.verdict != Verdict::Passed) {
+        println!(
+            "  {:<12} {:<8} {:>8.1} s  {}",
+            o.tier,
+            format!("{:?}", o.verdict),
+            o.seconds,
+            o.test
+        );
     }
     println!(
-        "\n=== vm-test: results in the guest ({}, {node}) ===",
+        "\n=== vm-test: tiers in the guest ({}, {node}) ===",
         vm.kernel_version
     );
-    for r in results {
-        let counts = r.counts.map_or_else(
-            || "no libtest summary (crashed, timed out or not run)".to_owned(),
-            |c| {
-                format!(
-                    "{} passed, {} failed, {} ignored, {} filtered out",
-                    c.passed, c.failed, c.ignored, c.filtered
-                )
-            },
-        );
-        let rc =
-            r.rc.map_or_else(|| "no exit code".to_owned(), |c| format!("exit {c}"));
-        let time = r
-            .seconds
-            .map_or_else(|| "-".to_owned(), |s| format!("{s:.0} s"));
-        println!("  {:<14} {counts}; {rc}; {time}", r.name);
+    for (tier, passed, failed_n, secs) in crate::runner::by_tier(outcomes) {
+        println!("  {tier:<14} {passed} passed, {failed_n} failed; {secs:.0} s");
     }
     let guest = guest_total(vm).map_or_else(|| "unknown".to_owned(), |s| format!("{s:.0} s"));
     println!(
@@ -1158,15 +1088,17 @@ fn report(
     );
     if rc.is_none() {
         failed.push("the guest command did not finish (see the console log)".to_owned());
+    } else if rc != Some(0) {
+        failed.push(format!("the guest command exited {rc:?}"));
     }
     if !failed.is_empty() {
-        bail!(
+        say(format!(
             "vm-test failed in the guest ({}): {}",
             init.name(),
             failed.join(", ")
-        );
+        ));
     }
-    Ok(())
+    failed
 }
 
 #[cfg(test)]
@@ -1187,32 +1119,6 @@ mod tests {
         // The file's header: mode 0100755, size 10.
         let i = text.find("000081ed").expect("regular file mode");
         assert_eq!(&text[i + 40..i + 48], "0000000a");
-    }
-
-    #[test]
-    fn libtest_summary_and_per_test_times_are_read() {
-        let out = "running 3 tests\n\
-                   test a ... ok <1.500s>\n\
-                   test b ... FAILED <0.010s>\n\
-                   test c ... ignored, needs v1\n\
-                   \nfailures:\n\n---- b stdout ----\npanicked\n\nfailures:\n    b\n\n\
-                   test result: FAILED. 1 passed; 1 failed; 1 ignored; 0 measured; 4 filtered out; finished in 1.6s\n";
-        let c = parse_counts(out).expect("summary");
-        assert_eq!((c.passed, c.failed, c.ignored, c.filtered), (1, 1, 1, 4));
-        let r = GuestResult {
-            name: "t".into(),
-            rc: Some(101),
-            seconds: None,
-            counts: Some(c),
-            output: out.into(),
-        };
-        assert!(!r.ok());
-        let tests = r.tests();
-        assert_eq!(tests[0], ("a".into(), "ok".into(), "1.500s".into()));
-        assert_eq!(tests[1].1, "FAILED");
-        assert_eq!(tests[2].1, "ignored, needs v1");
-        assert!(failure_report(out).starts_with("failures:\n\n---- b stdout"));
-        assert!(parse_counts("thread panicked\n").is_none());
     }
 
     #[test]
