@@ -231,9 +231,9 @@ impl Containerd {
         //    its slice stopped first: the scopes and slices in it go with it).
         if self.driver == CgroupDriver::Systemd {
             let unit = CgroupName::from_cgroupfs(&self.cgroup_root).systemd_unit();
-            let _ = std::process::Command::new("systemctl")
-                .args(["stop", &unit])
-                .status();
+            let mut stop = std::process::Command::new("systemctl");
+            stop.args(["stop", &unit]);
+            let _ = crate::local::bounded(&stop, 60).status();
         }
         for mount in hierarchy_mounts() {
             let root = mount.join(self.root_path().trim_start_matches('/'));

@@ -428,7 +428,14 @@ impl Daemon {
     /// Stops it and fails the test if it ended with an error.
     pub async fn stop(self) {
         let _ = self.stop.send(());
-        self.task.await.expect("join").expect("daemon ran");
+        let bound = scaled(Duration::from_secs(90));
+        match tokio::time::timeout(bound, self.task).await {
+            Ok(r) => r.expect("join").expect("daemon ran"),
+            Err(_) => panic!(
+                "the daemon did not stop within {bound:?} of being asked to (its log above \
+                 says where it was)"
+            ),
+        }
     }
 }
 
@@ -515,4 +522,24 @@ pub fn machine_observer(kubepods_rel: &str, nodefs: &Path) -> enforcer::node::No
         imagefs: None,
         pid_capacity: None,
     }
+}
+
+/// `args` made independent of how full this machine's disk is, for a test that does not test
+/// disk pressure: a fresh clone's build files can leave the disk near kubelet's default
+/// `imagefs.available<15%` and its image GC's 85 %, which would put the test's node in
+/// DiskPressure (pods refused at admission) or collect its only image. With no hard threshold
+/// given, only kubelet's memory one (`memory.available<100Mi`, no disk defaults); with no
+/// image GC threshold given, image GC only on a full disk (100 %, 99 %). A test that sets
+/// either keeps its own.
+#[must_use]
+pub fn disk_neutral(args: &enforcer::config::ConfigArgs) -> enforcer::config::ConfigArgs {
+    let mut args = args.clone();
+    if args.eviction_hard.is_empty() {
+        args.eviction_hard = vec!["memory.available<100Mi".to_owned()];
+    }
+    if args.image_gc_high_threshold.is_none() && args.image_gc_low_threshold.is_none() {
+        args.image_gc_high_threshold = Some(100);
+        args.image_gc_low_threshold = Some(99);
+    }
+    args
 }

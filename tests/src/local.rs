@@ -272,14 +272,50 @@ pub fn require_tools() -> Result<(), LocalError> {
     Ok(())
 }
 
+/// `cmd` under coreutils' `timeout` (SIGTERM after `secs`, SIGKILL 10 s later): a tool that
+/// waits on a stuck containerd (`ctr images import`, `systemd-run`) fails the fixture with
+/// its name instead of holding the test forever.
+#[must_use]
+pub fn bounded(cmd: &Command, secs: u64) -> Command {
+    let mut c = Command::new("timeout");
+    c.args(["-k", "10", &secs.to_string()])
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    if let Some(d) = cmd.get_current_dir() {
+        c.current_dir(d);
+    }
+    c
+}
+
+/// How long one tool a fixture runs may take (stretched by `ENFORCER_TEST_TIME_SCALE`).
+fn tool_bound_secs() -> u64 {
+    120 * u64::from(crate::time_scale())
+}
+
 fn run_cmd(cmd: &mut Command) -> Result<(), LocalError> {
     let command = format!("{cmd:?}");
-    let out = cmd.output().map_err(|e| LocalError::Command {
+    let secs = tool_bound_secs();
+    let out = bounded(cmd, secs).output().map_err(|e| LocalError::Command {
         command: command.clone(),
         message: e.to_string(),
     })?;
     if out.status.success() {
         Ok(())
+    } else if matches!(out.status.code(), Some(124 | 137)) {
+        Err(LocalError::Command {
+            command,
+            message: format!(
+                "did not finish within {secs} s (killed); output so far: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        })
     } else {
         Err(LocalError::Command {
             command,

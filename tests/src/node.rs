@@ -173,7 +173,9 @@ impl Node {
             allow_host_namespaces: Some(true),
             ..args
         };
-        let config = enforcer::config::load(&args).expect("configuration").config;
+        let config = enforcer::config::load(&crate::disk_neutral(&args))
+            .expect("configuration")
+            .config;
         let node = Self {
             cd,
             manifests,

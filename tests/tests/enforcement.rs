@@ -90,6 +90,9 @@ impl Files {
             "--http-address=127.0.0.1:0".to_owned(),
             "--allow-host-namespaces".to_owned(),
             "--eviction-hard=memory.available<100Mi".to_owned(),
+            // Image GC only on a full disk (see `enforcer_tests::disk_neutral`).
+            "--image-gc-high-threshold=100".to_owned(),
+            "--image-gc-low-threshold=99".to_owned(),
         ]
     }
 }
@@ -225,7 +228,7 @@ async fn cgroups_and_oom_scores_match_explain_and_follow_the_pods() {
         node_capacity: vec!["memory=2Gi".to_owned()],
         ..files.args(&cd)
     };
-    let config = enforcer::config::load(&args).expect("configuration").config;
+    let config = enforcer::config::load(&enforcer_tests::disk_neutral(&args)).expect("configuration").config;
     assert_eq!(config.cgroup_root, cd.cgroup_root);
     let daemon = Daemon::start(config);
 
@@ -407,7 +410,7 @@ async fn cpu_manager_static_gives_an_exclusive_cpu_and_restores_it() {
     let pinned_uid = "cccccccc-0000-0000-0000-000000000002";
     std::fs::write(manifests.join("shared.yaml"), pod("shared", shared_uid, "")).expect("write");
     let args = files.args(&cd);
-    let config = enforcer::config::load(&args).expect("configuration").config;
+    let config = enforcer::config::load(&enforcer_tests::disk_neutral(&args)).expect("configuration").config;
     let daemon = Daemon::start(config.clone());
     let all = format!("0-{}", cpus - 1);
     wait_until("shared pod on every cpu", Duration::from_secs(60), || {
@@ -542,7 +545,7 @@ async fn in_place_resize_changes_running_containers_without_a_restart() {
         "{requests: {cpu: 100m, memory: 32Mi}, limits: {cpu: 200m, memory: 64Mi}}",
         db,
     );
-    let config = enforcer::config::load(&files.args(&cd))
+    let config = enforcer::config::load(&enforcer_tests::disk_neutral(&files.args(&cd)))
         .expect("configuration")
         .config;
     let daemon = Daemon::start(config);
@@ -709,7 +712,7 @@ async fn memory_qos_on_real_files_v2only() {
         node_capacity: vec!["memory=2Gi".to_owned()],
         ..files.args(&cd)
     };
-    let config = enforcer::config::load(&args).expect("configuration").config;
+    let config = enforcer::config::load(&enforcer_tests::disk_neutral(&args)).expect("configuration").config;
     assert!(config.enforcer.memory_qos);
     let daemon = Daemon::start(config);
     wait_until("both pods running", Duration::from_secs(60), || {
@@ -973,7 +976,7 @@ async fn pod_pids_limit_holds_a_fork_loop() {
         pod("quiet", "dddddddd-0000-0000-0000-000000000004", ""),
     )
     .expect("write");
-    let config = enforcer::config::load(&files.args(&cd))
+    let config = enforcer::config::load(&enforcer_tests::disk_neutral(&files.args(&cd)))
         .expect("configuration")
         .config;
     assert_eq!(config.pod_pids_limit, PIDS);

@@ -132,6 +132,8 @@ async fn idle_connections_under_a_1024_descriptor_limit_do_not_blind_the_daemon(
         "--housekeeping-interval=1s",
         "--node-capacity=memory=1Gi",
         "--eviction-hard=memory.available<100Mi",
+        "--image-gc-high-threshold=100",
+        "--image-gc-low-threshold=99",
     ])
     .arg(format!("--http-address={addr}"))
     .arg(format!("--cri-socket={}", cd.socket.display()))

@@ -513,7 +513,7 @@ async fn every_endpoint_of_a_running_daemon_parses() {
         allow_host_namespaces: Some(true),
         ..ConfigArgs::default()
     };
-    let config = enforcer::config::load(&args).expect("configuration").config;
+    let config = enforcer::config::load(&enforcer_tests::disk_neutral(&args)).expect("configuration").config;
     let daemon = Daemon::start_with(enforcer::daemon::DaemonOptions {
         config,
         watches: vec![],
@@ -985,6 +985,8 @@ async fn put_debug_flags_v_changes_what_is_logged() {
         "--housekeeping-interval=1s",
         "--node-capacity=memory=1Gi",
         "--eviction-hard=memory.available<100Mi",
+        "--image-gc-high-threshold=100",
+        "--image-gc-low-threshold=99",
     ])
     .arg(format!("--http-address={addr}"))
     .arg(format!("--cri-socket={}", cd.socket.display()))

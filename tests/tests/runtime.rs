@@ -819,7 +819,8 @@ async fn the_deploy_unit_runs_pods_as_slices_beside_containerds_unit_systemdonly
         &config,
         format!(
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             cgroupDriver: systemd\ncgroupRoot: {root}\nenforcer:\n  criSocket: {socket}\n  \
+             cgroupDriver: systemd\ncgroupRoot: {root}\nevictionHard: {{memory.available: 100Mi}}\n\
+             imageGCHighThresholdPercent: 100\nimageGCLowThresholdPercent: 99\nenforcer:\n  criSocket: {socket}\n  \
              manifestDir: {manifests}\n  stateDir: {state}\n  httpAddress: 127.0.0.1:0\n  \
              allowHostNamespaces: true\n",
             root = cd.cgroup_root,
