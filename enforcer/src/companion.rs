@@ -60,9 +60,31 @@ pub const REPORT_FILE: &str = "companion.json";
 /// `soft`; disk thresholds are kubelet's (it reclaims images and containers first, which the
 /// companion never touches); the v2 tripwire (a `memory.high` write on kubepods) is off.
 /// Returns the configuration and one line per change.
-#[must_use]
-pub fn adjust_config(mut config: Config, soft: bool) -> (Config, Vec<String>) {
+///
+/// The HTTP port: with none given, [`crate::config::COMPANION_HTTP_ADDRESS`] (kubelet's
+/// read-only port is kubelet's, kube-proxy's health port 10256 is taken on every kubeadm node);
+/// one of kubelet's own ports given is refused.
+pub fn adjust_config(
+    mut config: Config,
+    soft: bool,
+) -> Result<(Config, Vec<String>), CompanionConfigError> {
     let mut changes = Vec::new();
+    if !config.enforcer.http_address_given {
+        config.enforcer.http_address = crate::config::COMPANION_HTTP_ADDRESS
+            .parse()
+            .map_err(|_| CompanionConfigError::KubeletPort {
+                addr: crate::config::COMPANION_HTTP_ADDRESS.to_owned(),
+            })?;
+        changes.push(format!(
+            "the HTTP port is {} (kubelet has 10248, 10250 and 10255, kube-proxy 10249 and \
+             10256)",
+            config.enforcer.http_address
+        ));
+    } else if crate::config::KUBELET_PORTS.contains(&config.enforcer.http_address.port()) {
+        return Err(CompanionConfigError::KubeletPort {
+            addr: config.enforcer.http_address.to_string(),
+        });
+    }
     let kept = |t: &Threshold| {
         let disk = !matches!(
             t.signal,
@@ -80,7 +102,19 @@ pub fn adjust_config(mut config: Config, soft: bool) -> (Config, Vec<String>) {
         config.enforcer.memory_tripwire = false;
         changes.push("the memory.high tripwire is off (no cgroup limit is written)".to_owned());
     }
-    (config, changes)
+    Ok((config, changes))
+}
+
+/// A configuration the companion cannot run with.
+#[derive(Debug, thiserror::Error)]
+pub enum CompanionConfigError {
+    #[error(
+        "--http-address (enforcer.httpAddress) {addr}: that port is kubelet's (10248 healthz, \
+         10250 secure, 10255 read-only); the companion runs beside kubelet and never binds its \
+         ports: give another, or none for {}",
+        crate::config::COMPANION_HTTP_ADDRESS
+    )]
+    KubeletPort { addr: String },
 }
 
 /// What the companion loop needs.
@@ -511,4 +545,44 @@ pub async fn run_api_writers(
     }
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ConfigArgs, KUBELET_PORTS, load};
+
+    fn companion(http: Option<&str>) -> Result<(Config, Vec<String>), CompanionConfigError> {
+        let args = ConfigArgs {
+            http_address: http.map(str::to_owned),
+            ..ConfigArgs::default()
+        };
+        adjust_config(load(&args).expect("config").config, false)
+    }
+
+    #[test]
+    fn the_companion_port_is_clear_of_kubelet_and_kube_proxy_and_never_kubelets() {
+        // None given: off kubelet's read-only port and kube-proxy's 10256.
+        let (c, changes) = companion(None).expect("default");
+        assert_eq!(c.enforcer.http_address.to_string(), "127.0.0.1:10266");
+        assert!(changes.iter().any(|c| c.contains("10266")), "{changes:?}");
+        for taken in [10248, 10249, 10250, 10255, 10256, 10257, 10259, 2379, 2380, 2381] {
+            assert_ne!(c.enforcer.http_address.port(), taken);
+        }
+        // Given: kept, unless it is one of kubelet's own.
+        let (c, _) = companion(Some("0.0.0.0:9901")).expect("given");
+        assert_eq!(c.enforcer.http_address.to_string(), "0.0.0.0:9901");
+        for port in KUBELET_PORTS {
+            let e = companion(Some(&format!("127.0.0.1:{port}")))
+                .expect_err("kubelet's port")
+                .to_string();
+            assert!(e.contains(&format!("127.0.0.1:{port}")) && e.contains("kubelet"), "{e}");
+        }
+        // Standalone keeps kubelet's read-only port (it is the node's kubelet there).
+        let standalone = load(&ConfigArgs::default()).expect("config").config;
+        assert_eq!(
+            standalone.enforcer.http_address.to_string(),
+            crate::config::DEFAULT_HTTP_ADDRESS
+        );
+    }
 }

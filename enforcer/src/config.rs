@@ -67,6 +67,19 @@ pub enum ConfigError {
     },
 }
 
+/// The HTTP port's address when none is given: kubelet's read-only port, on loopback (the
+/// enforcer in place of kubelet serves kubelet's ports).
+pub const DEFAULT_HTTP_ADDRESS: &str = "127.0.0.1:10255";
+
+/// The companion's HTTP port when none is given: beside kubelet (10248, 10250, 10255) and
+/// kube-proxy (10249, 10256) on a kubeadm node, and clear of the controller manager (10257),
+/// the scheduler (10259) and etcd (2379-2381).
+pub const COMPANION_HTTP_ADDRESS: &str = "127.0.0.1:10266";
+
+/// kubelet's own ports (healthz, the secure port, the read-only port): a companion never
+/// binds them.
+pub const KUBELET_PORTS: [u16; 3] = [10248, 10250, 10255];
+
 /// Command-line configuration: `--config FILE` and kubelet-syntax flags that override it.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ConfigArgs {
@@ -504,6 +517,10 @@ pub struct EnforcerConfig {
     pub housekeeping_interval: Duration,
     pub node_capacity: BTreeMap<String, Quantity>,
     pub http_address: SocketAddr,
+    /// Whether `http_address` was given (flag or file), not the default: companion mode
+    /// moves the default off kubelet's and kube-proxy's ports.
+    #[serde(skip)]
+    pub http_address_given: bool,
     pub manifest_dir: PathBuf,
     pub state_dir: PathBuf,
     pub cri_socket: PathBuf,

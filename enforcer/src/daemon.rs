@@ -76,6 +76,8 @@ pub enum DaemonError {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Companion(#[from] crate::companion::CompanionConfigError),
     #[error("HTTP server on {addr}: {source}")]
     Http {
         addr: SocketAddr,
@@ -160,7 +162,7 @@ pub async fn run(
     let companion = opts.companion;
     let config = match companion {
         Some(c) => {
-            let (config, changes) = crate::companion::adjust_config(opts.config, c.soft);
+            let (config, changes) = crate::companion::adjust_config(opts.config, c.soft)?;
             for change in changes {
                 tracing::info!("companion mode: {change}");
             }

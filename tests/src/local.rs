@@ -301,10 +301,12 @@ fn tool_bound_secs() -> u64 {
 fn run_cmd(cmd: &mut Command) -> Result<(), LocalError> {
     let command = format!("{cmd:?}");
     let secs = tool_bound_secs();
-    let out = bounded(cmd, secs).output().map_err(|e| LocalError::Command {
-        command: command.clone(),
-        message: e.to_string(),
-    })?;
+    let out = bounded(cmd, secs)
+        .output()
+        .map_err(|e| LocalError::Command {
+            command: command.clone(),
+            message: e.to_string(),
+        })?;
     if out.status.success() {
         Ok(())
     } else if matches!(out.status.code(), Some(124 | 137)) {

@@ -228,7 +228,9 @@ async fn cgroups_and_oom_scores_match_explain_and_follow_the_pods() {
         node_capacity: vec!["memory=2Gi".to_owned()],
         ..files.args(&cd)
     };
-    let config = enforcer::config::load(&enforcer_tests::disk_neutral(&args)).expect("configuration").config;
+    let config = enforcer::config::load(&enforcer_tests::disk_neutral(&args))
+        .expect("configuration")
+        .config;
     assert_eq!(config.cgroup_root, cd.cgroup_root);
     let daemon = Daemon::start(config);
 
@@ -410,7 +412,9 @@ async fn cpu_manager_static_gives_an_exclusive_cpu_and_restores_it() {
     let pinned_uid = "cccccccc-0000-0000-0000-000000000002";
     std::fs::write(manifests.join("shared.yaml"), pod("shared", shared_uid, "")).expect("write");
     let args = files.args(&cd);
-    let config = enforcer::config::load(&enforcer_tests::disk_neutral(&args)).expect("configuration").config;
+    let config = enforcer::config::load(&enforcer_tests::disk_neutral(&args))
+        .expect("configuration")
+        .config;
     let daemon = Daemon::start(config.clone());
     let all = format!("0-{}", cpus - 1);
     wait_until("shared pod on every cpu", Duration::from_secs(60), || {
@@ -712,7 +716,9 @@ async fn memory_qos_on_real_files_v2only() {
         node_capacity: vec!["memory=2Gi".to_owned()],
         ..files.args(&cd)
     };
-    let config = enforcer::config::load(&enforcer_tests::disk_neutral(&args)).expect("configuration").config;
+    let config = enforcer::config::load(&enforcer_tests::disk_neutral(&args))
+        .expect("configuration")
+        .config;
     assert!(config.enforcer.memory_qos);
     let daemon = Daemon::start(config);
     wait_until("both pods running", Duration::from_secs(60), || {

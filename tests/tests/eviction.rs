@@ -73,7 +73,9 @@ async fn hard_memory_threshold_evicts_the_besteffort_pod_before_the_kernel_oom_k
         housekeeping_interval: Some("10s".to_owned()),
         ..ConfigArgs::default()
     };
-    let config = enforcer::config::load(&enforcer_tests::disk_neutral(&args)).expect("configuration").config;
+    let config = enforcer::config::load(&enforcer_tests::disk_neutral(&args))
+        .expect("configuration")
+        .config;
     let daemon = Daemon::start(config);
 
     wait_until(

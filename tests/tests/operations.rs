@@ -513,7 +513,9 @@ async fn every_endpoint_of_a_running_daemon_parses() {
         allow_host_namespaces: Some(true),
         ..ConfigArgs::default()
     };
-    let config = enforcer::config::load(&enforcer_tests::disk_neutral(&args)).expect("configuration").config;
+    let config = enforcer::config::load(&enforcer_tests::disk_neutral(&args))
+        .expect("configuration")
+        .config;
     let daemon = Daemon::start_with(enforcer::daemon::DaemonOptions {
         config,
         watches: vec![],

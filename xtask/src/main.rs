@@ -404,7 +404,11 @@ fn test(args: &[String]) -> anyhow::Result<()> {
         );
         match run {
             Ok(r) => {
-                failures.extend(r.failed.iter().map(|f| format!("VM ({}): {f}", init.name())));
+                failures.extend(
+                    r.failed
+                        .iter()
+                        .map(|f| format!("VM ({}): {f}", init.name())),
+                );
                 boots.push((init, r));
             }
             Err(e) => failures.push(format!("VM tier ({}): {e:#}", init.name())),
@@ -429,8 +433,10 @@ fn print_times(
     total: Duration,
 ) {
     let host_tiers = runner::by_tier(host);
-    let boot_tiers: Vec<Vec<(String, usize, usize, f64)>> =
-        boots.iter().map(|(_, r)| runner::by_tier(&r.outcomes)).collect();
+    let boot_tiers: Vec<Vec<(String, usize, usize, f64)>> = boots
+        .iter()
+        .map(|(_, r)| runner::by_tier(&r.outcomes))
+        .collect();
     let mut names: Vec<String> = host_tiers.iter().map(|t| t.0.clone()).collect();
     for b in &boot_tiers {
         for t in b {
@@ -440,18 +446,20 @@ fn print_times(
         }
     }
     let cell = |tiers: &[(String, usize, usize, f64)], name: &str| {
-        tiers
-            .iter()
-            .find(|t| t.0 == name)
-            .map_or_else(|| "-".to_owned(), |t| {
+        tiers.iter().find(|t| t.0 == name).map_or_else(
+            || "-".to_owned(),
+            |t| {
                 if t.2 == 0 {
                     format!("{:.0} s ({})", t.3, t.1)
                 } else {
                     format!("{:.0} s ({} ok, {} FAILED)", t.3, t.1, t.2)
                 }
-            })
+            },
+        )
     };
-    println!("\n=== cargo xtask test: time per tier (the tests' own times added up; tests run) ===");
+    println!(
+        "\n=== cargo xtask test: time per tier (the tests' own times added up; tests run) ==="
+    );
     let mut header = format!("  {:<28} {:>22}", "tier", "host");
     for (init, _) in boots {
         let _ = write!(header, " {:>22}", format!("VM, {}", init.name()));
@@ -476,7 +484,9 @@ fn print_times(
         println!("  wall: VM, {} {:.0} s", init.name(), r.wall.as_secs_f64());
     }
     println!("  total {:.1} min", total.as_secs_f64() / 60.0);
-    let all = host.iter().chain(boots.iter().flat_map(|(_, r)| &r.outcomes));
+    let all = host
+        .iter()
+        .chain(boots.iter().flat_map(|(_, r)| &r.outcomes));
     let (passed, failed) = all.fold((0, 0), |(p, f), o| {
         if o.verdict == runner::Verdict::Passed {
             (p + 1, f)

@@ -112,9 +112,9 @@ pub fn read_plan(path: &Path) -> anyhow::Result<Vec<Job>> {
                 tier: tier.to_owned(),
                 serial: serial == "1",
                 bound: Duration::from_secs(
-                    bound
-                        .parse()
-                        .with_context(|| format!("{}:{}: bound {bound:?}", path.display(), i + 1))?,
+                    bound.parse().with_context(|| {
+                        format!("{}:{}: bound {bound:?}", path.display(), i + 1)
+                    })?,
                 ),
                 cwd: PathBuf::from(cwd),
                 bin: PathBuf::from(bin),
@@ -542,7 +542,10 @@ mod tests {
         ];
         let t0 = Instant::now();
         let out = run(jobs, 3, &dir.join("out"), &[]).unwrap();
-        assert!(t0.elapsed() < Duration::from_secs(10), "the hang was not cut");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the hang was not cut"
+        );
         let get = |t: &str| out.iter().find(|o| o.test == t).unwrap();
         assert_eq!(get("a").verdict, Verdict::Passed);
         assert_eq!(get("fail").verdict, Verdict::Failed);

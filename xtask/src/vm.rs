@@ -643,7 +643,8 @@ pub const GUEST_TIME_SCALE: u32 = 3;
 
 /// The bound of one test in the guest: the host's bound stretched by the emulation's
 /// factor ([`GUEST_TIME_SCALE`]).
-pub const GUEST_TEST_BOUND: Duration = Duration::from_secs(crate::HOST_TEST_BOUND.as_secs() * GUEST_TIME_SCALE as u64);
+pub const GUEST_TEST_BOUND: Duration =
+    Duration::from_secs(crate::HOST_TEST_BOUND.as_secs() * GUEST_TIME_SCALE as u64);
 
 /// The guest's command: `enforcer probe`, then the plan's tests through xtask's runner
 /// (each in its own process, under its bound), outcomes and logs in the share.
@@ -973,7 +974,9 @@ pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<VmRun> {
                 None
             };
             match why_not {
-                Some(why) => say(format!("vm-test: {tier}::{t} is not run in this boot ({why})")),
+                Some(why) => say(format!(
+                    "vm-test: {tier}::{t} is not run in this boot ({why})"
+                )),
                 None => jobs.push(crate::runner::Job {
                     tier: tier.clone(),
                     bin: bin.path.clone(),
@@ -1010,8 +1013,10 @@ pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<VmRun> {
     let (rc, wall) = boot(&vm, opts.init, &command, |share| {
         crate::runner::write_plan(&share.join("plan.tsv"), &jobs)
     })?;
-    let outcomes =
-        crate::runner::read_outcomes(&vm.share.join("tests/outcomes.tsv"), &vm.share.join("tests"));
+    let outcomes = crate::runner::read_outcomes(
+        &vm.share.join("tests/outcomes.tsv"),
+        &vm.share.join("tests"),
+    );
     let failed = report(&vm, opts.init, &jobs, &outcomes, rc, wall, start.elapsed());
     Ok(VmRun {
         outcomes,
@@ -1043,15 +1048,24 @@ fn report(
         failed.push(format!("enforcer probe (exit {:?})", probe_rc.trim()));
     }
     for o in outcomes.iter().filter(|o| o.verdict != Verdict::Passed) {
-        println!("\n=== vm-test: {}::{} {:?} in the guest ===", o.tier, o.test, o.verdict);
+        println!(
+            "\n=== vm-test: {}::{} {:?} in the guest ===",
+            o.tier, o.test, o.verdict
+        );
         let text = fs::read_to_string(&o.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         println!("{}", lines[lines.len().saturating_sub(150)..].join("\n"));
         failed.push(format!("{}::{}", o.tier, o.test));
     }
     for j in jobs {
-        if !outcomes.iter().any(|o| o.tier == j.tier && o.test == j.test) {
-            failed.push(format!("{}::{} (never ran: the guest stopped first)", j.tier, j.test));
+        if !outcomes
+            .iter()
+            .any(|o| o.tier == j.tier && o.test == j.test)
+        {
+            failed.push(format!(
+                "{}::{} (never ran: the guest stopped first)",
+                j.tier, j.test
+            ));
         }
     }
     let node = match init {
@@ -1062,7 +1076,10 @@ fn report(
         "\n=== vm-test: tests in the guest ({}, {node}) ===",
         vm.kernel_version
     );
-    for o in outcomes.iter().filter(|o| o.tier != "unit" || o.verdict != Verdict::Passed) {
+    for o in outcomes
+        .iter()
+        .filter(|o| o.tier != "unit" || o.verdict != Verdict::Passed)
+    {
         println!(
             "  {:<12} {:<8} {:>8.1} s  {}",
             o.tier,

@@ -679,7 +679,9 @@ async fn run_mode_inner(
         .context("configuration")?
         .config;
     let config = if mode.companion {
-        enforcer::companion::adjust_config(config, false).0
+        enforcer::companion::adjust_config(config, false)
+            .context("companion configuration")?
+            .0
     } else {
         config
     };

@@ -42,7 +42,10 @@ pub(super) fn section(
     )?;
     let http = Sourced::pick(args.http_address.clone(), e.http_address.clone());
     let from_flag = http.from_flag;
-    let http = http.value.unwrap_or_else(|| "127.0.0.1:10255".to_owned());
+    let http_address_given = http.value.is_some();
+    let http = http
+        .value
+        .unwrap_or_else(|| crate::config::DEFAULT_HTTP_ADDRESS.to_owned());
     let http_address: SocketAddr = http
         .parse()
         .map_err(|err| n.invalid(key::HTTP_ADDRESS, from_flag, http.clone(), err))?;
@@ -55,6 +58,7 @@ pub(super) fn section(
         housekeeping_interval,
         node_capacity,
         http_address,
+        http_address_given,
         manifest_dir: path(
             key::MANIFEST_DIR,
             &args.manifest_dir,
