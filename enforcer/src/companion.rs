@@ -70,10 +70,11 @@ pub fn adjust_config(
 ) -> Result<(Config, Vec<String>), CompanionConfigError> {
     let mut changes = Vec::new();
     if !config.enforcer.http_address_given {
-        config.enforcer.http_address = crate::config::COMPANION_HTTP_ADDRESS
-            .parse()
-            .map_err(|_| CompanionConfigError::KubeletPort {
-                addr: crate::config::COMPANION_HTTP_ADDRESS.to_owned(),
+        config.enforcer.http_address =
+            crate::config::COMPANION_HTTP_ADDRESS.parse().map_err(|_| {
+                CompanionConfigError::KubeletPort {
+                    addr: crate::config::COMPANION_HTTP_ADDRESS.to_owned(),
+                }
             })?;
         changes.push(format!(
             "the HTTP port is {} (kubelet has 10248, 10250 and 10255, kube-proxy 10249 and \
@@ -566,7 +567,9 @@ mod tests {
         let (c, changes) = companion(None).expect("default");
         assert_eq!(c.enforcer.http_address.to_string(), "127.0.0.1:10266");
         assert!(changes.iter().any(|c| c.contains("10266")), "{changes:?}");
-        for taken in [10248, 10249, 10250, 10255, 10256, 10257, 10259, 2379, 2380, 2381] {
+        for taken in [
+            10248, 10249, 10250, 10255, 10256, 10257, 10259, 2379, 2380, 2381,
+        ] {
             assert_ne!(c.enforcer.http_address.port(), taken);
         }
         // Given: kept, unless it is one of kubelet's own.
@@ -576,7 +579,10 @@ mod tests {
             let e = companion(Some(&format!("127.0.0.1:{port}")))
                 .expect_err("kubelet's port")
                 .to_string();
-            assert!(e.contains(&format!("127.0.0.1:{port}")) && e.contains("kubelet"), "{e}");
+            assert!(
+                e.contains(&format!("127.0.0.1:{port}")) && e.contains("kubelet"),
+                "{e}"
+            );
         }
         // Standalone keeps kubelet's read-only port (it is the node's kubelet there).
         let standalone = load(&ConfigArgs::default()).expect("config").config;
