@@ -9,7 +9,50 @@ use std::{env, fs, path::PathBuf};
 
 use anyhow::{Context as _, anyhow};
 
+/// The commit the binary is built from (`git rev-parse`), or `ENFORCER_COMMIT` when set (a
+/// build from a source archive), else `unknown`: `enforcer --version`, the start log line,
+/// `enforcer_build_info` and the image's labels carry it.
+fn commit() -> String {
+    println!("cargo:rerun-if-env-changed=ENFORCER_COMMIT");
+    if let Ok(c) = env::var("ENFORCER_COMMIT") {
+        return c;
+    }
+    let git = |args: &[&str]| -> Option<String> {
+        let out = std::process::Command::new("git").args(args).output().ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+            .filter(|s| !s.is_empty())
+    };
+    // Rebuilt when HEAD moves: HEAD itself, the branch it names, and the packed refs.
+    for path in [
+        git(&["rev-parse", "--git-path", "HEAD"]),
+        git(&["symbolic-ref", "-q", "HEAD"]).and_then(|r| git(&["rev-parse", "--git-path", &r])),
+        git(&["rev-parse", "--git-path", "packed-refs"]),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let p = PathBuf::from(&path);
+        let p = if p.is_absolute() {
+            p
+        } else {
+            PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default()).join(p)
+        };
+        if p.exists() {
+            println!("cargo:rerun-if-changed={}", p.display());
+        }
+    }
+    git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".to_owned())
+}
+
 fn main() -> anyhow::Result<()> {
+    let commit = commit();
+    println!("cargo:rustc-env=ENFORCER_COMMIT={commit}");
+    println!(
+        "cargo:rustc-env=ENFORCER_VERSION_LINE={} (commit {commit})",
+        env::var("CARGO_PKG_VERSION").unwrap_or_default()
+    );
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").ok_or_else(|| anyhow!("OUT_DIR not set"))?);
     let skip = env::var("AYA_BUILD_SKIP").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true"));
     println!("cargo:rerun-if-env-changed=AYA_BUILD_SKIP");

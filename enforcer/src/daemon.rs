@@ -190,6 +190,12 @@ pub async fn run(
         tracing::warn!(error = %e, "tracefs is not mounted and could not be mounted");
     }
     let caps = Capabilities::probe(&layout);
+    tracing::info!(
+        version = crate::build::VERSION,
+        commit = crate::build::COMMIT,
+        "enforcer {} starting",
+        crate::build::VERSION_LINE
+    );
     tracing::info!(capabilities = %caps.summary(), "kernel probed");
     if !caps.cap_sys_resource {
         tracing::warn!(

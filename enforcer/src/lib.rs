@@ -3,6 +3,7 @@
 //! Data flows one way: kernel (eBPF) -> [`signal`] -> node state -> policy -> effects.
 //! See README.md for the whole picture.
 
+pub mod build;
 pub mod cgroup;
 pub mod cli;
 pub mod cluster;

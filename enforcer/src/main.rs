@@ -13,7 +13,7 @@ use enforcer::{
 #[derive(Parser)]
 #[command(
     name = "enforcer",
-    version,
+    version = enforcer::build::VERSION_LINE,
     about = "eBPF-accelerated node resource enforcer with kubelet's semantics"
 )]
 struct Cli {
@@ -67,6 +67,12 @@ enum Command {
     /// Checks the node against what the enforcer expects (kernel features, capabilities,
     /// pod cgroups, OOM scores, leftover cgroups); each finding with its fix; exit 0 when clean.
     Doctor(Box<enforcer::cli::doctor::DoctorArgs>),
+    /// Shell completion for the enforcer's commands and flags, on standard output
+    /// (`enforcer completion bash > /etc/bash_completion.d/enforcer`).
+    Completion {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
 #[derive(Subcommand)]
@@ -187,6 +193,11 @@ fn main() -> ExitCode {
         Command::Doctor(args) => return enforcer::cli::doctor::doctor_main(&args),
         Command::Simulate { scenario } => return print_lines(enforcer::cli::simulate(&scenario)),
         Command::Explain(args) => return print_lines(enforcer::cli::explain(&args)),
+        Command::Completion { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "enforcer", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
         Command::Config(ConfigCommand::Check(args)) => {
             return print_lines(enforcer::cli::config_check(&args).map(|(text, warnings)| {
                 for w in warnings {

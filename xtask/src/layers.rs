@@ -26,7 +26,14 @@ use anyhow::{Context as _, bail};
 /// own layer and those below. `main.rs` (the binary) may import anything.
 pub const LAYERS: &[&[&str]] = &[
     // the floor: small shared types and helpers with no knowledge of the node
-    &["quantity", "paths", "duration", "state_log", "recorder"],
+    &[
+        "quantity",
+        "paths",
+        "duration",
+        "state_log",
+        "recorder",
+        "build",
+    ],
     // pure decisions: values in, values out
     &["policy"],
     // the kernel and the host, read and written

@@ -24,6 +24,19 @@ pub struct NodeStateCollector {
 
 impl Collector for NodeStateCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        {
+            let mut family = encoder.encode_descriptor(
+                "enforcer_build_info",
+                "The enforcer's version and the commit it was built from (always 1).",
+                None,
+                MetricType::Gauge,
+            )?;
+            let labels = vec![
+                ("version", crate::build::VERSION),
+                ("commit", crate::build::COMMIT),
+            ];
+            ConstGauge::new(1_i64).encode(family.encode_family(&labels)?)?;
+        }
         let conds = self.link.conditions();
         {
             let mut family = encoder.encode_descriptor(
@@ -180,6 +193,12 @@ mod tests {
         ] {
             assert!(text.contains(want), "{want:?} missing in:\n{text}");
         }
+        let build = format!(
+            "enforcer_build_info{{version=\"{}\",commit=\"{}\"}} 1\n",
+            crate::build::VERSION,
+            crate::build::COMMIT
+        );
+        assert!(text.contains(&build), "{build:?} missing in:\n{text}");
         link.set_conditions(vec![crate::policy::eviction::NodeCondition::MemoryPressure]);
         pipeline
             .dropped
