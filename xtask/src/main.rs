@@ -13,6 +13,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use clap::{Parser, Subcommand};
 
+mod image;
 mod layers;
 mod runner;
 mod vm;
@@ -50,6 +51,11 @@ const PACKAGES: &[&str] = &[
     "openssl",
     // pushes images to the test registries through the distribution API
     "curl",
+    // cargo xtask image: the CA bundle in the image, and the push to a registry
+    "ca-certificates",
+    "skopeo",
+    // the test runner's account of a test past its bound: its threads' stacks
+    "gdb",
 ];
 const BPF_LINKER: &str = "0.10.3";
 
@@ -88,6 +94,19 @@ enum Task {
     },
     /// The enforcer library's import graph: no upward import between its layers, no cycle.
     Layers,
+    /// The release enforcer as an OCI image (an OCI image layout; `--push REF` to a
+    /// registry): the binary, the libraries it links, CA certificates, nothing else.
+    Image {
+        /// The OCI image layout to write (made anew).
+        #[arg(long, default_value = "target/image/enforcer")]
+        out: PathBuf,
+        /// Push it to this reference (`host:port/name:tag`) with skopeo.
+        #[arg(long, value_name = "REF")]
+        push: Option<String>,
+        /// Push without TLS verification (a test registry).
+        #[arg(long)]
+        insecure: bool,
+    },
     /// The test runner (what `test` and the VM's guest use): a plan's tests, each in its own
     /// process under its bound, outcomes and logs in a directory.
     #[command(hide = true)]
@@ -151,6 +170,25 @@ fn main() -> anyhow::Result<()> {
             }
         }
         Task::Layers => layers::check(Path::new("enforcer/src")),
+        Task::Image {
+            out,
+            push,
+            insecure,
+        } => {
+            setup()?;
+            let built = image::build(&target_dir(), &out)?;
+            println!(
+                "image {}:{} digest {} ({:.1} MiB compressed)",
+                built.layout.display(),
+                built.tag,
+                built.digest,
+                built.compressed as f64 / f64::from(1 << 20)
+            );
+            if let Some(reference) = push {
+                image::push(&built, &reference, !insecure, None)?;
+            }
+            Ok(())
+        }
         Task::RunTests {
             plan,
             out,
