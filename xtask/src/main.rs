@@ -664,6 +664,9 @@ fn run(args: &[String]) -> anyhow::Result<()> {
         say("allowing host namespaces for the example pods (--allow-host-namespaces=true)");
         extra.push("--allow-host-namespaces=true".to_owned());
     }
+    // The pod cgroups this run makes (with the private containerd, its pods die with it): to
+    // remove once it is stopped, leaving the machine as it was.
+    let cgroups_before = kubepods_dirs();
     let mut cmd = Command::new(&bin);
     cmd.arg("run").args(&extra).args(args);
     if std::env::var_os("RUST_LOG").is_none() {
@@ -684,6 +687,7 @@ fn run(args: &[String]) -> anyhow::Result<()> {
     };
     if let Some((launcher, dir)) = &local_dir {
         stop_local_containerd(launcher, dir);
+        remove_new_cgroups(&cgroups_before);
     }
     let status = status?;
     // 130/143: stopped by Ctrl-C / SIGTERM, which is how a standalone run ends.
@@ -711,6 +715,56 @@ fn build_tests_bin(name: &str) -> anyhow::Result<PathBuf> {
         name,
     ]))?;
     Ok(target_dir().join("release").join(name))
+}
+
+/// Every directory below a `kubepods` cgroup (either driver's name) in every hierarchy.
+fn kubepods_dirs() -> std::collections::BTreeSet<PathBuf> {
+    fn walk(dir: &Path, out: &mut std::collections::BTreeSet<PathBuf>) {
+        out.insert(dir.to_path_buf());
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    walk(&e.path(), out);
+                }
+            }
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    let root = Path::new("/sys/fs/cgroup");
+    let mut hierarchies = vec![root.to_path_buf()];
+    if let Ok(rd) = std::fs::read_dir(root) {
+        hierarchies.extend(rd.flatten().map(|e| e.path()).filter(|p| p.is_dir()));
+    }
+    for h in hierarchies {
+        for name in ["kubepods", "kubepods.slice"] {
+            let k = h.join(name);
+            if k.is_dir() {
+                walk(&k, &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// Removes the pod cgroups that appeared since `before` (deepest first; a cgroup still in
+/// use is left, and said).
+fn remove_new_cgroups(before: &std::collections::BTreeSet<PathBuf>) {
+    let mut new: Vec<PathBuf> = kubepods_dirs()
+        .into_iter()
+        .filter(|d| !before.contains(d))
+        .collect();
+    new.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    let (mut removed, mut left) = (0, Vec::new());
+    for d in &new {
+        match std::fs::remove_dir(d) {
+            Ok(()) => removed += 1,
+            Err(e) => left.push(format!("{} ({e})", d.display())),
+        }
+    }
+    say(format!("removed the {removed} pod cgroups this run made"));
+    if !left.is_empty() {
+        say(format!("warning: left in place: {}", left.join(", ")));
+    }
 }
 
 /// `local-containerd stop`: its pods, shims and containerd, by PID.
