@@ -473,6 +473,11 @@ struct CompanionProcess {
 
 impl CompanionProcess {
     fn start(cd: &Containerd, capacity: &str) -> Self {
+        Self::start_on(cd, capacity, Some("127.0.0.1:0"))
+    }
+
+    /// [`Self::start`] with `--http-address` as given (none: the companion's default).
+    fn start_on(cd: &Containerd, capacity: &str, http: Option<&str>) -> Self {
         let bin = enforcer_tests::enforcer_binary();
         // SYS_ADMIN is there for kernels whose perf_event_paranoid is 3 (Debian's patch asks
         // it for perf_event_open); below, the companion runs without it.
@@ -505,7 +510,7 @@ impl CompanionProcess {
                 "--state-dir={}",
                 cd.dir.join("companion-state").display()
             ))
-            .arg("--http-address=127.0.0.1:0")
+            .args(http.map(|a| format!("--http-address={a}")))
             .arg(format!("--hostname-override={NODE}"))
             .arg(format!("--node-capacity={capacity}"))
             .stdout(std::process::Stdio::null())
@@ -744,6 +749,72 @@ async fn kernel_oom_kill_follows_kubelets_ranking_once_aligned() {
     );
     assert!(ended(VICTIM));
     companion.stop().await;
+    kubelet.stop().await;
+    cd.remove_all_pods().await;
+    cd.teardown();
+}
+
+/// An HTTP GET on loopback (HTTP/1.0, the whole answer).
+fn http_get(addr: &str, path: &str) -> std::io::Result<String> {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+/// On a kubeadm node kube-proxy's health server holds `0.0.0.0:10256` (the companion's old
+/// port) and kubelet 10248/10250/10255: the companion, given no address, starts beside them and
+/// serves on its own port; given one of kubelet's, it refuses to start and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn companion_starts_beside_kube_proxys_port_and_never_takes_kubelets() {
+    let _serial = SERIAL.lock().await;
+    enforcer_tests::capture_logs();
+    let kube_proxy = std::net::TcpListener::bind("0.0.0.0:10256").unwrap_or_else(|e| {
+        panic!("holding kube-proxy's 0.0.0.0:10256 for the test: {e} (is something on it?)")
+    });
+    let mut cd = Containerd::start("companion-port");
+    let mut kubelet = Kubelet::start(&cd, None);
+    let _ = companion_config(&cd, "100Mi", Some("memory=1Gi"));
+    let companion = CompanionProcess::start_on(&cd, "memory=1Gi", None);
+    let log = std::fs::read_to_string(&companion.log).unwrap_or_default();
+    assert!(
+        log.contains("the HTTP port is 127.0.0.1:10266"),
+        "the companion says its port: {log}"
+    );
+    let mut answer = String::new();
+    wait_until("the companion's /healthz on 127.0.0.1:10266", Duration::from_secs(30), || {
+        answer = http_get("127.0.0.1:10266", "/healthz").unwrap_or_default();
+        answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200")
+    })
+    .await;
+    eprintln!(
+        "kube-proxy's 0.0.0.0:10256 held; the companion answers on 127.0.0.1:10266: {}",
+        answer.lines().next().unwrap_or_default()
+    );
+    companion.stop();
+    drop(kube_proxy);
+    // One of kubelet's ports: refused at start, naming it.
+    let out = std::process::Command::new(enforcer_tests::enforcer_binary())
+        .args(["run", "--companion", "--signal-source=poll"])
+        .arg(format!(
+            "--kubelet-config={}",
+            cd.dir.join("kubelet-config.yaml").display()
+        ))
+        .arg(format!("--cri-socket={}", cd.socket.display()))
+        .arg(format!("--state-dir={}", cd.dir.join("refused-state").display()))
+        .arg("--http-address=127.0.0.1:10250")
+        .output()
+        .expect("run the companion");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "kubelet's port was taken: {err}");
+    assert!(
+        err.contains("127.0.0.1:10250") && err.contains("kubelet"),
+        "the refusal names the port and why: {err}"
+    );
+    eprintln!("--http-address=127.0.0.1:10250 refused: {}", err.trim());
     kubelet.stop().await;
     cd.remove_all_pods().await;
     cd.teardown();
