@@ -205,8 +205,11 @@ impl Collector {
         let spawned = std::thread::Builder::new()
             .name("memcg-iter-load".to_owned())
             .spawn(move || {
-                // Reading the BTF twice and verifying take a CPU for a while (seconds under
-                // emulation): only when nothing else wants it.
+                // Reading the BTF twice takes a CPU for a while (seconds under emulation):
+                // only when nothing else wants it. The kernel's part (verifying, linking, one
+                // walk under `cgroup_mutex`) runs at normal priority again: starved at
+                // SCHED_IDLE while holding that mutex, the loader once held every cgroup
+                // operation of a busy node for minutes.
                 if let Err(e) = crate::kernel::realtime::make_idle() {
                     tracing::debug!(error = %e, "the iterator's loader stays at normal priority");
                 }
@@ -214,7 +217,11 @@ impl Collector {
                     .zip(root)
                     .ok_or_else(|| "no kubepods memory cgroup".to_owned())
                     .and_then(|(mount, root)| {
-                        crate::kernel::memcg_iter::MemcgIter::open(&mount, &root, 2)
+                        crate::kernel::memcg_iter::MemcgIter::open_with(&mount, &root, 2, || {
+                            if let Err(e) = crate::kernel::realtime::make_normal() {
+                                tracing::warn!(error = %e, "the iterator's loader could not return to normal priority");
+                            }
+                        })
                     });
                 let _ = tx.send(loaded);
             });

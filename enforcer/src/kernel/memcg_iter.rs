@@ -96,6 +96,21 @@ impl MemcgIter {
     /// at `mount` (a directory below it): its walk reports `root` and the cgroups down to
     /// `depth` levels below it (2 for kubepods: the QoS classes' cgroups and the pods').
     pub fn open(mount: &Path, root: &Path, depth: u32) -> Result<Self, String> {
+        Self::open_with(mount, root, depth, || {})
+    }
+
+    /// [`Self::open`], with `before_kernel` called between the work in this process (the
+    /// kernel's BTF read and parsed twice: the long part) and the work in the kernel (the
+    /// program verified, linked and walked once: the walk holds the kernel's `cgroup_mutex`,
+    /// which every cgroup made, removed or joined on the node waits for). A loader that runs
+    /// the first part at low priority returns to normal there: a thread starved while it holds
+    /// that mutex would stall the whole node's cgroups behind it.
+    pub fn open_with(
+        mount: &Path,
+        root: &Path,
+        depth: u32,
+        before_kernel: impl FnOnce(),
+    ) -> Result<Self, String> {
         if OBJECT.is_empty() {
             return Err("this binary was built without the eBPF object (AYA_BUILD_SKIP)".into());
         }
@@ -109,11 +124,12 @@ impl MemcgIter {
             .count();
         let level = u32::try_from(level).map_err(|_| "too deep".to_owned())?;
         let offsets = offsets(&btf, level.saturating_add(depth))?;
+        let btf = aya::Btf::from_sys_fs().map_err(|e| format!("the kernel's BTF: {e}"))?;
+        before_kernel();
         let mut ebpf = EbpfLoader::new()
             .override_global(GLOBAL_MEMCG_OFFSETS, &offsets, true)
             .load(OBJECT)
             .map_err(|e| format!("loading the memcg-usage object: {e}"))?;
-        let btf = aya::Btf::from_sys_fs().map_err(|e| format!("the kernel's BTF: {e}"))?;
         let program: &mut Iter = ebpf
             .program_mut(MEMCG_USAGE_PROGRAM)
             .ok_or("no memcg_usage program in the object")?

@@ -50,6 +50,20 @@ pub fn make_idle() -> Result<(), std::io::Error> {
     }
 }
 
+/// Puts the calling thread back in `SCHED_OTHER` (nice as it was): after low-priority work,
+/// before work that holds a lock others wait for.
+pub fn make_normal() -> Result<(), std::io::Error> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; the kernel reads `param` during the call only, and
+    // it lives on this stack frame for the whole call.
+    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// The calling thread's `SCHED_FIFO` priority (`None`: another policy).
 #[must_use]
 pub fn current_priority() -> Option<i32> {
@@ -68,6 +82,23 @@ pub fn current_priority() -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A thread put in SCHED_IDLE for low-priority work returns to SCHED_OTHER.
+    #[test]
+    fn an_idle_thread_returns_to_normal() {
+        let policies = std::thread::spawn(|| {
+            make_idle().expect("SCHED_IDLE");
+            // SAFETY: pid 0 is the calling thread; no memory is passed.
+            let idle = unsafe { libc::sched_getscheduler(0) };
+            make_normal().expect("SCHED_OTHER again");
+            // SAFETY: as above.
+            let normal = unsafe { libc::sched_getscheduler(0) };
+            (idle, normal)
+        })
+        .join()
+        .expect("thread");
+        assert_eq!(policies, (libc::SCHED_IDLE, libc::SCHED_OTHER));
+    }
 
     /// This test runs as root (the tests need it): a thread is put under SCHED_FIFO and
     /// reads its priority back; an ordinary thread has none.
