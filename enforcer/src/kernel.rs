@@ -179,14 +179,17 @@ pub fn start(
 ) -> Result<Pipeline, KernelError> {
     let stats = Arc::new(PipelineStats::default());
     let (tx, rx) = mpsc::channel(opts.channel_capacity.max(1));
-    let pipeline = |source, reason, task, threads, tracepoints, heartbeats| Pipeline {
-        source,
-        reason,
-        stats: stats.clone(),
-        signals: rx,
-        tracepoints,
-        heartbeats,
-        _guard: Guard { task, threads },
+    let pipeline = |source, reason, task, threads, tracepoints, heartbeats| {
+        stats.set_active(source);
+        Pipeline {
+            source,
+            reason,
+            stats: stats.clone(),
+            signals: rx,
+            tracepoints,
+            heartbeats,
+            _guard: Guard { task, threads },
+        }
     };
     let (source, reason) = match opts.source {
         SourceChoice::Only(k) => (k, "requested".to_owned()),

@@ -54,6 +54,9 @@ pub enum SourceKind {
 }
 
 impl SourceKind {
+    /// Every source, best first.
+    pub const ALL: [Self; 4] = [Self::Ebpf, Self::Eventfd, Self::Psi, Self::Poll];
+
     /// Its name as `enforcer signals` prints it (`ebpf`, `eventfd`, `psi`, `poll`).
     #[must_use]
     pub const fn as_str(self) -> &'static str {
@@ -185,9 +188,26 @@ pub struct PipelineStats {
     pub kernel_ring_full: AtomicU64,
     pub kernel_suppressed: AtomicU64,
     pub kernel_seen: AtomicU64,
+    /// The source the pipeline runs on (`SourceKind::ALL`'s index + 1; 0 before it starts).
+    pub active: std::sync::atomic::AtomicU8,
 }
 
 impl PipelineStats {
+    /// Marks `kind` as the source the pipeline runs on.
+    pub fn set_active(&self, kind: SourceKind) {
+        let i = SourceKind::ALL.iter().position(|k| *k == kind).unwrap_or(0);
+        self.active
+            .store(u8::try_from(i + 1).unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// The source the pipeline runs on, once it started.
+    #[must_use]
+    pub fn active(&self) -> Option<SourceKind> {
+        let i = usize::from(self.active.load(Ordering::Relaxed));
+        i.checked_sub(1)
+            .and_then(|i| SourceKind::ALL.get(i).copied())
+    }
+
     /// Prometheus text exposition of the counters.
     #[must_use]
     pub fn render(&self) -> String {

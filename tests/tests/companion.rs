@@ -785,10 +785,14 @@ async fn companion_starts_beside_kube_proxys_port_and_never_takes_kubelets() {
         "the companion says its port: {log}"
     );
     let mut answer = String::new();
-    wait_until("the companion's /healthz on 127.0.0.1:10266", Duration::from_secs(30), || {
-        answer = http_get("127.0.0.1:10266", "/healthz").unwrap_or_default();
-        answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200")
-    })
+    wait_until(
+        "the companion's /healthz on 127.0.0.1:10266",
+        Duration::from_secs(30),
+        || {
+            answer = http_get("127.0.0.1:10266", "/healthz").unwrap_or_default();
+            answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200")
+        },
+    )
     .await;
     eprintln!(
         "kube-proxy's 0.0.0.0:10256 held; the companion answers on 127.0.0.1:10266: {}",
@@ -804,7 +808,10 @@ async fn companion_starts_beside_kube_proxys_port_and_never_takes_kubelets() {
             cd.dir.join("kubelet-config.yaml").display()
         ))
         .arg(format!("--cri-socket={}", cd.socket.display()))
-        .arg(format!("--state-dir={}", cd.dir.join("refused-state").display()))
+        .arg(format!(
+            "--state-dir={}",
+            cd.dir.join("refused-state").display()
+        ))
         .arg("--http-address=127.0.0.1:10250")
         .output()
         .expect("run the companion");

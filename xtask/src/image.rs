@@ -20,9 +20,9 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use oci_spec::image::{
-    Arch, ConfigBuilder, Descriptor, DescriptorBuilder, HistoryBuilder,
-    ImageConfigurationBuilder, ImageIndexBuilder, ImageManifestBuilder, MediaType,
-    OciLayoutBuilder, Os, PlatformBuilder, RootFsBuilder, Sha256Digest,
+    Arch, ConfigBuilder, Descriptor, DescriptorBuilder, HistoryBuilder, ImageConfigurationBuilder,
+    ImageIndexBuilder, ImageManifestBuilder, MediaType, OciLayoutBuilder, Os, PlatformBuilder,
+    RootFsBuilder, Sha256Digest,
 };
 use sha2::{Digest as _, Sha256};
 
@@ -91,15 +91,18 @@ fn rfc3339(secs: u64) -> String {
 
 /// The shared objects `ldd` resolves for `bin`, as (path in the image, file here).
 fn libraries(bin: &Path) -> anyhow::Result<Vec<(String, PathBuf)>> {
-    let out = output(Command::new("ldd").arg(bin))
-        .with_context(|| format!("ldd {}", bin.display()))?;
+    let out =
+        output(Command::new("ldd").arg(bin)).with_context(|| format!("ldd {}", bin.display()))?;
     let mut libs = Vec::new();
     for line in out.lines() {
         // "libz.so.1 => /lib/x86_64-linux-gnu/libz.so.1 (0x...)" or
         // "/lib64/ld-linux-x86-64.so.2 (0x...)"; the vDSO has no file.
         let path = match line.split_once("=>") {
             Some((_, right)) => right.split_whitespace().next(),
-            None => line.split_whitespace().next().filter(|p| p.starts_with('/')),
+            None => line
+                .split_whitespace()
+                .next()
+                .filter(|p| p.starts_with('/')),
         };
         let Some(path) = path.filter(|p| p.starts_with('/')) else {
             continue;
@@ -121,7 +124,9 @@ fn canonical_json(doc: &impl serde::Serialize) -> anyhow::Result<Vec<u8>> {
                     m.into_iter().map(|(k, v)| (k, sort(v))).collect();
                 serde_json::Value::Object(sorted.into_iter().collect())
             }
-            serde_json::Value::Array(a) => serde_json::Value::Array(a.into_iter().map(sort).collect()),
+            serde_json::Value::Array(a) => {
+                serde_json::Value::Array(a.into_iter().map(sort).collect())
+            }
             other => other,
         }
     }
@@ -192,7 +197,14 @@ fn layer(files: &[(String, PathBuf, u32)], mtime: u64) -> anyhow::Result<(Vec<u8
 
 /// Builds the release enforcer and its image into `out` (an OCI image layout, made anew).
 pub fn build(target_dir: &Path, out: &Path) -> anyhow::Result<Built> {
-    sh(crate::cargo().args(["build", "--release", "--package", "enforcer", "--bin", "enforcer"]))?;
+    sh(crate::cargo().args([
+        "build",
+        "--release",
+        "--package",
+        "enforcer",
+        "--bin",
+        "enforcer",
+    ]))?;
     let bin = std::path::absolute(target_dir.join("release/enforcer"))?;
     let (version, commit) = version_of(&bin)?;
     let epoch = source_epoch();
@@ -253,10 +265,14 @@ pub fn build(target_dir: &Path, out: &Path) -> anyhow::Result<Built> {
                 .diff_ids(vec![format!("sha256:{}", sha256_hex(&tar))])
                 .build()?,
         )
-        .history(vec![HistoryBuilder::default()
-            .created(created.clone())
-            .created_by(format!("cargo xtask image (enforcer {version}, commit {commit})"))
-            .build()?])
+        .history(vec![
+            HistoryBuilder::default()
+                .created(created.clone())
+                .created_by(format!(
+                    "cargo xtask image (enforcer {version}, commit {commit})"
+                ))
+                .build()?,
+        ])
         .build()?;
     let config = blob(out, MediaType::ImageConfig, &canonical_json(&config)?)?;
     let manifest = ImageManifestBuilder::default()
@@ -360,7 +376,16 @@ mod tests {
             .unwrap()
             .map(|e| e.unwrap().path().unwrap().display().to_string())
             .collect();
-        assert_eq!(names, ["tmp/", "usr/", "usr/local/", "usr/local/bin/", "usr/local/bin/x"]);
+        assert_eq!(
+            names,
+            [
+                "tmp/",
+                "usr/",
+                "usr/local/",
+                "usr/local/bin/",
+                "usr/local/bin/x"
+            ]
+        );
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -37,6 +37,20 @@ impl Collector for NodeStateCollector {
             ];
             ConstGauge::new(1_i64).encode(family.encode_family(&labels)?)?;
         }
+        {
+            let mut family = encoder.encode_descriptor(
+                "enforcer_signal_source_active",
+                "The signal source the daemon runs on (1), by source: ebpf, or a fallback.",
+                None,
+                MetricType::Gauge,
+            )?;
+            let active = self.pipeline.active();
+            for k in crate::signal::SourceKind::ALL {
+                let labels = vec![("source", k.as_str())];
+                ConstGauge::new(i64::from(active == Some(k)))
+                    .encode(family.encode_family(&labels)?)?;
+            }
+        }
         let conds = self.link.conditions();
         {
             let mut family = encoder.encode_descriptor(
@@ -199,6 +213,21 @@ mod tests {
             crate::build::COMMIT
         );
         assert!(text.contains(&build), "{build:?} missing in:\n{text}");
+        // No source yet: every source 0; then the one it runs on 1.
+        assert!(
+            text.contains("enforcer_signal_source_active{source=\"ebpf\"} 0\n"),
+            "{text}"
+        );
+        pipeline.set_active(crate::signal::SourceKind::Psi);
+        let text = encode(&[&reg]).expect("encode");
+        assert!(
+            text.contains("enforcer_signal_source_active{source=\"psi\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("enforcer_signal_source_active{source=\"ebpf\"} 0\n"),
+            "{text}"
+        );
         link.set_conditions(vec![crate::policy::eviction::NodeCondition::MemoryPressure]);
         pipeline
             .dropped
