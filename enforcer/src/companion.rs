@@ -69,6 +69,19 @@ pub fn adjust_config(
     soft: bool,
 ) -> Result<(Config, Vec<String>), CompanionConfigError> {
     let mut changes = Vec::new();
+    config.enforcer.own_metrics_only = true;
+    // kubelet's file names kubelet's own ports (`port`, `readOnlyPort`): kubelet serves them.
+    if config.serving.read_only_port != 0 || config.serving.port != 0 {
+        changes.push(format!(
+            "kubelet's ports in its file (port {}, readOnlyPort {}) are kubelet's: not served",
+            config.serving.port, config.serving.read_only_port
+        ));
+        config.serving.read_only_port = 0;
+        config.serving.port = 0;
+    }
+    changes.push(
+        "only the enforcer's own metric families are served (kubelet serves its own)".to_owned(),
+    );
     if !config.enforcer.http_address_given {
         config.enforcer.http_address =
             crate::config::COMPANION_HTTP_ADDRESS.parse().map_err(|_| {
@@ -584,6 +597,10 @@ mod tests {
                 "{e}"
             );
         }
+        // kubelet's own ports in its file are never served by the companion.
+        let (c, _) = companion(None).expect("default");
+        assert_eq!((c.serving.port, c.serving.read_only_port), (0, 0));
+        assert!(c.enforcer.own_metrics_only);
         // Standalone keeps kubelet's read-only port (it is the node's kubelet there).
         let standalone = load(&ConfigArgs::default()).expect("config").config;
         assert_eq!(

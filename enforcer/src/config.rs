@@ -249,6 +249,10 @@ pub struct ConfigArgs {
     /// Metrics / health endpoint address.
     #[arg(long = "http-address", value_name = "ADDR", id = "config_http_address")]
     pub http_address: Option<String>,
+    /// `/metrics` over TLS for a cluster's Prometheus (`IP:PORT`): bearer tokens checked by
+    /// TokenReview, access by SubjectAccessReview on `nodes/metrics` (needs `--kubeconfig`).
+    #[arg(long = "secure-metrics-address", value_name = "ADDR")]
+    pub secure_metrics_address: Option<String>,
     /// Static pod manifest directory.
     #[arg(long, value_name = "DIR")]
     pub manifest_dir: Option<PathBuf>,
@@ -521,6 +525,14 @@ pub struct EnforcerConfig {
     /// moves the default off kubelet's and kube-proxy's ports.
     #[serde(skip)]
     pub http_address_given: bool,
+    /// Serve only the enforcer's own metric families (`enforcer_*`): beside kubelet, whose
+    /// families a cluster already scrapes from the node (companion mode sets it).
+    #[serde(skip)]
+    pub own_metrics_only: bool,
+    /// `enforcer.secureMetricsAddress` (`--secure-metrics-address`): `/metrics` over TLS,
+    /// authenticated by TokenReview and authorized by SubjectAccessReview on `nodes/metrics`
+    /// as kubelet's secure port does (needs `--kubeconfig`), for a cluster's Prometheus.
+    pub secure_metrics_address: Option<SocketAddr>,
     pub manifest_dir: PathBuf,
     pub state_dir: PathBuf,
     pub cri_socket: PathBuf,

@@ -78,6 +78,12 @@ pub enum DaemonError {
     },
     #[error(transparent)]
     Companion(#[from] crate::companion::CompanionConfigError),
+    /// The secure metrics port authenticates through the API server.
+    #[error(
+        "--secure-metrics-address {addr} needs --kubeconfig: its TokenReviews and \
+         SubjectAccessReviews go to the API server"
+    )]
+    SecureMetricsWithoutApi { addr: SocketAddr },
     #[error("HTTP server on {addr}: {source}")]
     Http {
         addr: SocketAddr,
@@ -374,6 +380,32 @@ pub async fn run(
             .await
             .map_err(|source| DaemonError::Http { addr, source })?;
         tracing::info!(addr = %s.addr, "serving the read-only port (no authentication)");
+        extra_servers.push(s);
+    }
+    if let Some(addr) = config.enforcer.secure_metrics_address {
+        let Some(kubeconfig) = opts.kubeconfig.clone() else {
+            return Err(DaemonError::SecureMetricsWithoutApi { addr });
+        };
+        let secure = server::secure::SecureOptions {
+            cert_files: None,
+            cert_dir: config.enforcer.state_dir.join("pki"),
+            hostname: config.node_name(),
+            client_ca: None,
+            anonymous: false,
+            token_webhook: Some(std::time::Duration::from_secs(120)),
+            authz: server::secure::AuthzMode::Webhook {
+                allowed_ttl: std::time::Duration::from_secs(300),
+                denied_ttl: std::time::Duration::from_secs(30),
+            },
+            node_name: config.node_name(),
+            kubeconfig: Some(kubeconfig),
+            bootstrap: false,
+            addresses: vec![addr.ip().to_string()],
+        };
+        let s = server::serve_secure_metrics(addr, sources(), secure)
+            .await
+            .map_err(|source| DaemonError::Secure { addr, source })?;
+        tracing::info!(addr = %s.addr, "serving /metrics over TLS (TokenReview, SubjectAccessReview on nodes/metrics)");
         extra_servers.push(s);
     }
     let server = server::serve(config.enforcer.http_address, sources())

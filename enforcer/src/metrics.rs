@@ -782,9 +782,44 @@ pub fn encode(registries: &[&Registry]) -> Result<String, std::fmt::Error> {
     Ok(out)
 }
 
+/// The families of an OpenMetrics text whose names start with `prefix` (their `# HELP`,
+/// `# TYPE`, `# UNIT` and samples), and the `# EOF`: what a companion serves, so that no
+/// family the node's kubelet also serves (`kubelet_*`, `prober_*`, `process_*`, ...) is
+/// scraped twice from one node.
+#[must_use]
+pub fn only_families(text: &str, prefix: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for line in text.lines() {
+        let name = line
+            .strip_prefix("# HELP ")
+            .or_else(|| line.strip_prefix("# TYPE "))
+            .or_else(|| line.strip_prefix("# UNIT "))
+            .unwrap_or(line);
+        if line == "# EOF" || name.starts_with(prefix) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_prefixed_families_are_kept() {
+        let text = "# HELP kubelet_evictions Evictions.\n# TYPE kubelet_evictions counter\n\
+                    kubelet_evictions_total{eviction_signal=\"memory.available\"} 1\n\
+                    # HELP enforcer_build_info Build.\n# TYPE enforcer_build_info gauge\n\
+                    enforcer_build_info{version=\"0.1.0\"} 1\n\
+                    # HELP process_start_time_seconds Start.\nprocess_start_time_seconds 5\n# EOF\n";
+        assert_eq!(
+            only_families(text, "enforcer_"),
+            "# HELP enforcer_build_info Build.\n# TYPE enforcer_build_info gauge\n\
+             enforcer_build_info{version=\"0.1.0\"} 1\n# EOF\n"
+        );
+    }
 
     #[test]
     fn kubelet_names_labels_and_buckets() {

@@ -219,6 +219,43 @@ pub async fn serve_secure(
     })
 }
 
+/// `/metrics` alone over TLS, authenticated and authorized as on the secure port (a bearer
+/// token through a TokenReview, a SubjectAccessReview on `nodes/metrics`): what a cluster's
+/// Prometheus scrapes from a companion (kubelet keeps its own secure port).
+pub async fn serve_secure_metrics(
+    addr: SocketAddr,
+    sources: Sources,
+    opts: secure::SecureOptions,
+) -> Result<Server, secure::SecureError> {
+    let tls = secure::tls_with(&opts, None)?;
+    let auth = Arc::new(secure::Auth::new(opts, &tls));
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| secure::SecureError::Tls(format!("binding {addr}: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| secure::SecureError::Tls(e.to_string()))?;
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .layer(middleware::from_fn(deadline))
+        .with_state(app_state(sources))
+        .layer(middleware::from_fn_with_state(auth, secure::filter));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(accept_loop(
+        listener,
+        app,
+        stopped,
+        Some(Arc::new(tls)),
+        SECURE_CONNECTION_LIFETIME,
+    ));
+    Ok(Server {
+        addr: local,
+        stop,
+        task,
+    })
+}
+
 fn app_state(sources: Sources) -> Shared {
     let mut node = prometheus_client::registry::Registry::default();
     node.register_collector(Box::new(NodeStateCollector {
@@ -301,6 +338,11 @@ pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; char
 
 async fn metrics(State(s): State<Shared>) -> Response {
     match crate::metrics::encode(&[s.sources.metrics.registry(), &s.node]) {
+        Ok(body) if s.sources.config.enforcer.own_metrics_only => text(
+            StatusCode::OK,
+            OPENMETRICS,
+            crate::metrics::only_families(&body, "enforcer_"),
+        ),
         Ok(body) => text(StatusCode::OK, OPENMETRICS, body),
         Err(_) => text(
             StatusCode::INTERNAL_SERVER_ERROR,

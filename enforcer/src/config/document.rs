@@ -80,8 +80,10 @@ pub struct EnforcerSection {
     pub housekeeping_interval: Option<Scalar>,
     /// Overrides of the node capacity (`{memory: 2Gi, cpu: "2"}`).
     pub node_capacity: Option<ScalarMap>,
-    /// Metrics / health endpoint, default 127.0.0.1:10255.
+    /// Metrics / health endpoint, default 127.0.0.1:10255 (companion mode: 127.0.0.1:10266).
     pub http_address: Option<String>,
+    /// `/metrics` over TLS behind TokenReview and SubjectAccessReview (`nodes/metrics`).
+    pub secure_metrics_address: Option<String>,
     /// Static pod manifests, default /etc/enforcer/manifests.
     pub manifest_dir: Option<PathBuf>,
     /// State (checkpoints), default /var/lib/enforcer.

@@ -101,6 +101,7 @@ pub(super) mod key {
         THROTTLE_BEFORE_EVICT = "enforcer.throttleBeforeEvict", "--throttle-before-evict";
         NODE_CAPACITY = "enforcer.nodeCapacity", "--node-capacity";
         HTTP_ADDRESS = "enforcer.httpAddress", "--http-address";
+        SECURE_METRICS_ADDRESS = "enforcer.secureMetricsAddress", "--secure-metrics-address";
         MANIFEST_DIR = "enforcer.manifestDir", "--manifest-dir";
         STATE_DIR = "enforcer.stateDir", "--state-dir";
         CRI_SOCKET = "enforcer.criSocket", "--cri-socket";

@@ -49,6 +49,21 @@ pub(super) fn section(
     let http_address: SocketAddr = http
         .parse()
         .map_err(|err| n.invalid(key::HTTP_ADDRESS, from_flag, http.clone(), err))?;
+    let secure = Sourced::pick(
+        args.secure_metrics_address.clone(),
+        e.secure_metrics_address.clone(),
+    );
+    let secure_metrics_address = match secure.value {
+        None => None,
+        Some(a) => Some(a.parse::<SocketAddr>().map_err(|err| {
+            n.invalid(
+                key::SECURE_METRICS_ADDRESS,
+                secure.from_flag,
+                a.clone(),
+                err,
+            )
+        })?),
+    };
     let (image_gc_period, image_pull_secret_dir) = super::images::section(n, doc)?;
     let path = |key: Key, flag: &Option<PathBuf>, file: &Option<PathBuf>, default: &str| {
         path_setting(n, key, flag.clone(), file.clone(), default)
@@ -59,6 +74,8 @@ pub(super) fn section(
         node_capacity,
         http_address,
         http_address_given,
+        own_metrics_only: false,
+        secure_metrics_address,
         manifest_dir: path(
             key::MANIFEST_DIR,
             &args.manifest_dir,
