@@ -86,6 +86,7 @@ pub fn adjust_config(
         config.enforcer.http_address =
             crate::config::COMPANION_HTTP_ADDRESS.parse().map_err(|_| {
                 CompanionConfigError::KubeletPort {
+                    flag: "--http-address (enforcer.httpAddress)",
                     addr: crate::config::COMPANION_HTTP_ADDRESS.to_owned(),
                 }
             })?;
@@ -96,7 +97,16 @@ pub fn adjust_config(
         ));
     } else if crate::config::KUBELET_PORTS.contains(&config.enforcer.http_address.port()) {
         return Err(CompanionConfigError::KubeletPort {
+            flag: "--http-address (enforcer.httpAddress)",
             addr: config.enforcer.http_address.to_string(),
+        });
+    }
+    if let Some(a) = config.enforcer.secure_metrics_address
+        && crate::config::KUBELET_PORTS.contains(&a.port())
+    {
+        return Err(CompanionConfigError::KubeletPort {
+            flag: "--secure-metrics-address (enforcer.secureMetricsAddress)",
+            addr: a.to_string(),
         });
     }
     let kept = |t: &Threshold| {
@@ -123,12 +133,12 @@ pub fn adjust_config(
 #[derive(Debug, thiserror::Error)]
 pub enum CompanionConfigError {
     #[error(
-        "--http-address (enforcer.httpAddress) {addr}: that port is kubelet's (10248 healthz, \
-         10250 secure, 10255 read-only); the companion runs beside kubelet and never binds its \
-         ports: give another, or none for {}",
+        "{flag} {addr}: that port is kubelet's (10248 healthz, 10250 secure, 10255 read-only); \
+         the companion runs beside kubelet and never binds its ports: give another (the HTTP \
+         port's default is {})",
         crate::config::COMPANION_HTTP_ADDRESS
     )]
-    KubeletPort { addr: String },
+    KubeletPort { flag: &'static str, addr: String },
 }
 
 /// What the companion loop needs.
