@@ -161,6 +161,8 @@ pub struct Companion {
     pub relist: Duration,
     /// Align the pods' `oom_score_adj` with kubelet's ranking.
     pub align_oom: bool,
+    /// Where an unreachable API server is reported (`/readyz`).
+    pub health: Option<Arc<crate::health::Health>>,
 }
 
 /// An eviction taken: the victim stays out of the watched set until it is gone.
@@ -319,10 +321,9 @@ impl Companion {
         report_to_api: Option<tokio::sync::mpsc::UnboundedSender<evicted::Report>>,
         stop: impl std::future::Future<Output = ()>,
     ) {
-        let mut api_rx = self
-            .kubeconfig
-            .clone()
-            .map(|k| crate::runtime::apiserver::spawn(k, self.node_name.clone()));
+        let mut api_rx = self.kubeconfig.clone().map(|k| {
+            crate::runtime::apiserver::spawn(k, self.node_name.clone(), self.health.clone())
+        });
         let mut api_pods: Option<BTreeMap<String, Arc<Pod>>> =
             self.kubeconfig.as_ref().map(|_| BTreeMap::new());
         let mut dir = Some(ManifestDir::new(&self.static_dir, &self.node_name));

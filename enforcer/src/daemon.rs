@@ -489,6 +489,7 @@ pub async fn run(
             cgroups: Arc::new(crate::cgroup::writer::KernelCgroups),
             relist: crate::companion::RELIST,
             align_oom: true,
+            health: Some(health.clone()),
         };
         companion_tasks.push(tokio::spawn(c.run(reports, stopped())));
     }
@@ -591,6 +592,7 @@ pub async fn run(
         companion: companion.is_some(),
     };
     let eviction = tokio::spawn(crossing.run(manager, stopped()));
+    health.set_started();
 
     shutdown.await;
     tracing::info!("shutting down");

@@ -118,6 +118,11 @@ pub struct Health {
     pipeline_ok: AtomicBool,
     runtime: AtomicU8,
     state_error: Mutex<Option<String>>,
+    /// The daemon finished starting (its servers, signals and pod sources are up).
+    started: AtomicBool,
+    /// Why the daemon is not ready, by check (`apiserver`, ...): it runs, but something it
+    /// needs is missing (`/readyz` lists them; `/healthz` is about being alive).
+    not_ready: Mutex<std::collections::BTreeMap<&'static str, String>>,
 }
 
 impl Default for Health {
@@ -128,6 +133,8 @@ impl Default for Health {
             pipeline_ok: AtomicBool::new(true),
             runtime: AtomicU8::new(RUNTIME_UNUSED),
             state_error: Mutex::new(None),
+            started: AtomicBool::new(false),
+            not_ready: Mutex::new(std::collections::BTreeMap::new()),
         }
     }
 }
@@ -185,6 +192,38 @@ impl Health {
         locked(&self.state_error, |s| *s = error);
     }
 
+    /// The daemon finished starting.
+    pub fn set_started(&self) {
+        self.started.store(true, Ordering::Relaxed);
+    }
+
+    /// `check` is not ready for `why` (`None`: it is again).
+    pub fn set_not_ready(&self, check: &'static str, why: Option<String>) {
+        locked(&self.not_ready, |m| match why {
+            Some(w) => {
+                m.insert(check, w);
+            }
+            None => {
+                m.remove(check);
+            }
+        });
+    }
+
+    /// Why the daemon is not ready (empty: ready): every failing health check, `starting`
+    /// until it finished starting, and each named missing dependency (an unreachable API
+    /// server, ...).
+    #[must_use]
+    pub fn not_ready(&self) -> Vec<String> {
+        let mut out = self.failures();
+        if !self.started.load(Ordering::Relaxed) {
+            out.push("starting: the daemon has not finished starting".to_owned());
+        }
+        locked(&self.not_ready, |m| {
+            out.extend(m.iter().map(|(check, why)| format!("{check}: {why}")));
+        });
+        out
+    }
+
     /// Every failing check, named (empty: healthy).
     #[must_use]
     pub fn failures(&self) -> Vec<String> {
@@ -225,6 +264,30 @@ pub fn probe_writable(dir: &std::path::Path) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn readiness_waits_for_the_start_and_names_what_is_missing() {
+        let h = Health::default();
+        assert!(h.failures().is_empty(), "alive from the start");
+        assert_eq!(
+            h.not_ready(),
+            ["starting: the daemon has not finished starting"]
+        );
+        h.set_started();
+        assert!(h.not_ready().is_empty());
+        h.set_not_ready(
+            "apiserver",
+            Some("https://10.0.0.1:6443: connection refused".into()),
+        );
+        assert_eq!(
+            h.not_ready(),
+            ["apiserver: https://10.0.0.1:6443: connection refused"]
+        );
+        assert!(h.failures().is_empty(), "not ready is not unhealthy");
+        h.set_not_ready("apiserver", None);
+        assert!(h.not_ready().is_empty());
+    }
+
     use super::*;
 
     #[test]

@@ -440,7 +440,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
     let mut api_source = opts
         .kubeconfig
         .clone()
-        .map(|k| ApiFeed::start(k, &opts.node_name));
+        .map(|k| ApiFeed::start(k, &opts.node_name, opts.health.clone()));
     tokio::pin!(shutdown);
 
     loop {

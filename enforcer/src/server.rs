@@ -276,6 +276,7 @@ fn router(state: Shared) -> Router {
         .route("/metrics", get(metrics))
         .route("/metrics/resource", get(resource::handler))
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/configz", get(configz))
         .route("/pods", get(pods))
         .route("/stats/summary", get(summary::handler))
@@ -365,6 +366,30 @@ async fn healthz(State(s): State<Shared>) -> Response {
     for f in failures {
         body.push_str("failed: ");
         body.push_str(&f);
+        body.push('\n');
+    }
+    text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "text/plain; charset=utf-8",
+        body,
+    )
+}
+
+/// Ready: alive, started, and nothing it needs missing; else 503 with one line per reason
+/// (a readiness probe's answer an operator can read: `kubectl describe pod` shows it).
+async fn readyz(State(s): State<Shared>) -> Response {
+    let reasons = s.sources.health.not_ready();
+    if reasons.is_empty() {
+        return text(
+            StatusCode::OK,
+            "text/plain; charset=utf-8",
+            "ok\n".to_owned(),
+        );
+    }
+    let mut body = String::new();
+    for r in reasons {
+        body.push_str("not ready: ");
+        body.push_str(&r);
         body.push('\n');
     }
     text(

@@ -82,7 +82,7 @@ async fn api_source_turns_list_and_watch_of_this_node_into_pod_updates() {
     let dir = tempfile::tempdir().expect("tempdir");
     fake.put_pod(api_pod("a", "uid-a", NODE, "sleep 1"));
     fake.put_pod(api_pod("elsewhere", "uid-x", "othernode", "sleep 1"));
-    let (mut rx, task) = apiserver::spawn(fake.kubeconfig(dir.path()), NODE.to_owned());
+    let (mut rx, task) = apiserver::spawn(fake.kubeconfig(dir.path()), NODE.to_owned(), None);
 
     let mut first = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);

@@ -244,7 +244,13 @@ pub async fn watch_pods(
     client: kube::Client,
     node_name: String,
     tx: mpsc::UnboundedSender<SourceEvent>,
+    health: Option<Arc<crate::health::Health>>,
 ) {
+    let ready = |why: Option<String>| {
+        if let Some(h) = &health {
+            h.set_not_ready("apiserver", why);
+        }
+    };
     let api: kube::Api<Pod> = kube::Api::all(client);
     let stream = watcher(api, watch_config(&node_name)).default_backoff();
     futures::pin_mut!(stream);
@@ -261,6 +267,9 @@ pub async fn watch_pods(
                 if !failing {
                     tracing::warn!(node = %node_name, error = %e, "API-server pod watch failed; retrying with backoff");
                 }
+                ready(Some(format!(
+                    "the pod watch of node {node_name} fails: {e}"
+                )));
                 failing = true;
             }
             Some(Ok(event)) => {
@@ -268,6 +277,7 @@ pub async fn watch_pods(
                     tracing::info!(node = %node_name, "API-server pod watch resumed");
                     failing = false;
                 }
+                ready(None);
                 for ev in state.step(event) {
                     if tx.send(ev).is_err() {
                         return;
@@ -285,13 +295,20 @@ pub async fn watch_pods(
 pub fn spawn(
     kubeconfig: PathBuf,
     node_name: String,
+    health: Option<Arc<crate::health::Health>>,
 ) -> (mpsc::UnboundedReceiver<SourceEvent>, JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let task = tokio::spawn(async move {
+        if let Some(h) = &health {
+            h.set_not_ready("apiserver", Some("connecting".to_owned()));
+        }
         let client = loop {
             match client_from_kubeconfig(&kubeconfig).await {
                 Ok(c) => break c,
                 Err(e) => {
+                    if let Some(h) = &health {
+                        h.set_not_ready("apiserver", Some(format!("{e}")));
+                    }
                     tracing::error!(error = %e, "API-server pod source cannot start; retrying in 10 s");
                     tokio::select! {
                         () = tx.closed() => return,
@@ -301,7 +318,7 @@ pub fn spawn(
             }
         };
         tracing::info!(kubeconfig = %kubeconfig.display(), node = %node_name, "watching API-server pods");
-        watch_pods(client, node_name, tx).await;
+        watch_pods(client, node_name, tx, health).await;
     });
     (rx, task)
 }

@@ -18,8 +18,12 @@ pub(super) struct ApiFeed {
 }
 
 impl ApiFeed {
-    pub(super) fn start(kubeconfig: PathBuf, node_name: &str) -> Self {
-        let (rx, task) = apiserver::spawn(kubeconfig, node_name.to_owned());
+    pub(super) fn start(
+        kubeconfig: PathBuf,
+        node_name: &str,
+        health: std::sync::Arc<crate::health::Health>,
+    ) -> Self {
+        let (rx, task) = apiserver::spawn(kubeconfig, node_name.to_owned(), Some(health));
         Self {
             rx,
             synced: false,
