@@ -137,6 +137,7 @@ struct Inner {
     working_pods: Family<WorkingLabels, Gauge>,
     cgroup_manager_duration: HistogramFamily<OperationType>,
     evictions: Family<EvictionSignal, Counter>,
+    own_evictions: Family<EvictionSignal, Counter>,
     eviction_stats_age: HistogramFamily<EvictionSignal>,
     preemptions: Family<PreemptionSignal, Counter>,
     signal_delay: HistogramFamily<Source>,
@@ -290,6 +291,13 @@ impl Metrics {
             "Cumulative number of pod evictions by eviction signal",
             evictions.clone(),
         );
+        let own_evictions = Family::<EvictionSignal, Counter>::default();
+        registry.register(
+            "enforcer_evictions",
+            "Pod evictions this enforcer made, by eviction signal (kubelet_evictions under the \
+             enforcer's name: a companion serves only its own families)",
+            own_evictions.clone(),
+        );
         let eviction_stats_age: HistogramFamily<EvictionSignal> =
             Family::new_with_constructor(def_histogram);
         registry.register(
@@ -354,6 +362,7 @@ impl Metrics {
             working_pods,
             cgroup_manager_duration,
             evictions,
+            own_evictions,
             eviction_stats_age,
             preemptions,
             signal_delay,
@@ -567,12 +576,11 @@ impl Metrics {
     /// A pod was evicted for `signal` (kubelet's signal name, e.g. `memory.available`):
     /// `kubelet_evictions{eviction_signal}`.
     pub fn eviction(&self, signal: &str) {
-        self.0
-            .evictions
-            .get_or_create(&EvictionSignal {
-                eviction_signal: signal.to_owned(),
-            })
-            .inc();
+        let label = EvictionSignal {
+            eviction_signal: signal.to_owned(),
+        };
+        self.0.evictions.get_or_create(&label).inc();
+        self.0.own_evictions.get_or_create(&label).inc();
     }
 
     /// The age of the stats an eviction for `signal` was decided on:
@@ -842,6 +850,7 @@ mod tests {
             "kubelet_started_pods_errors_total 1",
             "kubelet_started_containers_total{container_type=\"init_container\"} 1",
             "kubelet_evictions_total{eviction_signal=\"memory.available\"} 1",
+            "enforcer_evictions_total{eviction_signal=\"memory.available\"} 1",
             "kubelet_pod_start_duration_seconds_count 1",
             "kubelet_runtime_operations_duration_seconds_bucket{le=\"0.005\",operation_type=\"list_containers\"} 1",
             "# EOF",

@@ -484,28 +484,50 @@ pub fn enforcer_binary() -> PathBuf {
     bin
 }
 
-/// The capabilities `deploy/companion`'s DaemonSet adds (`securityContext.capabilities.add`,
+/// `kubectl kustomize deploy/kustomize/<overlay>`: the objects an operator applies, as JSON
+/// values, in kustomize's order (kubectl is installed by `cargo xtask setup`).
+#[must_use]
+pub fn kustomize(overlay: &str) -> Vec<serde_json::Value> {
+    use serde::Deserialize as _;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/kustomize")
+        .join(overlay);
+    let out = std::process::Command::new("kubectl")
+        .arg("kustomize")
+        .arg(&dir)
+        .output()
+        .expect("kubectl (kubernetes-client) renders the kustomization");
+    assert!(
+        out.status.success(),
+        "kubectl kustomize {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| {
+            let v = serde_yaml_ng::Value::deserialize(doc).expect("a YAML document");
+            serde_json::to_value(&v).expect("as JSON")
+        })
+        .collect()
+}
+
+/// The capabilities the companion overlay's DaemonSet adds (`securityContext.capabilities.add`,
 /// as written there: `BPF`, ...); the DaemonSet must not be privileged.
 #[must_use]
 pub fn companion_daemonset_capabilities() -> Vec<String> {
-    use serde::Deserialize as _;
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/companion/enforcer-companion.yaml");
-    let text = std::fs::read_to_string(&path).expect("deploy/companion/enforcer-companion.yaml");
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let v = serde_yaml_ng::Value::deserialize(doc).expect("a YAML document");
-        if v["kind"].as_str() == Some("DaemonSet") {
-            let c = &v["spec"]["template"]["spec"]["containers"][0]["securityContext"];
-            assert_eq!(c["privileged"].as_bool(), Some(false), "not privileged");
-            return c["capabilities"]["add"]
-                .as_sequence()
-                .expect("capabilities.add")
-                .iter()
-                .filter_map(|c| c.as_str().map(str::to_owned))
-                .collect();
-        }
-    }
-    panic!("no DaemonSet in {}", path.display());
+    let ds = kustomize("companion")
+        .into_iter()
+        .find(|v| v["kind"] == "DaemonSet")
+        .expect("a DaemonSet in deploy/kustomize/companion");
+    let c = &ds["spec"]["template"]["spec"]["containers"][0]["securityContext"];
+    assert_eq!(c["privileged"].as_bool(), Some(false), "not privileged");
+    c["capabilities"]["add"]
+        .as_array()
+        .expect("capabilities.add")
+        .iter()
+        .filter_map(|c| c.as_str().map(str::to_owned))
+        .collect()
 }
 
 /// The node as the stats collector reads it on this machine: its memory (no capacity

@@ -1,7 +1,8 @@
-//! The deployment files in `deploy/`: the systemd unit passes `systemd-analyze verify` and
-//! keeps its hardening (`systemd-analyze security`), the cluster manifests parse into
-//! k8s-openapi's types, grant what the node's API writers request, and carry a configuration
-//! the enforcer's own loader accepts.
+//! The deployment files in `deploy/`: the systemd units pass `systemd-analyze verify` and keep
+//! their hardening (`systemd-analyze security`); the companion's kustomization renders
+//! (`kubectl kustomize`) into objects that parse into k8s-openapi's types, grant what the
+//! companion requests, and carry a configuration the enforcer's own loader accepts; the
+//! alerting rules pass `promtool check rules`.
 
 use std::{
     collections::BTreeSet,
@@ -11,10 +12,9 @@ use std::{
 
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
-    core::v1::{ConfigMap, Namespace, ServiceAccount},
+    core::v1::{ConfigMap, Namespace, Service, ServiceAccount},
     rbac::v1::{ClusterRole, ClusterRoleBinding},
 };
-use serde::Deserialize as _;
 
 fn deploy(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -119,178 +119,6 @@ fn the_systemd_unit_verifies_and_is_hardened() {
     );
 }
 
-/// Every document parses into its k8s-openapi type; the role grants each request the node's
-/// writers make; the DaemonSet mounts what the daemon reads and runs it with the ConfigMap's
-/// files; the configuration loads.
-#[test]
-fn the_cluster_manifests_parse_and_grant_what_the_node_writes() {
-    let text = std::fs::read_to_string(deploy("kubernetes/enforcer.yaml")).expect("the manifests");
-    let mut kinds = Vec::new();
-    let (mut role, mut binding, mut ds, mut cm, mut sa) = (None, None, None, None, None);
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let v = serde_yaml_ng::Value::deserialize(doc).expect("a YAML document");
-        let kind = v["kind"].as_str().expect("kind").to_owned();
-        let json = serde_json::to_value(&v).expect("as JSON");
-        match kind.as_str() {
-            "Namespace" => {
-                parse::<Namespace>(&kind, json);
-            }
-            "ServiceAccount" => {
-                sa = Some(parse::<ServiceAccount>(&kind, json));
-            }
-            "ClusterRole" => {
-                role = Some(parse::<ClusterRole>(&kind, json));
-            }
-            "ClusterRoleBinding" => {
-                binding = Some(parse::<ClusterRoleBinding>(&kind, json));
-            }
-            "ConfigMap" => {
-                cm = Some(parse::<ConfigMap>(&kind, json));
-            }
-            "DaemonSet" => {
-                ds = Some(parse::<DaemonSet>(&kind, json));
-            }
-            other => panic!("unexpected kind {other}"),
-        }
-        kinds.push(kind);
-    }
-    assert_eq!(
-        kinds,
-        [
-            "Namespace",
-            "ServiceAccount",
-            "ClusterRole",
-            "ClusterRoleBinding",
-            "ConfigMap",
-            "DaemonSet"
-        ]
-    );
-    let (role, binding, ds, cm, sa) = (
-        role.expect("role"),
-        binding.expect("binding"),
-        ds.expect("ds"),
-        cm.expect("cm"),
-        sa.expect("sa"),
-    );
-    // What the writers request (cluster/*.rs, runtime/apiserver.rs): (group, resource, verb).
-    let granted: BTreeSet<(String, String, String)> = role
-        .rules
-        .unwrap_or_default()
-        .iter()
-        .flat_map(|r| {
-            let groups = r.api_groups.clone().unwrap_or_default();
-            let resources = r.resources.clone().unwrap_or_default();
-            groups.into_iter().flat_map(move |g| {
-                let verbs = r.verbs.clone();
-                resources.clone().into_iter().flat_map(move |res| {
-                    let g = g.clone();
-                    verbs
-                        .clone()
-                        .into_iter()
-                        .map(move |v| (g.clone(), res.clone(), v))
-                })
-            })
-        })
-        .collect();
-    for (g, res, verb) in [
-        ("", "nodes", "create"),
-        ("", "nodes", "get"),
-        ("", "nodes", "patch"),
-        ("", "nodes/status", "patch"),
-        ("", "pods", "list"),
-        ("", "pods", "watch"),
-        ("", "pods", "get"),
-        ("", "pods", "create"),
-        ("", "pods", "delete"),
-        ("", "pods/status", "update"),
-        ("", "events", "create"),
-        ("", "events", "patch"),
-        ("coordination.k8s.io", "leases", "get"),
-        ("coordination.k8s.io", "leases", "create"),
-        ("coordination.k8s.io", "leases", "update"),
-    ] {
-        assert!(
-            granted.contains(&(g.to_owned(), res.to_owned(), verb.to_owned())),
-            "the role does not grant {verb} {g}/{res}"
-        );
-    }
-    let subject = binding
-        .subjects
-        .unwrap_or_default()
-        .into_iter()
-        .next()
-        .expect("a subject");
-    assert_eq!(
-        (
-            Some(subject.name.as_str()),
-            subject.namespace.as_deref(),
-            binding.role_ref.name.as_str()
-        ),
-        (
-            sa.metadata.name.as_deref(),
-            sa.metadata.namespace.as_deref(),
-            role.metadata.name.as_deref().unwrap_or_default()
-        )
-    );
-    let pod = ds.spec.template.spec.expect("pod spec");
-    assert_eq!(pod.service_account_name, sa.metadata.name);
-    assert_eq!((pod.host_pid, pod.host_network), (Some(true), Some(true)));
-    let c = &pod.containers[0];
-    let args = c.args.clone().unwrap_or_default();
-    assert_eq!(args.first().map(String::as_str), Some("run"));
-    let mounts: Vec<&str> = c
-        .volume_mounts
-        .iter()
-        .flatten()
-        .map(|m| m.mount_path.as_str())
-        .collect();
-    for path in [
-        "/sys/fs/cgroup",
-        "/sys/kernel/tracing",
-        "/var/lib/enforcer",
-        "/run/containerd",
-        "/etc/enforcer",
-    ] {
-        assert!(mounts.contains(&path), "{path} not mounted: {mounts:?}");
-    }
-    let data = cm.data.expect("ConfigMap data");
-    for key in ["config.yaml", "kubeconfig"] {
-        assert!(
-            args.iter()
-                .any(|a| a.ends_with(&format!("/etc/enforcer/{key}"))),
-            "{key} not passed: {args:?}"
-        );
-        assert!(data.contains_key(key), "{key} missing from the ConfigMap");
-    }
-    // The configuration, through the enforcer's own loader.
-    let dir = scratch("config");
-    let config = dir.join("config.yaml");
-    std::fs::write(&config, &data["config.yaml"]).expect("config");
-    let loaded = enforcer::config::load(&enforcer::config::ConfigArgs {
-        config: Some(config),
-        ..enforcer::config::ConfigArgs::default()
-    })
-    .expect("the DaemonSet's configuration loads");
-    assert!(
-        loaded.warnings.is_empty(),
-        "configuration warnings: {:?}",
-        loaded.warnings
-    );
-    // The kubeconfig: the in-cluster server through the pod's service-account token.
-    let kc: serde_yaml_ng::Value =
-        serde_yaml_ng::from_str(&data["kubeconfig"]).expect("the kubeconfig parses");
-    assert_eq!(kc["current-context"].as_str(), Some("in-cluster"));
-    assert_eq!(
-        kc["clusters"][0]["cluster"]["server"].as_str(),
-        Some("https://kubernetes.default.svc")
-    );
-    assert_eq!(
-        kc["users"][0]["user"]["tokenFile"].as_str(),
-        Some("/var/run/secrets/kubernetes.io/serviceaccount/token")
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
 /// The companion's unit verifies, runs `enforcer run --companion` on kubelet's file, keeps to
 /// the companion's capabilities (no CAP_SYS_ADMIN) and scores better than the full agent's.
 #[test]
@@ -327,33 +155,67 @@ fn the_companion_unit_verifies_and_is_hardened() {
     assert!(score <= 5.5, "the companion's hardening regressed: {line}");
 }
 
-/// The companion's manifests parse; its role grants exactly what the companion's writers
-/// request and nothing that writes nodes, leases or pods; the DaemonSet is not privileged,
-/// shares the host's PIDs, mounts kubelet's file read-only and runs `--companion` on it; its
-/// configuration loads on top of a kubeadm kubelet file without a warning.
+/// The ports of a kubeadm node's components (kubelet, kube-proxy, controller manager,
+/// scheduler, etcd): nothing of the companion's may use one.
+const KUBEADM_PORTS: [u16; 10] = [
+    10248, 10249, 10250, 10255, 10256, 10257, 10259, 2379, 2380, 2381,
+];
+
+/// `deploy/kustomize/companion` as `kubectl kustomize` renders it: every object parses into
+/// its k8s-openapi type; the role grants exactly what the companion's writers and its secure
+/// metrics port request; the DaemonSet pulls its image by digest, is not privileged, shares
+/// the host's PIDs, mounts kubelet's file read-only, runs `--companion` on it, probes
+/// `/healthz` and `/readyz`, waits `minReadySeconds`, and uses no port of a kubeadm node's
+/// components; the Service and ServiceMonitor scrape the secure metrics port; the
+/// PrometheusRule is the rule file promtool checks; its configuration loads on top of a
+/// kubeadm kubelet file without a warning.
 #[test]
-fn the_companion_manifests_grant_only_what_the_companion_writes() {
-    let text = std::fs::read_to_string(deploy("companion/enforcer-companion.yaml"))
-        .expect("the companion's manifests");
-    let (mut role, mut ds, mut cm) = (None, None, None);
-    let mut kinds = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
-        let v = serde_yaml_ng::Value::deserialize(doc).expect("a YAML document");
-        let kind = v["kind"].as_str().expect("kind").to_owned();
-        let json = serde_json::to_value(&v).expect("as JSON");
-        match kind.as_str() {
-            "Namespace" => drop(parse::<Namespace>(&kind, json)),
-            "ServiceAccount" => drop(parse::<ServiceAccount>(&kind, json)),
-            "ClusterRoleBinding" => drop(parse::<ClusterRoleBinding>(&kind, json)),
-            "ClusterRole" => role = Some(parse::<ClusterRole>(&kind, json)),
-            "ConfigMap" => cm = Some(parse::<ConfigMap>(&kind, json)),
-            "DaemonSet" => ds = Some(parse::<DaemonSet>(&kind, json)),
-            other => panic!("unexpected kind {other}"),
-        }
-        kinds.push(kind);
+fn the_companion_kustomization_renders_what_a_cluster_installs() {
+    let objects = enforcer_tests::kustomize("companion");
+    let mut kinds: Vec<String> = objects
+        .iter()
+        .map(|v| v["kind"].as_str().expect("kind").to_owned())
+        .collect();
+    kinds.sort();
+    eprintln!("kubectl kustomize deploy/kustomize/companion: {kinds:?}");
+    let count = |k: &str| kinds.iter().filter(|x| *x == k).count();
+    for (kind, n) in [
+        ("Namespace", 1),
+        ("ServiceAccount", 1),
+        ("ClusterRole", 2),
+        ("ClusterRoleBinding", 2),
+        ("ConfigMap", 2),
+        ("DaemonSet", 1),
+        ("Service", 1),
+        ("ServiceMonitor", 1),
+        ("PrometheusRule", 1),
+        ("ValidatingAdmissionPolicy", 3),
+        ("ValidatingAdmissionPolicyBinding", 3),
+    ] {
+        assert_eq!(count(kind), n, "{kind} in {kinds:?}");
     }
-    assert_eq!(kinds.len(), 6, "{kinds:?}");
-    let role = role.expect("role");
+    let named = |kind: &str, name: &str| {
+        objects
+            .iter()
+            .find(|v| v["kind"] == kind && v["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("{kind} {name} in {kinds:?}"))
+            .clone()
+    };
+    for v in &objects {
+        let kind = v["kind"].as_str().unwrap_or_default();
+        let json = v.clone();
+        match kind {
+            "Namespace" => drop(parse::<Namespace>(kind, json)),
+            "ServiceAccount" => drop(parse::<ServiceAccount>(kind, json)),
+            "ClusterRole" => drop(parse::<ClusterRole>(kind, json)),
+            "ClusterRoleBinding" => drop(parse::<ClusterRoleBinding>(kind, json)),
+            "ConfigMap" => drop(parse::<ConfigMap>(kind, json)),
+            "DaemonSet" => drop(parse::<DaemonSet>(kind, json)),
+            "Service" => drop(parse::<Service>(kind, json)),
+            _ => {}
+        }
+    }
+    let role = parse::<ClusterRole>("ClusterRole", named("ClusterRole", "enforcer-companion"));
     let granted: BTreeSet<(String, String)> = role
         .rules
         .unwrap_or_default()
@@ -374,14 +236,28 @@ fn the_companion_manifests_grant_only_what_the_companion_writes() {
         ("pods/status", "patch"),
         ("events", "create"),
         ("events", "patch"),
+        ("tokenreviews", "create"),
+        ("subjectaccessreviews", "create"),
     ]
     .iter()
     .map(|(r, v)| ((*r).to_owned(), (*v).to_owned()))
     .collect();
     assert_eq!(granted, wanted, "the companion's role");
-    let pod = ds.expect("ds").spec.template.spec.expect("pod spec");
+    let ds = parse::<DaemonSet>("DaemonSet", named("DaemonSet", "enforcer-companion"));
+    let spec = ds.spec.expect("spec");
+    assert!(spec.min_ready_seconds.unwrap_or(0) > 0, "minReadySeconds");
+    let pod = spec.template.spec.expect("pod spec");
     assert_eq!(pod.host_pid, Some(true));
     let c = &pod.containers[0];
+    let image = c.image.clone().unwrap_or_default();
+    let digest = image
+        .split_once("@sha256:")
+        .map(|(_, d)| d)
+        .unwrap_or_else(|| panic!("the image by digest: {image}"));
+    assert!(
+        digest.len() == 64 && digest.chars().all(|c| c.is_ascii_hexdigit()),
+        "{image}"
+    );
     let sc = c.security_context.clone().expect("securityContext");
     assert_eq!(sc.privileged, Some(false));
     let caps = sc.capabilities.expect("capabilities");
@@ -398,8 +274,48 @@ fn the_companion_manifests_grant_only_what_the_companion_writes() {
         "--kubelet-config=/var/lib/kubelet/config.yaml",
         "--config=/etc/enforcer/config.yaml",
         "--kubeconfig=/etc/enforcer/kubeconfig",
+        "--http-address=127.0.0.1:10266",
+        "--secure-metrics-address=$(NODE_IP):10267",
     ] {
         assert!(args.iter().any(|a| a == arg), "{arg} in {args:?}");
+    }
+    // No port of kubeadm's components: in the arguments, the probes, the container's ports.
+    let mut ports: Vec<u16> = args
+        .iter()
+        .filter_map(|a| a.rsplit_once(':').and_then(|(_, p)| p.parse().ok()))
+        .collect();
+    let port_of = |p: &Option<k8s_openapi::api::core::v1::Probe>, path: &str| {
+        let get = p
+            .as_ref()
+            .and_then(|p| p.http_get.clone())
+            .unwrap_or_else(|| panic!("an httpGet probe on {path}"));
+        assert_eq!(get.path.as_deref(), Some(path));
+        match get.port {
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(p) => {
+                u16::try_from(p).expect("a port")
+            }
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(s) => {
+                panic!("a named probe port {s}")
+            }
+        }
+    };
+    ports.push(port_of(&c.liveness_probe, "/healthz"));
+    ports.push(port_of(&c.readiness_probe, "/readyz"));
+    ports.extend(
+        c.ports
+            .iter()
+            .flatten()
+            .map(|p| u16::try_from(p.container_port).expect("port")),
+    );
+    assert!(
+        ports.contains(&10266) && ports.contains(&10267),
+        "{ports:?}"
+    );
+    for p in &ports {
+        assert!(
+            !KUBEADM_PORTS.contains(p),
+            "port {p} is a kubeadm component's"
+        );
     }
     let mounts: Vec<(&str, bool)> = c
         .volume_mounts
@@ -419,8 +335,39 @@ fn the_companion_manifests_grant_only_what_the_companion_writes() {
             "{path} (read-only {ro}): {mounts:?}"
         );
     }
+    // The Service and ServiceMonitor scrape the secure metrics port over HTTPS.
+    let svc = objects
+        .iter()
+        .find(|v| v["kind"] == "Service")
+        .expect("Service");
+    assert_eq!(svc["spec"]["ports"][0]["port"], 10267, "{svc}");
+    let sm = objects
+        .iter()
+        .find(|v| v["kind"] == "ServiceMonitor")
+        .expect("ServiceMonitor");
+    let ep = &sm["spec"]["endpoints"][0];
+    assert_eq!(ep["scheme"], "https", "{sm}");
+    assert_eq!(ep["port"], svc["spec"]["ports"][0]["name"], "{sm}");
+    // The PrometheusRule carries the rule file promtool checks.
+    let rule = objects
+        .iter()
+        .find(|v| v["kind"] == "PrometheusRule")
+        .expect("PrometheusRule");
+    let file: serde_yaml_ng::Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(deploy("kustomize/monitoring/enforcer-rules.yaml"))
+            .expect("the rule file"),
+    )
+    .expect("YAML");
+    assert_eq!(
+        rule["spec"],
+        serde_json::to_value(&file).expect("JSON"),
+        "the PrometheusRule's spec is deploy/kustomize/monitoring/enforcer-rules.yaml"
+    );
     // Its configuration on top of kubeadm's kubelet file, through the enforcer's loader.
-    let data = cm.expect("cm").data.expect("ConfigMap data");
+    let cm = objects
+        .iter()
+        .find(|v| v["kind"] == "ConfigMap" && v["data"]["config.yaml"].is_string())
+        .expect("the companion's ConfigMap");
     let dir = scratch("companion-config");
     let kubelet = dir.join("kubelet-config.yaml");
     std::fs::write(
@@ -429,7 +376,7 @@ fn the_companion_manifests_grant_only_what_the_companion_writes() {
     )
     .expect("kubelet config");
     let own = dir.join("config.yaml");
-    std::fs::write(&own, &data["config.yaml"]).expect("config");
+    std::fs::write(&own, cm["data"]["config.yaml"].as_str().unwrap_or_default()).expect("config");
     let loaded = enforcer::config::load(&enforcer::config::ConfigArgs {
         kubelet_config: Some(kubelet),
         config: Some(own),
@@ -447,4 +394,54 @@ fn the_companion_manifests_grant_only_what_the_companion_writes() {
     );
     assert_eq!(loaded.config.cgroup_driver.as_str(), "systemd");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The alerting rules pass `promtool check rules` (Debian's prometheus package), and the
+/// dashboard is JSON whose queries name only families the companion serves (`enforcer_*`,
+/// and Prometheus' own `up`).
+#[test]
+fn the_alerting_rules_pass_promtool_and_the_dashboard_queries_the_companions_families() {
+    let rules = deploy("kustomize/monitoring/enforcer-rules.yaml");
+    let out = Command::new("promtool")
+        .args(["check", "rules"])
+        .arg(&rules)
+        .output()
+        .expect("promtool (Debian's prometheus package, cargo xtask setup) checks the rules");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("$ promtool check rules {}\n{text}", rules.display());
+    assert!(out.status.success() && text.contains("SUCCESS"), "{text}");
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(deploy("kustomize/monitoring/enforcer-dashboard.json"))
+            .expect("the dashboard"),
+    )
+    .expect("the dashboard is JSON");
+    let mut exprs = Vec::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for t in panel["targets"].as_array().into_iter().flatten() {
+            exprs.push(t["expr"].as_str().unwrap_or_default().to_owned());
+        }
+    }
+    assert!(exprs.len() >= 6, "{exprs:?}");
+    for e in &exprs {
+        let names: Vec<&str> = e
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|w| {
+                w.contains('_')
+                    && (w.ends_with("_total")
+                        || w.ends_with("_bucket")
+                        || w.starts_with("enforcer_")
+                        || w.starts_with("kubelet_"))
+            })
+            .collect();
+        for n in names {
+            assert!(
+                n.starts_with("enforcer_"),
+                "{n} in {e}: not a family the companion serves"
+            );
+        }
+    }
 }
