@@ -445,3 +445,230 @@ fn the_alerting_rules_pass_promtool_and_the_dashboard_queries_the_companions_fam
         }
     }
 }
+
+/// A ValidatingAdmissionPolicy applied to one request as the API server applies it: its
+/// match conditions, then its variables in order, then its validations in order, each a CEL
+/// expression evaluated by cel-rust. `Ok(true)`: allowed, `Ok(false)`: not matched (the policy
+/// does not apply), `Err`: denied, with the policy's message.
+fn admit(
+    policy: &serde_json::Value,
+    request: &serde_json::Value,
+    object: &serde_json::Value,
+    old: &serde_json::Value,
+) -> Result<bool, String> {
+    use cel_interpreter::{Context, Program, Value as Cel};
+    let spec = &policy["spec"];
+    let mut ctx = Context::default();
+    ctx.add_variable("request", request.clone())
+        .expect("request");
+    ctx.add_variable("object", object.clone()).expect("object");
+    ctx.add_variable("oldObject", old.clone())
+        .expect("oldObject");
+    let eval = |ctx: &Context, expr: &str| -> Cel {
+        let program = Program::compile(expr).unwrap_or_else(|e| panic!("{expr}: {e:?}"));
+        program
+            .execute(ctx)
+            .unwrap_or_else(|e| panic!("{expr}: {e:?}"))
+    };
+    for mc in spec["matchConditions"].as_array().into_iter().flatten() {
+        if eval(&ctx, mc["expression"].as_str().expect("expression")) == Cel::Bool(false) {
+            return Ok(false);
+        }
+    }
+    let mut vars = serde_json::Map::new();
+    for v in spec["variables"].as_array().into_iter().flatten() {
+        ctx.add_variable("variables", serde_json::Value::Object(vars.clone()))
+            .expect("variables");
+        let value = match eval(&ctx, v["expression"].as_str().expect("expression")) {
+            Cel::String(s) => serde_json::Value::String(s.to_string()),
+            Cel::Bool(b) => serde_json::Value::Bool(b),
+            other => panic!("variable {}: {other:?}", v["name"]),
+        };
+        vars.insert(v["name"].as_str().expect("name").to_owned(), value);
+    }
+    ctx.add_variable("variables", serde_json::Value::Object(vars))
+        .expect("variables");
+    for val in spec["validations"].as_array().into_iter().flatten() {
+        match eval(&ctx, val["expression"].as_str().expect("expression")) {
+            Cel::Bool(true) => {}
+            Cel::Bool(false) => {
+                return Err(match val["messageExpression"].as_str() {
+                    Some(m) => match eval(&ctx, m) {
+                        Cel::String(s) => s.to_string(),
+                        other => format!("{other:?}"),
+                    },
+                    None => val["message"].as_str().unwrap_or_default().to_owned(),
+                });
+            }
+            other => panic!("validation {}: not a bool: {other:?}", val["expression"]),
+        }
+    }
+    Ok(true)
+}
+
+/// The companion's least privilege, evaluated with a real CEL evaluator on the policies
+/// `kubectl kustomize` renders: a companion may write the status of its own node's pods and
+/// its own node's events, and is refused another node's pod, a pod bound to no node, a token
+/// without the node-name claim, another node's event, and an update that takes over another
+/// node's event; other users are not matched.
+#[test]
+fn the_companion_may_write_only_its_own_nodes_pods_and_events() {
+    let objects = enforcer_tests::kustomize("companion");
+    let policy = |name: &str| {
+        objects
+            .iter()
+            .find(|v| v["kind"] == "ValidatingAdmissionPolicy" && v["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("policy {name}"))
+            .clone()
+    };
+    let bound = |p: &str| {
+        assert!(
+            objects
+                .iter()
+                .any(|v| v["kind"] == "ValidatingAdmissionPolicyBinding"
+                    && v["spec"]["policyName"] == p
+                    && v["spec"]["validationActions"]
+                        .as_array()
+                        .is_some_and(|a| a.iter().any(|x| x == "Deny"))),
+            "{p} is bound with Deny"
+        );
+    };
+    let sa = "system:serviceaccount:enforcer-system:enforcer-companion";
+    let request = |op: &str, user: &str, node: Option<&str>| {
+        let mut r = serde_json::json!({"operation": op, "userInfo": {"username": user}});
+        if let Some(n) = node {
+            r["userInfo"]["extra"] = serde_json::json!({
+                "authentication.kubernetes.io/node-name": [n],
+                "authentication.kubernetes.io/pod-name": ["enforcer-companion-x"],
+            });
+        }
+        r
+    };
+    let pod = |node: Option<&str>| {
+        let mut p = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "hog", "namespace": "default"}, "spec": {},
+            "status": {"phase": "Failed", "reason": "Evicted"}});
+        if let Some(n) = node {
+            p["spec"]["nodeName"] = n.into();
+        }
+        p
+    };
+    let status = policy("enforcer-companion-pod-status");
+    bound("enforcer-companion-pod-status");
+    let own = admit(
+        &status,
+        &request("UPDATE", sa, Some("n1")),
+        &pod(Some("n1")),
+        &pod(Some("n1")),
+    );
+    eprintln!("own node's pod status: {own:?}");
+    assert_eq!(own, Ok(true));
+    let other = admit(
+        &status,
+        &request("UPDATE", sa, Some("n1")),
+        &pod(Some("n2")),
+        &pod(Some("n2")),
+    );
+    eprintln!("another node's pod status: {other:?}");
+    assert!(
+        other
+            .as_ref()
+            .is_err_and(|m| m.contains("n1") && m.contains("n2")),
+        "{other:?}"
+    );
+    for (what, req, obj) in [
+        (
+            "a pod bound to no node",
+            request("UPDATE", sa, Some("n1")),
+            pod(None),
+        ),
+        (
+            "a token without the node-name claim",
+            request("UPDATE", sa, None),
+            pod(Some("n1")),
+        ),
+    ] {
+        let r = admit(&status, &req, &obj, &obj);
+        assert!(r.is_err(), "{what}: {r:?}");
+    }
+    let kubelet = admit(
+        &status,
+        &request("UPDATE", "system:node:n2", None),
+        &pod(Some("n1")),
+        &pod(Some("n1")),
+    );
+    assert_eq!(kubelet, Ok(false), "another user is not matched");
+
+    let event = |host: &str| {
+        serde_json::json!({"apiVersion": "v1", "kind": "Event", "reason": "Evicted",
+            "metadata": {"name": "hog.1", "namespace": "default"},
+            "involvedObject": {"kind": "Pod", "name": "hog"},
+            "source": {"component": "kubelet", "host": host},
+            "reportingComponent": "kubelet", "reportingInstance": host})
+    };
+    let events = policy("enforcer-companion-events");
+    bound("enforcer-companion-events");
+    let none = serde_json::Value::Null;
+    assert_eq!(
+        admit(
+            &events,
+            &request("CREATE", sa, Some("n1")),
+            &event("n1"),
+            &none
+        ),
+        Ok(true),
+        "its own node's event"
+    );
+    let other = admit(
+        &events,
+        &request("CREATE", sa, Some("n1")),
+        &event("n2"),
+        &none,
+    );
+    assert!(other.is_err(), "another node's event: {other:?}");
+    let takeover = admit(
+        &events,
+        &request("UPDATE", sa, Some("n1")),
+        &event("n1"),
+        &event("n2"),
+    );
+    assert!(
+        takeover.is_err(),
+        "taking over another node's event: {takeover:?}"
+    );
+    let series = admit(
+        &events,
+        &request("UPDATE", sa, Some("n1")),
+        &event("n1"),
+        &event("n1"),
+    );
+    assert_eq!(series, Ok(true), "its own event's series");
+
+    let new_events = policy("enforcer-companion-events-k8s-io");
+    bound("enforcer-companion-events-k8s-io");
+    let new_event = |host: &str| {
+        serde_json::json!({"apiVersion": "events.k8s.io/v1", "kind": "Event", "reason": "Evicted",
+            "metadata": {"name": "hog.2", "namespace": "default"},
+            "regarding": {"kind": "Pod", "name": "hog"},
+            "reportingController": "kubelet", "reportingInstance": host})
+    };
+    assert_eq!(
+        admit(
+            &new_events,
+            &request("CREATE", sa, Some("n1")),
+            &new_event("n1"),
+            &none
+        ),
+        Ok(true)
+    );
+    let other = admit(
+        &new_events,
+        &request("CREATE", sa, Some("n1")),
+        &new_event("n2"),
+        &none,
+    );
+    assert!(
+        other.is_err(),
+        "another node's events.k8s.io event: {other:?}"
+    );
+}
