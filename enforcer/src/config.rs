@@ -210,6 +210,10 @@ pub struct ConfigArgs {
     /// The node's name instead of the hostname (cluster mode).
     #[arg(long, value_name = "NAME")]
     pub hostname_override: Option<String>,
+    /// kubelet's `--node-ip`: the node's IP (the Node's `InternalIP`, pods' `status.hostIP`)
+    /// instead of the default route's address.
+    #[arg(long, value_name = "IP")]
+    pub node_ip: Option<std::net::IpAddr>,
     /// Labels the node registers with, e.g. role=edge,zone=a (cluster mode).
     #[arg(long, value_name = "KEY=VALUE,...")]
     pub node_labels: Vec<String>,
@@ -407,6 +411,8 @@ pub struct Config {
     pub fail_swap_on: bool,
     /// `hostnameOverride` (empty: the hostname).
     pub hostname_override: String,
+    /// `--node-ip` (none: the default route's address).
+    pub node_ip: Option<std::net::IpAddr>,
     /// `--node-labels`.
     pub node_labels: BTreeMap<String, String>,
     /// `nodeStatusUpdateFrequency` (10 s).

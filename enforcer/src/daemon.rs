@@ -177,6 +177,9 @@ pub async fn run(
         None => opts.config,
     };
     let run_pods = opts.run_pods && companion.is_none();
+    if let Some(ip) = config.node_ip {
+        node::set_node_ip(ip);
+    }
     // kubelet's container manager refuses to start with swap on unless failSwapOn is false.
     if run_pods && config.fail_swap_on {
         match node::swap::swap_on() {

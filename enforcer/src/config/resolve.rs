@@ -409,6 +409,7 @@ pub fn resolve(
         memory_swap,
         fail_swap_on: args.fail_swap_on.or(doc.fail_swap_on).unwrap_or(true),
         hostname_override: cluster.hostname_override,
+        node_ip: cluster.node_ip,
         node_labels: cluster.node_labels,
         node_status_update_frequency: cluster.status_update,
         node_status_report_frequency: cluster.status_report,

@@ -267,6 +267,7 @@ pub(super) fn memory_swap(
 /// The validated cluster-mode settings.
 pub(super) struct Cluster {
     pub hostname_override: String,
+    pub node_ip: Option<std::net::IpAddr>,
     pub node_labels: BTreeMap<String, String>,
     pub status_update: Duration,
     pub status_report: Duration,
@@ -294,6 +295,7 @@ pub(super) fn cluster(
             "not a valid node name",
         ));
     }
+    let node_ip = args.node_ip;
     let mut node_labels = BTreeMap::new();
     for part in args.node_labels.iter().flat_map(|l| l.split(',')) {
         let part = part.trim();
@@ -353,6 +355,7 @@ pub(super) fn cluster(
         ));
     }
     Ok(Cluster {
+        node_ip,
         hostname_override,
         node_labels,
         status_update,
