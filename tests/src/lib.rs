@@ -9,6 +9,7 @@
 pub mod containerd;
 pub mod fake_api;
 pub mod image;
+pub mod kubelet;
 pub mod local;
 pub mod neighbours;
 pub mod node;
