@@ -195,17 +195,23 @@ fn layer(files: &[(String, PathBuf, u32)], mtime: u64) -> anyhow::Result<(Vec<u8
     Ok((tar, gz.finish()?))
 }
 
-/// Builds the release enforcer and its image into `out` (an OCI image layout, made anew).
-pub fn build(target_dir: &Path, out: &Path) -> anyhow::Result<Built> {
-    sh(crate::cargo().args([
-        "build",
-        "--release",
-        "--package",
-        "enforcer",
-        "--bin",
-        "enforcer",
-    ]))?;
-    let bin = std::path::absolute(target_dir.join("release/enforcer"))?;
+/// Builds the release enforcer and its image into `out` (an OCI image layout, made anew); with
+/// `binary`, that enforcer binary instead (the install test packages the one it tests).
+pub fn build(target_dir: &Path, out: &Path, binary: Option<&Path>) -> anyhow::Result<Built> {
+    let bin = match binary {
+        Some(b) => std::path::absolute(b)?,
+        None => {
+            sh(crate::cargo().args([
+                "build",
+                "--release",
+                "--package",
+                "enforcer",
+                "--bin",
+                "enforcer",
+            ]))?;
+            std::path::absolute(target_dir.join("release/enforcer"))?
+        }
+    };
     let (version, commit) = version_of(&bin)?;
     let epoch = source_epoch();
     let created = rfc3339(epoch);

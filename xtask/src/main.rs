@@ -108,6 +108,12 @@ enum Task {
         /// Push without TLS verification (a test registry).
         #[arg(long)]
         insecure: bool,
+        /// The CA certificates (`*.crt`) of the registry pushed to.
+        #[arg(long, value_name = "DIR")]
+        cert_dir: Option<PathBuf>,
+        /// Package this enforcer binary instead of building the release one.
+        #[arg(long, value_name = "FILE")]
+        binary: Option<PathBuf>,
     },
     /// The test runner (what `test` and the VM's guest use): a plan's tests, each in its own
     /// process under its bound, outcomes and logs in a directory.
@@ -176,9 +182,13 @@ fn main() -> anyhow::Result<()> {
             out,
             push,
             insecure,
+            cert_dir,
+            binary,
         } => {
-            setup()?;
-            let built = image::build(&target_dir(), &out)?;
+            if binary.is_none() {
+                setup()?;
+            }
+            let built = image::build(&target_dir(), &out, binary.as_deref())?;
             println!(
                 "image {}:{} digest {} ({:.1} MiB compressed)",
                 built.layout.display(),
@@ -187,7 +197,7 @@ fn main() -> anyhow::Result<()> {
                 built.compressed as f64 / f64::from(1 << 20)
             );
             if let Some(reference) = push {
-                image::push(&built, &reference, !insecure, None)?;
+                image::push(&built, &reference, !insecure, cert_dir.as_deref())?;
             }
             Ok(())
         }
