@@ -443,6 +443,19 @@ impl Daemon {
 /// The `enforcer` binary next to this test's target directory, built if needed.
 #[must_use]
 pub fn enforcer_binary() -> PathBuf {
+    workspace_binary("enforcer", "enforcer")
+}
+
+/// The `xtask` binary (the project's tasks: `xtask image`, ...), built if needed.
+#[must_use]
+pub fn xtask_binary() -> PathBuf {
+    workspace_binary("xtask", "xtask")
+}
+
+/// The binary `bin` of the workspace's `package` next to this test's target directory,
+/// built if needed (in the same profile).
+#[must_use]
+pub fn workspace_binary(package: &str, bin: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("the test's own path");
     // target/<profile>/deps/simulate-<hash>
     let profile_dir = exe
@@ -451,18 +464,11 @@ pub fn enforcer_binary() -> PathBuf {
         .expect("target/<profile>")
         .to_owned();
     let target_dir = profile_dir.parent().expect("target dir").to_owned();
-    let bin = profile_dir.join("enforcer");
+    let path = profile_dir.join(bin);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let mut build = std::process::Command::new(cargo);
     build
-        .args([
-            "build",
-            "-p",
-            "enforcer",
-            "--bin",
-            "enforcer",
-            "--target-dir",
-        ])
+        .args(["build", "-p", package, "--bin", bin, "--target-dir"])
         .arg(&target_dir);
     if profile_dir.file_name().is_some_and(|n| n == "release") {
         build.arg("--release");
@@ -480,9 +486,9 @@ pub fn enforcer_binary() -> PathBuf {
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .status()
         .expect("running cargo build");
-    assert!(status.success(), "cargo build -p enforcer failed");
-    assert!(bin.exists(), "{} missing after the build", bin.display());
-    bin
+    assert!(status.success(), "cargo build -p {package} failed");
+    assert!(path.exists(), "{} missing after the build", path.display());
+    path
 }
 
 /// `kubectl kustomize deploy/kustomize/<overlay>`: the objects an operator applies, as JSON

@@ -215,7 +215,15 @@ pub fn build(target_dir: &Path, out: &Path, binary: Option<&Path>) -> anyhow::Re
     let (version, commit) = version_of(&bin)?;
     let epoch = source_epoch();
     let created = rfc3339(epoch);
-    let mut files = vec![(BINARY_PATH.to_owned(), bin.clone(), 0o755)];
+    // Without its debug information (kept: the symbols, for pprof's profiles): a debug build
+    // is mostly DWARF. `strip` writes the same bytes for the same input.
+    let stripped = out.with_extension("binary");
+    sh(Command::new("strip")
+        .arg("--strip-debug")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&bin))?;
+    let mut files = vec![(BINARY_PATH.to_owned(), stripped.clone(), 0o755)];
     for (path, src) in libraries(&bin)? {
         files.push((path, src, 0o755));
     }

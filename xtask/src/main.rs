@@ -27,9 +27,16 @@ pub const HOST_TEST_BOUND: std::time::Duration = std::time::Duration::from_secs(
 /// containerd, the kernel and their daemons far more than they compute.
 const HOST_PARALLEL: usize = 2;
 
-/// Tiers whose tests run one at a time (each holds the node's memory, or a fake API server's
-/// timing, for its whole length); the others run beside them.
-const SERIAL_TIERS: &[&str] = &["e2e_eviction", "apiserver", "companion"];
+/// Tiers whose tests run one at a time, with their serial group: a tier's tests hold the
+/// node's memory or a fake API server's timing for their whole length; `companion` and
+/// `install` also share the companion's fixed ports (127.0.0.1:10266, 10267). The others run
+/// beside them.
+const SERIAL_TIERS: &[(&str, &str)] = &[
+    ("e2e_eviction", "e2e_eviction"),
+    ("apiserver", "apiserver"),
+    ("companion", "companion"),
+    ("install", "companion"),
+];
 
 /// Debian packages the build and the tests need.
 const PACKAGES: &[&str] = &[
@@ -51,8 +58,10 @@ const PACKAGES: &[&str] = &[
     "openssl",
     // pushes images to the test registries through the distribution API
     "curl",
-    // cargo xtask image: the CA bundle in the image, and the push to a registry
+    // cargo xtask image: the CA bundle in the image, the binary's debug information stripped
+    // (strip), and the push to a registry
     "ca-certificates",
+    "binutils",
     "skopeo",
     // the test runner's account of a test past its bound: its threads' stacks
     "gdb",
@@ -412,7 +421,10 @@ fn test(args: &[String]) -> anyhow::Result<()> {
                 bin: b.path.clone(),
                 cwd: b.cwd.clone(),
                 test: t,
-                serial: SERIAL_TIERS.contains(&b.name.as_str()),
+                group: SERIAL_TIERS
+                    .iter()
+                    .find(|(t, _)| *t == b.name)
+                    .map(|(_, g)| (*g).to_owned()),
                 bound: HOST_TEST_BOUND,
             });
         }
@@ -422,7 +434,7 @@ fn test(args: &[String]) -> anyhow::Result<()> {
         (
             SERIAL_TIERS
                 .iter()
-                .position(|t| *t == j.tier)
+                .position(|(t, _)| *t == j.tier)
                 .unwrap_or(SERIAL_TIERS.len()),
             j.tier.clone(),
         )

@@ -9,8 +9,9 @@
 //! log; then its process group is killed and what its fixtures left (processes and cgroups
 //! named after its PID: `enforcer-test-<pid>-...`) is removed.
 //!
-//! Tests of a binary marked serial (they hold one lock in-process today: the node's memory,
-//! one fake API server's timing) run one at a time; others run beside them, `parallel` at once.
+//! Tests of one serial group (a tier that holds one lock in-process today: the node's memory,
+//! one fake API server's timing; or tiers that share a fixed port) run one at a time; others
+//! run beside them, `parallel` at once.
 
 use std::{
     collections::BTreeMap,
@@ -34,8 +35,8 @@ pub struct Job {
     /// Where cargo would run it (the package directory).
     pub cwd: PathBuf,
     pub test: String,
-    /// Its tier's tests run one at a time.
-    pub serial: bool,
+    /// The tests of one group run one at a time (`None`: beside anything).
+    pub group: Option<String>,
     /// Its bound.
     pub bound: Duration,
 }
@@ -78,8 +79,8 @@ pub struct Outcome {
     pub log: PathBuf,
 }
 
-/// A plan as a file (one job a line, tab-separated: tier, serial, bound in seconds, cwd,
-/// binary, test), so the guest's runner gets the host's plan.
+/// A plan as a file (one job a line, tab-separated: tier, serial group or `-`, bound in
+/// seconds, cwd, binary, test), so the guest's runner gets the host's plan.
 pub fn write_plan(path: &Path, jobs: &[Job]) -> anyhow::Result<()> {
     let mut s = String::new();
     for j in jobs {
@@ -87,7 +88,7 @@ pub fn write_plan(path: &Path, jobs: &[Job]) -> anyhow::Result<()> {
             s,
             "{}\t{}\t{}\t{}\t{}\t{}",
             j.tier,
-            u8::from(j.serial),
+            j.group.as_deref().unwrap_or("-"),
             j.bound.as_secs(),
             j.cwd.display(),
             j.bin.display(),
@@ -105,12 +106,12 @@ pub fn read_plan(path: &Path) -> anyhow::Result<Vec<Job>> {
         .filter(|(_, l)| !l.is_empty())
         .map(|(i, l)| {
             let f: Vec<&str> = l.splitn(6, '\t').collect();
-            let [tier, serial, bound, cwd, bin, test] = f[..] else {
+            let [tier, group, bound, cwd, bin, test] = f[..] else {
                 bail!("{}:{}: not 6 tab-separated fields", path.display(), i + 1);
             };
             Ok(Job {
                 tier: tier.to_owned(),
-                serial: serial == "1",
+                group: (group != "-").then(|| group.to_owned()),
                 bound: Duration::from_secs(
                     bound.parse().with_context(|| {
                         format!("{}:{}: bound {bound:?}", path.display(), i + 1)
@@ -198,7 +199,9 @@ pub fn run(
         // Start what may start: a free slot, and no test of the same serial tier running.
         while running.len() < parallel {
             let pos = queue.iter().position(|j| {
-                !j.serial || !running.iter().any(|r| r.job.serial && r.job.tier == j.tier)
+                j.group
+                    .as_ref()
+                    .is_none_or(|g| !running.iter().any(|r| r.job.group.as_ref() == Some(g)))
             });
             let Some(job) = pos.and_then(|p| queue.remove(p)) else {
                 break;
@@ -479,7 +482,7 @@ mod tests {
             bin: "/bin/x".into(),
             cwd: "/tmp".into(),
             test: test.into(),
-            serial,
+            group: serial.then(|| tier.to_owned()),
             bound: Duration::from_secs(7),
         }
     }
@@ -493,7 +496,7 @@ mod tests {
         let back = read_plan(&dir.join("plan")).unwrap();
         assert_eq!(back.len(), 2);
         assert_eq!(back[0].test, "m::t one");
-        assert!(back[0].serial && !back[1].serial);
+        assert!(back[0].group.as_deref() == Some("a") && back[1].group.is_none());
         assert_eq!(back[1].bound, Duration::from_secs(7));
         fs::write(dir.join("bad"), "a\t1\n").unwrap();
         let e = read_plan(&dir.join("bad")).unwrap_err().to_string();
@@ -530,7 +533,7 @@ mod tests {
             bin: bin.clone(),
             cwd: dir.clone(),
             test: test.into(),
-            serial,
+            group: serial.then(|| tier.to_owned()),
             bound: Duration::from_secs(bound),
         };
         let jobs = vec![

@@ -823,6 +823,11 @@ pub const LEFT_OUT: &[(&str, &str)] = &[
         "deploy",
         "the systemd unit and the cluster manifests: files, no kernel in them",
     ),
+    (
+        "install",
+        "the image, the registry, the rendered overlay and Prometheus: the companion's own \
+         kernel-facing paths run in the companion tier here",
+    ),
 ];
 
 /// Options of `cargo xtask vm-test`.
@@ -982,7 +987,7 @@ pub fn vm_test(target_dir: &Path, opts: &Options) -> anyhow::Result<VmRun> {
                     bin: bin.path.clone(),
                     cwd: bin.cwd.clone(),
                     test: t,
-                    serial: true,
+                    group: Some("guest".to_owned()),
                     bound: GUEST_TEST_BOUND,
                 }),
             }
