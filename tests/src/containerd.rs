@@ -235,8 +235,12 @@ impl Containerd {
             stop.args(["stop", &unit]);
             let _ = crate::local::bounded(&stop, 60).status();
         }
+        // `cgroup.kill` (cgroup v2, Linux 5.14) kills the whole subtree at once: a fork loop
+        // cannot outrun it, as it can a walk that reads `cgroup.procs` and kills what it read
+        // (a fork-heavy pod once outlived its test that way and held the CPUs after it).
         for mount in hierarchy_mounts() {
             let root = mount.join(self.root_path().trim_start_matches('/'));
+            let _ = fs::write(root.join("cgroup.kill"), "1");
             walk_dirs(&root, &mut |p| kill_procs_in(p));
         }
         // 2. The shims of this containerd (by PID), containerd, the mounts below the temp

@@ -430,6 +430,8 @@ fn clean_after(pid: u32) {
 }
 
 fn kill_and_remove(dir: &Path) {
+    // The whole subtree at once where the kernel can (cgroup v2): a fork loop cannot outrun it.
+    let _ = fs::write(dir.join("cgroup.kill"), "1");
     if let Ok(rd) = fs::read_dir(dir) {
         for e in rd.flatten() {
             if e.file_type().is_ok_and(|t| t.is_dir()) {
