@@ -68,6 +68,13 @@ pub fn opts(cd: &Containerd) -> RunPodsOptions {
             &enforcer::runtime::images::ImageOptions {
                 node_config: state(cd).join("config.json"),
                 secret_dir: cd.dir.join("pull-secrets"),
+                // Image GC only on a full disk: the build machine's disk is not the test's
+                // subject (see `crate::disk_neutral`).
+                gc: enforcer::policy::images::gc::GcPolicy {
+                    high_percent: 100,
+                    low_percent: 99,
+                    ..Default::default()
+                },
                 ..Default::default()
             },
         )),

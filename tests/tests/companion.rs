@@ -14,7 +14,6 @@
 
 use std::{
     path::{Path, PathBuf},
-    sync::Arc,
     time::Duration,
 };
 
@@ -22,7 +21,7 @@ use enforcer::{
     config::ConfigArgs,
     daemon::{CompanionMode, DaemonOptions},
     policy::{pod_status::ContainerState, qos::QosClass},
-    runtime::{CriRuntime, StatusManager, run_pods_with},
+    runtime::CriRuntime,
 };
 use enforcer_tests::{
     Daemon,

@@ -244,7 +244,7 @@ fn the_companion_kustomization_renders_what_a_cluster_installs() {
     .collect();
     assert_eq!(granted, wanted, "the companion's role");
     let ds = parse::<DaemonSet>("DaemonSet", named("DaemonSet", "enforcer-companion"));
-    let spec = ds.spec.expect("spec");
+    let spec = ds.spec;
     assert!(spec.min_ready_seconds.unwrap_or(0) > 0, "minReadySeconds");
     let pod = spec.template.spec.expect("pod spec");
     assert_eq!(pod.host_pid, Some(true));

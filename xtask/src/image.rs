@@ -190,7 +190,7 @@ fn layer(files: &[(String, PathBuf, u32)], mtime: u64) -> anyhow::Result<(Vec<u8
     let tar = tar.into_inner()?;
     let mut gz = flate2::GzBuilder::new()
         .mtime(0)
-        .write(Vec::new(), flate2::Compression::best());
+        .write(Vec::new(), flate2::Compression::default());
     gz.write_all(&tar)?;
     Ok((tar, gz.finish()?))
 }
@@ -218,6 +218,9 @@ pub fn build(target_dir: &Path, out: &Path, binary: Option<&Path>) -> anyhow::Re
     // Without its debug information (kept: the symbols, for pprof's profiles): a debug build
     // is mostly DWARF. `strip` writes the same bytes for the same input.
     let stripped = out.with_extension("binary");
+    if let Some(parent) = out.parent() {
+        fs::create_dir_all(parent).with_context(|| format!("mkdir {}", parent.display()))?;
+    }
     sh(Command::new("strip")
         .arg("--strip-debug")
         .arg("-o")

@@ -705,14 +705,37 @@ pub fn guest_total(vm: &Vm) -> Option<f64> {
 pub const BUSYBOX_TIERS: &[(&str, &[&str])] = &[
     ("unit", &["kernel::", "cgroup::", "node::"]),
     ("signals", &[]),
-    ("pressure", &[]),
+    // Memory, OOM and pid pressure on v2's files; disk pressure (a tmpfs, no cgroup in it)
+    // stays on the host.
+    ("pressure", &["memory", "oom_kill", "pid_pressure"]),
     ("enforcement", &[]),
     ("eviction", &[]),
     ("tripwire", &[]),
-    ("runtime", &[]),
-    // kubelet's node e2e: the memory and OOM scenarios (what cgroup v2 changes); the disk
-    // ones (a tmpfs nodefs, no cgroup in it) stay on the host, for time.
-    ("e2e_eviction", &["memory", "oom_killer", "pod_using_more"]),
+    // The runtime where cgroups are made, limited, adopted and removed; its CRI logic
+    // (backoff, grace periods, init containers, manifests, CNI, image filesystem) is the
+    // same on either version and stays on the host.
+    (
+        "runtime",
+        &[
+            "manifest_runs_edit_restarts_changed_removal_cleans_up",
+            "over_the_memory_limit_is_oom_killed",
+            "enforcer_restart_adopts",
+            "containerd_restart_reconnects",
+        ],
+    ),
+    // kubelet's node e2e: the memory eviction and OOM scenarios (what cgroup v2 changes:
+    // its working set, memory.oom.group, the memory.high tripwire, the cap of a throttled
+    // victim); the ranking scenarios (the decision core's order, the same on either version)
+    // and the disk ones (a tmpfs nodefs) stay on the host, for time.
+    (
+        "e2e_eviction",
+        &[
+            "memory_allocatable_eviction",
+            "memory_throttle_then_graceful_stop",
+            "oom_killer",
+            "pod_using_more",
+        ],
+    ),
     // Beside a kubelet-shaped node: the companion's kills, its CRI fallback and the kernel
     // OOM killer's choice once aligned, on a v2 node.
     ("companion", &[]),
