@@ -164,12 +164,6 @@ pub async fn serve_secure(
         tokio::spawn(secure::bootstrap(opts.clone(), b));
     }
     let auth = Arc::new(secure::Auth::new(opts, &tls));
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| secure::SecureError::Tls(format!("binding {addr}: {e}")))?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| secure::SecureError::Tls(e.to_string()))?;
     let state = app_state(sources);
     let streams = Router::new()
         .route(
@@ -204,6 +198,21 @@ pub async fn serve_secure(
     let app = router(state)
         .merge(streams)
         .layer(middleware::from_fn_with_state(auth, secure::filter));
+    serve_tls(addr, app, tls).await
+}
+
+/// Binds `addr` and serves `app` over `tls` until the [`Server`] is stopped.
+async fn serve_tls(
+    addr: SocketAddr,
+    app: Router,
+    tls: secure::Tls,
+) -> Result<Server, secure::SecureError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| secure::SecureError::Tls(format!("binding {addr}: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| secure::SecureError::Tls(e.to_string()))?;
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let task = tokio::spawn(accept_loop(
         listener,
@@ -229,31 +238,13 @@ pub async fn serve_secure_metrics(
 ) -> Result<Server, secure::SecureError> {
     let tls = secure::tls_with(&opts, None)?;
     let auth = Arc::new(secure::Auth::new(opts, &tls));
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| secure::SecureError::Tls(format!("binding {addr}: {e}")))?;
-    let local = listener
-        .local_addr()
-        .map_err(|e| secure::SecureError::Tls(e.to_string()))?;
     let app = Router::new()
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .layer(middleware::from_fn(deadline))
         .with_state(app_state(sources))
         .layer(middleware::from_fn_with_state(auth, secure::filter));
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-    let task = tokio::spawn(accept_loop(
-        listener,
-        app,
-        stopped,
-        Some(Arc::new(tls)),
-        SECURE_CONNECTION_LIFETIME,
-    ));
-    Ok(Server {
-        addr: local,
-        stop,
-        task,
-    })
+    serve_tls(addr, app, tls).await
 }
 
 fn app_state(sources: Sources) -> Shared {
@@ -354,31 +345,17 @@ async fn metrics(State(s): State<Shared>) -> Response {
 }
 
 async fn healthz(State(s): State<Shared>) -> Response {
-    let failures = s.sources.health.failures();
-    if failures.is_empty() {
-        return text(
-            StatusCode::OK,
-            "text/plain; charset=utf-8",
-            "ok\n".to_owned(),
-        );
-    }
-    let mut body = String::new();
-    for f in failures {
-        body.push_str("failed: ");
-        body.push_str(&f);
-        body.push('\n');
-    }
-    text(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "text/plain; charset=utf-8",
-        body,
-    )
+    checks_page(&s.sources.health.failures(), "failed")
 }
 
 /// Ready: alive, started, and nothing it needs missing; else 503 with one line per reason
 /// (a readiness probe's answer an operator can read: `kubectl describe pod` shows it).
 async fn readyz(State(s): State<Shared>) -> Response {
-    let reasons = s.sources.health.not_ready();
+    checks_page(&s.sources.health.not_ready(), "not ready")
+}
+
+/// `200 ok`, or `503` with one `<label>: <reason>` line per reason.
+fn checks_page(reasons: &[String], label: &str) -> Response {
     if reasons.is_empty() {
         return text(
             StatusCode::OK,
@@ -386,12 +363,7 @@ async fn readyz(State(s): State<Shared>) -> Response {
             "ok\n".to_owned(),
         );
     }
-    let mut body = String::new();
-    for r in reasons {
-        body.push_str("not ready: ");
-        body.push_str(&r);
-        body.push('\n');
-    }
+    let body: String = reasons.iter().map(|r| format!("{label}: {r}\n")).collect();
     text(
         StatusCode::SERVICE_UNAVAILABLE,
         "text/plain; charset=utf-8",

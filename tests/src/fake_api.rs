@@ -433,6 +433,22 @@ impl FakeApi {
         }
     }
 
+    /// Waits (at most 30 s, scaled) for the `Evicted` event of the pod `uid` and returns it.
+    pub async fn evicted_event(&self, uid: &str) -> Value {
+        let find = || {
+            self.list(Kind::Event)
+                .into_iter()
+                .find(|e| e["reason"] == "Evicted" && e["involvedObject"]["uid"] == uid)
+        };
+        crate::node::wait_until(
+            "the Evicted event in the API",
+            Duration::from_secs(30),
+            || find().is_some(),
+        )
+        .await;
+        find().expect("the Evicted event")
+    }
+
     /// The TokenReviews and SubjectAccessReviews answered: (kind, spec).
     #[must_use]
     pub fn reviews(&self) -> Vec<(String, Value)> {

@@ -572,3 +572,18 @@ pub fn disk_neutral(args: &enforcer::config::ConfigArgs) -> enforcer::config::Co
     }
     args
 }
+
+/// An HTTP/1.0 GET on loopback: (status line, body).
+pub fn http_get(addr: &str, path: &str) -> std::io::Result<(String, String)> {
+    use std::io::Read as _;
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    Ok((
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    ))
+}

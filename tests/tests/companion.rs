@@ -286,21 +286,7 @@ async fn companion_evicts_kubelets_choice_and_the_api_shows_kubelets_eviction() 
     let keeper = fake.get(Kind::Pod, "default", "keeper").expect("keeper");
     assert_ne!(keeper["status"]["reason"], "Evicted", "{keeper}");
     // The Evicted event, with kubelet's reason and the kill record's annotation.
-    wait_until(
-        "the Evicted event in the API",
-        Duration::from_secs(30),
-        || {
-            fake.list(Kind::Event)
-                .iter()
-                .any(|e| e["reason"] == "Evicted" && e["involvedObject"]["uid"] == VICTIM)
-        },
-    )
-    .await;
-    let ev = fake
-        .list(Kind::Event)
-        .into_iter()
-        .find(|e| e["reason"] == "Evicted" && e["involvedObject"]["uid"] == VICTIM)
-        .expect("event");
+    let ev = fake.evicted_event(VICTIM).await;
     assert_eq!(ev["type"], "Warning");
     assert!(
         ev["metadata"]["annotations"]["enforcer/kill-record"].is_string(),
@@ -661,17 +647,6 @@ async fn kernel_oom_kill_follows_kubelets_ranking_once_aligned() {
     cd.teardown();
 }
 
-/// An HTTP GET on loopback (HTTP/1.0, the whole answer).
-fn http_get(addr: &str, path: &str) -> std::io::Result<String> {
-    use std::io::{Read as _, Write as _};
-    let mut s = std::net::TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out)
-}
-
 /// On a kubeadm node kube-proxy's health server holds `0.0.0.0:10256` (the companion's old
 /// port) and kubelet 10248/10250/10255: the companion, given no address, starts beside them and
 /// serves on its own port; given one of kubelet's, it refuses to start and says why.
@@ -691,19 +666,19 @@ async fn companion_starts_beside_kube_proxys_port_and_never_takes_kubelets() {
         log.contains("the HTTP port is 127.0.0.1:10266"),
         "the companion says its port: {log}"
     );
-    let mut answer = String::new();
+    let mut answer = (String::new(), String::new());
     wait_until(
         "the companion's /healthz on 127.0.0.1:10266",
         Duration::from_secs(30),
         || {
-            answer = http_get("127.0.0.1:10266", "/healthz").unwrap_or_default();
-            answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200")
+            answer = enforcer_tests::http_get("127.0.0.1:10266", "/healthz").unwrap_or_default();
+            answer.0.contains(" 200")
         },
     )
     .await;
     eprintln!(
         "kube-proxy's 0.0.0.0:10256 held; the companion answers on 127.0.0.1:10266: {}",
-        answer.lines().next().unwrap_or_default()
+        answer.0
     );
     companion.stop();
     drop(kube_proxy);

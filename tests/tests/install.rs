@@ -18,7 +18,6 @@
 //! (`--node-ip 127.0.0.1`: every port stays on loopback).
 
 use std::{
-    io::{Read as _, Write as _},
     path::{Path, PathBuf},
     process::{Command, Stdio},
     time::Duration,
@@ -27,6 +26,7 @@ use std::{
 use enforcer_tests::{
     containerd::Containerd,
     fake_api::{FakeApi, Kind},
+    http_get,
     kubelet::{Kubelet, grower, holder, pod_json},
     node::wait_until,
     pods::NODE,
@@ -66,20 +66,6 @@ fn build_image(out: &Path, push: Option<(&str, &Path)>) -> String {
         .nth(1)
         .unwrap_or_else(|| panic!("a digest in {text:?}"))
         .to_owned()
-}
-
-/// An HTTP/1.0 GET on loopback: (status line, body).
-fn http_get(addr: &str, path: &str) -> std::io::Result<(String, String)> {
-    let mut s = std::net::TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
-    Ok((
-        head.lines().next().unwrap_or_default().to_owned(),
-        body.to_owned(),
-    ))
 }
 
 /// A query's answer from Prometheus' HTTP API (`data.result`).
@@ -367,21 +353,7 @@ async fn the_companion_installs_from_its_image_and_evicts_with_metrics_scraped()
             .any(|c| c["type"] == "DisruptionTarget" && c["reason"] == "TerminationByKubelet"),
         "{hog}"
     );
-    wait_until(
-        "the Evicted event in the API",
-        Duration::from_secs(30),
-        || {
-            fake.list(Kind::Event)
-                .iter()
-                .any(|e| e["reason"] == "Evicted" && e["involvedObject"]["uid"] == HOG)
-        },
-    )
-    .await;
-    let event = fake
-        .list(Kind::Event)
-        .into_iter()
-        .find(|e| e["reason"] == "Evicted" && e["involvedObject"]["uid"] == HOG)
-        .expect("event");
+    let event = fake.evicted_event(HOG).await;
     eprintln!(
         "the Evicted event: {} (source {})",
         event["message"], event["source"]
