@@ -83,13 +83,7 @@ pub fn adjust_config(
         "only the enforcer's own metric families are served (kubelet serves its own)".to_owned(),
     );
     if !config.enforcer.http_address_given {
-        config.enforcer.http_address =
-            crate::config::COMPANION_HTTP_ADDRESS.parse().map_err(|_| {
-                CompanionConfigError::KubeletPort {
-                    flag: "--http-address (enforcer.httpAddress)",
-                    addr: crate::config::COMPANION_HTTP_ADDRESS.to_owned(),
-                }
-            })?;
+        config.enforcer.http_address = crate::config::COMPANION_HTTP_ADDRESS;
         changes.push(format!(
             "the HTTP port is {} (kubelet has 10248, 10250 and 10255, kube-proxy 10249 and \
              10256)",

@@ -74,7 +74,10 @@ pub const DEFAULT_HTTP_ADDRESS: &str = "127.0.0.1:10255";
 /// The companion's HTTP port when none is given: beside kubelet (10248, 10250, 10255) and
 /// kube-proxy (10249, 10256) on a kubeadm node, and clear of the controller manager (10257),
 /// the scheduler (10259) and etcd (2379-2381).
-pub const COMPANION_HTTP_ADDRESS: &str = "127.0.0.1:10266";
+pub const COMPANION_HTTP_ADDRESS: SocketAddr = SocketAddr::V4(std::net::SocketAddrV4::new(
+    std::net::Ipv4Addr::LOCALHOST,
+    10266,
+));
 
 /// kubelet's own ports (healthz, the secure port, the read-only port): a companion never
 /// binds them.

@@ -366,7 +366,7 @@ pub async fn run(
             node_name: config.node_name(),
             kubeconfig: opts.kubeconfig.clone(),
             bootstrap: serving.server_tls_bootstrap,
-            addresses: crate::node::default_route_ip()
+            addresses: crate::node::node_ip()
                 .into_iter()
                 .map(|ip| ip.to_string())
                 .collect(),

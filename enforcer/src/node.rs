@@ -162,7 +162,7 @@ pub fn kubelet_version() -> String {
     format!("v1.34.0+enforcer.{}", env!("CARGO_PKG_VERSION"))
 }
 
-/// `--node-ip`, set once at the daemon's start: [`default_route_ip`] answers it.
+/// `--node-ip`, set once at the daemon's start: [`node_ip`] answers it.
 static NODE_IP: std::sync::OnceLock<std::net::IpAddr> = std::sync::OnceLock::new();
 
 /// Sets the node's IP (`--node-ip`) for the process (once; a second call is ignored).
@@ -170,12 +170,13 @@ pub fn set_node_ip(ip: std::net::IpAddr) {
     let _ = NODE_IP.set(ip);
 }
 
-/// The node's IP as kubelet picks one without `--node-ip` (the address of the default route's
-/// interface): the source address the kernel picks for a route to a public address (found by
-/// connecting a UDP socket, which sends nothing); `None` without a default route. The Node's
-/// `InternalIP`, pods' `status.hostIP`, and the downward API's `status.hostIP(s)`.
+/// The node's IP: `--node-ip` when given, else as kubelet picks one without it (the address of
+/// the default route's interface): the source address the kernel picks for a route to a public
+/// address (found by connecting a UDP socket, which sends nothing); `None` without a default
+/// route. The Node's `InternalIP`, pods' `status.hostIP`, and the downward API's
+/// `status.hostIP(s)`.
 #[must_use]
-pub fn default_route_ip() -> Option<String> {
+pub fn node_ip() -> Option<String> {
     if let Some(ip) = NODE_IP.get() {
         return Some(ip.to_string());
     }

@@ -355,7 +355,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         downward: crate::policy::env::EnvContext {
             node_name: opts.node_name.clone(),
             // The Node's InternalIP (cluster mode's `status.hostIP`): the same probe.
-            host_ips: crate::node::default_route_ip().into_iter().collect(),
+            host_ips: crate::node::node_ip().into_iter().collect(),
             pod_ips: Vec::new(),
             allocatable: downward_allocatable(&opts),
             objects: None,

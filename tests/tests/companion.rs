@@ -357,6 +357,18 @@ async fn companion_without_an_api_server_ranks_by_the_node_and_stops_the_sandbox
     cd.teardown();
 }
 
+/// The companion's flags for `cd`'s node: kubelet's file, the runtime, a state directory.
+fn node_args(cd: &Containerd, state: &str) -> [String; 3] {
+    [
+        format!(
+            "--kubelet-config={}",
+            cd.dir.join("kubelet-config.yaml").display()
+        ),
+        format!("--cri-socket={}", cd.socket.display()),
+        format!("--state-dir={}", cd.dir.join(state).display()),
+    ]
+}
+
 /// `enforcer run --companion` as a process, root with only the DaemonSet's capabilities (its
 /// bounding set: root's permitted set after exec).
 struct CompanionProcess {
@@ -394,15 +406,7 @@ impl CompanionProcess {
             .arg(&bin)
             // eBPF only: a missing capability fails the start instead of falling back.
             .args(["run", "--companion", "--signal-source=ebpf"])
-            .arg(format!(
-                "--kubelet-config={}",
-                cd.dir.join("kubelet-config.yaml").display()
-            ))
-            .arg(format!("--cri-socket={}", cd.socket.display()))
-            .arg(format!(
-                "--state-dir={}",
-                cd.dir.join("companion-state").display()
-            ))
+            .args(node_args(cd, "companion-state"))
             .args(http.map(|a| format!("--http-address={a}")))
             .arg(format!("--hostname-override={NODE}"))
             .arg(format!("--node-capacity={capacity}"))
@@ -685,15 +689,7 @@ async fn companion_starts_beside_kube_proxys_port_and_never_takes_kubelets() {
     // One of kubelet's ports: refused at start, naming it.
     let out = std::process::Command::new(enforcer_tests::enforcer_binary())
         .args(["run", "--companion", "--signal-source=poll"])
-        .arg(format!(
-            "--kubelet-config={}",
-            cd.dir.join("kubelet-config.yaml").display()
-        ))
-        .arg(format!("--cri-socket={}", cd.socket.display()))
-        .arg(format!(
-            "--state-dir={}",
-            cd.dir.join("refused-state").display()
-        ))
+        .args(node_args(&cd, "refused-state"))
         .arg("--http-address=127.0.0.1:10250")
         .output()
         .expect("run the companion");

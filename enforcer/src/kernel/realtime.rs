@@ -39,24 +39,21 @@ pub fn make_realtime(priority: i32) -> Result<(), std::io::Error> {
 /// (background work that must not slow the node's processes, e.g. loading the memory cgroup
 /// iterator).
 pub fn make_idle() -> Result<(), std::io::Error> {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: pid 0 is the calling thread; the kernel reads `param` during the call only, and
-    // it lives on this stack frame for the whole call.
-    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    set_policy(libc::SCHED_IDLE)
 }
 
 /// Puts the calling thread back in `SCHED_OTHER` (nice as it was): after low-priority work,
 /// before work that holds a lock others wait for.
 pub fn make_normal() -> Result<(), std::io::Error> {
+    set_policy(libc::SCHED_OTHER)
+}
+
+/// The calling thread under a policy without a static priority (`SCHED_IDLE`, `SCHED_OTHER`).
+fn set_policy(policy: libc::c_int) -> Result<(), std::io::Error> {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: pid 0 is the calling thread; the kernel reads `param` during the call only, and
     // it lives on this stack frame for the whole call.
-    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
+    let r = unsafe { libc::sched_setscheduler(0, policy, &param) };
     if r == 0 {
         Ok(())
     } else {

@@ -246,11 +246,7 @@ pub async fn watch_pods(
     tx: mpsc::UnboundedSender<SourceEvent>,
     health: Option<Arc<crate::health::Health>>,
 ) {
-    let ready = |why: Option<String>| {
-        if let Some(h) = &health {
-            h.set_not_ready("apiserver", why);
-        }
-    };
+    let ready = |why: Option<String>| api_ready(health.as_deref(), why);
     let api: kube::Api<Pod> = kube::Api::all(client);
     let stream = watcher(api, watch_config(&node_name)).default_backoff();
     futures::pin_mut!(stream);
@@ -288,6 +284,13 @@ pub async fn watch_pods(
     }
 }
 
+/// The API server's part of `/readyz`: `why` it is not reachable, or `None`.
+fn api_ready(health: Option<&crate::health::Health>, why: Option<String>) {
+    if let Some(h) = health {
+        h.set_not_ready("apiserver", why);
+    }
+}
+
 /// Starts the API-server source for the kubeconfig's cluster: the receiver gets its events;
 /// dropping it stops the watch. A kubeconfig that cannot be loaded is retried every 10 s
 /// (and logged), so a bad file never stops the other pod sources.
@@ -299,16 +302,12 @@ pub fn spawn(
 ) -> (mpsc::UnboundedReceiver<SourceEvent>, JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let task = tokio::spawn(async move {
-        if let Some(h) = &health {
-            h.set_not_ready("apiserver", Some("connecting".to_owned()));
-        }
+        api_ready(health.as_deref(), Some("connecting".to_owned()));
         let client = loop {
             match client_from_kubeconfig(&kubeconfig).await {
                 Ok(c) => break c,
                 Err(e) => {
-                    if let Some(h) = &health {
-                        h.set_not_ready("apiserver", Some(format!("{e}")));
-                    }
+                    api_ready(health.as_deref(), Some(e.to_string()));
                     tracing::error!(error = %e, "API-server pod source cannot start; retrying in 10 s");
                     tokio::select! {
                         () = tx.closed() => return,

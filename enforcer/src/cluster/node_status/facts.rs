@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::node::default_route_ip;
+use crate::node::node_ip;
 
 /// What the node reports about itself.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -73,7 +73,7 @@ impl NodeFacts {
             labels,
             capacity: q(capacity),
             allocatable: q(allocatable),
-            host_ip: default_route_ip(),
+            host_ip: node_ip(),
             kernel_version: read_trimmed("/proc/sys/kernel/osrelease"),
             os_image: os_image(&std::fs::read_to_string("/etc/os-release").unwrap_or_default()),
             container_runtime_version,
