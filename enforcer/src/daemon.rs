@@ -160,6 +160,42 @@ fn raise_nofile_limit() {
     }
 }
 
+/// `--secure-metrics-address`: `/metrics` over TLS, its bearer tokens and access reviewed by
+/// the API server (so it needs the kubeconfig); `None` when not asked for.
+async fn secure_metrics_port(
+    config: &Config,
+    kubeconfig: Option<&std::path::Path>,
+    sources: server::Sources,
+) -> Result<Option<server::Server>, DaemonError> {
+    let Some(addr) = config.enforcer.secure_metrics_address else {
+        return Ok(None);
+    };
+    let Some(kubeconfig) = kubeconfig else {
+        return Err(DaemonError::SecureMetricsWithoutApi { addr });
+    };
+    let secure = server::secure::SecureOptions {
+        cert_files: None,
+        cert_dir: config.enforcer.state_dir.join("pki"),
+        hostname: config.node_name(),
+        client_ca: None,
+        anonymous: false,
+        token_webhook: Some(std::time::Duration::from_secs(120)),
+        authz: server::secure::AuthzMode::Webhook {
+            allowed_ttl: std::time::Duration::from_secs(300),
+            denied_ttl: std::time::Duration::from_secs(30),
+        },
+        node_name: config.node_name(),
+        kubeconfig: Some(kubeconfig.to_path_buf()),
+        bootstrap: false,
+        addresses: vec![addr.ip().to_string()],
+    };
+    let s = server::serve_secure_metrics(addr, sources, secure)
+        .await
+        .map_err(|source| DaemonError::Secure { addr, source })?;
+    tracing::info!(addr = %s.addr, "serving /metrics over TLS (TokenReview, SubjectAccessReview on nodes/metrics)");
+    Ok(Some(s))
+}
+
 /// Runs until `shutdown` resolves.
 pub async fn run(
     opts: DaemonOptions,
@@ -385,30 +421,7 @@ pub async fn run(
         tracing::info!(addr = %s.addr, "serving the read-only port (no authentication)");
         extra_servers.push(s);
     }
-    if let Some(addr) = config.enforcer.secure_metrics_address {
-        let Some(kubeconfig) = opts.kubeconfig.clone() else {
-            return Err(DaemonError::SecureMetricsWithoutApi { addr });
-        };
-        let secure = server::secure::SecureOptions {
-            cert_files: None,
-            cert_dir: config.enforcer.state_dir.join("pki"),
-            hostname: config.node_name(),
-            client_ca: None,
-            anonymous: false,
-            token_webhook: Some(std::time::Duration::from_secs(120)),
-            authz: server::secure::AuthzMode::Webhook {
-                allowed_ttl: std::time::Duration::from_secs(300),
-                denied_ttl: std::time::Duration::from_secs(30),
-            },
-            node_name: config.node_name(),
-            kubeconfig: Some(kubeconfig),
-            bootstrap: false,
-            addresses: vec![addr.ip().to_string()],
-        };
-        let s = server::serve_secure_metrics(addr, sources(), secure)
-            .await
-            .map_err(|source| DaemonError::Secure { addr, source })?;
-        tracing::info!(addr = %s.addr, "serving /metrics over TLS (TokenReview, SubjectAccessReview on nodes/metrics)");
+    if let Some(s) = secure_metrics_port(&config, opts.kubeconfig.as_deref(), sources()).await? {
         extra_servers.push(s);
     }
     let server = server::serve(config.enforcer.http_address, sources())
