@@ -219,6 +219,41 @@ impl Companion {
         Ok(out)
     }
 
+    /// Lists the runtime's pods into `sandboxes`; a runtime that does not answer (its socket
+    /// not mounted, containerd down) keeps the last list and makes the companion not ready,
+    /// named in `/readyz`, until it answers again.
+    async fn relist_runtime(&self, sandboxes: &mut Vec<Sandbox>, failing: &mut bool) {
+        match self.list_runtime().await {
+            Ok(s) => {
+                if *failing {
+                    tracing::info!("the container runtime answers again");
+                }
+                *failing = false;
+                *sandboxes = s;
+                self.not_ready("runtime", None);
+            }
+            Err(e) => {
+                if !*failing {
+                    tracing::warn!(error = %e, "listing the runtime's pod sandboxes; keeping the last list");
+                }
+                *failing = true;
+                self.not_ready(
+                    "runtime",
+                    Some(format!(
+                        "the container runtime does not answer ({e}); is its socket mounted?"
+                    )),
+                );
+            }
+        }
+    }
+
+    /// Reports `check` not ready for `why` in `/readyz` (`None`: ready again).
+    fn not_ready(&self, check: &'static str, why: Option<String>) {
+        if let Some(h) = &self.health {
+            h.set_not_ready(check, why);
+        }
+    }
+
     /// Publishes the watched pods to the eviction manager (the [`NodeLink`]'s active set).
     fn publish(&self, members: &BTreeMap<String, Member>, evicting: &BTreeMap<String, Evicting>) {
         let now = self.link.active();
@@ -315,6 +350,12 @@ impl Companion {
         report_to_api: Option<tokio::sync::mpsc::UnboundedSender<evicted::Report>>,
         stop: impl std::future::Future<Output = ()>,
     ) {
+        if self.layout.controller("memory").is_none() {
+            self.not_ready(
+                "cgroup",
+                Some("no memory cgroup controller is mounted: the companion sees no pod's memory (mount the host's /sys/fs/cgroup)".to_owned()),
+            );
+        }
         let mut api_rx = self.kubeconfig.clone().map(|k| {
             crate::runtime::apiserver::spawn(k, self.node_name.clone(), self.health.clone())
         });
@@ -328,7 +369,7 @@ impl Companion {
         let mut tick = tokio::time::interval(self.relist);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut runtime_failing = false;
-        let mut last_inversions: Vec<(String, String)> = Vec::new();
+        let mut aligner = Aligner::load(&self.state_dir);
         let mut aligned_at: Option<Instant> = None;
         let kubepods = self.driver.name(&cgroup_name::kubepods(&self.cgroup_root));
         let cri = self.cri.clone();
@@ -392,21 +433,7 @@ impl Companion {
                     }
                 }
                 _ = tick.tick() => {
-                    match self.list_runtime().await {
-                        Ok(s) => {
-                            if runtime_failing {
-                                tracing::info!("the container runtime answers again");
-                            }
-                            runtime_failing = false;
-                            sandboxes = s;
-                        }
-                        Err(e) => {
-                            if !runtime_failing {
-                                tracing::warn!(error = %e, "listing the runtime's pod sandboxes; keeping the last list");
-                            }
-                            runtime_failing = true;
-                        }
-                    }
+                    self.relist_runtime(&mut sandboxes, &mut runtime_failing).await;
                     if let Some(mut d) = dir.take() {
                         let (d, pods) = tokio::task::spawn_blocking(move || {
                             let events = d.scan();
@@ -439,32 +466,123 @@ impl Companion {
             self.publish(&members, &evicting);
             if self.align_oom && aligned_at.is_none_or(|t| t.elapsed() >= self.relist) {
                 aligned_at = Some(Instant::now());
-                let layout = self.layout.clone();
-                let kubepods = kubepods.clone();
-                let active = self.link.active();
-                if let Ok(r) = tokio::task::spawn_blocking(move || {
-                    oom::align_once(&layout, &kubepods, &active)
-                })
-                .await
-                {
-                    if r.inversions != last_inversions {
-                        if r.inversions.is_empty() {
-                            tracing::info!(
-                                "the kernel's OOM choice follows kubelet's ranking again"
-                            );
-                        } else {
-                            tracing::warn!(inversions = ?r.inversions, kernel_first = ?r.kernel_first, "the kernel's OOM choice differs from kubelet's ranking beyond what oom_score_adj can fix");
-                        }
-                        last_inversions.clone_from(&r.inversions);
-                    }
-                    if !r.failed.is_empty() {
-                        tracing::warn!(failed = ?r.failed, "oom_score_adj could not be written");
-                    }
-                    write_report(&self.state_dir, &r);
-                }
+                aligner = self.align(aligner, &kubepods).await;
             }
         }
+        if self.align_oom {
+            self.restore_oom_scores(aligner).await;
+        }
     }
+
+    /// One alignment of the watched pods' `oom_score_adj` with kubelet's ranking, off the
+    /// async threads; its report in `companion.json`, kubelet's values kept.
+    async fn align(&self, mut aligner: Aligner, kubepods: &str) -> Aligner {
+        let layout = self.layout.clone();
+        let kubepods = kubepods.to_owned();
+        let active = self.link.active();
+        let before = aligner.originals.clone();
+        let Ok((r, originals)) = tokio::task::spawn_blocking(move || {
+            let mut originals = before;
+            let r = oom::align_once(&layout, &kubepods, &active, &mut originals);
+            (r, originals)
+        })
+        .await
+        else {
+            return aligner;
+        };
+        if r.inversions != aligner.last_inversions {
+            if r.inversions.is_empty() {
+                tracing::info!("the kernel's OOM choice follows kubelet's ranking again");
+            } else {
+                tracing::warn!(inversions = ?r.inversions, kernel_first = ?r.kernel_first, "the kernel's OOM choice differs from kubelet's ranking beyond what oom_score_adj can fix");
+            }
+            aligner.last_inversions.clone_from(&r.inversions);
+        }
+        if !r.failed.is_empty() {
+            tracing::warn!(failed = ?r.failed, "oom_score_adj could not be written");
+        }
+        write_report(&self.state_dir, &r);
+        if originals != aligner.originals {
+            if let Err(e) = originals.save(&self.state_dir) {
+                tracing::warn!(error = %e, "keeping kubelet's oom_score_adj values");
+            }
+            aligner.originals = originals;
+        }
+        aligner
+    }
+
+    /// At stop: kubelet's `oom_score_adj` back on every process the companion re-scored, so
+    /// the node without the companion is as kubelet left it; the record goes once all are
+    /// written.
+    async fn restore_oom_scores(&self, aligner: Aligner) {
+        if aligner.originals.is_empty() {
+            return;
+        }
+        let layout = self.layout.clone();
+        let state_dir = self.state_dir.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            restore_recorded(&layout, &state_dir, &aligner.originals)
+        })
+        .await;
+        match done {
+            Ok(Ok(r)) => {
+                tracing::info!(
+                    processes = r.processes,
+                    "kubelet's oom_score_adj values restored"
+                )
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "restoring kubelet's oom_score_adj values"),
+            Err(e) => tracing::warn!(error = %e, "restoring kubelet's oom_score_adj values"),
+        }
+    }
+}
+
+/// The alignment's state across rounds: kubelet's values kept, the last inversions logged.
+#[derive(Debug, Default)]
+struct Aligner {
+    originals: oom::Originals,
+    last_inversions: Vec<(String, String)>,
+}
+
+impl Aligner {
+    /// kubelet's values as a previous run of the companion kept them in `state_dir`.
+    fn load(state_dir: &Path) -> Self {
+        let originals = oom::Originals::load(state_dir).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "kubelet's oom_score_adj values from an earlier run are lost; starting a new record");
+            oom::Originals::default()
+        });
+        Self {
+            originals,
+            last_inversions: Vec::new(),
+        }
+    }
+}
+
+/// Restores kubelet's recorded values ([`oom::restore`]) and removes the record when every
+/// process took its value.
+///
+/// # Errors
+/// A process's value could not be written (the record is kept), or the record not removed.
+pub fn restore_recorded(
+    layout: &CgroupLayout,
+    state_dir: &Path,
+    originals: &oom::Originals,
+) -> Result<oom::Restored, RestoreError> {
+    let r = oom::restore(layout, originals);
+    if !r.failed.is_empty() {
+        return Err(RestoreError::Failed(r.failed));
+    }
+    oom::Originals::default().save(state_dir)?;
+    Ok(r)
+}
+
+/// kubelet's `oom_score_adj` values could not all be restored.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("oom_score_adj could not be written for {0:?}; the record is kept for another try")]
+    Failed(Vec<String>),
+    #[error(transparent)]
+    Record(#[from] oom::OriginalsError),
 }
 
 /// `companion.json` in the state directory: the last alignment.

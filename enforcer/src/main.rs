@@ -67,6 +67,14 @@ enum Command {
     /// Checks the node against what the enforcer expects (kernel features, capabilities,
     /// pod cgroups, OOM scores, leftover cgroups); each finding with its fix; exit 0 when clean.
     Doctor(Box<enforcer::cli::doctor::DoctorArgs>),
+    /// Writes back kubelet's `oom_score_adj` values that a companion replaced (kept in its state
+    /// directory): a companion does it itself when it stops; this is for one that could not
+    /// (killed), before or after an uninstall.
+    RestoreOomScores {
+        /// The companion's state directory.
+        #[arg(long, default_value = "/var/lib/enforcer-companion")]
+        state_dir: PathBuf,
+    },
     /// Shell completion for the enforcer's commands and flags, on standard output
     /// (`enforcer completion bash > /etc/bash_completion.d/enforcer`).
     Completion {
@@ -178,6 +186,26 @@ fn install_reload<S: 'static>(
     }));
 }
 
+/// `enforcer restore-oom-scores`.
+fn restore_oom_scores(state_dir: &std::path::Path) -> anyhow::Result<()> {
+    let originals = enforcer::companion::oom::Originals::load(state_dir)?;
+    if originals.is_empty() {
+        println!(
+            "no oom_score_adj values recorded in {}: nothing to restore",
+            state_dir.display()
+        );
+        return Ok(());
+    }
+    let layout = CgroupLayout::discover()?;
+    let done = enforcer::companion::restore_recorded(&layout, state_dir, &originals)?;
+    println!(
+        "kubelet's oom_score_adj restored on {} processes of {} containers",
+        done.processes,
+        originals.len()
+    );
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.log_format);
@@ -193,6 +221,7 @@ fn main() -> ExitCode {
         Command::Doctor(args) => return enforcer::cli::doctor::doctor_main(&args),
         Command::Simulate { scenario } => return print_lines(enforcer::cli::simulate(&scenario)),
         Command::Explain(args) => return print_lines(enforcer::cli::explain(&args)),
+        Command::RestoreOomScores { state_dir } => restore_oom_scores(&state_dir),
         Command::Completion { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
             clap_complete::generate(shell, &mut cmd, "enforcer", &mut std::io::stdout());

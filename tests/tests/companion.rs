@@ -13,6 +13,7 @@
 //!   kubelet ranks first, where kubelet's own values let the kernel kill the other.
 
 use std::{
+    collections::BTreeMap,
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -459,6 +460,16 @@ impl CompanionProcess {
     }
 }
 
+impl CompanionProcess {
+    /// Kills it (SIGKILL), as an OOM kill or a node's crash would: nothing runs at its end.
+    fn kill(mut self) {
+        if let Ok(pid) = i32::try_from(self.child.id()) {
+            enforcer_tests::kill(pid, rustix::process::Signal::KILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for CompanionProcess {
     fn drop(&mut self) {
         if std::thread::panicking() {
@@ -517,8 +528,38 @@ fn badness(cd: &Containerd, uid: &str, unit: i64) -> i64 {
     best
 }
 
+/// The `oom_score_adj` of each process of the pods (here the sandbox's too: this machine's
+/// containerd cannot give it kubelet's -998), by PID.
+fn adjs_by_pid(cd: &Containerd, uids: &[&str]) -> BTreeMap<String, i64> {
+    uids.iter()
+        .flat_map(|uid| pod_pids(cd, uid))
+        .filter_map(|pid| {
+            let adj = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj")).ok()?;
+            Some((pid, adj.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The processes of `kubelet` (kubelet's values by PID) still alive whose value is not
+/// kubelet's any more: (pid, kubelet's, now).
+fn changed(kubelet: &BTreeMap<String, i64>) -> Vec<(String, i64, i64)> {
+    kubelet
+        .iter()
+        .filter_map(|(pid, v)| {
+            let now: i64 = std::fs::read_to_string(format!("/proc/{pid}/oom_score_adj"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            (now != *v).then(|| (pid.clone(), *v, now))
+        })
+        .collect()
+}
+
 /// A kernel OOM kill in kubepods: kubelet's own values let the kernel pick the keeper (more
 /// resident memory); aligned by the companion, the kernel kills the pod kubelet ranks first.
+/// The companion gives kubelet's values back when it stops, and `enforcer restore-oom-scores`
+/// does after a companion that was killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kernel_oom_kill_follows_kubelets_ranking_once_aligned() {
     let _serial = SERIAL.lock().await;
@@ -580,6 +621,8 @@ async fn kernel_oom_kill_follows_kubelets_ranking_once_aligned() {
         k > v,
         "with kubelet's values the kernel would kill the keeper ({k} > {v}): the test's premise"
     );
+    // kubelet's values (the stand-in's, by kubelet's formula).
+    let kubelet_adj = adjs_by_pid(&cd, &[KEEPER, VICTIM]);
     let companion = start_companion(config, Some(kubeconfig));
     wait_until(
         "the companion aligned the scores",
@@ -645,7 +688,54 @@ async fn kernel_oom_kill_follows_kubelets_ranking_once_aligned() {
         std::fs::read_to_string(state.join("companion.json")).unwrap_or_default()
     );
     assert!(ended(VICTIM));
+    // The keeper lives: its processes' values, changed by the alignment, can be checked.
+    assert!(
+        !changed(&kubelet_adj).is_empty(),
+        "the alignment changed kubelet's values: {kubelet_adj:?}"
+    );
+    let record = state.join(enforcer::companion::oom::ORIGINALS_FILE);
+    assert!(
+        record.exists(),
+        "kubelet's values are kept in the state directory"
+    );
+    // Stopped, the companion gives kubelet's values back and forgets its record.
     companion.stop().await;
+    assert_eq!(
+        changed(&kubelet_adj),
+        vec![],
+        "kubelet's values {kubelet_adj:?} back after the companion stopped (pid, kubelet's, now)"
+    );
+    assert!(!record.exists(), "the record goes with the values restored");
+    // A companion killed (SIGKILL) restores nothing; `enforcer restore-oom-scores` does.
+    let process = CompanionProcess::start(&cd, "memory=4Gi");
+    wait_until(
+        "the companion process aligned the scores",
+        Duration::from_secs(30),
+        || record.exists() && !changed(&kubelet_adj).is_empty(),
+    )
+    .await;
+    process.kill();
+    assert!(
+        !changed(&kubelet_adj).is_empty(),
+        "a killed companion restored nothing"
+    );
+    let out = std::process::Command::new(enforcer_tests::enforcer_binary())
+        .args(["restore-oom-scores", "--state-dir"])
+        .arg(&state)
+        .output()
+        .expect("enforcer restore-oom-scores");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && said.contains("kubelet's oom_score_adj restored on"),
+        "restore-oom-scores: {said} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        changed(&kubelet_adj),
+        vec![],
+        "kubelet's values {kubelet_adj:?} back after restore-oom-scores (pid, kubelet's, now)"
+    );
+    assert!(!record.exists(), "{said}");
     kubelet.stop().await;
     cd.remove_all_pods().await;
     cd.teardown();
@@ -700,6 +790,47 @@ async fn companion_starts_beside_kube_proxys_port_and_never_takes_kubelets() {
         "the refusal names the port and why: {err}"
     );
     eprintln!("--http-address=127.0.0.1:10250 refused: {}", err.trim());
+    // The runtime's socket not mounted: the companion runs, and `/readyz` says what it lacks.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let log = cd.dir.join("no-socket.log");
+    let [config, _, state] = node_args(&cd, "no-socket-state");
+    let child = std::process::Command::new(enforcer_tests::enforcer_binary())
+        .args(["run", "--companion", "--signal-source=poll"])
+        .args([config, state])
+        .arg(format!(
+            "--cri-socket={}",
+            cd.dir.join("not-mounted.sock").display()
+        ))
+        .arg(format!("--http-address={addr}"))
+        .arg(format!("--hostname-override={NODE}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("log"))
+        .spawn()
+        .expect("run the companion");
+    let no_socket = CompanionProcess { child, log };
+    let mut ready = (String::new(), String::new());
+    wait_until(
+        "/readyz names the runtime the companion cannot reach",
+        Duration::from_secs(60),
+        || {
+            ready = enforcer_tests::http_get(&addr, "/readyz").unwrap_or_default();
+            ready
+                .1
+                .contains("runtime: the container runtime does not answer")
+        },
+    )
+    .await;
+    assert!(!ready.0.contains(" 200"), "not ready: {ready:?}");
+    eprintln!(
+        "no runtime socket: /readyz {} {}",
+        ready.0.trim(),
+        ready.1.trim()
+    );
+    no_socket.stop();
     kubelet.stop().await;
     cd.remove_all_pods().await;
     cd.teardown();

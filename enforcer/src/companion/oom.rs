@@ -1,14 +1,17 @@
 //! The companion's `oom_score_adj` alignment on the node: each watched pod's processes read in
 //! `/proc` (resident memory, swap, page tables, current value), the pods ranked as kubelet's
 //! eviction manager ranks them for memory, the pure alignment (`policy::oom::align`) computed,
-//! the changed values written, and what it could not fix kept for `companion.json`.
+//! the changed values written, and what it could not fix kept for `companion.json`. The value
+//! kubelet gave each container (what its processes had before the first write) is kept in the
+//! state directory ([`Originals`]) and written back when the companion stops ([`restore`]):
+//! without the companion, the node has kubelet's values again.
 
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
 };
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::{
     cgroup::{CgroupLayout, CgroupVersion, join_inside},
@@ -24,13 +27,161 @@ use crate::{
 /// kubelet's `oom_score_adj` of a pod's sandbox (pause) process: never a container's.
 const SANDBOX_OOM_SCORE_ADJ: i64 = -998;
 
+/// The state directory's record of kubelet's values ([`Originals`]).
+pub const ORIGINALS_FILE: &str = "oom-score-adj.json";
+
 /// One process of a pod as the kernel scores it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Task {
     pid: i32,
     /// rss + swap entries + page tables, in pages.
     points: i64,
     adj: i64,
+    /// Its cgroup (the container's), relative to the memory controller's mount.
+    cgroup: String,
+}
+
+/// kubelet's `oom_score_adj` of each container the companion re-scored: the value its processes
+/// had before the companion's first write (kubelet sets it once, when it creates the
+/// container), by the container's cgroup relative to the memory controller's mount. Kept in
+/// [`ORIGINALS_FILE`] so a restarted companion does not take its own values for kubelet's.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Originals(BTreeMap<String, i64>);
+
+/// The record of kubelet's values could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum OriginalsError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a record of oom_score_adj values: {source}")]
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("writing {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: crate::runtime::status::StatusError,
+    },
+    #[error("removing {path}: {source}")]
+    Remove {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl Originals {
+    /// The record in `state_dir` (empty when there is none).
+    ///
+    /// # Errors
+    /// The file exists but cannot be read or parsed.
+    pub fn load(state_dir: &Path) -> Result<Self, OriginalsError> {
+        let path = state_dir.join(ORIGINALS_FILE);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|source| OriginalsError::Parse { path, source }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(source) => Err(OriginalsError::Read { path, source }),
+        }
+    }
+
+    /// Writes the record to `state_dir` (atomically); an empty record removes the file.
+    ///
+    /// # Errors
+    /// The file cannot be written or removed.
+    pub fn save(&self, state_dir: &Path) -> Result<(), OriginalsError> {
+        let path = state_dir.join(ORIGINALS_FILE);
+        if self.0.is_empty() {
+            return match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(OriginalsError::Remove { path, source: e })
+                }
+                _ => Ok(()),
+            };
+        }
+        let bytes = serde_json::to_vec_pretty(self).unwrap_or_default();
+        crate::runtime::status::write_atomic(&path, &bytes)
+            .map_err(|source| OriginalsError::Write { path, source })
+    }
+
+    /// The containers recorded.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no container is recorded.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Keeps `adj` as kubelet's value of `cgroup` unless one is kept already.
+    fn note(&mut self, cgroup: &str, adj: i64) {
+        self.0.entry(cgroup.to_owned()).or_insert(adj);
+    }
+
+    /// Forgets the containers whose cgroup is gone.
+    fn prune(&mut self, mount: &Path) {
+        self.0
+            .retain(|rel, _| join_inside(mount, rel).is_ok_and(|d| d.is_dir()));
+    }
+}
+
+/// What [`restore`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Restored {
+    /// Processes given kubelet's value back.
+    pub processes: usize,
+    /// Processes whose value could not be written (pid: error).
+    pub failed: Vec<String>,
+}
+
+/// Writes kubelet's values back: each recorded container's processes (not a sandbox's, nor one
+/// at -998 or below) that no longer have it get it.
+#[must_use]
+pub fn restore(layout: &CgroupLayout, originals: &Originals) -> Restored {
+    let mut done = Restored::default();
+    let Some((mount, _)) = layout.controller("memory") else {
+        return done;
+    };
+    for (rel, value) in &originals.0 {
+        let Ok(dir) = join_inside(mount, rel) else {
+            continue;
+        };
+        let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
+            continue;
+        };
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            let path = PathBuf::from(format!("/proc/{pid}/oom_score_adj"));
+            let Some(adj) = read_i64(&path) else {
+                continue;
+            };
+            if adj <= SANDBOX_OOM_SCORE_ADJ || adj == *value {
+                continue;
+            }
+            match write_adj(&path, *value) {
+                Ok(true) => done.processes += 1,
+                Ok(false) => {}
+                Err(e) => done.failed.push(format!("{pid}: {e}")),
+            }
+        }
+    }
+    done
+}
+
+/// Writes a process's `oom_score_adj`; `Ok(false)` when the process is gone.
+fn write_adj(path: &Path, value: i64) -> std::io::Result<bool> {
+    match std::fs::write(path, value.to_string()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error()) => Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
 }
 
 /// What the last alignment did and found (`companion.json`).
@@ -55,10 +206,15 @@ fn read_i64(path: &Path) -> Option<i64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-/// The process ids in `dir` and below (v2 keeps them in leaves; v1 in every level).
-pub(super) fn pids_below(dir: &Path, depth: u8, out: &mut Vec<i32>) {
+/// The process ids in `dir` and below, each with its cgroup directory (v2 keeps them in
+/// leaves; v1 in every level).
+pub(super) fn pids_below(dir: &Path, depth: u8, out: &mut Vec<(i32, PathBuf)>) {
     if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) {
-        out.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+        out.extend(
+            text.lines()
+                .filter_map(|l| l.trim().parse::<i32>().ok())
+                .map(|p| (p, dir.to_path_buf())),
+        );
     }
     if depth == 0 {
         return;
@@ -73,7 +229,7 @@ pub(super) fn pids_below(dir: &Path, depth: u8, out: &mut Vec<i32>) {
 }
 
 /// A process's points as `oom_badness` counts them, and its current value.
-fn task(pid: i32, page_kb: i64) -> Option<Task> {
+fn task(pid: i32, cgroup: String, page_kb: i64) -> Option<Task> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let kb = |key: &str| -> i64 {
         status
@@ -85,7 +241,12 @@ fn task(pid: i32, page_kb: i64) -> Option<Task> {
     let rss = kb("RssAnon:") + kb("RssFile:") + kb("RssShmem:");
     let points = (rss + kb("VmSwap:") + kb("VmPTE:")) / page_kb.max(1);
     let adj = read_i64(Path::new(&format!("/proc/{pid}/oom_score_adj")))?;
-    Some(Task { pid, points, adj })
+    Some(Task {
+        pid,
+        points,
+        adj,
+        cgroup,
+    })
 }
 
 /// The OOM domain's total pages: the kubepods cgroup's memory limit when it has one (the OOM
@@ -116,12 +277,14 @@ pub fn total_pages(kubepods: Option<&Path>, version: Option<CgroupVersion>) -> u
     limit.filter(|l| *l < machine).unwrap_or(machine) / page
 }
 
-/// One alignment pass over the watched pods (blocking: file reads and writes).
+/// One alignment pass over the watched pods (blocking: file reads and writes); kubelet's
+/// value of each container it re-scores is kept in `originals` first.
 #[must_use]
 pub fn align_once(
     layout: &CgroupLayout,
     kubepods: &str,
     active: &BTreeMap<String, ActiveEntry>,
+    originals: &mut Originals,
 ) -> AlignReport {
     let Some((mount, version)) = layout.controller("memory") else {
         return AlignReport::default();
@@ -140,10 +303,13 @@ pub fn align_once(
         let mut pids = Vec::new();
         pids_below(&dir, 2, &mut pids);
         pids.sort_unstable();
-        pids.dedup();
+        pids.dedup_by_key(|(p, _)| *p);
         let ts: Vec<Task> = pids
             .into_iter()
-            .filter_map(|p| task(p, page_kb))
+            .filter_map(|(p, d)| {
+                let rel = d.strip_prefix(mount).ok()?.to_string_lossy().into_owned();
+                task(p, rel, page_kb)
+            })
             .filter(|t| t.adj > SANDBOX_OOM_SCORE_ADJ)
             .collect();
         if ts.is_empty() {
@@ -202,20 +368,56 @@ pub fn align_once(
         inversions: al.inversions.clone(),
         failed: Vec::new(),
     };
+    originals.prune(mount);
     for (uid, value) in &al.values {
         for t in tasks.get(uid.as_str()).into_iter().flatten() {
             if t.adj == *value {
                 continue;
             }
+            originals.note(&t.cgroup, t.adj);
             let path = PathBuf::from(format!("/proc/{}/oom_score_adj", t.pid));
-            match std::fs::write(&path, value.to_string()) {
-                Ok(()) => {}
-                // Exited meanwhile.
-                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::SRCH.raw_os_error()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => report.failed.push(format!("{}: {e}", t.pid)),
+            // `Ok(false)`: exited meanwhile.
+            if let Err(e) = write_adj(&path, *value) {
+                report.failed.push(format!("{}: {e}", t.pid));
             }
         }
     }
     report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubelets_value_is_kept_once_saved_loaded_and_pruned() {
+        let state = tempfile::tempdir().expect("tempdir");
+        let mount = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(mount.path().join("kubepods/pod1/c1")).expect("mkdir");
+        let mut o = Originals::load(state.path()).expect("no record: empty");
+        assert!(o.is_empty());
+        o.note("kubepods/pod1/c1", 992);
+        // The companion's own value, seen at the next round, is not kubelet's.
+        o.note("kubepods/pod1/c1", 999);
+        o.note("kubepods/pod2/c2", 500);
+        o.prune(mount.path());
+        assert_eq!(o.len(), 1, "the gone container is forgotten: {o:?}");
+        o.save(state.path()).expect("save");
+        let back = Originals::load(state.path()).expect("load");
+        assert_eq!(back, o);
+        assert_eq!(back.0.get("kubepods/pod1/c1"), Some(&992));
+        Originals::default().save(state.path()).expect("empty");
+        assert!(
+            !state.path().join(ORIGINALS_FILE).exists(),
+            "an empty record is no file"
+        );
+    }
+
+    #[test]
+    fn a_damaged_record_is_an_error_naming_it() {
+        let state = tempfile::tempdir().expect("tempdir");
+        std::fs::write(state.path().join(ORIGINALS_FILE), "{not json").expect("write");
+        let e = Originals::load(state.path()).expect_err("damaged");
+        assert!(e.to_string().contains(ORIGINALS_FILE), "{e}");
+    }
 }
