@@ -99,6 +99,7 @@ fn benches(c: &mut Criterion) {
         }],
         max_pod_grace_period_seconds: 30,
         pressure_transition_period: Duration::from_secs(300),
+        throttle_before_evict: Vec::new(),
     };
     let observations: Observations = [(
         Signal::MemoryAvailable,

@@ -1,7 +1,7 @@
 //! The commands beside `run`, one file each, named after its subcommand.
 //!
 //! The decision core from the command line: `enforcer simulate`, `enforcer explain`,
-//! `enforcer config check` (formats in `../shared/SIMULATE.md`). No kernel, cgroup or runtime
+//! `enforcer config check` (formats in `docs/simulate.md`). No kernel, cgroup or runtime
 //! access; the functions return the lines to print, and main.rs prints them (exit 2 on
 //! [`CliError`]).
 //!

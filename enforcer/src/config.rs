@@ -551,8 +551,9 @@ pub struct EnforcerConfig {
     pub crossing_realtime: bool,
     pub reap_memory: bool,
     /// The signals of the hard memory thresholds that throttle, then evict
-    /// (`policy::eviction::throttle`).
-    pub throttle_before_evict: Vec<String>,
+    /// (`policy::eviction::throttle`; the decisions read the same list in
+    /// [`EvictionConfig::throttle_before_evict`]).
+    pub throttle_before_evict: Vec<crate::policy::eviction::Signal>,
     pub allow_privileged: bool,
     pub allow_host_namespaces: bool,
     #[serde(rename = "allowHostPID")]

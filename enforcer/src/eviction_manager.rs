@@ -101,19 +101,6 @@ struct Memo {
     /// The pods last read and the active set they came from: what a crossing reuses while
     /// the active set is the same (`observe::TargetCache`).
     targets: Option<observe::TargetCache>,
-    /// The last victim, capped and stopping gracefully (`throttleBeforeEvict`).
-    throttled: Option<Throttled>,
-}
-
-/// A victim capped at its usage and stopping gracefully: SIGKILLed if the node falls below
-/// `floor` of `signal` before it is gone.
-#[derive(Debug)]
-struct Throttled {
-    uid: String,
-    cgroup: String,
-    signal: crate::policy::eviction::Signal,
-    floor: i64,
-    capped_at: i64,
 }
 
 /// How often the manager looks whether an evicted pod's resources were released (kubelet's
@@ -297,13 +284,6 @@ impl EvictionManager {
         };
         let mut read = (read_from, crate::signal::monotonic_ns());
         let is_active = |uid: &str| active.contains_key(uid);
-        // A capped victim still stopping: killed now if the node fell below its floor.
-        match &state.cleanup {
-            Some(w) if memo.throttled.as_ref().is_some_and(|t| *t.uid == *w.uid) => {
-                self.escalate(&snapshot.observations, memo);
-            }
-            _ => memo.throttled = None,
-        }
         // After node-level reclaim: the node observed again (`None`: that failed).
         let mut reclaimed: Option<Option<Arc<NodeSnapshot>>> = None;
         let mut decision_ns = None;
@@ -325,6 +305,10 @@ impl EvictionManager {
             };
             let (next, decision) = step(&self.config.eviction, state, &input);
             state = next;
+            // A capped victim still stopping, the node below its floor: killed first.
+            if let Some(uid) = &decision.kill_throttled {
+                self.kill_throttled(uid, memo);
+            }
             if decision.action == Action::Reobserve {
                 // A victim is chosen on every pod's fresh figures: before evicting on figures
                 // some of which were carried over, read every pod again and decide again. For
@@ -371,7 +355,9 @@ impl EvictionManager {
                 read,
                 decision_ns: decided,
             };
-            self.carry_out(decision, &seen, memo);
+            if !self.carry_out(decision, &seen, memo) {
+                state.throttled = None;
+            }
             tracing::debug!(%trigger, observe_decide_act_us = began.elapsed().as_micros(), evict, "step done");
             break;
         }

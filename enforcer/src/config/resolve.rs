@@ -372,6 +372,7 @@ pub fn resolve(
             thresholds: eviction.thresholds,
             max_pod_grace_period_seconds: i64::from(eviction.max_pod_grace_period),
             pressure_transition_period: eviction.pressure_transition_period,
+            throttle_before_evict: enforcer.throttle_before_evict.clone(),
         },
         hard_eviction_thresholds: eviction.hard_thresholds,
         eviction_hard: eviction.hard,

@@ -9,15 +9,26 @@ use super::{EvictionManager, Memo, Trigger, report::node_record};
 use crate::{
     kills::{self, KillKind, KillRecord, Killed},
     policy::eviction::{
-        ActivePod, Eviction, Signal,
+        ActivePod, Eviction,
         local_storage::LocalStorageEviction,
-        manager::{Action, CleanupEnd, Idle, REASON, StepDecision},
-        throttle::{self, Stop},
+        manager::{
+            Action, CleanupEnd, IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS, Idle, REASON,
+            StepDecision, VictimStop,
+        },
     },
     recorder::{EventRecord, EventType, Involved},
     runtime::{ActiveEntry, Evict},
     stats::NodeSnapshot,
 };
+
+/// The first part of a victim's stop, done before the bookkeeping.
+#[derive(Debug, Default)]
+struct Stopped {
+    /// SIGKILLed (and reaped): when.
+    killed: Option<Killed>,
+    /// Capped instead: at which usage, and the floor below which it is killed (bytes).
+    capped_at: Option<(i64, i64)>,
+}
 
 /// What a step observed and when it decided: what its decision is carried out and recorded
 /// with.
@@ -37,24 +48,24 @@ pub(super) struct Observed<'a> {
 }
 
 impl EvictionManager {
-    /// Carries out a step's final decision and records it.
-    pub(super) fn carry_out(&self, decision: StepDecision, seen: &Observed<'_>, memo: &mut Memo) {
+    /// Carries out a step's final decision and records it. Returns false when a victim to be
+    /// capped first could not be (it was killed instead: the core's watch on its floor ends).
+    pub(super) fn carry_out(
+        &self,
+        decision: StepDecision,
+        seen: &Observed<'_>,
+        memo: &mut Memo,
+    ) -> bool {
         // A hard memory threshold frees the victim's memory now: SIGKILL to every process of
         // the pod cgroup first (the node's bookkeeping below can wait microseconds; memory
-        // cannot), then the orderly stop through the pod worker.
-        // Or, for a threshold that throttles first (`policy::eviction::throttle`): the victim
-        // capped at its usage, and its graceful stop instead.
-        let (killed, graceful) = match &decision.action {
-            Action::Evict {
-                eviction,
-                kill_first: true,
-            } => match self.stop_of(eviction, seen) {
-                Stop::Graceful { grace_seconds } if self.cap(eviction, seen, memo) => {
-                    (None, Some(grace_seconds))
-                }
-                _ => (self.kill_pod_cgroup(eviction, seen.active), None),
-            },
-            _ => (None, None),
+        // cannot), then the orderly stop through the pod worker. Or capped at its usage first
+        // (`throttleBeforeEvict`), then its graceful stop.
+        let mut capped = true;
+        let stopped = match &decision.action {
+            Action::Evict { eviction, stop } => {
+                self.stop_victim(eviction, *stop, seen, &mut capped)
+            }
+            _ => Stopped::default(),
         };
         self.report_decision(&decision, seen.trigger, memo);
         match decision.action {
@@ -65,60 +76,59 @@ impl EvictionManager {
             Action::Reobserve | Action::ReclaimNodeLevel { .. } => {}
             Action::Nothing(_) | Action::WaitForCleanup => {}
             Action::Evict { mut eviction, .. } => {
-                if let Some(g) = graceful {
-                    eviction.grace_period_seconds = g;
+                if !capped {
+                    eviction.grace_period_seconds = IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS;
                 }
-                self.evict(eviction, killed, seen, memo);
+                self.evict(eviction, stopped, seen, memo);
             }
             Action::EvictLocalStorage(evictions) => {
                 self.evict_local_storage(evictions, seen.pods, memo);
             }
         }
+        capped
     }
 
-    /// How a hard memory eviction's victim is stopped (`enforcer.throttleBeforeEvict`).
-    fn stop_of(&self, ev: &Eviction, seen: &Observed<'_>) -> Stop {
-        let throttled: Vec<Signal> = self
-            .config
-            .enforcer
-            .throttle_before_evict
-            .iter()
-            .filter_map(|s| Signal::parse(s))
-            .collect();
-        if throttled.is_empty() {
-            return Stop::Kill;
+    /// The first part of the victim's stop, before any bookkeeping: its SIGKILL, or its cap
+    /// (killed when it cannot be capped: `capped` turns false).
+    fn stop_victim(
+        &self,
+        ev: &Eviction,
+        stop: VictimStop,
+        seen: &Observed<'_>,
+        capped: &mut bool,
+    ) -> Stopped {
+        match stop {
+            VictimStop::Orderly => Stopped::default(),
+            VictimStop::KillFirst => Stopped {
+                killed: self.kill_pod_cgroup(ev, seen.active),
+                capped_at: None,
+            },
+            VictimStop::CapFirst { floor } => match self.cap(ev, seen.active) {
+                Some(usage) => {
+                    tracing::warn!(uid = %ev.uid, usage, floor, "hard memory threshold: victim capped at its usage; graceful stop");
+                    Stopped {
+                        killed: None,
+                        capped_at: Some((usage, floor)),
+                    }
+                }
+                None => {
+                    *capped = false;
+                    Stopped {
+                        killed: self.kill_pod_cgroup(ev, seen.active),
+                        capped_at: None,
+                    }
+                }
+            },
         }
-        let pod_grace = seen
-            .active
-            .get(&*ev.uid)
-            .map_or(crate::runtime::spec::DEFAULT_GRACE_SECONDS, |e| {
-                crate::runtime::spec::grace_seconds(&e.pod)
-            });
-        throttle::decide(
-            ev,
-            &throttled,
-            &seen.snapshot.observations,
-            pod_grace,
-            self.config.eviction.max_pod_grace_period_seconds,
-        )
     }
 
     /// Caps the victim's pod cgroup at its usage now (v2 `memory.high`, v1
-    /// `memory.limit_in_bytes`) and remembers it for [`Self::escalate`]; false when it could
-    /// not be capped (then it is killed).
-    fn cap(&self, ev: &Eviction, seen: &Observed<'_>, memo: &mut Memo) -> bool {
-        let Some(e) = seen.active.get(&*ev.uid) else {
-            return false;
-        };
-        let Some((mount, version)) = self.layout.controller("memory") else {
-            return false;
-        };
-        let Ok(dir) = crate::cgroup::join_inside(mount, &e.cgroup) else {
-            return false;
-        };
-        let Ok((usage, _)) = crate::node::memory_figures(&dir) else {
-            return false;
-        };
+    /// `memory.limit_in_bytes`); the usage, or `None` when it could not be capped.
+    fn cap(&self, ev: &Eviction, active: &BTreeMap<String, ActiveEntry>) -> Option<i64> {
+        let e = active.get(&*ev.uid)?;
+        let (mount, version) = self.layout.controller("memory")?;
+        let dir = crate::cgroup::join_inside(mount, &e.cgroup).ok()?;
+        let (usage, _) = crate::node::memory_figures(&dir).ok()?;
         let result = match version {
             crate::cgroup::CgroupVersion::V2 => {
                 self.cgroups.set_memory_high(&dir, mount, Some(usage))
@@ -135,40 +145,20 @@ impl EvictionManager {
         };
         if let Err(err) = result {
             tracing::warn!(uid = %ev.uid, error = %err, "capping the victim failed; killing it instead");
-            return false;
+            return None;
         }
-        let Some(floor) = throttle::floor(ev, &seen.snapshot.observations) else {
-            return false;
-        };
-        tracing::warn!(uid = %ev.uid, usage, floor, "hard memory threshold: victim capped at its usage; graceful stop");
-        memo.throttled = Some(super::Throttled {
-            uid: ev.uid.to_string(),
-            cgroup: e.cgroup.clone(),
-            signal: ev.signal,
-            floor,
-            capped_at: usage,
-        });
-        true
+        Some(usage)
     }
 
-    /// A victim capped and stopping gracefully whose node fell below the floor since: SIGKILL
-    /// (and its memory reclaimed) now. Called by every step while its cleanup is awaited.
-    pub(super) fn escalate(
-        &self,
-        observations: &crate::policy::eviction::Observations,
-        memo: &mut Memo,
-    ) {
-        let Some(t) = &memo.throttled else {
+    /// The capped victim the core found below its floor ([`StepDecision::kill_throttled`]):
+    /// SIGKILL (and its memory reclaimed) now, written to its kill record.
+    pub(super) fn kill_throttled(&self, uid: &str, memo: &mut Memo) {
+        let Some(cgroup) = memo.victim_cgroup.clone() else {
             return;
         };
-        if !throttle::must_kill(t.floor, t.signal, observations) {
-            return;
-        }
-        let killed = self.kill_and_reap(&t.cgroup);
-        tracing::warn!(uid = %t.uid, floor = t.floor, "the node fell below the floor while the capped victim stopped: SIGKILL");
-        let uid = t.uid.clone();
-        memo.throttled = None;
-        memo.kills.killed_later(&uid, &killed);
+        let killed = self.kill_and_reap(&cgroup);
+        tracing::warn!(%uid, "the node fell below the floor while the capped victim stopped: SIGKILL");
+        memo.kills.killed_later(uid, &killed);
     }
 
     /// SIGKILL to every process of the victim's pod cgroup, then its memory reclaimed, before
@@ -222,7 +212,8 @@ impl EvictionManager {
 
     /// kubelet's `evictPod` for a threshold: the kill record, the `Evicted` event, the pod
     /// worker's stop.
-    fn evict(&self, ev: Eviction, killed: Option<Killed>, seen: &Observed<'_>, memo: &mut Memo) {
+    fn evict(&self, ev: Eviction, stopped: Stopped, seen: &Observed<'_>, memo: &mut Memo) {
+        let Stopped { killed, capped_at } = stopped;
         let sigkill_ns = killed.as_ref().map(|k| k.sigkill_ns);
         tracing::warn!(
             pod = %format!("{}/{}", ev.namespace, ev.name),
@@ -249,10 +240,10 @@ impl EvictionManager {
         if let Some(k) = &killed {
             record.set_killed(k);
         }
-        if let Some(t) = memo.throttled.as_ref().filter(|t| *t.uid == *ev.uid) {
+        if let Some((usage, floor)) = capped_at {
             record.throttled = format!(
-                "capped at {} bytes; graceful stop, grace {} s; SIGKILL below {} bytes available",
-                t.capped_at, ev.grace_period_seconds, t.floor
+                "capped at {usage} bytes; graceful stop, grace {} s; SIGKILL below {floor} bytes available",
+                ev.grace_period_seconds
             );
         }
         if let Some(t) = record.trigger.as_ref() {

@@ -23,6 +23,18 @@ pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
 pub const SYSTEM_NODE_CRITICAL: &str = "system-node-critical";
 /// The default `terminationGracePeriodSeconds`.
 pub const DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS: i64 = 30;
+
+/// The pod's grace period to kill it with, in seconds: its `terminationGracePeriodSeconds`, the
+/// API's default when unset, at least 1 (the runtime's floor of 2 s applies per container
+/// stop).
+#[must_use]
+pub fn termination_grace_seconds(pod: &Pod) -> i64 {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.termination_grace_period_seconds)
+        .unwrap_or(DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS)
+        .max(1)
+}
 /// Annotation naming a pod's source (`file`, `http`, `api`).
 pub const CONFIG_SOURCE_ANNOTATION: &str = "kubernetes.io/config.source";
 /// Annotation marking a mirror pod.

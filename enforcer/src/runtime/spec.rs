@@ -47,7 +47,8 @@ pub const MEMORY_SWAP_MAX: &str = "memory.swap.max";
 /// The runtime's stop-timeout floor (kubelet's `minimumGracePeriodInSeconds`).
 pub const MIN_GRACE_SECONDS: i64 = 2;
 /// `terminationGracePeriodSeconds` when unset.
-pub const DEFAULT_GRACE_SECONDS: i64 = 30;
+pub const DEFAULT_GRACE_SECONDS: i64 =
+    crate::policy::resources::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS;
 
 pub use crate::policy::pod_actions::ContainerKind;
 
@@ -209,11 +210,7 @@ pub fn sandbox_hash(pod: &Pod) -> String {
 /// floor of 2 s applies per container stop).
 #[must_use]
 pub fn grace_seconds(pod: &Pod) -> i64 {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.termination_grace_period_seconds)
-        .unwrap_or(DEFAULT_GRACE_SECONDS)
-        .max(1)
+    crate::policy::resources::termination_grace_seconds(pod)
 }
 
 fn host_network(pod: &Pod) -> bool {

@@ -150,7 +150,7 @@ pub(super) fn throttle_before_evict(
     doc: &KubeletConfiguration,
     args: &ConfigArgs,
     thresholds: &[crate::policy::eviction::Threshold],
-) -> Result<Vec<String>, ConfigError> {
+) -> Result<Vec<crate::policy::eviction::Signal>, ConfigError> {
     use crate::policy::eviction::{Signal, throttle};
     let from_flag = !args.throttle_before_evict.is_empty();
     let list = if from_flag {
@@ -161,7 +161,7 @@ pub(super) fn throttle_before_evict(
             .and_then(|e| e.throttle_before_evict.clone())
             .unwrap_or_default()
     };
-    let mut out: Vec<String> = Vec::new();
+    let mut out: Vec<Signal> = Vec::new();
     for name in list {
         let name = name.trim().to_owned();
         let Some(signal) = Signal::parse(&name).filter(|s| throttle::applies_to(*s)) else {
@@ -180,8 +180,8 @@ pub(super) fn throttle_before_evict(
                 "has no hard eviction threshold (evictionHard) to throttle before",
             ));
         }
-        if !out.contains(&name) {
-            out.push(name);
+        if !out.contains(&signal) {
+            out.push(signal);
         }
     }
     Ok(out)

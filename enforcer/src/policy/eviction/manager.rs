@@ -3,8 +3,9 @@
 //!
 //! [`step`] takes what the executor observed ([`Input`]) and names the one thing to do
 //! ([`Action`]): wait for the last victim's cleanup, reclaim node-level resources, evict a
-//! pod (SIGKILL first or not), evict pods over their local storage, observe again, or
-//! nothing. Its parts:
+//! pod (and how its processes stop: SIGKILL first, capped first, or the orderly stop alone),
+//! evict pods over their local storage, observe again, or nothing; and whether a capped victim
+//! still stopping must be killed now. Its parts:
 //! - `synchronize`, the thresholds (met, grace periods, conditions, the pod ranked first);
 //! - `cleanup`, kubelet's `waitForPodsCleanup`;
 //! - `reclaim`, node-level reclaim before disk-pressure evictions;
@@ -32,6 +33,7 @@ pub use super::ActivePod;
 use super::{
     NodeCondition, Observations, Resource, Signal, Threshold,
     local_storage::{self, LocalStorageEviction},
+    throttle::{self, Stop},
 };
 use crate::policy::resources;
 
@@ -49,6 +51,9 @@ pub struct EvictionConfig {
     pub max_pod_grace_period_seconds: i64,
     /// `evictionPressureTransitionPeriod`.
     pub pressure_transition_period: Duration,
+    /// `enforcer.throttleBeforeEvict`: the memory signals whose hard threshold caps the victim,
+    /// then stops it gracefully (`super::throttle`).
+    pub throttle_before_evict: Vec<Signal>,
 }
 
 /// What the manager remembers between steps. Thresholds are named by their index in
@@ -78,6 +83,32 @@ pub struct State {
     pub after_reclaim: Option<AfterReclaim>,
     /// Pods evicted for their local storage (asked once; forgotten when they leave).
     pub local_storage_evicted: BTreeSet<String>,
+    /// The last victim, capped and stopping gracefully ([`VictimStop::CapFirst`]), while its
+    /// cleanup is awaited.
+    pub throttled: Option<Throttled>,
+}
+
+/// A victim capped at its usage and stopping gracefully: SIGKILLed if the node falls below
+/// `floor` of `signal` before it is gone ([`StepDecision::kill_throttled`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Throttled {
+    pub uid: Arc<str>,
+    pub signal: Signal,
+    pub floor: i64,
+}
+
+/// How an evicted pod's processes stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VictimStop {
+    /// The pod worker's orderly stop with the eviction's grace period (kubelet's `evictPod`).
+    Orderly,
+    /// A hard memory threshold: SIGKILL to every process of the pod cgroup before anything
+    /// else (memory cannot wait for the bookkeeping), then the orderly stop.
+    KillFirst,
+    /// `enforcer.throttleBeforeEvict`: the pod cgroup capped at its usage now, then the
+    /// orderly stop with the eviction's grace period; SIGKILL if the node falls below `floor`
+    /// of the signal before the pod is gone. An executor that cannot cap kills first instead.
+    CapFirst { floor: i64 },
 }
 
 impl State {
@@ -240,9 +271,8 @@ pub enum Action {
     Evict {
         /// The pod, grace period and message.
         eviction: Eviction,
-        /// A hard memory threshold: SIGKILL every process of the pod cgroup before anything
-        /// else (memory cannot wait for the bookkeeping), then the orderly stop.
-        kill_first: bool,
+        /// How its processes stop.
+        stop: VictimStop,
     },
     /// Evict every pod over its local storage limits (grace period 0), before any threshold
     /// (kubelet's `localStorageEviction`).
@@ -266,6 +296,9 @@ pub struct StepDecision {
     pub skipped_critical: Vec<String>,
     /// The cleanup wait that ended at this step.
     pub cleanup: Option<CleanupEnd>,
+    /// The capped victim ([`State::throttled`]) to SIGKILL now: the node fell below its floor
+    /// while it stopped. Carried out first, whatever the action.
+    pub kill_throttled: Option<Arc<str>>,
     /// What to do.
     pub action: Action,
 }
@@ -288,13 +321,40 @@ impl StepDecision {
 /// their local storage; the wait for the last victim's cleanup; for disk signals node-level
 /// reclaim first (paced), then the eviction unless the reclaim resolved the pressure. Returns
 /// the new state and the decision; after [`Action::Reobserve`] or
-/// [`Action::ReclaimNodeLevel`] the executor steps again with what it observed.
+/// [`Action::ReclaimNodeLevel`] the executor steps again with what it observed. First of all,
+/// a capped victim still stopping is killed when the node fell below its floor.
 pub fn step(config: &EvictionConfig, mut state: State, input: &Input<'_>) -> (State, StepDecision) {
+    let kill_throttled = escalate(&mut state, input.observations);
+    let (state, mut decision) = synchronize_and_act(config, state, input);
+    decision.kill_throttled = kill_throttled;
+    (state, decision)
+}
+
+/// The capped victim to kill now: the node fell below its floor while its cleanup is still
+/// awaited. It is forgotten once killed or once its cleanup wait is over.
+fn escalate(state: &mut State, observations: &Observations) -> Option<Arc<str>> {
+    let t = state.throttled.take()?;
+    if state.cleanup.as_ref().is_none_or(|w| w.uid != t.uid) {
+        return None;
+    }
+    if throttle::must_kill(t.floor, t.signal, observations) {
+        return Some(t.uid);
+    }
+    state.throttled = Some(t);
+    None
+}
+
+/// [`step`] past the escalation.
+fn synchronize_and_act(
+    config: &EvictionConfig,
+    mut state: State,
+    input: &Input<'_>,
+) -> (State, StepDecision) {
     let now = input.now;
     if let Some(after) = state.after_reclaim.take()
         && let Some(reclaimed) = input.node_reclaim
     {
-        return after_node_reclaim(config, state, after, reclaimed, now);
+        return after_node_reclaim(config, state, after, reclaimed, input);
     }
     let (mut next, sync) =
         synchronize::synchronize(config, &state, input.observations, input.pods, now);
@@ -307,6 +367,7 @@ pub fn step(config: &EvictionConfig, mut state: State, input: &Input<'_>) -> (St
             node_event: None,
             skipped_critical: Vec::new(),
             cleanup: None,
+            kill_throttled: None,
             action: Action::Reobserve,
         };
         return (state, decision);
@@ -315,6 +376,7 @@ pub fn step(config: &EvictionConfig, mut state: State, input: &Input<'_>) -> (St
     next.cleanup = wait;
     next.reclaim = state.reclaim;
     next.local_storage_evicted = std::mem::take(&mut state.local_storage_evicted);
+    next.throttled = state.throttled.take();
     let mut decision = StepDecision {
         conditions_changed: sync.conditions != state.conditions,
         conditions: sync.conditions,
@@ -322,6 +384,7 @@ pub fn step(config: &EvictionConfig, mut state: State, input: &Input<'_>) -> (St
         node_event: sync.node_event,
         skipped_critical: sync.skipped_critical,
         cleanup: ended,
+        kill_throttled: None,
         action: Action::Nothing(Idle::NotStarved),
     };
     if input.local_storage_walked {
@@ -339,7 +402,7 @@ pub fn step(config: &EvictionConfig, mut state: State, input: &Input<'_>) -> (St
         return (next, decision);
     };
     decision.action = if !sync.node_level_reclaim_first {
-        evict(&mut next, sync.eviction, now)
+        evict(config, &mut next, sync.eviction, input)
     } else if next.reclaim.ready(now) {
         next.reclaim.ran(now);
         next.after_reclaim = Some(AfterReclaim {
@@ -360,7 +423,7 @@ fn after_node_reclaim(
     mut state: State,
     after: AfterReclaim,
     reclaimed: NodeReclaimed<'_>,
-    now: Duration,
+    input: &Input<'_>,
 ) -> (State, StepDecision) {
     let resolved = match reclaimed {
         NodeReclaimed::Observed(observations) => resolved_after_node_reclaim(config, observations),
@@ -369,7 +432,7 @@ fn after_node_reclaim(
     let action = if resolved {
         Action::Nothing(Idle::ReclaimedEnough)
     } else {
-        evict(&mut state, after.eviction, now)
+        evict(config, &mut state, after.eviction, input)
     };
     let decision = StepDecision {
         conditions: state.conditions.clone(),
@@ -378,24 +441,65 @@ fn after_node_reclaim(
         node_event: None,
         skipped_critical: Vec::new(),
         cleanup: None,
+        kill_throttled: None,
         action,
     };
     (state, decision)
 }
 
-/// The eviction of the pod ranked first, if any; it starts the cleanup wait.
-fn evict(state: &mut State, eviction: Option<Eviction>, now: Duration) -> Action {
-    let Some(eviction) = eviction else {
+/// The eviction of the pod ranked first, if any, and how it stops; it starts the cleanup
+/// wait (and, capped first, the watch on the node's floor).
+fn evict(
+    config: &EvictionConfig,
+    state: &mut State,
+    eviction: Option<Eviction>,
+    input: &Input<'_>,
+) -> Action {
+    let Some(mut eviction) = eviction else {
         return Action::Nothing(Idle::NoPodToEvict);
     };
     state.cleanup = Some(CleanupWait {
         uid: Arc::clone(&eviction.uid),
-        since: now,
+        since: input.now,
     });
-    let kill_first = eviction.threshold.is_hard() && eviction.signal.resource() == Resource::Memory;
-    Action::Evict {
+    let stop = victim_stop(config, &mut eviction, input);
+    state.throttled = match stop {
+        VictimStop::CapFirst { floor } => Some(Throttled {
+            uid: Arc::clone(&eviction.uid),
+            signal: eviction.signal,
+            floor,
+        }),
+        VictimStop::Orderly | VictimStop::KillFirst => None,
+    };
+    Action::Evict { eviction, stop }
+}
+
+/// How the victim stops: the orderly stop alone but for hard memory thresholds, which kill
+/// first, or cap first when `throttleBeforeEvict` names them and the node has headroom (then
+/// with the graceful stop's grace period, [`throttle::decide`]).
+fn victim_stop(config: &EvictionConfig, eviction: &mut Eviction, input: &Input<'_>) -> VictimStop {
+    if !eviction.threshold.is_hard() || eviction.signal.resource() != Resource::Memory {
+        return VictimStop::Orderly;
+    }
+    let pod_grace = input
+        .pods
+        .get(eviction.index)
+        .map_or(resources::DEFAULT_TERMINATION_GRACE_PERIOD_SECONDS, |p| {
+            resources::termination_grace_seconds(p.pod)
+        });
+    let stop = throttle::decide(
         eviction,
-        kill_first,
+        &config.throttle_before_evict,
+        input.observations,
+        pod_grace,
+        config.max_pod_grace_period_seconds,
+    );
+    match (stop, throttle::floor(eviction, input.observations)) {
+        (Stop::Graceful { grace_seconds }, Some(floor)) => {
+            eviction.grace_period_seconds = grace_seconds;
+            VictimStop::CapFirst { floor }
+        }
+        _ => VictimStop::KillFirst,
     }
 }
 

@@ -103,6 +103,7 @@ mod tests {
             .expect("thresholds"),
             max_pod_grace_period_seconds: 0,
             pressure_transition_period: std::time::Duration::from_secs(300),
+            throttle_before_evict: Vec::new(),
         }
     }
 

@@ -102,6 +102,7 @@ proptest! {
             ],
             max_pod_grace_period_seconds: 10,
             pressure_transition_period: Duration::from_secs(30),
+            throttle_before_evict: Vec::new(),
         };
         let mut state = State::default();
         for (i, a) in avail.iter().enumerate() {

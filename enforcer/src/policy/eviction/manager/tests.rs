@@ -59,6 +59,7 @@ fn memory_pressure_hard_and_transition() {
         thresholds: vec![hard(Signal::MemoryAvailable, "1Gi")],
         max_pod_grace_period_seconds: 5,
         pressure_transition_period: Duration::from_secs(300),
+        throttle_before_evict: Vec::new(),
     };
     let be = pod("best-effort-high", vec![container("a", "", "")]);
     let mut bu = pod(
@@ -214,6 +215,7 @@ fn soft_grace_period_and_min_reclaim() {
         thresholds: vec![h, soft],
         max_pod_grace_period_seconds: 5,
         pressure_transition_period: secs(300),
+        throttle_before_evict: Vec::new(),
     };
     let p = pod("p", vec![container("a", "", "")]);
     let s = PodStats {
@@ -288,6 +290,7 @@ fn critical_pods_are_skipped() {
     let config = EvictionConfig {
         thresholds: vec![hard(Signal::PidAvailable, "100")],
         pressure_transition_period: secs(60),
+        throttle_before_evict: Vec::new(),
         ..EvictionConfig::default()
     };
     let mut crit = pod("critical", vec![container("a", "", "")]);
@@ -373,6 +376,7 @@ fn memory_config(t: Threshold) -> EvictionConfig {
         thresholds: vec![t],
         max_pod_grace_period_seconds: 5,
         pressure_transition_period: secs(60),
+        throttle_before_evict: Vec::new(),
     }
 }
 
@@ -520,34 +524,106 @@ fn kill_first_decisions() {
     let pids = |at| obs(Signal::PidAvailable, "10", "1000", at);
     let allocatable = |at| obs(Signal::AllocatableMemoryAvailable, "500Mi", "8Gi", at);
     type Observe = fn(u64) -> Observations;
-    let cases: [(Threshold, Observe, bool); 4] = [
-        (hard(Signal::MemoryAvailable, "1Gi"), low_memory, true),
+    let cases: [(Threshold, Observe, VictimStop); 4] = [
+        (
+            hard(Signal::MemoryAvailable, "1Gi"),
+            low_memory,
+            VictimStop::KillFirst,
+        ),
         (
             hard(Signal::AllocatableMemoryAvailable, "1Gi"),
             allocatable,
-            true,
+            VictimStop::KillFirst,
         ),
         (
             soft(hard(Signal::MemoryAvailable, "1Gi")),
             low_memory,
-            false,
+            VictimStop::Orderly,
         ),
-        (hard(Signal::PidAvailable, "100"), pids, false),
+        (hard(Signal::PidAvailable, "100"), pids, VictimStop::Orderly),
     ];
-    for (threshold, o, kill_first) in cases {
+    for (threshold, o, want) in cases {
         let signal = threshold.signal;
         let config = memory_config(threshold);
         // A soft threshold's grace period is met by a first observation a second earlier.
         let (state, _) = run(&config, State::default(), &o(9), &pods, secs(9));
-        let (_, d) = run(&config, state, &o(10), &pods, secs(10));
-        let Action::Evict {
-            kill_first: got, ..
-        } = d.action
-        else {
+        let (state, d) = run(&config, state, &o(10), &pods, secs(10));
+        let Action::Evict { stop, .. } = d.action else {
             panic!("{signal}: {:?}", d.action);
         };
-        assert_eq!(got, kill_first, "{signal}");
+        assert_eq!(stop, want, "{signal}");
+        assert!(state.throttled.is_none(), "{signal}");
     }
+}
+
+/// `throttleBeforeEvict`: the victim capped first with its own grace period while the node
+/// has half the threshold left; a later step that finds the node below that floor while the
+/// victim is still awaited kills it, once; a node already below the floor kills first.
+#[test]
+fn throttle_before_evict_caps_then_kills_below_the_floor() {
+    let mut p = pod("p", vec![container("a", "", "")]);
+    if let Some(spec) = p.spec.as_mut() {
+        spec.termination_grace_period_seconds = Some(20);
+    }
+    let s = PodStats {
+        memory: Some(100 << 20),
+        ..Default::default()
+    };
+    let pods = [ActivePod::new(&p, Some(&s))];
+    let mut config = memory_config(hard(Signal::MemoryAvailable, "1Gi"));
+    config.throttle_before_evict = vec![Signal::MemoryAvailable];
+    config.max_pod_grace_period_seconds = 0;
+    let available = |v: &str, at| obs(Signal::MemoryAvailable, v, "8Gi", at);
+    // The victim is still awaited (not released) in the steps after its eviction.
+    let awaited =
+        |state, o: &Observations, at| step(&config, state, &Input::new(o, &pods, secs(at)));
+    // 700Mi of a 1Gi threshold: above the 512Mi floor.
+    let (state, d) = run(
+        &config,
+        State::default(),
+        &available("700Mi", 10),
+        &pods,
+        secs(10),
+    );
+    let Action::Evict { stop, eviction } = &d.action else {
+        panic!("{:?}", d.action);
+    };
+    assert_eq!(*stop, VictimStop::CapFirst { floor: 512 << 20 });
+    assert_eq!(eviction.grace_period_seconds, 20, "the pod's own grace");
+    assert_eq!(
+        state.throttled.as_ref().map(|t| (&*t.uid, t.floor)),
+        Some((&*eviction.uid, 512 << 20))
+    );
+    // Still stopping, the node above the floor: waited for.
+    let (state, d) = awaited(state, &available("600Mi", 11), 11);
+    assert_eq!(d.kill_throttled, None);
+    assert_eq!(d.action, Action::WaitForCleanup);
+    // Below the floor: killed now, and only once.
+    let (state, d) = awaited(state, &available("400Mi", 12), 12);
+    assert_eq!(d.kill_throttled.as_deref(), Some("uid-p"));
+    assert!(state.throttled.is_none());
+    let (_, d) = awaited(state, &available("300Mi", 13), 13);
+    assert_eq!(d.kill_throttled, None);
+    // Below the floor at the crossing: killed first.
+    let (state, d) = run(
+        &config,
+        State::default(),
+        &available("400Mi", 10),
+        &pods,
+        secs(10),
+    );
+    assert!(
+        matches!(
+            d.action,
+            Action::Evict {
+                stop: VictimStop::KillFirst,
+                ..
+            }
+        ),
+        "{:?}",
+        d.action
+    );
+    assert!(state.throttled.is_none());
 }
 
 /// Disk signals reclaim node-level resources first (at most once per
@@ -609,14 +685,8 @@ fn node_level_reclaim_decisions() {
             | ("no pod", Action::Nothing(Idle::NoPodToEvict)) => {
                 assert!(state.cleanup.is_none(), "{want}");
             }
-            (
-                "evict",
-                Action::Evict {
-                    eviction,
-                    kill_first,
-                },
-            ) => {
-                assert!(!kill_first, "disk is not killed first");
+            ("evict", Action::Evict { eviction, stop }) => {
+                assert_eq!(*stop, VictimStop::Orderly, "disk is not killed first");
                 assert_eq!(eviction.name, "p");
                 assert_eq!(state.cleanup.as_ref().map(|w| w.since), Some(secs(10)));
             }
