@@ -31,7 +31,7 @@ use crate::{
     kernel,
     kills::{KillLog, TriggerSignal},
     policy::eviction::{
-        NodeCondition, Resource, State,
+        Resource, State,
         manager::{Action, Input, NodeReclaimed, next_deadline, step},
         tripwire::Tripwire,
     },
@@ -69,38 +69,26 @@ enum Woke {
     Signal(Box<crate::signal::Signal>),
 }
 
-/// What the run loop remembers between steps besides the decision core's state.
+/// What the run loop keeps between steps besides the decision core's state, in parts that
+/// own their state: each function takes the part it needs.
 #[derive(Debug, Default)]
-struct Memo {
-    /// The pod cgroup of the last evicted pod: where its release is looked for while the
-    /// decision core waits for its cleanup.
-    victim_cgroup: Option<String>,
-    /// When the runtime was last asked for its image filesystem, and whether it answered.
-    imagefs_asked: Option<Duration>,
-    imagefs_known: bool,
-    /// The tripwire as last written (v2 `memory.high`, v1 usage threshold).
-    tripwire: Option<Tripwire>,
-    /// The v1 tripwire's usage threshold, registered, in the crossing thread's reactor.
-    wire: Option<Arc<tokio::io::unix::AsyncFd<kernel::threshold::UsageThreshold>>>,
-    /// The usage was already past the v1 tripwire when it was registered (which the kernel
-    /// does not signal): the loop steps at once.
-    wire_missed: bool,
-    /// The v1 tripwire's next threshold, being registered on a thread of its own.
-    wire_pending:
-        Option<tokio::sync::oneshot::Receiver<std::io::Result<kernel::threshold::UsageThreshold>>>,
-    /// The kill records (`kills`).
-    kills: KillLog,
-    /// The kernel signal that started this step (`None` on a tick or a due instant).
-    trigger: Option<TriggerSignal>,
-    /// Signal delays per source, for `enforcer status`.
-    delays: crate::node_report::Delays,
-    /// When `eviction.json` was last written, and with which conditions.
-    reported: Option<(tokio::time::Instant, Vec<NodeCondition>)>,
-    /// The generation of the cgroup-value ledger last written to `cgroups.json`.
-    cgroups_written: Option<u64>,
+struct Parts {
+    /// The crossing tripwire as laid (`tripwire`).
+    wire: tripwire::Wire,
+    /// `eviction.json`, `cgroups.json` and the signal delays (`report`).
+    reporter: report::Reporter,
+    /// The runtime's image filesystem, asked until it answers (`observe`).
+    imagefs: observe::ImagefsProbe,
     /// The pods last read and the active set they came from: what a crossing reuses while
     /// the active set is the same (`observe::TargetCache`).
     targets: Option<observe::TargetCache>,
+    /// The kill records (`kills`).
+    kills: KillLog,
+    /// The pod cgroup of the last victim: where its release is looked for while the decision
+    /// core waits for its cleanup, and where a capped victim is killed.
+    victim_cgroup: Option<String>,
+    /// The kernel signal that started this step (`None` on a tick or a due instant).
+    trigger: Option<TriggerSignal>,
 }
 
 /// How often the manager looks whether an evicted pod's resources were released (kubelet's
@@ -160,9 +148,9 @@ impl EvictionManager {
         // A soft threshold's grace period or a condition's transition period ending: a step
         // is due then even if no signal comes.
         let mut due: Option<tokio::time::Instant> = None;
-        let mut memo = Memo {
+        let mut parts = Parts {
             kills: KillLog::open(&self.config.enforcer.state_dir),
-            ..Memo::default()
+            ..Parts::default()
         };
         let mut signals_open = true;
         // The pods the signals of this round named (their memory is re-read).
@@ -179,7 +167,7 @@ impl EvictionManager {
                 }
             };
             named.clear();
-            memo.trigger = None;
+            parts.trigger = None;
             let woke = tokio::select! {
                 () = &mut stop => break,
                 _ = tick.tick() => Woke::Trigger(Trigger::Housekeeping),
@@ -194,12 +182,12 @@ impl EvictionManager {
                     Some(s) => Woke::Signal(Box::new(s)),
                 },
                 // The v1 tripwire: a usage threshold this thread's reactor waits on itself.
-                s = self.wire_fired(memo.wire.as_deref(), memo.wire_missed) => {
-                    memo.wire_missed = false;
+                s = self.wire_fired(parts.wire.fd.as_deref(), parts.wire.missed) => {
+                    parts.wire.missed = false;
                     Woke::Signal(Box::new(s))
                 }
-                r = tripwire::wire_registered(&mut memo.wire_pending) => {
-                    self.install_wire(r, &mut memo);
+                r = tripwire::wire_registered(&mut parts.wire.pending) => {
+                    self.install_wire(r, &mut parts.wire);
                     continue;
                 }
             };
@@ -212,8 +200,8 @@ impl EvictionManager {
                         continue;
                     }
                     let floor = last_step + MIN_STEP_INTERVAL;
-                    self.absorb(&s, &mut memo, &mut named, false);
-                    let wire = memo.wire.clone();
+                    self.absorb(&s, &mut parts, &mut named, false);
+                    let wire = parts.wire.fd.clone();
                     let urgent = gather_burst(
                         &mut pipeline.signals,
                         is_urgent(&s),
@@ -221,7 +209,7 @@ impl EvictionManager {
                         self.wire_fired(wire.as_deref(), false),
                         |more, urgent| {
                             log_signal(more);
-                            self.absorb(more, &mut memo, &mut named, urgent);
+                            self.absorb(more, &mut parts, &mut named, urgent);
                         },
                     )
                     .await;
@@ -235,12 +223,13 @@ impl EvictionManager {
             last_step = tokio::time::Instant::now();
             if trigger == Trigger::Housekeeping {
                 // Off the signal path: a slow runtime never delays a signal-driven step.
-                self.learn_imagefs(start.elapsed(), &mut memo).await;
+                self.learn_imagefs(start.elapsed(), &mut parts.imagefs)
+                    .await;
             }
             state = self
-                .step(state, start.elapsed(), trigger, &named, &mut memo)
+                .step(state, start.elapsed(), trigger, &named, &mut parts)
                 .await;
-            self.report(&state, &mut memo);
+            self.report(&state, &mut parts.reporter);
             due = next_deadline(&self.config.eviction, &state, start.elapsed()).map(|d| start + d);
             // Waiting for an evicted pod's cleanup: look again soon, as kubelet polls it.
             if state.cleanup.is_some() {
@@ -249,7 +238,7 @@ impl EvictionManager {
             }
         }
         // Nobody watches the tripwire once the manager stops: leave kubepods unthrottled.
-        self.write_tripwire(Tripwire::Off, &mut memo);
+        self.write_tripwire(Tripwire::Off, &mut parts.wire);
     }
 
     /// One step: observe, let the decision core decide (`policy::eviction::manager::step`),
@@ -262,15 +251,16 @@ impl EvictionManager {
         now: Duration,
         trigger: Trigger,
         named: &[String],
-        memo: &mut Memo,
+        parts: &mut Parts,
     ) -> State {
         // kubelet's waitForPodsCleanup: whether the last victim is released is looked at
         // before observing, so the step that sees it released observes what it freed.
         let released = state
             .cleanup
             .as_ref()
-            .is_some_and(|w| self.released(&w.uid, memo.victim_cgroup.as_deref()));
-        let (active, targets) = self.targets_for(trigger, state.awaited(now, released), memo);
+            .is_some_and(|w| self.released(&w.uid, parts.victim_cgroup.as_deref()));
+        let (active, targets) =
+            self.targets_for(trigger, state.awaited(now, released), &mut parts.targets);
         let refresh = refresh_for(trigger, named);
         let mut pods_fresh = refresh.pods.every_pod();
         let began = std::time::Instant::now();
@@ -307,7 +297,7 @@ impl EvictionManager {
             state = next;
             // A capped victim still stopping, the node below its floor: killed first.
             if let Some(uid) = &decision.kill_throttled {
-                self.kill_throttled(uid, memo);
+                self.kill_throttled(uid, parts);
             }
             if decision.action == Action::Reobserve {
                 // A victim is chosen on every pod's fresh figures: before evicting on figures
@@ -340,7 +330,7 @@ impl EvictionManager {
             let decided = *decision_ns.get_or_insert_with(crate::signal::monotonic_ns);
             if let Action::ReclaimNodeLevel { signal, .. } = decision.action {
                 // The conditions and the node event before the reclaim, as kubelet's.
-                self.report_decision(&decision, trigger, memo);
+                self.report_decision(&decision, trigger, parts);
                 tracing::debug!(%signal, "node-level reclaim before evicting");
                 reclaimed = Some(self.node_level_reclaim(now, targets.clone()).await);
                 continue;
@@ -355,13 +345,13 @@ impl EvictionManager {
                 read,
                 decision_ns: decided,
             };
-            if !self.carry_out(decision, &seen, memo) {
+            if !self.carry_out(decision, &seen, parts) {
                 state.throttled = None;
             }
             tracing::debug!(%trigger, observe_decide_act_us = began.elapsed().as_micros(), evict, "step done");
             break;
         }
-        self.place_tripwire(&snapshot, state.cleanup.is_some(), memo);
+        self.place_tripwire(&snapshot, state.cleanup.is_some(), &mut parts.wire);
         state
     }
 }

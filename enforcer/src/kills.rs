@@ -198,6 +198,26 @@ impl KillRecord {
         }
     }
 
+    /// A record of `kind` about the pod `uid` (`pod`: its spec, when known: its namespace,
+    /// name and QoS class), stamped now; the one way the daemon starts a record. `who` names
+    /// the record when there is no pod (`pid<N>` for a kill outside any pod).
+    #[must_use]
+    pub fn for_pod(
+        kind: KillKind,
+        who: &str,
+        uid: &str,
+        pod: Option<&k8s_openapi::api::core::v1::Pod>,
+    ) -> Self {
+        use crate::policy::{qos::pod_qos, resources};
+        Self {
+            namespace: pod.map_or_else(String::new, |p| resources::pod_namespace(p).to_owned()),
+            name: pod.map_or_else(String::new, |p| resources::pod_name(p).to_owned()),
+            uid: uid.to_owned(),
+            qos: pod.map_or_else(String::new, |p| format!("{:?}", pod_qos(p))),
+            ..Self::new(kind, who)
+        }
+    }
+
     /// A record of `kind` about `who` (a pod's uid, or `pid<N>` for a kill outside any pod),
     /// stamped now (its id and wall-clock time); every other field empty, to be filled in.
     #[must_use]

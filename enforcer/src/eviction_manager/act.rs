@@ -5,7 +5,7 @@
 
 use std::{collections::BTreeMap, time::Duration};
 
-use super::{EvictionManager, Memo, Trigger, report::node_record};
+use super::{EvictionManager, Parts, Trigger, report::node_record};
 use crate::{
     kills::{self, KillKind, KillRecord, Killed},
     policy::eviction::{
@@ -54,7 +54,7 @@ impl EvictionManager {
         &self,
         decision: StepDecision,
         seen: &Observed<'_>,
-        memo: &mut Memo,
+        parts: &mut Parts,
     ) -> bool {
         // A hard memory threshold frees the victim's memory now: SIGKILL to every process of
         // the pod cgroup first (the node's bookkeeping below can wait microseconds; memory
@@ -67,7 +67,7 @@ impl EvictionManager {
             }
             _ => Stopped::default(),
         };
-        self.report_decision(&decision, seen.trigger, memo);
+        self.report_decision(&decision, seen.trigger, parts);
         match decision.action {
             Action::Nothing(Idle::ReclaimedEnough) => {
                 tracing::info!("able to reduce resource pressure without evicting pods");
@@ -79,10 +79,10 @@ impl EvictionManager {
                 if !capped {
                     eviction.grace_period_seconds = IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS;
                 }
-                self.evict(eviction, stopped, seen, memo);
+                self.evict(eviction, stopped, seen, parts);
             }
             Action::EvictLocalStorage(evictions) => {
-                self.evict_local_storage(evictions, seen.pods, memo);
+                self.evict_local_storage(evictions, seen.pods, parts);
             }
         }
         capped
@@ -152,13 +152,13 @@ impl EvictionManager {
 
     /// The capped victim the core found below its floor ([`StepDecision::kill_throttled`]):
     /// SIGKILL (and its memory reclaimed) now, written to its kill record.
-    pub(super) fn kill_throttled(&self, uid: &str, memo: &mut Memo) {
-        let Some(cgroup) = memo.victim_cgroup.clone() else {
+    pub(super) fn kill_throttled(&self, uid: &str, parts: &mut Parts) {
+        let Some(cgroup) = parts.victim_cgroup.clone() else {
             return;
         };
         let killed = self.kill_and_reap(&cgroup);
         tracing::warn!(%uid, "the node fell below the floor while the capped victim stopped: SIGKILL");
-        memo.kills.killed_later(uid, &killed);
+        parts.kills.killed_later(uid, &killed);
     }
 
     /// SIGKILL to every process of the victim's pod cgroup, then its memory reclaimed, before
@@ -191,7 +191,7 @@ impl EvictionManager {
     /// The decision's report: the node conditions, the node event, the end of the cleanup
     /// wait. Done for every decision but [`Action::Reobserve`] (a step resumed after node-level
     /// reclaim reports no change and no event again).
-    pub(super) fn report_decision(&self, d: &StepDecision, trigger: Trigger, memo: &mut Memo) {
+    pub(super) fn report_decision(&self, d: &StepDecision, trigger: Trigger, parts: &mut Parts) {
         if self.link.set_conditions(d.conditions.clone()) || d.conditions_changed {
             tracing::info!(conditions = ?d.conditions, %trigger, "node conditions changed");
         }
@@ -206,13 +206,13 @@ impl EvictionManager {
             );
         }
         if let Some(end) = &d.cleanup {
-            cleanup_ended(end, memo);
+            cleanup_ended(end, parts);
         }
     }
 
     /// kubelet's `evictPod` for a threshold: the kill record, the `Evicted` event, the pod
     /// worker's stop.
-    fn evict(&self, ev: Eviction, stopped: Stopped, seen: &Observed<'_>, memo: &mut Memo) {
+    fn evict(&self, ev: Eviction, stopped: Stopped, seen: &Observed<'_>, parts: &mut Parts) {
         let Stopped { killed, capped_at } = stopped;
         let sigkill_ns = killed.as_ref().map(|k| k.sigkill_ns);
         tracing::warn!(
@@ -225,7 +225,7 @@ impl EvictionManager {
             "eviction"
         );
         // Where its release is looked for during the cleanup wait.
-        memo.victim_cgroup = seen.active.get(&*ev.uid).map(|e| e.cgroup.clone());
+        parts.victim_cgroup = seen.active.get(&*ev.uid).map(|e| e.cgroup.clone());
         let m = crate::metrics::global();
         m.eviction(ev.signal.as_str());
         if let Some(at) = seen
@@ -236,7 +236,7 @@ impl EvictionManager {
         {
             m.eviction_stats_age(ev.signal.as_str(), seen.now.saturating_sub(at));
         }
-        let mut record = self.kill_record(&ev, seen, memo);
+        let mut record = self.kill_record(&ev, seen, parts);
         if let Some(k) = &killed {
             record.set_killed(k);
         }
@@ -258,7 +258,7 @@ impl EvictionManager {
         }
         let mut annotations = ev.annotations;
         annotations.insert(kills::ANNOTATION.to_owned(), record.id.clone());
-        memo.kills.evicted(record);
+        parts.kills.evicted(record);
         self.events.record(EventRecord {
             involved: Involved::pod(&ev.namespace, &ev.name, &ev.uid, None),
             type_: EventType::Warning,
@@ -277,7 +277,7 @@ impl EvictionManager {
 
     /// The record of an eviction just decided (`kills`): what triggered the step, the
     /// observation and threshold, kubelet's ranking's first candidates.
-    fn kill_record(&self, ev: &Eviction, seen: &Observed<'_>, memo: &Memo) -> KillRecord {
+    fn kill_record(&self, ev: &Eviction, seen: &Observed<'_>, parts: &Parts) -> KillRecord {
         let t = &ev.threshold;
         let kind = if t.is_hard() {
             "hard".to_owned()
@@ -285,17 +285,13 @@ impl EvictionManager {
             format!("soft, grace {:?}", t.grace_period)
         };
         let observations = &seen.snapshot.observations;
+        let pod = seen.active.get(&*ev.uid).map(|e| e.pod.as_ref());
         KillRecord {
+            // The eviction's own names (the pod's, as the decision core read them).
             namespace: ev.namespace.clone(),
             name: ev.name.clone(),
-            uid: ev.uid.to_string(),
-            qos: seen
-                .active
-                .get(&*ev.uid)
-                .map(|e| format!("{:?}", crate::policy::qos::pod_qos(&e.pod)))
-                .unwrap_or_default(),
             step: seen.trigger.to_string(),
-            trigger: memo.trigger.clone(),
+            trigger: parts.trigger.clone(),
             signal: ev.signal.to_string(),
             threshold: format!("{}<{} ({kind})", t.signal, t.value),
             observed: observations.get(&ev.signal).map(|o| kills::Observed {
@@ -310,7 +306,7 @@ impl EvictionManager {
             observed_ns: Some(seen.read.1),
             decision_ns: Some(seen.decision_ns),
             kubelet: self.companion.then(|| kubelet_would(ev)),
-            ..KillRecord::new(KillKind::Eviction, &ev.uid)
+            ..KillRecord::for_pod(KillKind::Eviction, &ev.uid, &ev.uid, pod)
         }
     }
 
@@ -320,22 +316,18 @@ impl EvictionManager {
         &self,
         evictions: Vec<LocalStorageEviction>,
         pods: &[ActivePod<'_>],
-        memo: &mut Memo,
+        parts: &mut Parts,
     ) {
         for ev in evictions {
             tracing::warn!(uid = %ev.uid, message = %ev.message, "eviction for local storage");
             if let Some(p) = pods.get(ev.index) {
                 let meta = &p.pod.metadata;
-                memo.kills.record(&KillRecord {
-                    namespace: meta.namespace.clone().unwrap_or_default(),
-                    name: meta.name.clone().unwrap_or_default(),
-                    uid: ev.uid.clone(),
-                    qos: format!("{:?}", crate::policy::qos::pod_qos(p.pod)),
+                parts.kills.record(&KillRecord {
                     step: "housekeeping".to_owned(),
                     threshold: "the pod's own local storage limits".to_owned(),
                     message: ev.message.clone(),
                     decision_ns: Some(crate::signal::monotonic_ns()),
-                    ..KillRecord::new(KillKind::Eviction, &ev.uid)
+                    ..KillRecord::for_pod(KillKind::Eviction, &ev.uid, &ev.uid, Some(p.pod))
                 });
                 self.events.record(EventRecord {
                     involved: Involved::pod(
@@ -374,11 +366,11 @@ fn kubelet_would(ev: &Eviction) -> String {
 }
 
 /// The end of kubelet's `waitForPodsCleanup`: logged and written to the victim's kill record.
-fn cleanup_ended(end: &CleanupEnd, memo: &mut Memo) {
+fn cleanup_ended(end: &CleanupEnd, parts: &mut Parts) {
     if end.released {
         tracing::info!(uid = %end.uid, after_ms = end.waited.as_millis(), "evicted pod's resources released");
     } else {
         tracing::warn!(uid = %end.uid, "timed out waiting for the evicted pod to be cleaned up");
     }
-    memo.kills.released(&end.uid, end.released);
+    parts.kills.released(&end.uid, end.released);
 }

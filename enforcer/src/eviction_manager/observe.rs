@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use super::{EvictionManager, Memo, Trigger};
+use super::{EvictionManager, Trigger};
 use crate::{
     cgroup::join_inside,
     policy::eviction::ActivePod,
@@ -63,24 +63,31 @@ pub(super) fn active_pods<'a>(
         .collect()
 }
 
+/// Whether the runtime told its image filesystem yet, and when it was last asked.
+#[derive(Debug, Default)]
+pub(super) struct ImagefsProbe {
+    asked: Option<Duration>,
+    known: bool,
+}
+
 impl EvictionManager {
     /// kubelet's imagefs is where the runtime keeps its images (CRI `ImageFsInfo`); until the
     /// runtime answers (or without a runtime) the observer keeps its default.
-    pub(super) async fn learn_imagefs(&mut self, now: Duration, memo: &mut Memo) {
+    pub(super) async fn learn_imagefs(&mut self, now: Duration, imagefs: &mut ImagefsProbe) {
         let Some(rt) = &self.node_reclaim else {
             return;
         };
-        if memo.imagefs_known
-            || memo
-                .imagefs_asked
+        if imagefs.known
+            || imagefs
+                .asked
                 .is_some_and(|t| now.saturating_sub(t) < IMAGEFS_RETRY)
         {
             return;
         }
-        memo.imagefs_asked = Some(now);
+        imagefs.asked = Some(now);
         match rt.image_fs_info().await {
             Ok(fs) => {
-                memo.imagefs_known = true;
+                imagefs.known = true;
                 match imagefs_mountpoint(&fs) {
                     Some(p) => {
                         tracing::info!(path = %p.display(), "imagefs from the runtime's ImageFsInfo");
@@ -157,18 +164,18 @@ impl EvictionManager {
         &self,
         trigger: Trigger,
         victim: Option<&str>,
-        memo: &mut Memo,
+        cache: &mut Option<TargetCache>,
     ) -> (Arc<BTreeMap<String, ActiveEntry>>, Arc<[PodTarget]>) {
         let active = self.link.active();
         if trigger == Trigger::Crossing
-            && let Some(c) = &memo.targets
+            && let Some(c) = cache
             && Arc::ptr_eq(&c.active, &active)
             && c.victim.as_deref() == victim
         {
             return (active, c.targets.clone());
         }
         let targets = self.targets(&active, victim);
-        memo.targets = Some(TargetCache {
+        *cache = Some(TargetCache {
             active: active.clone(),
             victim: victim.map(str::to_owned),
             targets: targets.clone(),

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{EvictionManager, Memo};
+use super::EvictionManager;
 use crate::{
     policy::eviction::{NodeCondition, State},
     runtime::status::{Condition as StatusCondition, NodeRecord},
@@ -22,17 +22,27 @@ pub(super) fn node_record(conditions: &[NodeCondition]) -> NodeRecord {
     NodeRecord { conditions }
 }
 
+/// What the manager last reported: when `eviction.json` was written and with which
+/// conditions, the cgroup-value ledger's generation in `cgroups.json`, and the signal delays
+/// per source that `enforcer status` shows.
+#[derive(Debug, Default)]
+pub(super) struct Reporter {
+    reported: Option<(tokio::time::Instant, Vec<NodeCondition>)>,
+    cgroups_written: Option<u64>,
+    pub(super) delays: crate::node_report::Delays,
+}
+
 impl EvictionManager {
     /// Writes `eviction.json` for `enforcer status` (`node_report`): at most once a second,
     /// and at once when the conditions change.
-    pub(super) fn report(&self, state: &State, memo: &mut Memo) {
+    pub(super) fn report(&self, state: &State, reporter: &mut Reporter) {
         let now = tokio::time::Instant::now();
-        if memo.reported.as_ref().is_some_and(|(at, conds)| {
+        if reporter.reported.as_ref().is_some_and(|(at, conds)| {
             now.duration_since(*at) < Duration::from_secs(1) && *conds == state.conditions
         }) {
             return;
         }
-        memo.reported = Some((now, state.conditions.clone()));
+        reporter.reported = Some((now, state.conditions.clone()));
         let met: Vec<usize> = state.first_observed.keys().copied().collect();
         let nanos = crate::runtime::status::now_nanos();
         let report = crate::node_report::Report {
@@ -44,14 +54,14 @@ impl EvictionManager {
                 &state.last_observations,
                 &met,
             ),
-            sources: memo.delays.summary(),
+            sources: reporter.delays.summary(),
         };
         if let Err(e) = crate::node_report::write(&self.config.enforcer.state_dir, &report) {
             tracing::debug!(error = %e, "writing eviction.json");
         }
         let (generation, files) = crate::cgroup::writer::written();
-        if memo.cgroups_written != Some(generation) {
-            memo.cgroups_written = Some(generation);
+        if reporter.cgroups_written != Some(generation) {
+            reporter.cgroups_written = Some(generation);
             if let Err(e) =
                 crate::node_report::write_cgroups(&self.config.enforcer.state_dir, &files)
             {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::{EvictionManager, Memo};
+use super::{EvictionManager, Parts};
 use crate::{
     kills::{KillKind, KillLog, KillRecord, TriggerSignal},
     signal::{Signal, SignalKind},
@@ -85,17 +85,17 @@ impl EvictionManager {
     pub(super) fn absorb(
         &self,
         s: &Signal,
-        memo: &mut Memo,
+        parts: &mut Parts,
         named: &mut Vec<String>,
         urgent: bool,
     ) {
-        self.poke_oom_killed(s, &mut memo.kills);
-        observe_signal(&mut memo.delays, s);
+        self.poke_oom_killed(s, &mut parts.kills);
+        observe_signal(&mut parts.reporter.delays, s);
         if !is_pressure(s) {
             return;
         }
-        if memo.trigger.is_none() || (!urgent && is_urgent(s)) {
-            memo.trigger = Some(TriggerSignal::of(s));
+        if parts.trigger.is_none() || (!urgent && is_urgent(s)) {
+            parts.trigger = Some(TriggerSignal::of(s));
         }
         named.extend(s.pod_uid.clone());
     }
@@ -133,17 +133,8 @@ impl EvictionManager {
             .pod_uid
             .clone()
             .unwrap_or_else(|| format!("pid{}", s.pid.unwrap_or(0)));
+        let uid = s.pod_uid.as_deref().unwrap_or_default();
         kills.record(&KillRecord {
-            namespace: pod
-                .map(|p| crate::policy::resources::pod_namespace(p).to_owned())
-                .unwrap_or_default(),
-            name: pod
-                .map(|p| crate::policy::resources::pod_name(p).to_owned())
-                .unwrap_or_default(),
-            uid: s.pod_uid.clone().unwrap_or_default(),
-            qos: pod
-                .map(|p| format!("{:?}", crate::policy::qos::pod_qos(p)))
-                .unwrap_or_default(),
             trigger: Some(TriggerSignal::of(s)),
             message: format!(
                 "The kernel's OOM killer killed pid {} ({}) in cgroup {}",
@@ -151,7 +142,7 @@ impl EvictionManager {
                 s.comm.as_deref().unwrap_or("?"),
                 s.cgroup.as_deref().unwrap_or("?")
             ),
-            ..KillRecord::new(KillKind::KernelOomKill, &who)
+            ..KillRecord::for_pod(KillKind::KernelOomKill, &who, uid, pod)
         });
     }
 }

@@ -8,13 +8,28 @@ use std::path::PathBuf;
 
 use tokio::io::unix::AsyncFd;
 
-use super::{EvictionManager, Memo};
+use super::EvictionManager;
 use crate::{
     kernel::threshold::UsageThreshold,
     policy::eviction::tripwire::{self, Tripwire},
     signal::{Signal, SignalKind, SourceKind},
     stats::NodeSnapshot,
 };
+
+/// The tripwire as the manager laid it: what was last written, and on v1 the usage threshold
+/// registered (or being registered) in the crossing thread's reactor.
+#[derive(Debug, Default)]
+pub(super) struct Wire {
+    /// As last written (v2 `memory.high`, v1 usage threshold).
+    placed: Option<Tripwire>,
+    /// The v1 usage threshold, registered.
+    pub(super) fd: Option<std::sync::Arc<AsyncFd<UsageThreshold>>>,
+    /// The usage was already past the v1 threshold when it was registered (which the kernel
+    /// does not signal): the loop steps at once.
+    pub(super) missed: bool,
+    /// The v1 threshold's next registration, under way on a thread of its own.
+    pub(super) pending: Option<tokio::sync::oneshot::Receiver<std::io::Result<UsageThreshold>>>,
+}
 
 /// How the tripwire is laid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,7 +61,7 @@ const _: () = assert!(TRIPWIRE_SLACK < TRIPWIRE_FLOOR);
 impl EvictionManager {
     /// Places the v2 tripwire for the next crossing (`policy::eviction::tripwire`): off while
     /// a memory threshold is met or an evicted pod is being cleaned up.
-    pub(super) fn place_tripwire(&self, snapshot: &NodeSnapshot, waiting: bool, memo: &mut Memo) {
+    pub(super) fn place_tripwire(&self, snapshot: &NodeSnapshot, waiting: bool, wire: &mut Wire) {
         if self.tripwire.is_none() {
             return;
         }
@@ -59,27 +74,27 @@ impl EvictionManager {
             ),
             _ => Tripwire::Off,
         };
-        self.write_tripwire(next, memo);
+        self.write_tripwire(next, wire);
     }
 
-    pub(super) fn write_tripwire(&self, next: Tripwire, memo: &mut Memo) {
+    pub(super) fn write_tripwire(&self, next: Tripwire, wire: &mut Wire) {
         let Some(t) = &self.tripwire else {
             return;
         };
         if t.how == TripwireHow::UsageEventfd {
-            self.register_wire(t, next, memo);
+            self.register_wire(t, next, wire);
             return;
         }
         // Another writer may have put it back to `max`: systemd re-applies a slice's memory
         // attributes when its children change (the systemd driver's kubepods slice). An armed
         // tripwire the file no longer shows is forgotten, so it is written again.
-        if matches!(memo.tripwire, Some(Tripwire::At(_)))
+        if matches!(wire.placed, Some(Tripwire::At(_)))
             && std::fs::read_to_string(t.dir.join("memory.high")).is_ok_and(|v| v.trim() == "max")
         {
             tracing::info!(cgroup = %t.dir.display(), "memory.high tripwire found reset by another writer: placing it again");
-            memo.tripwire = None;
+            wire.placed = None;
         }
-        if !tripwire::worth_writing(memo.tripwire, next, TRIPWIRE_SLACK) {
+        if !tripwire::worth_writing(wire.placed, next, TRIPWIRE_SLACK) {
             return;
         }
         let high = match next {
@@ -88,15 +103,15 @@ impl EvictionManager {
         };
         match self.cgroups.set_memory_high(&t.dir, &t.mount, high) {
             Ok(()) => {
-                let armed_changed = memo
-                    .tripwire
+                let armed_changed = wire
+                    .placed
                     .is_none_or(|was| (was == Tripwire::Off) != (next == Tripwire::Off));
                 if armed_changed {
                     tracing::info!(tripwire = ?next, cgroup = %t.dir.display(), "memory.high tripwire");
                 } else {
                     tracing::debug!(tripwire = ?next, "memory.high tripwire moved");
                 }
-                memo.tripwire = Some(next);
+                wire.placed = Some(next);
             }
             Err(e) => tracing::warn!(error = %e, "placing the memory.high tripwire"),
         }
@@ -108,16 +123,16 @@ impl EvictionManager {
     /// The kernel's registration ends by waiting for an RCU grace period, so it is done on a
     /// thread of its own; the last threshold stays armed until the new one is in
     /// ([`Self::install_wire`]), then is closed (which unregisters it in a kernel worker).
-    fn register_wire(&self, t: &TripwireCgroup, next: Tripwire, memo: &mut Memo) {
-        if !tripwire::worth_writing(memo.tripwire, next, TRIPWIRE_SLACK) {
+    fn register_wire(&self, t: &TripwireCgroup, next: Tripwire, wire: &mut Wire) {
+        if !tripwire::worth_writing(wire.placed, next, TRIPWIRE_SLACK) {
             return;
         }
         // A registration still under way: its threshold is closed when it arrives.
-        memo.wire_pending = None;
+        wire.pending = None;
         match next {
             Tripwire::Off => {
-                memo.wire = None;
-                memo.wire_missed = false;
+                wire.fd = None;
+                wire.missed = false;
             }
             Tripwire::At(at) => {
                 let Ok(bytes) = u64::try_from(at) else {
@@ -135,18 +150,18 @@ impl EvictionManager {
                     tracing::warn!(error = %e, "starting the usage-threshold tripwire's registration");
                     return;
                 }
-                memo.wire_pending = Some(rx);
+                wire.pending = Some(rx);
             }
         }
-        if memo
-            .tripwire
+        if wire
+            .placed
             .is_none_or(|was| (was == Tripwire::Off) != (next == Tripwire::Off))
         {
             tracing::info!(tripwire = ?next, cgroup = %t.dir.display(), "usage-threshold tripwire");
         } else {
             tracing::debug!(tripwire = ?next, "usage-threshold tripwire moved");
         }
-        memo.tripwire = Some(next);
+        wire.placed = Some(next);
     }
 
     /// A registered threshold into the crossing thread's reactor, replacing the last one (a
@@ -154,19 +169,19 @@ impl EvictionManager {
     pub(super) fn install_wire(
         &self,
         registered: std::io::Result<UsageThreshold>,
-        memo: &mut Memo,
+        wire: &mut Wire,
     ) {
         match registered.and_then(UsageThreshold::into_async) {
             Ok(fd) => {
                 let usage = fd.get_ref().usage();
-                memo.wire_missed = usage.is_some_and(|u| u >= fd.get_ref().bytes);
-                memo.wire = Some(std::sync::Arc::new(fd));
+                wire.missed = usage.is_some_and(|u| u >= fd.get_ref().bytes);
+                wire.fd = Some(std::sync::Arc::new(fd));
             }
             Err(e) => {
                 let dir = self.tripwire.as_ref().map(|t| t.dir.display().to_string());
                 tracing::warn!(error = %e, cgroup = ?dir, "registering the usage-threshold tripwire");
                 // Placed again at the next step.
-                memo.tripwire = None;
+                wire.placed = None;
             }
         }
     }
