@@ -165,6 +165,8 @@ struct Evicting {
     cgroup: String,
     since: Instant,
     released: bool,
+    /// The eviction's answer, sent once the victim's processes are gone.
+    completed: Option<crate::runtime::KillCompletion>,
 }
 
 impl Companion {
@@ -290,7 +292,7 @@ impl Companion {
         report: &dyn Fn(&Evict, &Pod, Option<&str>),
     ) {
         let active = self.link.active();
-        for e in self.link.take_evictions() {
+        for mut e in self.link.take_evictions() {
             let Some(entry) = active.get(&e.uid) else {
                 tracing::debug!(uid = %e.uid, "eviction of a pod no longer watched");
                 continue;
@@ -312,6 +314,7 @@ impl Companion {
                     cgroup: entry.cgroup.clone(),
                     since: Instant::now(),
                     released: false,
+                    completed: e.completed.take(),
                 },
             );
         }
@@ -334,7 +337,9 @@ impl Companion {
                 .is_none_or(|d| !populated(&d, version));
             if gone {
                 ev.released = true;
-                self.link.mark_released(uid);
+                if let Some(c) = ev.completed.take() {
+                    c.complete(crate::runtime::KillDone { stopped_ns: None });
+                }
                 tracing::info!(%uid, after_ms = ev.since.elapsed().as_millis(), "evicted pod's processes are gone");
             }
         }

@@ -35,7 +35,7 @@ use crate::{
         manager::{Action, Input, NodeReclaimed, next_deadline, step},
         tripwire::Tripwire,
     },
-    runtime::{CriRuntime, NodeLink, StatusManager},
+    runtime::{CriRuntime, KillDone, NodeLink, StatusManager},
     stats::{NodeSnapshot, PodScope, Refresh, StatsCollector},
 };
 
@@ -50,6 +50,8 @@ pub enum Trigger {
     Housekeeping,
     /// A grace or transition period ending.
     Deadline,
+    /// The last victim's stop answered: its resources are released.
+    Released,
 }
 
 impl std::fmt::Display for Trigger {
@@ -59,6 +61,7 @@ impl std::fmt::Display for Trigger {
             Self::Crossing => "crossing",
             Self::Housekeeping => "housekeeping",
             Self::Deadline => "deadline",
+            Self::Released => "released",
         })
     }
 }
@@ -87,12 +90,16 @@ struct Parts {
     /// The pod cgroup of the last victim: where its release is looked for while the decision
     /// core waits for its cleanup, and where a capped victim is killed.
     victim_cgroup: Option<String>,
+    /// The last eviction's answer, awaited ([`crate::runtime::KillCompletion`]).
+    answer: Option<tokio::sync::oneshot::Receiver<KillDone>>,
+    /// The last eviction answered: its pod's stop is done.
+    answered: Option<KillDone>,
     /// The kernel signal that started this step (`None` on a tick or a due instant).
     trigger: Option<TriggerSignal>,
 }
 
-/// How often the manager looks whether an evicted pod's resources were released (kubelet's
-/// `podCleanupPollFreq` is 1 s).
+/// How soon the manager looks again when the victim's stop answered but its memory cgroup is
+/// still there (the kernel removes it a moment later).
 const CLEANUP_POLL: Duration = Duration::from_millis(100);
 
 /// Minimum time between two eviction-manager steps driven by reclaim or fork records: enough
@@ -186,6 +193,10 @@ impl EvictionManager {
                     parts.wire.missed = false;
                     Woke::Signal(Box::new(s))
                 }
+                done = answered(&mut parts.answer) => {
+                    parts.answered = Some(done);
+                    Woke::Trigger(Trigger::Released)
+                }
                 r = tripwire::wire_registered(&mut parts.wire.pending) => {
                     self.install_wire(r, &mut parts.wire);
                     continue;
@@ -231,8 +242,8 @@ impl EvictionManager {
                 .await;
             self.report(&state, &mut parts.reporter);
             due = next_deadline(&self.config.eviction, &state, start.elapsed()).map(|d| start + d);
-            // Waiting for an evicted pod's cleanup: look again soon, as kubelet polls it.
-            if state.cleanup.is_some() {
+            // The victim's stop answered, its memory cgroup not gone yet: look again soon.
+            if state.cleanup.is_some() && parts.answered.is_some() {
                 let soon = tokio::time::Instant::now() + CLEANUP_POLL;
                 due = Some(due.map_or(soon, |d| d.min(soon)));
             }
@@ -255,10 +266,7 @@ impl EvictionManager {
     ) -> State {
         // kubelet's waitForPodsCleanup: whether the last victim is released is looked at
         // before observing, so the step that sees it released observes what it freed.
-        let released = state
-            .cleanup
-            .as_ref()
-            .is_some_and(|w| self.released(&w.uid, parts.victim_cgroup.as_deref()));
+        let released = state.cleanup.as_ref().is_some_and(|_| self.released(parts));
         let (active, targets) =
             self.targets_for(trigger, state.awaited(now, released), &mut parts.targets);
         let refresh = refresh_for(trigger, named);
@@ -354,4 +362,15 @@ impl EvictionManager {
         self.place_tripwire(&snapshot, state.cleanup.is_some(), &mut parts.wire);
         state
     }
+}
+
+/// Resolves with the last eviction's answer; never while none is awaited. A stop that can no
+/// longer answer (the pod had no worker) answers "done, no times".
+async fn answered(answer: &mut Option<tokio::sync::oneshot::Receiver<KillDone>>) -> KillDone {
+    let Some(rx) = answer.as_mut() else {
+        return std::future::pending().await;
+    };
+    let done = rx.await.unwrap_or(KillDone { stopped_ns: None });
+    *answer = None;
+    done
 }

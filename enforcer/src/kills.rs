@@ -167,6 +167,10 @@ pub struct KillRecord {
     /// Throttle, then evict: how the victim was capped and stopped.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub throttled: String,
+    /// CLOCK_MONOTONIC ns when the pod worker's kill had stopped and removed everything (the
+    /// eviction's answer; none beside kubelet, whose worker does it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_ns: Option<u64>,
     /// `released`, `timed out` (kubelet's cleanup wait), or empty while waiting.
@@ -246,6 +250,7 @@ impl KillRecord {
             reaped_ns: None,
             reaped: String::new(),
             throttled: String::new(),
+            stopped_ns: None,
             released_ns: None,
             release: String::new(),
             kubelet: None,
@@ -268,6 +273,7 @@ impl KillRecord {
             ("decided", self.decision_ns),
             ("SIGKILL sent", self.sigkill_ns),
             ("memory reaped (process_mrelease)", self.reaped_ns),
+            ("pod stopped by its worker", self.stopped_ns),
             ("memory released", self.released_ns),
         ];
         out.extend(steps.into_iter().filter_map(|(w, t)| t.map(|t| (w, t))));
@@ -383,9 +389,11 @@ impl KillLog {
     }
 
     /// Records the end of the cleanup wait of `uid` (`released`: its resources were freed;
-    /// else the wait timed out).
-    pub fn released(&mut self, uid: &str, released: bool) {
+    /// else the wait timed out), and when its pod worker's kill had stopped everything
+    /// (`stopped_ns`, the eviction's answer).
+    pub fn released(&mut self, uid: &str, released: bool, stopped_ns: Option<u64>) {
         if let Some(mut r) = self.waiting.remove(uid) {
+            r.stopped_ns = stopped_ns;
             if released {
                 let now = crate::signal::monotonic_ns();
                 r.released_ns = Some(now);
@@ -485,8 +493,8 @@ pub(crate) mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let mut log = KillLog::open(&dir);
         log.evicted(record("u1"));
-        log.released("u1", true);
-        log.released("u-unknown", true);
+        log.released("u1", true, Some(2_400_000));
+        log.released("u-unknown", true, None);
         let (records, bad) = read(&dir).expect("read");
         assert_eq!((records.len(), bad), (1, 0));
         let r = &records[0];
@@ -502,6 +510,7 @@ pub(crate) mod tests {
                 "node and pods read",
                 "decided",
                 "SIGKILL sent",
+                "pod stopped by its worker",
                 "memory released"
             ]
         );

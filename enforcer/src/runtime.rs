@@ -55,7 +55,7 @@ use tokio::{sync::mpsc, task::JoinSet};
 
 pub use admissions::Admission;
 pub use cri::{ContainerRuntime, CriError, CriRuntime};
-pub use link::{ActiveEntry, Evict, NodeLink};
+pub use link::{ActiveEntry, Evict, KillCompletion, KillDone, NodeLink};
 pub use node_state::NodeStateCollector;
 pub use records::{DISRUPTION_TARGET_REASON, evicted_status};
 pub use source::{ManifestDir, PodOp, PodUpdate, SourceEvent};
@@ -423,6 +423,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             terminating: std::collections::HashSet::new(),
         },
         evicted: HashMap::new(),
+        completions: HashMap::new(),
         allocations: allocation::Allocations::load(
             Some(
                 opts.state_dir
@@ -552,7 +553,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                 cpu_reconcile.notify_one();
                 pods.retry_resizes();
             }
-            Some(Terminated { uid, last }) = done_rx.recv() => {
+            Some(Terminated { uid, last, stopped_ns }) = done_rx.recv() => {
                 pods.workers.remove(&uid);
                 link.forget_oom_kills(&uid);
                 pods.admissions.release(&uid);
@@ -565,7 +566,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                     *rec = evicted_status(rec.clone(), last, *disruption_target);
                     status.set(rec.clone());
                     pods.pending.remove(&uid);
-                    link.mark_released(&uid);
+                    pods.kill_completed(&uid, stopped_ns);
                 } else if let Some(u) = pods.pending.remove(&uid)
                     && u.op != PodOp::Delete
                 {
@@ -574,7 +575,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                 }
             }
             () = link.evictions_pending() => {
-                for e in link.take_evictions() {
+                for mut e in link.take_evictions() {
                     let Some(pod) = pods.admissions.admitted.get(&e.uid).cloned() else {
                         link.remove_active(&e.uid);
                         continue;
@@ -585,6 +586,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
                         message: &e.message,
                         grace: e.grace_seconds,
                         disruption_target: e.disruption_target,
+                        completed: e.completed.take(),
                     });
                 }
             }

@@ -197,7 +197,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let mut log = KillLog::open(&dir);
         log.evicted(record("u1"));
-        log.released("u1", true);
+        log.released("u1", true, Some(5));
         let (records, _) = read(&dir).expect("read");
         let r = &records[0];
         let text = render_why(r);

@@ -266,12 +266,16 @@ impl EvictionManager {
             message: ev.message.clone(),
             annotations,
         });
+        let (completion, answer) = crate::runtime::KillCompletion::new();
+        parts.answer = Some(answer);
+        parts.answered = None;
         self.link.evict(Evict {
             uid: ev.uid.to_string(),
             grace_seconds: ev.grace_period_seconds,
             message: ev.message,
             sigkill_ns,
             disruption_target: true,
+            completed: Some(completion),
         });
     }
 
@@ -348,6 +352,7 @@ impl EvictionManager {
                 message: ev.message,
                 sigkill_ns: None,
                 disruption_target: false,
+                completed: None,
             });
         }
     }
@@ -372,5 +377,7 @@ fn cleanup_ended(end: &CleanupEnd, parts: &mut Parts) {
     } else {
         tracing::warn!(uid = %end.uid, "timed out waiting for the evicted pod to be cleaned up");
     }
-    parts.kills.released(&end.uid, end.released);
+    let stopped_ns = parts.answered.take().and_then(|d| d.stopped_ns);
+    parts.answer = None;
+    parts.kills.released(&end.uid, end.released, stopped_ns);
 }

@@ -25,8 +25,9 @@ const IMAGEFS_RETRY: Duration = Duration::from_secs(10);
 
 pub use crate::runtime::images::imagefs_mountpoint;
 
-/// What a step on `trigger` reads: everything on the housekeeping tick and at a due instant;
-/// on a signal, the node and the pods it names (`named`).
+/// What a step on `trigger` reads: everything on the housekeeping tick, at a due instant and
+/// once the last victim is released (what it freed); on a signal, the node and the pods it
+/// names (`named`).
 pub(super) fn refresh_for(trigger: Trigger, named: &[String]) -> Refresh {
     match trigger {
         // A crossing is the moment to evict: every pod's memory now, one usage counter
@@ -39,13 +40,16 @@ pub(super) fn refresh_for(trigger: Trigger, named: &[String]) -> Refresh {
             pods: PodScope::Named(named.to_vec()),
             logs: false,
         },
-        Trigger::Housekeeping | Trigger::Deadline => Refresh::full(),
+        Trigger::Housekeeping | Trigger::Deadline | Trigger::Released => Refresh::full(),
     }
 }
 
 /// Whether a step on this trigger walks the pods' directories (local storage figures).
 pub(super) fn trigger_walks(t: Trigger) -> bool {
-    matches!(t, Trigger::Housekeeping | Trigger::Deadline)
+    matches!(
+        t,
+        Trigger::Housekeeping | Trigger::Deadline | Trigger::Released
+    )
 }
 
 /// The decision core's view of the active pods that have a sample in `snapshot`.
@@ -103,20 +107,23 @@ impl EvictionManager {
         }
     }
 
-    /// Whether an evicted pod's resources are released: its worker finished (containers
-    /// stopped and removed, logs and pod cgroup removed) and its memory cgroup (`cgroup`, when
-    /// known) is gone; beside kubelet, its processes are gone (the companion's word).
-    pub(super) fn released(&self, uid: &str, cgroup: Option<&str>) -> bool {
-        if self.companion {
-            return self.link.take_released(uid);
+    /// Whether the last victim's resources are released: its stop answered (its worker
+    /// finished: containers stopped and removed, logs and pod cgroup removed; beside kubelet,
+    /// its processes gone, the companion's word) and, with a worker of ours, its memory cgroup
+    /// is gone.
+    pub(super) fn released(&self, parts: &super::Parts) -> bool {
+        if parts.answered.is_none() {
+            return false;
         }
-        let gone = cgroup.is_none_or(|cgroup| {
+        if self.companion {
+            return true;
+        }
+        parts.victim_cgroup.as_deref().is_none_or(|cgroup| {
             self.layout
                 .controller("memory")
                 .and_then(|(m, _)| join_inside(m, cgroup).ok())
                 .is_none_or(|d| !d.exists())
-        });
-        gone && self.link.take_released(uid)
+        })
     }
 
     /// Disk pressure: dead containers, then unused images, through CRI; then re-observe.

@@ -31,8 +31,38 @@ impl ActiveEntry {
     }
 }
 
+/// What an evicted pod's stop answers (kubelet's `KillPodOptions.CompletedCh`): sent once
+/// what the pod held is released (its worker finished: containers stopped and removed, logs
+/// and pod cgroup removed; beside kubelet, its processes gone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KillDone {
+    /// CLOCK_MONOTONIC ns when the pod worker's kill had stopped and removed everything
+    /// (`None` beside kubelet, where kubelet's worker does it).
+    pub stopped_ns: Option<u64>,
+}
+
+/// The answering half an eviction carries to the side that stops the pod; dropped unsent
+/// (the pod had no worker), the eviction manager finds the pod gone by itself.
+#[derive(Debug)]
+pub struct KillCompletion(tokio::sync::oneshot::Sender<KillDone>);
+
+impl KillCompletion {
+    /// A completion and the receiver the eviction manager awaits.
+    #[must_use]
+    pub fn new() -> (Self, tokio::sync::oneshot::Receiver<KillDone>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (Self(tx), rx)
+    }
+
+    /// Answers the eviction.
+    pub fn complete(self, done: KillDone) {
+        // The manager stopped waiting (it stopped, or the wait timed out): nobody to tell.
+        let _ = self.0.send(done);
+    }
+}
+
 /// An eviction the eviction manager decided.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct Evict {
     pub uid: String,
     /// Grace period in seconds for the orderly stop.
@@ -44,6 +74,8 @@ pub struct Evict {
     /// Whether the pod gets the `DisruptionTarget` condition: kubelet adds it for threshold
     /// evictions, not for local storage limit evictions (condition `nil`).
     pub disruption_target: bool,
+    /// Answered when the pod's resources are released (`None`: nobody waits).
+    pub completed: Option<KillCompletion>,
 }
 
 #[derive(Debug, Default)]
@@ -57,9 +89,6 @@ struct Inner {
     /// kill): their workers resync at once.
     pokes: Mutex<std::collections::BTreeSet<String>>,
     poked: Notify,
-    /// Evicted pods whose worker finished: containers stopped and removed, logs and pod
-    /// cgroup removed (the eviction manager's cleanup wait reads and clears it).
-    released: Mutex<std::collections::BTreeSet<String>>,
     /// Containers the kernel's OOM killer killed a process of (eBPF records, by pod uid):
     /// what names the reason where the runtime could not (containerd under the systemd
     /// driver, its scope gone before it read the OOM event).
@@ -165,23 +194,6 @@ impl NodeLink {
         set.into_iter().collect()
     }
 
-    /// An evicted pod's worker has finished: what the pod held is released.
-    pub fn mark_released(&self, uid: &str) {
-        match self.0.released.lock() {
-            Ok(mut g) => g.insert(uid.to_owned()),
-            Err(p) => p.into_inner().insert(uid.to_owned()),
-        };
-    }
-
-    /// Whether an evicted pod was released ([`Self::mark_released`]); forgets it when so.
-    #[must_use]
-    pub fn take_released(&self, uid: &str) -> bool {
-        match self.0.released.lock() {
-            Ok(mut g) => g.remove(uid),
-            Err(p) => p.into_inner().remove(uid),
-        }
-    }
-
     /// The kernel OOM-killed a process of the container `container_id` of pod `uid`.
     pub fn note_oom_kill(&self, uid: &str, container_id: &str) {
         let mut g = match self.0.oom_killed.lock() {
@@ -234,26 +246,35 @@ mod tests {
             other.evictions_pending().await;
             other.take_evictions()
         });
+        let (completion, answer) = KillCompletion::new();
         link.evict(Evict {
             uid: "u1".into(),
             grace_seconds: 1,
             message: "m".into(),
             sigkill_ns: None,
             disruption_target: true,
+            completed: Some(completion),
         });
-        let got = waiter.await.expect("join");
+        let mut got = waiter.await.expect("join");
         // The runtime loop, which owns the active set, takes the pod out.
         link.remove_active("u1");
+        assert_eq!(got.len(), 1);
+        let e = got.remove(0);
         assert_eq!(
-            got,
-            vec![Evict {
-                uid: "u1".into(),
-                grace_seconds: 1,
-                message: "m".into(),
-                sigkill_ns: None,
-                disruption_target: true,
-            }]
+            (
+                e.uid.as_str(),
+                e.grace_seconds,
+                e.message.as_str(),
+                e.disruption_target
+            ),
+            ("u1", 1, "m", true)
         );
+        // The stop answers the eviction.
+        let done = KillDone {
+            stopped_ns: Some(7),
+        };
+        e.completed.expect("completion").complete(done);
+        assert_eq!(answer.await.ok(), Some(done));
         assert!(link.active().is_empty());
         assert!(link.set_conditions(vec![NodeCondition::MemoryPressure]));
         assert!(!link.set_conditions(vec![NodeCondition::MemoryPressure]));

@@ -13,6 +13,7 @@ use super::{
     admissions::Admissions,
     allocation::Allocations,
     apiserver,
+    link::{KillCompletion, KillDone},
     records::failed_record,
     spec,
     status::{PodPhase, PodRecord},
@@ -41,6 +42,8 @@ pub(super) struct Pods<R: ContainerRuntime> {
     /// Pods the eviction manager evicted: their Failed status stays until their source
     /// deletes them; updates are ignored meanwhile (phase Failed is terminal).
     pub(super) evicted: HashMap<String, (PodRecord, bool)>,
+    /// The evictions' answers, sent when the evicted pod's worker has finished.
+    pub(super) completions: HashMap<String, KillCompletion>,
     /// The resources allocated to the admitted pods, and their pending resizes.
     pub(super) allocations: Allocations,
 }
@@ -52,6 +55,8 @@ pub(super) struct EvictAs<'a> {
     pub(super) message: &'a str,
     pub(super) grace: i64,
     pub(super) disruption_target: bool,
+    /// The eviction's answer (kubelet's `CompletedCh`), sent when the worker has finished.
+    pub(super) completed: Option<KillCompletion>,
 }
 
 /// A pod admission rejected: its reason and the message its status carries.
@@ -91,11 +96,24 @@ impl<R: ContainerRuntime> Pods<R> {
         status.evicting(uid);
         self.evicted
             .insert(uid.to_owned(), (rec, e.disruption_target));
+        if let Some(c) = e.completed {
+            self.completions.insert(uid.to_owned(), c);
+        }
         self.pending.remove(uid);
         let _ = h.tx.send(WorkUpdate::Kill {
             grace: Some(e.grace),
         });
         true
+    }
+
+    /// The evicted pod `uid`'s worker has finished (at `stopped_ns`): its eviction is
+    /// answered.
+    pub(super) fn kill_completed(&mut self, uid: &str, stopped_ns: u64) {
+        if let Some(c) = self.completions.remove(uid) {
+            c.complete(KillDone {
+                stopped_ns: Some(stopped_ns),
+            });
+        }
     }
 
     /// Preempts `pod` to admit a critical pod (kubelet's `evictPodsToFreeRequests`): kubelet's
@@ -118,6 +136,7 @@ impl<R: ContainerRuntime> Pods<R> {
                 message: preemption::MESSAGE,
                 grace: spec::grace_seconds(&pod),
                 disruption_target: true,
+                completed: None,
             },
         );
         if killed {

@@ -176,6 +176,8 @@ pub use terminate::kill_pod;
 pub struct Terminated {
     pub uid: String,
     pub last: Option<PodRecord>,
+    /// CLOCK_MONOTONIC ns when the worker's kill had stopped and removed everything.
+    pub stopped_ns: u64,
 }
 
 /// A pod worker's lifecycle (kubelet's `PodWorkerState`).
@@ -311,12 +313,14 @@ impl<R: ContainerRuntime> PodWorker<R> {
             if let PodWorkerState::Terminating { grace } = self.state {
                 let _timer = crate::metrics::global().pod_worker("kill");
                 let last = self.terminate(grace, &mut rx).await;
+                let stopped_ns = crate::signal::monotonic_ns();
                 if let Some(o) = &self.ctx.objects {
                     o.forget(&self.uid);
                 }
                 let _ = done.send(Terminated {
                     uid: self.uid.clone(),
                     last,
+                    stopped_ns,
                 });
                 return;
             }

@@ -1029,10 +1029,16 @@ async fn run_mode_inner(
         }
         // What the runtime loop and the pod worker do for an evicted pod (there is no runtime
         // here): it leaves the active set, and once its process is reaped and its cgroup
-        // removed it counts as released, which ends the manager's cleanup wait (kubelet's
+        // removed its eviction is answered (released), which ends the manager's cleanup wait (kubelet's
         // waitForPodsCleanup) so the next trial's pod can be evicted.
         link.remove_active(&uid);
-        link.mark_released(&uid);
+        for e in &mut evictions {
+            if let Some(c) = e.completed.take() {
+                c.complete(enforcer::runtime::KillDone {
+                    stopped_ns: Some(monotonic_ns()),
+                });
+            }
+        }
         // Let the manager see the node recover before the next trial.
         tokio::time::sleep(Duration::from_millis(300)).await;
     }

@@ -528,8 +528,9 @@ fn local_storage_evictions(
 }
 
 /// When the manager next needs a step even if no signal arrives (kubelet would find out on its
-/// next housekeeping round): a met soft threshold's grace period ending, or a reported node
-/// condition's pressure-transition period ending. Only instants strictly after `now`.
+/// next housekeeping round): a met soft threshold's grace period ending, a reported node
+/// condition's pressure-transition period ending, or the cleanup wait timing out (its release
+/// is answered, not polled). Only instants strictly after `now`.
 #[must_use]
 pub fn next_deadline(config: &EvictionConfig, state: &State, now: Duration) -> Option<Duration> {
     let grace = state.first_observed.iter().filter_map(|(i, at)| {
@@ -540,7 +541,15 @@ pub fn next_deadline(config: &EvictionConfig, state: &State, now: Duration) -> O
         .conditions_last_observed
         .values()
         .map(|at| at.saturating_add(config.pressure_transition_period));
-    grace.chain(transition).filter(|d| *d > now).min()
+    let cleanup = state
+        .cleanup
+        .as_ref()
+        .map(|w| w.since.saturating_add(POD_CLEANUP_TIMEOUT));
+    grace
+        .chain(transition)
+        .chain(cleanup)
+        .filter(|d| *d > now)
+        .min()
 }
 
 #[cfg(test)]
