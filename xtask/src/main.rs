@@ -1,4 +1,4 @@
-//! Project tasks: `cargo xtask setup | test | vm-test | layers | run | bench <what>`.
+//! Project tasks: `cargo xtask setup | test | vm-test | layers | sizes | run | bench <what>`.
 //!
 //! `setup` installs what is missing, idempotently, and says what it does. `test` is the
 //! README's test command and what CI runs. `run` builds and starts the enforcer on this node.
@@ -16,6 +16,7 @@ use clap::{Parser, Subcommand};
 mod image;
 mod layers;
 mod runner;
+mod sizes;
 mod vm;
 
 /// The bound of one test on this host (the guest stretches it: `vm::GUEST_TEST_BOUND`). The
@@ -105,6 +106,8 @@ enum Task {
     },
     /// The enforcer library's import graph: no upward import between its layers, no cycle.
     Layers,
+    /// The production code's sizes: no function over 120 lines, no file over 900.
+    Sizes,
     /// The release enforcer as an OCI image (an OCI image layout; `--push REF` to a
     /// registry): the binary, the libraries it links, CA certificates, nothing else.
     Image {
@@ -187,6 +190,7 @@ fn main() -> anyhow::Result<()> {
             }
         }
         Task::Layers => layers::check(Path::new("enforcer/src")),
+        Task::Sizes => sizes::check(),
         Task::Image {
             out,
             push,
