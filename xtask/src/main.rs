@@ -336,33 +336,7 @@ fn cargo() -> Command {
 fn test(args: &[String]) -> anyhow::Result<()> {
     let started = Instant::now();
     setup()?;
-    sh(cargo().args(["fmt", "--all", "--", "--check"]))?;
-    layers::check(Path::new("enforcer/src"))?;
-    sh(cargo().args([
-        "clippy",
-        "--workspace",
-        "--exclude",
-        "enforcer-ebpf",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
-    sh(cargo()
-        .args([
-            "clippy",
-            "--package",
-            "enforcer-ebpf",
-            "--release",
-            "--target",
-            "bpfel-unknown-none",
-            "-Z",
-            "build-std=core",
-            "--",
-            "-D",
-            "warnings",
-        ])
-        .env("RUSTC_BOOTSTRAP", "1"))?;
+    checks()?;
     let checks = started.elapsed();
     // Tests bound to the other cgroup version than this host's memory controller are
     // skipped here by name, each listed with where it runs; so are those that need systemd
@@ -400,49 +374,7 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     let built = vm::build_tests(&workspace)?;
     sh(cargo().args(["test", "--doc"]).args(workspace))?;
     let build = build_start.elapsed();
-    // Every tier: unit and pipeline tests in the crates, the black-box suite in tests/, each
-    // test in its own process under its bound, HOST_PARALLEL at once.
-    let mut jobs = Vec::new();
-    for b in &built {
-        for t in vm::list_tests(&b.path)? {
-            if t.contains(other) {
-                say(format!(
-                    "skipping {}::{t} on this host: it needs the other cgroup version; {runs_it}",
-                    b.name
-                ));
-                continue;
-            }
-            if t.contains(vm::SYSTEMD_ONLY) {
-                say(format!(
-                    "skipping {}::{t} on this host: it needs systemd as PID 1; the VM's \
-                     systemd boot (cargo xtask vm-test --systemd) runs it",
-                    b.name
-                ));
-                continue;
-            }
-            jobs.push(runner::Job {
-                tier: b.name.clone(),
-                bin: b.path.clone(),
-                cwd: b.cwd.clone(),
-                test: t,
-                group: SERIAL_TIERS
-                    .iter()
-                    .find(|(t, _)| *t == b.name)
-                    .map(|(_, g)| (*g).to_owned()),
-                bound: HOST_TEST_BOUND,
-            });
-        }
-    }
-    // The serial tiers first (their chains are the longest), the rest in tier order.
-    jobs.sort_by_key(|j| {
-        (
-            SERIAL_TIERS
-                .iter()
-                .position(|(t, _)| *t == j.tier)
-                .unwrap_or(SERIAL_TIERS.len()),
-            j.tier.clone(),
-        )
-    });
+    let jobs = host_jobs(&built, other, runs_it)?;
     let host_start = Instant::now();
     let logs = target_dir().join("test-logs/host");
     let host = runner::run(jobs, HOST_PARALLEL, &logs, &[])?;
@@ -486,6 +418,92 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     } else {
         bail!("failed: {}", failures.join("; "))
     }
+}
+
+/// The checks before any build: formatting, the layers, clippy on the workspace and on the
+/// kernel programs.
+fn checks() -> anyhow::Result<()> {
+    sh(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    layers::check(Path::new("enforcer/src"))?;
+    sh(cargo().args([
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "enforcer-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    sh(cargo()
+        .args([
+            "clippy",
+            "--package",
+            "enforcer-ebpf",
+            "--release",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--",
+            "-D",
+            "warnings",
+        ])
+        .env("RUSTC_BOOTSTRAP", "1"))?;
+    Ok(())
+}
+
+/// The host's jobs: every test of every built tier but those needing the `other` cgroup
+/// version or systemd as PID 1 (each said, with where it runs), the serial tiers first.
+fn host_jobs(
+    built: &[vm::TestBinary],
+    other: &str,
+    runs_it: &str,
+) -> anyhow::Result<Vec<runner::Job>> {
+    // Every tier: unit and pipeline tests in the crates, the black-box suite in tests/, each
+    // test in its own process under its bound, HOST_PARALLEL at once.
+    let mut jobs = Vec::new();
+    for b in built {
+        for t in vm::list_tests(&b.path)? {
+            if t.contains(other) {
+                say(format!(
+                    "skipping {}::{t} on this host: it needs the other cgroup version; {runs_it}",
+                    b.name
+                ));
+                continue;
+            }
+            if t.contains(vm::SYSTEMD_ONLY) {
+                say(format!(
+                    "skipping {}::{t} on this host: it needs systemd as PID 1; the VM's \
+                     systemd boot (cargo xtask vm-test --systemd) runs it",
+                    b.name
+                ));
+                continue;
+            }
+            jobs.push(runner::Job {
+                tier: b.name.clone(),
+                bin: b.path.clone(),
+                cwd: b.cwd.clone(),
+                test: t,
+                group: SERIAL_TIERS
+                    .iter()
+                    .find(|(t, _)| *t == b.name)
+                    .map(|(_, g)| (*g).to_owned()),
+                bound: HOST_TEST_BOUND,
+            });
+        }
+    }
+    // The serial tiers first (their chains are the longest), the rest in tier order.
+    jobs.sort_by_key(|j| {
+        (
+            SERIAL_TIERS
+                .iter()
+                .position(|(t, _)| *t == j.tier)
+                .unwrap_or(SERIAL_TIERS.len()),
+            j.tier.clone(),
+        )
+    });
+    Ok(jobs)
 }
 
 /// The end of `cargo xtask test`: each tier's time on this host and in each boot, the
