@@ -420,11 +420,12 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     }
 }
 
-/// The checks before any build: formatting, the layers, clippy on the workspace and on the
-/// kernel programs.
+/// The checks before any build: formatting, the layers, the sizes, clippy on the workspace
+/// and on the kernel programs.
 fn checks() -> anyhow::Result<()> {
     sh(cargo().args(["fmt", "--all", "--", "--check"]))?;
     layers::check(Path::new("enforcer/src"))?;
+    sizes::check()?;
     sh(cargo().args([
         "clippy",
         "--workspace",
@@ -557,7 +558,7 @@ fn print_times(
         println!("{line}");
     }
     println!(
-        "  wall: checks (fmt, layers, clippy) {:.0} s; build {:.0} s; host tests {:.0} s ({} \
+        "  wall: checks (fmt, layers, sizes, clippy) {:.0} s; build {:.0} s; host tests {:.0} s ({} \
          at once)",
         checks.as_secs_f64(),
         build.as_secs_f64(),
