@@ -63,37 +63,13 @@ pub fn check() -> anyhow::Result<()> {
     for root in ROOTS {
         files.extend(measure_tree(Path::new(root))?);
     }
-    let mut offenders = Vec::new();
-    let mut longest_fn: Option<(&Path, &FnSize)> = None;
-    let mut longest_file: Option<(&Path, usize)> = None;
-    for (path, m) in &files {
-        if longest_file.is_none_or(|(_, l)| m.lines > l) {
-            longest_file = Some((path, m.lines));
-        }
-        if m.lines > MAX_FILE_LINES {
-            offenders.push(format!(
-                "{}: {} lines (a file's most: {MAX_FILE_LINES})",
-                path.display(),
-                m.lines
-            ));
-        }
-        for f in &m.fns {
-            if longest_fn.is_none_or(|(_, l)| f.lines > l.lines) {
-                longest_fn = Some((path, f));
-            }
-            if f.lines > MAX_FN_LINES {
-                offenders.push(format!(
-                    "{}:{} {}: {} lines (a function's most: {MAX_FN_LINES})",
-                    path.display(),
-                    f.line,
-                    f.name,
-                    f.lines
-                ));
-            }
-        }
-    }
+    let offenders = offenders(&files);
     let fns: usize = files.iter().map(|(_, m)| m.fns.len()).sum();
     println!("sizes: {} files, {fns} functions measured", files.len());
+    let longest_fn = files
+        .iter()
+        .flat_map(|(p, m)| m.fns.iter().map(move |f| (p, f)))
+        .max_by_key(|(_, f)| f.lines);
     if let Some((path, f)) = longest_fn {
         println!(
             "  longest function: {}:{} {}, {} lines",
@@ -103,8 +79,8 @@ pub fn check() -> anyhow::Result<()> {
             f.lines
         );
     }
-    if let Some((path, lines)) = longest_file {
-        println!("  longest file: {}, {lines} lines", path.display());
+    if let Some((path, m)) = files.iter().max_by_key(|(_, m)| m.lines) {
+        println!("  longest file: {}, {} lines", path.display(), m.lines);
     }
     for o in &offenders {
         println!("  over: {o}");
@@ -118,6 +94,31 @@ pub fn check() -> anyhow::Result<()> {
             offenders.join("\n")
         )
     }
+}
+
+/// Every file over [`MAX_FILE_LINES`] and every function over [`MAX_FN_LINES`], named with
+/// its path (and line) and size.
+fn offenders(files: &[(PathBuf, Measured)]) -> Vec<String> {
+    let mut out = Vec::new();
+    for (path, m) in files {
+        if m.lines > MAX_FILE_LINES {
+            out.push(format!(
+                "{}: {} lines (a file's most: {MAX_FILE_LINES})",
+                path.display(),
+                m.lines
+            ));
+        }
+        for f in m.fns.iter().filter(|f| f.lines > MAX_FN_LINES) {
+            out.push(format!(
+                "{}:{} {}: {} lines (a function's most: {MAX_FN_LINES})",
+                path.display(),
+                f.line,
+                f.name,
+                f.lines
+            ));
+        }
+    }
+    out
 }
 
 /// Every production file of `root`, measured, sorted by path.
@@ -370,9 +371,36 @@ mod tests {
     fn a_function_of_120_lines_passes_one_of_121_does_not() {
         let at = measure(&function("at", MAX_FN_LINES - 2)).unwrap();
         assert_eq!(at.fns[0].lines, MAX_FN_LINES);
+        assert!(offenders(&[(PathBuf::from("a.rs"), at)]).is_empty());
         let over = measure(&function("over", MAX_FN_LINES - 1)).unwrap();
         assert_eq!(over.fns[0].lines, MAX_FN_LINES + 1);
-        assert!(over.fns[0].lines > MAX_FN_LINES && at.fns[0].lines <= MAX_FN_LINES);
+        assert_eq!(
+            offenders(&[(PathBuf::from("b.rs"), over)]),
+            ["b.rs:3 over: 121 lines (a function's most: 120)"]
+        );
+    }
+
+    #[test]
+    fn a_file_of_900_lines_passes_one_of_901_does_not() {
+        let lines = |n: usize| "struct S;\n".repeat(n);
+        let at = measure(&lines(MAX_FILE_LINES)).unwrap();
+        assert!(offenders(&[(PathBuf::from("a.rs"), at)]).is_empty());
+        let over = measure(&lines(MAX_FILE_LINES + 1)).unwrap();
+        assert_eq!(
+            offenders(&[(PathBuf::from("b.rs"), over)]),
+            ["b.rs: 901 lines (a file's most: 900)"]
+        );
+    }
+
+    #[test]
+    fn a_long_test_module_is_not_an_offender() {
+        let src = format!(
+            "fn small() {{}}\n#[cfg(test)]\nmod tests {{\n{}}}\n",
+            function("long", 1000)
+        );
+        let m = measure(&src).unwrap();
+        assert_eq!(m.lines, 1);
+        assert!(offenders(&[(PathBuf::from("c.rs"), m)]).is_empty());
     }
 
     #[test]
@@ -397,6 +425,31 @@ mod tests {
         let m = measure(src).unwrap();
         let got: Vec<_> = m.fns.iter().map(|f| (f.name.as_str(), f.lines)).collect();
         assert_eq!(got, [("T::provided", 2), ("outer", 7), ("inner", 2)]);
+    }
+
+    #[test]
+    fn test_files_are_not_measured() {
+        let root = std::env::temp_dir().join(format!("xtask-sizes-{}", std::process::id()));
+        let files = [
+            ("lib.rs", "#[cfg(test)]\nmod fake;\nmod a;\n"),
+            ("fake.rs", "fn f() {}\n"),
+            ("a.rs", "fn g() {}\n"),
+            ("a/tests.rs", "fn t() {}\n"),
+            ("a/b_tests.rs", "fn t() {}\n"),
+            ("a/tests/c.rs", "fn t() {}\n"),
+        ];
+        for (path, text) in files {
+            let path = root.join(path);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, text).unwrap();
+        }
+        let measured = measure_tree(&root).unwrap();
+        let names: Vec<_> = measured
+            .iter()
+            .map(|(p, _)| p.strip_prefix(&root).unwrap().display().to_string())
+            .collect();
+        fs::remove_dir_all(&root).unwrap();
+        assert_eq!(names, ["a.rs", "lib.rs"]);
     }
 
     #[test]
