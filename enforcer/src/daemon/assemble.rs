@@ -299,3 +299,34 @@ impl Assembly<'_> {
             })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--companion` decides the mode whatever else is given; then `--kubeconfig`.
+    #[test]
+    fn the_mode_is_told_once_from_the_flags() {
+        let opts = |companion: Option<CompanionMode>, kubeconfig: Option<&str>| DaemonOptions {
+            config: crate::config::load(&crate::config::ConfigArgs::default())
+                .expect("config")
+                .config,
+            watches: Vec::new(),
+            run_pods: true,
+            static_pods: false,
+            kubeconfig: kubeconfig.map(std::path::PathBuf::from),
+            companion,
+        };
+        let soft = CompanionMode { soft: true };
+        for (companion, kubeconfig, mode) in [
+            (None, None, Mode::Standalone),
+            (None, Some("/k"), Mode::Cluster),
+            (Some(soft), None, Mode::Companion(soft)),
+            (Some(soft), Some("/k"), Mode::Companion(soft)),
+        ] {
+            let m = Mode::of(&opts(companion, kubeconfig));
+            assert_eq!(m, mode);
+            assert_eq!(m.is_companion(), companion.is_some());
+        }
+    }
+}
