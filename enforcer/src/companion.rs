@@ -377,37 +377,8 @@ impl Companion {
         let mut aligner = Aligner::load(&self.state_dir);
         let mut aligned_at: Option<Instant> = None;
         let kubepods = self.driver.name(&cgroup_name::kubepods(&self.cgroup_root));
-        let cri = self.cri.clone();
         let report = |e: &Evict, pod: &Pod, sandbox: Option<&str>| {
-            let meta = &pod.metadata;
-            match &report_to_api {
-                Some(tx) => {
-                    let _ = tx.send(evicted::Report {
-                        namespace: meta.namespace.clone().unwrap_or_default(),
-                        name: meta.name.clone().unwrap_or_default(),
-                        uid: e.uid.clone(),
-                        message: e.message.clone(),
-                        disruption_target: e.disruption_target,
-                    });
-                }
-                None => {
-                    let Some(id) = sandbox.map(str::to_owned) else {
-                        return;
-                    };
-                    let cri = cri.clone();
-                    let uid = e.uid.clone();
-                    tokio::spawn(async move {
-                        match cri.stop_pod_sandbox(&id).await {
-                            Ok(()) => {
-                                tracing::info!(%uid, sandbox = %id, "evicted pod's sandbox stopped; kubelet reports it")
-                            }
-                            Err(e) => {
-                                tracing::warn!(%uid, sandbox = %id, error = %e, "stopping the evicted pod's sandbox")
-                            }
-                        }
-                    });
-                }
-            }
+            report_eviction(report_to_api.as_ref(), &self.cri, e, pod, sandbox);
         };
         tokio::pin!(stop);
         loop {
@@ -439,24 +410,7 @@ impl Companion {
                 }
                 _ = tick.tick() => {
                     self.relist_runtime(&mut sandboxes, &mut runtime_failing).await;
-                    if let Some(mut d) = dir.take() {
-                        let (d, pods) = tokio::task::spawn_blocking(move || {
-                            let events = d.scan();
-                            (d, events)
-                        })
-                        .await
-                        .map_or_else(|_| (None, Vec::new()), |(d, e)| (Some(d), e));
-                        dir = d;
-                        for ev in pods {
-                            if let SourceEvent::Pod(u) = ev {
-                                let uid = u.pod.metadata.uid.clone();
-                                statics.retain(|p| p.metadata.uid != uid);
-                                if u.op != PodOp::Delete {
-                                    statics.push(u.pod);
-                                }
-                            }
-                        }
-                    }
+                    rescan_statics(&mut dir, &mut statics).await;
                 }
             }
             members = inventory::members(
@@ -588,6 +542,67 @@ pub enum RestoreError {
     Failed(Vec<String>),
     #[error(transparent)]
     Record(#[from] oom::OriginalsError),
+}
+
+/// An eviction made known: its status written to the API server (cluster mode), else the
+/// victim's sandbox stopped through CRI (kubelet then reports it).
+fn report_eviction(
+    report_to_api: Option<&tokio::sync::mpsc::UnboundedSender<evicted::Report>>,
+    cri: &Arc<CriRuntime>,
+    e: &Evict,
+    pod: &Pod,
+    sandbox: Option<&str>,
+) {
+    let meta = &pod.metadata;
+    if let Some(tx) = report_to_api {
+        let _ = tx.send(evicted::Report {
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            uid: e.uid.clone(),
+            message: e.message.clone(),
+            disruption_target: e.disruption_target,
+        });
+        return;
+    }
+    let Some(id) = sandbox.map(str::to_owned) else {
+        return;
+    };
+    let cri = cri.clone();
+    let uid = e.uid.clone();
+    tokio::spawn(async move {
+        match cri.stop_pod_sandbox(&id).await {
+            Ok(()) => {
+                tracing::info!(%uid, sandbox = %id, "evicted pod's sandbox stopped; kubelet reports it")
+            }
+            Err(e) => {
+                tracing::warn!(%uid, sandbox = %id, error = %e, "stopping the evicted pod's sandbox")
+            }
+        }
+    });
+}
+
+/// kubelet's static pod directory read again (off the async threads) into `statics`; a
+/// scan that did not come back leaves the directory unread from then on.
+async fn rescan_statics(dir: &mut Option<ManifestDir>, statics: &mut Vec<Arc<Pod>>) {
+    let Some(mut d) = dir.take() else {
+        return;
+    };
+    let (d, pods) = tokio::task::spawn_blocking(move || {
+        let events = d.scan();
+        (d, events)
+    })
+    .await
+    .map_or_else(|_| (None, Vec::new()), |(d, e)| (Some(d), e));
+    *dir = d;
+    for ev in pods {
+        if let SourceEvent::Pod(u) = ev {
+            let uid = u.pod.metadata.uid.clone();
+            statics.retain(|p| p.metadata.uid != uid);
+            if u.op != PodOp::Delete {
+                statics.push(u.pod);
+            }
+        }
+    }
 }
 
 /// `companion.json` in the state directory: the last alignment.

@@ -16,15 +16,16 @@ use crate::{
     health::Health,
     kernel::{self, Capabilities, PipelineOptions, SourceChoice, Watch},
     node::{self, NodeObserver},
-    policy::{
-        admission::{self, SecurityPolicy},
-        eviction::Signal as EvictionSignal,
-    },
+    policy::{admission, eviction::Signal as EvictionSignal},
     quantity::{Format, Quantity},
-    runtime::{self, Admission, CriRuntime, NodeLink, RunPodsOptions, StatusManager},
+    runtime::{self, CriRuntime, NodeLink, RunPodsOptions, StatusManager},
     server,
     signal::SourceKind,
 };
+
+mod assemble;
+
+use assemble::{Assembly, Mode, Started, Stop};
 
 /// What `enforcer run` starts with.
 #[derive(Clone, Debug)]
@@ -196,23 +197,181 @@ async fn secure_metrics_port(
     Ok(Some(s))
 }
 
+/// What every mode starts from: the node's health, its cgroup layout and kernel.
+struct NodeStart {
+    health: Arc<Health>,
+    layout: CgroupLayout,
+    caps: Capabilities,
+}
+
+/// The daemon's HTTP servers: the main one (`--http-address`) and the ports beside it.
+struct Servers {
+    main: server::Server,
+    extra: Vec<server::Server>,
+}
+
 /// Runs until `shutdown` resolves.
 pub async fn run(
     opts: DaemonOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), DaemonError> {
-    let companion = opts.companion;
-    let config = match companion {
-        Some(c) => {
-            let (config, changes) = crate::companion::adjust_config(opts.config, c.soft)?;
-            for change in changes {
-                tracing::info!("companion mode: {change}");
-            }
-            config
+    let mode = Mode::of(&opts);
+    let config = mode.config(opts.config.clone())?;
+    let run_pods = opts.run_pods && !mode.is_companion();
+    let NodeStart {
+        health,
+        layout,
+        caps,
+    } = start_node(&config, run_pods)?;
+
+    // The node: capacity (or its override), allocatable, and where the observer looks.
+    let capacity = capacity(&config);
+    let allocatable = admission::allocatable(
+        &capacity,
+        &config.system_reserved,
+        &config.kube_reserved,
+        &config.hard_eviction_thresholds,
+    );
+    let observer = config.node_observer(&layout, &capacity);
+    let kubepods = observer.kubepods.clone();
+    // The kubepods cgroup (allocatable: capacity minus reservations when `pods` is enforced)
+    // and its QoS tiers exist before anything watches them (runtime::enforce); beside kubelet
+    // they are kubelet's.
+    let enforcer = match mode {
+        Mode::Companion(_) => None,
+        Mode::Standalone | Mode::Cluster => {
+            Some(container_manager(&config, &layout, &capacity, run_pods)?)
         }
-        None => opts.config,
     };
-    let run_pods = opts.run_pods && companion.is_none();
+    let watches = kubepods_watches(&config, &layout, &observer, mode, &opts.watches)?;
+    let (pipeline, crossing) = start_pipeline(&config, &caps, &layout, watches).await?;
+    health.watch_readers(&pipeline.heartbeats);
+
+    let link = NodeLink::default();
+    let status = StatusManager::default();
+    // The container runtime's client, shared by the pod runtime, node-level reclaim and
+    // `/stats/summary` (the image filesystem); where the enforcer runs the pods or watches
+    // kubelet's.
+    let cri = (run_pods || mode.is_companion()).then(|| {
+        let defaults = RunPodsOptions::for_node(layout.clone(), &caps);
+        Arc::new(CriRuntime::new(
+            config.enforcer.cri_socket.clone(),
+            defaults.cri_timeout,
+        ))
+    });
+    let sources = || server::Sources {
+        config: config.clone(),
+        capabilities: serde_json::to_string(&caps).unwrap_or_default(),
+        health: health.clone(),
+        metrics: crate::metrics::global().clone(),
+        pipeline: pipeline.stats.clone(),
+        link: link.clone(),
+        status: status.clone(),
+        observer: observer.clone(),
+        runtime: cri.clone(),
+    };
+    let servers = serve(&config, mode, run_pods, opts.kubeconfig.as_deref(), sources).await?;
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stop = Stop(stop_rx);
+    let (events, recorder) = keep_events(&config, opts.kubeconfig.as_deref());
+    let node = Assembly {
+        mode,
+        config: &config,
+        opts: &opts,
+        layout: &layout,
+        caps: &caps,
+        health: &health,
+        link: &link,
+        status: &status,
+        recorder: &recorder,
+        stop: &stop,
+    };
+    let started = match (mode, cri) {
+        (Mode::Companion(_), Some(cri)) => node.assemble_companion(cri, events),
+        (Mode::Companion(_), None) => Started::default(),
+        (Mode::Standalone, cri) => {
+            node.record_node_events();
+            node.assemble_pods(cri, enforcer, run_pods, &capacity, &allocatable)
+        }
+        (Mode::Cluster, cri) => {
+            let mut started = node.assemble_pods(cri, enforcer, run_pods, &capacity, &allocatable);
+            started.cluster = node.assemble_cluster(
+                events,
+                &capacity,
+                &allocatable,
+                started.node_reclaim.clone(),
+            );
+            started
+        }
+    };
+    health.expect_steps_every(config.enforcer.housekeeping_interval);
+    let manager = node.eviction_manager(observer, &kubepods, &started)?;
+    let eviction = tokio::spawn(crossing.run(manager, stop.stopped()));
+    health.set_started();
+
+    shutdown.await;
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    let _ = eviction.await;
+    stop_tasks(started, servers).await;
+    Ok(())
+}
+
+/// Starts the signal pipeline on `watches`; its readers and the eviction manager run on the
+/// crossing thread.
+async fn start_pipeline(
+    config: &Config,
+    caps: &Capabilities,
+    layout: &CgroupLayout,
+    watches: Vec<Watch>,
+) -> Result<
+    (
+        crate::eviction_manager::thread::PipelineInfo,
+        crate::eviction_manager::thread::Runner,
+    ),
+    DaemonError,
+> {
+    let pipeline_opts = PipelineOptions {
+        source: source_choice(config.enforcer.signal_source),
+        watches,
+        poll_interval: config.enforcer.housekeeping_interval,
+        ..PipelineOptions::default()
+    };
+    let (pipeline, crossing) = crate::eviction_manager::thread::start(
+        pipeline_opts,
+        caps.clone(),
+        layout.clone(),
+        config.enforcer.crossing_realtime,
+    )
+    .await?;
+    tracing::info!(source = ?pipeline.source, reason = %pipeline.reason, scheduling = %pipeline.scheduling, "signal pipeline started (with the eviction manager, on the crossing thread)");
+    Ok((pipeline, crossing))
+}
+
+/// Waits for the started tasks in the order they stop, then shuts the servers down.
+async fn stop_tasks(started: Started, servers: Servers) {
+    if let Some(t) = started.pods
+        && let Ok(Err(e)) = t.await
+    {
+        tracing::error!(error = %e, "pod runtime");
+    }
+    if let Some(t) = started.cluster {
+        let _ = t.await;
+    }
+    for t in started.companion {
+        let _ = t.await;
+    }
+    servers.main.shutdown().await;
+    for s in servers.extra {
+        s.shutdown().await;
+    }
+}
+
+/// The node's start in every mode: swap refused where the enforcer runs pods (kubelet's
+/// `failSwapOn`), the open-files limit raised, the state directory checked, the cgroup
+/// layout discovered and the kernel probed, the daemon's own OOM score set.
+fn start_node(config: &Config, run_pods: bool) -> Result<NodeStart, DaemonError> {
     if let Some(ip) = config.node_ip {
         node::set_node_ip(ip);
     }
@@ -249,59 +408,66 @@ pub async fn run(
     }
     // kubelet's own score, or the lowest this node allows (logged).
     runtime::enforce::set_own_oom_score_adj(caps.cap_sys_resource);
+    Ok(NodeStart {
+        health,
+        layout,
+        caps,
+    })
+}
 
-    // The node: capacity (or its override), allocatable, and where the observer looks.
-    let capacity = capacity(&config);
-    let allocatable = admission::allocatable(
-        &capacity,
-        &config.system_reserved,
-        &config.kube_reserved,
-        &config.hard_eviction_thresholds,
-    );
-    let memory_capacity = capacity.get("memory").map_or(0, Quantity::value);
-    let observer = config.node_observer(&layout, &capacity);
-    let kubepods = observer.kubepods.clone();
-    // The kubepods cgroup (allocatable: capacity minus reservations when `pods` is enforced)
-    // and its QoS tiers exist before anything watches them (runtime::enforce); beside kubelet
-    // they are kubelet's.
-    let enforcer = if companion.is_some() {
-        None
+/// kubelet's container manager where the enforcer is the node agent (standalone and
+/// cluster mode): the kubepods cgroup and its QoS tiers made, and the CPU, memory and
+/// topology managers where it runs the pods.
+fn container_manager(
+    config: &Config,
+    layout: &CgroupLayout,
+    capacity: &BTreeMap<String, Quantity>,
+    run_pods: bool,
+) -> Result<Arc<runtime::enforce::Enforcer>, DaemonError> {
+    let kubepods_cgroups = crate::cgroup::kubepods::Kubepods::for_driver(
+        &config.cgroup_root,
+        layout.clone(),
+        config.cgroup_driver,
+    )
+    .map_err(|source| runtime::RuntimeError::Cgroups {
+        driver: config.cgroup_driver.as_str(),
+        source,
+    })?;
+    let enforcer = runtime::enforce::Enforcer::from_config(config, kubepods_cgroups, capacity);
+    // The CPU, memory and topology managers only where the enforcer runs the pods.
+    let enforcer = Arc::new(if run_pods {
+        // The NUMA cells for the memory and topology managers (one cell where sysfs has
+        // no NUMA nodes).
+        let numa =
+            runtime::enforce::numa_topology(Path::new("/sys"), capacity).unwrap_or_else(|e| {
+                tracing::warn!(error = %e, "reading the NUMA cells");
+                crate::policy::topology::NumaTopology::default()
+            });
+        enforcer
+            .with_cpu_manager(config)?
+            .with_resource_managers(config, &numa, capacity)?
     } else {
-        let kubepods_cgroups = crate::cgroup::kubepods::Kubepods::for_driver(
-            &config.cgroup_root,
-            layout.clone(),
-            config.cgroup_driver,
-        )
-        .map_err(|source| runtime::RuntimeError::Cgroups {
-            driver: config.cgroup_driver.as_str(),
-            source,
-        })?;
-        let enforcer =
-            runtime::enforce::Enforcer::from_config(&config, kubepods_cgroups, &capacity);
-        // The CPU, memory and topology managers only where the enforcer runs the pods.
-        let enforcer = Arc::new(if run_pods {
-            // The NUMA cells for the memory and topology managers (one cell where sysfs has
-            // no NUMA nodes).
-            let numa = runtime::enforce::numa_topology(Path::new("/sys"), &capacity)
-                .unwrap_or_else(|e| {
-                    tracing::warn!(error = %e, "reading the NUMA cells");
-                    crate::policy::topology::NumaTopology::default()
-                });
-            enforcer
-                .with_cpu_manager(&config)?
-                .with_resource_managers(&config, &numa, &capacity)?
-        } else {
-            enforcer
-        });
-        enforcer.sync_node_logged(std::iter::empty());
-        Some(enforcer)
-    };
+        enforcer
+    });
+    enforcer.sync_node_logged(std::iter::empty());
+    Ok(enforcer)
+}
+
+/// The memory cgroups the signal pipeline watches: kubepods (made here with the cgroupfs
+/// driver outside companion mode), once per memory threshold crossing, and `extra`.
+fn kubepods_watches(
+    config: &Config,
+    layout: &CgroupLayout,
+    observer: &NodeObserver,
+    mode: Mode,
+    extra: &[PathBuf],
+) -> Result<Vec<Watch>, DaemonError> {
     let mut watches = Vec::new();
     if let Some((mount, _)) = layout.controller("memory") {
-        let dir = join_inside(mount, &kubepods)?;
+        let dir = join_inside(mount, &observer.kubepods)?;
         // systemd made the kubepods slice (or says why it could not above).
         if config.cgroup_driver == crate::policy::cgroup_name::CgroupDriver::Cgroupfs
-            && companion.is_none()
+            && !mode.is_companion()
             && let Err(e) = std::fs::create_dir_all(&dir)
         {
             tracing::warn!(path = %dir.display(), error = %e, "creating the kubepods cgroup");
@@ -309,7 +475,7 @@ pub async fn run(
         // Usage-threshold watches on kubepods where each memory threshold (hard and soft,
         // memory.available and allocatableMemory.available) is crossed, so the crossing
         // itself wakes the manager (condition raised, grace period started, eviction).
-        let crossings = memory_crossings(&config, &observer);
+        let crossings = memory_crossings(config, observer);
         if crossings.is_empty() {
             watches.push(Watch {
                 cgroup: dir,
@@ -322,96 +488,34 @@ pub async fn run(
             }));
         }
     }
-    watches.extend(opts.watches.iter().map(|c| Watch {
+    watches.extend(extra.iter().map(|c| Watch {
         cgroup: c.clone(),
         threshold_bytes: None,
     }));
+    Ok(watches)
+}
 
-    let pipeline_opts = PipelineOptions {
-        source: source_choice(config.enforcer.signal_source),
-        watches,
-        poll_interval: config.enforcer.housekeeping_interval,
-        ..PipelineOptions::default()
-    };
-    // The pipeline's readers and the eviction manager run on the crossing thread.
-    let (pipeline, crossing) = crate::eviction_manager::thread::start(
-        pipeline_opts,
-        caps.clone(),
-        layout.clone(),
-        config.enforcer.crossing_realtime,
-    )
-    .await?;
-    tracing::info!(source = ?pipeline.source, reason = %pipeline.reason, scheduling = %pipeline.scheduling, "signal pipeline started (with the eviction manager, on the crossing thread)");
-    health.watch_readers(&pipeline.heartbeats);
-
-    let link = NodeLink::default();
-    let status = StatusManager::default();
-    // The container runtime's client, shared by the pod runtime, node-level reclaim and
-    // `/stats/summary` (the image filesystem); where the enforcer runs the pods or watches
-    // kubelet's.
-    let cri = (run_pods || companion.is_some()).then(|| {
-        let defaults = RunPodsOptions::for_node(layout.clone(), &caps);
-        Arc::new(CriRuntime::new(
-            config.enforcer.cri_socket.clone(),
-            defaults.cri_timeout,
-        ))
-    });
-    let sources = || server::Sources {
-        config: config.clone(),
-        capabilities: serde_json::to_string(&caps).unwrap_or_default(),
-        health: health.clone(),
-        metrics: crate::metrics::global().clone(),
-        pipeline: pipeline.stats.clone(),
-        link: link.clone(),
-        status: status.clone(),
-        observer: observer.clone(),
-        runtime: cri.clone(),
-    };
-    let mut extra_servers = Vec::new();
+/// The daemon's HTTP servers: kubelet's secure port (cluster mode, running pods), the
+/// read-only port, the secure metrics port, and the main one.
+async fn serve(
+    config: &Config,
+    mode: Mode,
+    run_pods: bool,
+    kubeconfig: Option<&Path>,
+    sources: impl Fn() -> server::Sources,
+) -> Result<Servers, DaemonError> {
+    let mut extra = Vec::new();
     // kubelet's secure port, where it serves the node (cluster mode, running pods; beside
     // kubelet, kubelet serves it).
     let serving = &config.serving;
-    if opts.kubeconfig.is_some() && companion.is_none() && run_pods && serving.port != 0 {
+    if mode == Mode::Cluster && run_pods && serving.port != 0 {
         let addr = SocketAddr::new(serving.address, serving.port);
-        let secure = server::secure::SecureOptions {
-            cert_files: (!serving.tls_cert_file.is_empty()
-                || !serving.tls_private_key_file.is_empty())
-            .then(|| {
-                (
-                    PathBuf::from(&serving.tls_cert_file),
-                    PathBuf::from(&serving.tls_private_key_file),
-                )
-            }),
-            cert_dir: config.enforcer.state_dir.join("pki"),
-            hostname: config.node_name(),
-            client_ca: (!serving.authentication.client_ca_file.is_empty())
-                .then(|| PathBuf::from(&serving.authentication.client_ca_file)),
-            anonymous: serving.authentication.anonymous,
-            token_webhook: serving
-                .authentication
-                .webhook
-                .then_some(serving.authentication.webhook_cache_ttl),
-            authz: if serving.authorization.webhook {
-                server::secure::AuthzMode::Webhook {
-                    allowed_ttl: serving.authorization.cache_authorized_ttl,
-                    denied_ttl: serving.authorization.cache_unauthorized_ttl,
-                }
-            } else {
-                server::secure::AuthzMode::AlwaysAllow
-            },
-            node_name: config.node_name(),
-            kubeconfig: opts.kubeconfig.clone(),
-            bootstrap: serving.server_tls_bootstrap,
-            addresses: crate::node::node_ip()
-                .into_iter()
-                .map(|ip| ip.to_string())
-                .collect(),
-        };
+        let secure = secure_port_options(config, kubeconfig);
         let s = server::serve_secure(addr, sources(), secure)
             .await
             .map_err(|source| DaemonError::Secure { addr, source })?;
         tracing::info!(addr = %s.addr, "serving the secure port (TLS, authentication, authorization): the pages, /containerLogs, /exec, /attach, /portForward");
-        extra_servers.push(s);
+        extra.push(s);
     }
     if serving.read_only_port != 0 {
         let addr = SocketAddr::new(serving.address, serving.read_only_port);
@@ -419,33 +523,72 @@ pub async fn run(
             .await
             .map_err(|source| DaemonError::Http { addr, source })?;
         tracing::info!(addr = %s.addr, "serving the read-only port (no authentication)");
-        extra_servers.push(s);
+        extra.push(s);
     }
-    if let Some(s) = secure_metrics_port(&config, opts.kubeconfig.as_deref(), sources()).await? {
-        extra_servers.push(s);
+    if let Some(s) = secure_metrics_port(config, kubeconfig, sources()).await? {
+        extra.push(s);
     }
-    let server = server::serve(config.enforcer.http_address, sources())
+    let main = server::serve(config.enforcer.http_address, sources())
         .await
         .map_err(|source| DaemonError::Http {
             addr: config.enforcer.http_address,
             source,
         })?;
-    tracing::info!(addr = %server.addr, "serving /metrics, /healthz, /configz, /pods, /stats/summary, /debug");
+    tracing::info!(addr = %main.addr, "serving /metrics, /healthz, /configz, /pods, /stats/summary, /debug");
+    Ok(Servers { main, extra })
+}
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
+/// kubelet's secure port's options, from the configuration's `serving` section.
+fn secure_port_options(
+    config: &Config,
+    kubeconfig: Option<&Path>,
+) -> server::secure::SecureOptions {
+    let serving = &config.serving;
+    server::secure::SecureOptions {
+        cert_files: (!serving.tls_cert_file.is_empty() || !serving.tls_private_key_file.is_empty())
+            .then(|| {
+                (
+                    PathBuf::from(&serving.tls_cert_file),
+                    PathBuf::from(&serving.tls_private_key_file),
+                )
+            }),
+        cert_dir: config.enforcer.state_dir.join("pki"),
+        hostname: config.node_name(),
+        client_ca: (!serving.authentication.client_ca_file.is_empty())
+            .then(|| PathBuf::from(&serving.authentication.client_ca_file)),
+        anonymous: serving.authentication.anonymous,
+        token_webhook: serving
+            .authentication
+            .webhook
+            .then_some(serving.authentication.webhook_cache_ttl),
+        authz: if serving.authorization.webhook {
+            server::secure::AuthzMode::Webhook {
+                allowed_ttl: serving.authorization.cache_authorized_ttl,
+                denied_ttl: serving.authorization.cache_unauthorized_ttl,
+            }
+        } else {
+            server::secure::AuthzMode::AlwaysAllow
+        },
+        node_name: config.node_name(),
+        kubeconfig: kubeconfig.map(Path::to_path_buf),
+        bootstrap: serving.server_tls_bootstrap,
+        addresses: crate::node::node_ip()
+            .into_iter()
+            .map(|ip| ip.to_string())
+            .collect(),
+    }
+}
 
-    // Events: kept in the state directory in both modes (`enforcer events`), passed on to
-    // the API-server writer in cluster mode.
-    let events = opts
-        .kubeconfig
-        .as_ref()
-        .map(|_| crate::cluster::EventQueue::new());
+/// Events: kept in the state directory in every mode (`enforcer events`), passed on to the
+/// API-server writer where there is one. Returns that writer's queue and the recorder.
+fn keep_events(
+    config: &Config,
+    kubeconfig: Option<&Path>,
+) -> (
+    Option<crate::cluster::EventQueue>,
+    crate::recorder::Recorder,
+) {
+    let events = kubeconfig.map(|_| crate::cluster::EventQueue::new());
     let kept = crate::cluster::EventQueue::new();
     let recorder = kept.recorder.clone();
     let store = match crate::cluster::event_store::EventStore::open(&config.enforcer.state_dir) {
@@ -461,175 +604,7 @@ pub async fn run(
         config.node_name(),
         events.as_ref().map(|e| e.recorder.clone()),
     ));
-    // Standalone, the node's own events (cluster mode records them as it builds the Node's
-    // status; beside kubelet they are kubelet's).
-    if opts.kubeconfig.is_none() && companion.is_none() {
-        tokio::spawn(crate::cluster::node_status::record_node_events(
-            status.clone(),
-            health.clone(),
-            config.node_name(),
-            config.node_status_update_frequency,
-            recorder.clone(),
-            stopped(),
-        ));
-    }
-    let mut pods_task = None;
-    let mut node_reclaim = None;
-    let mut image_gc = None;
-    let mut companion_tasks = Vec::new();
-    let mut events = events;
-    if let (Some(cri), Some(_)) = (cri.clone(), companion) {
-        let reports = opts
-            .kubeconfig
-            .clone()
-            .zip(events.take())
-            .map(|(kubeconfig, events)| {
-                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-                let config = config.clone();
-                let stop = stopped();
-                companion_tasks.push(tokio::spawn(async move {
-                    crate::companion::run_api_writers(&config, kubeconfig, rx, events, stop).await;
-                }));
-                tx
-            });
-        let c = crate::companion::Companion {
-            node_name: config.node_name(),
-            cgroup_root: config.cgroup_root.clone(),
-            driver: config.cgroup_driver,
-            layout: layout.clone(),
-            cri,
-            kubeconfig: opts.kubeconfig.clone(),
-            static_dir: config.enforcer.manifest_dir.clone(),
-            state_dir: config.enforcer.state_dir.clone(),
-            link: link.clone(),
-            cgroups: Arc::new(crate::cgroup::writer::KernelCgroups),
-            relist: crate::companion::RELIST,
-            align_oom: true,
-            health: Some(health.clone()),
-        };
-        companion_tasks.push(tokio::spawn(c.run(reports, stopped())));
-    }
-    if let (Some(cri), Some(enforcer), true) = (cri, enforcer.clone(), run_pods) {
-        let mut ro = RunPodsOptions::for_node(layout.clone(), &caps);
-        ro.node_name = config.node_name();
-        ro.cri_socket = config.enforcer.cri_socket.clone();
-        ro.cgroup_root = config.cgroup_root.clone();
-        ro.cgroup_driver = config.cgroup_driver;
-        ro.manifest_dir = config.enforcer.manifest_dir.clone();
-        ro.state_dir = config.enforcer.state_dir.clone();
-        ro.node.memory_capacity = memory_capacity;
-        ro.static_pods = opts.static_pods;
-        ro.kubeconfig = opts.kubeconfig.clone();
-        ro.resync = config.sync_frequency;
-        ro.images = Arc::new(runtime::images::ImageManager::new(&image_options(&config)));
-        image_gc = Some(ro.images.gc.clone());
-        ro.dns = crate::policy::dns::DnsSettings {
-            cluster_dns: config.cluster_dns.clone(),
-            cluster_domain: config.cluster_domain.clone(),
-            resolv_conf: config.resolv_conf.clone(),
-        };
-        ro.enforce = enforcer;
-        ro.link = link.clone();
-        ro.health = health.clone();
-        ro.events = recorder.clone();
-        ro.admission = Some(Admission {
-            node: admission::Node {
-                name: ro.node_name.clone(),
-                // The registered Node's labels (cluster mode writes the same).
-                labels: crate::cluster::node_status::node_labels(
-                    &ro.node_name,
-                    &config.node_labels,
-                ),
-                taints: Vec::new(),
-                allocatable: allocatable.clone(),
-            },
-            security: SecurityPolicy {
-                allow_privileged: config.enforcer.allow_privileged,
-                allow_host_namespaces: config.enforcer.allow_host_namespaces,
-                allow_host_pid: config.enforcer.allow_host_pid,
-                allow_host_ipc: config.enforcer.allow_host_ipc,
-                allow_host_paths: config.enforcer.allow_host_paths,
-                sysctls: config.sysctl_allowlist(),
-                apparmor_enabled: caps.apparmor,
-            },
-        });
-        node_reclaim = Some(cri.clone());
-        pods_task = Some(tokio::spawn(runtime::run_pods_with(
-            cri,
-            ro,
-            status.clone(),
-            stopped(),
-        )));
-    }
-
-    // Cluster mode: node, lease and pod status written back to the API server (beside
-    // kubelet: only the companion's writers above).
-    let cluster_task = opts
-        .kubeconfig
-        .clone()
-        .zip(events)
-        .map(|(kubeconfig, events)| {
-            crate::cluster::spawn_for_daemon(
-                &config,
-                crate::cluster::DaemonStart {
-                    kubeconfig,
-                    resources: crate::cluster::NodeResources {
-                        capacity: capacity.clone(),
-                        allocatable: allocatable.clone(),
-                    },
-                    runtime: node_reclaim.clone(),
-                    events,
-                    link: link.clone(),
-                },
-                status.clone(),
-                health.clone(),
-                stopped(),
-            )
-        });
-    health.expect_steps_every(config.enforcer.housekeeping_interval);
-    let manager = crate::eviction_manager::EvictionManager {
-        config: config.clone(),
-        layout: observer.layout.clone(),
-        cgroups: Arc::new(crate::cgroup::writer::KernelCgroups),
-        tripwire: tripwire_cgroup(&config, &layout, &kubepods),
-        stats: crate::stats::StatsCollector::spawn(observer).map_err(|source| {
-            DaemonError::Thread {
-                what: "the stats collector",
-                source,
-            }
-        })?,
-        link,
-        status,
-        housekeeping: config.enforcer.housekeeping_interval,
-        node_reclaim,
-        image_gc,
-        health: health.clone(),
-        events: recorder,
-        companion: companion.is_some(),
-    };
-    let eviction = tokio::spawn(crossing.run(manager, stopped()));
-    health.set_started();
-
-    shutdown.await;
-    tracing::info!("shutting down");
-    let _ = stop_tx.send(true);
-    let _ = eviction.await;
-    if let Some(t) = pods_task
-        && let Ok(Err(e)) = t.await
-    {
-        tracing::error!(error = %e, "pod runtime");
-    }
-    if let Some(t) = cluster_task {
-        let _ = t.await;
-    }
-    for t in companion_tasks {
-        let _ = t.await;
-    }
-    server.shutdown().await;
-    for s in extra_servers {
-        s.shutdown().await;
-    }
-    Ok(())
+    (events, recorder)
 }
 
 /// The kubepods cgroup of the crossing tripwire (v2 `memory.high`, v1 a usage-threshold

@@ -121,64 +121,27 @@ type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 #[derive(Debug)]
 struct Inner {
     registry: Registry,
-    runtime_operations: Family<OperationType, Counter>,
-    runtime_operations_errors: Family<OperationType, Counter>,
-    runtime_operations_duration: HistogramFamily<OperationType>,
-    started_pods: Counter,
-    started_pods_errors: Counter,
-    started_containers: Family<ContainerType, Counter>,
-    pod_start_duration: Histogram,
-    pod_worker_duration: HistogramFamily<OperationType>,
-    pleg_relist_duration: Histogram,
-    pleg_relist_interval: Histogram,
-    pleg_last_seen: Gauge<f64, std::sync::atomic::AtomicU64>,
-    running_pods: Gauge,
-    running_containers: Family<ContainerStateLabel, Gauge>,
-    working_pods: Family<WorkingLabels, Gauge>,
-    cgroup_manager_duration: HistogramFamily<OperationType>,
-    evictions: Family<EvictionSignal, Counter>,
-    own_evictions: Family<EvictionSignal, Counter>,
-    eviction_stats_age: HistogramFamily<EvictionSignal>,
-    preemptions: Family<PreemptionSignal, Counter>,
-    signal_delay: HistogramFamily<Source>,
-    crossing_to_decision: HistogramFamily<EvictionSignal>,
-    decision_to_sigkill: Histogram,
-    sigkill_to_released: Histogram,
-    oom_kills: Family<QosClass, Counter>,
-    image_pull_duration: HistogramFamily<ImageSize>,
-    image_garbage_collected: Family<GcReason, Counter>,
+    runtime: RuntimeFamilies,
+    pods: PodFamilies,
+    eviction: EvictionFamilies,
     /// When each pod was first seen, until it runs (kubelet's pod start duration).
     first_seen: Mutex<HashMap<String, Instant>>,
     last_relist: Mutex<Option<Instant>>,
 }
 
-/// Pods remembered for `kubelet_pod_start_duration_seconds` at most (pods that never run and
-/// are never reported gone cannot grow the map without bound).
-const FIRST_SEEN_MAX: usize = 10_000;
-
-/// The registry and its instruments; a cheap handle (`Arc`).
-#[derive(Clone, Debug)]
-pub struct Metrics(Arc<Inner>);
-
-/// The process-wide registry (kubelet's `legacyregistry`).
-#[must_use]
-pub fn global() -> &'static Metrics {
-    static GLOBAL: OnceLock<Metrics> = OnceLock::new();
-    GLOBAL.get_or_init(Metrics::new)
+/// The families of kubelet's runtime operations and images.
+#[derive(Debug)]
+struct RuntimeFamilies {
+    runtime_operations: Family<OperationType, Counter>,
+    runtime_operations_errors: Family<OperationType, Counter>,
+    runtime_operations_duration: HistogramFamily<OperationType>,
+    image_pull_duration: HistogramFamily<ImageSize>,
+    image_garbage_collected: Family<GcReason, Counter>,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Metrics {
-    /// A registry with every instrument registered (tests make their own; the daemon uses
-    /// [`global`]).
-    #[must_use]
-    pub fn new() -> Self {
-        let mut registry = Registry::default();
+impl RuntimeFamilies {
+    /// Registered in `registry`, in /metrics order.
+    fn register(registry: &mut Registry) -> Self {
         let runtime_operations = Family::<OperationType, Counter>::default();
         registry.register(
             "kubelet_runtime_operations",
@@ -211,6 +174,36 @@ impl Metrics {
             "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
             image_garbage_collected.clone(),
         );
+        Self {
+            runtime_operations,
+            runtime_operations_errors,
+            runtime_operations_duration,
+            image_pull_duration,
+            image_garbage_collected,
+        }
+    }
+}
+
+/// The families of kubelet's pods, containers, pod workers, PLEG and cgroup manager.
+#[derive(Debug)]
+struct PodFamilies {
+    started_pods: Counter,
+    started_pods_errors: Counter,
+    started_containers: Family<ContainerType, Counter>,
+    pod_start_duration: Histogram,
+    pod_worker_duration: HistogramFamily<OperationType>,
+    pleg_relist_duration: Histogram,
+    pleg_relist_interval: Histogram,
+    pleg_last_seen: Gauge<f64, std::sync::atomic::AtomicU64>,
+    running_pods: Gauge,
+    running_containers: Family<ContainerStateLabel, Gauge>,
+    working_pods: Family<WorkingLabels, Gauge>,
+    cgroup_manager_duration: HistogramFamily<OperationType>,
+}
+
+impl PodFamilies {
+    /// Registered in `registry`, in /metrics order.
+    fn register(registry: &mut Registry) -> Self {
         let started_pods = Counter::default();
         registry.register(
             "kubelet_started_pods",
@@ -285,6 +278,40 @@ impl Metrics {
             "Duration in seconds for cgroup manager operations. Broken down by method.",
             cgroup_manager_duration.clone(),
         );
+        Self {
+            started_pods,
+            started_pods_errors,
+            started_containers,
+            pod_start_duration,
+            pod_worker_duration,
+            pleg_relist_duration,
+            pleg_relist_interval,
+            pleg_last_seen,
+            running_pods,
+            running_containers,
+            working_pods,
+            cgroup_manager_duration,
+        }
+    }
+}
+
+/// The families of evictions and preemptions, the signal and eviction latencies, the kernel's OOM kills.
+#[derive(Debug)]
+struct EvictionFamilies {
+    evictions: Family<EvictionSignal, Counter>,
+    own_evictions: Family<EvictionSignal, Counter>,
+    eviction_stats_age: HistogramFamily<EvictionSignal>,
+    preemptions: Family<PreemptionSignal, Counter>,
+    signal_delay: HistogramFamily<Source>,
+    crossing_to_decision: HistogramFamily<EvictionSignal>,
+    decision_to_sigkill: Histogram,
+    sigkill_to_released: Histogram,
+    oom_kills: Family<QosClass, Counter>,
+}
+
+impl EvictionFamilies {
+    /// Registered in `registry`, in /metrics order.
+    fn register(registry: &mut Registry) -> Self {
         let evictions = Family::<EvictionSignal, Counter>::default();
         registry.register(
             "kubelet_evictions",
@@ -342,25 +369,7 @@ impl Metrics {
             "Kernel OOM kills seen in pods, by the pod's QoS class.",
             oom_kills.clone(),
         );
-        Self(Arc::new(Inner {
-            registry,
-            runtime_operations,
-            runtime_operations_errors,
-            runtime_operations_duration,
-            image_pull_duration,
-            image_garbage_collected,
-            started_pods,
-            started_pods_errors,
-            started_containers,
-            pod_start_duration,
-            pod_worker_duration,
-            pleg_relist_duration,
-            pleg_relist_interval,
-            pleg_last_seen,
-            running_pods,
-            running_containers,
-            working_pods,
-            cgroup_manager_duration,
+        Self {
             evictions,
             own_evictions,
             eviction_stats_age,
@@ -370,6 +379,45 @@ impl Metrics {
             decision_to_sigkill,
             sigkill_to_released,
             oom_kills,
+        }
+    }
+}
+
+/// Pods remembered for `kubelet_pod_start_duration_seconds` at most (pods that never run and
+/// are never reported gone cannot grow the map without bound).
+const FIRST_SEEN_MAX: usize = 10_000;
+
+/// The registry and its instruments; a cheap handle (`Arc`).
+#[derive(Clone, Debug)]
+pub struct Metrics(Arc<Inner>);
+
+/// The process-wide registry (kubelet's `legacyregistry`).
+#[must_use]
+pub fn global() -> &'static Metrics {
+    static GLOBAL: OnceLock<Metrics> = OnceLock::new();
+    GLOBAL.get_or_init(Metrics::new)
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with every instrument registered (tests make their own; the daemon uses
+    /// [`global`]).
+    #[must_use]
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let runtime = RuntimeFamilies::register(&mut registry);
+        let pods = PodFamilies::register(&mut registry);
+        let eviction = EvictionFamilies::register(&mut registry);
+        Self(Arc::new(Inner {
+            registry,
+            runtime,
+            pods,
+            eviction,
             first_seen: Mutex::new(HashMap::new()),
             last_relist: Mutex::new(None),
         }))
@@ -390,13 +438,14 @@ impl Metrics {
     pub fn runtime_operation(&self, method: &'static str) -> RuntimeOperation {
         let operation_type = operation_type(method);
         self.0
+            .runtime
             .runtime_operations
             .get_or_create(&OperationType {
                 operation_type: operation_type.to_owned(),
             })
             .inc();
         if method == "RunPodSandbox" {
-            self.0.started_pods.inc();
+            self.0.pods.started_pods.inc();
         }
         RuntimeOperation {
             metrics: self.clone(),
@@ -410,6 +459,7 @@ impl Metrics {
     /// wait for a pull slot) by the image's size bucket.
     pub fn image_pulled(&self, size: u64, elapsed: Duration) {
         self.0
+            .runtime
             .image_pull_duration
             .get_or_create(&ImageSize {
                 image_size_in_bytes: crate::policy::images::image_size_bucket(size).to_owned(),
@@ -420,6 +470,7 @@ impl Metrics {
     /// An image was removed by the collector (`reason`: `age` or `space`).
     pub fn image_garbage_collected(&self, reason: &str) {
         self.0
+            .runtime
             .image_garbage_collected
             .get_or_create(&GcReason {
                 reason: reason.to_owned(),
@@ -434,6 +485,7 @@ impl Metrics {
             ContainerKind::Init | ContainerKind::Sidecar => "init_container",
         };
         self.0
+            .pods
             .started_containers
             .get_or_create(&ContainerType {
                 container_type: container_type.to_owned(),
@@ -479,6 +531,7 @@ impl Metrics {
         };
         if phase == PodPhase::Running {
             self.0
+                .pods
                 .pod_start_duration
                 .observe(seen.elapsed().as_secs_f64());
         }
@@ -492,13 +545,14 @@ impl Metrics {
         let now = Instant::now();
         if let Some(prev) = lock(&self.0.last_relist).replace(now) {
             self.0
+                .pods
                 .pleg_relist_interval
                 .observe(now.duration_since(prev).as_secs_f64());
         }
         let unix = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64());
-        self.0.pleg_last_seen.set(unix);
+        self.0.pods.pleg_last_seen.set(unix);
         Timer::new(self.clone(), TimerKind::PlegRelist)
     }
 
@@ -515,6 +569,7 @@ impl Metrics {
             .filter(|s| s.state == PodSandboxState::SandboxReady as i32)
             .count();
         self.0
+            .pods
             .running_pods
             .set(i64::try_from(ready).unwrap_or(i64::MAX));
         for (state, name) in [
@@ -528,6 +583,7 @@ impl Metrics {
                 .filter(|c| c.state == state as i32)
                 .count();
             self.0
+                .pods
                 .running_containers
                 .get_or_create(&ContainerStateLabel {
                     container_state: name.to_owned(),
@@ -557,6 +613,7 @@ impl Metrics {
                         is_static,
                     });
                     self.0
+                        .pods
                         .working_pods
                         .get_or_create(&WorkingLabels {
                             lifecycle: lifecycle.as_str().to_owned(),
@@ -579,14 +636,15 @@ impl Metrics {
         let label = EvictionSignal {
             eviction_signal: signal.to_owned(),
         };
-        self.0.evictions.get_or_create(&label).inc();
-        self.0.own_evictions.get_or_create(&label).inc();
+        self.0.eviction.evictions.get_or_create(&label).inc();
+        self.0.eviction.own_evictions.get_or_create(&label).inc();
     }
 
     /// The age of the stats an eviction for `signal` was decided on:
     /// `kubelet_eviction_stats_age_seconds{eviction_signal}`.
     pub fn eviction_stats_age(&self, signal: &str, age: Duration) {
         self.0
+            .eviction
             .eviction_stats_age
             .get_or_create(&EvictionSignal {
                 eviction_signal: signal.to_owned(),
@@ -598,6 +656,7 @@ impl Metrics {
     /// `kubelet_preemptions{preemption_signal}`.
     pub fn preemption(&self, resource: &str) {
         self.0
+            .eviction
             .preemptions
             .get_or_create(&PreemptionSignal {
                 preemption_signal: resource.to_owned(),
@@ -609,6 +668,7 @@ impl Metrics {
     /// after the kernel's timestamp: `enforcer_signal_delay_seconds{source}`.
     pub fn signal_delay(&self, source: &str, delay: Duration) {
         self.0
+            .eviction
             .signal_delay
             .get_or_create(&Source {
                 source: source.to_owned(),
@@ -620,6 +680,7 @@ impl Metrics {
     /// decision for `signal`: `enforcer_eviction_crossing_to_decision_seconds{eviction_signal}`.
     pub fn crossing_to_decision(&self, signal: &str, elapsed: Duration) {
         self.0
+            .eviction
             .crossing_to_decision
             .get_or_create(&EvictionSignal {
                 eviction_signal: signal.to_owned(),
@@ -630,19 +691,26 @@ impl Metrics {
     /// From the eviction decision to SIGKILL reaching the victim:
     /// `enforcer_eviction_decision_to_sigkill_seconds`.
     pub fn decision_to_sigkill(&self, elapsed: Duration) {
-        self.0.decision_to_sigkill.observe(elapsed.as_secs_f64());
+        self.0
+            .eviction
+            .decision_to_sigkill
+            .observe(elapsed.as_secs_f64());
     }
 
     /// From SIGKILL to the victim's memory released:
     /// `enforcer_eviction_sigkill_to_memory_released_seconds`.
     pub fn sigkill_to_released(&self, elapsed: Duration) {
-        self.0.sigkill_to_released.observe(elapsed.as_secs_f64());
+        self.0
+            .eviction
+            .sigkill_to_released
+            .observe(elapsed.as_secs_f64());
     }
 
     /// A kernel OOM kill inside a pod of `qos_class` (`Guaranteed`, `Burstable`,
     /// `BestEffort`): `enforcer_kernel_oom_kills_total{qos_class}`.
     pub fn oom_kill(&self, qos_class: &str) {
         self.0
+            .eviction
             .oom_kills
             .get_or_create(&QosClass {
                 qos_class: qos_class.to_owned(),
@@ -714,13 +782,17 @@ impl Drop for RuntimeOperation {
             operation_type: operation_type(self.method).to_owned(),
         };
         let m = &self.metrics.0;
-        m.runtime_operations_duration
+        m.runtime
+            .runtime_operations_duration
             .get_or_create(&label)
             .observe(self.start.elapsed().as_secs_f64());
         if !self.ok {
-            m.runtime_operations_errors.get_or_create(&label).inc();
+            m.runtime
+                .runtime_operations_errors
+                .get_or_create(&label)
+                .inc();
             if self.method == "RunPodSandbox" {
-                m.started_pods_errors.inc();
+                m.pods.started_pods_errors.inc();
             }
         }
     }
@@ -758,18 +830,20 @@ impl Drop for Timer {
         let m = &self.metrics.0;
         match self.kind {
             TimerKind::PodWorker(op) => m
+                .pods
                 .pod_worker_duration
                 .get_or_create(&OperationType {
                     operation_type: op.to_owned(),
                 })
                 .observe(secs),
             TimerKind::CgroupManager(op) => m
+                .pods
                 .cgroup_manager_duration
                 .get_or_create(&OperationType {
                     operation_type: op.to_owned(),
                 })
                 .observe(secs),
-            TimerKind::PlegRelist => m.pleg_relist_duration.observe(secs),
+            TimerKind::PlegRelist => m.pods.pleg_relist_duration.observe(secs),
         }
     }
 }

@@ -251,6 +251,45 @@ fn processes_below(dir: &Path) -> Vec<u32> {
 #[must_use]
 pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
     let mut out = Vec::new();
+    let layout = match crate::cgroup::CgroupLayout::discover() {
+        Ok(l) => l,
+        Err(e) => {
+            out.push(Finding {
+                check: "cgroups",
+                problem: format!("no cgroup hierarchy found: {e}"),
+                fix: "mount cgroup2 on /sys/fs/cgroup".to_owned(),
+            });
+            return out;
+        }
+    };
+    check_kernel(config, &layout, &mut out);
+    let state = &config.enforcer.state_dir;
+    let pods = match crate::runtime::status::read(state) {
+        Ok(p) => p,
+        Err(e) => {
+            out.push(Finding {
+                check: "state",
+                problem: format!("cannot read the pods' status: {e}"),
+                fix: "start the daemon (enforcer run) with this --state-dir".to_owned(),
+            });
+            return out;
+        }
+    };
+    let Some((mount, _)) = layout.controller("memory") else {
+        return out;
+    };
+    check_pods(&pods, mount, &mut out);
+    check_cgroup_values(state, &mut out);
+    check_leftover_cgroups(config, &pods, mount, &mut out);
+    out
+}
+
+/// The kernel, the cgroups, the capabilities and the scheduling the daemon needs.
+fn check_kernel(
+    config: &crate::config::Config,
+    layout: &crate::cgroup::CgroupLayout,
+    out: &mut Vec<Finding>,
+) {
     let mut add = |check, problem: String, fix: &str| {
         out.push(Finding {
             check,
@@ -258,18 +297,7 @@ pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
             fix: fix.to_owned(),
         });
     };
-    let layout = match crate::cgroup::CgroupLayout::discover() {
-        Ok(l) => l,
-        Err(e) => {
-            add(
-                "cgroups",
-                format!("no cgroup hierarchy found: {e}"),
-                "mount cgroup2 on /sys/fs/cgroup",
-            );
-            return out;
-        }
-    };
-    let caps = crate::kernel::Capabilities::probe(&layout);
+    let caps = crate::kernel::Capabilities::probe(layout);
     if !caps.btf {
         add(
             "kernel",
@@ -363,23 +391,18 @@ pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
             "run systemd as PID 1 with the system bus (dbus), or set cgroupDriver: cgroupfs together with containerd's SystemdCgroup = false",
         );
     }
-    let state = &config.enforcer.state_dir;
-    let pods = match crate::runtime::status::read(state) {
-        Ok(p) => p,
-        Err(e) => {
-            add(
-                "state",
-                format!("cannot read the pods' status: {e}"),
-                "start the daemon (enforcer run) with this --state-dir",
-            );
-            return out;
-        }
+}
+
+/// Each running pod's cgroup still there, its processes' `oom_score_adj` as its QoS class
+/// wants.
+fn check_pods(pods: &crate::runtime::status::StatusFile, mount: &Path, out: &mut Vec<Finding>) {
+    let mut add = |check, problem: String, fix: &str| {
+        out.push(Finding {
+            check,
+            problem,
+            fix: fix.to_owned(),
+        });
     };
-    let Some((mount, _)) = layout.controller("memory") else {
-        return out;
-    };
-    let known: std::collections::BTreeSet<&str> =
-        pods.pods.iter().map(|p| p.cgroup.as_str()).collect();
     for p in &pods.pods {
         if p.cgroup.is_empty()
             || matches!(
@@ -435,7 +458,17 @@ pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
             }
         }
     }
-    // The values the daemon wrote against what is on disk now.
+}
+
+/// The values the daemon wrote (its cgroups file in `state`) against what is on disk now.
+fn check_cgroup_values(state: &Path, out: &mut Vec<Finding>) {
+    let mut add = |check, problem: String, fix: &str| {
+        out.push(Finding {
+            check,
+            problem,
+            fix: fix.to_owned(),
+        });
+    };
     if let Ok(text) = std::fs::read(state.join(CGROUPS_FILE)) {
         let written: BTreeMap<String, String> = serde_json::from_slice(&text).unwrap_or_default();
         for (file, want) in &written {
@@ -462,7 +495,24 @@ pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
             }
         }
     }
-    // Pod cgroups of pods the daemon no longer knows (either driver's layout).
+}
+
+/// Pod cgroups of pods the daemon no longer knows (either driver's layout).
+fn check_leftover_cgroups(
+    config: &crate::config::Config,
+    pods: &crate::runtime::status::StatusFile,
+    mount: &Path,
+    out: &mut Vec<Finding>,
+) {
+    let mut add = |check, problem: String, fix: &str| {
+        out.push(Finding {
+            check,
+            problem,
+            fix: fix.to_owned(),
+        });
+    };
+    let known: std::collections::BTreeSet<&str> =
+        pods.pods.iter().map(|p| p.cgroup.as_str()).collect();
     let tiers = [
         QosClass::Guaranteed,
         QosClass::Burstable,
@@ -512,7 +562,6 @@ pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
             );
         }
     }
-    out
 }
 
 #[cfg(test)]

@@ -46,6 +46,7 @@ mod relist;
 pub mod source;
 pub mod spec;
 pub mod status;
+mod sync_loop;
 pub mod volumes;
 pub mod worker;
 
@@ -71,8 +72,7 @@ use crate::{
 };
 use admissions::Admissions;
 use feeds::{ApiFeed, DirFeed, next_pod_events};
-use pod_workers::{EvictAs, Pods};
-use relist::relist_runtime;
+use pod_workers::Pods;
 use status::PodPhase;
 
 /// Default manifest directory.
@@ -319,19 +319,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
     status: StatusManager,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), RuntimeError> {
-    // The enforcer's kubepods hierarchy (its driver) when it has one, else the driver's own.
-    let kubepods = match opts.enforce.kubepods() {
-        Some(k) => k.clone(),
-        None => crate::cgroup::kubepods::Kubepods::for_driver(
-            &opts.cgroup_root,
-            opts.layout.clone(),
-            opts.cgroup_driver,
-        )
-        .map_err(|source| RuntimeError::Cgroups {
-            driver: opts.cgroup_driver.as_str(),
-            source,
-        })?,
-    };
+    let kubepods = kubepods_of(&opts)?;
     check_cgroup_driver(runtime.as_ref(), kubepods.driver()).await?;
     let log_root = opts.state_dir.join("pods");
     std::fs::create_dir_all(&log_root).map_err(|source| RuntimeError::StateDir {
@@ -343,7 +331,149 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             "no CAP_SYS_RESOURCE: negative oom_score_adj values (Guaranteed pods) are clamped to 0"
         );
     }
-    let ctx = Arc::new(WorkerContext {
+    let ctx = worker_context(&runtime, &opts, &status, kubepods, log_root);
+    let (stop_writer_tx, stop_writer_rx) = tokio::sync::oneshot::channel::<()>();
+    let writer = tokio::spawn(status::writer(
+        status.clone(),
+        opts.state_dir.clone(),
+        opts.health.clone(),
+        async {
+            let _ = stop_writer_rx.await;
+        },
+    ));
+    let mut source = DirFeed::start(
+        ManifestDir::new(&opts.manifest_dir, &opts.node_name)
+            .with_ownership_file(opts.state_dir.join(source::UID_OWNERS_FILE)),
+        opts.poll,
+    );
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Terminated>();
+    let mut relist = sync_loop::Relist::new(opts.relist);
+    let link = opts.link.clone();
+    let (cpu_reconcile, cpu_task) = cpu_reconciler(&opts.enforce, &runtime);
+    // kubelet's image garbage collection: at once, then every period.
+    let image_gc = tokio::spawn(opts.images.gc.clone().run(
+        runtime.clone(),
+        opts.events.clone(),
+        opts.node_name.clone(),
+        std::future::pending(),
+    ));
+    let mut pods = pods_of(ctx.clone(), link.clone(), done_tx, &opts);
+    tracing::info!(dir = %opts.manifest_dir.display(), socket = %opts.cri_socket.display(), cgroup_root = %opts.cgroup_root, "pod runtime started");
+    // kubepods and the QoS tiers: kept in step with the admitted pods, re-checked every 10 s.
+    opts.enforce.sync_node_logged(std::iter::empty());
+    let mut reconcile = tokio::time::interval(enforce::RECONCILE_PERIOD);
+    reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut api_source = opts
+        .kubeconfig
+        .clone()
+        .map(|k| ApiFeed::start(k, &opts.node_name, opts.health.clone()));
+    tokio::pin!(shutdown);
+
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            events = next_pod_events(&mut source, &mut api_source) => {
+                pods.handle_pod_events(events, &status, opts.static_pods, &cpu_reconcile);
+            }
+            _ = relist.timer.tick() => {
+                let synced = source.synced && api_source.as_ref().is_none_or(|a| a.synced);
+                pods.handle_relist(&mut relist, runtime.as_ref(), &opts.health, &opts.cri_socket, synced).await;
+            }
+            () = link.pokes_pending() => pods.handle_pokes(&mut relist),
+            _ = reconcile.tick() => {
+                pods.sync_node();
+                cpu_reconcile.notify_one();
+                pods.retry_resizes();
+            }
+            Some(terminated) = done_rx.recv() => {
+                pods.handle_terminated(terminated, &status, &opts.enforce, &cpu_reconcile);
+            }
+            () = link.evictions_pending() => pods.handle_evictions(),
+        }
+        // Pods whose worker terminated while an update was queued are handled above; drop
+        // pending entries of workers that are syncing normally.
+        pods.pending.retain(|uid, _| pods.workers.contains_key(uid));
+        crate::metrics::global().working_pods(&pods.working_pods(&status));
+    }
+    tracing::info!(
+        pods = pods.workers.len(),
+        "pod runtime stopping; pods keep running"
+    );
+    stop_pod_workers(source, pods, &status).await;
+    if let Some(t) = cpu_task {
+        t.abort();
+    }
+    image_gc.abort();
+    let _ = stop_writer_tx.send(());
+    let _ = writer.await;
+    Ok(())
+}
+
+/// The longest the pod runtime waits for its workers when it stops.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The enforcer's kubepods hierarchy (its driver) when it has one, else the driver's own.
+fn kubepods_of(opts: &RunPodsOptions) -> Result<crate::cgroup::kubepods::Kubepods, RuntimeError> {
+    Ok(match opts.enforce.kubepods() {
+        Some(k) => k.clone(),
+        None => crate::cgroup::kubepods::Kubepods::for_driver(
+            &opts.cgroup_root,
+            opts.layout.clone(),
+            opts.cgroup_driver,
+        )
+        .map_err(|source| RuntimeError::Cgroups {
+            driver: opts.cgroup_driver.as_str(),
+            source,
+        })?,
+    })
+}
+
+/// The pods as the sync loop starts them: no worker yet, the admitter on the node's
+/// allocatable, the allocations checkpoint read back.
+fn pods_of<R: ContainerRuntime>(
+    ctx: Arc<WorkerContext<R>>,
+    link: NodeLink,
+    done: mpsc::UnboundedSender<Terminated>,
+    opts: &RunPodsOptions,
+) -> Pods<R> {
+    Pods {
+        ctx: ctx.clone(),
+        link,
+        workers: HashMap::new(),
+        tasks: JoinSet::new(),
+        done,
+        pending: HashMap::new(),
+        admissions: Admissions {
+            admitter: opts
+                .admission
+                .clone()
+                .map(|a| Admitter::new(a.node, a.security, std::iter::empty())),
+            admitted: HashMap::new(),
+            terminating: std::collections::HashSet::new(),
+        },
+        evicted: HashMap::new(),
+        completions: HashMap::new(),
+        allocations: allocation::Allocations::load(
+            Some(
+                opts.state_dir
+                    .join(crate::policy::resize::ALLOCATED_PODS_STATE_FILE),
+            ),
+            allocation::resize_node(opts),
+            ctx.resizes.clone(),
+        ),
+    }
+}
+
+/// What every pod worker shares: the runtime, the pod cgroups under `kubepods`, the
+/// container manager, the status manager, the downward API's node facts, the images.
+fn worker_context<R: ContainerRuntime>(
+    runtime: &Arc<R>,
+    opts: &RunPodsOptions,
+    status: &StatusManager,
+    kubepods: crate::cgroup::kubepods::Kubepods,
+    log_root: PathBuf,
+) -> Arc<WorkerContext<R>> {
+    Arc::new(WorkerContext {
         link: opts.link.clone(),
         runtime: runtime.clone(),
         cgroups: podcgroup::PodCgroups::with_kubepods(kubepods)
@@ -357,7 +487,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             // The Node's InternalIP (cluster mode's `status.hostIP`): the same probe.
             host_ips: crate::node::node_ip().into_iter().collect(),
             pod_ips: Vec::new(),
-            allocatable: downward_allocatable(&opts),
+            allocatable: downward_allocatable(opts),
             objects: None,
         },
         resync: opts.resync,
@@ -375,233 +505,16 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             seccomp_default: false,
         },
         resizes: allocation::ResizeBoard::default(),
-    });
-    let (stop_writer_tx, stop_writer_rx) = tokio::sync::oneshot::channel::<()>();
-    let writer = tokio::spawn(status::writer(
-        status.clone(),
-        opts.state_dir.clone(),
-        opts.health.clone(),
-        async {
-            let _ = stop_writer_rx.await;
-        },
-    ));
-    let mut source = DirFeed::start(
-        ManifestDir::new(&opts.manifest_dir, &opts.node_name)
-            .with_ownership_file(opts.state_dir.join(source::UID_OWNERS_FILE)),
-        opts.poll,
-    );
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Terminated>();
-    let mut fingerprints: HashMap<String, String> = HashMap::new();
-    let mut relist = tokio::time::interval(opts.relist);
-    relist.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut orphans_pending = true;
-    // After a poke (kernel OOM kill) the runtime is relisted every FAST_RELIST for a moment,
-    // so the container's exit shows in its status as soon as the runtime reports it.
-    let mut fast_relist_until: Option<tokio::time::Instant> = None;
-    let link = opts.link.clone();
-    let (cpu_reconcile, cpu_task) = cpu_reconciler(&opts.enforce, &runtime);
-    // kubelet's image garbage collection: at once, then every period.
-    let image_gc = tokio::spawn(opts.images.gc.clone().run(
-        runtime.clone(),
-        opts.events.clone(),
-        opts.node_name.clone(),
-        std::future::pending(),
-    ));
-    let mut pods = Pods {
-        ctx: ctx.clone(),
-        link: link.clone(),
-        workers: HashMap::new(),
-        tasks: JoinSet::new(),
-        done: done_tx,
-        pending: HashMap::new(),
-        admissions: Admissions {
-            admitter: opts
-                .admission
-                .clone()
-                .map(|a| Admitter::new(a.node, a.security, std::iter::empty())),
-            admitted: HashMap::new(),
-            terminating: std::collections::HashSet::new(),
-        },
-        evicted: HashMap::new(),
-        completions: HashMap::new(),
-        allocations: allocation::Allocations::load(
-            Some(
-                opts.state_dir
-                    .join(crate::policy::resize::ALLOCATED_PODS_STATE_FILE),
-            ),
-            allocation::resize_node(&opts),
-            ctx.resizes.clone(),
-        ),
-    };
-    tracing::info!(dir = %opts.manifest_dir.display(), socket = %opts.cri_socket.display(), cgroup_root = %opts.cgroup_root, "pod runtime started");
-    // kubepods and the QoS tiers: kept in step with the admitted pods, re-checked every 10 s.
-    opts.enforce.sync_node_logged(std::iter::empty());
-    let mut reconcile = tokio::time::interval(enforce::RECONCILE_PERIOD);
-    reconcile.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut api_source = opts
-        .kubeconfig
-        .clone()
-        .map(|k| ApiFeed::start(k, &opts.node_name, opts.health.clone()));
-    tokio::pin!(shutdown);
+    })
+}
 
-    loop {
-        tokio::select! {
-            () = &mut shutdown => break,
-            events = next_pod_events(&mut source, &mut api_source) => {
-                for ev in events {
-                    match ev {
-                        SourceEvent::Rejected { file, message } => status.set_rejection(&file, message),
-                        SourceEvent::Synced => {}
-                        SourceEvent::Pod(u) => {
-                            let u = if opts.static_pods { u } else { as_workload(u) };
-                            let uid = u.pod.metadata.uid.clone().unwrap_or_default();
-                            if u.op != PodOp::Delete && pods.evicted.contains_key(&uid) {
-                                continue;
-                            }
-                            tracing::info!(uid = %uid, op = ?u.op, source = %u.source, "pod update");
-                            match (u.op, pods.workers.get_mut(&uid)) {
-                                (PodOp::Delete, Some(h)) => {
-                                    h.working.deleted();
-                                    pods.admissions.terminating.insert(uid.clone());
-                                    pods.pending.remove(&uid);
-                                    let _ = h.tx.send(WorkUpdate::Kill { grace: None });
-                                }
-                                (PodOp::Delete, None) => {
-                                    pods.pending.remove(&uid);
-                                    pods.evicted.remove(&uid);
-                                    status.remove(&uid);
-                                }
-                                (_, Some(h)) => {
-                                    h.working.updated();
-                                    // A terminating worker ignores it; it is re-added when done.
-                                    pods.pending.insert(uid.clone(), u.clone());
-                                    // A change of resources is an in-place resize: the worker
-                                    // runs what is allocated.
-                                    let pod = pods.allocate(&uid, u.pod);
-                                    if let Some(h) = pods.workers.get(&uid) {
-                                        let _ = h.tx.send(WorkUpdate::Sync { pod, source: u.source });
-                                    }
-                                }
-                                (_, None) => match pods.admit_and_spawn(uid.clone(), u) {
-                                    Ok(()) => cpu_reconcile.notify_one(),
-                                    Err(r) => tracing::warn!(uid = %uid, reason = %r.reason, message = %r.message, "pod rejected by admission"),
-                                },
-                            }
-                        }
-                    }
-                }
-            }
-            _ = relist.tick() => {
-                let relisted = relist_runtime(runtime.as_ref()).await;
-                if opts.health.set_runtime(relisted.is_ok()) {
-                    match &relisted {
-                        Ok(_) => tracing::info!(socket = %opts.cri_socket.display(), "the container runtime answers"),
-                        Err(e) => tracing::warn!(socket = %opts.cri_socket.display(), error = %e, "lost the container runtime; pods keep running, retrying"),
-                    }
-                }
-                match relisted {
-                    Ok(now) => {
-                        // Pods of a source that has not listed yet are not orphans: both
-                        // timers fire at once on start, and the relist may win the race.
-                        if orphans_pending
-                            && source.synced
-                            && api_source.as_ref().is_none_or(|a| a.synced)
-                        {
-                            orphans_pending = false;
-                            for uid in now.keys() {
-                                if !pods.workers.contains_key(uid) {
-                                    tracing::info!(uid = %uid, "removing pod unknown to every source");
-                                    let w = PodWorker::orphan(ctx.clone(), uid.clone());
-                                    pods.spawn(uid.clone(), w, crate::metrics::WorkingPod::runtime_only());
-                                }
-                            }
-                            // Pod directories (volumes, logs) of pods no source and no
-                            // runtime knows: left by a pod removed while the enforcer was down.
-                            remove_stale_pod_dirs(&ctx.log_root, |uid| {
-                                pods.workers.contains_key(uid) || now.contains_key(uid)
-                            });
-                        }
-                        for (uid, fp) in &now {
-                            if fingerprints.get(uid) != Some(fp)
-                                && let Some(h) = pods.workers.get(uid)
-                            {
-                                let _ = h.tx.send(WorkUpdate::Relist);
-                            }
-                        }
-                        fingerprints = now;
-                    }
-                    Err(e) => tracing::debug!(error = %e, "relist failed"),
-                }
-                match fast_relist_until {
-                    Some(until) if tokio::time::Instant::now() < until => relist.reset_after(FAST_RELIST),
-                    Some(_) => fast_relist_until = None,
-                    None => {}
-                }
-            }
-            () = link.pokes_pending() => {
-                for uid in link.take_pokes() {
-                    if let Some(h) = pods.workers.get(&uid) {
-                        tracing::debug!(uid = %uid, "pod poked; resyncing its worker");
-                        let _ = h.tx.send(WorkUpdate::Relist);
-                    }
-                }
-                fast_relist_until = Some(tokio::time::Instant::now() + FAST_RELIST_WINDOW);
-                relist.reset_immediately();
-            }
-            _ = reconcile.tick() => {
-                pods.sync_node();
-                cpu_reconcile.notify_one();
-                pods.retry_resizes();
-            }
-            Some(Terminated { uid, last, stopped_ns }) = done_rx.recv() => {
-                pods.workers.remove(&uid);
-                link.forget_oom_kills(&uid);
-                pods.admissions.release(&uid);
-                pods.allocations.remove(&uid);
-                opts.enforce.release_resources(&uid);
-                pods.sync_node();
-                cpu_reconcile.notify_one();
-                link.remove_active(&uid);
-                if let Some((rec, disruption_target)) = pods.evicted.get_mut(&uid) {
-                    *rec = evicted_status(rec.clone(), last, *disruption_target);
-                    status.set(rec.clone());
-                    pods.pending.remove(&uid);
-                    pods.kill_completed(&uid, stopped_ns);
-                } else if let Some(u) = pods.pending.remove(&uid)
-                    && u.op != PodOp::Delete
-                {
-                    // A rejection here is only recorded in the pod's status.
-                    let _ = pods.admit_and_spawn(uid, u);
-                }
-            }
-            () = link.evictions_pending() => {
-                for mut e in link.take_evictions() {
-                    let Some(pod) = pods.admissions.admitted.get(&e.uid).cloned() else {
-                        link.remove_active(&e.uid);
-                        continue;
-                    };
-                    tracing::warn!(uid = %e.uid, grace = e.grace_seconds, message = %e.message, "evicting pod");
-                    pods.evict(&e.uid, &pod, EvictAs {
-                        reason: crate::policy::eviction::manager::REASON,
-                        message: &e.message,
-                        grace: e.grace_seconds,
-                        disruption_target: e.disruption_target,
-                        completed: e.completed.take(),
-                    });
-                }
-            }
-        }
-        // Pods whose worker terminated while an update was queued are handled above; drop
-        // pending entries of workers that are syncing normally.
-        pods.pending.retain(|uid, _| pods.workers.contains_key(uid));
-        crate::metrics::global().working_pods(&pods.working_pods(&status));
-    }
-    tracing::info!(
-        pods = pods.workers.len(),
-        "pod runtime stopping; pods keep running"
-    );
-    // The manifest scans end first: none runs (or writes the uid ownership file) after this
-    // returns.
+/// The pod runtime's stop: the manifest scans first (none runs, or writes the uid ownership
+/// file, after this returns), then the pod workers, waited for a bounded time.
+async fn stop_pod_workers<R: ContainerRuntime>(
+    source: DirFeed,
+    pods: Pods<R>,
+    status: &StatusManager,
+) {
     source.stop().await;
     let Pods {
         workers, mut tasks, ..
@@ -628,17 +541,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
             }
         }
     }
-    if let Some(t) = cpu_task {
-        t.abort();
-    }
-    image_gc.abort();
-    let _ = stop_writer_tx.send(());
-    let _ = writer.await;
-    Ok(())
 }
-
-/// The longest the pod runtime waits for its workers when it stops.
-pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The CPU manager's reconcile (cpusets through CRI): one task off the runtime loop, woken
 /// by the returned `Notify` (wakes while it runs coalesce into one more pass); `None` task

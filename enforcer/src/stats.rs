@@ -418,59 +418,13 @@ impl Collector {
             let walk = req.logs
                 || (req.pods != PodScope::Usage && old.is_none_or(|o| o.logs_at.is_none()));
             if walk && let Some(usage) = self.observer.pod_disk_usage(&t.uid) {
-                if let Some(s) = sample.stats.as_mut() {
-                    s.ephemeral_storage = Some(usage.total);
-                    let mut containers = s.containers.to_vec();
-                    for c in &mut containers {
-                        c.ephemeral_storage = usage
-                            .containers
-                            .iter()
-                            .find(|(n, _)| *n == c.name)
-                            .map(|(_, b)| *b);
-                    }
-                    s.volumes = usage.empty_dirs;
-                    // kubelet's pod and container ephemeral storage: logs, local volumes
-                    // and the containers' writable layers.
-                    let layers = layers.get_or_insert_with(|| {
-                        let wanted = targets
-                            .iter()
-                            .flat_map(|t| t.containers.iter().map(|(_, id)| id.as_str()))
-                            .collect();
-                        crate::node::writable_layers(&wanted)
-                    });
-                    for (name, id) in &t.containers {
-                        let Some(layer) = layers.get(id) else {
-                            continue;
-                        };
-                        s.ephemeral_storage =
-                            Some(s.ephemeral_storage.unwrap_or(0).saturating_add(*layer));
-                        if let Some(c) = containers.iter_mut().find(|c| c.name == *name) {
-                            c.ephemeral_storage =
-                                Some(c.ephemeral_storage.unwrap_or(0).saturating_add(*layer));
-                        }
-                    }
-                    s.containers = containers.into();
-                    sample.logs_at = Some(now);
-                }
+                walked_storage(&mut sample, usage, t, targets, &mut layers, now);
             } else if !walk
                 && !carried
                 && let Some(o) = old
             {
                 // Carried over: the last walk's figures and time.
-                if let (Some(s), Some(os)) = (sample.stats.as_mut(), o.stats.as_ref()) {
-                    s.ephemeral_storage = os.ephemeral_storage;
-                    let mut containers = s.containers.to_vec();
-                    for c in &mut containers {
-                        c.ephemeral_storage = os
-                            .containers
-                            .iter()
-                            .find(|oc| oc.name == c.name)
-                            .and_then(|oc| oc.ephemeral_storage);
-                    }
-                    s.containers = containers.into();
-                    s.volumes = os.volumes.clone();
-                }
-                sample.logs_at = o.logs_at;
+                carried_storage(&mut sample, o);
             }
             pods.insert(t.uid.clone(), sample);
         }
@@ -495,6 +449,70 @@ impl Collector {
         self.retired = (req.pods == PodScope::Usage).then_some(prev);
         Ok(self.last.clone())
     }
+}
+
+/// A pod's local storage as walked now: its logs and local volumes (`usage`), and its
+/// containers' writable layers (`layers`, read once per refresh for every target's
+/// containers).
+fn walked_storage(
+    sample: &mut PodSample,
+    usage: crate::node::PodDiskUsage,
+    t: &PodTarget,
+    targets: &[PodTarget],
+    layers: &mut Option<HashMap<String, i64>>,
+    now: Duration,
+) {
+    if let Some(s) = sample.stats.as_mut() {
+        s.ephemeral_storage = Some(usage.total);
+        let mut containers = s.containers.to_vec();
+        for c in &mut containers {
+            c.ephemeral_storage = usage
+                .containers
+                .iter()
+                .find(|(n, _)| *n == c.name)
+                .map(|(_, b)| *b);
+        }
+        s.volumes = usage.empty_dirs;
+        // kubelet's pod and container ephemeral storage: logs, local volumes
+        // and the containers' writable layers.
+        let layers = layers.get_or_insert_with(|| {
+            let wanted = targets
+                .iter()
+                .flat_map(|t| t.containers.iter().map(|(_, id)| id.as_str()))
+                .collect();
+            crate::node::writable_layers(&wanted)
+        });
+        for (name, id) in &t.containers {
+            let Some(layer) = layers.get(id) else {
+                continue;
+            };
+            s.ephemeral_storage = Some(s.ephemeral_storage.unwrap_or(0).saturating_add(*layer));
+            if let Some(c) = containers.iter_mut().find(|c| c.name == *name) {
+                c.ephemeral_storage = Some(c.ephemeral_storage.unwrap_or(0).saturating_add(*layer));
+            }
+        }
+        s.containers = containers.into();
+        sample.logs_at = Some(now);
+    }
+}
+
+/// A pod's local storage carried over from its `old` sample: the last walk's figures and
+/// time.
+fn carried_storage(sample: &mut PodSample, o: &PodSample) {
+    if let (Some(s), Some(os)) = (sample.stats.as_mut(), o.stats.as_ref()) {
+        s.ephemeral_storage = os.ephemeral_storage;
+        let mut containers = s.containers.to_vec();
+        for c in &mut containers {
+            c.ephemeral_storage = os
+                .containers
+                .iter()
+                .find(|oc| oc.name == c.name)
+                .and_then(|oc| oc.ephemeral_storage);
+        }
+        s.containers = containers.into();
+        s.volumes = os.volumes.clone();
+    }
+    sample.logs_at = o.logs_at;
 }
 
 /// Finds keys of a map in ascending order by stepping along it (one comparison per key when

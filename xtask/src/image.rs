@@ -20,9 +20,9 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use oci_spec::image::{
-    Arch, ConfigBuilder, Descriptor, DescriptorBuilder, HistoryBuilder, ImageConfigurationBuilder,
-    ImageIndexBuilder, ImageManifestBuilder, MediaType, OciLayoutBuilder, Os, PlatformBuilder,
-    RootFsBuilder, Sha256Digest,
+    Arch, ConfigBuilder, Descriptor, DescriptorBuilder, HistoryBuilder, ImageConfiguration,
+    ImageConfigurationBuilder, ImageIndexBuilder, ImageManifestBuilder, MediaType,
+    OciLayoutBuilder, Os, PlatformBuilder, RootFsBuilder, Sha256Digest,
 };
 use sha2::{Digest as _, Sha256};
 
@@ -260,37 +260,7 @@ pub fn build(target_dir: &Path, out: &Path, binary: Option<&Path>) -> anyhow::Re
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
     .collect();
-    let config = ImageConfigurationBuilder::default()
-        .created(created.clone())
-        .architecture(Arch::Amd64)
-        .os(Os::Linux)
-        .config(
-            ConfigBuilder::default()
-                .entrypoint(vec![format!("/{BINARY_PATH}")])
-                .cmd(vec!["run".to_owned()])
-                .env(vec![
-                    "PATH=/usr/local/bin".to_owned(),
-                    format!("SSL_CERT_FILE=/{CA_BUNDLE}"),
-                ])
-                .working_dir("/")
-                .labels(labels.clone())
-                .build()?,
-        )
-        .rootfs(
-            RootFsBuilder::default()
-                .typ("layers")
-                .diff_ids(vec![format!("sha256:{}", sha256_hex(&tar))])
-                .build()?,
-        )
-        .history(vec![
-            HistoryBuilder::default()
-                .created(created.clone())
-                .created_by(format!(
-                    "cargo xtask image (enforcer {version}, commit {commit})"
-                ))
-                .build()?,
-        ])
-        .build()?;
+    let config = image_config(&version, &commit, &created, &labels, &tar)?;
     let config = blob(out, MediaType::ImageConfig, &canonical_json(&config)?)?;
     let manifest = ImageManifestBuilder::default()
         .schema_version(2_u32)
@@ -333,6 +303,48 @@ pub fn build(target_dir: &Path, out: &Path, binary: Option<&Path>) -> anyhow::Re
         digest: manifest_blob.digest().to_string(),
         compressed: manifest_blob.size() + config.size() + layer.size(),
     })
+}
+
+/// The image's configuration: its entrypoint (`enforcer run`), environment, labels, the
+/// layer's diff id (the uncompressed `tar`'s digest) and how it was made.
+fn image_config(
+    version: &str,
+    commit: &str,
+    created: &str,
+    labels: &std::collections::HashMap<String, String>,
+    tar: &[u8],
+) -> anyhow::Result<ImageConfiguration> {
+    Ok(ImageConfigurationBuilder::default()
+        .created(created)
+        .architecture(Arch::Amd64)
+        .os(Os::Linux)
+        .config(
+            ConfigBuilder::default()
+                .entrypoint(vec![format!("/{BINARY_PATH}")])
+                .cmd(vec!["run".to_owned()])
+                .env(vec![
+                    "PATH=/usr/local/bin".to_owned(),
+                    format!("SSL_CERT_FILE=/{CA_BUNDLE}"),
+                ])
+                .working_dir("/")
+                .labels(labels.clone())
+                .build()?,
+        )
+        .rootfs(
+            RootFsBuilder::default()
+                .typ("layers")
+                .diff_ids(vec![format!("sha256:{}", sha256_hex(tar))])
+                .build()?,
+        )
+        .history(vec![
+            HistoryBuilder::default()
+                .created(created)
+                .created_by(format!(
+                    "cargo xtask image (enforcer {version}, commit {commit})"
+                ))
+                .build()?,
+        ])
+        .build()?)
 }
 
 /// Pushes the layout's image to `reference` (`host:port/name:tag`) with skopeo; `tls_verify`

@@ -1,4 +1,4 @@
-//! Project tasks: `cargo xtask setup | test | vm-test | layers | run | bench <what>`.
+//! Project tasks: `cargo xtask setup | test | vm-test | layers | sizes | run | bench <what>`.
 //!
 //! `setup` installs what is missing, idempotently, and says what it does. `test` is the
 //! README's test command and what CI runs. `run` builds and starts the enforcer on this node.
@@ -16,6 +16,7 @@ use clap::{Parser, Subcommand};
 mod image;
 mod layers;
 mod runner;
+mod sizes;
 mod vm;
 
 /// The bound of one test on this host (the guest stretches it: `vm::GUEST_TEST_BOUND`). The
@@ -105,6 +106,8 @@ enum Task {
     },
     /// The enforcer library's import graph: no upward import between its layers, no cycle.
     Layers,
+    /// The production code's sizes: no function over 120 lines, no file over 900.
+    Sizes,
     /// The release enforcer as an OCI image (an OCI image layout; `--push REF` to a
     /// registry): the binary, the libraries it links, CA certificates, nothing else.
     Image {
@@ -187,6 +190,7 @@ fn main() -> anyhow::Result<()> {
             }
         }
         Task::Layers => layers::check(Path::new("enforcer/src")),
+        Task::Sizes => sizes::check(),
         Task::Image {
             out,
             push,
@@ -332,33 +336,7 @@ fn cargo() -> Command {
 fn test(args: &[String]) -> anyhow::Result<()> {
     let started = Instant::now();
     setup()?;
-    sh(cargo().args(["fmt", "--all", "--", "--check"]))?;
-    layers::check(Path::new("enforcer/src"))?;
-    sh(cargo().args([
-        "clippy",
-        "--workspace",
-        "--exclude",
-        "enforcer-ebpf",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
-    sh(cargo()
-        .args([
-            "clippy",
-            "--package",
-            "enforcer-ebpf",
-            "--release",
-            "--target",
-            "bpfel-unknown-none",
-            "-Z",
-            "build-std=core",
-            "--",
-            "-D",
-            "warnings",
-        ])
-        .env("RUSTC_BOOTSTRAP", "1"))?;
+    checks()?;
     let checks = started.elapsed();
     // Tests bound to the other cgroup version than this host's memory controller are
     // skipped here by name, each listed with where it runs; so are those that need systemd
@@ -396,49 +374,7 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     let built = vm::build_tests(&workspace)?;
     sh(cargo().args(["test", "--doc"]).args(workspace))?;
     let build = build_start.elapsed();
-    // Every tier: unit and pipeline tests in the crates, the black-box suite in tests/, each
-    // test in its own process under its bound, HOST_PARALLEL at once.
-    let mut jobs = Vec::new();
-    for b in &built {
-        for t in vm::list_tests(&b.path)? {
-            if t.contains(other) {
-                say(format!(
-                    "skipping {}::{t} on this host: it needs the other cgroup version; {runs_it}",
-                    b.name
-                ));
-                continue;
-            }
-            if t.contains(vm::SYSTEMD_ONLY) {
-                say(format!(
-                    "skipping {}::{t} on this host: it needs systemd as PID 1; the VM's \
-                     systemd boot (cargo xtask vm-test --systemd) runs it",
-                    b.name
-                ));
-                continue;
-            }
-            jobs.push(runner::Job {
-                tier: b.name.clone(),
-                bin: b.path.clone(),
-                cwd: b.cwd.clone(),
-                test: t,
-                group: SERIAL_TIERS
-                    .iter()
-                    .find(|(t, _)| *t == b.name)
-                    .map(|(_, g)| (*g).to_owned()),
-                bound: HOST_TEST_BOUND,
-            });
-        }
-    }
-    // The serial tiers first (their chains are the longest), the rest in tier order.
-    jobs.sort_by_key(|j| {
-        (
-            SERIAL_TIERS
-                .iter()
-                .position(|(t, _)| *t == j.tier)
-                .unwrap_or(SERIAL_TIERS.len()),
-            j.tier.clone(),
-        )
-    });
+    let jobs = host_jobs(&built, other, runs_it)?;
     let host_start = Instant::now();
     let logs = target_dir().join("test-logs/host");
     let host = runner::run(jobs, HOST_PARALLEL, &logs, &[])?;
@@ -482,6 +418,93 @@ fn test(args: &[String]) -> anyhow::Result<()> {
     } else {
         bail!("failed: {}", failures.join("; "))
     }
+}
+
+/// The checks before any build: formatting, the layers, the sizes, clippy on the workspace
+/// and on the kernel programs.
+fn checks() -> anyhow::Result<()> {
+    sh(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    layers::check(Path::new("enforcer/src"))?;
+    sizes::check()?;
+    sh(cargo().args([
+        "clippy",
+        "--workspace",
+        "--exclude",
+        "enforcer-ebpf",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    sh(cargo()
+        .args([
+            "clippy",
+            "--package",
+            "enforcer-ebpf",
+            "--release",
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--",
+            "-D",
+            "warnings",
+        ])
+        .env("RUSTC_BOOTSTRAP", "1"))?;
+    Ok(())
+}
+
+/// The host's jobs: every test of every built tier but those needing the `other` cgroup
+/// version or systemd as PID 1 (each said, with where it runs), the serial tiers first.
+fn host_jobs(
+    built: &[vm::TestBinary],
+    other: &str,
+    runs_it: &str,
+) -> anyhow::Result<Vec<runner::Job>> {
+    // Every tier: unit and pipeline tests in the crates, the black-box suite in tests/, each
+    // test in its own process under its bound, HOST_PARALLEL at once.
+    let mut jobs = Vec::new();
+    for b in built {
+        for t in vm::list_tests(&b.path)? {
+            if t.contains(other) {
+                say(format!(
+                    "skipping {}::{t} on this host: it needs the other cgroup version; {runs_it}",
+                    b.name
+                ));
+                continue;
+            }
+            if t.contains(vm::SYSTEMD_ONLY) {
+                say(format!(
+                    "skipping {}::{t} on this host: it needs systemd as PID 1; the VM's \
+                     systemd boot (cargo xtask vm-test --systemd) runs it",
+                    b.name
+                ));
+                continue;
+            }
+            jobs.push(runner::Job {
+                tier: b.name.clone(),
+                bin: b.path.clone(),
+                cwd: b.cwd.clone(),
+                test: t,
+                group: SERIAL_TIERS
+                    .iter()
+                    .find(|(t, _)| *t == b.name)
+                    .map(|(_, g)| (*g).to_owned()),
+                bound: HOST_TEST_BOUND,
+            });
+        }
+    }
+    // The serial tiers first (their chains are the longest), the rest in tier order.
+    jobs.sort_by_key(|j| {
+        (
+            SERIAL_TIERS
+                .iter()
+                .position(|(t, _)| *t == j.tier)
+                .unwrap_or(SERIAL_TIERS.len()),
+            j.tier.clone(),
+        )
+    });
+    Ok(jobs)
 }
 
 /// The end of `cargo xtask test`: each tier's time on this host and in each boot, the
@@ -535,7 +558,7 @@ fn print_times(
         println!("{line}");
     }
     println!(
-        "  wall: checks (fmt, layers, clippy) {:.0} s; build {:.0} s; host tests {:.0} s ({} \
+        "  wall: checks (fmt, layers, sizes, clippy) {:.0} s; build {:.0} s; host tests {:.0} s ({} \
          at once)",
         checks.as_secs_f64(),
         build.as_secs_f64(),

@@ -157,6 +157,26 @@ fn static_cpu_manager(
         .map_err(|e| CliError::invalid(&config_path, "cpuManagerPolicy", e))
 }
 
+/// The pod of the `i`th YAML document of `path`; an error names the document and the place
+/// in it.
+fn pod_of_document(path: &Path, i: usize, value: serde_yaml_ng::Value) -> Result<Pod, CliError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let inner = yaml_error(path, e);
+        match inner {
+            CliError::Invalid {
+                path,
+                place,
+                message,
+            } => CliError::Invalid {
+                path,
+                place: format!("document {}: {place}", i + 1),
+                message,
+            },
+            other => other,
+        }
+    })
+}
+
 /// Explains every pod in `args.pod`; one JSON line per pod.
 pub fn explain(args: &ExplainArgs) -> Result<Vec<String>, CliError> {
     let cfg = config::load(&ConfigArgs {
@@ -217,21 +237,7 @@ pub fn explain(args: &ExplainArgs) -> Result<Vec<String>, CliError> {
         if value.is_null() {
             continue;
         }
-        let mut pod: Pod = serde_path_to_error::deserialize(value).map_err(|e| {
-            let inner = yaml_error(path, e);
-            match inner {
-                CliError::Invalid {
-                    path,
-                    place,
-                    message,
-                } => CliError::Invalid {
-                    path,
-                    place: format!("document {}: {place}", i + 1),
-                    message,
-                },
-                other => other,
-            }
-        })?;
+        let mut pod = pod_of_document(path, i, value)?;
         resources::validate_pod(&pod)
             .map_err(|e| CliError::invalid(path, format!("document {}", i + 1), e))?;
         resources::apply_defaults(&mut pod);

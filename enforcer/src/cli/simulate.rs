@@ -222,26 +222,14 @@ fn capacity_of(
     }
 }
 
-/// Runs the scenario at `path`; returns one JSON line per step.
-pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
-    let text = read(path)?;
-    let de = serde_yaml_ng::Deserializer::from_str(&text);
-    let scenario: Scenario =
-        serde_path_to_error::deserialize(de).map_err(|e| yaml_error(path, e))?;
-
-    // Configuration.
-    let name = format!("{}: config", path.display());
-    let doc = match scenario.config {
-        Some(v) if !v.is_null() => {
-            let (doc, _warnings) = config::from_value(&name, v)?;
-            doc
-        }
-        _ => config::KubeletConfiguration::default(),
-    };
-    let cfg = config::resolve(&name, &doc, &ConfigArgs::default())?.config;
-
-    // Node.
-    let mut capacity = scenario.node.capacity.clone();
+/// The scenario's node: its capacity (the configuration's override on top, `pods` from
+/// `maxPods` when not given), the kubepods memory limit, and the node admission sees.
+fn scenario_node(
+    path: &Path,
+    spec: &NodeSpec,
+    cfg: &config::Config,
+) -> Result<(BTreeMap<String, Quantity>, i64, Node), CliError> {
+    let mut capacity = spec.capacity.clone();
     for (k, v) in &capacity {
         if v.signum() < 0 {
             return Err(CliError::invalid(
@@ -265,19 +253,23 @@ pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
     );
     let kubepods_memory =
         admission::kubepods_memory_limit(&capacity, &cfg.system_reserved, &cfg.kube_reserved);
-    let node_name = scenario
-        .node
+    let node_name = spec
         .name
         .clone()
-        .or_else(|| scenario.node.labels.get("kubernetes.io/hostname").cloned())
+        .or_else(|| spec.labels.get("kubernetes.io/hostname").cloned())
         .unwrap_or_else(|| "node".to_owned());
     let node = Node {
         name: node_name,
-        labels: scenario.node.labels.clone(),
-        taints: scenario.node.taints.clone(),
+        labels: spec.labels.clone(),
+        taints: spec.taints.clone(),
         allocatable,
     };
-    let security = SecurityPolicy {
+    Ok((capacity, kubepods_memory, node))
+}
+
+/// The security policy of admission: the configuration's, on a node without AppArmor.
+fn security_policy(cfg: &config::Config) -> SecurityPolicy {
+    SecurityPolicy {
         allow_privileged: cfg.enforcer.allow_privileged,
         allow_host_namespaces: cfg.enforcer.allow_host_namespaces,
         allow_host_pid: cfg.enforcer.allow_host_pid,
@@ -288,11 +280,67 @@ pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
         // on: it has no AppArmor (any profile but `unconfined` is refused, as on a node
         // without it).
         apparmor_enabled: false,
-    };
+    }
+}
 
-    // Pods already running.
+/// A step's `admit`: each pod through admission under the step's node conditions; an
+/// admitted one becomes active.
+fn admit_pods(
+    path: &Path,
+    sp: &str,
+    admit: Vec<Pod>,
+    active: &mut Vec<Active>,
+    admitter: &mut Admitter,
+    conditions: &[NodeCondition],
+) -> Result<Vec<Admission>, CliError> {
+    let mut admissions = Vec::new();
+    for (j, pod) in admit.into_iter().enumerate() {
+        let place = format!("{sp}.admit[{j}]");
+        let pod = prepare_pod(path, &place, pod)?;
+        let name = resources::pod_name(&pod).to_owned();
+        if active.iter().any(|a| resources::pod_name(&a.pod) == name) {
+            return Err(CliError::invalid(
+                path,
+                format!("{place}.metadata.name"),
+                format!("a pod named {name:?} is already active"),
+            ));
+        }
+        let r = admitter.admit(&pod, conditions);
+        if r.admitted {
+            admitter.add(&pod);
+            active.push(Active { pod, stats: None });
+            admissions.push(Admission {
+                pod: name,
+                admitted: true,
+                reason: None,
+                message: None,
+            });
+        } else {
+            admissions.push(Admission {
+                pod: name,
+                admitted: false,
+                reason: Some(r.reason),
+                message: Some(r.message),
+            });
+        }
+    }
+    Ok(admissions)
+}
+
+/// A step's time in its output: whole seconds as an integer, else a float.
+fn at_json(at: Duration) -> serde_json::Number {
+    let secs = at.as_secs_f64();
+    if at.subsec_nanos() == 0 {
+        serde_json::Number::from(at.as_secs())
+    } else {
+        serde_json::Number::from_f64(secs).unwrap_or_else(|| serde_json::Number::from(at.as_secs()))
+    }
+}
+
+/// The scenario's pods already running, each validated and defaulted; names are unique.
+fn running_pods(path: &Path, pods: Vec<Pod>) -> Result<Vec<Active>, CliError> {
     let mut active: Vec<Active> = Vec::new();
-    for (i, pod) in scenario.pods.into_iter().enumerate() {
+    for (i, pod) in pods.into_iter().enumerate() {
         let place = format!("pods[{i}]");
         let pod = prepare_pod(path, &place, pod)?;
         if active
@@ -307,6 +355,65 @@ pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
         }
         active.push(Active { pod, stats: None });
     }
+    Ok(active)
+}
+
+/// A step's `delete`: each named pod leaves the active pods and admission.
+fn delete_pods(
+    path: &Path,
+    sp: &str,
+    delete: &[String],
+    active: &mut Vec<Active>,
+    admitter: &mut Admitter,
+) -> Result<(), CliError> {
+    for (j, name) in delete.iter().enumerate() {
+        let Some(idx) = active
+            .iter()
+            .position(|a| resources::pod_name(&a.pod) == name)
+        else {
+            return Err(CliError::invalid(
+                path,
+                format!("{sp}.delete[{j}]"),
+                format!("no active pod named {name:?}"),
+            ));
+        };
+        let gone = active.remove(idx);
+        admitter.remove(&gone.pod);
+    }
+    Ok(())
+}
+
+/// The scenario's configuration (a KubeletConfiguration; none: the defaults), resolved.
+fn scenario_config(
+    path: &Path,
+    config: Option<serde_yaml_ng::Value>,
+) -> Result<config::Config, CliError> {
+    let name = format!("{}: config", path.display());
+    let doc = match config {
+        Some(v) if !v.is_null() => {
+            let (doc, _warnings) = config::from_value(&name, v)?;
+            doc
+        }
+        _ => config::KubeletConfiguration::default(),
+    };
+    Ok(config::resolve(&name, &doc, &ConfigArgs::default())?.config)
+}
+
+/// Runs the scenario at `path`; returns one JSON line per step.
+pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
+    let text = read(path)?;
+    let de = serde_yaml_ng::Deserializer::from_str(&text);
+    let scenario: Scenario =
+        serde_path_to_error::deserialize(de).map_err(|e| yaml_error(path, e))?;
+
+    let cfg = scenario_config(path, scenario.config)?;
+
+    // Node.
+    let (capacity, kubepods_memory, node) = scenario_node(path, &scenario.node, &cfg)?;
+    let security = security_policy(&cfg);
+
+    // Pods already running.
+    let mut active = running_pods(path, scenario.pods)?;
     let mut admitter = Admitter::new(node, security, active.iter().map(|a| &a.pod));
 
     let mut state = State::default();
@@ -329,20 +436,7 @@ pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
         }
         last_at = at;
         // delete
-        for (j, name) in step.delete.iter().enumerate() {
-            let Some(idx) = active
-                .iter()
-                .position(|a| resources::pod_name(&a.pod) == name)
-            else {
-                return Err(CliError::invalid(
-                    path,
-                    format!("{sp}.delete[{j}]"),
-                    format!("no active pod named {name:?}"),
-                ));
-            };
-            let gone = active.remove(idx);
-            admitter.remove(&gone.pod);
-        }
+        delete_pods(path, &sp, &step.delete, &mut active, &mut admitter)?;
         // observe
         for (signal, q) in &step.observe {
             observations.insert(
@@ -403,46 +497,16 @@ pub fn simulate(path: &Path) -> Result<Vec<String>, CliError> {
             admitter.remove(&gone.pod);
         }
         // admit
-        let mut admissions = Vec::new();
-        for (j, pod) in step.admit.into_iter().enumerate() {
-            let place = format!("{sp}.admit[{j}]");
-            let pod = prepare_pod(path, &place, pod)?;
-            let name = resources::pod_name(&pod).to_owned();
-            if active.iter().any(|a| resources::pod_name(&a.pod) == name) {
-                return Err(CliError::invalid(
-                    path,
-                    format!("{place}.metadata.name"),
-                    format!("a pod named {name:?} is already active"),
-                ));
-            }
-            let r = admitter.admit(&pod, &decision.conditions);
-            if r.admitted {
-                admitter.add(&pod);
-                active.push(Active { pod, stats: None });
-                admissions.push(Admission {
-                    pod: name,
-                    admitted: true,
-                    reason: None,
-                    message: None,
-                });
-            } else {
-                admissions.push(Admission {
-                    pod: name,
-                    admitted: false,
-                    reason: Some(r.reason),
-                    message: Some(r.message),
-                });
-            }
-        }
-        let secs = at.as_secs_f64();
-        let at_json = if at.subsec_nanos() == 0 {
-            serde_json::Number::from(at.as_secs())
-        } else {
-            serde_json::Number::from_f64(secs)
-                .unwrap_or_else(|| serde_json::Number::from(at.as_secs()))
-        };
+        let admissions = admit_pods(
+            path,
+            &sp,
+            step.admit,
+            &mut active,
+            &mut admitter,
+            &decision.conditions,
+        )?;
         let line = StepOutput {
-            at: at_json,
+            at: at_json(at),
             conditions: decision.conditions,
             evicted,
             admission: admissions,

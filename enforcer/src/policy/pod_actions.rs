@@ -393,23 +393,71 @@ fn plan_containers(
         }
         None => (rt.containers.iter().collect(), String::new()),
     };
-    let next_count = |name: &str| {
-        all.iter()
+    let planner = ContainerPlanner {
+        rt,
+        sandbox_id: &sandbox_id,
+        all: &all,
+        policy,
+        uid: pod.metadata.uid.as_deref().unwrap_or(""),
+        pod_name: pod.metadata.name.as_deref().unwrap_or(""),
+        namespace: pod.metadata.namespace.as_deref().unwrap_or("default"),
+        hash,
+        backoff,
+        exit_seen,
+        now,
+    };
+    // Init containers one at a time in order; sidecars keep running beside the next ones.
+    for c in spec.init_containers.iter().flatten() {
+        let kind = ContainerKind::of_init(c);
+        match (planner.plan(c, kind, &mut actions), kind) {
+            (Step::Done, _) | (Step::Running | Step::Started, ContainerKind::Sidecar) => {}
+            (Step::Failed, _) => {
+                actions.init_failed = true;
+                return actions;
+            }
+            _ => return actions,
+        }
+    }
+    for c in &spec.containers {
+        let _ = planner.plan(c, ContainerKind::Regular, &mut actions);
+    }
+    actions
+}
+
+/// What planning one container needs: the runtime's view, the sandbox the plan works in,
+/// the containers counted for restart counts, the restart policy, the crash backoff.
+struct ContainerPlanner<'a> {
+    rt: &'a PodRuntime,
+    sandbox_id: &'a str,
+    all: &'a [&'a ContainerView],
+    policy: RestartPolicy,
+    uid: &'a str,
+    pod_name: &'a str,
+    namespace: &'a str,
+    hash: &'a dyn Fn(&Container) -> String,
+    backoff: &'a Backoff,
+    exit_seen: &'a HashMap<String, Instant>,
+    now: Instant,
+}
+
+impl ContainerPlanner<'_> {
+    /// The restart count of a container's next instance.
+    fn next_count(&self, name: &str) -> u32 {
+        self.all
+            .iter()
             .filter(|x| x.name == name)
             .map(|x| x.restart_count.saturating_add(1))
             .max()
             .unwrap_or(0)
-    };
-    let uid = pod.metadata.uid.as_deref().unwrap_or("");
-    let pod_name = pod.metadata.name.as_deref().unwrap_or("");
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
-    // One container's step: start it, restart it after backoff, or leave it.
-    let plan = |c: &Container, kind: ContainerKind, actions: &mut PodActions| -> Step {
-        let latest = rt.instances(&sandbox_id, &c.name).first().copied();
+    }
+
+    /// One container's step: start it, restart it after backoff, or leave it.
+    fn plan(&self, c: &Container, kind: ContainerKind, actions: &mut PodActions) -> Step {
+        let latest = self.rt.instances(self.sandbox_id, &c.name).first().copied();
         let start = |replace: Replace| ContainerStart {
             name: c.name.clone(),
             kind,
-            restart_count: next_count(&c.name),
+            restart_count: self.next_count(&c.name),
             replace,
         };
         match latest.map(|x| (x, x.state)) {
@@ -427,7 +475,7 @@ fn plan_containers(
                 }
                 let restart = match kind {
                     ContainerKind::Sidecar => true,
-                    _ => policy.restarts(code),
+                    _ => self.policy.restarts(code),
                 };
                 if !restart {
                     return if kind == ContainerKind::Init {
@@ -436,18 +484,25 @@ fn plan_containers(
                         Step::Done
                     };
                 }
-                let key = backoff_key(uid, &c.name, &hash(c));
-                let seen = exit_seen.get(&x.id).copied().unwrap_or(now);
-                if let Some(at) = backoff.retry_at(&key, seen, now) {
-                    let delay = backoff.current(&key).unwrap_or_default();
+                let key = backoff_key(self.uid, &c.name, &(self.hash)(c));
+                let seen = self.exit_seen.get(&x.id).copied().unwrap_or(self.now);
+                if let Some(at) = self.backoff.retry_at(&key, seen, self.now) {
+                    let delay = self.backoff.current(&key).unwrap_or_default();
                     actions.backoff.push(CrashBackoff {
                         name: c.name.clone(),
                         until: at,
-                        message: crash_message(delay, &c.name, pod_name, namespace, uid),
+                        message: crash_message(
+                            delay,
+                            &c.name,
+                            self.pod_name,
+                            self.namespace,
+                            self.uid,
+                        ),
                     });
                     actions.wake = Some(actions.wake.map_or(at, |w| w.min(at)));
                 } else {
-                    let remove_older = all
+                    let remove_older = self
+                        .all
                         .iter()
                         .filter(|o| {
                             o.name == c.name
@@ -479,23 +534,7 @@ fn plan_containers(
                 Step::Started
             }
         }
-    };
-    // Init containers one at a time in order; sidecars keep running beside the next ones.
-    for c in spec.init_containers.iter().flatten() {
-        let kind = ContainerKind::of_init(c);
-        match (plan(c, kind, &mut actions), kind) {
-            (Step::Done, _) | (Step::Running | Step::Started, ContainerKind::Sidecar) => {}
-            (Step::Failed, _) => {
-                actions.init_failed = true;
-                return actions;
-            }
-            _ => return actions,
-        }
     }
-    for c in &spec.containers {
-        let _ = plan(c, ContainerKind::Regular, &mut actions);
-    }
-    actions
 }
 
 /// kubelet's computeInitContainerActions: the containers after a sidecar with a startup

@@ -112,6 +112,16 @@ impl Collector for NodeStateCollector {
                 counter.metric_type(),
             )?)?;
         }
+        self.encode_pod_counts(&mut encoder)
+    }
+}
+
+impl NodeStateCollector {
+    /// kubelet's `kubelet_desired_pods` and `kubelet_active_pods`, by `static`.
+    fn encode_pod_counts(
+        &self,
+        encoder: &mut DescriptorEncoder<'_>,
+    ) -> Result<(), std::fmt::Error> {
         // Desired: every pod a source gave that is not finished; active: admitted and
         // running (the eviction manager's candidates).
         let (_, file) = self.status.snapshot();

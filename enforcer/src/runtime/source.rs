@@ -113,6 +113,41 @@ pub struct ManifestDir {
     unreadable: BTreeMap<PathBuf, String>,
 }
 
+/// The events of a manifest file's new pods against its `old` ones: a delete for each pod
+/// gone, then an update for each changed and an add for each new one, in the file's order.
+fn pod_changes(
+    old_pods: &[Arc<Pod>],
+    pods: &[Arc<Pod>],
+    file: &str,
+    events: &mut Vec<SourceEvent>,
+) {
+    let uid = |p: &Pod| p.metadata.uid.clone().unwrap_or_default();
+    for old in old_pods {
+        if !pods.iter().any(|p| uid(p) == uid(old)) {
+            events.push(SourceEvent::Pod(PodUpdate {
+                op: PodOp::Delete,
+                pod: old.clone(),
+                source: file.to_owned(),
+            }));
+        }
+    }
+    for p in pods {
+        match old_pods.iter().find(|o| uid(o) == uid(p)) {
+            Some(o) if o == p => {}
+            Some(_) => events.push(SourceEvent::Pod(PodUpdate {
+                op: PodOp::Update,
+                pod: p.clone(),
+                source: file.to_owned(),
+            })),
+            None => events.push(SourceEvent::Pod(PodUpdate {
+                op: PodOp::Add,
+                pod: p.clone(),
+                source: file.to_owned(),
+            })),
+        }
+    }
+}
+
 fn read_limited(path: &Path) -> Result<String, SourceError> {
     let read_err = |e: std::io::Error| SourceError::Read {
         file: path.to_path_buf(),
@@ -221,9 +256,44 @@ impl ManifestDir {
         out
     }
 
-    /// One pass over the directory: the updates since the last pass.
-    pub fn scan(&mut self) -> Vec<SourceEvent> {
-        let mut events = Vec::new();
+    /// A changed manifest file's pods: bounded in size and depth, parsed, their uids checked
+    /// against the other `present` files.
+    fn read_manifest(
+        &self,
+        path: &Path,
+        meta: &std::fs::Metadata,
+        present: &BTreeMap<PathBuf, std::fs::Metadata>,
+    ) -> Result<Vec<Pod>, SourceError> {
+        let parsed = if meta.len() > MAX_MANIFEST_BYTES {
+            Err(SourceError::TooLarge {
+                file: path.to_path_buf(),
+                size: meta.len(),
+                max: MAX_MANIFEST_BYTES,
+            })
+        } else {
+            read_limited(path).and_then(|text| {
+                if let Some(line) = too_deep(&text, MAX_MANIFEST_DEPTH) {
+                    return Err(SourceError::TooDeep {
+                        file: path.to_path_buf(),
+                        line,
+                        max: MAX_MANIFEST_DEPTH,
+                    });
+                }
+                parse_manifest(path, &text, &self.node_name)
+            })
+        };
+        parsed.and_then(|pods| self.check_uids(path, pods, present))
+    }
+
+    /// The directory's manifest files (`.yaml`, `.yml`, `.json`, not hidden; symlinks
+    /// followed) and the entries with a manifest name that cannot be read, with why; `None`
+    /// when the directory cannot be read (an absent one is empty).
+    fn list(
+        &self,
+    ) -> Option<(
+        BTreeMap<PathBuf, std::fs::Metadata>,
+        BTreeMap<PathBuf, String>,
+    )> {
         let mut present: BTreeMap<PathBuf, std::fs::Metadata> = BTreeMap::new();
         let mut unreadable: BTreeMap<PathBuf, String> = BTreeMap::new();
         match std::fs::read_dir(&self.dir) {
@@ -281,9 +351,18 @@ impl ManifestDir {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
                 tracing::warn!(dir = %self.dir.display(), error = %e, "reading manifest directory");
-                return events;
+                return None;
             }
         }
+        Some((present, unreadable))
+    }
+
+    /// One pass over the directory: the updates since the last pass.
+    pub fn scan(&mut self) -> Vec<SourceEvent> {
+        let mut events = Vec::new();
+        let Some((present, unreadable)) = self.list() else {
+            return events;
+        };
         // Entries that cannot be manifests: reported when they appear or change, cleared
         // when they go.
         for (path, why) in &unreadable {
@@ -342,25 +421,7 @@ impl ManifestDir {
                 .get(&path)
                 .map(|f| f.pods.clone())
                 .unwrap_or_default();
-            let parsed = if meta.len() > MAX_MANIFEST_BYTES {
-                Err(SourceError::TooLarge {
-                    file: path.clone(),
-                    size: meta.len(),
-                    max: MAX_MANIFEST_BYTES,
-                })
-            } else {
-                read_limited(&path).and_then(|text| {
-                    if let Some(line) = too_deep(&text, MAX_MANIFEST_DEPTH) {
-                        return Err(SourceError::TooDeep {
-                            file: path.clone(),
-                            line,
-                            max: MAX_MANIFEST_DEPTH,
-                        });
-                    }
-                    parse_manifest(&path, &text, &self.node_name)
-                })
-            };
-            let parsed = parsed.and_then(|pods| self.check_uids(&path, pods, &present));
+            let parsed = self.read_manifest(&path, meta, &present);
             match parsed {
                 Err(e) => {
                     tracing::warn!(file = %file, error = %e, "manifest rejected; its previous pods (if any) are kept");
@@ -385,31 +446,7 @@ impl ManifestDir {
                         });
                     }
                     let pods: Vec<Arc<Pod>> = pods.into_iter().map(Arc::new).collect();
-                    let uid = |p: &Pod| p.metadata.uid.clone().unwrap_or_default();
-                    for old in &old_pods {
-                        if !pods.iter().any(|p| uid(p) == uid(old)) {
-                            events.push(SourceEvent::Pod(PodUpdate {
-                                op: PodOp::Delete,
-                                pod: old.clone(),
-                                source: file.clone(),
-                            }));
-                        }
-                    }
-                    for p in &pods {
-                        match old_pods.iter().find(|o| uid(o) == uid(p)) {
-                            Some(o) if o == p => {}
-                            Some(_) => events.push(SourceEvent::Pod(PodUpdate {
-                                op: PodOp::Update,
-                                pod: p.clone(),
-                                source: file.clone(),
-                            })),
-                            None => events.push(SourceEvent::Pod(PodUpdate {
-                                op: PodOp::Add,
-                                pod: p.clone(),
-                                source: file.clone(),
-                            })),
-                        }
-                    }
+                    pod_changes(&old_pods, &pods, &file, &mut events);
                     self.files.insert(
                         path,
                         FileState {

@@ -311,6 +311,105 @@ fn boot_time(now_nanos: i64) -> String {
 /// The Summary of one reading; `runtime`: the container runtime's filesystems
 /// ([`runtime_stats`]), else the eviction manager's imagefs observation.
 #[must_use]
+/// kubelet's cadvisorInfoToSwapStats for the cgroup `key`: usage, and the limit minus usage
+/// unless unlimited.
+fn swap_stats(r: &Reading, time: &str, key: &str) -> Option<SwapStats> {
+    r.swap.get(key).map(|(usage, max)| SwapStats {
+        time: time.to_owned(),
+        swap_available_bytes: max.map(|m| m.saturating_sub(*usage)),
+        swap_usage_bytes: Some(*usage),
+    })
+}
+
+/// The cgroup `key`'s CPU: its `total` usage and its rate, when the usage was read.
+fn cpu_stats(r: &Reading, time: &str, key: &str, total: Option<u64>) -> Option<CpuStats> {
+    total.map(|ns| CpuStats {
+        time: time.to_owned(),
+        usage_nano_cores: r.nano_cores.get(key).copied(),
+        usage_core_nano_seconds: Some(ns),
+    })
+}
+
+/// One pod's stats, its containers' and volumes'; `None` for a pod the snapshot has not
+/// sampled.
+fn pod_stats(r: &Reading, time: &str, t: &PodTarget) -> Option<PodStats> {
+    let sample = r.snapshot.pods.get(&t.uid)?;
+    let rec = r.records.get(&t.uid);
+    let stats = sample.stats.as_ref();
+    let containers = t
+        .containers
+        .iter()
+        .map(|(name, id)| {
+            let cs = stats.and_then(|s| s.containers.iter().find(|c| c.name == *name));
+            let started = rec
+                .and_then(|r| r.container_statuses.iter().find(|c| c.name == *name))
+                .and_then(|c| match &c.state {
+                    crate::runtime::status::ContainerState::Running { started_at } => {
+                        Some(started_at.clone())
+                    }
+                    _ => None,
+                })
+                .unwrap_or_default();
+            let key = format!("{}/{id}", t.cgroup);
+            ContainerStats {
+                name: name.clone(),
+                start_time: started,
+                cpu: cpu_stats(r, time, &key, r.cpu_ns.get(&key).copied()),
+                memory: cs.and_then(|c| c.memory).map(|m| MemoryStats {
+                    time: time.to_owned(),
+                    available_bytes: None,
+                    working_set_bytes: u(m),
+                }),
+                swap: swap_stats(r, time, &key),
+                rootfs: cs.and_then(|c| c.ephemeral_storage).map(|b| FsStats {
+                    time: time.to_owned(),
+                    used_bytes: u(b),
+                    ..FsStats::default()
+                }),
+            }
+        })
+        .collect();
+    Some(PodStats {
+        pod_ref: PodReference {
+            name: rec.map(|r| r.name.clone()).unwrap_or_default(),
+            namespace: rec.map(|r| r.namespace.clone()).unwrap_or_default(),
+            uid: t.uid.clone(),
+        },
+        start_time: rec.map(|r| r.start_time.clone()).unwrap_or_default(),
+        containers,
+        cpu: cpu_stats(r, time, &t.cgroup, r.cpu_ns.get(&t.cgroup).copied()),
+        memory: stats.and_then(|s| s.memory).map(|m| MemoryStats {
+            time: time.to_owned(),
+            available_bytes: None,
+            working_set_bytes: u(m),
+        }),
+        swap: swap_stats(r, time, &t.cgroup),
+        volume: stats
+            .map(|s| {
+                s.volumes
+                    .iter()
+                    .map(|(name, used)| VolumeStats {
+                        name: name.clone(),
+                        fs: FsStats {
+                            time: time.to_owned(),
+                            used_bytes: u(*used),
+                            ..FsStats::default()
+                        },
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+        ephemeral_storage: stats.and_then(|s| s.ephemeral_storage).map(|b| FsStats {
+            time: time.to_owned(),
+            used_bytes: u(b),
+            ..FsStats::default()
+        }),
+        process_stats: stats.map(|s| ProcessStats {
+            process_count: s.processes.and_then(u),
+        }),
+    })
+}
+
 pub fn summarize(r: &Reading, node_name: &str, runtime: Option<RuntimeStats>) -> Summary {
     let time = crate::runtime::status::rfc3339(r.at_nanos);
     let obs = &r.snapshot.observations;
@@ -334,21 +433,7 @@ pub fn summarize(r: &Reading, node_name: &str, runtime: Option<RuntimeStats>) ->
             working_set_bytes: u(o.capacity - o.available),
         })
     };
-    // kubelet's cadvisorInfoToSwapStats: usage, and the limit minus usage unless unlimited.
-    let swap = |key: &str| {
-        r.swap.get(key).map(|(usage, max)| SwapStats {
-            time: time.clone(),
-            swap_available_bytes: max.map(|m| m.saturating_sub(*usage)),
-            swap_usage_bytes: Some(*usage),
-        })
-    };
-    let cpu = |key: &str, total: Option<u64>| {
-        total.map(|ns| CpuStats {
-            time: time.clone(),
-            usage_nano_cores: r.nano_cores.get(key).copied(),
-            usage_core_nano_seconds: Some(ns),
-        })
-    };
+    let cpu = |key: &str, total: Option<u64>| cpu_stats(r, &time, key, total);
     let node = NodeStats {
         node_name: node_name.to_owned(),
         system_containers: memory(Signal::AllocatableMemoryAvailable)
@@ -384,86 +469,11 @@ pub fn summarize(r: &Reading, node_name: &str, runtime: Option<RuntimeStats>) ->
             curproc: Some(o.capacity - o.available),
         }),
     };
-    let mut pods = Vec::new();
-    for t in &r.targets {
-        let Some(sample) = r.snapshot.pods.get(&t.uid) else {
-            continue;
-        };
-        let rec = r.records.get(&t.uid);
-        let stats = sample.stats.as_ref();
-        let containers = t
-            .containers
-            .iter()
-            .map(|(name, id)| {
-                let cs = stats.and_then(|s| s.containers.iter().find(|c| c.name == *name));
-                let started = rec
-                    .and_then(|r| r.container_statuses.iter().find(|c| c.name == *name))
-                    .and_then(|c| match &c.state {
-                        crate::runtime::status::ContainerState::Running { started_at } => {
-                            Some(started_at.clone())
-                        }
-                        _ => None,
-                    })
-                    .unwrap_or_default();
-                let key = format!("{}/{id}", t.cgroup);
-                ContainerStats {
-                    name: name.clone(),
-                    start_time: started,
-                    cpu: cpu(&key, r.cpu_ns.get(&key).copied()),
-                    memory: cs.and_then(|c| c.memory).map(|m| MemoryStats {
-                        time: time.clone(),
-                        available_bytes: None,
-                        working_set_bytes: u(m),
-                    }),
-                    swap: swap(&key),
-                    rootfs: cs.and_then(|c| c.ephemeral_storage).map(|b| FsStats {
-                        time: time.clone(),
-                        used_bytes: u(b),
-                        ..FsStats::default()
-                    }),
-                }
-            })
-            .collect();
-        pods.push(PodStats {
-            pod_ref: PodReference {
-                name: rec.map(|r| r.name.clone()).unwrap_or_default(),
-                namespace: rec.map(|r| r.namespace.clone()).unwrap_or_default(),
-                uid: t.uid.clone(),
-            },
-            start_time: rec.map(|r| r.start_time.clone()).unwrap_or_default(),
-            containers,
-            cpu: cpu(&t.cgroup, r.cpu_ns.get(&t.cgroup).copied()),
-            memory: stats.and_then(|s| s.memory).map(|m| MemoryStats {
-                time: time.clone(),
-                available_bytes: None,
-                working_set_bytes: u(m),
-            }),
-            swap: swap(&t.cgroup),
-            volume: stats
-                .map(|s| {
-                    s.volumes
-                        .iter()
-                        .map(|(name, used)| VolumeStats {
-                            name: name.clone(),
-                            fs: FsStats {
-                                time: time.clone(),
-                                used_bytes: u(*used),
-                                ..FsStats::default()
-                            },
-                        })
-                        .collect()
-                })
-                .unwrap_or_default(),
-            ephemeral_storage: stats.and_then(|s| s.ephemeral_storage).map(|b| FsStats {
-                time: time.clone(),
-                used_bytes: u(b),
-                ..FsStats::default()
-            }),
-            process_stats: stats.map(|s| ProcessStats {
-                process_count: s.processes.and_then(u),
-            }),
-        });
-    }
+    let pods = r
+        .targets
+        .iter()
+        .filter_map(|t| pod_stats(r, &time, t))
+        .collect();
     Summary { node, pods }
 }
 

@@ -60,29 +60,12 @@ fn is_memory_type(name: &str) -> bool {
     name == "memory" || name.starts_with("hugepages-")
 }
 
-/// The four settings, validated.
-pub(super) fn managers(
+/// reservedMemory, validated: the flag's entries replace the file's.
+fn reserved_memory(
     n: &Namer<'_>,
     doc: &KubeletConfiguration,
     args: &ConfigArgs,
-) -> Result<Managers, ConfigError> {
-    let policy = Sourced::pick(
-        args.memory_manager_policy.clone(),
-        doc.memory_manager_policy.clone(),
-    );
-    let memory_manager_policy = match policy.value.as_deref() {
-        None => MemoryManagerPolicy::None,
-        Some(v) => MemoryManagerPolicy::parse(v).map_err(|_| {
-            n.invalid(
-                key::MEMORY_MANAGER_POLICY,
-                policy.from_flag,
-                v,
-                "must be None or Static",
-            )
-        })?,
-    };
-
-    // reservedMemory: the flag's entries replace the file's.
+) -> Result<Vec<MemoryReservation>, ConfigError> {
     let (raw, from_flag): (RawReservations, bool) = if args.reserved_memory.is_empty() {
         let raw = doc
             .reserved_memory
@@ -168,6 +151,32 @@ pub(super) fn managers(
         }
         reserved_memory.push(reservation);
     }
+    Ok(reserved_memory)
+}
+
+/// The four settings, validated.
+pub(super) fn managers(
+    n: &Namer<'_>,
+    doc: &KubeletConfiguration,
+    args: &ConfigArgs,
+) -> Result<Managers, ConfigError> {
+    let policy = Sourced::pick(
+        args.memory_manager_policy.clone(),
+        doc.memory_manager_policy.clone(),
+    );
+    let memory_manager_policy = match policy.value.as_deref() {
+        None => MemoryManagerPolicy::None,
+        Some(v) => MemoryManagerPolicy::parse(v).map_err(|_| {
+            n.invalid(
+                key::MEMORY_MANAGER_POLICY,
+                policy.from_flag,
+                v,
+                "must be None or Static",
+            )
+        })?,
+    };
+
+    let reserved_memory = reserved_memory(n, doc, args)?;
     if memory_manager_policy == MemoryManagerPolicy::Static
         && !reserved_memory
             .iter()

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, Pod, Volume};
+use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, Pod, ProjectedVolumeSource, Volume};
 
 use super::{
     CONFIG_MAP_PLUGIN, DOWNWARD_API_PLUGIN, DownwardItem, DownwardSource, FileSource, HostPathType,
@@ -128,6 +128,92 @@ fn no_api(name: &str, what: &str) -> String {
     )
 }
 
+/// A projected volume: its downward API items alone (the downward API plugin's way), or
+/// its sources read from the API server (configMaps, secrets, service account tokens).
+fn projected(
+    pod: &Pod,
+    name: &str,
+    p: &ProjectedVolumeSource,
+    api: bool,
+) -> Result<VolumeKind, String> {
+    let mut items = Vec::new();
+    let mut sources = Vec::new();
+    for s in p.sources.iter().flatten() {
+        if let Some(d) = s.downward_api.as_ref() {
+            let d = downward_items(name, d.items.as_deref().unwrap_or(&[]), p.default_mode)?;
+            items.extend(d.iter().cloned());
+            sources.push(FileSource::Downward(d));
+            continue;
+        }
+        if !api {
+            let what = source_kinds(s).join(", ");
+            return Err(no_api(name, &format!("projected source {what}")));
+        }
+        if let Some(c) = &s.config_map {
+            sources.push(FileSource::ConfigMap(object_projection(
+                name,
+                &c.name,
+                c.items.as_deref(),
+                p.default_mode,
+                c.optional,
+            )?));
+        } else if let Some(c) = &s.secret {
+            sources.push(FileSource::Secret(object_projection(
+                name,
+                &c.name,
+                c.items.as_deref(),
+                p.default_mode,
+                c.optional,
+            )?));
+        } else if let Some(t) = &s.service_account_token {
+            relative_no_backsteps(&t.path)
+                .map_err(|e| format!("volume {name:?}: token path {:?} {e}", t.path))?;
+            let service_account = objects::service_account(pod);
+            if !objects::valid_name(&service_account) {
+                return Err(format!(
+                    "volume {name:?}: service account {service_account:?} is not a valid name"
+                ));
+            }
+            sources.push(FileSource::Token(TokenProjection {
+                token: TokenRef {
+                    service_account,
+                    audience: t.audience.clone().filter(|a| !a.is_empty()),
+                    expiration_seconds: t
+                        .expiration_seconds
+                        .unwrap_or(objects::DEFAULT_TOKEN_EXPIRATION_SECONDS),
+                },
+                path: t.path.clone(),
+                // kubelet: 0600 when an fsGroup will widen it to 0640, else the
+                // volume's default mode.
+                mode: if fs_group(pod).is_some() {
+                    0o600
+                } else {
+                    file_mode(None, p.default_mode)
+                },
+            }));
+        } else {
+            let what = source_kinds(s).join(", ");
+            return Err(format!(
+                "volume {name:?}: projected source {what} is not supported by this node"
+            ));
+        }
+    }
+    Ok(
+        if sources.iter().all(|s| matches!(s, FileSource::Downward(_))) {
+            VolumeKind::Downward {
+                plugin: PROJECTED_PLUGIN,
+                items,
+            }
+        } else {
+            VolumeKind::Objects {
+                plugin: PROJECTED_PLUGIN,
+                sources,
+                memory: true,
+            }
+        },
+    )
+}
+
 /// One volume as this node sets it up, or why it cannot. `api`: the pod came from the API
 /// server and the node reads objects there.
 fn plan_volume(pod: &Pod, v: &Volume, api: bool) -> Result<PlannedVolume, String> {
@@ -206,80 +292,7 @@ fn plan_volume(pod: &Pod, v: &Volume, api: bool) -> Result<PlannedVolume, String
             memory: true,
         }
     } else if let Some(p) = &v.projected {
-        let mut items = Vec::new();
-        let mut sources = Vec::new();
-        for s in p.sources.iter().flatten() {
-            if let Some(d) = s.downward_api.as_ref() {
-                let d = downward_items(&name, d.items.as_deref().unwrap_or(&[]), p.default_mode)?;
-                items.extend(d.iter().cloned());
-                sources.push(FileSource::Downward(d));
-                continue;
-            }
-            if !api {
-                let what = source_kinds(s).join(", ");
-                return Err(no_api(&name, &format!("projected source {what}")));
-            }
-            if let Some(c) = &s.config_map {
-                sources.push(FileSource::ConfigMap(object_projection(
-                    &name,
-                    &c.name,
-                    c.items.as_deref(),
-                    p.default_mode,
-                    c.optional,
-                )?));
-            } else if let Some(c) = &s.secret {
-                sources.push(FileSource::Secret(object_projection(
-                    &name,
-                    &c.name,
-                    c.items.as_deref(),
-                    p.default_mode,
-                    c.optional,
-                )?));
-            } else if let Some(t) = &s.service_account_token {
-                relative_no_backsteps(&t.path)
-                    .map_err(|e| format!("volume {name:?}: token path {:?} {e}", t.path))?;
-                let service_account = objects::service_account(pod);
-                if !objects::valid_name(&service_account) {
-                    return Err(format!(
-                        "volume {name:?}: service account {service_account:?} is not a valid name"
-                    ));
-                }
-                sources.push(FileSource::Token(TokenProjection {
-                    token: TokenRef {
-                        service_account,
-                        audience: t.audience.clone().filter(|a| !a.is_empty()),
-                        expiration_seconds: t
-                            .expiration_seconds
-                            .unwrap_or(objects::DEFAULT_TOKEN_EXPIRATION_SECONDS),
-                    },
-                    path: t.path.clone(),
-                    // kubelet: 0600 when an fsGroup will widen it to 0640, else the
-                    // volume's default mode.
-                    mode: if fs_group(pod).is_some() {
-                        0o600
-                    } else {
-                        file_mode(None, p.default_mode)
-                    },
-                }));
-            } else {
-                let what = source_kinds(s).join(", ");
-                return Err(format!(
-                    "volume {name:?}: projected source {what} is not supported by this node"
-                ));
-            }
-        }
-        if sources.iter().all(|s| matches!(s, FileSource::Downward(_))) {
-            VolumeKind::Downward {
-                plugin: PROJECTED_PLUGIN,
-                items,
-            }
-        } else {
-            VolumeKind::Objects {
-                plugin: PROJECTED_PLUGIN,
-                sources,
-                memory: true,
-            }
-        }
+        projected(pod, &name, p, api)?
     } else {
         let kinds = source_kinds(v);
         if kinds.is_empty() {

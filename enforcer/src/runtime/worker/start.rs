@@ -320,17 +320,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
         }
         if let Err(e) = rt.start_container(&id).await {
             // The container is left exited; the next sync restarts it with backoff.
-            tracing::warn!(uid = %self.uid, container = %c.name, error = %e, "starting container failed");
-            self.event(
-                Some(&c.name),
-                EventType::Warning,
-                "Failed",
-                format!("Error: {e}"),
-            );
-            self.waiting.insert(
-                c.name.clone(),
-                ("RunContainerError".to_owned(), e.to_string()),
-            );
+            self.start_failed(c, &e);
             return Ok(());
         }
         tracing::info!(uid = %self.uid, container = %c.name, id = %id, restart_count, "container started");
@@ -341,6 +331,22 @@ impl<R: ContainerRuntime> PodWorker<R> {
             format!("Started container {}", c.name),
         );
         self.post_start(pod, c, &id, sandbox_id).await
+    }
+
+    /// A StartContainer that failed: logged, a `Failed` event, the container waiting with
+    /// `RunContainerError`.
+    fn start_failed(&mut self, c: &Container, e: &impl std::fmt::Display) {
+        tracing::warn!(uid = %self.uid, container = %c.name, error = %e, "starting container failed");
+        self.event(
+            Some(&c.name),
+            EventType::Warning,
+            "Failed",
+            format!("Error: {e}"),
+        );
+        self.waiting.insert(
+            c.name.clone(),
+            ("RunContainerError".to_owned(), e.to_string()),
+        );
     }
 
     /// kubelet's `makeMounts` for `terminationMessagePath`: a new empty file (mode 0666) under

@@ -20,9 +20,9 @@ use super::{
 use crate::{
     policy::{
         pod_actions::{
-            ContainerStart, ContainerView, FailedProbe, PodPhase, PodRuntime, ProbeKill, Replace,
-            RuntimeState, SandboxPlan, SandboxView, compute_pod_actions, effective_exit_code,
-            probe_kill,
+            ContainerStart, ContainerView, CrashBackoff, FailedProbe, PodPhase, PodRuntime,
+            ProbeKill, Replace, RuntimeState, SandboxPlan, SandboxView, compute_pod_actions,
+            effective_exit_code, probe_kill,
         },
         pod_status::{ContainerObservation, PodStatusInput, RuntimeStatus, pod_status},
     },
@@ -128,6 +128,94 @@ impl<R: ContainerRuntime> PodWorker<R> {
         Ok((sandboxes, containers, view))
     }
 
+    /// A pod whose volumes cannot be set up: held in `ContainerCreating` with `message`, its
+    /// status published, retried after [`VOLUME_RETRY`].
+    async fn wait_for_volumes(
+        &mut self,
+        pod: &Pod,
+        qos: spec::Qos,
+        cgroup: &str,
+        message: &str,
+        now: Instant,
+    ) -> Result<Option<Instant>, WorkerError> {
+        let (_, containers, view) = self.observe(pod, now).await?;
+        let sandbox = view
+            .sandboxes
+            .iter()
+            .find(|s| s.ready && s.current)
+            .map(|s| s.id.clone())
+            .unwrap_or_default();
+        for c in pod
+            .spec
+            .iter()
+            .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+        {
+            self.waiting.insert(
+                c.name.clone(),
+                ("ContainerCreating".to_owned(), message.to_owned()),
+            );
+        }
+        self.publish(pod, qos, cgroup, &sandbox, &containers, false)
+            .await?;
+        Ok(Some(now + VOLUME_RETRY))
+    }
+
+    /// The containers the plan holds in their restart backoff: a `BackOff` event each, and
+    /// waiting with `CrashLoopBackOff`.
+    fn crash_loop_backoff(&mut self, pod: &Pod, backoff: &[CrashBackoff]) {
+        for b in backoff {
+            self.event(
+                Some(&b.name),
+                EventType::Warning,
+                "BackOff",
+                format!(
+                    "Back-off restarting failed container {} in pod {}",
+                    b.name,
+                    crate::policy::security::format_pod(pod)
+                ),
+            );
+            self.waiting.insert(
+                b.name.clone(),
+                ("CrashLoopBackOff".to_owned(), b.message.clone()),
+            );
+        }
+    }
+
+    /// A new sandbox for the pod (the old one killed first when the plan says so), its log
+    /// directory made; the pod's start time set when it has none.
+    async fn create_sandbox(
+        &mut self,
+        pod: &Pod,
+        attempt: u32,
+        kill_first: bool,
+        cgroup: &str,
+    ) -> Result<String, WorkerError> {
+        let rt = self.ctx.runtime.clone();
+        let uid = self.uid.clone();
+        let log_dir = self.ctx.log_root.join(&uid);
+        let log_dir_s = log_dir.display().to_string();
+        if kill_first {
+            tracing::info!(uid = %uid, "sandbox changed or not ready; restarting the pod");
+            let hooks = self.pre_stop(pod).await;
+            kill_pod(&rt, &uid, spec::grace_seconds(pod), true, Some(&hooks))
+                .await
+                .map_err(self.cri())?;
+        }
+        std::fs::create_dir_all(&log_dir).map_err(|source| WorkerError::Io {
+            uid: uid.clone(),
+            path: log_dir.clone(),
+            source,
+        })?;
+        let mut config = spec::sandbox_config(pod, attempt, cgroup, &log_dir_s);
+        config.dns_config = Some(self.pod_dns(pod)?);
+        let sid = rt.run_pod_sandbox(config).await.map_err(self.cri())?;
+        tracing::info!(uid = %uid, pod = %PodIdent::of(pod).name, sandbox = %sid, "sandbox started");
+        if self.start_time.is_empty() {
+            self.start_time = rfc3339(now_nanos());
+        }
+        Ok(sid)
+    }
+
     /// One sync: observe the runtime, plan ([`compute_pod_actions`]), execute the plan,
     /// publish the status. Returns when the worker wants to be woken next (backoff expiry).
     pub(super) async fn sync(&mut self, pod: &Pod) -> Result<Option<Instant>, WorkerError> {
@@ -158,26 +246,9 @@ impl<R: ContainerRuntime> PodWorker<R> {
         // ContainerCreating and is retried.
         if let Err(message) = self.setup_volumes(pod, values.memory_limit_bytes) {
             tracing::warn!(uid = %uid, error = %message, "volume setup failed");
-            let (_, containers, view) = self.observe(pod, now).await?;
-            let sandbox = view
-                .sandboxes
-                .iter()
-                .find(|s| s.ready && s.current)
-                .map(|s| s.id.clone())
-                .unwrap_or_default();
-            for c in pod
-                .spec
-                .iter()
-                .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
-            {
-                self.waiting.insert(
-                    c.name.clone(),
-                    ("ContainerCreating".to_owned(), message.clone()),
-                );
-            }
-            self.publish(pod, qos, &cgroup, &sandbox, &containers, false)
-                .await?;
-            return Ok(Some(now + VOLUME_RETRY));
+            return self
+                .wait_for_volumes(pod, qos, &cgroup, &message, now)
+                .await;
         }
         // Containers that failed their liveness or startup probe are killed first; the plan
         // then restarts them as their restart policy says (kubelet's computePodActions).
@@ -191,22 +262,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             &self.exit_seen,
             now,
         );
-        for b in &actions.backoff {
-            self.event(
-                Some(&b.name),
-                EventType::Warning,
-                "BackOff",
-                format!(
-                    "Back-off restarting failed container {} in pod {}",
-                    b.name,
-                    crate::policy::security::format_pod(pod)
-                ),
-            );
-            self.waiting.insert(
-                b.name.clone(),
-                ("CrashLoopBackOff".to_owned(), b.message.clone()),
-            );
-        }
+        self.crash_loop_backoff(pod, &actions.backoff);
         let log_dir = self.ctx.log_root.join(&uid);
         let log_dir_s = log_dir.display().to_string();
         let (sandbox_id, attempt) = match &actions.sandbox {
@@ -228,28 +284,11 @@ impl<R: ContainerRuntime> PodWorker<R> {
             SandboxPlan::Create {
                 attempt,
                 kill_first,
-            } => {
-                if *kill_first {
-                    tracing::info!(uid = %uid, "sandbox changed or not ready; restarting the pod");
-                    let hooks = self.pre_stop(pod).await;
-                    kill_pod(&rt, &uid, spec::grace_seconds(pod), true, Some(&hooks))
-                        .await
-                        .map_err(self.cri())?;
-                }
-                std::fs::create_dir_all(&log_dir).map_err(|source| WorkerError::Io {
-                    uid: uid.clone(),
-                    path: log_dir.clone(),
-                    source,
-                })?;
-                let mut config = spec::sandbox_config(pod, *attempt, &cgroup, &log_dir_s);
-                config.dns_config = Some(self.pod_dns(pod)?);
-                let sid = rt.run_pod_sandbox(config).await.map_err(self.cri())?;
-                tracing::info!(uid = %uid, pod = %PodIdent::of(pod).name, sandbox = %sid, "sandbox started");
-                if self.start_time.is_empty() {
-                    self.start_time = rfc3339(now_nanos());
-                }
-                (sid, *attempt)
-            }
+            } => (
+                self.create_sandbox(pod, *attempt, *kill_first, &cgroup)
+                    .await?,
+                *attempt,
+            ),
         };
         if self.start_time.is_empty() {
             self.start_time = sandboxes

@@ -50,6 +50,74 @@ pub(super) fn met(
         .collect()
 }
 
+/// The thresholds met ignoring grace periods, then last round's not yet reclaimed (met
+/// with their min-reclaim added).
+fn thresholds_met(
+    config: &EvictionConfig,
+    state: &State,
+    observations: &Observations,
+) -> Vec<usize> {
+    let mut thresholds = met(config, 0..config.thresholds.len(), observations, false);
+    for i in met(
+        config,
+        state.thresholds_met.iter().copied(),
+        observations,
+        true,
+    ) {
+        if !thresholds.contains(&i) {
+            thresholds.push(i);
+        }
+    }
+    thresholds
+}
+
+/// Of the thresholds whose grace period is met, those whose signal was observed anew since
+/// the last round (kubelet's `thresholdsUpdatedStats`; an observation without a time counts
+/// as new).
+fn updated_since_last(
+    config: &EvictionConfig,
+    state: &State,
+    observations: &Observations,
+    grace_met: &[usize],
+) -> Vec<usize> {
+    grace_met
+        .iter()
+        .copied()
+        .filter(|&i| {
+            let Some(t) = config.thresholds.get(i) else {
+                return false;
+            };
+            let Some(obs) = observations.get(&t.signal) else {
+                return false;
+            };
+            match (obs.time, state.last_observations.get(&t.signal)) {
+                (None, _) | (_, None) => true,
+                (Some(at), Some(last)) => last.time.is_none_or(|l| at > l),
+            }
+        })
+        .collect()
+}
+
+/// The evicted pod's grace period: immediate for a hard threshold, else its own capped at
+/// `maxPodGracePeriodSeconds` (at least 1 s).
+fn eviction_grace_period(
+    config: &EvictionConfig,
+    to_reclaim: &Threshold,
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> i64 {
+    if to_reclaim.is_hard() {
+        IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS
+    } else {
+        let max = config.max_pod_grace_period_seconds;
+        let g = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds)
+            .map_or(max, |t| max.min(t));
+        g.max(1)
+    }
+}
+
 /// The thresholds' part of one round of the eviction manager (`synchronize`), at time `now`:
 /// thresholds met, grace periods, node conditions, the threshold to reclaim and the pod
 /// ranked first for it. `pods` are the active pods with their stats. Returns the new state
@@ -62,17 +130,7 @@ pub(super) fn synchronize(
     now: Duration,
 ) -> (State, Synchronized) {
     // 1. thresholds met ignoring grace periods, plus last round's not yet reclaimed.
-    let mut thresholds = met(config, 0..config.thresholds.len(), observations, false);
-    for i in met(
-        config,
-        state.thresholds_met.iter().copied(),
-        observations,
-        true,
-    ) {
-        if !thresholds.contains(&i) {
-            thresholds.push(i);
-        }
-    }
+    let thresholds = thresholds_met(config, state, observations);
     // 2. first observed.
     let first_observed: BTreeMap<usize, Duration> = thresholds
         .iter()
@@ -104,22 +162,7 @@ pub(super) fn synchronize(
         .map(|(i, _)| *i)
         .collect();
     // 5. observation freshness.
-    let updated: Vec<usize> = grace_met
-        .iter()
-        .copied()
-        .filter(|&i| {
-            let Some(t) = config.thresholds.get(i) else {
-                return false;
-            };
-            let Some(obs) = observations.get(&t.signal) else {
-                return false;
-            };
-            match (obs.time, state.last_observations.get(&t.signal)) {
-                (None, _) | (_, None) => true,
-                (Some(at), Some(last)) => last.time.is_none_or(|l| at > l),
-            }
-        })
-        .collect();
+    let updated = updated_since_last(config, state, observations, &grace_met);
     let mut episode = grace_met.clone();
     episode.sort_unstable();
     let mut new_state = State {
@@ -172,17 +215,7 @@ pub(super) fn synchronize(
         .collect();
     if let Some((index, active)) = first.and_then(|i| pods.get(i).map(|a| (i, a))) {
         let pod = active.pod;
-        let grace_period_seconds = if to_reclaim.is_hard() {
-            IMMEDIATE_EVICTION_GRACE_PERIOD_SECONDS
-        } else {
-            let max = config.max_pod_grace_period_seconds;
-            let g = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.termination_grace_period_seconds)
-                .map_or(max, |t| max.min(t));
-            g.max(1)
-        };
+        let grace_period_seconds = eviction_grace_period(config, to_reclaim, pod);
         let (message, annotations) =
             eviction_message(resource, active, &sorted_thresholds, observations);
         decision.eviction = Some(Eviction {
