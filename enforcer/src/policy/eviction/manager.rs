@@ -488,13 +488,16 @@ fn victim_stop(config: &EvictionConfig, eviction: &mut Eviction, input: &Input<'
             resources::termination_grace_seconds(p.pod)
         });
     let stop = throttle::decide(
-        eviction,
+        &eviction.threshold,
         &config.throttle_before_evict,
         input.observations,
         pod_grace,
         config.max_pod_grace_period_seconds,
     );
-    match (stop, throttle::floor(eviction, input.observations)) {
+    match (
+        stop,
+        throttle::floor(&eviction.threshold, input.observations),
+    ) {
         (Stop::Graceful { grace_seconds }, Some(floor)) => {
             eviction.grace_period_seconds = grace_seconds;
             VictimStop::CapFirst { floor }

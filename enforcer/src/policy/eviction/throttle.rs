@@ -8,7 +8,7 @@
 //! node keeps at least half the threshold's amount available ([`floor`]); below that, or on
 //! a later step that finds the node there while the victim is still stopping, SIGKILL.
 
-use super::{Observations, Signal, manager::Eviction};
+use super::{Observations, Signal, Threshold};
 
 /// How a hard memory eviction's victim is stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -22,9 +22,9 @@ pub enum Stop {
 /// The amount of the signal below which a throttled victim is killed instead: half the
 /// threshold's quantity at the observation's capacity. `None`: the signal is not observed.
 #[must_use]
-pub fn floor(ev: &Eviction, observations: &Observations) -> Option<i64> {
-    let obs = observations.get(&ev.signal)?;
-    Some(ev.threshold.value.resolve(obs.capacity).value() / 2)
+pub fn floor(threshold: &Threshold, observations: &Observations) -> Option<i64> {
+    let obs = observations.get(&threshold.signal)?;
+    Some(threshold.value.resolve(obs.capacity).value() / 2)
 }
 
 /// Whether a threshold on `signal` may throttle (memory signals only).
@@ -36,22 +36,24 @@ pub fn applies_to(signal: Signal) -> bool {
     )
 }
 
-/// The stop of `ev`'s victim: graceful when its threshold opted in (`throttled`), is hard,
+/// The stop of a victim evicted for `threshold`: graceful when it opted in (`throttled`), is hard,
 /// and the node has at least [`floor`] available; the grace period is the pod's
 /// `terminationGracePeriodSeconds` (`pod_grace`), capped by `evictionMaxPodGracePeriod` when
 /// that is set, at least 1 s.
 #[must_use]
 pub fn decide(
-    ev: &Eviction,
+    threshold: &Threshold,
     throttled: &[Signal],
     observations: &Observations,
     pod_grace: i64,
     max_pod_grace: i64,
 ) -> Stop {
-    if !ev.threshold.is_hard() || !applies_to(ev.signal) || !throttled.contains(&ev.signal) {
+    let signal = threshold.signal;
+    if !threshold.is_hard() || !applies_to(signal) || !throttled.contains(&signal) {
         return Stop::Kill;
     }
-    let (Some(floor), Some(obs)) = (floor(ev, observations), observations.get(&ev.signal)) else {
+    let (Some(floor), Some(obs)) = (floor(threshold, observations), observations.get(&signal))
+    else {
         return Stop::Kill;
     };
     if obs.available < floor {
@@ -77,30 +79,20 @@ pub fn must_kill(ev_floor: i64, signal: Signal, observations: &Observations) -> 
 
 #[cfg(test)]
 mod tests {
-    use std::{collections::BTreeMap, sync::Arc, time::Duration};
+    use std::time::Duration;
 
     use super::*;
     use crate::{
-        policy::eviction::{Observation, Threshold, ThresholdValue},
+        policy::eviction::{Observation, ThresholdValue},
         quantity::Quantity,
     };
 
-    fn eviction(signal: Signal, grace: Duration) -> Eviction {
-        Eviction {
-            index: 0,
-            namespace: "default".to_owned(),
-            name: "hog".to_owned(),
-            uid: Arc::from("u1"),
+    fn eviction(signal: Signal, grace: Duration) -> Threshold {
+        Threshold {
             signal,
-            threshold: Threshold {
-                signal,
-                value: ThresholdValue::Quantity(Quantity::parse("100Mi").expect("quantity")),
-                grace_period: grace,
-                min_reclaim: None,
-            },
-            grace_period_seconds: 1,
-            message: String::new(),
-            annotations: BTreeMap::new(),
+            value: ThresholdValue::Quantity(Quantity::parse("100Mi").expect("quantity")),
+            grace_period: grace,
+            min_reclaim: None,
         }
     }
 
