@@ -140,10 +140,7 @@ impl Default for Health {
 }
 
 fn locked<T, R>(m: &Mutex<T>, f: impl FnOnce(&mut T) -> R) -> R {
-    match m.lock() {
-        Ok(mut g) => f(&mut g),
-        Err(p) => f(&mut p.into_inner()),
-    }
+    f(&mut crate::locks::lock(m))
 }
 
 impl Health {

@@ -15,6 +15,7 @@ pub mod eviction_manager;
 pub mod health;
 pub mod kernel;
 pub mod kills;
+pub mod locks;
 pub mod metrics;
 pub mod node;
 pub mod node_report;

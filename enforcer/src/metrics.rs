@@ -13,6 +13,7 @@
 
 mod working_pods;
 
+use crate::locks::lock;
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, OnceLock},
@@ -716,13 +717,6 @@ impl Metrics {
                 qos_class: qos_class.to_owned(),
             })
             .inc();
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
     }
 }
 

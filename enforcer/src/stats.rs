@@ -14,7 +14,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     path::PathBuf,
-    sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc as std_mpsc},
+    sync::{Arc, Mutex, MutexGuard, mpsc as std_mpsc},
     time::Duration,
 };
 
@@ -621,7 +621,7 @@ impl StatsCollector {
                         reply,
                     }) = rx.recv()
                     {
-                        let c = collector.lock().unwrap_or_else(PoisonError::into_inner);
+                        let c = crate::locks::lock(&collector);
                         let _ = reply.send(publish_refresh(c, &publish, &refresh, &targets, now));
                     }
                 })?;
@@ -660,11 +660,7 @@ impl StatsCollector {
 
     /// The imagefs the runtime named (CRI `ImageFsInfo`).
     pub fn set_imagefs(&self, path: PathBuf) {
-        self.collector
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .observer
-            .imagefs = Some(path);
+        crate::locks::lock(&self.collector).observer.imagefs = Some(path);
     }
 
     /// The newest snapshot (cheap: an `Arc`).

@@ -30,6 +30,7 @@ pub const LAYERS: &[&[&str]] = &[
         "quantity",
         "paths",
         "duration",
+        "locks",
         "state_log",
         "recorder",
         "build",

@@ -220,10 +220,7 @@ impl Systemd {
     }
 
     fn sent_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Property>>> {
-        match self.sent.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::locks::lock(&self.sent)
     }
 
     /// `SetUnitProperties` (runtime) with `props`; nothing to set, or the same as last time,

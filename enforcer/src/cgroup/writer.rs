@@ -53,10 +53,7 @@ static LEDGER: Mutex<Ledger> = Mutex::new(Ledger {
 });
 
 fn ledger() -> std::sync::MutexGuard<'static, Ledger> {
-    match LEDGER.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
+    crate::locks::lock(&LEDGER)
 }
 
 fn wrote(dir: &Path, file: &str, value: String) {
@@ -334,14 +331,12 @@ pub struct RecordingCgroups {
 #[cfg(test)]
 impl RecordingCgroups {
     fn push(&self, op: String) {
-        if let Ok(mut g) = self.ops.lock() {
-            g.push(op);
-        }
+        crate::locks::lock(&self.ops).push(op);
     }
 
     /// What was asked, in order.
     pub fn ops(&self) -> Vec<String> {
-        self.ops.lock().map(|g| g.clone()).unwrap_or_default()
+        crate::locks::lock(&self.ops).clone()
     }
 }
 

@@ -82,10 +82,7 @@ fn patched<T: serde::Serialize + serde::de::DeserializeOwned>(
 
 impl FakeApi {
     fn lock(&self) -> MutexGuard<'_, State> {
-        match self.state.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::locks::lock(&self.state)
     }
 
     /// Logs the call; fails it while down.

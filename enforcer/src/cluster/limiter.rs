@@ -62,10 +62,7 @@ impl Limiter {
     }
 
     fn lock(&self) -> MutexGuard<'_, Bucket> {
-        match self.bucket.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
+        crate::locks::lock(&self.bucket)
     }
 
     /// Takes a token, or says how long until one is there.

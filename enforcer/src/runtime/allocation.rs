@@ -7,7 +7,7 @@
 use std::{
     collections::{BTreeMap, HashMap},
     path::PathBuf,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{Arc, Mutex},
 };
 
 use k8s_openapi::api::core::v1::Pod;
@@ -27,15 +27,11 @@ impl ResizeBoard {
     /// The pod's `PodResizePending` condition, if its resize is pending.
     #[must_use]
     pub fn pending(&self, uid: &str) -> Option<Condition> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(uid)
-            .cloned()
+        crate::locks::lock(&self.0).get(uid).cloned()
     }
 
     fn set(&self, uid: &str, c: Option<Condition>) {
-        let mut m = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut m = crate::locks::lock(&self.0);
         match c {
             Some(c) => m.insert(uid.to_owned(), c),
             None => m.remove(uid),

@@ -305,7 +305,7 @@ impl Enforcer {
     /// Gives a terminated pod's exclusive CPUs back to the shared pool.
     pub fn release_cpus(&self, uid: &str) {
         let Some(cpu) = &self.cpu else { return };
-        let Ok(mut m) = cpu.lock() else { return };
+        let mut m = crate::locks::lock(cpu);
         let names: Vec<String> = m
             .policy
             .state()
@@ -326,7 +326,7 @@ impl Enforcer {
     /// shared pool); `None` without the CPU manager.
     #[must_use]
     pub fn cpuset(&self, uid: &str, container: &str) -> Option<String> {
-        let m = self.cpu.as_ref()?.lock().ok()?;
+        let m = crate::locks::lock(self.cpu.as_ref()?);
         Some(m.policy.container_cpus(uid, container).to_string())
     }
 
@@ -360,7 +360,7 @@ impl Enforcer {
             let Some(want) = self.cpuset(uid, name) else {
                 return;
             };
-            let last = self.pushed.lock().ok().and_then(|p| p.get(&c.id).cloned());
+            let last = crate::locks::lock(&self.pushed).get(&c.id).cloned();
             if last.as_deref() == Some(want.as_str()) {
                 continue;
             }
@@ -371,18 +371,14 @@ impl Enforcer {
             match runtime.update_container_resources(&c.id, res).await {
                 Ok(()) => {
                     tracing::info!(uid = %uid, container = %name, cpus = %want, "cpuset updated");
-                    if let Ok(mut p) = self.pushed.lock() {
-                        p.insert(c.id.clone(), want);
-                    }
+                    crate::locks::lock(&self.pushed).insert(c.id.clone(), want);
                 }
                 Err(e) => {
                     tracing::warn!(uid = %uid, container = %name, error = %e, "updating the cpuset")
                 }
             }
         }
-        if let Ok(mut p) = self.pushed.lock() {
-            p.retain(|id, _| live.contains(id));
-        }
+        crate::locks::lock(&self.pushed).retain(|id, _| live.contains(id));
     }
 
     /// kubelet's `GetNodeAllocatableAbsolute` (capacity less kube and system reserved, before
@@ -406,9 +402,7 @@ impl Enforcer {
 
     /// Records the cpuset a container was created with (no update needed for it).
     pub fn created_with(&self, container_id: &str, cpuset: &str) {
-        if let Ok(mut p) = self.pushed.lock() {
-            p.insert(container_id.to_owned(), cpuset.to_owned());
-        }
+        crate::locks::lock(&self.pushed).insert(container_id.to_owned(), cpuset.to_owned());
     }
 
     /// The cgroup options pod and container values are computed with.

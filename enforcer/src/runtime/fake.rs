@@ -65,10 +65,7 @@ impl FakeRuntime {
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
-        let mut g = match self.state.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut g = crate::locks::lock(&self.state);
         f(&mut g)
     }
 

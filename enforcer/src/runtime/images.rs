@@ -137,7 +137,7 @@ impl ImageManager {
     fn try_accept(&self) -> bool {
         let Some(l) = &self.limiter else { return true };
         let now = self.epoch.elapsed();
-        l.lock().map_or(true, |mut b| b.try_accept(now))
+        crate::locks::lock(l).try_accept(now)
     }
 
     /// Pulls `image` (waiting for a slot first), trying each credential in turn (none:
@@ -389,11 +389,7 @@ impl ImageGc {
                 }
             })
             .collect();
-        let mut records = self.records.lock().map_err(|_| CriError::Missing {
-            op: "ListImages",
-            id: String::new(),
-            what: "a usable image record table",
-        })?;
+        let mut records = crate::locks::lock(&self.records);
         records.detect(&infos, &in_use, now);
         Ok(records.eviction_order(&in_use))
     }
@@ -423,9 +419,7 @@ impl ImageGc {
             Ok(()) => {
                 tracing::info!(image = %c.id, size = c.record.size, reason, "image garbage collected");
                 crate::metrics::global().image_garbage_collected(reason);
-                if let Ok(mut r) = self.records.lock() {
-                    r.by_id.remove(&c.id);
-                }
+                crate::locks::lock(&self.records).by_id.remove(&c.id);
                 true
             }
             Err(e) if e.is_not_found() => true,

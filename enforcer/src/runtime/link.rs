@@ -10,6 +10,8 @@ use std::{
 use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::Notify;
 
+use crate::locks::lock;
+
 use crate::policy::eviction::{NodeCondition, rank::PodFacts};
 
 /// A pod the runtime runs (admitted and not being evicted).
@@ -100,17 +102,11 @@ struct Inner {
 pub struct NodeLink(Arc<Inner>);
 
 fn read<T: Clone>(l: &RwLock<T>) -> T {
-    match l.read() {
-        Ok(g) => g.clone(),
-        Err(p) => p.into_inner().clone(),
-    }
+    crate::locks::read(l).clone()
 }
 
 fn write<T>(l: &RwLock<T>, f: impl FnOnce(&mut T)) {
-    match l.write() {
-        Ok(mut g) => f(&mut g),
-        Err(p) => f(&mut p.into_inner()),
-    }
+    f(&mut crate::locks::write(l));
 }
 
 impl NodeLink {
@@ -153,20 +149,14 @@ impl NodeLink {
     /// Asks the runtime to evict a pod; the runtime takes it out of the active set when it
     /// takes the eviction (the eviction manager ignores it meanwhile: its cleanup wait).
     pub fn evict(&self, e: Evict) {
-        match self.0.evictions.lock() {
-            Ok(mut g) => g.push(e),
-            Err(p) => p.into_inner().push(e),
-        }
+        lock(&self.0.evictions).push(e);
         self.0.notify.notify_one();
     }
 
     /// Evictions asked for since the last call.
     #[must_use]
     pub fn take_evictions(&self) -> Vec<Evict> {
-        match self.0.evictions.lock() {
-            Ok(mut g) => std::mem::take(&mut *g),
-            Err(p) => std::mem::take(&mut *p.into_inner()),
-        }
+        std::mem::take(&mut *lock(&self.0.evictions))
     }
 
     /// Resolves when an eviction was asked for.
@@ -177,30 +167,21 @@ impl NodeLink {
     /// Asks the runtime to resync a pod's worker now (and to relist the runtime quickly for a
     /// moment), e.g. after a kernel OOM kill inside the pod.
     pub fn poke(&self, uid: &str) {
-        match self.0.pokes.lock() {
-            Ok(mut g) => g.insert(uid.to_owned()),
-            Err(p) => p.into_inner().insert(uid.to_owned()),
-        };
+        lock(&self.0.pokes).insert(uid.to_owned());
         self.0.poked.notify_one();
     }
 
     /// Pods poked since the last call.
     #[must_use]
     pub fn take_pokes(&self) -> Vec<String> {
-        let set = match self.0.pokes.lock() {
-            Ok(mut g) => std::mem::take(&mut *g),
-            Err(p) => std::mem::take(&mut *p.into_inner()),
-        };
+        let set = std::mem::take(&mut *lock(&self.0.pokes));
         set.into_iter().collect()
     }
 
     /// The kernel OOM-killed a process of the container `container_id` of pod `uid`.
     pub fn note_oom_kill(&self, uid: &str, container_id: &str) {
-        let mut g = match self.0.oom_killed.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        g.entry(uid.to_owned())
+        lock(&self.0.oom_killed)
+            .entry(uid.to_owned())
             .or_default()
             .insert(container_id.to_owned());
     }
@@ -208,19 +189,14 @@ impl NodeLink {
     /// Whether the kernel OOM-killed a process of that container ([`Self::note_oom_kill`]).
     #[must_use]
     pub fn oom_killed(&self, uid: &str, container_id: &str) -> bool {
-        let g = match self.0.oom_killed.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        g.get(uid).is_some_and(|c| c.contains(container_id))
+        lock(&self.0.oom_killed)
+            .get(uid)
+            .is_some_and(|c| c.contains(container_id))
     }
 
     /// Forgets a finished pod's OOM kills.
     pub fn forget_oom_kills(&self, uid: &str) {
-        match self.0.oom_killed.lock() {
-            Ok(mut g) => g.remove(uid),
-            Err(p) => p.into_inner().remove(uid),
-        };
+        lock(&self.0.oom_killed).remove(uid);
     }
 
     /// Resolves when a pod was poked.

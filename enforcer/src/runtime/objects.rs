@@ -17,10 +17,11 @@
 //!   whatever the sync period. A refresh that fails keeps the old token while it is valid.
 //! - A pod's tokens are forgotten when its worker ends ([`ApiObjects::forget`]).
 
+use crate::locks::lock;
 use std::{
     collections::HashMap,
     path::PathBuf,
-    sync::{Arc, Mutex, MutexGuard},
+    sync::{Arc, Mutex},
     time::{Duration, Instant, SystemTime},
 };
 
@@ -107,10 +108,6 @@ impl std::fmt::Debug for ApiObjects {
             .field("kubeconfig", &self.kubeconfig)
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A kube error as kubelet shows it: the API server's message, else the error.

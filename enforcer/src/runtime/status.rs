@@ -99,10 +99,7 @@ pub struct StatusManager {
 
 impl StatusManager {
     fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
-        let mut g = match self.inner.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut g = crate::locks::lock(&self.inner);
         f(&mut g)
     }
 

@@ -196,12 +196,11 @@ const CACHE_MAX: usize = 8192;
 
 /// Keeps `value` under `key` from now; a full cache starts over (its entries are short-lived).
 fn cache_put<V>(map: &Mutex<HashMap<String, (Instant, V)>>, key: String, value: V) {
-    if let Ok(mut m) = map.lock() {
-        if m.len() >= CACHE_MAX {
-            m.clear();
-        }
-        m.insert(key, (Instant::now(), value));
+    let mut m = crate::locks::lock(map);
+    if m.len() >= CACHE_MAX {
+        m.clear();
     }
+    m.insert(key, (Instant::now(), value));
 }
 
 /// The outcome of authentication.
@@ -273,11 +272,10 @@ impl Auth {
             use sha2::Digest as _;
             format!("{:x}", sha2::Sha256::digest(token.as_bytes()))
         };
-        let cached = self.tokens.lock().ok().and_then(|m| {
-            m.get(&key)
-                .filter(|(at, _)| at.elapsed() < ttl)
-                .map(|(_, u)| u.clone())
-        });
+        let cached = crate::locks::lock(&self.tokens)
+            .get(&key)
+            .filter(|(at, _)| at.elapsed() < ttl)
+            .map(|(_, u)| u.clone());
         let answer = match cached {
             Some(a) => a,
             None => match self.token_review(token).await {
@@ -358,13 +356,10 @@ impl Auth {
             user.uid,
             user.groups.join(",")
         );
-        let cached = self.decisions.lock().ok().and_then(|m| {
-            m.get(&key)
-                .filter(|(at, allowed)| {
-                    at.elapsed() < if *allowed { allowed_ttl } else { denied_ttl }
-                })
-                .map(|(_, a)| *a)
-        });
+        let cached = crate::locks::lock(&self.decisions)
+            .get(&key)
+            .filter(|(at, allowed)| at.elapsed() < if *allowed { allowed_ttl } else { denied_ttl })
+            .map(|(_, a)| *a);
         if let Some(a) = cached {
             return Ok(a);
         }

@@ -95,10 +95,7 @@ impl StatsReader {
         let (targets, records) = targets(link, status);
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || {
-            let mut st = match inner.lock() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
+            let mut st = crate::locks::lock(&inner);
             let now = Duration::from_nanos(crate::signal::monotonic_ns());
             let snapshot = st
                 .collector

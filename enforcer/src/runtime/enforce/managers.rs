@@ -214,8 +214,8 @@ impl Enforcer {
         }
         let mut defaulted = pod.clone();
         resources::apply_defaults(&mut defaulted);
-        let mut cpu = self.cpu.as_ref().and_then(|m| m.lock().ok());
-        let mut mem = self.memory.as_ref().and_then(|m| m.lock().ok());
+        let mut cpu = self.cpu.as_ref().map(crate::locks::lock);
+        let mut mem = self.memory.as_ref().map(crate::locks::lock);
         let mut providers: Vec<&mut dyn HintProvider> = Vec::new();
         if let Some(c) = cpu.as_deref_mut() {
             providers.push(&mut c.policy);
@@ -250,7 +250,7 @@ impl Enforcer {
     pub fn release_resources(&self, uid: &str) {
         self.release_cpus(uid);
         let Some(mem) = &self.memory else { return };
-        let Ok(mut m) = mem.lock() else { return };
+        let mut m = crate::locks::lock(mem);
         let names: Vec<String> = m
             .policy
             .state()
@@ -271,7 +271,7 @@ impl Enforcer {
     /// memory manager allocation, `None` without one.
     #[must_use]
     pub fn cpuset_mems(&self, uid: &str, container: &str) -> Option<String> {
-        let m = self.memory.as_ref()?.lock().ok()?;
+        let m = crate::locks::lock(self.memory.as_ref()?);
         let nodes = m.policy.container_numa_nodes(uid, container)?;
         let list: Vec<String> = nodes.iter().map(ToString::to_string).collect();
         Some(list.join(","))

@@ -78,10 +78,7 @@ struct Shared {
 
 impl Shared {
     fn with<T>(&self, f: impl FnOnce(&mut SharedState) -> T) -> T {
-        let mut g = match self.state.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
+        let mut g = crate::locks::lock(&self.state);
         f(&mut g)
     }
 

@@ -158,7 +158,7 @@ impl rustls::server::ResolvesServerCert for BootstrapCert {
         &self,
         _hello: rustls::server::ClientHello<'_>,
     ) -> Option<Arc<rustls::sign::CertifiedKey>> {
-        self.current.read().ok().and_then(|c| c.clone())
+        crate::locks::read(&self.current).clone()
     }
 }
 
@@ -177,14 +177,12 @@ impl BootstrapCert {
             .load_private_key(key)
             .map_err(|e| file_err(name, e))?;
         let ck = rustls::sign::CertifiedKey::new(chain, signing);
-        if let Ok(mut c) = self.current.write() {
-            *c = Some(Arc::new(ck));
-        }
+        *crate::locks::write(&self.current) = Some(Arc::new(ck));
         Ok(())
     }
 
     fn is_set(&self) -> bool {
-        self.current.read().is_ok_and(|c| c.is_some())
+        crate::locks::read(&self.current).is_some()
     }
 }
 
