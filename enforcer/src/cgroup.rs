@@ -6,11 +6,13 @@ pub mod kubepods;
 pub mod layout;
 pub mod manager;
 pub mod paths;
+pub mod pod;
 pub mod systemd;
 pub mod writer;
 
 pub use layout::{CgroupLayout, CgroupVersion, V1Mount};
 pub use paths::{PodCgroupRef, QosTier, container_dir, join_inside, pod_of_path};
+pub use pod::PodCgroup;
 
 use std::path::PathBuf;
 

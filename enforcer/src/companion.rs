@@ -31,7 +31,7 @@ use std::{
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::{
-    cgroup::{CgroupLayout, CgroupVersion, join_inside, writer::CgroupWriter},
+    cgroup::{CgroupLayout, PodCgroup, writer::CgroupWriter},
     config::Config,
     policy::{
         cgroup_name::{self, CgroupDriver},
@@ -181,20 +181,14 @@ impl Companion {
         }
     }
 
-    fn memory_dir(&self, rel: &str) -> Option<PathBuf> {
-        let (mount, _) = self.layout.controller("memory")?;
-        join_inside(mount, rel).ok()
-    }
-
     /// For a runtime-only pod: the tier its pod cgroup is in, and that cgroup's memory limit.
     fn tier_of(&self, uid: &str) -> Option<(crate::policy::qos::QosClass, Option<i64>)> {
         use crate::policy::qos::QosClass::{BestEffort, Burstable, Guaranteed};
-        let version = self.layout.controller("memory").map(|(_, v)| v);
         [Guaranteed, Burstable, BestEffort]
             .into_iter()
             .find_map(|q| {
-                let dir = self.memory_dir(&self.pod_cgroup(uid, q)?)?;
-                dir.is_dir().then(|| (q, memory_limit(&dir, version)))
+                let pod = PodCgroup::resolve(&self.layout, &self.pod_cgroup(uid, q)?)?;
+                pod.exists().then(|| (q, pod.limit()))
             })
     }
 
@@ -327,14 +321,11 @@ impl Companion {
         evicting: &mut BTreeMap<String, Evicting>,
         members: &BTreeMap<String, Member>,
     ) {
-        let version = self.layout.controller("memory").map(|(_, v)| v);
         for (uid, ev) in evicting.iter_mut() {
             if ev.released {
                 continue;
             }
-            let gone = self
-                .memory_dir(&ev.cgroup)
-                .is_none_or(|d| !populated(&d, version));
+            let gone = PodCgroup::resolve(&self.layout, &ev.cgroup).is_none_or(|p| !p.populated());
             if gone {
                 ev.released = true;
                 if let Some(c) = ev.completed.take() {
@@ -355,7 +346,7 @@ impl Companion {
         report_to_api: Option<tokio::sync::mpsc::UnboundedSender<evicted::Report>>,
         stop: impl std::future::Future<Output = ()>,
     ) {
-        if self.layout.controller("memory").is_none() {
+        if !self.layout.memory_mounted() {
             self.not_ready(
                 "cgroup",
                 Some("no memory cgroup controller is mounted: the companion sees no pod's memory (mount the host's /sys/fs/cgroup)".to_owned()),
@@ -612,35 +603,6 @@ fn write_report(state_dir: &Path, r: &oom::AlignReport) {
         && let Err(e) = crate::runtime::status::write_atomic(&path, &bytes)
     {
         tracing::debug!(path = %path.display(), error = %e, "writing the companion report");
-    }
-}
-
-/// A cgroup's memory limit in bytes (`None`: unlimited or unreadable).
-fn memory_limit(dir: &Path, version: Option<CgroupVersion>) -> Option<i64> {
-    let file = match version? {
-        CgroupVersion::V2 => "memory.max",
-        CgroupVersion::V1 => "memory.limit_in_bytes",
-    };
-    let v: i64 = std::fs::read_to_string(dir.join(file))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()?;
-    // v1's "unlimited" is a page-rounded i64::MAX.
-    (v < i64::MAX / 2).then_some(v)
-}
-
-/// Whether a process is left in the cgroup or below it.
-fn populated(dir: &Path, version: Option<CgroupVersion>) -> bool {
-    match version {
-        Some(CgroupVersion::V2) => std::fs::read_to_string(dir.join("cgroup.events"))
-            .map(|t| t.lines().any(|l| l.trim() == "populated 1"))
-            .unwrap_or(false),
-        _ => {
-            let mut pids = Vec::new();
-            oom::pids_below(dir, 2, &mut pids);
-            !pids.is_empty()
-        }
     }
 }
 

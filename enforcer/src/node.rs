@@ -446,13 +446,7 @@ impl NodeObserver {
     /// `memory.usage_in_bytes`): where the tripwire is placed from.
     #[must_use]
     pub fn kubepods_usage(&self) -> Option<i64> {
-        let (_, version) = self.layout.controller("memory")?;
-        let dir = self.memory_dir(&self.kubepods).ok()?;
-        read_i64(&dir.join(match version {
-            crate::cgroup::CgroupVersion::V1 => "memory.usage_in_bytes",
-            crate::cgroup::CgroupVersion::V2 => "memory.current",
-        }))
-        .ok()
+        crate::cgroup::PodCgroup::resolve(&self.layout, &self.kubepods)?.usage()
     }
 
     /// Tasks in the kubepods cgroup (`pids.current`, hierarchical); 0 before any pod ran.

@@ -1,19 +1,13 @@
 //! Killing a pod through its cgroup: what a hard memory eviction does first; then reclaiming
 //! the victims' memory without waiting for them to exit.
 
-use crate::cgroup::{CgroupLayout, join_inside, writer::CgroupWriter};
+use crate::cgroup::{CgroupLayout, PodCgroup, writer::CgroupWriter};
 
 /// Sends SIGKILL to every process in a pod cgroup (and its container cgroups) of the memory
 /// hierarchy, through `writer` (`cgroup.kill` where cgroup v2 offers it). Returns how many
 /// processes were signalled (1 for cgroup.kill); 0 when the path is not inside the hierarchy.
 pub fn kill_pod_cgroup(writer: &dyn CgroupWriter, layout: &CgroupLayout, rel: &str) -> usize {
-    let Some((mount, version)) = layout.controller("memory") else {
-        return 0;
-    };
-    let Ok(dir) = join_inside(mount, rel) else {
-        return 0;
-    };
-    writer.kill(&dir, version)
+    PodCgroup::resolve(layout, rel).map_or(0, |p| p.kill(writer))
 }
 
 /// What reclaiming a killed pod's memory did ([`reap_pod_cgroup`]).
@@ -57,19 +51,19 @@ fn process_mrelease(pidfd: &std::os::fd::OwnedFd) -> Result<(), std::io::Error> 
 }
 
 /// After the SIGKILL of [`kill_pod_cgroup`]: the memory of every process still in the pod
-/// cgroup (and its container cgroups) reclaimed now through `process_mrelease(2)`, each
-/// process named by a pidfd (a pid reused since the kill belongs to a process that is not
-/// dying, which the kernel refuses: nothing else is touched).
+/// cgroup (and its container cgroups) reclaimed now ([`reap_dir`]).
 #[must_use]
 pub fn reap_pod_cgroup(layout: &CgroupLayout, rel: &str) -> Reaped {
+    PodCgroup::resolve(layout, rel).map_or_else(Reaped::default, |p| p.reap())
+}
+
+/// The memory of every process still in `dir` and below reclaimed now through
+/// `process_mrelease(2)`, each process named by a pidfd (a pid reused since the kill belongs
+/// to a process that is not dying, which the kernel refuses: nothing else is touched).
+#[must_use]
+pub fn reap_dir(dir: &std::path::Path) -> Reaped {
     let mut out = Reaped::default();
-    let Some((mount, _)) = layout.controller("memory") else {
-        return out;
-    };
-    let Ok(dir) = join_inside(mount, rel) else {
-        return out;
-    };
-    crate::cgroup::writer::for_each_process(&dir, |pid| {
+    crate::cgroup::writer::for_each_process(dir, |pid| {
         let fd = match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
             Ok(fd) => fd,
             // Exited since the listing: its memory is already freed.

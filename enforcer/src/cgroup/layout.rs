@@ -99,6 +99,18 @@ impl CgroupLayout {
         layout
     }
 
+    /// Whether the memory controller is mounted (v1, or enabled in the unified hierarchy).
+    #[must_use]
+    pub fn memory_mounted(&self) -> bool {
+        self.controller("memory").is_some()
+    }
+
+    /// Whether the memory controller is on cgroup v2 (memory QoS, PSI, `memory.high`).
+    #[must_use]
+    pub fn memory_on_v2(&self) -> bool {
+        matches!(self.controller("memory"), Some((_, CgroupVersion::V2)))
+    }
+
     /// Where a controller lives: its v1 mount, or the unified mount when enabled there.
     #[must_use]
     pub fn controller(&self, name: &str) -> Option<(&Path, CgroupVersion)> {

@@ -14,7 +14,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    cgroup::{CgroupLayout, CgroupVersion, join_inside},
+    cgroup::{CgroupLayout, PodCgroup},
     policy::{
         eviction::{ActivePod, PodStats, Signal, rank::rank},
         oom::align::{self, Candidate, Score},
@@ -126,9 +126,9 @@ impl Originals {
     }
 
     /// Forgets the containers whose cgroup is gone.
-    fn prune(&mut self, mount: &Path) {
+    fn prune(&mut self, layout: &CgroupLayout) {
         self.0
-            .retain(|rel, _| join_inside(mount, rel).is_ok_and(|d| d.is_dir()));
+            .retain(|rel, _| PodCgroup::resolve(layout, rel).is_some_and(|c| c.exists()));
     }
 }
 
@@ -146,17 +146,11 @@ pub struct Restored {
 #[must_use]
 pub fn restore(layout: &CgroupLayout, originals: &Originals) -> Restored {
     let mut done = Restored::default();
-    let Some((mount, _)) = layout.controller("memory") else {
-        return done;
-    };
     for (rel, value) in &originals.0 {
-        let Ok(dir) = join_inside(mount, rel) else {
+        let Some(container) = PodCgroup::resolve(layout, rel) else {
             continue;
         };
-        let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
-            continue;
-        };
-        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+        for (pid, _) in container.processes(0) {
             let path = PathBuf::from(format!("/proc/{pid}/oom_score_adj"));
             let Some(adj) = read_i64(&path) else {
                 continue;
@@ -206,28 +200,6 @@ fn read_i64(path: &Path) -> Option<i64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-/// The process ids in `dir` and below, each with its cgroup directory (v2 keeps them in
-/// leaves; v1 in every level).
-pub(super) fn pids_below(dir: &Path, depth: u8, out: &mut Vec<(i32, PathBuf)>) {
-    if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) {
-        out.extend(
-            text.lines()
-                .filter_map(|l| l.trim().parse::<i32>().ok())
-                .map(|p| (p, dir.to_path_buf())),
-        );
-    }
-    if depth == 0 {
-        return;
-    }
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                pids_below(&e.path(), depth - 1, out);
-            }
-        }
-    }
-}
-
 /// A process's points as `oom_badness` counts them, and its current value.
 fn task(pid: i32, cgroup: String, page_kb: i64) -> Option<Task> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -252,7 +224,7 @@ fn task(pid: i32, cgroup: String, page_kb: i64) -> Option<Task> {
 /// The OOM domain's total pages: the kubepods cgroup's memory limit when it has one (the OOM
 /// kill there is the memcg's), else the machine's memory and swap.
 #[must_use]
-pub fn total_pages(kubepods: Option<&Path>, version: Option<CgroupVersion>) -> u64 {
+pub fn total_pages(kubepods: Option<&PodCgroup>) -> u64 {
     let page = u64::try_from(rustix::param::page_size()).unwrap_or(4096);
     let machine = u64::try_from(crate::node::machine_memory().unwrap_or(0)).unwrap_or(0)
         + std::fs::read_to_string("/proc/meminfo")
@@ -263,17 +235,9 @@ pub fn total_pages(kubepods: Option<&Path>, version: Option<CgroupVersion>) -> u
                     .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
             })
             .map_or(0, |kb| kb * 1024);
-    let limit = kubepods.and_then(|d| {
-        let file = match version? {
-            CgroupVersion::V2 => "memory.max",
-            CgroupVersion::V1 => "memory.limit_in_bytes",
-        };
-        std::fs::read_to_string(d.join(file))
-            .ok()?
-            .trim()
-            .parse::<u64>()
-            .ok()
-    });
+    let limit = kubepods
+        .and_then(PodCgroup::limit)
+        .and_then(|l| u64::try_from(l).ok());
     limit.filter(|l| *l < machine).unwrap_or(machine) / page
 }
 
@@ -286,30 +250,25 @@ pub fn align_once(
     active: &BTreeMap<String, ActiveEntry>,
     originals: &mut Originals,
 ) -> AlignReport {
-    let Some((mount, version)) = layout.controller("memory") else {
+    if !layout.memory_mounted() {
         return AlignReport::default();
-    };
+    }
     let page_kb = i64::try_from(rustix::param::page_size() / 1024).unwrap_or(4);
-    let kubepods_dir = join_inside(mount, kubepods).ok();
-    let total = total_pages(kubepods_dir.as_deref(), Some(version));
+    let total = total_pages(PodCgroup::resolve(layout, kubepods).as_ref());
     let unit = align::unit(total);
     // Per pod: its tasks and its working set.
     let mut tasks: BTreeMap<&str, Vec<Task>> = BTreeMap::new();
     let mut stats: BTreeMap<&str, PodStats> = BTreeMap::new();
     for (uid, e) in active {
-        let Ok(dir) = join_inside(mount, &e.cgroup) else {
+        let Some(pod) = PodCgroup::resolve(layout, &e.cgroup) else {
             continue;
         };
-        let mut pids = Vec::new();
-        pids_below(&dir, 2, &mut pids);
+        let mut pids = pod.processes(2);
         pids.sort_unstable();
         pids.dedup_by_key(|(p, _)| *p);
         let ts: Vec<Task> = pids
             .into_iter()
-            .filter_map(|(p, d)| {
-                let rel = d.strip_prefix(mount).ok()?.to_string_lossy().into_owned();
-                task(p, rel, page_kb)
-            })
+            .filter_map(|(p, d)| task(p, pod.relative(&d)?, page_kb))
             .filter(|t| t.adj > SANDBOX_OOM_SCORE_ADJ)
             .collect();
         if ts.is_empty() {
@@ -318,7 +277,7 @@ pub fn align_once(
         stats.insert(
             uid,
             PodStats {
-                memory: crate::node::working_set(&dir).ok(),
+                memory: crate::node::working_set(pod.dir()).ok(),
                 ..PodStats::default()
             },
         );
@@ -368,7 +327,7 @@ pub fn align_once(
         inversions: al.inversions.clone(),
         failed: Vec::new(),
     };
-    originals.prune(mount);
+    originals.prune(layout);
     for (uid, value) in &al.values {
         for t in tasks.get(uid.as_str()).into_iter().flatten() {
             if t.adj == *value {
@@ -400,7 +359,14 @@ mod tests {
         // The companion's own value, seen at the next round, is not kubelet's.
         o.note("kubepods/pod1/c1", 999);
         o.note("kubepods/pod2/c2", 500);
-        o.prune(mount.path());
+        let layout = CgroupLayout::parse(
+            &format!(
+                "1 0 0:1 / {} rw - cgroup cgroup rw,memory\n",
+                mount.path().display()
+            ),
+            "#subsys_name\thierarchy\nmemory\t3\t1\t1\n",
+        );
+        o.prune(&layout);
         assert_eq!(o.len(), 1, "the gone container is forgotten: {o:?}");
         o.save(state.path()).expect("save");
         let back = Originals::load(state.path()).expect("load");

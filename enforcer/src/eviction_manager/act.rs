@@ -7,6 +7,7 @@ use std::{collections::BTreeMap, time::Duration};
 
 use super::{EvictionManager, Parts, Trigger, report::node_record};
 use crate::{
+    cgroup::PodCgroup,
     kills::{self, KillKind, KillRecord, Killed},
     policy::eviction::{
         ActivePod, Eviction,
@@ -126,24 +127,9 @@ impl EvictionManager {
     /// `memory.limit_in_bytes`); the usage, or `None` when it could not be capped.
     fn cap(&self, ev: &Eviction, active: &BTreeMap<String, ActiveEntry>) -> Option<i64> {
         let e = active.get(&*ev.uid)?;
-        let (mount, version) = self.layout.controller("memory")?;
-        let dir = crate::cgroup::join_inside(mount, &e.cgroup).ok()?;
-        let (usage, _) = crate::node::memory_figures(&dir).ok()?;
-        let result = match version {
-            crate::cgroup::CgroupVersion::V2 => {
-                self.cgroups.set_memory_high(&dir, mount, Some(usage))
-            }
-            crate::cgroup::CgroupVersion::V1 => self.cgroups.set_memory(
-                &dir,
-                mount,
-                version,
-                &crate::cgroup::writer::CgroupValues {
-                    memory_limit: Some(Some(usage)),
-                    ..Default::default()
-                },
-            ),
-        };
-        if let Err(err) = result {
+        let pod = PodCgroup::resolve(&self.layout, &e.cgroup)?;
+        let (usage, _) = crate::node::memory_figures(pod.dir()).ok()?;
+        if let Err(err) = pod.cap(self.cgroups.as_ref(), usage) {
             tracing::warn!(uid = %ev.uid, error = %err, "capping the victim failed; killing it instead");
             return None;
         }
@@ -177,12 +163,12 @@ impl EvictionManager {
     /// SIGKILL to every process of the pod cgroup `cgroup`, then (`reapMemory`) their memory
     /// reclaimed at once through process_mrelease(2).
     fn kill_and_reap(&self, cgroup: &str) -> Killed {
-        let signalled =
-            crate::cgroup::kill::kill_pod_cgroup(self.cgroups.as_ref(), &self.layout, cgroup);
+        let pod = PodCgroup::resolve(&self.layout, cgroup);
+        let signalled = pod.as_ref().map_or(0, |p| p.kill(self.cgroups.as_ref()));
         let sigkill_ns = crate::signal::monotonic_ns();
         tracing::debug!(cgroup, signalled, "SIGKILL sent");
         let reaped = self.config.enforcer.reap_memory.then(|| {
-            let r = crate::cgroup::kill::reap_pod_cgroup(&self.layout, cgroup);
+            let r = pod.as_ref().map(PodCgroup::reap).unwrap_or_default();
             (r, crate::signal::monotonic_ns())
         });
         Killed { sigkill_ns, reaped }

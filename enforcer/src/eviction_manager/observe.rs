@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use super::{EvictionManager, Trigger};
 use crate::{
-    cgroup::join_inside,
+    cgroup::PodCgroup,
     policy::eviction::ActivePod,
     runtime::{self, ActiveEntry},
     stats::{NodeSnapshot, PodScope, PodTarget, Refresh},
@@ -119,10 +119,7 @@ impl EvictionManager {
             return true;
         }
         parts.victim_cgroup.as_deref().is_none_or(|cgroup| {
-            self.layout
-                .controller("memory")
-                .and_then(|(m, _)| join_inside(m, cgroup).ok())
-                .is_none_or(|d| !d.exists())
+            PodCgroup::resolve(&self.layout, cgroup).is_none_or(|p| !p.exists())
         })
     }
 

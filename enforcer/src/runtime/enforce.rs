@@ -22,7 +22,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::{
     cgroup::{
-        CgroupError, WithPath as _, join_inside,
+        CgroupError, WithPath as _,
         kubepods::{self, Kubepods, NodeResources},
     },
     config::{Config, CpuManagerPolicy},
@@ -251,10 +251,7 @@ impl Enforcer {
             reserved_memory: reserved("memory", false),
             enforce_pods: config.enforce_node_allocatable.iter().any(|e| e == "pods"),
         };
-        let v2 = matches!(
-            layout.controller("memory"),
-            Some((_, crate::cgroup::CgroupVersion::V2))
-        );
+        let v2 = layout.memory_on_v2();
         if config.enforcer.memory_qos && !v2 {
             tracing::warn!(
                 "memoryQoS needs the memory controller on cgroup v2; it is off on this node"
@@ -465,10 +462,8 @@ impl Enforcer {
         decided: i64,
         floor: i64,
     ) -> Option<i64> {
-        let (mount, _) = k.layout().controller("memory")?;
-        let dir = join_inside(mount, pod_cgroup)
-            .and_then(|d| crate::cgroup::container_dir(&d, container_id))
-            .ok()?;
+        let pod = crate::cgroup::PodCgroup::resolve(k.layout(), pod_cgroup)?;
+        let dir = crate::cgroup::container_dir(pod.dir(), container_id).ok()?;
         let procs = std::fs::read_to_string(dir.join("cgroup.procs")).ok()?;
         let wanted = clamp_oom_score_adj(decided, floor);
         let mut first = None;

@@ -11,7 +11,7 @@ use std::{path::PathBuf, time::Duration};
 
 use crate::{
     cgroup::{
-        CgroupError, CgroupLayout, CgroupVersion, join_inside,
+        CgroupError, CgroupLayout, join_inside,
         kubepods::{self, Kubepods},
     },
     policy::{
@@ -51,10 +51,7 @@ impl PodCgroups {
     #[must_use]
     pub fn with_kubepods(kubepods: Kubepods) -> Self {
         let options = CgroupOptions {
-            v2: matches!(
-                kubepods.layout().controller("memory"),
-                Some((_, CgroupVersion::V2))
-            ),
+            v2: kubepods.layout().memory_on_v2(),
             ..CgroupOptions::default()
         };
         Self {
@@ -89,10 +86,8 @@ impl PodCgroups {
     #[must_use]
     pub fn memory_usage(&self, uid: &str, qos: Qos) -> Option<u64> {
         let rel = self.pod_path(uid, qos).ok()?;
-        let (mount, _) = self.kubepods.layout().controller("memory")?;
-        let dir = join_inside(mount, &rel).ok()?;
-        let text = std::fs::read_to_string(crate::node::usage_file(&dir)).ok()?;
-        text.trim().parse().ok()
+        let usage = crate::cgroup::PodCgroup::resolve(self.kubepods.layout(), &rel)?.usage()?;
+        u64::try_from(usage).ok()
     }
 
     /// `name`'s relative path, checked against a dummy root: the same rules as for every
