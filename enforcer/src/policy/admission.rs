@@ -162,15 +162,26 @@ impl Admitter {
     pub fn admit_except_resources(&self, pod: &Pod, conditions: &[NodeCondition]) -> AdmitResult {
         self.admit_checking(pod, conditions, false)
     }
-    fn admit_checking(&self, pod: &Pod, conditions: &[NodeCondition], fit: bool) -> AdmitResult {
+    /// The admit handlers kubelet runs before the container manager allocates resources (the
+    /// topology, CPU and memory managers' handler): the eviction manager's, then the sysctls'.
+    pub fn admit_before_resources(&self, pod: &Pod, conditions: &[NodeCondition]) -> AdmitResult {
         let r = manager::admit(conditions, pod);
         if !r.admitted {
             return r;
         }
-        // kubelet's admit handlers in order: eviction, sysctls, resource fit and predicates,
-        // AppArmor; then the node's pod-security rules.
         if let Err((reason, message)) = self.security.sysctls.admit(pod) {
             return AdmitResult::reject(reason, message);
+        }
+        AdmitResult::admit()
+    }
+
+    fn admit_checking(&self, pod: &Pod, conditions: &[NodeCondition], fit: bool) -> AdmitResult {
+        // kubelet's admit handlers in order: eviction, sysctls, (the resource managers'
+        // allocation, run by the pod loop between these), resource fit and predicates,
+        // AppArmor; then the node's pod-security rules.
+        let r = self.admit_before_resources(pod, conditions);
+        if !r.admitted {
+            return r;
         }
         if fit && let Some(r) = self.resource_fit(pod) {
             return r;

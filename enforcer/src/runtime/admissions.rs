@@ -38,6 +38,14 @@ pub(super) struct Admissions {
 impl Admissions {
     /// `from_api`: the pod came from the API server and the node reads API objects
     /// (configMap, secret and token volumes are admitted).
+    /// The admit handlers before the resource managers' allocation (eviction, sysctls); a
+    /// node without an admitter admits.
+    pub(super) fn admit_before_resources(&self, pod: &Pod, link: &NodeLink) -> AdmitResult {
+        self.admitter.as_ref().map_or_else(AdmitResult::admit, |a| {
+            a.admit_before_resources(pod, &link.conditions())
+        })
+    }
+
     pub(super) fn try_admit(
         &mut self,
         uid: &str,

@@ -177,8 +177,14 @@ impl<R: ContainerRuntime> Pods<R> {
     /// CPUs allocated, kubepods in step, active for the eviction manager. A rejected pod gets
     /// its Failed status instead.
     pub(super) fn admit_and_spawn(&mut self, uid: String, u: PodUpdate) -> Result<(), Rejected> {
-        // kubelet's resource allocation admission (CPU and memory managers along the topology
-        // manager's hints) runs before resource fit and preemption.
+        // kubelet's admit handlers, in the order kubelet adds them (`NewMainKubelet`): the
+        // eviction manager's and the sysctls'; the container manager's resource allocation
+        // (the CPU and memory managers along the topology manager's hints); the predicates
+        // (resource fit, with critical-pod preemption), AppArmor and the pod security rules.
+        let first = self.admissions.admit_before_resources(&u.pod, &self.link);
+        if !first.admitted {
+            return Err(self.reject(&u, first));
+        }
         let allocated = self.ctx.enforce.admit_resources(&u.pod);
         if !allocated.admitted {
             self.ctx.enforce.release_resources(&uid);

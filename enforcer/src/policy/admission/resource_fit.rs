@@ -168,6 +168,23 @@ mod tests {
         resources::test_pods::{container, pod},
     };
 
+    /// kubelet's order: the eviction manager's and the sysctls' handlers run before the
+    /// resource managers allocate; the resource fit after them.
+    #[test]
+    fn the_handlers_before_the_resource_managers_are_eviction_and_sysctls() {
+        let a = Admitter::new(node(), SecurityPolicy::default(), []);
+        let best_effort = pod("be", vec![container("a", "", "")]);
+        let under_pressure = [NodeCondition::MemoryPressure];
+        let r = a.admit_before_resources(&best_effort, &under_pressure);
+        assert_eq!((r.admitted, r.reason.as_str()), (false, "Evicted"));
+        let too_big = pod("big", vec![container("a", "cpu=30", "")]);
+        assert!(
+            a.admit_before_resources(&too_big, &[]).admitted,
+            "the resource fit comes after the allocation"
+        );
+        assert_eq!(a.admit(&too_big, &[]).reason, "OutOfcpu");
+    }
+
     #[test]
     fn resource_fit_messages() {
         let mut a = Admitter::new(node(), SecurityPolicy::default(), []);
