@@ -46,13 +46,12 @@ mod relist;
 pub mod source;
 pub mod spec;
 pub mod status;
-mod sync_loop;
 pub mod volumes;
 pub mod worker;
 
-use std::{collections::HashMap, path::PathBuf, sync::Arc, time::Duration};
+use std::{path::PathBuf, sync::Arc, time::Duration};
 
-use tokio::{sync::mpsc, task::JoinSet};
+use tokio::sync::mpsc;
 
 pub use admissions::Admission;
 pub use cri::{ContainerRuntime, CriError, CriRuntime};
@@ -70,7 +69,6 @@ use crate::{
     policy::admission::Admitter,
     quantity::{Format, Quantity},
 };
-use admissions::Admissions;
 use feeds::{ApiFeed, DirFeed, next_pod_events};
 use pod_workers::Pods;
 use status::PodPhase;
@@ -347,7 +345,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         opts.poll,
     );
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Terminated>();
-    let mut relist = sync_loop::Relist::new(opts.relist);
+    let mut relist = pod_workers::Relist::new(opts.relist);
     let link = opts.link.clone();
     let (cpu_reconcile, cpu_task) = cpu_reconciler(&opts.enforce, &runtime);
     // kubelet's image garbage collection: at once, then every period.
@@ -392,11 +390,11 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         }
         // Pods whose worker terminated while an update was queued are handled above; drop
         // pending entries of workers that are syncing normally.
-        pods.pending.retain(|uid, _| pods.workers.contains_key(uid));
+        pods.settle_pending();
         crate::metrics::global().working_pods(&pods.working_pods(&status));
     }
     tracing::info!(
-        pods = pods.workers.len(),
+        pods = pods.worker_count(),
         "pod runtime stopping; pods keep running"
     );
     stop_pod_workers(source, pods, &status).await;
@@ -436,32 +434,19 @@ fn pods_of<R: ContainerRuntime>(
     done: mpsc::UnboundedSender<Terminated>,
     opts: &RunPodsOptions,
 ) -> Pods<R> {
-    Pods {
-        ctx: ctx.clone(),
-        link,
-        workers: HashMap::new(),
-        tasks: JoinSet::new(),
-        done,
-        pending: HashMap::new(),
-        admissions: Admissions {
-            admitter: opts
-                .admission
-                .clone()
-                .map(|a| Admitter::new(a.node, a.security, std::iter::empty())),
-            admitted: HashMap::new(),
-            terminating: std::collections::HashSet::new(),
-        },
-        evicted: HashMap::new(),
-        completions: HashMap::new(),
-        allocations: allocation::Allocations::load(
-            Some(
-                opts.state_dir
-                    .join(crate::policy::resize::ALLOCATED_PODS_STATE_FILE),
-            ),
-            allocation::resize_node(opts),
-            ctx.resizes.clone(),
+    let admitter = opts
+        .admission
+        .clone()
+        .map(|a| Admitter::new(a.node, a.security, std::iter::empty()));
+    let allocations = allocation::Allocations::load(
+        Some(
+            opts.state_dir
+                .join(crate::policy::resize::ALLOCATED_PODS_STATE_FILE),
         ),
-    }
+        allocation::resize_node(opts),
+        ctx.resizes.clone(),
+    );
+    Pods::new(ctx, link, done, admitter, allocations)
 }
 
 /// What every pod worker shares: the runtime, the pod cgroups under `kubepods`, the
@@ -516,10 +501,7 @@ async fn stop_pod_workers<R: ContainerRuntime>(
     status: &StatusManager,
 ) {
     source.stop().await;
-    let Pods {
-        workers, mut tasks, ..
-    } = pods;
-    drop(workers);
+    let mut tasks = pods.into_tasks();
     // Bounded: a worker whose kill keeps failing (runtime gone, a stuck container) does not
     // hold the shutdown; what it leaves stays `Terminating` in the status file, and the next
     // start finishes it (the pod is no longer in any source: an orphan).

@@ -20,6 +20,10 @@ use super::{
 };
 use crate::policy::{admission, eviction::manager::AdmitResult, preemption};
 
+mod sync_loop;
+
+pub(super) use sync_loop::Relist;
+
 pub(super) struct Handle {
     pub(super) tx: mpsc::UnboundedSender<WorkUpdate>,
     /// The worker as `kubelet_working_pods` counts it.
@@ -29,23 +33,23 @@ pub(super) struct Handle {
 /// The pods of the runtime loop: one worker each, their admission, the updates queued behind a
 /// terminating worker, and the evicted pods' Failed statuses.
 pub(super) struct Pods<R: ContainerRuntime> {
-    pub(super) ctx: Arc<WorkerContext<R>>,
+    ctx: Arc<WorkerContext<R>>,
     /// Active pods out to the eviction manager.
-    pub(super) link: NodeLink,
-    pub(super) workers: HashMap<String, Handle>,
-    pub(super) tasks: JoinSet<()>,
+    link: NodeLink,
+    workers: HashMap<String, Handle>,
+    tasks: JoinSet<()>,
     /// Where workers report that they terminated.
-    pub(super) done: mpsc::UnboundedSender<Terminated>,
+    done: mpsc::UnboundedSender<Terminated>,
     /// Updates of pods whose worker is running; taken up again when it terminates.
-    pub(super) pending: HashMap<String, PodUpdate>,
-    pub(super) admissions: Admissions,
+    pending: HashMap<String, PodUpdate>,
+    admissions: Admissions,
     /// Pods the eviction manager evicted: their Failed status stays until their source
     /// deletes them; updates are ignored meanwhile (phase Failed is terminal).
-    pub(super) evicted: HashMap<String, (PodRecord, bool)>,
+    evicted: HashMap<String, (PodRecord, bool)>,
     /// The evictions' answers, sent when the evicted pod's worker has finished.
-    pub(super) completions: HashMap<String, KillCompletion>,
+    completions: HashMap<String, KillCompletion>,
     /// The resources allocated to the admitted pods, and their pending resizes.
-    pub(super) allocations: Allocations,
+    allocations: Allocations,
 }
 
 /// How [`Pods::evict`] kills a pod: the status reason and message, the grace period, and
@@ -66,6 +70,51 @@ pub(super) struct Rejected {
 }
 
 impl<R: ContainerRuntime> Pods<R> {
+    /// No worker yet; `admitter` on the node's allocatable (`None`: every pod fits), the
+    /// allocations as their checkpoint had them.
+    pub(super) fn new(
+        ctx: Arc<WorkerContext<R>>,
+        link: NodeLink,
+        done: mpsc::UnboundedSender<Terminated>,
+        admitter: Option<admission::Admitter>,
+        allocations: Allocations,
+    ) -> Self {
+        Self {
+            ctx,
+            link,
+            workers: HashMap::new(),
+            tasks: JoinSet::new(),
+            done,
+            pending: HashMap::new(),
+            admissions: Admissions {
+                admitter,
+                admitted: HashMap::new(),
+                terminating: std::collections::HashSet::new(),
+            },
+            evicted: HashMap::new(),
+            completions: HashMap::new(),
+            allocations,
+        }
+    }
+
+    /// How many pods have a worker.
+    pub(super) fn worker_count(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// After an iteration: the updates queued for a worker that ended were taken up by its
+    /// end; those of a worker still syncing are dropped (it has the newer pod).
+    pub(super) fn settle_pending(&mut self) {
+        let workers = &self.workers;
+        self.pending.retain(|uid, _| workers.contains_key(uid));
+    }
+
+    /// At shutdown: the workers' channels closed (each pod keeps running for the next start
+    /// to adopt), their tasks to wait for.
+    pub(super) fn into_tasks(self) -> JoinSet<()> {
+        self.tasks
+    }
+
     /// Starts `worker` as the pod `uid`'s worker.
     pub(super) fn spawn(
         &mut self,

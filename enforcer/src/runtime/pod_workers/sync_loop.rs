@@ -4,19 +4,18 @@
 
 use std::{collections::HashMap, path::Path};
 
-use super::{
+use super::{EvictAs, Pods};
+use crate::runtime::{
     ContainerRuntime, FAST_RELIST, FAST_RELIST_WINDOW, PodOp, PodWorker, SourceEvent,
     StatusManager, Terminated, WorkUpdate, as_workload, enforce, evicted_status,
-    pod_workers::{EvictAs, Pods},
-    relist::relist_runtime,
-    remove_stale_pod_dirs,
+    relist::relist_runtime, remove_stale_pod_dirs,
 };
 
 /// The relist's state between iterations: its timer, the containers' fingerprints of the
 /// last relist, whether the orphans are still to be looked for, and the fast relist after a
 /// poke.
-pub(super) struct Relist {
-    pub(super) timer: tokio::time::Interval,
+pub(in crate::runtime) struct Relist {
+    pub(in crate::runtime) timer: tokio::time::Interval,
     fingerprints: HashMap<String, String>,
     orphans_pending: bool,
     /// After a poke (kernel OOM kill) the runtime is relisted every FAST_RELIST for a moment,
@@ -25,7 +24,7 @@ pub(super) struct Relist {
 }
 
 impl Relist {
-    pub(super) fn new(period: std::time::Duration) -> Self {
+    pub(in crate::runtime) fn new(period: std::time::Duration) -> Self {
         let mut timer = tokio::time::interval(period);
         timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         Self {
@@ -41,7 +40,7 @@ impl<R: ContainerRuntime> Pods<R> {
     /// kubelet's `HandlePodAdditions`, `HandlePodUpdates` and `HandlePodRemoves`: a batch of
     /// the sources' events, each pod's update sent to its worker (admitted and started for a
     /// new pod).
-    pub(super) fn handle_pod_events(
+    pub(in crate::runtime) fn handle_pod_events(
         &mut self,
         events: Vec<SourceEvent>,
         status: &StatusManager,
@@ -99,7 +98,7 @@ impl<R: ContainerRuntime> Pods<R> {
 
     /// kubelet's PLEG relist: the runtime's health reported, the orphans removed once every
     /// source has listed (`sources_synced`), and each pod whose containers changed resynced.
-    pub(super) async fn handle_relist(
+    pub(in crate::runtime) async fn handle_relist(
         &mut self,
         relist: &mut Relist,
         runtime: &R,
@@ -164,7 +163,7 @@ impl<R: ContainerRuntime> Pods<R> {
 
     /// The poked pods (a kernel OOM kill) resynced, and the runtime relisted at once, then
     /// fast for a moment.
-    pub(super) fn handle_pokes(&self, relist: &mut Relist) {
+    pub(in crate::runtime) fn handle_pokes(&self, relist: &mut Relist) {
         for uid in self.link.take_pokes() {
             if let Some(h) = self.workers.get(&uid) {
                 tracing::debug!(uid = %uid, "pod poked; resyncing its worker");
@@ -178,7 +177,7 @@ impl<R: ContainerRuntime> Pods<R> {
     /// kubelet's `HandlePodCleanups` for a worker that terminated: its resources released,
     /// the node's cgroups and CPU sets brought in step, an evicted pod's status made final,
     /// or an update that waited on the worker taken up.
-    pub(super) fn handle_terminated(
+    pub(in crate::runtime) fn handle_terminated(
         &mut self,
         Terminated {
             uid,
@@ -211,7 +210,7 @@ impl<R: ContainerRuntime> Pods<R> {
     }
 
     /// The eviction manager's evictions: each admitted pod killed as evicted.
-    pub(super) fn handle_evictions(&mut self) {
+    pub(in crate::runtime) fn handle_evictions(&mut self) {
         for mut e in self.link.take_evictions() {
             let Some(pod) = self.admissions.admitted.get(&e.uid).cloned() else {
                 self.link.remove_active(&e.uid);
