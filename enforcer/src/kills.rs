@@ -419,13 +419,13 @@ impl KillLog {
 /// A record's id: the wall-clock time and who.
 #[must_use]
 pub fn record_id(who: &str) -> String {
-    format!("{:x}-{who}", crate::runtime::status::now_nanos())
+    format!("{:x}-{who}", crate::clock::now_nanos())
 }
 
 /// The wall-clock time now, RFC 3339.
 #[must_use]
 pub fn now_rfc3339() -> String {
-    crate::runtime::status::rfc3339(crate::runtime::status::now_nanos())
+    crate::clock::rfc3339(crate::clock::now_nanos())
 }
 
 /// The records kept under `state_dir`, the last line of each id, oldest first; with the

@@ -6,6 +6,7 @@
 pub mod build;
 pub mod cgroup;
 pub mod cli;
+pub mod clock;
 pub mod cluster;
 pub mod companion;
 pub mod config;

@@ -43,7 +43,11 @@ impl PodTarget {
     /// (those with a runtime id, kubelet's form `<runtime>://<id>`: the cgroup is named by
     /// the id).
     #[must_use]
-    pub fn of(uid: &str, cgroup: &str, record: Option<&crate::runtime::status::PodRecord>) -> Self {
+    pub fn of(
+        uid: &str,
+        cgroup: &str,
+        record: Option<&crate::policy::pod_status::PodRecord>,
+    ) -> Self {
         let containers = record
             .map(|r| {
                 r.container_statuses

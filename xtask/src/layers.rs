@@ -30,6 +30,7 @@ pub const LAYERS: &[&[&str]] = &[
         "quantity",
         "paths",
         "duration",
+        "clock",
         "locks",
         "state_log",
         "recorder",
@@ -47,9 +48,9 @@ pub const LAYERS: &[&[&str]] = &[
     &["config"],
     // effects: the runtime, the API server, the operator surface
     &["metrics"],
+    &["kills", "stats"],
     &["runtime"],
     &["cluster"],
-    &["kills", "stats"],
     &["node_report"],
     // beside kubelet: its pods, their eviction made known, the OOM scores aligned
     &["companion"],

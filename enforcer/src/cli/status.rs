@@ -190,7 +190,7 @@ pub fn status_main(args: &StatusArgs) -> std::process::ExitCode {
             pods.as_ref(),
             report.as_ref(),
             &kills,
-            crate::runtime::status::now_nanos()
+            crate::clock::now_nanos()
         )
     );
     std::process::ExitCode::SUCCESS

@@ -44,9 +44,9 @@ impl EvictionManager {
         }
         reporter.reported = Some((now, state.conditions.clone()));
         let met: Vec<usize> = state.first_observed.keys().copied().collect();
-        let nanos = crate::runtime::status::now_nanos();
+        let nanos = crate::clock::now_nanos();
         let report = crate::node_report::Report {
-            updated: crate::runtime::status::rfc3339(nanos),
+            updated: crate::clock::rfc3339(nanos),
             updated_ns: nanos,
             conditions: state.conditions.iter().map(ToString::to_string).collect(),
             thresholds: crate::node_report::threshold_lines(

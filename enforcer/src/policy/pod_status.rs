@@ -422,17 +422,7 @@ pub fn container_status(
     )
 }
 
-/// RFC 3339 (UTC, seconds) for nanoseconds since the Unix epoch; empty for 0.
-#[must_use]
-pub fn rfc3339(nanos: i64) -> String {
-    if nanos <= 0 {
-        return String::new();
-    }
-    // Whole seconds: the fraction is dropped, as the format has none.
-    k8s_openapi::jiff::Timestamp::from_second(nanos / 1_000_000_000)
-        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
-        .unwrap_or_default()
-}
+pub use crate::clock::rfc3339;
 
 /// An exited container's reason: the runtime's, except that an exit 137 the kernel's OOM
 /// killer is known to have caused (the enforcer's own eBPF record of the victim's cgroup) is

@@ -332,10 +332,4 @@ pub fn read(state_dir: &Path) -> Result<StatusFile, StatusError> {
     serde_json::from_slice(&text).map_err(|source| StatusError::Json { path, source })
 }
 
-/// Now, as nanoseconds since the Unix epoch.
-#[must_use]
-pub fn now_nanos() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
-}
+pub use crate::clock::now_nanos;

@@ -146,7 +146,7 @@ impl StatsReader {
                 cpu_ns,
                 nano_cores,
                 node_cpu_ns,
-                at_nanos: crate::runtime::status::now_nanos(),
+                at_nanos: crate::clock::now_nanos(),
                 records,
                 targets,
                 swap,
@@ -257,7 +257,7 @@ pub fn runtime_stats(
 ) -> Option<RuntimeStats> {
     let fs = |f: &k8s_cri::v1::FilesystemUsage| {
         let mut out = FsStats {
-            time: crate::runtime::status::rfc3339(f.timestamp),
+            time: crate::clock::rfc3339(f.timestamp),
             used_bytes: f.used_bytes.as_ref().map(|v| v.value),
             inodes_used: f.inodes_used.as_ref().map(|v| v.value),
             ..FsStats::default()
@@ -302,7 +302,7 @@ fn boot_time(now_nanos: i64) -> String {
         reason = "uptime in ns fits an i64 for 292 years"
     )]
     let up_ns = (up * 1e9) as i64;
-    crate::runtime::status::rfc3339(now_nanos - up_ns)
+    crate::clock::rfc3339(now_nanos - up_ns)
 }
 
 /// The Summary of one reading; `runtime`: the container runtime's filesystems
@@ -408,7 +408,7 @@ fn pod_stats(r: &Reading, time: &str, t: &PodTarget) -> Option<PodStats> {
 }
 
 pub fn summarize(r: &Reading, node_name: &str, runtime: Option<RuntimeStats>) -> Summary {
-    let time = crate::runtime::status::rfc3339(r.at_nanos);
+    let time = crate::clock::rfc3339(r.at_nanos);
     let obs = &r.snapshot.observations;
     let fs = |avail: Signal, inodes: Signal| {
         let o = obs.get(&avail)?;
