@@ -1304,12 +1304,22 @@ async fn config_maps_secrets_and_tokens_reach_the_container() {
         e["message"],
         "MountVolume.SetUp failed for volume \"cfg\" : configmaps \"late\" not found"
     );
-    let p = fake.get(Kind::Pod, "default", "later").expect("pod");
-    assert_eq!(p["status"]["phase"], "Pending", "{p}");
-    assert_eq!(
-        p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"], "ContainerCreating",
-        "{p}"
-    );
+    // The status is written on its own path (the status manager's sync), not with the event:
+    // it may arrive a moment after it.
+    let creating = |p: &Value| {
+        p["status"]["phase"] == "Pending"
+            && p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                == "ContainerCreating"
+    };
+    wait_until(
+        "the pod Pending in ContainerCreating in the API",
+        Duration::from_secs(10),
+        || {
+            fake.get(Kind::Pod, "default", "later")
+                .is_some_and(|p| creating(&p))
+        },
+    )
+    .await;
     fake.put(
         Kind::ConfigMap,
         json!({"apiVersion": "v1", "kind": "ConfigMap",
