@@ -387,7 +387,7 @@ fn start_node(config: &Config, run_pods: bool) -> Result<NodeStart, DaemonError>
     let health = Arc::new(Health::default());
     if let Err(e) = crate::health::probe_writable(&config.enforcer.state_dir) {
         tracing::error!(error = %e, "the pod status and uid ownership cannot be persisted; /healthz reports it");
-        health.set_state(Some(e));
+        health.set_state(Some(e.to_string()));
     }
     let layout = CgroupLayout::discover()?;
     if let Err(e) = kernel::ebpf::ensure_tracefs() {

@@ -251,12 +251,26 @@ impl Health {
 
 /// Whether `dir` can be written: creates it if missing and writes, syncs and removes a probe
 /// file. The error names the directory.
-pub fn probe_writable(dir: &std::path::Path) -> Result<(), String> {
+pub fn probe_writable(dir: &std::path::Path) -> Result<(), HealthError> {
     let probe = dir.join(".enforcer-write-probe");
     std::fs::create_dir_all(dir)
         .and_then(|()| std::fs::write(&probe, b"probe"))
         .and_then(|()| std::fs::remove_file(&probe))
-        .map_err(|e| format!("state directory {} is not writable: {e}", dir.display()))
+        .map_err(|source| HealthError::NotWritable {
+            dir: dir.to_path_buf(),
+            source,
+        })
+}
+
+/// Errors of the health module.
+#[derive(Debug, thiserror::Error)]
+pub enum HealthError {
+    /// The state directory cannot be written.
+    #[error("state directory {} is not writable: {source}", .dir.display())]
+    NotWritable {
+        dir: std::path::PathBuf,
+        source: std::io::Error,
+    },
 }
 
 #[cfg(test)]
@@ -313,7 +327,9 @@ mod tests {
         assert!(h.failures().is_empty(), "{:?}", h.failures());
         let dir = tempfile::tempdir().expect("tempdir");
         assert!(probe_writable(dir.path()).is_ok());
-        let err = probe_writable(std::path::Path::new("/proc/enforcer-no")).expect_err("ro");
+        let err = probe_writable(std::path::Path::new("/proc/enforcer-no"))
+            .expect_err("ro")
+            .to_string();
         assert!(err.contains("/proc/enforcer-no"), "{err}");
     }
 

@@ -181,8 +181,8 @@ fn install_reload<S: 'static>(
     handle: tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, S>,
 ) {
     enforcer::server::debug::install_verbosity(Box::new(move |spec| {
-        let filter = tracing_subscriber::EnvFilter::try_new(spec).map_err(|e| e.to_string())?;
-        handle.reload(filter).map_err(|e| e.to_string())
+        let filter = tracing_subscriber::EnvFilter::try_new(spec)?;
+        Ok(handle.reload(filter)?)
     }));
 }
 

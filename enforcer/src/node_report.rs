@@ -198,15 +198,30 @@ pub fn same_cgroup_value(file: &str, want: &str, have: &str) -> bool {
 ///
 /// # Errors
 /// The file exists but cannot be read or decoded.
-pub fn read(state_dir: &Path) -> Result<Option<Report>, String> {
+pub fn read(state_dir: &Path) -> Result<Option<Report>, ReportError> {
     let path = state_dir.join(FILE);
     match std::fs::read(&path) {
         Ok(b) => serde_json::from_slice(&b)
             .map(Some)
-            .map_err(|e| format!("{}: {e}", path.display())),
+            .map_err(|source| ReportError::Decode { path, source }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("{}: {e}", path.display())),
+        Err(source) => Err(ReportError::Read { path, source }),
     }
+}
+
+/// A report file that exists but cannot be read or decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("{}: {source}", .path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", .path.display())]
+    Decode {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
 }
 
 /// One finding of `enforcer doctor`.

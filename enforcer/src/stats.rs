@@ -160,7 +160,11 @@ enum MemcgReader {
     #[default]
     Untried,
     /// Being loaded; taken at the next refresh that finds it done.
-    Loading(std_mpsc::Receiver<Result<crate::kernel::memcg_iter::MemcgIter, String>>),
+    Loading(
+        std_mpsc::Receiver<
+            Result<crate::kernel::memcg_iter::MemcgIter, crate::kernel::memcg_iter::MemcgIterError>,
+        >,
+    ),
     Ready(Box<crate::kernel::memcg_iter::MemcgIter>),
     /// Not here (said once in the log): the per-pod usage files are read.
     Unavailable,
@@ -219,7 +223,7 @@ impl Collector {
                 }
                 let loaded = mount
                     .zip(root)
-                    .ok_or_else(|| "no kubepods memory cgroup".to_owned())
+                    .ok_or(crate::kernel::memcg_iter::MemcgIterError::NoRoot)
                     .and_then(|(mount, root)| {
                         crate::kernel::memcg_iter::MemcgIter::open_with(&mount, &root, 2, || {
                             if let Err(e) = crate::kernel::realtime::make_normal() {

@@ -14,13 +14,72 @@ use std::{
     fs::File,
     io::Read as _,
     os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd},
-    path::Path,
+    path::{Path, PathBuf},
 };
 
 use aya::{Ebpf, EbpfLoader, programs::Iter};
 use enforcer_common::{GLOBAL_MEMCG_OFFSETS, MEMCG_USAGE_PROGRAM, MemcgOffsets, MemcgUsage};
 
-use super::btf::Btf;
+use super::btf::{Btf, BtfError};
+
+/// Why the iterator is not here (the caller keeps its per-pod files).
+#[derive(Debug, thiserror::Error)]
+pub enum MemcgIterError {
+    /// A type, member or enum value the program reads is not in the kernel's BTF.
+    #[error("{0}")]
+    Btf(#[from] BtfError),
+    #[error("memory_cgrp_id {0}")]
+    MemoryId(i64),
+    #[error("struct mem_cgroup does not begin with its css")]
+    CssNotFirst,
+    #[error("this binary was built without the eBPF object (AYA_BUILD_SKIP)")]
+    NoObject,
+    #[error("reading {path}: {source}")]
+    ReadBtf {
+        path: &'static str,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    ParseBtf {
+        path: &'static str,
+        source: BtfError,
+    },
+    #[error("{} is not below {}", .root.display(), .mount.display())]
+    NotBelow { root: PathBuf, mount: PathBuf },
+    #[error("too deep")]
+    TooDeep,
+    #[error("the kernel's BTF: {0}")]
+    SysBtf(#[source] Box<aya::BtfError>),
+    #[error("loading the memcg-usage object: {0}")]
+    Load(#[source] Box<aya::EbpfError>),
+    #[error("no memcg_usage program in the object")]
+    NoProgram,
+    #[error("memcg_usage: {0}")]
+    Program(#[source] Box<aya::programs::ProgramError>),
+    #[error("loading the cgroup iterator: {0}")]
+    LoadIter(#[source] Box<aya::programs::ProgramError>),
+    #[error("opening {}: {source}", .path.display())]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "linking the cgroup iterator to {}: {source} (cgroup iterators need Linux 6.1, on \
+         a v1 hierarchy 6.5)",
+        .root.display()
+    )]
+    Link {
+        root: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("reading the cgroup iterator: {0}")]
+    Walk(#[source] std::io::Error),
+    #[error("the cgroup iterator over {} read no memory cgroup", .root.display())]
+    Empty { root: PathBuf },
+    /// No memory cgroup of the pods to link the iterator to.
+    #[error("no kubepods memory cgroup")]
+    NoRoot,
+}
 
 /// The iterator's eBPF object, built by build.rs (empty when built with AYA_BUILD_SKIP=1).
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/memcg-usage"));
@@ -52,15 +111,13 @@ impl std::fmt::Debug for MemcgIter {
 
 /// The offsets the program reads at, from the running kernel's BTF; cgroups deeper than
 /// `max_level` are passed over.
-pub fn offsets(btf: &Btf, max_level: u32) -> Result<MemcgOffsets, String> {
-    let memory_id = btf
-        .enum_value("memory_cgrp_id")
-        .map_err(|e| e.to_string())?;
-    let memory_id = u32::try_from(memory_id).map_err(|_| format!("memory_cgrp_id {memory_id}"))?;
-    let field = |s: &str, m: &str| btf.member_offset(s, m).map_err(|e| e.to_string());
+pub fn offsets(btf: &Btf, max_level: u32) -> Result<MemcgOffsets, MemcgIterError> {
+    let memory_id = btf.enum_value("memory_cgrp_id")?;
+    let memory_id = u32::try_from(memory_id).map_err(|_| MemcgIterError::MemoryId(memory_id))?;
+    let field = |s: &str, m: &str| btf.member_offset(s, m);
     // The css the cgroup points at is the mem_cgroup's first member.
     if field("mem_cgroup", "css")? != 0 {
-        return Err("struct mem_cgroup does not begin with its css".into());
+        return Err(MemcgIterError::CssNotFirst);
     }
     Ok(MemcgOffsets {
         cgroup_memory_css: field("cgroup", "subsys")? + memory_id * 8,
@@ -95,7 +152,7 @@ impl MemcgIter {
     /// Loads the iterator and links it to the memory cgroup `root` of the hierarchy mounted
     /// at `mount` (a directory below it): its walk reports `root` and the cgroups down to
     /// `depth` levels below it (2 for kubepods: the QoS classes' cgroups and the pods').
-    pub fn open(mount: &Path, root: &Path, depth: u32) -> Result<Self, String> {
+    pub fn open(mount: &Path, root: &Path, depth: u32) -> Result<Self, MemcgIterError> {
         Self::open_with(mount, root, depth, || {})
     }
 
@@ -110,40 +167,53 @@ impl MemcgIter {
         root: &Path,
         depth: u32,
         before_kernel: impl FnOnce(),
-    ) -> Result<Self, String> {
+    ) -> Result<Self, MemcgIterError> {
+        use super::btf::VMLINUX;
         if OBJECT.is_empty() {
-            return Err("this binary was built without the eBPF object (AYA_BUILD_SKIP)".into());
+            return Err(MemcgIterError::NoObject);
         }
         let btf = Btf::vmlinux()
-            .map_err(|e| format!("reading {}: {e}", super::btf::VMLINUX))?
-            .map_err(|e| format!("{}: {e}", super::btf::VMLINUX))?;
+            .map_err(|source| MemcgIterError::ReadBtf {
+                path: VMLINUX,
+                source,
+            })?
+            .map_err(|source| MemcgIterError::ParseBtf {
+                path: VMLINUX,
+                source,
+            })?;
         let level = root
             .strip_prefix(mount)
-            .map_err(|_| format!("{} is not below {}", root.display(), mount.display()))?
+            .map_err(|_| MemcgIterError::NotBelow {
+                root: root.to_path_buf(),
+                mount: mount.to_path_buf(),
+            })?
             .components()
             .count();
-        let level = u32::try_from(level).map_err(|_| "too deep".to_owned())?;
+        let level = u32::try_from(level).map_err(|_| MemcgIterError::TooDeep)?;
         let offsets = offsets(&btf, level.saturating_add(depth))?;
-        let btf = aya::Btf::from_sys_fs().map_err(|e| format!("the kernel's BTF: {e}"))?;
+        let btf = aya::Btf::from_sys_fs().map_err(|e| MemcgIterError::SysBtf(Box::new(e)))?;
         before_kernel();
         let mut ebpf = EbpfLoader::new()
             .override_global(GLOBAL_MEMCG_OFFSETS, &offsets, true)
             .load(OBJECT)
-            .map_err(|e| format!("loading the memcg-usage object: {e}"))?;
+            .map_err(|e| MemcgIterError::Load(Box::new(e)))?;
         let program: &mut Iter = ebpf
             .program_mut(MEMCG_USAGE_PROGRAM)
-            .ok_or("no memcg_usage program in the object")?
+            .ok_or(MemcgIterError::NoProgram)?
             .try_into()
-            .map_err(|e| format!("memcg_usage: {e}"))?;
+            .map_err(|e| MemcgIterError::Program(Box::new(e)))?;
         program
             .load("cgroup", &btf)
-            .map_err(|e| format!("loading the cgroup iterator: {e}"))?;
+            .map_err(|e| MemcgIterError::LoadIter(Box::new(e)))?;
         let prog = program
             .fd()
-            .map_err(|e| format!("memcg_usage: {e}"))?
+            .map_err(|e| MemcgIterError::Program(Box::new(e)))?
             .as_fd()
             .as_raw_fd();
-        let dir = File::open(root).map_err(|e| format!("opening {}: {e}", root.display()))?;
+        let dir = File::open(root).map_err(|source| MemcgIterError::Open {
+            path: root.to_path_buf(),
+            source,
+        })?;
         // union bpf_iter_link_info { struct { order; cgroup_fd; cgroup_id } cgroup }.
         let info: [u32; 4] = [DESCENDANTS_PRE, dir.as_raw_fd().cast_unsigned(), 0, 0];
         let mut attr = [0u64; 16];
@@ -152,12 +222,9 @@ impl MemcgIter {
         attr[1] = u64::from(BPF_TRACE_ITER);
         attr[2] = info.as_ptr() as u64;
         attr[3] = std::mem::size_of_val(&info) as u64;
-        let link = bpf(BPF_LINK_CREATE, &mut attr).map_err(|e| {
-            format!(
-                "linking the cgroup iterator to {}: {e} (cgroup iterators need Linux 6.1, on \
-                 a v1 hierarchy 6.5)",
-                root.display()
-            )
+        let link = bpf(BPF_LINK_CREATE, &mut attr).map_err(|source| MemcgIterError::Link {
+            root: root.to_path_buf(),
+            source,
         })?;
         drop(dir);
         let mut it = Self {
@@ -168,13 +235,11 @@ impl MemcgIter {
         };
         // One walk now: what does not work here fails here, not at a crossing.
         let mut probe = HashMap::new();
-        it.read_into(&mut probe)
-            .map_err(|e| format!("reading the cgroup iterator: {e}"))?;
+        it.read_into(&mut probe).map_err(MemcgIterError::Walk)?;
         if probe.is_empty() {
-            return Err(format!(
-                "the cgroup iterator over {} read no memory cgroup",
-                root.display()
-            ));
+            return Err(MemcgIterError::Empty {
+                root: root.to_path_buf(),
+            });
         }
         Ok(it)
     }

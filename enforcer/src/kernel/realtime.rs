@@ -5,15 +5,27 @@
 /// ordinary thread of the node, below the kernel's own real-time threads).
 pub const PRIORITY: i32 = 1;
 
+/// Why a thread of this process may not run at real-time priority.
+#[derive(Debug, thiserror::Error)]
+pub enum RealtimeError {
+    #[error("spawning a thread: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// `sched_setscheduler(2)` refused `SCHED_FIFO`.
+    #[error("{0}")]
+    Refused(#[source] std::io::Error),
+    #[error("the probe thread panicked")]
+    Panicked,
+}
+
 /// Whether a thread of this process may run at real-time priority: tried on a throwaway
-/// thread (`enforcer doctor`); the error's text when not.
-pub fn realtime_allowed() -> Result<(), String> {
+/// thread (`enforcer doctor`); why not when not.
+pub fn realtime_allowed() -> Result<(), RealtimeError> {
     std::thread::Builder::new()
         .name("rt-probe".to_owned())
-        .spawn(|| make_realtime(PRIORITY).map_err(|e| e.to_string()))
-        .map_err(|e| format!("spawning a thread: {e}"))?
+        .spawn(|| make_realtime(PRIORITY).map_err(RealtimeError::Refused))
+        .map_err(RealtimeError::Spawn)?
         .join()
-        .unwrap_or_else(|_| Err("the probe thread panicked".to_owned()))
+        .unwrap_or(Err(RealtimeError::Panicked))
 }
 
 /// Puts the calling thread under `SCHED_FIFO` at `priority` (reset to the ordinary scheduler

@@ -58,6 +58,25 @@ pub enum FormatError {
     },
     #[error("no field lines")]
     NoFields,
+    /// A field the program reads is not in the format.
+    #[error("not in this kernel's format")]
+    NoField,
+    /// A `__data_loc` where the program reads an integer.
+    #[error("is `{ty}`, the program reads an integer")]
+    NotInt { ty: String },
+    /// An integer of a size the program does not read.
+    #[error("`{ty}` of {size} bytes, the program reads {sizes:?}")]
+    IntSize {
+        ty: String,
+        size: u32,
+        sizes: &'static [u32],
+    },
+    /// Not a 4-byte `__data_loc` where the program reads one.
+    #[error("`{ty}` of {size} bytes, the program reads a 4-byte __data_loc")]
+    NotDataLoc { ty: String, size: u32 },
+    /// A field beyond the bound of the programs' context arithmetic.
+    #[error("offset {offset} + size {size} past {bound} bytes")]
+    PastBound { offset: u32, size: u32, bound: u32 },
 }
 
 /// Parses the text of a tracepoint's `format` file: every `field:` line (the common fields
@@ -373,40 +392,40 @@ pub struct Layout {
 }
 
 /// Finds `spec` in a parsed format and checks the program can read it.
-pub fn resolve_field(spec: &FieldSpec, fields: &[FormatField]) -> Result<FieldLoc, String> {
+pub fn resolve_field(spec: &FieldSpec, fields: &[FormatField]) -> Result<FieldLoc, FormatError> {
     let f = fields
         .iter()
         .find(|f| f.name == spec.name)
-        .ok_or_else(|| "not in this kernel's format".to_owned())?;
+        .ok_or(FormatError::NoField)?;
     match spec.want {
         Want::Int(sizes) => {
             if f.is_dynamic() {
-                return Err(format!("is `{}`, the program reads an integer", f.ty));
+                return Err(FormatError::NotInt { ty: f.ty.clone() });
             }
             if !sizes.contains(&f.size) {
-                return Err(format!(
-                    "`{}` of {} bytes, the program reads {sizes:?}",
-                    f.ty, f.size
-                ));
+                return Err(FormatError::IntSize {
+                    ty: f.ty.clone(),
+                    size: f.size,
+                    sizes,
+                });
             }
         }
         Want::DataLoc => {
             if !f.ty.starts_with("__data_loc") || f.size != 4 {
-                return Err(format!(
-                    "`{}` of {} bytes, the program reads a 4-byte __data_loc",
-                    f.ty, f.size
-                ));
+                return Err(FormatError::NotDataLoc {
+                    ty: f.ty.clone(),
+                    size: f.size,
+                });
             }
         }
     }
     let loc = FieldLoc::at(f.offset, f.size);
     if !loc.is_present() {
-        return Err(format!(
-            "offset {} + size {} past {} bytes",
-            f.offset,
-            f.size,
-            enforcer_common::MAX_FIELD_END
-        ));
+        return Err(FormatError::PastBound {
+            offset: f.offset,
+            size: f.size,
+            bound: enforcer_common::MAX_FIELD_END,
+        });
     }
     Ok(loc)
 }
@@ -429,7 +448,7 @@ pub fn layout(read: impl Fn(&Tracepoint) -> io::Result<(PathBuf, String)>) -> La
             .iter()
             .map(|f| {
                 let loc = match &parsed {
-                    Ok(fields) => resolve_field(f, fields),
+                    Ok(fields) => resolve_field(f, fields).map_err(|e| e.to_string()),
                     Err(_) => Err("format unreadable".to_owned()),
                 };
                 *(f.slot)(&mut table) = loc.clone().unwrap_or(FieldLoc::ABSENT);
@@ -751,7 +770,9 @@ mod tests {
             let got = resolve_field(spec, &fields);
             assert!(got.is_err(), "{}: {got:?}", spec.name);
         }
-        let why = resolve_field(&oom.fields[3], &fields).unwrap_err();
+        let why = resolve_field(&oom.fields[3], &fields)
+            .unwrap_err()
+            .to_string();
         assert!(why.contains("4 bytes") && why.contains("[2]"), "{why}");
         // Beyond the bound the programs use for context arithmetic.
         let far = format!("format:\n\tfield:int pid;\toffset:{MAX_FIELD_END};\tsize:4;\n");

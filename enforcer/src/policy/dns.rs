@@ -110,7 +110,15 @@ enum DnsType {
     None,
 }
 
-fn dns_type(pod: &Pod) -> Result<DnsType, String> {
+/// Why the pod's DNS configuration cannot be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DnsError {
+    /// A `dnsPolicy` kubelet does not know.
+    #[error("invalid DNSPolicy={0}")]
+    Policy(String),
+}
+
+fn dns_type(pod: &Pod) -> Result<DnsType, DnsError> {
     let spec = pod.spec.as_ref();
     let host_network = spec.and_then(|s| s.host_network).unwrap_or(false);
     match spec
@@ -121,7 +129,7 @@ fn dns_type(pod: &Pod) -> Result<DnsType, String> {
         "ClusterFirstWithHostNet" => Ok(DnsType::Cluster),
         "ClusterFirst" if !host_network => Ok(DnsType::Cluster),
         "ClusterFirst" | "Default" => Ok(DnsType::Host),
-        other => Err(format!("invalid DNSPolicy={other}")),
+        other => Err(DnsError::Policy(other.to_owned())),
     }
 }
 
@@ -133,7 +141,7 @@ pub fn pod_dns(
     pod: &Pod,
     settings: &DnsSettings,
     host: Option<&Resolver>,
-) -> Result<(Resolver, Vec<Warning>), String> {
+) -> Result<(Resolver, Vec<Warning>), DnsError> {
     let mut warnings = Vec::new();
     let mut r = host.cloned().unwrap_or_default();
     match dns_type(pod)? {
@@ -440,7 +448,7 @@ mod tests {
         let bad =
             pod("metadata: {name: web}\nspec: {dnsPolicy: Sideways, containers: [{name: c}]}");
         assert_eq!(
-            pod_dns(&bad, &settings(&[]), Some(&h)),
+            pod_dns(&bad, &settings(&[]), Some(&h)).map_err(|e| e.to_string()),
             Err("invalid DNSPolicy=Sideways".to_owned())
         );
     }

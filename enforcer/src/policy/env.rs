@@ -33,9 +33,12 @@ pub enum EnvError {
     /// A divisor of zero or one that does not parse.
     #[error("invalid divisor {divisor:?} for {resource}")]
     Divisor { resource: String, divisor: String },
-    /// An env source this node cannot resolve (configMap, secret) with kubelet's message.
+    /// An env source this node cannot resolve, with kubelet's message.
     #[error("{0}")]
     Unsupported(String),
+    /// A configMap, secret or the services the environment reads, not there to use.
+    #[error("{0}")]
+    Object(#[from] crate::policy::objects::ObjectError),
 }
 
 /// What the environment depends on beyond the pod and the container.
@@ -339,7 +342,7 @@ pub fn container_env(
         } else {
             continue;
         };
-        let ((vars, invalid), name) = got.map_err(EnvError::Unsupported)?;
+        let ((vars, invalid), name) = got?;
         if !invalid.is_empty() {
             tracing::warn!(
                 container = %c.name,
@@ -357,9 +360,7 @@ pub fn container_env(
     }
     // The service variables (kubelet's `getServiceEnvVarMap`): `$(VAR)` reads them, and they
     // are added last for names the container does not define itself.
-    let services = objects
-        .service_env(objects::service_links(pod))
-        .map_err(EnvError::Unsupported)?;
+    let services = objects.service_env(objects::service_links(pod))?;
     let merged = pod_for_downward_api(pod, &ctx.allocatable);
     for e in c.env.iter().flatten() {
         let value = if let Some(src) = &e.value_from {
@@ -383,9 +384,7 @@ pub fn container_env(
                         e.name
                     )));
                 };
-                match objects::env_key(objects, kind, name, key, optional.unwrap_or(false))
-                    .map_err(EnvError::Unsupported)?
-                {
+                match objects::env_key(objects, kind, name, key, optional.unwrap_or(false))? {
                     Some(v) => v,
                     // An optional object or key that is missing: no variable.
                     None => continue,

@@ -159,6 +159,47 @@ pub struct PodObjects {
     pub services: Option<Result<Vec<Service>, String>>,
 }
 
+/// Why an object a pod needs is not there to use, in kubelet's words (a pod status, an
+/// event).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ObjectError {
+    /// The read failed: the runtime's message.
+    #[error("{0}")]
+    Failed(String),
+    /// A standalone node (or a static pod): nothing can be read.
+    #[error("couldn't get {} {namespace}/{name}, no kubeClient defined", .kind.env_word())]
+    NoClient {
+        kind: ObjectKind,
+        namespace: String,
+        name: String,
+    },
+    #[error("{} {name:?} was not read", .kind.resource())]
+    NotRead { kind: ObjectKind, name: String },
+    /// The API server's NotFound message.
+    #[error("{} \"{name}\" not found", .kind.resource())]
+    NotFound { kind: ObjectKind, name: String },
+    /// A `valueFrom` key the object does not have.
+    #[error("couldn't find key {key} in {} {namespace}/{name}", .kind.type_name())]
+    NoKey {
+        kind: ObjectKind,
+        key: String,
+        namespace: String,
+        name: String,
+    },
+    /// An `items` key the object does not have (`MakePayload`'s words per kind).
+    #[error("configmap references non-existent config key: {0}")]
+    NoConfigMapKey(String),
+    #[error("references non-existent secret key: {0}")]
+    NoSecretKey(String),
+    #[error("cannot use TokenManager when kubelet is in standalone mode")]
+    TokenStandalone,
+    #[error("token of service account {0:?} was not requested")]
+    TokenNotRequested(String),
+    /// The services could not be read: the runtime's message.
+    #[error("services have not yet been read at least once, cannot construct envvars: {0}")]
+    Services(String),
+}
+
 /// A kind of object, for kubelet's messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ObjectKind {
@@ -183,12 +224,14 @@ impl ObjectKind {
             Self::Secret => "secret",
         }
     }
-}
 
-/// The API server's NotFound message.
-#[must_use]
-pub fn not_found(kind: ObjectKind, name: &str) -> String {
-    format!("{} \"{name}\" not found", kind.resource())
+    /// The type's name (`ConfigMap`, `Secret`).
+    fn type_name(self) -> &'static str {
+        match self {
+            Self::ConfigMap => "ConfigMap",
+            Self::Secret => "Secret",
+        }
+    }
 }
 
 /// A name the API server can hold (a DNS-1123 subdomain): anything else is refused before a
@@ -224,39 +267,37 @@ impl PodObjects {
         map: &'a BTreeMap<String, Fetched<T>>,
         kind: ObjectKind,
         name: &str,
-    ) -> Result<Option<&'a T>, String> {
+    ) -> Result<Option<&'a T>, ObjectError> {
         match map.get(name) {
             Some(Fetched::Found(o)) => Ok(Some(o)),
             Some(Fetched::NotFound) => Ok(None),
-            Some(Fetched::Failed(e)) => Err(e.clone()),
-            None if !self.api => Err(format!(
-                "couldn't get {} {}/{name}, no kubeClient defined",
-                kind.env_word(),
-                self.namespace
-            )),
-            None => Err(format!("{} {name:?} was not read", kind.resource())),
+            Some(Fetched::Failed(e)) => Err(ObjectError::Failed(e.clone())),
+            None if !self.api => Err(ObjectError::NoClient {
+                kind,
+                namespace: self.namespace.clone(),
+                name: name.to_owned(),
+            }),
+            None => Err(ObjectError::NotRead {
+                kind,
+                name: name.to_owned(),
+            }),
         }
     }
 
-    pub fn config_map(&self, name: &str) -> Result<Option<&ConfigMap>, String> {
+    pub fn config_map(&self, name: &str) -> Result<Option<&ConfigMap>, ObjectError> {
         self.lookup(&self.config_maps, ObjectKind::ConfigMap, name)
     }
 
-    pub fn secret(&self, name: &str) -> Result<Option<&Secret>, String> {
+    pub fn secret(&self, name: &str) -> Result<Option<&Secret>, ObjectError> {
         self.lookup(&self.secrets, ObjectKind::Secret, name)
     }
 
-    pub fn token(&self, r: &TokenRef) -> Result<&str, String> {
+    pub fn token(&self, r: &TokenRef) -> Result<&str, ObjectError> {
         match self.tokens.get(r) {
             Some(Ok(t)) => Ok(t),
-            Some(Err(e)) => Err(e.clone()),
-            None if !self.api => {
-                Err("cannot use TokenManager when kubelet is in standalone mode".to_owned())
-            }
-            None => Err(format!(
-                "token of service account {:?} was not requested",
-                r.service_account
-            )),
+            Some(Err(e)) => Err(ObjectError::Failed(e.clone())),
+            None if !self.api => Err(ObjectError::TokenStandalone),
+            None => Err(ObjectError::TokenNotRequested(r.service_account.clone())),
         }
     }
 }

@@ -107,6 +107,15 @@ pub enum SecurityError {
     /// An `allowedUnsafeSysctls` entry no Linux namespace isolates.
     #[error("the sysctls {0:?} are not known to be namespaced")]
     SysctlNotNamespaced(String),
+    /// A pod's sysctl in a namespace it shares with the host (`validateSysctl`).
+    #[error("{sysctl:?} not allowed with host {namespace} enabled")]
+    SysctlHostNamespace {
+        sysctl: String,
+        namespace: sysctls::SysctlNamespace,
+    },
+    /// A pod's sysctl neither safe nor in `allowedUnsafeSysctls`.
+    #[error("{0:?} not allowlisted")]
+    SysctlNotAllowlisted(String),
 }
 
 /// kubelet's `format.Pod`: `name_namespace(uid)` (the namespace defaulted as the API does).

@@ -26,7 +26,7 @@ mod tests;
 pub use bitmask::{BitMask, iterate_bit_masks};
 pub use merge::{Policy, ProviderHints, TopologyHint};
 pub use numa::{HugePages, NumaCell, NumaTopology};
-pub use scope::{HintProvider, Scope, admit_container_scope};
+pub use scope::{HintProvider, ProviderError, Scope, admit_container_scope};
 
 /// kubelet's `maxAllowableNUMANodes`: a policy other than `none` refuses larger machines.
 pub const MAX_ALLOWABLE_NUMA_NODES: usize = 8;

@@ -21,9 +21,9 @@ pub mod files;
 pub mod mounts;
 pub mod plugins;
 
-pub use files::{downward_files, object_files};
+pub use files::{VolumeFilesError, downward_files, object_files};
 pub use mounts::{MountError, PlannedMount, container_mounts, expand_sub_path_expr, propagation};
-pub use plugins::{admit, admit_with, plan, plan_with};
+pub use plugins::{VolumePlanError, admit, admit_with, plan, plan_with};
 
 use std::path::{Component, Path, PathBuf};
 
@@ -181,22 +181,37 @@ pub fn is_component(s: &str) -> bool {
         && Path::new(s).components().count() == 1
 }
 
+/// Why a path in a volume is refused (AtomicWriter's `validatePath`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    #[error("must not be empty")]
+    Empty,
+    #[error("must not be an absolute path")]
+    Absolute,
+    #[error("must not contain NUL")]
+    Nul,
+    #[error("must not contain '..'")]
+    Backsteps,
+    #[error("must not start with '..'")]
+    StartsWithDots,
+}
+
 /// A relative path with no `..` element (AtomicWriter's `validatePath`).
-fn relative_no_backsteps(p: &str) -> Result<(), String> {
+fn relative_no_backsteps(p: &str) -> Result<(), PathError> {
     if p.is_empty() {
-        return Err("must not be empty".into());
+        return Err(PathError::Empty);
     }
     if p.starts_with('/') {
-        return Err("must not be an absolute path".into());
+        return Err(PathError::Absolute);
     }
     if p.contains('\0') {
-        return Err("must not contain NUL".into());
+        return Err(PathError::Nul);
     }
     if p.split('/').any(|part| part == "..") {
-        return Err("must not contain '..'".into());
+        return Err(PathError::Backsteps);
     }
     if p.starts_with("..") {
-        return Err("must not start with '..'".into());
+        return Err(PathError::StartsWithDots);
     }
     Ok(())
 }

@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Probe};
 use k8s_cri::v1 as cri;
 
 use super::cri::ContainerRuntime;
-use super::probe::{self, Handler, Outcome, ProbeSpec, ProbeType};
+use super::probe::{self, Handler, Outcome, ProbeSpec, ProbeSpecError, ProbeType};
 
 /// kubelet's `MaxContainerTerminationMessageLength`: the last 4 KiB of the file.
 pub const MAX_MESSAGE_BYTES: u64 = 4096;
@@ -31,6 +31,42 @@ pub const POST_START_EXEC_TIMEOUT: Duration = Duration::from_secs(120);
 /// The default `terminationMessagePath`.
 pub const DEFAULT_MESSAGE_PATH: &str = "/dev/termination-log";
 
+/// Why a lifecycle handler cannot run (kubelet's event: `Cannot run handler: <why>`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HookError {
+    #[error("may not specify more than 1 handler type")]
+    TwoHandlers,
+    /// Deprecated; kubelet does not run it.
+    #[error("tcpSocket lifecycle hooks are not supported")]
+    TcpSocket,
+    /// An exec or httpGet handler that cannot run as a probe.
+    #[error("{0}")]
+    Handler(#[from] ProbeSpecError),
+    /// kubelet's message for an exec hook that failed (`error`), with its output.
+    #[error(
+        "Exec lifecycle hook ({shown}) for Container {container:?} in Pod {pod:?} failed - error: {error}, message: {output:?}"
+    )]
+    Exec {
+        shown: String,
+        container: String,
+        pod: String,
+        error: String,
+        output: String,
+    },
+    /// kubelet's message for an httpGet hook that got no answer.
+    #[error(
+        "HTTP lifecycle hook ({path}) for Container {container:?} in Pod {pod:?} failed - error: {error}"
+    )]
+    Http {
+        path: String,
+        container: String,
+        pod: String,
+        error: String,
+    },
+    #[error("Cannot run handler: invalid lifecycle handler {0:?}")]
+    InvalidHandler(Handler),
+}
+
 /// A lifecycle handler, parsed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Hook {
@@ -43,16 +79,16 @@ pub enum Hook {
 
 impl Hook {
     /// The handler of `h` in container `c`, or why it cannot run.
-    pub fn parse(h: &LifecycleHandler, c: &Container) -> Result<Self, String> {
+    pub fn parse(h: &LifecycleHandler, c: &Container) -> Result<Self, HookError> {
         if let Some(s) = &h.sleep {
             if h.exec.is_some() || h.http_get.is_some() || h.tcp_socket.is_some() {
-                return Err("may not specify more than 1 handler type".to_owned());
+                return Err(HookError::TwoHandlers);
             }
             return Ok(Self::Sleep { seconds: s.seconds });
         }
         if h.tcp_socket.is_some() {
             // Deprecated; kubelet does not run it.
-            return Err("tcpSocket lifecycle hooks are not supported".to_owned());
+            return Err(HookError::TcpSocket);
         }
         let as_probe = Probe {
             exec: h.exec.clone(),
@@ -81,7 +117,7 @@ pub async fn run_hook<R: ContainerRuntime>(
     hook: &Hook,
     pod_host: &str,
     exec_timeout: Duration,
-) -> Result<(), String> {
+) -> Result<(), HookError> {
     match hook {
         Hook::Sleep { seconds } => {
             tokio::time::sleep(Duration::from_secs(u64::try_from(*seconds).unwrap_or(0))).await;
@@ -109,9 +145,13 @@ pub async fn run_hook<R: ContainerRuntime>(
                 }
                 Err(e) => (e.to_string(), String::new()),
             };
-            Err(format!(
-                "Exec lifecycle hook ({shown}) for Container {container:?} in Pod {pod:?} failed - error: {error}, message: {output:?}"
-            ))
+            Err(HookError::Exec {
+                shown,
+                container: container.to_owned(),
+                pod: pod.to_owned(),
+                error,
+                output,
+            })
         }
         Hook::Probe(h @ Handler::Http { path, .. }) => {
             // kubelet's lifecycle HTTP client follows redirects and ignores the status
@@ -119,14 +159,15 @@ pub async fn run_hook<R: ContainerRuntime>(
             match probe::run_handler(rt, container_id, h, exec_timeout, pod_host).await {
                 Outcome::Success(_) | Outcome::Warning(_) => Ok(()),
                 Outcome::Failure(m) if m.starts_with("HTTP probe failed with statuscode") => Ok(()),
-                Outcome::Failure(e) | Outcome::Error(e) => Err(format!(
-                    "HTTP lifecycle hook ({path}) for Container {container:?} in Pod {pod:?} failed - error: {e}"
-                )),
+                Outcome::Failure(error) | Outcome::Error(error) => Err(HookError::Http {
+                    path: path.clone(),
+                    container: container.to_owned(),
+                    pod: pod.to_owned(),
+                    error,
+                }),
             }
         }
-        Hook::Probe(other) => Err(format!(
-            "Cannot run handler: invalid lifecycle handler {other:?}"
-        )),
+        Hook::Probe(other) => Err(HookError::InvalidHandler(other.clone())),
     }
 }
 
@@ -242,7 +283,7 @@ mod tests {
         }
     }
 
-    fn handler(yaml: &str) -> Result<Hook, String> {
+    fn handler(yaml: &str) -> Result<Hook, HookError> {
         let c: Container = serde_yaml_ng::from_str(
             "{name: c, env: [{name: X, value: x}], ports: [{name: web, containerPort: 8080}]}",
         )
@@ -322,7 +363,10 @@ mod tests {
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .unwrap_or_else(|e| panic!("{e}"));
-        let err = run(hook(closed)).await.expect_err("nothing listens");
+        let err = run(hook(closed))
+            .await
+            .expect_err("nothing listens")
+            .to_string();
         assert!(
             err.starts_with(
                 "HTTP lifecycle hook (/drain) for Container \"c\" in Pod \"p_ns(u)\" failed - error: "

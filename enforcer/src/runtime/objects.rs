@@ -110,6 +110,37 @@ impl std::fmt::Debug for ApiObjects {
     }
 }
 
+/// Why an object, the services or a token could not be read (the text a pod's status or
+/// volume error shows; kept as text in the snapshot and the answer cache).
+#[derive(Debug, thiserror::Error)]
+enum ApiObjectsError {
+    /// The API server client could not be made (the kubeconfig).
+    #[error("{0}")]
+    Client(#[source] Box<super::apiserver::ApiSourceError>),
+    /// A read that failed (the cached answer's message).
+    #[error("{0}")]
+    Read(String),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The API server's answer: its message, else the error.
+    #[error("{}", message(.0))]
+    Api(Box<kube::Error>),
+    #[error("the TokenRequest came back without a status")]
+    NoTokenStatus,
+    #[error("the TokenRequest came back without a token or its expiry")]
+    NoToken,
+    /// No token yet, and the request failed.
+    #[error("failed to fetch token: {0}")]
+    Token(#[source] Box<ApiObjectsError>),
+    /// The token expired and its refresh failed.
+    #[error("token of service account {service_account:?} expired and refresh failed: {source}")]
+    Expired {
+        service_account: String,
+        #[source]
+        source: Box<ApiObjectsError>,
+    },
+}
+
 /// A kube error as kubelet shows it: the API server's message, else the error.
 fn message(e: &kube::Error) -> String {
     match e {
@@ -170,14 +201,14 @@ impl ApiObjects {
         }
     }
 
-    async fn client(&self) -> Result<kube::Client, String> {
+    async fn client(&self) -> Result<kube::Client, ApiObjectsError> {
         let mut c = self.client.lock().await;
         if let Some(c) = c.as_ref() {
             return Ok(c.clone());
         }
         let made = super::apiserver::client_from_kubeconfig(&self.kubeconfig)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| ApiObjectsError::Client(Box::new(e)))?;
         *c = Some(made.clone());
         Ok(made)
     }
@@ -187,6 +218,7 @@ impl ApiObjects {
         let client = match self.client().await {
             Ok(c) => c,
             Err(e) => {
+                let e = e.to_string();
                 return match what {
                     What::ConfigMap(..) => Answer::ConfigMap(Fetched::Failed(e)),
                     What::Secret(..) => Answer::Secret(Fetched::Failed(e)),
@@ -308,10 +340,13 @@ impl ApiObjects {
     }
 
     /// The services of `namespace`.
-    async fn services_of(self: &Arc<Self>, namespace: &str) -> Result<Vec<Service>, String> {
+    async fn services_of(
+        self: &Arc<Self>,
+        namespace: &str,
+    ) -> Result<Vec<Service>, ApiObjectsError> {
         match self.read(What::Services(namespace.to_owned())).await {
             Answer::Services(Fetched::Found(s)) => Ok(s.as_ref().clone()),
-            Answer::Services(Fetched::Failed(e)) => Err(e),
+            Answer::Services(Fetched::Failed(e)) => Err(ApiObjectsError::Read(e)),
             _ => Ok(Vec::new()),
         }
     }
@@ -322,7 +357,7 @@ impl ApiObjects {
         self: &Arc<Self>,
         pod: &Pod,
         namespace: &str,
-    ) -> Result<Vec<Service>, String> {
+    ) -> Result<Vec<Service>, ApiObjectsError> {
         let mut all = self.services_of("default").await?;
         if objects::service_links(pod) && namespace != "default" {
             all.extend(self.services_of(namespace).await?);
@@ -331,7 +366,7 @@ impl ApiObjects {
     }
 
     /// A token for the pod (the token manager's `GetServiceAccountToken`).
-    async fn token(&self, pod: &Pod, r: &TokenRef) -> Result<String, String> {
+    async fn token(&self, pod: &Pod, r: &TokenRef) -> Result<String, ApiObjectsError> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let key = (uid, r.clone());
         let now = SystemTime::now();
@@ -351,11 +386,11 @@ impl ApiObjects {
                 lock(&self.tokens).insert(key, c);
                 Ok(t)
             }
-            (Err(e), None) => Err(format!("failed to fetch token: {e}")),
-            (Err(e), Some(c)) if now >= c.expires => Err(format!(
-                "token of service account {:?} expired and refresh failed: {e}",
-                r.service_account
-            )),
+            (Err(e), None) => Err(ApiObjectsError::Token(Box::new(e))),
+            (Err(e), Some(c)) if now >= c.expires => Err(ApiObjectsError::Expired {
+                service_account: r.service_account.clone(),
+                source: Box::new(e),
+            }),
             (Err(e), Some(c)) => {
                 tracing::warn!(error = %e, service_account = %r.service_account, "couldn't update token; the current one is still valid");
                 Ok(c.token)
@@ -368,7 +403,7 @@ impl ApiObjects {
         pod: &Pod,
         namespace: &str,
         r: &TokenRef,
-    ) -> Result<CachedToken, String> {
+    ) -> Result<CachedToken, ApiObjectsError> {
         let client = self.client().await?;
         let api: kube::Api<ServiceAccount> = kube::Api::namespaced(client, namespace);
         let tr = objects::token_request(pod, r);
@@ -377,13 +412,11 @@ impl ApiObjects {
             api.create_token_request(&r.service_account, &PostParams::default(), &tr),
         )
         .await
-        .map_err(|_| format!("no answer within {REQUEST_TIMEOUT:?}"))?
-        .map_err(|e| message(&e))?;
-        let status = got
-            .status
-            .ok_or_else(|| "the TokenRequest came back without a status".to_owned())?;
+        .map_err(|_| ApiObjectsError::Timeout(REQUEST_TIMEOUT))?
+        .map_err(|e| ApiObjectsError::Api(Box::new(e)))?;
+        let status = got.status.ok_or(ApiObjectsError::NoTokenStatus)?;
         let (Some(token), Some(expires)) = (status.token, status.expiration_timestamp) else {
-            return Err("the TokenRequest came back without a token or its expiry".to_owned());
+            return Err(ApiObjectsError::NoToken);
         };
         let expires = SystemTime::from(expires.0);
         // The server's TTL (it may shorten or lengthen the request), as kubelet reads it.
@@ -426,10 +459,14 @@ impl ApiObjects {
             }
         }
         for t in &refs.tokens {
-            let got = self.token(pod, t).await;
+            let got = self.token(pod, t).await.map_err(|e| e.to_string());
             out.tokens.insert(t.clone(), got);
         }
-        out.services = Some(self.pod_services(pod, &namespace).await);
+        out.services = Some(
+            self.pod_services(pod, &namespace)
+                .await
+                .map_err(|e| e.to_string()),
+        );
         out
     }
 

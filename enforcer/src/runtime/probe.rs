@@ -41,7 +41,7 @@ pub use grpc::grpc_probe;
 pub(crate) use grpc::testing;
 pub use http::http_probe;
 pub use runner::{Kill, ProbeContext, Prober, Run, Target, has_probes};
-pub use spec::{Handler, ProbeSpec, Scheme};
+pub use spec::{Handler, ProbeSpec, ProbeSpecError, Scheme};
 pub use tcp::tcp_probe;
 
 /// The User-Agent of HTTP and gRPC probes (`kube-probe/<major>.<minor>`, from the kubelet

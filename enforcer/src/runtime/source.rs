@@ -16,7 +16,9 @@ use std::{
 
 use k8s_openapi::api::core::v1::Pod;
 
-pub use manifest::{is_dns_subdomain, is_valid_uid, parse_manifest, too_deep, validate};
+pub use manifest::{
+    InvalidPod, is_dns_subdomain, is_valid_uid, parse_manifest, too_deep, validate,
+};
 
 /// Largest manifest file accepted.
 pub const MAX_MANIFEST_BYTES: u64 = 1 << 20;

@@ -49,6 +49,18 @@ pub enum VolumeError {
     /// A subPath that resolves outside its volume (a symlink in the volume pointing out).
     #[error("failed to prepare subPath for volumeMount {volume:?} of container {container:?}")]
     SubPath { volume: String, container: String },
+    /// tmpfs mount options with a NUL byte.
+    #[error("{0}")]
+    TmpfsOptions(#[source] std::ffi::NulError),
+    #[error("mounting tmpfs at {}: {source}", .path.display())]
+    Tmpfs {
+        path: PathBuf,
+        #[source]
+        source: rustix::io::Errno,
+    },
+    /// A hostPath that is not of its volume's `type` (`is_not`: "a directory", "a file"...).
+    #[error("hostPath type check failed: {} is not {is_not}", .path.display())]
+    HostPathType { path: PathBuf, is_not: &'static str },
 }
 
 trait WithPath<T> {
@@ -89,16 +101,16 @@ fn make_dir(path: &Path, mode: u32) -> Result<(), VolumeError> {
 /// Mounts a tmpfs of `size` bytes at `path` (kubelet's `generateTmpfsMountOptions`: `size=`
 /// when known, and `noswap` where the kernel has it: 6.4+; an older kernel refuses the
 /// option, and the mount is made without it).
-fn mount_tmpfs(path: &Path, size: Option<i64>) -> Result<(), String> {
+fn mount_tmpfs(path: &Path, size: Option<i64>) -> Result<(), VolumeError> {
     let size_opt = size.map(|s| format!("size={s}"));
     let with_noswap = size_opt
         .as_ref()
         .map_or_else(|| "noswap".to_owned(), |o| format!("{o},noswap"));
-    let mount = |opts: Option<&str>| -> Result<(), String> {
+    let mount = |opts: Option<&str>| -> Result<(), VolumeError> {
         let data = opts
             .map(std::ffi::CString::new)
             .transpose()
-            .map_err(|e| e.to_string())?;
+            .map_err(VolumeError::TmpfsOptions)?;
         rustix::mount::mount(
             "tmpfs",
             path,
@@ -106,7 +118,10 @@ fn mount_tmpfs(path: &Path, size: Option<i64>) -> Result<(), String> {
             rustix::mount::MountFlags::empty(),
             data.as_deref(),
         )
-        .map_err(|e| format!("mounting tmpfs at {}: {e}", path.display()))
+        .map_err(|source| VolumeError::Tmpfs {
+            path: path.to_path_buf(),
+            source,
+        })
     };
     mount(Some(&with_noswap)).or_else(|_| mount(size_opt.as_deref()))
 }
@@ -166,7 +181,7 @@ pub fn setup(
                         pod_memory_limit,
                         *size_limit,
                     );
-                    mount_tmpfs(&path, size).map_err(fail)?;
+                    mount_tmpfs(&path, size).map_err(|e| fail(e.to_string()))?;
                     tracing::info!(volume = %v.name, path = %path.display(), ?size, "memory emptyDir mounted");
                 }
                 if let Some(gid) = group
@@ -176,7 +191,9 @@ pub fn setup(
                     set_volume_ownership(&path, gid, false)?;
                 }
             }
-            VolumeKind::HostPath { path, kind } => check_host_path(path, *kind).map_err(fail)?,
+            VolumeKind::HostPath { path, kind } => {
+                check_host_path(path, *kind).map_err(|e| fail(e.to_string()))?
+            }
             VolumeKind::Downward { items, .. } => {
                 let files = volumes::downward_files(pod, items, allocatable)
                     .map_err(|e| fail(e.to_string()))?;
@@ -192,8 +209,8 @@ pub fn setup(
             } => {
                 // Everything is read first: a volume whose objects cannot be read is not
                 // touched (its last content stays).
-                let files =
-                    volumes::object_files(pod, sources, objects, allocatable).map_err(fail)?;
+                let files = volumes::object_files(pod, sources, objects, allocatable)
+                    .map_err(|e| fail(e.to_string()))?;
                 make_dir(&path, 0o755)?;
                 if *memory && !is_mount_point(&path) {
                     let size = volumes::tmpfs_size(
@@ -201,7 +218,7 @@ pub fn setup(
                         pod_memory_limit,
                         None,
                     );
-                    mount_tmpfs(&path, size).map_err(fail)?;
+                    mount_tmpfs(&path, size).map_err(|e| fail(e.to_string()))?;
                     tracing::info!(volume = %v.name, path = %path.display(), "volume tmpfs mounted");
                 }
                 if write_atomic(&path, &owned_modes(files, group))? {
@@ -232,56 +249,50 @@ fn owned_modes(
 }
 
 /// `checkType` of `host_path.go`.
-pub fn check_host_path(path: &Path, kind: HostPathType) -> Result<(), String> {
-    let p = path.display();
+pub fn check_host_path(path: &Path, kind: HostPathType) -> Result<(), VolumeError> {
     let meta = std::fs::metadata(path);
     let ft = meta.as_ref().ok().map(std::fs::Metadata::file_type);
     let exists = ft.is_some();
-    let made = |r: std::io::Result<()>| r.map_err(|e| format!("{p}: {e}"));
+    let is_not = |is_not: &'static str| -> Result<(), VolumeError> {
+        Err(VolumeError::HostPathType {
+            path: path.to_path_buf(),
+            is_not,
+        })
+    };
     match kind {
         HostPathType::Unset => Ok(()),
-        HostPathType::DirectoryOrCreate if !exists => made(
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o755)
-                .create(path),
-        ),
+        HostPathType::DirectoryOrCreate if !exists => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(path)
+            .with_path(path),
         HostPathType::DirectoryOrCreate | HostPathType::Directory => {
             if ft.is_some_and(|t| t.is_dir()) {
                 Ok(())
             } else {
-                Err(format!(
-                    "hostPath type check failed: {p} is not a directory"
-                ))
+                is_not("a directory")
             }
         }
-        HostPathType::FileOrCreate if !exists => made(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o644)
-                .open(path)
-                .map(|_| ()),
-        ),
+        HostPathType::FileOrCreate if !exists => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o644)
+            .open(path)
+            .map(|_| ())
+            .with_path(path),
         HostPathType::FileOrCreate | HostPathType::File => {
             if ft.is_some_and(|t| t.is_file()) {
                 Ok(())
             } else {
-                Err(format!("hostPath type check failed: {p} is not a file"))
+                is_not("a file")
             }
         }
         HostPathType::Socket if ft.is_some_and(|t| t.is_socket()) => Ok(()),
-        HostPathType::Socket => Err(format!(
-            "hostPath type check failed: {p} is not a socket file"
-        )),
+        HostPathType::Socket => is_not("a socket file"),
         HostPathType::CharDevice if ft.is_some_and(|t| t.is_char_device()) => Ok(()),
-        HostPathType::CharDevice => Err(format!(
-            "hostPath type check failed: {p} is not a character device"
-        )),
+        HostPathType::CharDevice => is_not("a character device"),
         HostPathType::BlockDevice if ft.is_some_and(|t| t.is_block_device()) => Ok(()),
-        HostPathType::BlockDevice => Err(format!(
-            "hostPath type check failed: {p} is not a block device"
-        )),
+        HostPathType::BlockDevice => is_not("a block device"),
     }
 }
 
@@ -537,47 +548,39 @@ mod tests {
         let d = dir.path();
         let file = d.join("f");
         std::fs::write(&file, b"x").expect("file");
-        assert_eq!(check_host_path(d, HostPathType::Directory), Ok(()));
+        let check = |p: &Path, k| check_host_path(p, k).map_err(|e| e.to_string());
+        assert_eq!(check(d, HostPathType::Directory), Ok(()));
         assert_eq!(
-            check_host_path(&file, HostPathType::Directory),
+            check(&file, HostPathType::Directory),
             Err(format!(
                 "hostPath type check failed: {} is not a directory",
                 file.display()
             ))
         );
         assert_eq!(
-            check_host_path(d, HostPathType::File),
+            check(d, HostPathType::File),
             Err(format!(
                 "hostPath type check failed: {} is not a file",
                 d.display()
             ))
         );
         assert_eq!(
-            check_host_path(&file, HostPathType::Socket),
+            check(&file, HostPathType::Socket),
             Err(format!(
                 "hostPath type check failed: {} is not a socket file",
                 file.display()
             ))
         );
         let made = d.join("a/b");
-        assert_eq!(
-            check_host_path(&made, HostPathType::DirectoryOrCreate),
-            Ok(())
-        );
+        assert_eq!(check(&made, HostPathType::DirectoryOrCreate), Ok(()));
         assert!(made.is_dir());
         let new_file = d.join("new");
-        assert_eq!(
-            check_host_path(&new_file, HostPathType::FileOrCreate),
-            Ok(())
-        );
+        assert_eq!(check(&new_file, HostPathType::FileOrCreate), Ok(()));
         assert!(new_file.is_file());
+        assert_eq!(check(&d.join("nope"), HostPathType::Unset), Ok(()));
+        assert!(check(&d.join("nope"), HostPathType::CharDevice).is_err());
         assert_eq!(
-            check_host_path(&d.join("nope"), HostPathType::Unset),
-            Ok(())
-        );
-        assert!(check_host_path(&d.join("nope"), HostPathType::CharDevice).is_err());
-        assert_eq!(
-            check_host_path(Path::new("/dev/null"), HostPathType::CharDevice),
+            check(Path::new("/dev/null"), HostPathType::CharDevice),
             Ok(())
         );
     }

@@ -70,8 +70,12 @@ pub enum WorkerError {
     #[error("pod {uid}: pulling an image: {message}")]
     Image { uid: String, message: String },
     /// kubelet's `CreatePodSandboxError` for a DNS configuration that cannot be made.
-    #[error("pod {uid}: Failed to create pod sandbox: {message}")]
-    Dns { uid: String, message: String },
+    #[error("pod {uid}: Failed to create pod sandbox: {source}")]
+    Dns {
+        uid: String,
+        #[source]
+        source: crate::policy::dns::DnsError,
+    },
 }
 
 impl WorkerError {

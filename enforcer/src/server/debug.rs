@@ -41,8 +41,22 @@ pub const DEFAULT_PROFILE_SECONDS: u64 = 30;
 /// Sampling frequency of CPU profiles (Hz; 99, not 100, to avoid lockstep with timers).
 pub const PROFILE_FREQUENCY: i32 = 99;
 
-/// Changes the log filter (an `EnvFilter` directive string); returns the error text.
-pub type VerbositySetter = Box<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+/// Changes the log filter (an `EnvFilter` directive string); the error is the filter's or
+/// the reload's.
+pub type VerbositySetter =
+    Box<dyn Fn(&str) -> Result<(), Box<dyn std::error::Error + Send + Sync>> + Send + Sync>;
+
+/// Why a CPU profile is not taken (400 for the request, 500 for the profiler).
+#[derive(Debug, thiserror::Error)]
+enum DebugError {
+    #[error(
+        "seconds must be a whole number from 1 to {max}, got {0:?}\n",
+        max = MAX_PROFILE_SECONDS
+    )]
+    Seconds(String),
+    #[error("{0}")]
+    Profiler(#[from] pprof::Error),
+}
 
 static VERBOSITY: OnceLock<VerbositySetter> = OnceLock::new();
 
@@ -118,22 +132,20 @@ impl Drop for ProfilingSlot {
 }
 
 /// The requested length: `seconds` absent is the default; beyond the bound is an error.
-fn profile_seconds(raw: Option<&str>) -> Result<u64, String> {
+fn profile_seconds(raw: Option<&str>) -> Result<u64, DebugError> {
     let Some(raw) = raw else {
         return Ok(DEFAULT_PROFILE_SECONDS);
     };
     match raw.trim().parse::<u64>() {
         Ok(n) if (1..=MAX_PROFILE_SECONDS).contains(&n) => Ok(n),
-        _ => Err(format!(
-            "seconds must be a whole number from 1 to {MAX_PROFILE_SECONDS}, got {raw:?}\n"
-        )),
+        _ => Err(DebugError::Seconds(raw.to_owned())),
     }
 }
 
 pub(super) async fn profile(Query(p): Query<ProfileParams>) -> Response {
     let seconds = match profile_seconds(p.seconds.as_deref()) {
         Ok(s) => s,
-        Err(e) => return plain(StatusCode::BAD_REQUEST, e),
+        Err(e) => return plain(StatusCode::BAD_REQUEST, e.to_string()),
     };
     if PROFILING
         .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
@@ -175,17 +187,16 @@ pub(super) async fn profile(Query(p): Query<ProfileParams>) -> Response {
 }
 
 /// Samples every thread for `length` and encodes the pprof protobuf.
-fn take_profile(length: Duration) -> Result<Vec<u8>, String> {
+fn take_profile(length: Duration) -> Result<Vec<u8>, DebugError> {
     use pprof::protos::Message as _;
     let guard = pprof::ProfilerGuardBuilder::default()
         .frequency(PROFILE_FREQUENCY)
         .blocklist(&["libc", "libgcc", "pthread", "vdso"])
-        .build()
-        .map_err(|e| e.to_string())?;
+        .build()?;
     std::thread::sleep(length);
-    let report = guard.report().build().map_err(|e| e.to_string())?;
+    let report = guard.report().build()?;
     drop(guard);
-    let profile = report.pprof().map_err(|e| e.to_string())?;
+    let profile = report.pprof()?;
     Ok(profile.encode_to_vec())
 }
 
@@ -219,9 +230,13 @@ mod tests {
                 "{want}"
             );
         }
-        assert_eq!(profile_seconds(None), Ok(DEFAULT_PROFILE_SECONDS));
-        assert_eq!(profile_seconds(Some("1")), Ok(1));
-        assert_eq!(profile_seconds(Some("60")), Ok(60));
+        assert_eq!(profile_seconds(None).ok(), Some(DEFAULT_PROFILE_SECONDS));
+        assert_eq!(profile_seconds(Some("1")).ok(), Some(1));
+        assert_eq!(profile_seconds(Some("60")).ok(), Some(60));
+        assert_eq!(
+            profile_seconds(Some("61")).map_err(|e| e.to_string()),
+            Err("seconds must be a whole number from 1 to 60, got \"61\"\n".to_owned())
+        );
         for bad in ["0", "61", "-1", "x", "1.5"] {
             assert!(profile_seconds(Some(bad)).is_err(), "{bad}");
         }

@@ -37,7 +37,8 @@ pub use cert::{
     BOOTSTRAP_CURRENT, BootstrapCert, Tls, bootstrap, ensure_self_signed, tls, tls_with,
 };
 
-/// Errors setting the secure port up (each names its file).
+/// Errors of the secure port: setting it up (each names its file), bootstrapping its
+/// serving certificate, and the reviews of its requests.
 #[derive(Debug, thiserror::Error)]
 pub enum SecureError {
     #[error("{path}: {message}")]
@@ -46,6 +47,38 @@ pub enum SecureError {
     Generate(String),
     #[error("TLS: {0}")]
     Tls(String),
+    /// The API server client (the kubeconfig unreadable or refused).
+    #[error("{0}")]
+    ApiClient(#[source] Box<crate::runtime::apiserver::ApiSourceError>),
+    #[error("serverTLSBootstrap needs an API server")]
+    CsrNoApiServer,
+    /// The CSR's key or request could not be made.
+    #[error("{0}")]
+    Csr(#[source] rcgen::Error),
+    #[error("creating the CSR: {0}")]
+    CsrCreate(#[source] Box<kube::Error>),
+    #[error("reading CSR {name}: {source}")]
+    CsrRead {
+        name: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    /// The CSR was denied or failed (`condition`), with the signer's message.
+    #[error("CSR {name} {condition}: {message}")]
+    CsrRefused {
+        name: String,
+        condition: String,
+        message: String,
+    },
+    #[error("no API server (no kubeconfig) for the reviews")]
+    NoReviewClient,
+    #[error("TokenReview: {0}")]
+    TokenReview(#[source] Box<kube::Error>),
+    /// The TokenReview's own error (its status).
+    #[error("{0}")]
+    TokenRejected(String),
+    #[error("SubjectAccessReview: {0}")]
+    AccessReview(#[source] Box<kube::Error>),
 }
 
 fn file_err(path: &Path, e: impl std::fmt::Display) -> SecureError {
@@ -221,15 +254,15 @@ impl Auth {
         }
     }
 
-    async fn client(&self) -> Result<kube::Client, String> {
+    async fn client(&self) -> Result<kube::Client, SecureError> {
         let Some(k) = &self.opts.kubeconfig else {
-            return Err("no API server (no kubeconfig) for the reviews".to_owned());
+            return Err(SecureError::NoReviewClient);
         };
         self.client
             .get_or_try_init(|| async {
                 crate::runtime::apiserver::client_from_kubeconfig(k)
                     .await
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| SecureError::ApiClient(Box::new(e)))
             })
             .await
             .cloned()
@@ -284,7 +317,7 @@ impl Auth {
                     a
                 }
                 // Errors are not cached.
-                Err(e) => return Authn::Unauthorized(e),
+                Err(e) => return Authn::Unauthorized(e.to_string()),
             },
         };
         match answer {
@@ -296,7 +329,7 @@ impl Auth {
         }
     }
 
-    async fn token_review(&self, token: &str) -> Result<Option<UserInfo>, String> {
+    async fn token_review(&self, token: &str) -> Result<Option<UserInfo>, SecureError> {
         use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
         let api: kube::Api<TokenReview> = kube::Api::all(self.client().await?);
         let review = TokenReview {
@@ -309,11 +342,11 @@ impl Auth {
         let got = api
             .create(&kube::api::PostParams::default(), &review)
             .await
-            .map_err(|e| format!("TokenReview: {e}"))?;
+            .map_err(|e| SecureError::TokenReview(Box::new(e)))?;
         let status = got.status.unwrap_or_default();
         if status.authenticated != Some(true) {
             return match status.error {
-                Some(e) if !e.is_empty() => Err(e),
+                Some(e) if !e.is_empty() => Err(SecureError::TokenRejected(e)),
                 _ => Ok(None),
             };
         }
@@ -342,7 +375,12 @@ impl Auth {
     }
 
     /// One `nodes/<sub>` check: allowed or not, or the review's error.
-    async fn authorize_one(&self, user: &UserInfo, verb: &str, sub: &str) -> Result<bool, String> {
+    async fn authorize_one(
+        &self,
+        user: &UserInfo,
+        verb: &str,
+        sub: &str,
+    ) -> Result<bool, SecureError> {
         let AuthzMode::Webhook {
             allowed_ttl,
             denied_ttl,
@@ -387,7 +425,7 @@ impl Auth {
         let got = api
             .create(&kube::api::PostParams::default(), &review)
             .await
-            .map_err(|e| format!("SubjectAccessReview: {e}"))?;
+            .map_err(|e| SecureError::AccessReview(Box::new(e)))?;
         let st = got.status.unwrap_or_default();
         let allowed = st.allowed && st.denied != Some(true);
         cache_put(&self.decisions, key, allowed);

@@ -30,6 +30,24 @@ fn text(status: StatusCode, body: String) -> Response {
         .into_response()
 }
 
+/// A stream request kubelet refuses with 400 (the error's text is the body).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    #[error("you must specify at least 1 of stdin, stdout, stderr")]
+    NoStreams,
+    #[error("query parameter \"port\" is required")]
+    PortRequired,
+    #[error("query parameter \"port\" cannot be empty")]
+    PortEmpty,
+    #[error("unable to parse {port:?} as a port: {source}")]
+    PortParse {
+        port: String,
+        source: std::num::ParseIntError,
+    },
+    #[error("port {0:?} must be > 0")]
+    PortZero(String),
+}
+
 /// The exec and attach streams asked for (`input`, `output`, `error`, `tty`: each on only as
 /// `1`) and the command.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -43,7 +61,7 @@ pub struct StreamOptions {
 
 /// kubelet's `NewOptions`: the streams and command; `Err` when none of the three streams
 /// is asked for.
-pub fn stream_options(query: &str) -> Result<StreamOptions, String> {
+pub fn stream_options(query: &str) -> Result<StreamOptions, StreamError> {
     let pairs = query_pairs(query);
     let on = |k: &str| {
         pairs
@@ -66,14 +84,14 @@ pub fn stream_options(query: &str) -> Result<StreamOptions, String> {
             .collect(),
     };
     if !(o.stdin || o.stdout || o.stderr) {
-        return Err("you must specify at least 1 of stdin, stdout, stderr".to_owned());
+        return Err(StreamError::NoStreams);
     }
     Ok(o)
 }
 
 /// `portforward.NewV4Options`: WebSocket requests must name their ports (`port`, repeated or
 /// comma-separated); SPDY ones give them later, per stream.
-pub fn forward_ports(query: &str, websocket: bool) -> Result<Vec<i32>, String> {
+pub fn forward_ports(query: &str, websocket: bool) -> Result<Vec<i32>, StreamError> {
     if !websocket {
         return Ok(Vec::new());
     }
@@ -84,18 +102,19 @@ pub fn forward_ports(query: &str, websocket: bool) -> Result<Vec<i32>, String> {
         .map(|(_, v)| v.as_str())
         .collect();
     if values.is_empty() {
-        return Err("query parameter \"port\" is required".to_owned());
+        return Err(StreamError::PortRequired);
     }
     let mut out = Vec::new();
     for v in values.iter().flat_map(|v| v.split(',')) {
         if v.is_empty() {
-            return Err("query parameter \"port\" cannot be empty".to_owned());
+            return Err(StreamError::PortEmpty);
         }
-        let p: u16 = v
-            .parse()
-            .map_err(|e| format!("unable to parse {v:?} as a port: {e}"))?;
+        let p: u16 = v.parse().map_err(|source| StreamError::PortParse {
+            port: v.to_owned(),
+            source,
+        })?;
         if p == 0 {
-            return Err(format!("port {v:?} must be > 0"));
+            return Err(StreamError::PortZero(v.to_owned()));
         }
         out.push(i32::from(p));
     }
@@ -193,7 +212,7 @@ async fn exec_or_attach(
     } = t;
     let opts = match stream_options(query.as_deref().unwrap_or("")) {
         Ok(o) => o,
-        Err(e) => return text(StatusCode::BAD_REQUEST, e),
+        Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let Some(rec) = find_pod(&s, &namespace, &pod) else {
         return text(StatusCode::NOT_FOUND, "pod does not exist".to_owned());
@@ -300,7 +319,7 @@ async fn forward(
 ) -> Response {
     let ports = match forward_ports(query.as_deref().unwrap_or(""), is_websocket(req.headers())) {
         Ok(p) => p,
-        Err(e) => return text(StatusCode::BAD_REQUEST, e),
+        Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let Some(rec) = find_pod(&s, &namespace, &pod) else {
         return text(StatusCode::NOT_FOUND, "pod does not exist".to_owned());
@@ -456,6 +475,15 @@ async fn proxy(mut req: Request, url: &str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The errors as their text (the 400's body).
+    fn stream_options(query: &str) -> Result<StreamOptions, String> {
+        super::stream_options(query).map_err(|e| e.to_string())
+    }
+
+    fn forward_ports(query: &str, websocket: bool) -> Result<Vec<i32>, String> {
+        super::forward_ports(query, websocket).map_err(|e| e.to_string())
+    }
 
     #[test]
     fn stream_options_as_kubelet_reads_them() {

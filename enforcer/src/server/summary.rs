@@ -29,7 +29,7 @@ pub use types::*;
 use super::{Shared, json, text};
 use crate::{
     cgroup::{CgroupLayout, CgroupVersion, join_inside},
-    node::NodeObserver,
+    node::{NodeError, NodeObserver},
     policy::eviction::Signal,
     runtime::{NodeLink, StatusManager, status::PodRecord},
     stats::{Collector, NodeSnapshot, PodScope, PodTarget, Refresh},
@@ -91,23 +91,20 @@ impl StatsReader {
         link: &NodeLink,
         status: &StatusManager,
         logs: bool,
-    ) -> Result<Reading, String> {
+    ) -> Result<Reading, StatsError> {
         let (targets, records) = targets(link, status);
         let inner = self.inner.clone();
-        tokio::task::spawn_blocking(move || {
+        tokio::task::spawn_blocking(move || -> Result<Reading, StatsError> {
             let mut st = crate::locks::lock(&inner);
             let now = Duration::from_nanos(crate::signal::monotonic_ns());
-            let snapshot = st
-                .collector
-                .refresh(
-                    &Refresh {
-                        pods: PodScope::All,
-                        logs,
-                    },
-                    &targets,
-                    now,
-                )
-                .map_err(|e| e.to_string())?;
+            let snapshot = st.collector.refresh(
+                &Refresh {
+                    pods: PodScope::All,
+                    logs,
+                },
+                &targets,
+                now,
+            )?;
             let taken = Instant::now();
             let mut cpu_ns = HashMap::new();
             for t in &targets {
@@ -153,9 +150,17 @@ impl StatsReader {
                 node_swap,
             })
         })
-        .await
-        .map_err(|e| format!("the stats reading failed: {e}"))?
+        .await?
     }
+}
+
+/// Why the node's stats could not be read (the 500's text).
+#[derive(Debug, thiserror::Error)]
+pub enum StatsError {
+    #[error("{0}")]
+    Node(#[from] NodeError),
+    #[error("the stats reading failed: {0}")]
+    Join(#[from] tokio::task::JoinError),
 }
 
 /// The active pods to read (not finished), with their containers' runtime ids, and every

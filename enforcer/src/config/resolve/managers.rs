@@ -28,9 +28,20 @@ pub(super) struct Managers {
 /// Reservations as written: `(numa node, [(resource, quantity text)])`.
 type RawReservations = Vec<(i32, Vec<(String, String)>)>;
 
+/// A `--reserved-memory` value that is not `<numa node>:<resource>=<quantity>,...`.
+#[derive(Debug, thiserror::Error)]
+enum ReservedFlagError {
+    #[error("{0:?} is not <numa node>:<resource>=<quantity>,...")]
+    Entry(String),
+    #[error("{0:?} is not a NUMA node number")]
+    Node(String),
+    #[error("{0:?} is not <resource>=<quantity>")]
+    Pair(String),
+}
+
 /// `--reserved-memory 0:memory=1Gi,hugepages-2Mi=2Gi;1:memory=2Gi` (repeatable) as
 /// `(numa node, [(resource, quantity text)])`.
-fn parse_reserved_flag(values: &[String]) -> Result<RawReservations, String> {
+fn parse_reserved_flag(values: &[String]) -> Result<RawReservations, ReservedFlagError> {
     let mut out = Vec::new();
     for part in values.iter().flat_map(|v| v.split(';')) {
         let part = part.trim();
@@ -39,16 +50,16 @@ fn parse_reserved_flag(values: &[String]) -> Result<RawReservations, String> {
         }
         let (node, limits) = part
             .split_once(':')
-            .ok_or_else(|| format!("{part:?} is not <numa node>:<resource>=<quantity>,..."))?;
+            .ok_or_else(|| ReservedFlagError::Entry(part.to_owned()))?;
         let node: i32 = node
             .trim()
             .parse()
-            .map_err(|_| format!("{node:?} is not a NUMA node number"))?;
+            .map_err(|_| ReservedFlagError::Node(node.to_owned()))?;
         let mut pairs = Vec::new();
         for pair in limits.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let (k, v) = pair
                 .split_once('=')
-                .ok_or_else(|| format!("{pair:?} is not <resource>=<quantity>"))?;
+                .ok_or_else(|| ReservedFlagError::Pair(pair.to_owned()))?;
             pairs.push((k.trim().to_owned(), v.trim().to_owned()));
         }
         out.push((node, pairs));

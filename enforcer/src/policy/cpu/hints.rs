@@ -134,10 +134,10 @@ impl HintProvider for StaticPolicy {
         pod: &Pod,
         container: &Container,
         hint: &TopologyHint,
-    ) -> Result<(), String> {
+    ) -> Result<(), crate::policy::topology::ProviderError> {
         self.allocate_aligned(pod, container, hint.affinity)
             .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(Into::into)
     }
 }
 

@@ -753,7 +753,7 @@ impl crate::policy::topology::HintProvider for StaticPolicy {
         pod: &Pod,
         container: &Container,
         hint: &TopologyHint,
-    ) -> Result<(), String> {
-        Self::allocate(self, pod, container, hint).map_err(|e| e.to_string())
+    ) -> Result<(), crate::policy::topology::ProviderError> {
+        Self::allocate(self, pod, container, hint).map_err(Into::into)
     }
 }

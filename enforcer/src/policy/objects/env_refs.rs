@@ -1,7 +1,7 @@
 //! The environment variables a container takes from objects (kubelet's
 //! `makeEnvironmentVariables`): `envFrom` sources and `valueFrom` key references.
 
-use super::{ObjectKind, PodObjects, not_found, secret_data};
+use super::{ObjectError, ObjectKind, PodObjects, secret_data};
 
 /// Variables (name, value) and the keys skipped as invalid names.
 pub type EnvFromVars = (Vec<(String, String)>, Vec<String>);
@@ -24,7 +24,7 @@ pub fn env_from(
     name: &str,
     prefix: &str,
     optional: bool,
-) -> Result<EnvFromVars, String> {
+) -> Result<EnvFromVars, ObjectError> {
     let data = match kind {
         ObjectKind::ConfigMap => objects.config_map(name)?.map(|cm| {
             cm.data
@@ -44,7 +44,10 @@ pub fn env_from(
         return if optional {
             Ok((Vec::new(), Vec::new()))
         } else {
-            Err(not_found(kind, name))
+            Err(ObjectError::NotFound {
+                kind,
+                name: name.to_owned(),
+            })
         };
     };
     let mut vars = Vec::new();
@@ -69,7 +72,7 @@ pub fn env_key(
     name: &str,
     key: &str,
     optional: bool,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, ObjectError> {
     let value = match kind {
         ObjectKind::ConfigMap => objects
             .config_map(name)?
@@ -83,17 +86,18 @@ pub fn env_key(
     };
     match value {
         None if optional => Ok(None),
-        None => Err(not_found(kind, name)),
+        None => Err(ObjectError::NotFound {
+            kind,
+            name: name.to_owned(),
+        }),
         Some(Some(v)) => Ok(Some(v)),
         Some(None) if optional => Ok(None),
-        Some(None) => Err(format!(
-            "couldn't find key {key} in {} {}/{name}",
-            match kind {
-                ObjectKind::ConfigMap => "ConfigMap",
-                ObjectKind::Secret => "Secret",
-            },
-            objects.namespace
-        )),
+        Some(None) => Err(ObjectError::NoKey {
+            kind,
+            key: key.to_owned(),
+            namespace: objects.namespace.clone(),
+            name: name.to_owned(),
+        }),
     }
 }
 
@@ -101,6 +105,27 @@ pub fn env_key(
 mod tests {
     use super::*;
     use crate::policy::objects::tests::objects;
+
+    /// The error as its text (kubelet's message).
+    fn env_key(
+        o: &PodObjects,
+        kind: ObjectKind,
+        name: &str,
+        key: &str,
+        optional: bool,
+    ) -> Result<Option<String>, String> {
+        super::env_key(o, kind, name, key, optional).map_err(|e| e.to_string())
+    }
+
+    fn env_from(
+        o: &PodObjects,
+        kind: ObjectKind,
+        name: &str,
+        prefix: &str,
+        optional: bool,
+    ) -> Result<EnvFromVars, String> {
+        super::env_from(o, kind, name, prefix, optional).map_err(|e| e.to_string())
+    }
 
     #[test]
     fn env_values_as_kubelet() {

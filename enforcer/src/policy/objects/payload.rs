@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 
-use super::{File, ObjectKind, PodObjects, not_found};
+use super::{File, ObjectError, ObjectKind, PodObjects};
 
 /// One `items` entry of a configMap or secret projection.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,7 +30,7 @@ fn make_payload(
     kind: ObjectKind,
     p: &ObjectProjection,
     data: &BTreeMap<String, Vec<u8>>,
-) -> Result<Vec<File>, String> {
+) -> Result<Vec<File>, ObjectError> {
     if p.items.is_empty() {
         return Ok(data
             .iter()
@@ -44,12 +44,8 @@ fn make_payload(
                 continue;
             }
             return Err(match kind {
-                ObjectKind::ConfigMap => {
-                    format!("configmap references non-existent config key: {}", i.key)
-                }
-                ObjectKind::Secret => {
-                    format!("references non-existent secret key: {}", i.key)
-                }
+                ObjectKind::ConfigMap => ObjectError::NoConfigMapKey(i.key.clone()),
+                ObjectKind::Secret => ObjectError::NoSecretKey(i.key.clone()),
             });
         };
         out.push((i.path.clone(), v.clone(), i.mode.unwrap_or(p.default_mode)));
@@ -84,20 +80,32 @@ pub fn secret_data(s: &Secret) -> BTreeMap<String, Vec<u8>> {
 
 /// The files of a configMap projection: the object's keys, an empty payload for a missing
 /// optional object, or kubelet's error.
-pub fn config_map_payload(objects: &PodObjects, p: &ObjectProjection) -> Result<Vec<File>, String> {
+pub fn config_map_payload(
+    objects: &PodObjects,
+    p: &ObjectProjection,
+) -> Result<Vec<File>, ObjectError> {
     match objects.config_map(&p.name)? {
         Some(cm) => make_payload(ObjectKind::ConfigMap, p, &config_map_data(cm)),
         None if p.optional => Ok(Vec::new()),
-        None => Err(not_found(ObjectKind::ConfigMap, &p.name)),
+        None => Err(ObjectError::NotFound {
+            kind: ObjectKind::ConfigMap,
+            name: p.name.clone(),
+        }),
     }
 }
 
 /// The files of a secret projection (as [`config_map_payload`]).
-pub fn secret_payload(objects: &PodObjects, p: &ObjectProjection) -> Result<Vec<File>, String> {
+pub fn secret_payload(
+    objects: &PodObjects,
+    p: &ObjectProjection,
+) -> Result<Vec<File>, ObjectError> {
     match objects.secret(&p.name)? {
         Some(s) => make_payload(ObjectKind::Secret, p, &secret_data(s)),
         None if p.optional => Ok(Vec::new()),
-        None => Err(not_found(ObjectKind::Secret, &p.name)),
+        None => Err(ObjectError::NotFound {
+            kind: ObjectKind::Secret,
+            name: p.name.clone(),
+        }),
     }
 }
 
@@ -105,6 +113,15 @@ pub fn secret_payload(objects: &PodObjects, p: &ObjectProjection) -> Result<Vec<
 mod tests {
     use super::*;
     use crate::policy::objects::tests::objects;
+
+    /// The error as its text (kubelet's message).
+    fn config_map_payload(o: &PodObjects, p: &ObjectProjection) -> Result<Vec<File>, String> {
+        super::config_map_payload(o, p).map_err(|e| e.to_string())
+    }
+
+    fn secret_payload(o: &PodObjects, p: &ObjectProjection) -> Result<Vec<File>, String> {
+        super::secret_payload(o, p).map_err(|e| e.to_string())
+    }
 
     fn proj(name: &str, items: &[(&str, &str, Option<u32>)], optional: bool) -> ObjectProjection {
         ObjectProjection {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 
-use super::PodObjects;
+use super::{ObjectError, PodObjects};
 
 /// The master services every pod gets variables for, whatever `enableServiceLinks` says.
 pub const MASTER_SERVICES: &[&str] = &["kubernetes"];
@@ -99,13 +99,11 @@ pub fn service_env(
 impl PodObjects {
     /// The service variables of the pod's containers: none when services were not read
     /// (standalone), kubelet's error when they could not be.
-    pub fn service_env(&self, enable_links: bool) -> Result<BTreeMap<String, String>, String> {
+    pub fn service_env(&self, enable_links: bool) -> Result<BTreeMap<String, String>, ObjectError> {
         match &self.services {
             None => Ok(BTreeMap::new()),
             Some(Ok(s)) => Ok(service_env(s, &self.namespace, enable_links)),
-            Some(Err(e)) => Err(format!(
-                "services have not yet been read at least once, cannot construct envvars: {e}"
-            )),
+            Some(Err(e)) => Err(ObjectError::Services(e.clone())),
         }
     }
 }

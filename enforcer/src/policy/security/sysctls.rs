@@ -190,7 +190,12 @@ impl SysctlAllowlist {
     }
 
     /// `validateSysctl`: allowlisted, and not in a namespace the pod shares with the host.
-    pub fn validate(&self, sysctl: &str, host_net: bool, host_ipc: bool) -> Result<(), String> {
+    pub fn validate(
+        &self,
+        sysctl: &str,
+        host_net: bool,
+        host_ipc: bool,
+    ) -> Result<(), SecurityError> {
         let sysctl = normalize_sysctl_name(sysctl);
         let ns = self.sysctls.get(&sysctl).copied().or_else(|| {
             self.prefixes
@@ -199,14 +204,14 @@ impl SysctlAllowlist {
                 .map(|(_, ns)| *ns)
         });
         match ns {
-            Some(ns @ SysctlNamespace::Ipc) if host_ipc => {
-                Err(format!("{sysctl:?} not allowed with host {ns} enabled"))
+            Some(namespace @ SysctlNamespace::Ipc) if host_ipc => {
+                Err(SecurityError::SysctlHostNamespace { sysctl, namespace })
             }
-            Some(ns @ SysctlNamespace::Net) if host_net => {
-                Err(format!("{sysctl:?} not allowed with host {ns} enabled"))
+            Some(namespace @ SysctlNamespace::Net) if host_net => {
+                Err(SecurityError::SysctlHostNamespace { sysctl, namespace })
             }
             Some(_) => Ok(()),
-            None => Err(format!("{sysctl:?} not allowlisted")),
+            None => Err(SecurityError::SysctlNotAllowlisted(sysctl)),
         }
     }
 
@@ -315,7 +320,8 @@ mod tests {
             ),
         ] {
             assert_eq!(
-                w.validate(name, host_net, host_ipc),
+                w.validate(name, host_net, host_ipc)
+                    .map_err(|e| e.to_string()),
                 Err(want.to_owned()),
                 "{name}"
             );

@@ -39,18 +39,22 @@ impl Scope {
     }
 }
 
+/// A provider's `Allocate` error (the CPU manager's or the memory manager's own error type);
+/// its text goes into the pod's `UnexpectedAdmissionError`.
+pub type ProviderError = Box<dyn std::error::Error + Send + Sync>;
+
 /// A hint provider (`topologymanager.HintProvider`): the CPU and memory managers.
 pub trait HintProvider {
     /// `GetTopologyHints` for one container.
     fn topology_hints(&self, pod: &Pod, container: &Container) -> ProviderHints;
     /// `Allocate` for one container along the merged hint (kubelet's providers read it from
-    /// the topology manager's store; here it is passed in). The error is the provider's text.
+    /// the topology manager's store; here it is passed in). The error is the provider's own.
     fn allocate(
         &mut self,
         pod: &Pod,
         container: &Container,
         hint: &TopologyHint,
-    ) -> Result<(), String>;
+    ) -> Result<(), ProviderError>;
 }
 
 /// The result of the topology manager's admission: kubelet's admit result and, for an
@@ -64,7 +68,7 @@ pub struct ScopeAdmit {
     pub hints: Vec<(String, TopologyHint)>,
 }
 
-fn unexpected(err: &str) -> AdmitResult {
+fn unexpected(err: &ProviderError) -> AdmitResult {
     AdmitResult::reject(
         UNEXPECTED_ADMISSION_ERROR,
         format!("Allocate failed due to {err}, which is unexpected"),

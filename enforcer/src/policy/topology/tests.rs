@@ -691,9 +691,14 @@ impl HintProvider for Mock {
     fn topology_hints(&self, _: &Pod, _: &Container) -> ProviderHints {
         self.hints.clone()
     }
-    fn allocate(&mut self, _: &Pod, c: &Container, hint: &TopologyHint) -> Result<(), String> {
+    fn allocate(
+        &mut self,
+        _: &Pod,
+        c: &Container,
+        hint: &TopologyHint,
+    ) -> Result<(), super::ProviderError> {
         if let Some(e) = self.fail {
-            return Err(e.to_owned());
+            return Err(e.into());
         }
         self.allocated.push((c.name.clone(), *hint));
         Ok(())

@@ -3,12 +3,38 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use super::{DownwardItem, DownwardSource, FileSource, relative_no_backsteps};
+use super::{DownwardItem, DownwardSource, FileSource, PathError, relative_no_backsteps};
 use crate::policy::{
     env::{self, EnvError},
-    objects::{self, PodObjects},
+    objects::{self, ObjectError, PodObjects},
     resources::ResourceList,
 };
+
+/// Why an object-backed volume's files cannot be made (kubelet's `MountVolume.SetUp`
+/// message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VolumeFilesError {
+    /// A downward API source's value.
+    #[error("{0}")]
+    Downward(#[from] EnvError),
+    /// A configMap, secret or token not there to use.
+    #[error("{0}")]
+    Object(#[from] ObjectError),
+    /// A file path (a key included) that would leave the volume.
+    #[error("invalid path {path:?}: {why}")]
+    Path { path: String, why: PathError },
+    /// Several sources failed (kubelet's aggregate: `[a, b]`).
+    #[error("[{}]", joined(.0))]
+    Several(Vec<VolumeFilesError>),
+}
+
+fn joined(errors: &[VolumeFilesError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// The files of a downward API volume: (relative path, content, mode), from the pod (with its
 /// limits merged from the node's allocatable for `resourceFieldRef`).
@@ -44,25 +70,29 @@ pub fn object_files(
     sources: &[FileSource],
     objects: &PodObjects,
     allocatable: &ResourceList,
-) -> Result<Vec<objects::File>, String> {
+) -> Result<Vec<objects::File>, VolumeFilesError> {
     let mut files: Vec<objects::File> = Vec::new();
-    let mut errors: Vec<String> = Vec::new();
+    let mut errors: Vec<VolumeFilesError> = Vec::new();
     for s in sources {
-        let got = match s {
+        let got: Result<_, VolumeFilesError> = match s {
             FileSource::Downward(items) => {
-                downward_files(pod, items, allocatable).map_err(|e| e.to_string())
+                downward_files(pod, items, allocatable).map_err(Into::into)
             }
-            FileSource::ConfigMap(p) => objects::config_map_payload(objects, p),
-            FileSource::Secret(p) => objects::secret_payload(objects, p),
+            FileSource::ConfigMap(p) => objects::config_map_payload(objects, p).map_err(Into::into),
+            FileSource::Secret(p) => objects::secret_payload(objects, p).map_err(Into::into),
             FileSource::Token(t) => objects
                 .token(&t.token)
-                .map(|tok| vec![(t.path.clone(), tok.as_bytes().to_vec(), t.mode)]),
+                .map(|tok| vec![(t.path.clone(), tok.as_bytes().to_vec(), t.mode)])
+                .map_err(Into::into),
         };
         match got {
             Ok(fs) => {
                 for f in fs {
-                    if let Err(e) = relative_no_backsteps(&f.0) {
-                        errors.push(format!("invalid path {:?}: {e}", f.0));
+                    if let Err(why) = relative_no_backsteps(&f.0) {
+                        errors.push(VolumeFilesError::Path {
+                            path: f.0.clone(),
+                            why,
+                        });
                         continue;
                     }
                     files.retain(|g| g.0 != f.0);
@@ -75,7 +105,7 @@ pub fn object_files(
     match errors.len() {
         0 => Ok(files),
         1 => Err(errors.remove(0)),
-        _ => Err(format!("[{}]", errors.join(", "))),
+        _ => Err(VolumeFilesError::Several(errors)),
     }
 }
 
@@ -88,6 +118,16 @@ mod tests {
 
     use super::*;
     use crate::policy::volumes::{VolumeKind, admit, admit_with, plan_with, tests::pod};
+
+    /// The error as its text (kubelet's message).
+    fn object_files(
+        pod: &Pod,
+        sources: &[FileSource],
+        objects: &PodObjects,
+        allocatable: &ResourceList,
+    ) -> Result<Vec<objects::File>, String> {
+        super::object_files(pod, sources, objects, allocatable).map_err(|e| e.to_string())
+    }
 
     /// An API pod's configMap, secret and kube-api-access volumes: planned with kubelet's
     /// plugins, modes and media, and their files from a snapshot of the objects.

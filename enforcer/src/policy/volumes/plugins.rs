@@ -8,14 +8,76 @@ use k8s_openapi::api::core::v1::{DownwardAPIVolumeFile, Pod, ProjectedVolumeSour
 
 use super::{
     CONFIG_MAP_PLUGIN, DOWNWARD_API_PLUGIN, DownwardItem, DownwardSource, FileSource, HostPathType,
-    PROJECTED_PLUGIN, PlannedVolume, SECRET_PLUGIN, TokenProjection, UNSUPPORTED_VOLUME_REASON,
-    VolumeKind, file_mode, fs_group, is_component, relative_no_backsteps,
+    PROJECTED_PLUGIN, PathError, PlannedVolume, SECRET_PLUGIN, TokenProjection,
+    UNSUPPORTED_VOLUME_REASON, VolumeKind, file_mode, fs_group, is_component,
+    relative_no_backsteps,
 };
 use crate::policy::{
     eviction::manager::AdmitResult,
     objects::{self, KeyToPath, ObjectProjection, TokenRef},
     resources,
 };
+
+/// Why a volume cannot be set up by this node: the message of the pod's refusal at admission
+/// ([`UNSUPPORTED_VOLUME_REASON`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VolumePlanError {
+    #[error("volume name {0:?} is not a valid name")]
+    VolumeName(String),
+    #[error("volume {volume:?}: item path {path:?} {why}")]
+    ItemPath {
+        volume: String,
+        path: String,
+        why: PathError,
+    },
+    #[error("volume {volume:?}: item {item:?}: unsupported fieldPath {field_path:?}")]
+    FieldPath {
+        volume: String,
+        item: String,
+        field_path: String,
+    },
+    #[error("volume {volume:?}: item {item:?}: resourceFieldRef needs a containerName")]
+    NoContainerName { volume: String, item: String },
+    #[error("volume {volume:?}: item {item:?} needs exactly one of fieldRef and resourceFieldRef")]
+    OneSource { volume: String, item: String },
+    #[error("volume {volume:?}: {name:?} is not a valid object name")]
+    ObjectName { volume: String, name: String },
+    /// A volume (or projected source: `what`) that needs API objects, for a pod that reads
+    /// none.
+    #[error(
+        "volume {volume:?}: {what} needs API server objects; only pods from the API server read them (not static pods, not a standalone node)"
+    )]
+    NoApi { volume: String, what: String },
+    #[error("volume {volume:?}: token path {path:?} {why}")]
+    TokenPath {
+        volume: String,
+        path: String,
+        why: PathError,
+    },
+    #[error("volume {volume:?}: service account {service_account:?} is not a valid name")]
+    ServiceAccount {
+        volume: String,
+        service_account: String,
+    },
+    #[error("volume {volume:?}: projected source {what} is not supported by this node")]
+    ProjectedSource { volume: String, what: String },
+    #[error("volume {volume:?}: emptyDir medium {medium:?} is not supported by this node")]
+    Medium { volume: String, medium: String },
+    #[error("volume {volume:?}: {host_path_type} is an invalid volume type")]
+    HostPathType {
+        volume: String,
+        host_path_type: String,
+    },
+    #[error("volume {volume:?}: hostPath {path:?} must be an absolute path")]
+    HostPathRelative { volume: String, path: String },
+    /// Volume sources (`what`) this node has no plugin for; `why` says more for some.
+    #[error("volume {volume:?}: {what} volumes are not supported by this node{why}")]
+    Unsupported {
+        volume: String,
+        what: String,
+        why: &'static str,
+    },
+}
 
 /// The fieldRef paths a downward API volume may read.
 fn volume_field_ok(path: &str) -> bool {
@@ -34,36 +96,40 @@ fn downward_items(
     volume: &str,
     items: &[DownwardAPIVolumeFile],
     default_mode: Option<i32>,
-) -> Result<Vec<DownwardItem>, String> {
+) -> Result<Vec<DownwardItem>, VolumePlanError> {
     items
         .iter()
         .map(|i| {
-            relative_no_backsteps(&i.path)
-                .map_err(|e| format!("volume {volume:?}: item path {:?} {e}", i.path))?;
+            relative_no_backsteps(&i.path).map_err(|why| VolumePlanError::ItemPath {
+                volume: volume.to_owned(),
+                path: i.path.clone(),
+                why,
+            })?;
             let source = match (&i.field_ref, &i.resource_field_ref) {
                 (Some(f), None) if volume_field_ok(&f.field_path) => {
                     DownwardSource::Field(f.field_path.clone())
                 }
                 (Some(f), None) => {
-                    return Err(format!(
-                        "volume {volume:?}: item {:?}: unsupported fieldPath {:?}",
-                        i.path, f.field_path
-                    ));
+                    return Err(VolumePlanError::FieldPath {
+                        volume: volume.to_owned(),
+                        item: i.path.clone(),
+                        field_path: f.field_path.clone(),
+                    });
                 }
                 (None, Some(r)) if r.container_name.as_deref().is_some_and(|n| !n.is_empty()) => {
                     DownwardSource::Resource(r.clone())
                 }
                 (None, Some(_)) => {
-                    return Err(format!(
-                        "volume {volume:?}: item {:?}: resourceFieldRef needs a containerName",
-                        i.path
-                    ));
+                    return Err(VolumePlanError::NoContainerName {
+                        volume: volume.to_owned(),
+                        item: i.path.clone(),
+                    });
                 }
                 _ => {
-                    return Err(format!(
-                        "volume {volume:?}: item {:?} needs exactly one of fieldRef and resourceFieldRef",
-                        i.path
-                    ));
+                    return Err(VolumePlanError::OneSource {
+                        volume: volume.to_owned(),
+                        item: i.path.clone(),
+                    });
                 }
             };
             Ok(DownwardItem {
@@ -91,18 +157,22 @@ fn object_projection(
     items: Option<&[k8s_openapi::api::core::v1::KeyToPath]>,
     default_mode: Option<i32>,
     optional: Option<bool>,
-) -> Result<ObjectProjection, String> {
+) -> Result<ObjectProjection, VolumePlanError> {
     if !objects::valid_name(name) {
-        return Err(format!(
-            "volume {volume:?}: {name:?} is not a valid object name"
-        ));
+        return Err(VolumePlanError::ObjectName {
+            volume: volume.to_owned(),
+            name: name.to_owned(),
+        });
     }
     let items = items
         .unwrap_or(&[])
         .iter()
         .map(|i| {
-            relative_no_backsteps(&i.path)
-                .map_err(|e| format!("volume {volume:?}: item path {:?} {e}", i.path))?;
+            relative_no_backsteps(&i.path).map_err(|why| VolumePlanError::ItemPath {
+                volume: volume.to_owned(),
+                path: i.path.clone(),
+                why,
+            })?;
             Ok(KeyToPath {
                 key: i.key.clone(),
                 path: i.path.clone(),
@@ -112,7 +182,7 @@ fn object_projection(
                     .map(|m| m & 0o7777),
             })
         })
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, VolumePlanError>>()?;
     Ok(ObjectProjection {
         name: name.to_owned(),
         items,
@@ -122,10 +192,11 @@ fn object_projection(
 }
 
 /// Why a volume that needs API objects cannot be set up for this pod.
-fn no_api(name: &str, what: &str) -> String {
-    format!(
-        "volume {name:?}: {what} needs API server objects; only pods from the API server read them (not static pods, not a standalone node)"
-    )
+fn no_api(name: &str, what: &str) -> VolumePlanError {
+    VolumePlanError::NoApi {
+        volume: name.to_owned(),
+        what: what.to_owned(),
+    }
 }
 
 /// A projected volume: its downward API items alone (the downward API plugin's way), or
@@ -135,7 +206,7 @@ fn projected(
     name: &str,
     p: &ProjectedVolumeSource,
     api: bool,
-) -> Result<VolumeKind, String> {
+) -> Result<VolumeKind, VolumePlanError> {
     let mut items = Vec::new();
     let mut sources = Vec::new();
     for s in p.sources.iter().flatten() {
@@ -166,13 +237,17 @@ fn projected(
                 c.optional,
             )?));
         } else if let Some(t) = &s.service_account_token {
-            relative_no_backsteps(&t.path)
-                .map_err(|e| format!("volume {name:?}: token path {:?} {e}", t.path))?;
+            relative_no_backsteps(&t.path).map_err(|why| VolumePlanError::TokenPath {
+                volume: name.to_owned(),
+                path: t.path.clone(),
+                why,
+            })?;
             let service_account = objects::service_account(pod);
             if !objects::valid_name(&service_account) {
-                return Err(format!(
-                    "volume {name:?}: service account {service_account:?} is not a valid name"
-                ));
+                return Err(VolumePlanError::ServiceAccount {
+                    volume: name.to_owned(),
+                    service_account,
+                });
             }
             sources.push(FileSource::Token(TokenProjection {
                 token: TokenRef {
@@ -192,10 +267,10 @@ fn projected(
                 },
             }));
         } else {
-            let what = source_kinds(s).join(", ");
-            return Err(format!(
-                "volume {name:?}: projected source {what} is not supported by this node"
-            ));
+            return Err(VolumePlanError::ProjectedSource {
+                volume: name.to_owned(),
+                what: source_kinds(s).join(", "),
+            });
         }
     }
     Ok(
@@ -216,19 +291,20 @@ fn projected(
 
 /// One volume as this node sets it up, or why it cannot. `api`: the pod came from the API
 /// server and the node reads objects there.
-fn plan_volume(pod: &Pod, v: &Volume, api: bool) -> Result<PlannedVolume, String> {
+fn plan_volume(pod: &Pod, v: &Volume, api: bool) -> Result<PlannedVolume, VolumePlanError> {
     let name = v.name.clone();
     if !is_component(&name) {
-        return Err(format!("volume name {name:?} is not a valid name"));
+        return Err(VolumePlanError::VolumeName(name));
     }
     let kind = if let Some(e) = &v.empty_dir {
         let memory = match e.medium.as_deref().unwrap_or("") {
             "" => false,
             "Memory" => true,
             other => {
-                return Err(format!(
-                    "volume {name:?}: emptyDir medium {other:?} is not supported by this node"
-                ));
+                return Err(VolumePlanError::Medium {
+                    volume: name,
+                    medium: other.to_owned(),
+                });
             }
         };
         VolumeKind::EmptyDir {
@@ -241,16 +317,16 @@ fn plan_volume(pod: &Pod, v: &Volume, api: bool) -> Result<PlannedVolume, String
         }
     } else if let Some(h) = &v.host_path {
         let kind = HostPathType::parse(h.type_.as_deref()).ok_or_else(|| {
-            format!(
-                "volume {name:?}: {} is an invalid volume type",
-                h.type_.as_deref().unwrap_or("")
-            )
+            VolumePlanError::HostPathType {
+                volume: name.clone(),
+                host_path_type: h.type_.clone().unwrap_or_default(),
+            }
         })?;
         if !h.path.starts_with('/') {
-            return Err(format!(
-                "volume {name:?}: hostPath {:?} must be an absolute path",
-                h.path
-            ));
+            return Err(VolumePlanError::HostPathRelative {
+                volume: name,
+                path: h.path.clone(),
+            });
         }
         VolumeKind::HostPath {
             path: PathBuf::from(&h.path),
@@ -307,9 +383,11 @@ fn plan_volume(pod: &Pod, v: &Volume, api: bool) -> Result<PlannedVolume, String
                 "persistentVolumeClaim" | "ephemeral" => " (it needs a volume controller)",
                 _ => "",
             };
-            return Err(format!(
-                "volume {name:?}: {what} volumes are not supported by this node{why}"
-            ));
+            return Err(VolumePlanError::Unsupported {
+                volume: name,
+                what,
+                why,
+            });
         }
     };
     Ok(PlannedVolume { name, kind })
@@ -317,12 +395,12 @@ fn plan_volume(pod: &Pod, v: &Volume, api: bool) -> Result<PlannedVolume, String
 
 /// The pod's volumes, in spec order, or the first one this node cannot set up (a pod that
 /// reads no API objects: standalone, or static).
-pub fn plan(pod: &Pod) -> Result<Vec<PlannedVolume>, String> {
+pub fn plan(pod: &Pod) -> Result<Vec<PlannedVolume>, VolumePlanError> {
     plan_with(pod, false)
 }
 
 /// [`plan`], for a pod from the API server when `api` (configMap, secret, token volumes).
-pub fn plan_with(pod: &Pod, api: bool) -> Result<Vec<PlannedVolume>, String> {
+pub fn plan_with(pod: &Pod, api: bool) -> Result<Vec<PlannedVolume>, VolumePlanError> {
     pod.spec
         .iter()
         .flat_map(|s| s.volumes.iter().flatten())
@@ -339,7 +417,7 @@ pub fn admit(pod: &Pod) -> AdmitResult {
 pub fn admit_with(pod: &Pod, api: bool) -> AdmitResult {
     match plan_with(pod, api) {
         Ok(_) => AdmitResult::admit(),
-        Err(message) => AdmitResult::reject(UNSUPPORTED_VOLUME_REASON, message),
+        Err(e) => AdmitResult::reject(UNSUPPORTED_VOLUME_REASON, e.to_string()),
     }
 }
 

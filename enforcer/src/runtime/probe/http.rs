@@ -20,8 +20,49 @@ use tokio::{
 };
 
 use super::{
-    Outcome, Scheme, dial_error, error_chain, join_host_port, tls::tls_config, user_agent,
+    Outcome, Scheme, dial_error, error_chain, join_host_port,
+    tls::{TlsError, tls_config},
+    user_agent,
 };
+
+/// Why an HTTP probe got no answer, in Go's words (the probe's failure is
+/// `Get "<url>": <this>`; a body that cannot be read is a prober error).
+#[derive(Debug, thiserror::Error)]
+enum HttpProbeError {
+    #[error("net/http: invalid header field name {0:?}")]
+    HeaderName(String),
+    #[error("net/http: invalid header field value for {0:?}")]
+    HeaderValue(String),
+    #[error("net/http: invalid User-Agent: {0}")]
+    UserAgent(#[source] header::InvalidHeaderValue),
+    #[error("parse {path:?}: {source}")]
+    Path {
+        path: String,
+        source: hyper::http::uri::InvalidUri,
+    },
+    #[error("http: invalid Host header {authority:?}: {source}")]
+    Host {
+        authority: String,
+        source: header::InvalidHeaderValue,
+    },
+    /// Go's wording of the dial error.
+    #[error("{0}")]
+    Dial(String),
+    #[error("invalid server name {host:?}: {source}")]
+    ServerName {
+        host: String,
+        source: rustls::pki_types::InvalidDnsNameError,
+    },
+    #[error("{0}")]
+    Tls(#[from] TlsError),
+    #[error("tls: {0}")]
+    Handshake(#[source] std::io::Error),
+    /// The exchange or the body's read failed: the error and its sources, as Go prints them.
+    #[error("{}", error_chain(.0))]
+    Http(hyper::Error),
+    #[error("stopped after {} redirects", MAX_REDIRECTS)]
+    Redirects,
+}
 
 /// kubelet's `maxRespBodyLength` for HTTP probes.
 const MAX_BODY: usize = 10 * 1024;
@@ -63,20 +104,21 @@ fn escape_path(path: &str) -> String {
 /// removes it), and the `Host` override apart (Go's `req.Host`: the first `Host` header,
 /// unless empty). Go writes only the first `User-Agent`, and none when it is empty. A header
 /// Go would refuse is refused with its words.
-fn probe_headers(given: &[(String, String)]) -> Result<(HeaderMap, Option<HeaderValue>), String> {
+fn probe_headers(
+    given: &[(String, String)],
+) -> Result<(HeaderMap, Option<HeaderValue>), HttpProbeError> {
     let mut headers = HeaderMap::new();
     for (k, v) in given {
         let name = HeaderName::from_bytes(k.as_bytes())
-            .map_err(|_| format!("net/http: invalid header field name {k:?}"))?;
+            .map_err(|_| HttpProbeError::HeaderName(k.clone()))?;
         let value = HeaderValue::from_bytes(v.as_bytes())
-            .map_err(|_| format!("net/http: invalid header field value for {k:?}"))?;
+            .map_err(|_| HttpProbeError::HeaderValue(k.clone()))?;
         headers.append(name, value);
     }
     let host = headers.remove(header::HOST).filter(|h| !h.is_empty());
     match headers.remove(header::USER_AGENT) {
         None => {
-            let ua = HeaderValue::from_str(&user_agent())
-                .map_err(|e| format!("net/http: invalid User-Agent: {e}"))?;
+            let ua = HeaderValue::from_str(&user_agent()).map_err(HttpProbeError::UserAgent)?;
             headers.insert(header::USER_AGENT, ua);
         }
         Some(ua) if !ua.is_empty() => {
@@ -103,15 +145,20 @@ fn request(
     host: Option<&HeaderValue>,
     path: &str,
     headers: &HeaderMap,
-) -> Result<Request<Empty<Bytes>>, String> {
+) -> Result<Request<Empty<Bytes>>, HttpProbeError> {
     let mut req = Request::new(Empty::new());
     *req.uri_mut() = escape_path(path)
         .parse()
-        .map_err(|e| format!("parse {path:?}: {e}"))?;
+        .map_err(|source| HttpProbeError::Path {
+            path: path.to_owned(),
+            source,
+        })?;
     let host = match host {
         Some(h) => h.clone(),
-        None => HeaderValue::from_str(authority)
-            .map_err(|e| format!("http: invalid Host header {authority:?}: {e}"))?,
+        None => HeaderValue::from_str(authority).map_err(|source| HttpProbeError::Host {
+            authority: authority.to_owned(),
+            source,
+        })?,
     };
     let h = req.headers_mut();
     h.insert(header::HOST, host);
@@ -151,20 +198,25 @@ async fn get_once(
     host: &str,
     port: u16,
     req: Request<Empty<Bytes>>,
-) -> Result<Answer, String> {
+) -> Result<Answer, HttpProbeError> {
     let addr = join_host_port(host, port);
     let tcp = TcpStream::connect((host, port))
         .await
-        .map_err(|e| dial_error(&addr, &e))?;
+        .map_err(|e| HttpProbeError::Dial(dial_error(&addr, &e)))?;
     match scheme {
         Scheme::Http => exchange(tcp, req).await,
         Scheme::Https => {
-            let name = rustls::pki_types::ServerName::try_from(host.to_owned())
-                .map_err(|e| format!("invalid server name {host:?}: {e}"))?;
+            let name =
+                rustls::pki_types::ServerName::try_from(host.to_owned()).map_err(|source| {
+                    HttpProbeError::ServerName {
+                        host: host.to_owned(),
+                        source,
+                    }
+                })?;
             let tls = tokio_rustls::TlsConnector::from(tls_config()?)
                 .connect(name, tcp)
                 .await
-                .map_err(|e| format!("tls: {e}"))?;
+                .map_err(HttpProbeError::Handshake)?;
             exchange(tls, req).await
         }
     }
@@ -172,7 +224,7 @@ async fn get_once(
 
 /// Sends the request over an HTTP/1.1 client connection (header names in Go's canonical
 /// case) and waits for the response head.
-async fn exchange<S>(io: S, req: Request<Empty<Bytes>>) -> Result<Answer, String>
+async fn exchange<S>(io: S, req: Request<Empty<Bytes>>) -> Result<Answer, HttpProbeError>
 where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
@@ -180,7 +232,7 @@ where
         .title_case_headers(true)
         .handshake(TokioIo::new(io))
         .await
-        .map_err(|e| error_chain(&e))?;
+        .map_err(HttpProbeError::Http)?;
     let connection = AbortOnDrop(tokio::spawn(async move {
         // Its error, if any, is the pending request's.
         let _ = connection.await;
@@ -188,7 +240,7 @@ where
     let resp = sender
         .send_request(req)
         .await
-        .map_err(|e| error_chain(&e))?;
+        .map_err(HttpProbeError::Http)?;
     Ok(Answer {
         code: resp.status().as_u16(),
         location: resp
@@ -202,12 +254,12 @@ where
 }
 
 /// kubelet's `ReadAtMost`: up to [`MAX_BODY`] of the body (the rest is not read).
-async fn read_body(mut body: Incoming) -> Result<String, String> {
+async fn read_body(mut body: Incoming) -> Result<String, HttpProbeError> {
     let mut buf = Vec::new();
     while buf.len() < MAX_BODY {
         match body.frame().await {
             None => break,
-            Some(Err(e)) => return Err(error_chain(&e)),
+            Some(Err(e)) => return Err(HttpProbeError::Http(e)),
             Some(Ok(frame)) => {
                 if let Ok(data) = frame.into_data() {
                     buf.extend_from_slice(&data);
@@ -347,7 +399,7 @@ pub async fn http_probe(
             };
             if redirects >= MAX_REDIRECTS {
                 current = loc.clone();
-                return Err(format!("stopped after {MAX_REDIRECTS} redirects"));
+                return Err(HttpProbeError::Redirects);
             }
             redirects += 1;
             // Go's `Referer` of a redirect: the previous URL, none from HTTPS to HTTP.
@@ -384,7 +436,7 @@ pub async fn http_probe(
                     .to_owned(),
             );
         }
-        Ok(Err(e)) => return Outcome::Error(e),
+        Ok(Err(e)) => return Outcome::Error(e.to_string()),
         Ok(Ok(body)) => body,
     };
     match code {
@@ -468,11 +520,15 @@ mod tests {
         let r = request("h:1", None, "/a b\r\nX: y", &HeaderMap::new()).expect("request");
         assert_eq!(r.uri(), "/a%20b%0D%0AX:%20y");
         assert_eq!(
-            probe_headers(&pairs(&[("X", "a\r\nEvil: 1")])).err(),
+            probe_headers(&pairs(&[("X", "a\r\nEvil: 1")]))
+                .err()
+                .map(|e| e.to_string()),
             Some("net/http: invalid header field value for \"X\"".to_owned())
         );
         assert_eq!(
-            probe_headers(&pairs(&[("Bad Name", "v")])).err(),
+            probe_headers(&pairs(&[("Bad Name", "v")]))
+                .err()
+                .map(|e| e.to_string()),
             Some("net/http: invalid header field name \"Bad Name\"".to_owned())
         );
     }

@@ -304,7 +304,7 @@ impl<R: ContainerRuntime> ProbeTask<R> {
                     )
                     .await
                 }
-                Err(e) => Outcome::Error(e.clone()),
+                Err(e) => Outcome::Error(e.to_string()),
             };
             if !matches!(outcome, Outcome::Error(_)) || self.spec.handler.is_err() {
                 break;

@@ -41,11 +41,33 @@ pub enum Handler {
     },
 }
 
+/// Why a probe (or a lifecycle hook run as one) has no handler that can run: the text of
+/// its `Error` outcome.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProbeSpecError {
+    #[error("may not specify more than 1 handler type")]
+    TwoHandlers,
+    #[error("exec probe without a command")]
+    NoCommand,
+    #[error("unsupported HTTP probe scheme {0:?}")]
+    Scheme(String),
+    /// A named port the container does not declare (and not a number).
+    #[error("port {port:?} not found in container {container}")]
+    PortNotFound { port: String, container: String },
+    #[error("invalid port number: {0}")]
+    InvalidPort(i64),
+    #[error("missing probe handler for container {container}")]
+    NoHandler { container: String },
+    /// A liveness or startup probe whose successThreshold is not 1 (`kind` in lower case).
+    #[error("successThreshold must be 1 for {kind} probes (is {threshold})")]
+    SuccessThreshold { kind: String, threshold: u32 },
+}
+
 /// A probe with kubelet's defaults applied.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProbeSpec {
     /// The handler, or why there is none that can run.
-    pub handler: Result<Handler, String>,
+    pub handler: Result<Handler, ProbeSpecError>,
     pub initial_delay: Duration,
     pub period: Duration,
     pub timeout: Duration,
@@ -70,7 +92,7 @@ fn count(v: Option<i32>, default: u32) -> u32 {
 }
 
 /// kubelet's `extractPort`: a number, or a named container port (or a number in a string).
-fn extract_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
+fn extract_port(port: &IntOrString, c: &Container) -> Result<u16, ProbeSpecError> {
     let n: i64 = match port {
         IntOrString::Int(n) => i64::from(*n),
         IntOrString::String(name) => match c
@@ -82,13 +104,16 @@ fn extract_port(port: &IntOrString, c: &Container) -> Result<u16, String> {
             Some(p) => i64::from(p.container_port),
             None => name
                 .parse::<i64>()
-                .map_err(|_| format!("port {name:?} not found in container {}", c.name))?,
+                .map_err(|_| ProbeSpecError::PortNotFound {
+                    port: name.clone(),
+                    container: c.name.clone(),
+                })?,
         },
     };
     u16::try_from(n)
         .ok()
         .filter(|p| *p > 0)
-        .ok_or_else(|| format!("invalid port number: {n}"))
+        .ok_or(ProbeSpecError::InvalidPort(n))
 }
 
 /// kubelet's `ExpandContainerCommandOnlyStatic`: `$(VAR)` from the container's literal env.
@@ -105,7 +130,7 @@ fn expand_static(command: &[String], c: &Container) -> Vec<String> {
         .collect()
 }
 
-fn handler(p: &Probe, c: &Container) -> Result<Handler, String> {
+fn handler(p: &Probe, c: &Container) -> Result<Handler, ProbeSpecError> {
     let given = [
         p.exec.is_some(),
         p.http_get.is_some(),
@@ -116,12 +141,12 @@ fn handler(p: &Probe, c: &Container) -> Result<Handler, String> {
     .filter(|b| **b)
     .count();
     if given > 1 {
-        return Err("may not specify more than 1 handler type".to_owned());
+        return Err(ProbeSpecError::TwoHandlers);
     }
     if let Some(e) = &p.exec {
         let command = expand_static(e.command.as_deref().unwrap_or_default(), c);
         if command.is_empty() {
-            return Err("exec probe without a command".to_owned());
+            return Err(ProbeSpecError::NoCommand);
         }
         return Ok(Handler::Exec { command });
     }
@@ -129,7 +154,7 @@ fn handler(p: &Probe, c: &Container) -> Result<Handler, String> {
         let scheme = match h.scheme.as_deref().unwrap_or("HTTP") {
             "HTTP" | "http" | "" => Scheme::Http,
             "HTTPS" | "https" => Scheme::Https,
-            other => return Err(format!("unsupported HTTP probe scheme {other:?}")),
+            other => return Err(ProbeSpecError::Scheme(other.to_owned())),
         };
         let path = h.path.clone().unwrap_or_default();
         return Ok(Handler::Http {
@@ -159,13 +184,15 @@ fn handler(p: &Probe, c: &Container) -> Result<Handler, String> {
         let port = u16::try_from(g.port)
             .ok()
             .filter(|p| *p > 0)
-            .ok_or_else(|| format!("invalid port number: {}", g.port))?;
+            .ok_or(ProbeSpecError::InvalidPort(i64::from(g.port)))?;
         return Ok(Handler::Grpc {
             port,
             service: g.service.clone().unwrap_or_default(),
         });
     }
-    Err(format!("missing probe handler for container {}", c.name))
+    Err(ProbeSpecError::NoHandler {
+        container: c.name.clone(),
+    })
 }
 
 impl ProbeSpec {
@@ -177,10 +204,10 @@ impl ProbeSpec {
         let success_threshold = count(p.success_threshold, 1);
         let handler = handler(p, c).and_then(|h| {
             if kind != ProbeType::Readiness && success_threshold != 1 {
-                Err(format!(
-                    "successThreshold must be 1 for {} probes (is {success_threshold})",
-                    kind.as_str().to_lowercase()
-                ))
+                Err(ProbeSpecError::SuccessThreshold {
+                    kind: kind.as_str().to_lowercase(),
+                    threshold: success_threshold,
+                })
             } else {
                 Ok(h)
             }
@@ -284,7 +311,7 @@ mod tests {
             &c,
         );
         assert_eq!(
-            l.handler,
+            l.handler.map_err(|e| e.to_string()),
             Err("port \"nope\" not found in container c".to_owned())
         );
         let r = ProbeSpec::parse(
@@ -293,12 +320,12 @@ mod tests {
             &c,
         );
         assert_eq!(
-            r.handler,
+            r.handler.map_err(|e| e.to_string()),
             Err("missing probe handler for container c".to_owned())
         );
         let s = ProbeSpec::parse(ProbeType::Startup, c.startup_probe.as_ref().expect("s"), &c);
         assert_eq!(
-            s.handler,
+            s.handler.map_err(|e| e.to_string()),
             Err("successThreshold must be 1 for startup probes (is 2)".to_owned())
         );
         let bad = container("{name: c, livenessProbe: {tcpSocket: {port: 70000}}}");
@@ -307,6 +334,9 @@ mod tests {
             bad.liveness_probe.as_ref().expect("b"),
             &bad,
         );
-        assert_eq!(b.handler, Err("invalid port number: 70000".to_owned()));
+        assert_eq!(
+            b.handler.map_err(|e| e.to_string()),
+            Err("invalid port number: 70000".to_owned())
+        );
     }
 }

@@ -2,17 +2,24 @@
 
 use std::sync::Arc;
 
+/// The TLS client could not be built.
+#[derive(Clone, Debug, thiserror::Error)]
+pub(super) enum TlsError {
+    #[error("TLS client: {0}")]
+    Client(#[source] rustls::Error),
+}
+
 /// The TLS client of HTTPS probes: no certificate verification, as kubelet's
 /// `InsecureSkipVerify` (a probe checks health, not identity).
-pub(super) fn tls_config() -> Result<Arc<rustls::ClientConfig>, String> {
-    static CONFIG: std::sync::OnceLock<Result<Arc<rustls::ClientConfig>, String>> =
+pub(super) fn tls_config() -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    static CONFIG: std::sync::OnceLock<Result<Arc<rustls::ClientConfig>, TlsError>> =
         std::sync::OnceLock::new();
     CONFIG
         .get_or_init(|| {
             let provider = Arc::new(rustls::crypto::ring::default_provider());
             let config = rustls::ClientConfig::builder_with_provider(provider.clone())
                 .with_safe_default_protocol_versions()
-                .map_err(|e| format!("TLS client: {e}"))?
+                .map_err(TlsError::Client)?
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(NoVerify(provider)))
                 .with_no_client_auth();

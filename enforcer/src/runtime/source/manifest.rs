@@ -78,36 +78,67 @@ pub fn is_valid_uid(s: &str) -> bool {
     !s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
 }
 
+/// Why a pod is refused (the checks the file source and the pod workers rely on).
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidPod {
+    #[error("metadata.name: required")]
+    NameRequired,
+    #[error("metadata.name {0:?}: must be a lowercase DNS-1123 subdomain (no '/', no '..')")]
+    Name(String),
+    #[error("metadata.namespace {0:?}: must be a lowercase DNS-1123 label")]
+    Namespace(String),
+    #[error("metadata.uid {0:?}: only letters, digits and '-' are allowed (no '/', no '..')")]
+    Uid(String),
+    #[error("spec: required")]
+    SpecRequired,
+    #[error("spec.containers: must have at least one container")]
+    NoContainers,
+    /// `field` is `spec.initContainers` or `spec.containers`.
+    #[error("{field}[{name:?}].name: must be a lowercase DNS-1123 label")]
+    ContainerName { field: &'static str, name: String },
+    #[error("{field}[{name:?}].name: duplicate container name")]
+    DuplicateContainer { field: &'static str, name: String },
+    #[error("{field}[{name:?}].image: required")]
+    ImageRequired { field: &'static str, name: String },
+    #[error("{field}[{name:?}].imagePullPolicy: unsupported value {policy:?}")]
+    PullPolicy {
+        field: &'static str,
+        name: String,
+        policy: String,
+    },
+    #[error("spec.restartPolicy: unsupported value {0:?}")]
+    RestartPolicy(String),
+    #[error("spec.terminationGracePeriodSeconds: must be >= 0, got {0}")]
+    GracePeriod(i64),
+    /// Quantities, requests <= limits (the decision core's validation).
+    #[error("{0}")]
+    Resources(#[from] crate::policy::resources::ResourceError),
+}
+
 /// Validates a pod (the checks the file source and the pod workers rely on).
-pub fn validate(pod: &Pod) -> Result<(), String> {
+pub fn validate(pod: &Pod) -> Result<(), InvalidPod> {
     let name = pod.metadata.name.as_deref().unwrap_or("");
     if name.is_empty() {
-        return Err("metadata.name: required".to_owned());
+        return Err(InvalidPod::NameRequired);
     }
     if !is_dns_subdomain(name) {
-        return Err(format!(
-            "metadata.name {name:?}: must be a lowercase DNS-1123 subdomain (no '/', no '..')"
-        ));
+        return Err(InvalidPod::Name(name.to_owned()));
     }
     if let Some(ns) = pod.metadata.namespace.as_deref()
         && !is_dns_label(ns, 63)
     {
-        return Err(format!(
-            "metadata.namespace {ns:?}: must be a lowercase DNS-1123 label"
-        ));
+        return Err(InvalidPod::Namespace(ns.to_owned()));
     }
     if let Some(uid) = pod.metadata.uid.as_deref()
         && !is_valid_uid(uid)
     {
-        return Err(format!(
-            "metadata.uid {uid:?}: only letters, digits and '-' are allowed (no '/', no '..')"
-        ));
+        return Err(InvalidPod::Uid(uid.to_owned()));
     }
     let Some(spec) = pod.spec.as_ref() else {
-        return Err("spec: required".to_owned());
+        return Err(InvalidPod::SpecRequired);
     };
     if spec.containers.is_empty() {
-        return Err("spec.containers: must have at least one container".to_owned());
+        return Err(InvalidPod::NoContainers);
     }
     let mut seen = std::collections::HashSet::new();
     let all = spec
@@ -117,44 +148,47 @@ pub fn validate(pod: &Pod) -> Result<(), String> {
         .map(|c| ("spec.initContainers", c))
         .chain(spec.containers.iter().map(|c| ("spec.containers", c)));
     for (field, c) in all {
+        let name = || c.name.clone();
         if !is_dns_label(&c.name, 63) {
-            return Err(format!(
-                "{field}[{:?}].name: must be a lowercase DNS-1123 label",
-                c.name
-            ));
+            return Err(InvalidPod::ContainerName {
+                field,
+                name: name(),
+            });
         }
         if !seen.insert(c.name.clone()) {
-            return Err(format!(
-                "{field}[{:?}].name: duplicate container name",
-                c.name
-            ));
+            return Err(InvalidPod::DuplicateContainer {
+                field,
+                name: name(),
+            });
         }
         if c.image.as_deref().unwrap_or("").trim().is_empty() {
-            return Err(format!("{field}[{:?}].image: required", c.name));
+            return Err(InvalidPod::ImageRequired {
+                field,
+                name: name(),
+            });
         }
         if let Some(p) = c.image_pull_policy.as_deref()
             && !matches!(p, "Always" | "IfNotPresent" | "Never")
         {
-            return Err(format!(
-                "{field}[{:?}].imagePullPolicy: unsupported value {p:?}",
-                c.name
-            ));
+            return Err(InvalidPod::PullPolicy {
+                field,
+                name: name(),
+                policy: p.to_owned(),
+            });
         }
     }
     if let Some(p) = spec.restart_policy.as_deref()
         && !matches!(p, "Always" | "OnFailure" | "Never")
     {
-        return Err(format!("spec.restartPolicy: unsupported value {p:?}"));
+        return Err(InvalidPod::RestartPolicy(p.to_owned()));
     }
     if let Some(g) = spec.termination_grace_period_seconds
         && g < 0
     {
-        return Err(format!(
-            "spec.terminationGracePeriodSeconds: must be >= 0, got {g}"
-        ));
+        return Err(InvalidPod::GracePeriod(g));
     }
     // Quantities, requests <= limits (the decision core's validation).
-    crate::policy::resources::validate_pod(pod).map_err(|e| e.to_string())
+    Ok(crate::policy::resources::validate_pod(pod)?)
 }
 
 /// Parses the documents of one manifest file into pods (kubelet's file source defaulting:
@@ -190,7 +224,7 @@ pub fn parse_manifest(file: &Path, text: &str, node_name: &str) -> Result<Vec<Po
         }
         let mut pod: Pod = serde_path_to_error::deserialize(value)
             .map_err(|e| invalid(format!("{}: {}", e.path(), e.inner())))?;
-        validate(&pod).map_err(invalid)?;
+        validate(&pod).map_err(|e| invalid(e.to_string()))?;
         crate::policy::resources::apply_defaults(&mut pod);
         // Static pod defaulting, as kubelet's file source does it.
         let ns = pod

@@ -83,6 +83,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
                     lifecycle::POST_START_EXEC_TIMEOUT,
                 )
                 .await
+                .map_err(|e| e.to_string())
             }
             Err(e) => Err(format!("Cannot run handler: {e}")),
         };

@@ -152,7 +152,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
                         if let Err(e) = self.update_container(pod, id, actuated, def, memory).await
                         {
                             tracing::warn!(uid = %self.uid, container = %name, error = %e, "pod resize: updating a container failed; retrying");
-                            self.resize.error = Some(e);
+                            self.resize.error = Some(e.to_string());
                             self.resize.pod_values = Some(values.clone());
                             return Ok(values);
                         }
@@ -197,7 +197,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
         actuated: &mut ContainerResources,
         def: &Container,
         memory: bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), crate::runtime::cri::CriError> {
         let next = update_values(actuated, &ContainerResources::desired(def), memory);
         let opts = spec::ResourceOptions {
             cgroup: *self.ctx.cgroups.options(),
@@ -217,11 +217,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             }
         }
         let res = spec::linux_resources(&with, &applied, self.ctx.node, &opts);
-        self.ctx
-            .runtime
-            .update_container_resources(id, res)
-            .await
-            .map_err(|e| e.to_string())?;
+        self.ctx.runtime.update_container_resources(id, res).await?;
         tracing::info!(uid = %self.uid, container = %def.name, memory, "container resources updated in place");
         *actuated = next;
         self.resize.actuated.insert(id.to_owned(), next);

@@ -28,6 +28,32 @@ use crate::{
     },
 };
 
+/// Why a pod's volumes, a container's config or an image's credentials cannot be made, in
+/// kubelet's words (the pod's `FailedMount`, the container's `CreateContainerConfigError`,
+/// the pull's failure).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum StartError {
+    #[error("invalid pod uid {0:?}")]
+    PodDir(String),
+    #[error("{}: {source}", .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Plan(#[from] volume_plan::VolumePlanError),
+    #[error("{0}")]
+    Volume(#[from] volumes::VolumeError),
+    #[error("{0}")]
+    Env(#[from] crate::policy::env::EnvError),
+    #[error("{0}")]
+    Mounts(#[from] volume_plan::MountError),
+    /// A pull secret that does not parse (`MakeDockerKeyring`'s error).
+    #[error("{0}")]
+    PullSecret(String),
+}
+
 /// What a container is created with beyond its spec's literal values.
 struct EnvAndMounts {
     env: Vec<cri::KeyValue>,
@@ -54,10 +80,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
             Some(crate::policy::dns::parse_resolv_conf(&text))
         };
         let (r, warnings) =
-            crate::policy::dns::pod_dns(pod, settings, host.as_ref()).map_err(|message| {
+            crate::policy::dns::pod_dns(pod, settings, host.as_ref()).map_err(|source| {
                 WorkerError::Dns {
                     uid: self.uid.clone(),
-                    message,
+                    source,
                 }
             })?;
         for (reason, message) in warnings {
@@ -74,32 +100,37 @@ impl<R: ContainerRuntime> PodWorker<R> {
         pod: &Pod,
         c: &Container,
         pod_ips: &[String],
-    ) -> Result<Option<cri::Mount>, String> {
+    ) -> Result<Option<cri::Mount>, StartError> {
         if !crate::policy::dns::mounts_hosts_file(c, pod_ips) {
             return Ok(None);
         }
+        let io = |path: &std::path::Path| {
+            let path = path.to_path_buf();
+            move |source| StartError::Io { path, source }
+        };
         let dir = self
             .pod_dir()
-            .ok_or_else(|| format!("invalid pod uid {:?}", self.uid))?;
+            .ok_or_else(|| StartError::PodDir(self.uid.clone()))?;
         let node_hosts = if pod
             .spec
             .as_ref()
             .and_then(|s| s.host_network)
             .unwrap_or(false)
         {
-            std::fs::read_to_string("/etc/hosts").map_err(|e| format!("/etc/hosts: {e}"))?
+            let etc_hosts = std::path::Path::new("/etc/hosts");
+            std::fs::read_to_string(etc_hosts).map_err(io(etc_hosts))?
         } else {
             String::new()
         };
         let text =
             crate::policy::dns::hosts_file(pod, pod_ips, &self.ctx.dns.cluster_domain, &node_hosts);
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
         let path = dir.join("etc-hosts");
-        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        std::fs::write(&path, text).map_err(io(&path))?;
         {
             use std::os::unix::fs::PermissionsExt as _;
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+                .map_err(io(&path))?;
         }
         Ok(Some(cri::Mount {
             container_path: "/etc/hosts".to_owned(),
@@ -134,7 +165,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
         &mut self,
         pod: &Pod,
         pod_memory_limit: Option<i64>,
-    ) -> Result<(), String> {
+    ) -> Result<(), StartError> {
         let planned = volume_plan::plan_with(pod, self.reads_api())?;
         let from_api = planned.iter().any(|v| v.kind.from_api());
         let set_up = self
@@ -147,7 +178,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
         if !planned.is_empty() {
             let dir = self
                 .pod_dir()
-                .ok_or_else(|| format!("invalid pod uid {:?}", self.uid))?;
+                .ok_or_else(|| StartError::PodDir(self.uid.clone()))?;
             let none = PodObjects::none(pod.metadata.namespace.as_deref().unwrap_or("default"));
             let objects = self.objects.as_deref().unwrap_or(&none);
             let result = volumes::setup(
@@ -157,15 +188,14 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 &self.ctx.downward.allocatable,
                 pod_memory_limit,
                 objects,
-            )
-            .map_err(|e| e.to_string());
-            if let Err(message) = result {
-                self.event(None, EventType::Warning, "FailedMount", message.clone());
+            );
+            if let Err(e) = result {
+                self.event(None, EventType::Warning, "FailedMount", e.to_string());
                 if set_up {
-                    tracing::warn!(uid = %self.uid, error = %message, "volume refresh failed; the pod keeps their last content");
+                    tracing::warn!(uid = %self.uid, error = %e, "volume refresh failed; the pod keeps their last content");
                     return Ok(());
                 }
-                return Err(message);
+                return Err(e.into());
             }
         }
         self.volumes_set_up = Some((pod.clone(), pod_memory_limit));
@@ -179,25 +209,23 @@ impl<R: ContainerRuntime> PodWorker<R> {
         pod: &Pod,
         c: &Container,
         pod_ips: Vec<String>,
-    ) -> Result<EnvAndMounts, String> {
+    ) -> Result<EnvAndMounts, StartError> {
         let hosts = self.hosts_mount(pod, c, &pod_ips)?;
         let ctx = crate::policy::env::EnvContext {
             pod_ips,
             objects: self.objects.clone(),
             ..self.ctx.downward.clone()
         };
-        let env = crate::policy::env::container_env(pod, c, &ctx).map_err(|e| e.to_string())?;
+        let env = crate::policy::env::container_env(pod, c, &ctx)?;
         let (command, args) = crate::policy::env::expand_command_and_args(c, &env);
         let planned = volume_plan::plan_with(pod, self.reads_api())?;
         let mut mounts = Vec::new();
         if c.volume_mounts.as_ref().is_some_and(|m| !m.is_empty()) {
             let dir = self
                 .pod_dir()
-                .ok_or_else(|| format!("invalid pod uid {:?}", self.uid))?;
-            for m in
-                volume_plan::container_mounts(c, &planned, &dir, &env).map_err(|e| e.to_string())?
-            {
-                let host = volumes::mount_host_path(&m, &c.name).map_err(|e| e.to_string())?;
+                .ok_or_else(|| StartError::PodDir(self.uid.clone()))?;
+            for m in volume_plan::container_mounts(c, &planned, &dir, &env)? {
+                let host = volumes::mount_host_path(&m, &c.name)?;
                 mounts.push(m.to_cri(&host));
             }
         }
@@ -271,8 +299,10 @@ impl<R: ContainerRuntime> PodWorker<R> {
             Ok(m) => m,
             Err(e) => {
                 tracing::warn!(uid = %self.uid, container = %c.name, error = %e, "container config refused");
-                self.waiting
-                    .insert(c.name.clone(), ("CreateContainerConfigError".to_owned(), e));
+                self.waiting.insert(
+                    c.name.clone(),
+                    ("CreateContainerConfigError".to_owned(), e.to_string()),
+                );
                 return Ok(());
             }
         };
@@ -459,7 +489,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             Ok(c) => c,
             Err(e) => {
                 // A secret that does not parse fails the pull (MakeDockerKeyring's error).
-                self.pull_failed(c, &requested, &key, &e, now);
+                self.pull_failed(c, &requested, &key, &e.to_string(), now);
                 return Ok(None);
             }
         };
@@ -534,7 +564,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
     /// API pod, else `<secret dir>/<name>.json`), then the node's `config.json`. A secret
     /// that cannot be read is skipped with kubelet's `FailedToRetrieveImagePullSecret`
     /// warning; one that does not parse fails the pull.
-    async fn pull_credentials(&mut self, image: &str) -> Result<Vec<Credential>, String> {
+    async fn pull_credentials(&mut self, image: &str) -> Result<Vec<Credential>, StartError> {
         let Some(pod) = self.pod.clone() else {
             return Ok(Vec::new());
         };
@@ -563,7 +593,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
             };
             match found {
                 PullSecret::Found(k) => keyrings.push(k),
-                PullSecret::Invalid(e) => return Err(e),
+                PullSecret::Invalid(e) => return Err(StartError::PullSecret(e)),
                 PullSecret::Unavailable(e) => {
                     tracing::warn!(uid = %self.uid, secret = %name, error = %e, "image pull secret not read");
                     missing.push(format!("{namespace}/{name}"));

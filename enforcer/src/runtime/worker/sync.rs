@@ -244,7 +244,8 @@ impl<R: ContainerRuntime> PodWorker<R> {
         // The volumes, before the sandbox and every container (kubelet's
         // WaitForAttachAndMount): a volume that cannot be set up holds the pod in
         // ContainerCreating and is retried.
-        if let Err(message) = self.setup_volumes(pod, values.memory_limit_bytes) {
+        if let Err(e) = self.setup_volumes(pod, values.memory_limit_bytes) {
+            let message = e.to_string();
             tracing::warn!(uid = %uid, error = %message, "volume setup failed");
             return self
                 .wait_for_volumes(pod, qos, &cgroup, &message, now)

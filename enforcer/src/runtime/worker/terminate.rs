@@ -46,7 +46,8 @@ pub(super) async fn stop_container<R: ContainerRuntime>(
         let run = lifecycle::run_hook(runtime, id, name, &ps.pod, &hook, &ps.pod_host, bound);
         match tokio::time::timeout(bound, run).await {
             Ok(Ok(())) => {}
-            Ok(Err(message)) => {
+            Ok(Err(e)) => {
+                let message = e.to_string();
                 tracing::warn!(container = %name, id = %id, %message, "preStop hook failed");
                 (ps.failed)(name, message);
             }

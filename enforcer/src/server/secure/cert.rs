@@ -242,24 +242,24 @@ pub async fn bootstrap(opts: SecureOptions, cert: Arc<BootstrapCert>) {
 }
 
 /// One CSR, created and waited for: the issued chain and the key, PEM.
-async fn request_certificate(opts: &SecureOptions) -> Result<String, String> {
+async fn request_certificate(opts: &SecureOptions) -> Result<String, SecureError> {
     use k8s_openapi::{
         ByteString,
         api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec},
         apimachinery::pkg::apis::meta::v1::ObjectMeta,
     };
     let Some(k) = &opts.kubeconfig else {
-        return Err("serverTLSBootstrap needs an API server".to_owned());
+        return Err(SecureError::CsrNoApiServer);
     };
     let client = crate::runtime::apiserver::client_from_kubeconfig(k)
         .await
-        .map_err(|e| e.to_string())?;
-    let key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+        .map_err(|e| SecureError::ApiClient(Box::new(e)))?;
+    let key = rcgen::KeyPair::generate().map_err(SecureError::Csr)?;
     let mut sans: Vec<String> = vec![opts.hostname.clone()];
     sans.extend(opts.addresses.iter().cloned());
     sans.sort();
     sans.dedup();
-    let mut params = rcgen::CertificateParams::new(sans).map_err(|e| e.to_string())?;
+    let mut params = rcgen::CertificateParams::new(sans).map_err(SecureError::Csr)?;
     params.distinguished_name.push(
         rcgen::DnType::CommonName,
         format!("system:node:{}", opts.node_name),
@@ -270,7 +270,7 @@ async fn request_certificate(opts: &SecureOptions) -> Result<String, String> {
     let csr = params
         .serialize_request(&key)
         .and_then(|r| r.pem())
-        .map_err(|e| e.to_string())?;
+        .map_err(SecureError::Csr)?;
     let api: kube::Api<CertificateSigningRequest> = kube::Api::all(client);
     let made = api
         .create(
@@ -293,15 +293,15 @@ async fn request_certificate(opts: &SecureOptions) -> Result<String, String> {
             },
         )
         .await
-        .map_err(|e| format!("creating the CSR: {e}"))?;
+        .map_err(|e| SecureError::CsrCreate(Box::new(e)))?;
     let name = made.metadata.name.unwrap_or_default();
     tracing::info!(csr = %name, "waiting for the serving certificate's CSR to be approved and issued");
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let got = api
-            .get(&name)
-            .await
-            .map_err(|e| format!("reading CSR {name}: {e}"))?;
+        let got = api.get(&name).await.map_err(|e| SecureError::CsrRead {
+            name: name.clone(),
+            source: Box::new(e),
+        })?;
         let st = got.status.unwrap_or_default();
         if let Some(c) = st
             .conditions
@@ -309,11 +309,11 @@ async fn request_certificate(opts: &SecureOptions) -> Result<String, String> {
             .flatten()
             .find(|c| (c.type_ == "Denied" || c.type_ == "Failed") && c.status == "True")
         {
-            return Err(format!(
-                "CSR {name} {}: {}",
-                c.type_,
-                c.message.clone().unwrap_or_default()
-            ));
+            return Err(SecureError::CsrRefused {
+                name,
+                condition: c.type_.clone(),
+                message: c.message.clone().unwrap_or_default(),
+            });
         }
         if let Some(cert) = st.certificate.filter(|c| !c.0.is_empty()) {
             let mut pem = String::from_utf8_lossy(&cert.0).into_owned();
