@@ -35,7 +35,7 @@ use k8s_openapi::api::{
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions};
 use tokio::task::JoinSet;
 
-use crate::{health::Health, runtime::StatusManager};
+use crate::{health::Health, status_manager::StatusManager};
 use limiter::Limiter;
 
 /// How long one API request may take before it counts as failed (and is retried later).
@@ -425,7 +425,7 @@ pub struct ClusterOptions {
     pub event_burst: u32,
     /// The pod loop's active pods: static pods among them get mirror pods (`None`: no
     /// mirror pods).
-    pub link: Option<crate::runtime::NodeLink>,
+    pub link: Option<crate::pods::NodeLink>,
 }
 
 /// The events the node's parts record, and the queue the writer reads.
@@ -510,7 +510,7 @@ pub async fn run(
     let limiter = Arc::new(Limiter::new(opts.qps, opts.burst));
     let mut shutdown = Box::pin(shutdown);
     let client = loop {
-        match crate::runtime::apiserver::client_from_kubeconfig(&opts.kubeconfig).await {
+        match crate::sources::apiserver::client_from_kubeconfig(&opts.kubeconfig).await {
             Ok(c) => break c,
             Err(e) => {
                 tracing::error!(error = %e, "cluster mode cannot start; retrying in 10 s");
@@ -543,7 +543,7 @@ pub fn spawn_for_daemon(
     health: Arc<Health>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
-    use crate::runtime::cri::ContainerRuntime as _;
+    use crate::cri::ContainerRuntime as _;
     let DaemonStart {
         kubeconfig,
         resources,
@@ -607,10 +607,10 @@ pub struct DaemonStart {
     pub kubeconfig: PathBuf,
     pub resources: NodeResources,
     /// The container runtime (its `Version` is the node's `containerRuntimeVersion`).
-    pub runtime: Option<Arc<crate::runtime::CriRuntime>>,
+    pub runtime: Option<Arc<crate::cri::CriRuntime>>,
     pub events: EventQueue,
     /// The pod loop's active pods (for mirror pods).
-    pub link: crate::runtime::NodeLink,
+    pub link: crate::pods::NodeLink,
 }
 
 /// The node's capacity and allocatable as the daemon computed them.

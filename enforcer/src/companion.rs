@@ -33,15 +33,14 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::{
     cgroup::{CgroupLayout, PodCgroup, writer::CgroupWriter},
     config::Config,
+    cri::{ContainerRuntime as _, CriRuntime},
+    pods::{ActiveEntry, Evict, NodeLink},
     policy::{
         cgroup_name::{self, CgroupDriver},
         eviction::{Signal, Threshold},
         qos::pod_qos,
     },
-    runtime::{
-        ActiveEntry, CriRuntime, Evict, ManifestDir, NodeLink, SourceEvent,
-        cri::ContainerRuntime as _, source::PodOp,
-    },
+    sources::{ManifestDir, PodOp, SourceEvent},
 };
 use inventory::{Member, Sandbox, Sources};
 
@@ -166,7 +165,7 @@ struct Evicting {
     since: Instant,
     released: bool,
     /// The eviction's answer, sent once the victim's processes are gone.
-    completed: Option<crate::runtime::KillCompletion>,
+    completed: Option<crate::pods::KillCompletion>,
 }
 
 impl Companion {
@@ -193,7 +192,7 @@ impl Companion {
     }
 
     /// The runtime's pod sandboxes with kubelet's labels, their containers' names.
-    async fn list_runtime(&self) -> Result<Vec<Sandbox>, crate::runtime::CriError> {
+    async fn list_runtime(&self) -> Result<Vec<Sandbox>, crate::cri::CriError> {
         let sandboxes = self
             .cri
             .list_pod_sandboxes(k8s_cri::v1::PodSandboxFilter::default())
@@ -329,7 +328,7 @@ impl Companion {
             if gone {
                 ev.released = true;
                 if let Some(c) = ev.completed.take() {
-                    c.complete(crate::runtime::KillDone { stopped_ns: None });
+                    c.complete(crate::pods::KillDone { stopped_ns: None });
                 }
                 tracing::info!(%uid, after_ms = ev.since.elapsed().as_millis(), "evicted pod's processes are gone");
             }
@@ -353,7 +352,7 @@ impl Companion {
             );
         }
         let mut api_rx = self.kubeconfig.clone().map(|k| {
-            crate::runtime::apiserver::spawn(k, self.node_name.clone(), self.health.clone())
+            crate::sources::apiserver::spawn(k, self.node_name.clone(), self.health.clone())
         });
         let mut api_pods: Option<BTreeMap<String, Arc<Pod>>> =
             self.kubeconfig.as_ref().map(|_| BTreeMap::new());
@@ -600,7 +599,7 @@ async fn rescan_statics(dir: &mut Option<ManifestDir>, statics: &mut Vec<Arc<Pod
 fn write_report(state_dir: &Path, r: &oom::AlignReport) {
     let path = state_dir.join(REPORT_FILE);
     if let Ok(bytes) = serde_json::to_vec_pretty(r)
-        && let Err(e) = crate::runtime::status::write_atomic(&path, &bytes)
+        && let Err(e) = crate::status_manager::write_atomic(&path, &bytes)
     {
         tracing::debug!(path = %path.display(), error = %e, "writing the companion report");
     }
@@ -619,7 +618,7 @@ pub async fn run_api_writers(
     use crate::cluster::{KubeApi, limiter};
     tokio::pin!(stop);
     let client = loop {
-        match crate::runtime::apiserver::client_from_kubeconfig(&kubeconfig).await {
+        match crate::sources::apiserver::client_from_kubeconfig(&kubeconfig).await {
             Ok(c) => break c,
             Err(e) => {
                 tracing::error!(error = %e, "the companion's API writers cannot start; retrying in 10 s");

@@ -12,15 +12,17 @@ use std::{
 use crate::{
     cgroup::{CgroupLayout, CgroupVersion, join_inside},
     config::{Config, SignalSource},
+    cri::CriRuntime,
     eviction_manager::TripwireHow,
     health::Health,
     kernel::{self, Capabilities, PipelineOptions, SourceChoice, Watch},
     node::{self, NodeObserver},
+    pods::{NodeLink, RunPodsOptions},
     policy::{admission, eviction::Signal as EvictionSignal},
     quantity::{Format, Quantity},
-    runtime::{self, CriRuntime, NodeLink, RunPodsOptions, StatusManager},
     server,
     signal::SourceKind,
+    status_manager::StatusManager,
 };
 
 mod assemble;
@@ -63,9 +65,9 @@ pub enum DaemonError {
     #[error(transparent)]
     Node(#[from] node::NodeError),
     #[error(transparent)]
-    Runtime(#[from] runtime::RuntimeError),
+    Runtime(#[from] crate::pods::RuntimeError),
     #[error(transparent)]
-    Enforce(#[from] runtime::enforce::EnforceError),
+    Enforce(#[from] crate::container_manager::EnforceError),
     /// kubelet's `failSwapOn` refusal.
     #[error(
         "running with swap on is not supported, please disable swap or set --fail-swap-on flag to false (failSwapOn); /proc/swaps lists {areas:?}"
@@ -235,7 +237,7 @@ pub async fn run(
     let observer = config.node_observer(&layout, &capacity);
     let kubepods = observer.kubepods.clone();
     // The kubepods cgroup (allocatable: capacity minus reservations when `pods` is enforced)
-    // and its QoS tiers exist before anything watches them (runtime::enforce); beside kubelet
+    // and its QoS tiers exist before anything watches them (crate::container_manager); beside kubelet
     // they are kubelet's.
     let enforcer = match mode {
         Mode::Companion(_) => None,
@@ -407,7 +409,7 @@ fn start_node(config: &Config, run_pods: bool) -> Result<NodeStart, DaemonError>
         );
     }
     // kubelet's own score, or the lowest this node allows (logged).
-    runtime::enforce::set_own_oom_score_adj(caps.cap_sys_resource);
+    crate::container_manager::set_own_oom_score_adj(caps.cap_sys_resource);
     Ok(NodeStart {
         health,
         layout,
@@ -423,23 +425,24 @@ fn container_manager(
     layout: &CgroupLayout,
     capacity: &BTreeMap<String, Quantity>,
     run_pods: bool,
-) -> Result<Arc<runtime::enforce::Enforcer>, DaemonError> {
+) -> Result<Arc<crate::container_manager::Enforcer>, DaemonError> {
     let kubepods_cgroups = crate::cgroup::kubepods::Kubepods::for_driver(
         &config.cgroup_root,
         layout.clone(),
         config.cgroup_driver,
     )
-    .map_err(|source| runtime::RuntimeError::Cgroups {
+    .map_err(|source| crate::pods::RuntimeError::Cgroups {
         driver: config.cgroup_driver.as_str(),
         source,
     })?;
-    let enforcer = runtime::enforce::Enforcer::from_config(config, kubepods_cgroups, capacity);
+    let enforcer =
+        crate::container_manager::Enforcer::from_config(config, kubepods_cgroups, capacity);
     // The CPU, memory and topology managers only where the enforcer runs the pods.
     let enforcer = Arc::new(if run_pods {
         // The NUMA cells for the memory and topology managers (one cell where sysfs has
         // no NUMA nodes).
-        let numa =
-            runtime::enforce::numa_topology(Path::new("/sys"), capacity).unwrap_or_else(|e| {
+        let numa = crate::container_manager::numa_topology(Path::new("/sys"), capacity)
+            .unwrap_or_else(|e| {
                 tracing::warn!(error = %e, "reading the NUMA cells");
                 crate::policy::topology::NumaTopology::default()
             });
@@ -661,8 +664,8 @@ pub fn memory_crossings(config: &Config, observer: &NodeObserver) -> Vec<u64> {
 }
 
 /// kubelet's image settings for the image manager and its collector.
-fn image_options(config: &Config) -> runtime::images::ImageOptions {
-    runtime::images::ImageOptions {
+fn image_options(config: &Config) -> crate::cri::images::ImageOptions {
+    crate::cri::images::ImageOptions {
         serialize: config.serialize_image_pulls,
         max_parallel: config.images.max_parallel_image_pulls,
         qps: config.registry_pull_qps,

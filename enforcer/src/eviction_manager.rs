@@ -27,16 +27,18 @@ use self::{
 use crate::{
     cgroup::{CgroupLayout, writer::CgroupWriter},
     config::Config,
+    cri::CriRuntime,
     health::Health,
     kernel,
     kills::{KillLog, TriggerSignal},
+    pods::{KillDone, NodeLink},
     policy::eviction::{
         Resource, State,
         manager::{Action, Input, NodeReclaimed, next_deadline, step},
         tripwire::Tripwire,
     },
-    runtime::{CriRuntime, KillDone, NodeLink, StatusManager},
     stats::{NodeSnapshot, PodScope, Refresh, StatsCollector},
+    status_manager::StatusManager,
 };
 
 /// What started an eviction-manager step.
@@ -90,7 +92,7 @@ struct Parts {
     /// The pod cgroup of the last victim: where its release is looked for while the decision
     /// core waits for its cleanup, and where a capped victim is killed.
     victim_cgroup: Option<String>,
-    /// The last eviction's answer, awaited ([`crate::runtime::KillCompletion`]).
+    /// The last eviction's answer, awaited ([`crate::pods::KillCompletion`]).
     answer: Option<tokio::sync::oneshot::Receiver<KillDone>>,
     /// The last eviction answered: its pod's stop is done.
     answered: Option<KillDone>,
@@ -128,7 +130,7 @@ pub struct EvictionManager {
     pub node_reclaim: Option<Arc<CriRuntime>>,
     /// The image garbage collector node-level reclaim asks to delete unused images
     /// (`DeleteUnusedImages`); `None`: images are left.
-    pub image_gc: Option<Arc<crate::runtime::images::ImageGc>>,
+    pub image_gc: Option<Arc<crate::cri::images::ImageGc>>,
     /// Told of every wakeup and of the signal pipeline ending (`/healthz`).
     pub health: Arc<Health>,
     /// `EvictionThresholdMet` on the node, `Evicted` on the pod (cluster mode).

@@ -5,7 +5,7 @@
 //! As kubelet's legacy registry, the registry is process-wide ([`global`]): the CRI client,
 //! the relister, the pod workers and the eviction manager record into it without a handle
 //! being threaded through. What is a view of the node's state (pods desired and active, node
-//! conditions, the signal pipeline's counters) is read at scrape time by `runtime::NodeStateCollector`.
+//! conditions, the signal pipeline's counters) is read at scrape time by `crate::pods::NodeStateCollector`.
 //!
 //! OpenMetrics names every counter `<name>_total`: kubelet's `kubelet_evictions` and
 //! `kubelet_preemptions` are therefore scraped as `kubelet_evictions_total` and

@@ -279,7 +279,7 @@ pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
     };
     check_kernel(config, &layout, &mut out);
     let state = &config.enforcer.state_dir;
-    let pods = match crate::runtime::status::read(state) {
+    let pods = match crate::status_manager::read(state) {
         Ok(p) => p,
         Err(e) => {
             out.push(Finding {
@@ -410,7 +410,7 @@ fn check_kernel(
 
 /// Each running pod's cgroup still there, its processes' `oom_score_adj` as its QoS class
 /// wants.
-fn check_pods(pods: &crate::runtime::status::StatusFile, mount: &Path, out: &mut Vec<Finding>) {
+fn check_pods(pods: &crate::status_manager::StatusFile, mount: &Path, out: &mut Vec<Finding>) {
     let mut add = |check, problem: String, fix: &str| {
         out.push(Finding {
             check,
@@ -422,8 +422,8 @@ fn check_pods(pods: &crate::runtime::status::StatusFile, mount: &Path, out: &mut
         if p.cgroup.is_empty()
             || matches!(
                 p.phase,
-                crate::runtime::status::PodPhase::Succeeded
-                    | crate::runtime::status::PodPhase::Failed
+                crate::status_manager::PodPhase::Succeeded
+                    | crate::status_manager::PodPhase::Failed
             )
         {
             continue;
@@ -515,7 +515,7 @@ fn check_cgroup_values(state: &Path, out: &mut Vec<Finding>) {
 /// Pod cgroups of pods the daemon no longer knows (either driver's layout).
 fn check_leftover_cgroups(
     config: &crate::config::Config,
-    pods: &crate::runtime::status::StatusFile,
+    pods: &crate::status_manager::StatusFile,
     mount: &Path,
     out: &mut Vec<Finding>,
 ) {

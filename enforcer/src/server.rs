@@ -52,8 +52,9 @@ use crate::{
     health::Health,
     metrics::Metrics,
     node::NodeObserver,
-    runtime::{NodeLink, NodeStateCollector, StatusManager},
+    pods::{NodeLink, NodeStateCollector},
     signal::PipelineStats,
+    status_manager::StatusManager,
 };
 
 /// Connections served at once.
@@ -90,7 +91,7 @@ pub struct Sources {
     pub observer: NodeObserver,
     /// The container runtime `/stats/summary` asks for its image and container filesystems
     /// (CRI `ImageFsInfo`); `None` where the enforcer runs no pods.
-    pub runtime: Option<Arc<crate::runtime::CriRuntime>>,
+    pub runtime: Option<Arc<crate::cri::CriRuntime>>,
 }
 
 struct AppState {

@@ -5,7 +5,7 @@
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
-use enforcer::runtime::{CriRuntime, StatusManager, run_pods_with};
+use enforcer::{cri::CriRuntime, pods::run_pods_with, status_manager::StatusManager};
 use serde_json::{Value, json};
 
 use crate::{
@@ -73,7 +73,7 @@ impl Kubelet {
         o.kubeconfig = kubeconfig;
         // kubelet sets oom_score_adj once, at creation; it does not correct it afterwards.
         o.enforce =
-            Arc::new(enforcer::runtime::enforce::Enforcer::default().with_oom_scores_left());
+            Arc::new(enforcer::container_manager::Enforcer::default().with_oom_scores_left());
         let status = StatusManager::default();
         let (tx, rx) = tokio::sync::oneshot::channel();
         let rt = Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(5)));

@@ -665,7 +665,7 @@ impl LocalContainerd {
     /// Stops and removes every sandbox through CRI (clean shim exits). All sandboxes of a
     /// private containerd are ours.
     pub async fn remove_all_pods(&self) {
-        use enforcer::runtime::{ContainerRuntime as _, CriRuntime};
+        use enforcer::cri::{ContainerRuntime as _, CriRuntime};
         if !socket_answers(&self.socket) {
             return;
         }

@@ -12,13 +12,14 @@ use std::{
 
 use anyhow::Context as _;
 use enforcer::{
+    pods::{ActiveEntry, NodeLink},
     policy::{
         cgroup_name::{self, CgroupDriver},
         pod_actions::PodPhase,
         pod_status::{ContainerRecord, ContainerState, PodRecord},
         qos::QosClass,
     },
-    runtime::{ActiveEntry, NodeLink, StatusManager},
+    status_manager::StatusManager,
 };
 use k8s_openapi::{
     api::core::v1::{Container, Pod, PodSpec, ResourceRequirements},

@@ -8,7 +8,7 @@ use std::{
 
 use enforcer::{
     config::ConfigArgs,
-    runtime::status::{self, ContainerState, PodRecord},
+    status_manager::{self, ContainerState, PodRecord},
 };
 use tokio::time::Instant;
 
@@ -35,8 +35,8 @@ spec:
 
 /// The status file (empty before the first write).
 #[must_use]
-pub fn status_file(state: &Path) -> status::StatusFile {
-    status::read(state).unwrap_or_default()
+pub fn status_file(state: &Path) -> status_manager::StatusFile {
+    status_manager::read(state).unwrap_or_default()
 }
 
 /// The record whose (node-suffixed) name starts with `prefix`.

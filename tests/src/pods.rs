@@ -8,13 +8,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use enforcer::recorder::{EventRecord, EventType, Recorder};
 use enforcer::{
+    cri::{CriRuntime, spec::NodeFacts},
     kernel::Capabilities,
-    runtime::{
-        CriRuntime, NodeFacts, RunPodsOptions, StatusManager, run_pods_with,
-        status::{self, PodRecord, StatusFile},
-    },
+    pods::{RunPodsOptions, run_pods_with},
+    recorder::{EventRecord, EventType, Recorder},
+    status_manager::{self, PodRecord, StatusFile, StatusManager},
 };
 use tokio::{sync::oneshot, task::JoinHandle};
 
@@ -58,14 +57,14 @@ pub fn opts(cd: &Containerd) -> RunPodsOptions {
         resync: Duration::from_secs(2),
         static_pods: true,
         admission: None,
-        link: enforcer::runtime::NodeLink::default(),
+        link: enforcer::pods::NodeLink::default(),
         enforce: Arc::default(),
         kubeconfig: None,
         health: Arc::default(),
         events: enforcer::recorder::Recorder::default(),
         dns: enforcer::policy::dns::DnsSettings::default(),
-        images: Arc::new(enforcer::runtime::images::ImageManager::new(
-            &enforcer::runtime::images::ImageOptions {
+        images: Arc::new(enforcer::cri::images::ImageManager::new(
+            &enforcer::cri::images::ImageOptions {
                 node_config: state(cd).join("config.json"),
                 secret_dir: cd.dir.join("pull-secrets"),
                 // Image GC only on a full disk: the build machine's disk is not the test's
@@ -161,7 +160,7 @@ pub fn write_manifest(cd: &Containerd, file: &str, text: &str) {
 /// The status file now (empty before the first write).
 #[must_use]
 pub fn read_status(cd: &Containerd) -> StatusFile {
-    status::read(&state(cd)).unwrap_or_default()
+    status_manager::read(&state(cd)).unwrap_or_default()
 }
 
 /// Polls the status file until `pred` holds; fails after `timeout` with the last status and

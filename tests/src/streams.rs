@@ -183,8 +183,8 @@ impl StreamLoad {
         use anyhow::Context as _;
         let cd = crate::containerd::Containerd::start("streams");
         let dir = tempfile::tempdir().context("tempdir")?;
-        let status = enforcer::runtime::StatusManager::default();
-        let rt = Arc::new(enforcer::runtime::CriRuntime::new(
+        let status = enforcer::status_manager::StatusManager::default();
+        let rt = Arc::new(enforcer::cri::CriRuntime::new(
             &cd.socket,
             Duration::from_secs(10),
         ));
@@ -199,7 +199,7 @@ impl StreamLoad {
         let pods = tokio::spawn({
             let (rt, status) = (rt.clone(), status.clone());
             async move {
-                let _ = enforcer::runtime::run_pods_with(rt, opts, status, async {
+                let _ = enforcer::pods::run_pods_with(rt, opts, status, async {
                     let _ = stop_rx.await;
                 })
                 .await;
@@ -216,7 +216,7 @@ impl StreamLoad {
             health: Arc::default(),
             metrics: enforcer::metrics::global().clone(),
             pipeline: Arc::default(),
-            link: enforcer::runtime::NodeLink::default(),
+            link: enforcer::pods::NodeLink::default(),
             status: status.clone(),
             observer,
             runtime: Some(rt.clone()),

@@ -12,11 +12,11 @@ use std::{
 use enforcer::{
     cluster::{self, node_status::NodeFacts},
     config::ConfigArgs,
+    cri::CriRuntime,
     health::Health,
-    runtime::{
-        CriRuntime, PodOp, RunPodsOptions, SourceEvent, StatusManager, apiserver, run_pods_with,
-        status::{Condition, ContainerState, NodeRecord},
-    },
+    pods::{RunPodsOptions, run_pods_with},
+    sources::{PodOp, SourceEvent, apiserver},
+    status_manager::{Condition, ContainerState, NodeRecord, StatusManager},
 };
 use enforcer_tests::{
     containerd::Containerd,
@@ -454,12 +454,12 @@ async fn pod_status_conflicts_are_retried_on_a_fresh_get() {
     let cluster = ClusterMode::start(&fake, "n-conflict");
     let status = cluster.status.clone();
     fake.interfere("/pods/web/status", 2);
-    status.set(enforcer::runtime::status::PodRecord {
+    status.set(enforcer::status_manager::PodRecord {
         uid: "uid-web".to_owned(),
         name: "web".to_owned(),
         namespace: "default".to_owned(),
         source: apiserver::API_SOURCE.to_owned(),
-        phase: enforcer::runtime::status::PodPhase::Running,
+        phase: enforcer::status_manager::PodPhase::Running,
         reason: String::new(),
         message: String::new(),
         qos_class: "BestEffort".to_owned(),
@@ -1218,15 +1218,15 @@ async fn config_maps_secrets_and_tokens_reach_the_container() {
     let vols = node.state.join("pods").join(uid).join("volumes");
     let sec = vols.join("kubernetes.io~secret/sec");
     assert!(
-        enforcer::runtime::volumes::is_mount_point(&sec),
+        enforcer::pods::volumes::is_mount_point(&sec),
         "tmpfs at {}",
         sec.display()
     );
-    assert!(enforcer::runtime::volumes::is_mount_point(
+    assert!(enforcer::pods::volumes::is_mount_point(
         &vols.join("kubernetes.io~projected/kube-api-access")
     ));
     assert!(
-        !enforcer::runtime::volumes::is_mount_point(&vols.join("kubernetes.io~configmap/cfg")),
+        !enforcer::pods::volumes::is_mount_point(&vols.join("kubernetes.io~configmap/cfg")),
         "configMaps on disk, as kubelet"
     );
     {

@@ -20,9 +20,9 @@ use std::{
 
 use enforcer::{
     config::ConfigArgs,
+    cri::CriRuntime,
     daemon::{CompanionMode, DaemonOptions},
     policy::{pod_status::ContainerState, qos::QosClass},
-    runtime::CriRuntime,
 };
 use enforcer_tests::{
     Daemon,
@@ -491,7 +491,7 @@ impl Drop for CompanionProcess {
 
 /// The runtime's sandboxes, listed from a synchronous check.
 fn sandboxes_now(cri: &CriRuntime) -> Vec<k8s_cri::v1::PodSandbox> {
-    use enforcer::runtime::ContainerRuntime as _;
+    use enforcer::cri::ContainerRuntime as _;
     tokio::task::block_in_place(|| {
         tokio::runtime::Handle::current()
             .block_on(cri.list_pod_sandboxes(k8s_cri::v1::PodSandboxFilter::default()))

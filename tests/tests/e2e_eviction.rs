@@ -33,7 +33,7 @@ use std::{path::PathBuf, time::Duration};
 
 use enforcer::{
     config::ConfigArgs,
-    runtime::status::{ContainerState, PodRecord},
+    status_manager::{ContainerState, PodRecord},
 };
 use enforcer_tests::{
     containerd::Containerd,

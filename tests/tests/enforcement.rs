@@ -10,13 +10,13 @@ use std::{
     time::Duration,
 };
 
-use enforcer::policy::qos::QosClass;
 use enforcer::{
     cli::explain::{ExplainArgs, explain},
     config::ConfigArgs,
     daemon::{DaemonOptions, run},
     kernel::Capabilities,
-    runtime::status::{self, PodRecord},
+    policy::qos::QosClass,
+    status_manager::{self, PodRecord},
 };
 use enforcer_tests::{Daemon, TestCgroup, containerd::Containerd, layout, swap::ZramSwap};
 
@@ -98,7 +98,9 @@ impl Files {
 }
 
 fn records(state: &Path) -> Vec<PodRecord> {
-    status::read(state).map(|f| f.pods).unwrap_or_default()
+    status_manager::read(state)
+        .map(|f| f.pods)
+        .unwrap_or_default()
 }
 
 async fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {

@@ -5,7 +5,7 @@
 
 use std::{path::Path, time::Duration};
 
-use enforcer::{config::ConfigArgs, runtime::status::PodRecord};
+use enforcer::{config::ConfigArgs, status_manager::PodRecord};
 use enforcer_tests::{
     Daemon,
     containerd::Containerd,

@@ -15,7 +15,7 @@ use std::{
 use enforcer::{
     cli::{ExplainArgs, explain, simulate},
     config::{self, ConfigArgs},
-    runtime::source::parse_manifest,
+    sources::parse_manifest,
 };
 
 /// Mutants per input file.

@@ -17,7 +17,7 @@ use std::{
 
 use enforcer::{
     config::ConfigArgs,
-    runtime::{ContainerRuntime as _, CriRuntime},
+    cri::{ContainerRuntime as _, CriRuntime},
 };
 use enforcer_tests::{
     containerd::Containerd,

@@ -8,13 +8,13 @@
 use std::time::{Duration, Instant};
 
 use enforcer::{
-    policy::{images::gc::GcPolicy, pod_status::ContainerState},
-    recorder::EventType,
-    runtime::{
+    cri::{
         ContainerRuntime as _, CriRuntime,
         images::{ImageGc, ImageManager, ImageOptions},
-        status::StatusFile,
     },
+    policy::{images::gc::GcPolicy, pod_status::ContainerState},
+    recorder::EventType,
+    status_manager::StatusFile,
 };
 use enforcer_tests::{
     containerd::Containerd,
@@ -598,9 +598,9 @@ async fn image_gc_frees_down_to_the_low_threshold() {
         .unwrap_or_else(|e| panic!("{e}"));
     let rt = CriRuntime::new(&cd.socket, Duration::from_secs(30));
     let fs = rt.image_fs_info().await.expect("ImageFsInfo");
-    let mount = enforcer::runtime::images::imagefs_mountpoint(&fs).expect("imagefs mountpoint");
+    let mount = enforcer::cri::images::imagefs_mountpoint(&fs).expect("imagefs mountpoint");
     let usage = || {
-        let (cap, avail) = enforcer::runtime::images::fs_bytes(&mount).expect("statvfs");
+        let (cap, avail) = enforcer::cri::images::fs_bytes(&mount).expect("statvfs");
         100 - avail * 100 / cap
     };
     println!("imagefs {} at {}% after start", mount.display(), usage());

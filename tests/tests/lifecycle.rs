@@ -13,7 +13,7 @@ use std::{
 
 use enforcer::{
     recorder::EventType,
-    runtime::status::{ContainerRecord, ContainerState, StatusFile},
+    status_manager::{ContainerRecord, ContainerState, StatusFile},
 };
 use enforcer_tests::{
     containerd::Containerd,
@@ -224,7 +224,7 @@ async fn a_failing_post_start_kills_the_container_and_a_failing_pre_stop_is_repo
     let s = wait_status(&cd, Duration::from_secs(40), "bad killed", |s| {
         terminated(s, "bad-1", "c").is_some()
             && pod(s, "bad-1")
-                .is_some_and(|p| p.phase == enforcer::runtime::status::PodPhase::Failed)
+                .is_some_and(|p| p.phase == enforcer::status_manager::PodPhase::Failed)
     })
     .await;
     assert_ne!(terminated(&s, "bad-1", "c").map(|t| t.0), Some(0));

@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use enforcer::policy::qos::QosClass;
 use enforcer::{
     config::ConfigArgs,
-    runtime::{ContainerRuntime as _, CriRuntime},
+    cri::{ContainerRuntime as _, CriRuntime},
+    policy::qos::QosClass,
 };
 use enforcer_tests::{
     containerd::Containerd,

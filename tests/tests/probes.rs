@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use enforcer::{
     recorder::EventType,
-    runtime::status::{ContainerState, PodRecord, StatusFile},
+    status_manager::{ContainerState, PodRecord, StatusFile},
 };
 use enforcer_tests::{
     containerd::Containerd,
@@ -36,7 +36,7 @@ fn container<'a>(
     s: &'a StatusFile,
     uid: &str,
     name: &str,
-) -> Option<&'a enforcer::runtime::status::ContainerRecord> {
+) -> Option<&'a enforcer::status_manager::ContainerRecord> {
     pod(s, uid).and_then(|p| p.container_statuses.iter().find(|c| c.name == name))
 }
 

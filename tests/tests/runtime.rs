@@ -8,10 +8,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use enforcer::policy::qos::QosClass;
-use enforcer::runtime::{
-    ContainerRuntime as _, CriRuntime,
-    status::{ContainerState, StatusFile},
+use enforcer::{
+    cri::{ContainerRuntime as _, CriRuntime},
+    policy::qos::QosClass,
+    status_manager::{ContainerState, StatusFile},
 };
 use enforcer_tests::{
     containerd::Containerd,
@@ -782,10 +782,10 @@ async fn a_driver_other_than_containerds_is_refused_systemdonly() {
     let mut o = enforcer_tests::pods::opts(&cd);
     o.cgroup_driver = enforcer::policy::cgroup_name::CgroupDriver::Cgroupfs;
     let rt = std::sync::Arc::new(CriRuntime::new(&cd.socket, Duration::from_secs(5)));
-    let run = enforcer::runtime::run_pods_with(
+    let run = enforcer::pods::run_pods_with(
         rt,
         o,
-        enforcer::runtime::status::StatusManager::default(),
+        enforcer::status_manager::StatusManager::default(),
         std::future::pending(),
     );
     let err = tokio::time::timeout(Duration::from_secs(30), run)

@@ -13,7 +13,7 @@ use std::{
 
 use enforcer::{
     config::ConfigArgs,
-    runtime::status::{ContainerState, PodRecord},
+    status_manager::{ContainerState, PodRecord},
 };
 use enforcer_tests::{
     containerd::Containerd,

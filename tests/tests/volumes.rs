@@ -7,8 +7,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use enforcer::policy::qos::QosClass;
-use enforcer::runtime::status::{self, ContainerState, StatusFile};
+use enforcer::{
+    policy::qos::QosClass,
+    status_manager::{self, ContainerState, StatusFile},
+};
 use enforcer_tests::{
     containerd::Containerd,
     layout,
@@ -151,8 +153,10 @@ async fn emptydirs_readonly_downward_api_and_env_as_kubelet_runs_them() {
             format!(
                 "reader log:\n{}\nstatus:\n{}",
                 log_of(&cd, uid, "reader"),
-                serde_json::to_string_pretty(&status::read(&state(&cd)).unwrap_or_default())
-                    .unwrap_or_default()
+                serde_json::to_string_pretty(
+                    &status_manager::read(&state(&cd)).unwrap_or_default()
+                )
+                .unwrap_or_default()
             )
         },
     )

@@ -46,10 +46,15 @@ pub const LAYERS: &[&[&str]] = &[
     &["node"],
     // configuration (KubeletConfiguration + flags -> validated config, the node's observer)
     &["config"],
-    // effects: the runtime, the API server, the operator surface
+    // effects: kubelet's rooms (the status manager, the CRI side, the container manager, the
+    // pod sources, the pods), the API server, the operator surface
     &["metrics"],
     &["kills", "stats"],
-    &["runtime"],
+    &["status_manager"],
+    &["cri"],
+    &["container_manager"],
+    &["sources"],
+    &["pods"],
     &["cluster"],
     &["node_report"],
     // beside kubelet: its pods, their eviction made known, the OOM scores aligned

@@ -300,8 +300,10 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::policy::resources::cgroup::{CgroupOptions, pod_cgroup_values, shares_to_weight};
-    use crate::policy::resources::test_pods::{container, pod};
+    use crate::policy::resources::{
+        cgroup::{CgroupOptions, pod_cgroup_values, shares_to_weight},
+        test_pods::{container, pod},
+    };
 
     fn read(p: &Path) -> String {
         std::fs::read_to_string(p)

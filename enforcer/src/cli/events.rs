@@ -23,7 +23,7 @@ pub struct EventsArgs {
     #[arg(short = 'n', long)]
     pub namespace: Option<String>,
     /// The daemon's state directory.
-    #[arg(long, default_value = crate::runtime::DEFAULT_STATE_DIR)]
+    #[arg(long, default_value = crate::pods::DEFAULT_STATE_DIR)]
     pub state_dir: PathBuf,
 }
 

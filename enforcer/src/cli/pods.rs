@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::runtime::status::{ContainerState, PodPhase, StatusFile, read};
+use crate::status_manager::{ContainerState, PodPhase, StatusFile, read};
 
 /// `enforcer pods`: a table (or JSON) of the pods in a state directory.
 pub fn render(file: &StatusFile, json: bool) -> String {
@@ -83,7 +83,7 @@ pub struct PodsArgs {
     #[arg(short = 'o', long = "output", value_enum, default_value_t = PodsOutput::Table)]
     pub output: PodsOutput,
     /// The daemon's state directory (where it writes pods.json).
-    #[arg(long, default_value = crate::runtime::DEFAULT_STATE_DIR)]
+    #[arg(long, default_value = crate::pods::DEFAULT_STATE_DIR)]
     pub state_dir: PathBuf,
 }
 
@@ -105,7 +105,7 @@ pub fn pods_main(args: &PodsArgs) -> std::process::ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::status::{
+    use crate::status_manager::{
         Condition, ContainerRecord, NodeRecord, PODS_FILE, PodRecord, Rejection, rfc3339,
         write_atomic,
     };

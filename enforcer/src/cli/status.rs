@@ -31,14 +31,14 @@ fn us(v: Option<u64>) -> String {
 #[derive(Clone, Debug, clap::Args)]
 pub struct StatusArgs {
     /// The daemon's state directory.
-    #[arg(long, default_value = crate::runtime::DEFAULT_STATE_DIR)]
+    #[arg(long, default_value = crate::pods::DEFAULT_STATE_DIR)]
     pub state_dir: PathBuf,
 }
 
 /// The screen of `enforcer status` (`now_ns`: wall clock, for ages).
 #[must_use]
 pub fn render_status(
-    pods: Option<&crate::runtime::status::StatusFile>,
+    pods: Option<&crate::status_manager::StatusFile>,
     report: Option<&Report>,
     kills: &[crate::kills::KillRecord],
     now_ns: i64,
@@ -132,7 +132,7 @@ pub fn render_status(
         let e = by_qos.entry(p.qos_class.clone()).or_default();
         if matches!(
             p.phase,
-            crate::runtime::status::PodPhase::Succeeded | crate::runtime::status::PodPhase::Failed
+            crate::status_manager::PodPhase::Succeeded | crate::status_manager::PodPhase::Failed
         ) {
             e.1 += 1;
         } else {
@@ -157,9 +157,9 @@ pub fn render_status(
 /// Runs `enforcer status`: exit 2 when the state directory cannot be read.
 #[must_use]
 pub fn status_main(args: &StatusArgs) -> std::process::ExitCode {
-    let pods = match crate::runtime::status::read(&args.state_dir) {
+    let pods = match crate::status_manager::read(&args.state_dir) {
         Ok(p) => Some(p),
-        Err(crate::runtime::status::StatusError::Io { source, .. })
+        Err(crate::status_manager::StatusError::Io { source, .. })
             if source.kind() == std::io::ErrorKind::NotFound =>
         {
             None

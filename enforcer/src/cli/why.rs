@@ -27,7 +27,7 @@ pub struct WhyArgs {
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Output::Text)]
     pub output: Output,
     /// The daemon's state directory.
-    #[arg(long, default_value = crate::runtime::DEFAULT_STATE_DIR)]
+    #[arg(long, default_value = crate::pods::DEFAULT_STATE_DIR)]
     pub state_dir: PathBuf,
 }
 

@@ -19,9 +19,11 @@ use k8s_openapi::{api::core::v1::Event, apimachinery::pkg::apis::meta::v1::Time}
 use tokio::sync::mpsc;
 
 use super::events::{Key, Similar, event_object};
-use crate::recorder::{EventRecord, Recorder};
 pub use crate::state_log::StoreError;
-use crate::state_log::{self, LineStore};
+use crate::{
+    recorder::{EventRecord, Recorder},
+    state_log::{self, LineStore},
+};
 
 /// The directory under the state directory.
 pub const DIR: &str = "events";

@@ -294,7 +294,7 @@ mod tests {
             FakeApi::clone_of(&fake),
             Arc::new(Limiter::new(1, 1)),
         ));
-        let status = crate::runtime::StatusManager::default();
+        let status = crate::status_manager::StatusManager::default();
         let task = tokio::spawn(crate::cluster::pod_status::run(
             api,
             status.clone(),
@@ -303,12 +303,12 @@ mod tests {
         ));
         let start = Instant::now();
         for uid in ["u1", "u2"] {
-            status.set(crate::runtime::status::PodRecord {
+            status.set(crate::status_manager::PodRecord {
                 uid: uid.to_owned(),
                 name: uid.to_owned(),
                 namespace: "default".to_owned(),
-                source: crate::runtime::apiserver::API_SOURCE.to_owned(),
-                phase: crate::runtime::status::PodPhase::Running,
+                source: crate::sources::apiserver::API_SOURCE.to_owned(),
+                phase: crate::status_manager::PodPhase::Running,
                 reason: String::new(),
                 message: String::new(),
                 qos_class: "BestEffort".to_owned(),

@@ -20,8 +20,11 @@ use k8s_openapi::{api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::OwnerRe
 
 use super::{ClusterApi, ClusterError, backoff};
 use crate::{
+    cri::spec::PodIdent,
+    pods::NodeLink,
     policy::resources::{CONFIG_MIRROR_ANNOTATION, is_mirror, is_static},
-    runtime::{NodeLink, StatusManager, source::CONFIG_HASH_ANNOTATION, spec::PodIdent},
+    sources::CONFIG_HASH_ANNOTATION,
+    status_manager::StatusManager,
 };
 
 /// A mirror pod's hash (its static pod's `kubernetes.io/config.hash`).
@@ -232,8 +235,11 @@ async fn settle(failures: &mut u32, failed: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::fake::{Call, FakeApi};
-    use crate::runtime::{ActiveEntry, records::blank_record, status::PodPhase};
+    use crate::{
+        cluster::fake::{Call, FakeApi},
+        pods::{ActiveEntry, records::blank_record},
+        status_manager::PodPhase,
+    };
 
     fn static_pod(hash: &str, image: &str) -> Pod {
         serde_json::from_value(serde_json::json!({

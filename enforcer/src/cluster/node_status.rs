@@ -29,7 +29,7 @@ pub use facts::{NodeFacts, default_labels, go_arch, node_labels, os_image};
 
 use crate::{
     health::Health,
-    runtime::{StatusManager, status::NodeRecord},
+    status_manager::{NodeRecord, StatusManager},
 };
 
 /// The node's pressure and readiness as the rest of the daemon knows them.
@@ -702,7 +702,7 @@ mod tests {
         assert_eq!(api.count(|c| matches!(c, Call::PatchNodeStatus(_))), 1);
         // Pressure: pushed within the same instant.
         status.set_node(NodeRecord {
-            conditions: vec![crate::runtime::status::Condition::new(
+            conditions: vec![crate::status_manager::Condition::new(
                 "MemoryPressure",
                 true,
             )],
@@ -752,7 +752,7 @@ mod tests {
             ]
         );
         status.set_node(NodeRecord {
-            conditions: vec![crate::runtime::status::Condition::new(
+            conditions: vec![crate::status_manager::Condition::new(
                 "MemoryPressure",
                 true,
             )],
@@ -785,7 +785,7 @@ mod tests {
         assert_eq!(api.count(|c| matches!(c, Call::PatchNodeStatus(_))), 1);
         api.set_down(true);
         status.set_node(NodeRecord {
-            conditions: vec![crate::runtime::status::Condition::new(
+            conditions: vec![crate::status_manager::Condition::new(
                 "MemoryPressure",
                 true,
             )],

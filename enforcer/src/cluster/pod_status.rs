@@ -34,11 +34,10 @@ use k8s_openapi::{
 };
 
 use super::{ClusterApi, ClusterError, backoff, now_time};
-use crate::policy::resources::{is_mirror, is_static};
-use crate::runtime::{
-    StatusManager,
-    apiserver::API_SOURCE,
-    status::{ContainerRecord, ContainerState, PodPhase, PodRecord},
+use crate::{
+    policy::resources::{is_mirror, is_static},
+    sources::apiserver::API_SOURCE,
+    status_manager::{ContainerRecord, ContainerState, PodPhase, PodRecord, StatusManager},
 };
 
 /// Conditions kubelet owns (`kubetypes.PodConditionByKubelet`).
@@ -439,7 +438,7 @@ pub async fn run<A: ClusterApi>(
     api: Arc<A>,
     status: StatusManager,
     host_ip: Option<String>,
-    link: Option<crate::runtime::NodeLink>,
+    link: Option<crate::pods::NodeLink>,
 ) {
     let changed = status.subscribe();
     let mut static_uids: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();

@@ -13,8 +13,8 @@ use k8s_openapi::{
 
 use crate::{
     cluster::{ClusterApi, ClusterError},
+    pods::records::DISRUPTION_TARGET_REASON,
     policy::eviction::manager::REASON,
-    runtime::records::DISRUPTION_TARGET_REASON,
 };
 
 /// How many times a status patch is tried before the companion gives up on it (logged).

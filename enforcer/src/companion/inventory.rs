@@ -24,11 +24,11 @@ use k8s_openapi::{
 };
 
 use crate::{
+    cri::spec::{POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL},
     policy::{
         qos::QosClass,
         resources::{CONFIG_MIRROR_ANNOTATION, CONFIG_SOURCE_ANNOTATION},
     },
-    runtime::spec::{POD_NAME_LABEL, POD_NAMESPACE_LABEL, POD_UID_LABEL},
 };
 
 /// The annotation a pod run without an API server carries its priority in (kubelet copies

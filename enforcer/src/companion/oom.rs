@@ -15,13 +15,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     cgroup::{CgroupLayout, PodCgroup},
+    pods::ActiveEntry,
     policy::{
         eviction::{ActivePod, PodStats, Signal, rank::rank},
         oom::align::{self, Candidate, Score},
         qos::{QosClass, pod_qos},
         resources::is_node_critical,
     },
-    runtime::ActiveEntry,
 };
 
 /// kubelet's `oom_score_adj` of a pod's sandbox (pause) process: never a container's.
@@ -65,7 +65,7 @@ pub enum OriginalsError {
     #[error("writing {path}: {source}")]
     Write {
         path: PathBuf,
-        source: crate::runtime::status::StatusError,
+        source: crate::status_manager::StatusError,
     },
     #[error("removing {path}: {source}")]
     Remove {
@@ -104,7 +104,7 @@ impl Originals {
             };
         }
         let bytes = serde_json::to_vec_pretty(self).unwrap_or_default();
-        crate::runtime::status::write_atomic(&path, &bytes)
+        crate::status_manager::write_atomic(&path, &bytes)
             .map_err(|source| OriginalsError::Write { path, source })
     }
 

@@ -7,12 +7,14 @@ use super::{CompanionMode, DaemonError, DaemonOptions, image_options, tripwire_c
 use crate::{
     cgroup::CgroupLayout,
     config::Config,
+    cri::CriRuntime,
     health::Health,
     kernel::Capabilities,
     node::NodeObserver,
+    pods::{Admission, NodeLink, RunPodsOptions},
     policy::admission::{self, SecurityPolicy},
     quantity::Quantity,
-    runtime::{self, Admission, CriRuntime, NodeLink, RunPodsOptions, StatusManager},
+    status_manager::StatusManager,
 };
 
 /// The three ways the daemon runs, told apart once (`enforcer run`'s flags).
@@ -59,12 +61,12 @@ impl Mode {
 /// The tasks a mode's assembler started, and what the eviction manager gets from them.
 #[derive(Default)]
 pub(super) struct Started {
-    pub(super) pods: Option<tokio::task::JoinHandle<Result<(), runtime::RuntimeError>>>,
+    pub(super) pods: Option<tokio::task::JoinHandle<Result<(), crate::pods::RuntimeError>>>,
     pub(super) cluster: Option<tokio::task::JoinHandle<()>>,
     pub(super) companion: Vec<tokio::task::JoinHandle<()>>,
     /// The runtime whose images node-level reclaim deletes (where the enforcer runs pods).
     pub(super) node_reclaim: Option<Arc<CriRuntime>>,
-    pub(super) image_gc: Option<Arc<runtime::images::ImageGc>>,
+    pub(super) image_gc: Option<Arc<crate::cri::images::ImageGc>>,
 }
 
 /// The daemon's stop, as many futures as its tasks need.
@@ -189,7 +191,7 @@ impl Assembly<'_> {
     pub(super) fn assemble_pods(
         &self,
         cri: Option<Arc<CriRuntime>>,
-        enforcer: Option<Arc<runtime::enforce::Enforcer>>,
+        enforcer: Option<Arc<crate::container_manager::Enforcer>>,
         run_pods: bool,
         capacity: &BTreeMap<String, Quantity>,
         allocatable: &BTreeMap<String, Quantity>,
@@ -201,7 +203,7 @@ impl Assembly<'_> {
         Started {
             image_gc: Some(ro.images.gc.clone()),
             node_reclaim: Some(cri.clone()),
-            pods: Some(tokio::spawn(runtime::run_pods_with(
+            pods: Some(tokio::spawn(crate::pods::run_pods_with(
                 cri,
                 ro,
                 self.status.clone(),
@@ -215,7 +217,7 @@ impl Assembly<'_> {
     /// Node's labels, allocatable, the security policy).
     fn run_pods_options(
         &self,
-        enforcer: Arc<runtime::enforce::Enforcer>,
+        enforcer: Arc<crate::container_manager::Enforcer>,
         capacity: &BTreeMap<String, Quantity>,
         allocatable: &BTreeMap<String, Quantity>,
     ) -> RunPodsOptions {
@@ -231,7 +233,9 @@ impl Assembly<'_> {
         ro.static_pods = self.opts.static_pods;
         ro.kubeconfig = self.opts.kubeconfig.clone();
         ro.resync = config.sync_frequency;
-        ro.images = Arc::new(runtime::images::ImageManager::new(&image_options(config)));
+        ro.images = Arc::new(crate::cri::images::ImageManager::new(&image_options(
+            config,
+        )));
         ro.dns = crate::policy::dns::DnsSettings {
             cluster_dns: config.cluster_dns.clone(),
             cluster_domain: config.cluster_domain.clone(),

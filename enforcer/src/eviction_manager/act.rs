@@ -9,6 +9,7 @@ use super::{EvictionManager, Parts, Trigger, report::node_record};
 use crate::{
     cgroup::PodCgroup,
     kills::{self, KillKind, KillRecord, Killed},
+    pods::{ActiveEntry, Evict},
     policy::eviction::{
         ActivePod, Eviction,
         local_storage::LocalStorageEviction,
@@ -18,7 +19,6 @@ use crate::{
         },
     },
     recorder::{EventRecord, EventType, Involved},
-    runtime::{ActiveEntry, Evict},
     stats::NodeSnapshot,
 };
 
@@ -252,7 +252,7 @@ impl EvictionManager {
             message: ev.message.clone(),
             annotations,
         });
-        let (completion, answer) = crate::runtime::KillCompletion::new();
+        let (completion, answer) = crate::pods::KillCompletion::new();
         parts.answer = Some(answer);
         parts.answered = None;
         self.link.evict(Evict {

@@ -7,8 +7,8 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 use super::{EvictionManager, Trigger};
 use crate::{
     cgroup::PodCgroup,
+    pods::ActiveEntry,
     policy::eviction::ActivePod,
-    runtime::{self, ActiveEntry},
     stats::{NodeSnapshot, PodScope, PodTarget, Refresh},
 };
 
@@ -23,7 +23,7 @@ pub(super) struct TargetCache {
 /// How often the runtime is asked for its image filesystem until it answers.
 const IMAGEFS_RETRY: Duration = Duration::from_secs(10);
 
-pub use crate::runtime::images::imagefs_mountpoint;
+pub use crate::cri::images::imagefs_mountpoint;
 
 /// What a step on `trigger` reads: everything on the housekeeping tick, at a due instant and
 /// once the last victim is released (what it freed); on a signal, the node and the pods it
@@ -137,7 +137,8 @@ impl EvictionManager {
         let running = move |uid: &str| {
             active.contains_key(uid) && status.get(uid).is_none_or(|r| !r.phase.is_terminal())
         };
-        match runtime::gc::reclaim_node_level(rt.as_ref(), self.image_gc.as_deref(), &running).await
+        match crate::cri::gc::reclaim_node_level(rt.as_ref(), self.image_gc.as_deref(), &running)
+            .await
         {
             Ok(r) => tracing::info!(
                 containers = r.containers,

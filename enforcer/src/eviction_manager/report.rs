@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::EvictionManager;
 use crate::{
     policy::eviction::{NodeCondition, State},
-    runtime::status::{Condition as StatusCondition, NodeRecord},
+    status_manager::{Condition as StatusCondition, NodeRecord},
 };
 
 /// The node's pressure conditions for the status file: each `True` or `False`.

@@ -6,7 +6,7 @@
 //! used sockets and cores); everything else runs on the shared (default) pool, which keeps the
 //! reserved CPUs. The state is checkpointed in kubelet's JSON format with its checksum. The
 //! policy does no I/O: the topology is read by the caller ([`crate::node::cpu_topology`]), and
-//! the checkpoint file is read and written by the caller ([`crate::runtime::enforce`]).
+//! the checkpoint file is read and written by the caller ([`crate::container_manager`]).
 //!
 //! - [`cpuset`]: [`CpuSet`], kubelet's cpuset with its `0-3,8` syntax.
 //! - [`topology`]: [`Topology`], which socket and core each CPU sits on.

@@ -2,7 +2,7 @@
 //! image references and their default tag, the registry pull limiter, the pull errors as the
 //! container's waiting reason, the pull secrets' keyring, and the image garbage collector's
 //! choices. The I/O half (CRI pulls, the serial or parallel puller, the collector's loop) is
-//! `runtime::images`.
+//! `crate::cri::images`.
 //!
 //! - [`reference`]: `applyDefaultImageTag` and the reference grammar behind it.
 //! - [`keyring`]: docker config files and `imagePullSecrets` as credentials per registry.

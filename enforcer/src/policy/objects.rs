@@ -1,6 +1,6 @@
 //! The API-server objects a pod reads on the node: the ConfigMaps and Secrets its volumes
 //! and environment name, and the service-account tokens its projected volumes ask for.
-//! Pure: [`ObjectRefs::of`] lists what a pod needs, `runtime::objects` fetches it into a
+//! Pure: [`ObjectRefs::of`] lists what a pod needs, `crate::pods::objects` fetches it into a
 //! [`PodObjects`] snapshot, and the payload functions here turn a snapshot into files and
 //! values as kubelet's `configmap.MakePayload`, `secret.MakePayload` and
 //! `makeEnvironmentVariables` do.

@@ -2,7 +2,7 @@
 //! from the pod spec and what the runtime holds of the pod (the sidecar startup gate
 //! included, so the plan is final), the kill of a container that failed its liveness or
 //! startup probe ([`probe_kill`]), and `getPhase` (`kubelet_pods.go`) from its containers'
-//! states. The pod worker (`runtime::worker`) observes the runtime, asks
+//! states. The pod worker (`crate::pods::worker`) observes the runtime, asks
 //! [`compute_pod_actions`] for the plan and executes it; nothing here talks to the runtime or
 //! reads a clock.
 

@@ -1,10 +1,10 @@
 //! The pod's status, pure: kubelet's `generateAPIPodStatus` and
 //! `convertToAPIContainerStatuses` (`kubelet_pods.go`) from the pod spec, what the runtime
 //! reports of the sandbox's containers, the waiting reasons of the last sync, the prober's
-//! results and the `oom_score_adj` check. The pod worker (`runtime::worker`) gathers those
+//! results and the `oom_score_adj` check. The pod worker (`crate::pods::worker`) gathers those
 //! values and publishes what [`pod_status`] returns; nothing here talks to the runtime or
 //! reads a clock. The status types live here, below the status manager that keeps them
-//! (`runtime::status` re-exports them).
+//! (`crate::status_manager` re-exports them).
 
 use std::collections::HashMap;
 

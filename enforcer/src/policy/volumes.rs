@@ -1,13 +1,13 @@
 //! The volumes a pod asks for, as kubelet's volume plugins set them up, and the CRI mounts of
 //! each container (`makeMounts` in `pkg/kubelet/kubelet_pods.go`). Pure: paths are computed,
-//! nothing is created or mounted here (`runtime::volumes` does that).
+//! nothing is created or mounted here (`crate::pods::volumes` does that).
 //!
 //! Supported, as kubelet runs them: `emptyDir` (on disk, or `medium: Memory` as a tmpfs sized
 //! as `calculateEmptyDirMemorySize` does), `hostPath` with its type checks (admission refuses
 //! it unless the node allows host paths), `downwardAPI`, and `projected` with `downwardAPI`
 //! sources. Pods from the API server also get `configMap`, `secret` and `projected` with
 //! configMap, secret and service-account token sources (their objects read through
-//! `runtime::objects`); a static or standalone pod asking for them is refused, as everything
+//! `crate::pods::objects`); a static or standalone pod asking for them is refused, as everything
 //! else that needs objects or drivers this node does not have (PVCs, CSI, network file
 //! systems): the pod is refused at admission with reason [`UNSUPPORTED_VOLUME_REASON`], never
 //! run without a volume it asked for. kubelet has no such reason (it would wait for the mount

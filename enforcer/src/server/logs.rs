@@ -23,7 +23,7 @@ use k8s_cri::v1 as cri;
 use k8s_openapi::jiff::Timestamp;
 
 use super::Shared;
-use crate::{policy::pod_status::ContainerState, runtime::ContainerRuntime as _};
+use crate::{cri::ContainerRuntime as _, policy::pod_status::ContainerState};
 
 /// `PodLogOptions` as the reader uses them.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -290,12 +290,9 @@ async fn container_id(
         };
         let filter = cri::ContainerFilter {
             label_selector: [
+                (crate::cri::spec::POD_UID_LABEL.to_owned(), uid.to_owned()),
                 (
-                    crate::runtime::spec::POD_UID_LABEL.to_owned(),
-                    uid.to_owned(),
-                ),
-                (
-                    crate::runtime::spec::CONTAINER_NAME_LABEL.to_owned(),
+                    crate::cri::spec::CONTAINER_NAME_LABEL.to_owned(),
                     c.name.clone(),
                 ),
             ]
@@ -421,7 +418,7 @@ async fn read_logs(
     path: PathBuf,
     opts: LogOptions,
     id: String,
-    rt: std::sync::Arc<crate::runtime::CriRuntime>,
+    rt: std::sync::Arc<crate::cri::CriRuntime>,
     tx: tokio::sync::mpsc::Sender<Vec<u8>>,
 ) {
     let fail = |e: String| async {

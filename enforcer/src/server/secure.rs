@@ -49,7 +49,7 @@ pub enum SecureError {
     Tls(String),
     /// The API server client (the kubeconfig unreadable or refused).
     #[error("{0}")]
-    ApiClient(#[source] Box<crate::runtime::apiserver::ApiSourceError>),
+    ApiClient(#[source] Box<crate::sources::apiserver::ApiSourceError>),
     #[error("serverTLSBootstrap needs an API server")]
     CsrNoApiServer,
     /// The CSR's key or request could not be made.
@@ -260,7 +260,7 @@ impl Auth {
         };
         self.client
             .get_or_try_init(|| async {
-                crate::runtime::apiserver::client_from_kubeconfig(k)
+                crate::sources::apiserver::client_from_kubeconfig(k)
                     .await
                     .map_err(|e| SecureError::ApiClient(Box::new(e)))
             })

@@ -169,13 +169,13 @@ fn spec_tty(s: &Shared, uid: &str, name: &str) -> bool {
     })
 }
 
-fn cri_error(e: &crate::runtime::CriError) -> Response {
+fn cri_error(e: &crate::cri::CriError) -> Response {
     let status = match e {
-        crate::runtime::CriError::Status {
+        crate::cri::CriError::Status {
             code: tonic::Code::NotFound,
             ..
         } => StatusCode::NOT_FOUND,
-        crate::runtime::CriError::Status {
+        crate::cri::CriError::Status {
             code: tonic::Code::ResourceExhausted,
             ..
         } => StatusCode::TOO_MANY_REQUESTS,

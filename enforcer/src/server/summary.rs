@@ -30,9 +30,10 @@ use super::{Shared, json, text};
 use crate::{
     cgroup::{CgroupLayout, CgroupVersion, join_inside},
     node::{NodeError, NodeObserver},
+    pods::NodeLink,
     policy::eviction::Signal,
-    runtime::{NodeLink, StatusManager, status::PodRecord},
     stats::{Collector, NodeSnapshot, PodScope, PodTarget, Refresh},
+    status_manager::{PodRecord, StatusManager},
 };
 
 /// One on-demand reading of the node.
@@ -346,7 +347,7 @@ fn pod_stats(r: &Reading, time: &str, t: &PodTarget) -> Option<PodStats> {
             let started = rec
                 .and_then(|r| r.container_statuses.iter().find(|c| c.name == *name))
                 .and_then(|c| match &c.state {
-                    crate::runtime::status::ContainerState::Running { started_at } => {
+                    crate::status_manager::ContainerState::Running { started_at } => {
                         Some(started_at.clone())
                     }
                     _ => None,
@@ -480,7 +481,7 @@ pub fn summarize(r: &Reading, node_name: &str, runtime: Option<RuntimeStats>) ->
 }
 
 /// The runtime's filesystems ([`runtime_stats`]): `None` without a runtime or an answer.
-async fn read_runtime_stats(rt: Option<&crate::runtime::CriRuntime>) -> Option<RuntimeStats> {
+async fn read_runtime_stats(rt: Option<&crate::cri::CriRuntime>) -> Option<RuntimeStats> {
     let info = match rt?.fs_info().await {
         Ok(i) => i,
         Err(e) => {
@@ -514,8 +515,8 @@ pub(super) mod tests {
     use super::*;
     use crate::{
         policy::eviction::{ContainerStats as CStats, Observation, PodStats as PStats},
-        runtime::status::{ContainerRecord, ContainerState},
         stats::PodSample,
+        status_manager::{ContainerRecord, ContainerState},
     };
 
     /// A reading of one pod `web` (uid `u1`) with container `app` (id `c1`).
@@ -560,7 +561,7 @@ pub(super) mod tests {
             name: "web".to_owned(),
             namespace: "default".to_owned(),
             source: "api".to_owned(),
-            phase: crate::runtime::status::PodPhase::Running,
+            phase: crate::status_manager::PodPhase::Running,
             reason: String::new(),
             message: String::new(),
             qos_class: "BestEffort".to_owned(),

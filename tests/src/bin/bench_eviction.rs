@@ -40,18 +40,17 @@ use std::{
 use anyhow::{Context as _, bail};
 use enforcer::{
     cgroup::{kubepods::Kubepods, writer::CgroupValues},
-    policy::{
-        cgroup_name::{self, CgroupDriver, CgroupName},
-        qos::QosClass,
-    },
-};
-use enforcer::{
     config::{ConfigArgs, SignalSource},
     eviction_manager::EvictionManager,
     kernel::{self, Capabilities, PipelineOptions, PsiWatch, SourceChoice, Watch},
     node::NodeObserver,
-    runtime::{ActiveEntry, NodeLink, StatusManager},
+    pods::{ActiveEntry, NodeLink},
+    policy::{
+        cgroup_name::{self, CgroupDriver, CgroupName},
+        qos::QosClass,
+    },
     signal::{SourceKind, monotonic_ns},
+    status_manager::StatusManager,
 };
 use enforcer_tests::{TestCgroup, layout, require_root, spawn_in, unique_name};
 
@@ -867,7 +866,7 @@ async fn run_mode_inner(
         });
         // What the pod worker does with an eviction without SIGKILL (a graceful stop): its
         // SIGTERM, sent here to the growing process; every eviction is kept for the trial.
-        let taken: Arc<std::sync::Mutex<Vec<enforcer::runtime::Evict>>> = Arc::default();
+        let taken: Arc<std::sync::Mutex<Vec<enforcer::pods::Evict>>> = Arc::default();
         let watcher = {
             let (link, taken) = (link.clone(), taken.clone());
             tokio::spawn(async move {
@@ -1034,7 +1033,7 @@ async fn run_mode_inner(
         link.remove_active(&uid);
         for e in &mut evictions {
             if let Some(c) = e.completed.take() {
-                c.complete(enforcer::runtime::KillDone {
+                c.complete(enforcer::pods::KillDone {
                     stopped_ns: Some(monotonic_ns()),
                 });
             }

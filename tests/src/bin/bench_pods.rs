@@ -23,14 +23,14 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use enforcer::{
-    kernel::Capabilities,
-    runtime::{
-        ContainerRuntime as _, CriRuntime, NodeFacts, RunPodsOptions, StatusManager,
-        podcgroup::PodCgroups,
-        run_pods_with,
-        spec::{self, ContainerKind},
-        status::{self, ContainerState, PodRecord},
+    container_manager::podcgroup::PodCgroups,
+    cri::{
+        ContainerRuntime as _, CriRuntime,
+        spec::{self, ContainerKind, NodeFacts},
     },
+    kernel::Capabilities,
+    pods::{RunPodsOptions, run_pods_with},
+    status_manager::{self, ContainerState, PodRecord, StatusManager},
 };
 use enforcer_tests::{containerd::Containerd, layout, require_root};
 use k8s_openapi::api::core::v1::Pod;
@@ -132,7 +132,7 @@ fn bench_pods(prefix: &str, n: usize) -> anyhow::Result<Vec<Arc<Pod>>> {
     (0..n)
         .map(|i| {
             let text = pod_yaml(&format!("{prefix}{i}"), &format!("{prefix}-{i}"));
-            enforcer::runtime::source::parse_manifest(Path::new("/bench.yaml"), &text, NODE)
+            enforcer::sources::parse_manifest(Path::new("/bench.yaml"), &text, NODE)
                 .map_err(anyhow::Error::from)
                 .and_then(|mut v| v.pop().context("no pod"))
                 .map(Arc::new)
@@ -353,7 +353,7 @@ async fn daemon_rss(cd: &Containerd, n: usize) -> anyhow::Result<DaemonFigures> 
         }
         let deadline = Instant::now() + Duration::from_secs(300);
         loop {
-            let s = status::read(&state).unwrap_or_default();
+            let s = status_manager::read(&state).unwrap_or_default();
             if s.pods.iter().filter(|p| running(p)).count() == n {
                 break;
             }
@@ -392,7 +392,7 @@ async fn daemon_rss(cd: &Containerd, n: usize) -> anyhow::Result<DaemonFigures> 
         }
         let deadline = Instant::now() + Duration::from_secs(300);
         loop {
-            let s = status::read(&state).unwrap_or_default();
+            let s = status_manager::read(&state).unwrap_or_default();
             if s.pods.is_empty() {
                 break;
             }
@@ -750,7 +750,7 @@ async fn bench(cd: &Containerd, n: usize, rss_pods: usize, poll: Duration) -> an
 /// with `pull QPS exceeded` and wait their backoff, as on kubelet) and with parallel,
 /// unthrottled pulls. Each row its own images (none present before).
 async fn pull_bench(cd: &Containerd, n: usize, poll: Duration) -> anyhow::Result<()> {
-    use enforcer::runtime::images::{ImageManager, ImageOptions};
+    use enforcer::cri::images::{ImageManager, ImageOptions};
     use enforcer_tests::registry::{OciImage, Registries};
     let dir = tempfile::tempdir()?;
     let regs = Registries::start(dir.path())?;
@@ -785,10 +785,9 @@ async fn pull_bench(cd: &Containerd, n: usize, poll: Duration) -> anyhow::Result
         set.spawn(async move {
             d.rt.pull_image(&img, None, None).await?;
             let text = image_pod_yaml(&format!("direct{i}"), &format!("direct-{i}"), &img);
-            let pod =
-                enforcer::runtime::source::parse_manifest(Path::new("/bench.yaml"), &text, NODE)?
-                    .pop()
-                    .context("no pod")?;
+            let pod = enforcer::sources::parse_manifest(Path::new("/bench.yaml"), &text, NODE)?
+                .pop()
+                .context("no pod")?;
             d.start_one(&pod).await
         });
     }

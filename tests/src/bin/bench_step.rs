@@ -19,11 +19,11 @@ use std::{
 use anyhow::Context as _;
 use enforcer::{
     config::ConfigArgs,
+    pods::ActiveEntry,
     policy::eviction::{
         State,
         manager::{ActivePod, Input, step},
     },
-    runtime::ActiveEntry,
     stats::{Collector, NodeSnapshot, PodScope, PodTarget, Refresh, StatsCollector},
 };
 use enforcer_tests::{TestCgroup, layout, require_root, unique_name};

@@ -1,6 +1,8 @@
 use super::*;
-use crate::cluster::fake::{Call, FakeApi};
-use crate::runtime::status::Condition;
+use crate::{
+    cluster::fake::{Call, FakeApi},
+    status_manager::Condition,
+};
 
 fn t(secs: i64) -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(secs).expect("time"))

@@ -3,7 +3,7 @@
 //! `state_checkpoint.go`) and `pkg/kubelet/checkpointmanager/checksum`: the shared pool and
 //! the exclusive assignments, encoded as kubelet's `cpu_manager_state` JSON with its FNV-32a
 //! checksum of Go's `spew` print, decoded and verified. Pure: the caller reads and writes the
-//! file ([`crate::runtime::enforce`]).
+//! file ([`crate::container_manager`]).
 
 use std::collections::BTreeMap;
 

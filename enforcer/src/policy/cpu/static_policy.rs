@@ -165,8 +165,10 @@ impl StaticPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::cpu::cpuset::set;
-    use crate::policy::resources::test_pods::{container, pod};
+    use crate::policy::{
+        cpu::cpuset::set,
+        resources::test_pods::{container, pod},
+    };
 
     #[test]
     fn static_policy_allocate_release_checkpoint() {

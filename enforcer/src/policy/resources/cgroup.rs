@@ -9,12 +9,14 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use serde::Serialize;
 
 use super::{container_limits, container_requests, pod_limits_with, pod_requests, pod_uid};
-use crate::policy::{
-    cgroup_name::{self, CgroupDriver},
-    qos::{self, QosClass},
-    swap::SwapOptions,
+use crate::{
+    policy::{
+        cgroup_name::{self, CgroupDriver},
+        qos::{self, QosClass},
+        swap::SwapOptions,
+    },
+    quantity::Quantity,
 };
-use crate::quantity::Quantity;
 
 /// Minimum cpu.shares.
 pub const MIN_SHARES: u64 = 2;

@@ -132,8 +132,10 @@ pub fn validate_apparmor(pod: &Pod, host_enabled: bool) -> Result<(), (&'static 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::security::container_security_context;
-    use crate::policy::security::tests::{container, opts, pod, pod_with, uid};
+    use crate::policy::security::{
+        container_security_context,
+        tests::{container, opts, pod, pod_with, uid},
+    };
 
     #[test]
     fn apparmor_from_field_annotation_and_pod() {

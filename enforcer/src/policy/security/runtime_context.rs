@@ -158,8 +158,10 @@ pub fn sandbox_security_context(pod: &Pod) -> cri::LinuxSandboxSecurityContext {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::security::tests::{container, opts, pod, pod_with, uid};
-    use crate::policy::security::{DEFAULT_MASKED_PATHS, DEFAULT_READONLY_PATHS, pod_sysctls};
+    use crate::policy::security::{
+        DEFAULT_MASKED_PATHS, DEFAULT_READONLY_PATHS, pod_sysctls,
+        tests::{container, opts, pod, pod_with, uid},
+    };
 
     /// Every field of the CRI container security context, as kubelet fills it.
     #[test]

@@ -251,7 +251,7 @@ async fn request_certificate(opts: &SecureOptions) -> Result<String, SecureError
     let Some(k) = &opts.kubeconfig else {
         return Err(SecureError::CsrNoApiServer);
     };
-    let client = crate::runtime::apiserver::client_from_kubeconfig(k)
+    let client = crate::sources::apiserver::client_from_kubeconfig(k)
         .await
         .map_err(|e| SecureError::ApiClient(Box::new(e)))?;
     let key = rcgen::KeyPair::generate().map_err(SecureError::Csr)?;

@@ -2,10 +2,9 @@ use k8s_openapi::api::core::v1::Pod;
 use proptest::prelude::*;
 
 use super::{tests::run, *};
-use crate::policy::eviction::{PodFacts, PodStats};
 use crate::{
     policy::{
-        eviction::{Observation, ThresholdValue, rank::first_eligible},
+        eviction::{Observation, PodFacts, PodStats, ThresholdValue, rank::first_eligible},
         resources::test_pods::{container, pod},
     },
     quantity::Quantity,

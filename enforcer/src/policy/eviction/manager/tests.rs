@@ -1,10 +1,9 @@
 use k8s_openapi::api::core::v1::{Pod, Toleration};
 
 use super::*;
-use crate::policy::eviction::PodStats;
 use crate::{
     policy::{
-        eviction::{Observation, ThresholdValue},
+        eviction::{Observation, PodStats, ThresholdValue},
         resources::test_pods::{container, pod},
     },
     quantity::Quantity,

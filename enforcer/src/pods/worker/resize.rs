@@ -1,0 +1,226 @@
+//! The pod worker's side of an in-place resize (kubelet's `computePodResizeAction` and
+//! `doPodResizeAction`): the running containers' allocated cpu and memory against what was
+//! last actuated for them, CRI `UpdateContainerResources` and the pod cgroup's writes in
+//! kubelet's order ([`resize_steps`]), a restart where a container's `resizePolicy` asks for
+//! one, and the `PodResizeInProgress` condition while it is not done.
+
+use std::collections::{HashMap, HashSet};
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+
+use super::{PodWorker, RUNNING, WorkerError, name_of};
+use crate::{
+    cri::{ContainerRuntime, spec},
+    policy::{
+        pod_status::Condition,
+        resize::{
+            PodAllocation, ResizeCondition,
+            actions::{
+                ActualResources, ContainerResize, ContainerResources, PodCgroupResize,
+                PodResizePlan, ResizeStep, compute_container_resize, resize_steps, update_values,
+            },
+        },
+        resources::{self, cgroup::PodCgroupValues},
+    },
+};
+
+/// What the worker knows of the pod's resize between syncs.
+#[derive(Debug, Default)]
+pub(super) struct ResizeState {
+    /// What was last actuated for each running container (by id); a container not in it
+    /// was created with its annotation's figures ([`spec::RESOURCES_ANNOTATION`]).
+    actuated: HashMap<String, ContainerResources>,
+    /// Containers (by id) to restart for a resize: not current for the plan.
+    pub(super) restart: HashSet<String>,
+    /// The pod cgroup's values as last written.
+    pod_values: Option<PodCgroupValues>,
+    /// Some container's allocated resources are not actuated yet.
+    in_progress: bool,
+    /// Why the last actuation failed (retried at the next sync).
+    error: Option<String>,
+    /// The allocation last found fully actuated: while the pod's is the same, nothing is
+    /// listed or compared (containers started since were created with it).
+    settled: Option<PodAllocation>,
+}
+
+impl ResizeState {
+    /// The resize conditions the pod's status carries besides kubelet's usual ones.
+    pub(super) fn conditions(&self, pending: Option<Condition>, generation: i64) -> Vec<Condition> {
+        let mut out: Vec<Condition> = pending.into_iter().collect();
+        if self.in_progress || self.error.is_some() {
+            out.push(ResizeCondition::in_progress(self.error.as_deref(), generation).condition());
+        }
+        out
+    }
+}
+
+impl<R: ContainerRuntime> PodWorker<R> {
+    /// Actuates what is allocated to the pod's running containers: returns the pod cgroup
+    /// values to write now (`target`, the allocated pod's, unless the resize could not be
+    /// done, when they stay as they were).
+    pub(super) async fn actuate_resize(
+        &mut self,
+        pod: &Pod,
+        qos: spec::Qos,
+        target: &PodCgroupValues,
+    ) -> Result<PodCgroupValues, WorkerError> {
+        let allocation = PodAllocation::of(pod);
+        if self.resize.settled.as_ref() == Some(&allocation) {
+            self.resize.pod_values = Some(target.clone());
+            return Ok(target.clone());
+        }
+        let containers = self.pod_containers().await.map_err(self.cri())?;
+        let live: HashSet<&str> = containers.iter().map(|c| c.id.as_str()).collect();
+        let st = &mut self.resize;
+        st.actuated.retain(|id, _| live.contains(id.as_str()));
+        st.restart.retain(|id| live.contains(id.as_str()));
+        st.in_progress = false;
+        // kubelet's order: sidecars, then the regular containers.
+        let defs = resources::init_containers(pod)
+            .iter()
+            .filter(|c| resources::is_sidecar(c))
+            .chain(resources::containers(pod));
+        let mut plan = PodResizePlan::default();
+        let mut running: HashMap<String, (String, ContainerResources, Container)> = HashMap::new();
+        for def in defs {
+            let Some(c) = containers
+                .iter()
+                .filter(|c| c.state == RUNNING && name_of(c) == def.name)
+                .max_by_key(|c| c.created_at)
+            else {
+                continue;
+            };
+            let Some(actuated) = st.actuated.get(&c.id).copied().or_else(|| {
+                c.annotations
+                    .get(spec::RESOURCES_ANNOTATION)
+                    .and_then(|a| serde_json::from_str(a).ok())
+            }) else {
+                continue;
+            };
+            let r = compute_container_resize(def, true, Some(ActualResources::actuated(&actuated)));
+            if matches!(r, ContainerResize::Restart { .. }) {
+                st.restart.insert(c.id.clone());
+            }
+            plan.add(&def.name, r);
+            running.insert(def.name.clone(), (c.id.clone(), actuated, def.clone()));
+        }
+        let current = st.pod_values.clone().unwrap_or_else(|| target.clone());
+        if plan.is_empty() {
+            st.error = None;
+            st.settled = st.restart.is_empty().then_some(allocation);
+            st.pod_values = Some(target.clone());
+            return Ok(target.clone());
+        }
+        st.in_progress = true;
+        st.settled = None;
+        let usage = self.ctx.cgroups.memory_usage(&self.uid, qos).unwrap_or(0);
+        let steps = match resize_steps(
+            &self.uid,
+            &plan,
+            &PodCgroupResize::new(&current, target, usage),
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(uid = %self.uid, error = %e, "pod resize not actuated; retrying");
+                self.resize.error = Some(e.to_string());
+                return Ok(current);
+            }
+        };
+        let mut values = current.clone();
+        for step in steps {
+            match step {
+                ResizeStep::PodMemoryLimit(_) => {
+                    values.memory_limit_bytes = target.memory_limit_bytes;
+                    values.memory_min_bytes = target.memory_min_bytes;
+                    self.write_pod_values(qos, &values)?;
+                }
+                ResizeStep::PodCpuQuota(_) => {
+                    values.cpu_quota_micros = target.cpu_quota_micros;
+                    values.cpu_period_micros = target.cpu_period_micros;
+                    self.write_pod_values(qos, &values)?;
+                }
+                ResizeStep::PodCpuShares(_) => {
+                    values.cpu_shares = target.cpu_shares;
+                    values.cpu_weight = target.cpu_weight;
+                    self.write_pod_values(qos, &values)?;
+                }
+                ResizeStep::Containers { memory, names } => {
+                    for name in names {
+                        let Some((id, actuated, def)) = running.get_mut(&name) else {
+                            continue;
+                        };
+                        if let Err(e) = self.update_container(pod, id, actuated, def, memory).await
+                        {
+                            tracing::warn!(uid = %self.uid, container = %name, error = %e, "pod resize: updating a container failed; retrying");
+                            self.resize.error = Some(e.to_string());
+                            self.resize.pod_values = Some(values.clone());
+                            return Ok(values);
+                        }
+                    }
+                }
+            }
+        }
+        tracing::info!(uid = %self.uid, restarts = plan.restart.len(), "pod resize actuated");
+        let st = &mut self.resize;
+        st.error = None;
+        st.in_progress = !plan.restart.is_empty();
+        st.pod_values = Some(target.clone());
+        Ok(target.clone())
+    }
+
+    /// Remembers the pod cgroup's values written by the sync itself.
+    pub(super) fn pod_values_written(&mut self, values: &PodCgroupValues) {
+        self.resize.pod_values = Some(values.clone());
+    }
+
+    fn write_pod_values(
+        &self,
+        qos: spec::Qos,
+        values: &PodCgroupValues,
+    ) -> Result<(), WorkerError> {
+        self.ctx
+            .cgroups
+            .ensure(&self.uid, qos, values)
+            .map(|_| ())
+            .map_err(|source| WorkerError::Cgroup {
+                uid: self.uid.clone(),
+                source,
+            })
+    }
+
+    /// CRI `UpdateContainerResources` for one resource of one container: its memory (or cpu)
+    /// as allocated, the other resource as last actuated (`actuated`, updated on success).
+    async fn update_container(
+        &mut self,
+        pod: &Pod,
+        id: &str,
+        actuated: &mut ContainerResources,
+        def: &Container,
+        memory: bool,
+    ) -> Result<(), crate::cri::CriError> {
+        let next = update_values(actuated, &ContainerResources::desired(def), memory);
+        let opts = spec::ResourceOptions {
+            cgroup: *self.ctx.cgroups.options(),
+            cpuset: self.ctx.enforce.cpuset(&self.uid, &def.name),
+            cpuset_mems: self.ctx.enforce.cpuset_mems(&self.uid, &def.name),
+        };
+        // The container is found in the pod by name (for the pod's defaults): the pod carries
+        // the values to apply.
+        let applied = next.applied_to(def);
+        let mut with = pod.clone();
+        if let Some(s) = with.spec.as_mut() {
+            let all = s.init_containers.iter_mut().flatten();
+            for c in all.chain(s.containers.iter_mut()) {
+                if c.name == applied.name {
+                    c.clone_from(&applied);
+                }
+            }
+        }
+        let res = spec::linux_resources(&with, &applied, self.ctx.node, &opts);
+        self.ctx.runtime.update_container_resources(id, res).await?;
+        tracing::info!(uid = %self.uid, container = %def.name, memory, "container resources updated in place");
+        *actuated = next;
+        self.resize.actuated.insert(id.to_owned(), next);
+        Ok(())
+    }
+}
