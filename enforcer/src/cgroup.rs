@@ -1,6 +1,7 @@
 //! cgroup hierarchies: discovery of the v1 / v2 layout, path arithmetic that never escapes a
 //! root, and the kubepods naming (`kubepods/<tier>/pod<uid>`).
 
+pub mod hierarchy;
 pub mod kill;
 pub mod kubepods;
 pub mod layout;
@@ -10,6 +11,7 @@ pub mod pod;
 pub mod systemd;
 pub mod writer;
 
+pub use hierarchy::{CrossingNotice, Hierarchy, RootMemory};
 pub use layout::{CgroupLayout, CgroupVersion, V1Mount};
 pub use paths::{PodCgroupRef, QosTier, container_dir, join_inside, pod_of_path};
 pub use pod::PodCgroup;

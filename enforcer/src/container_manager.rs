@@ -418,8 +418,7 @@ impl Enforcer {
         let Some((k, node)) = &self.node else {
             return Ok(());
         };
-        let memory_qos =
-            self.cgroup.memory_qos && k.memory_version() == Some(crate::cgroup::CgroupVersion::V2);
+        let memory_qos = self.cgroup.memory_qos && k.memory().is_some_and(|m| m.has_memory_qos());
         let tiers = kubepods::qos_tier_values(pods, memory_qos);
         let top = kubepods::kubepods_values(node);
         k.apply_node(&top, &tiers)?;

@@ -10,7 +10,7 @@ use std::{
 };
 
 use crate::{
-    cgroup::{CgroupLayout, CgroupVersion, join_inside},
+    cgroup::{CgroupLayout, CrossingNotice},
     config::{Config, SignalSource},
     cri::CriRuntime,
     eviction_manager::TripwireHow,
@@ -466,8 +466,8 @@ fn kubepods_watches(
     extra: &[PathBuf],
 ) -> Result<Vec<Watch>, DaemonError> {
     let mut watches = Vec::new();
-    if let Some((mount, _)) = layout.controller("memory") {
-        let dir = join_inside(mount, &observer.kubepods)?;
+    if let Some(memory) = layout.memory() {
+        let dir = memory.dir(&observer.kubepods)?;
         // systemd made the kubepods slice (or says why it could not above).
         if config.cgroup_driver == crate::policy::cgroup_name::CgroupDriver::Cgroupfs
             && !mode.is_companion()
@@ -617,7 +617,7 @@ fn tripwire_cgroup(
     layout: &CgroupLayout,
     kubepods: &str,
 ) -> Option<crate::eviction_manager::TripwireCgroup> {
-    let (mount, version) = layout.controller("memory")?;
+    let memory = layout.memory()?;
     let memory_threshold = config.eviction.thresholds.iter().any(|t| {
         matches!(
             t.signal,
@@ -627,13 +627,13 @@ fn tripwire_cgroup(
     if !config.enforcer.memory_tripwire || !memory_threshold {
         return None;
     }
-    let dir = join_inside(mount, kubepods).ok()?;
+    let dir = memory.dir(kubepods).ok()?;
     Some(crate::eviction_manager::TripwireCgroup {
         dir,
-        mount: mount.to_path_buf(),
-        how: match version {
-            CgroupVersion::V1 => TripwireHow::UsageEventfd,
-            CgroupVersion::V2 => TripwireHow::MemoryHigh,
+        mount: memory.mount().to_path_buf(),
+        how: match memory.crossing_notice() {
+            CrossingNotice::UsageEventfd => TripwireHow::UsageEventfd,
+            CrossingNotice::MemoryEvents => TripwireHow::MemoryHigh,
         },
     })
 }

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 pub use probe::{Capabilities, apparmor_enabled};
 
 use crate::{
-    cgroup::{CgroupError, CgroupLayout, CgroupVersion},
+    cgroup::{CgroupError, CgroupLayout, CrossingNotice},
     health::Heartbeat,
     signal::{PipelineStats, Signal, SourceKind},
 };
@@ -221,12 +221,12 @@ pub fn start(
                 .filter(|w| w.threshold_bytes.is_some())
                 .cloned()
                 .collect();
-            let beside = match layout.controller("memory") {
+            let beside = match layout.memory().map(|m| m.crossing_notice()) {
                 _ if watches.is_empty() => None,
-                Some((_, CgroupVersion::V1)) => {
+                Some(CrossingNotice::UsageEventfd) => {
                     Some((SourceKind::Eventfd, "usage-threshold eventfds"))
                 }
-                Some((_, CgroupVersion::V2)) => {
+                Some(CrossingNotice::MemoryEvents) => {
                     Some((SourceKind::Psi, "memory.events notifications"))
                 }
                 None => None,

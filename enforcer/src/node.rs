@@ -13,7 +13,7 @@ pub mod hugepages;
 pub mod swap;
 
 use crate::{
-    cgroup::{CgroupLayout, CgroupVersion, join_inside},
+    cgroup::{CgroupLayout, RootMemory, join_inside},
     policy::eviction::{ContainerStats, Observation, Observations, PodStats, Signal},
 };
 
@@ -349,11 +349,8 @@ impl NodeObserver {
     }
 
     fn memory_dir(&self, rel: &str) -> Result<PathBuf, NodeError> {
-        let (mount, _) = self
-            .layout
-            .controller("memory")
-            .ok_or(NodeError::NoMemoryController)?;
-        Ok(join_inside(mount, rel)?)
+        let memory = self.layout.memory().ok_or(NodeError::NoMemoryController)?;
+        Ok(memory.dir(rel)?)
     }
 
     /// One round of observations at `now` (monotonic time of the caller's clock).
@@ -372,14 +369,11 @@ impl NodeObserver {
         let node_ws = if self.capacity_override {
             kubepods_ws
         } else {
-            let (mount, version) = self
-                .layout
-                .controller("memory")
-                .ok_or(NodeError::NoMemoryController)?;
-            match version {
-                CgroupVersion::V1 => working_set(mount)?,
+            let memory = self.layout.memory().ok_or(NodeError::NoMemoryController)?;
+            match memory.root_memory() {
+                RootMemory::Cgroup(root) => working_set(root)?,
                 // The v2 root has no memory.current: use /proc/meminfo minus inactive file.
-                CgroupVersion::V2 => root_working_set_v2()?,
+                RootMemory::Meminfo => root_working_set_meminfo()?,
             }
         };
         obs.extend(self.memory_observations(node_ws, kubepods_ws, at));
@@ -452,8 +446,8 @@ impl NodeObserver {
     /// Tasks in the kubepods cgroup (`pids.current`, hierarchical); 0 before any pod ran.
     fn kubepods_tasks(&self) -> i64 {
         self.layout
-            .controller("pids")
-            .and_then(|(m, _)| join_inside(m, &self.kubepods).ok())
+            .pids()
+            .and_then(|m| m.dir(&self.kubepods).ok())
             .and_then(|d| read_i64(&d.join("pids.current")).ok())
             .unwrap_or(0)
     }
@@ -551,8 +545,8 @@ impl NodeObserver {
             .collect();
         let processes = self
             .layout
-            .controller("pids")
-            .and_then(|(m, _)| join_inside(m, pod_rel).ok())
+            .pids()
+            .and_then(|m| m.dir(pod_rel).ok())
             .and_then(|d| read_i64(&d.join("pids.current")).ok());
         Some((
             PodStats {
@@ -644,7 +638,7 @@ fn usage_on(path: &Path, dev: u64) -> i64 {
         .unwrap_or(own)
 }
 
-fn root_working_set_v2() -> Result<i64, NodeError> {
+fn root_working_set_meminfo() -> Result<i64, NodeError> {
     let path = Path::new("/proc/meminfo");
     let text = read(path)?;
     let kib = |key: &str| meminfo_bytes(&text, key).unwrap_or(0);

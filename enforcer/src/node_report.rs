@@ -290,7 +290,7 @@ pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
             return out;
         }
     };
-    let Some((mount, _)) = layout.controller("memory") else {
+    let Some(mount) = layout.memory().map(|m| m.mount()) else {
         return out;
     };
     check_pods(&pods, mount, &mut out);
@@ -386,7 +386,7 @@ fn check_kernel(
     }
     if caps.btf
         && caps.cap_bpf_or_sys_admin
-        && let Some((mount, _)) = layout.controller("memory")
+        && let Some(mount) = layout.memory().map(|m| m.mount())
         && let Err(e) = crate::kernel::memcg_iter::MemcgIter::open(mount, mount, 1)
     {
         add(

@@ -206,8 +206,8 @@ impl Collector {
         let mount = self
             .observer
             .layout
-            .controller("memory")
-            .map(|(m, _)| m.to_path_buf());
+            .memory()
+            .map(|m| m.mount().to_path_buf());
         let root = self.observer.pod_memory_dir(&self.observer.kubepods);
         let (tx, rx) = std_mpsc::channel();
         let spawned = std::thread::Builder::new()

@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 pub use super::writer::CgroupValues;
 use super::{
-    CgroupError, CgroupLayout, CgroupVersion, QosTier, join_inside,
+    CgroupError, CgroupLayout, QosTier, join_inside,
     manager::{CgroupManager, Cgroupfs, SystemdSlices},
     writer::{CgroupWriter, KernelCgroups},
 };
@@ -240,10 +240,10 @@ impl Kubepods {
         self.path_of(&cgroup_name::qos_tier(&self.root, tier_class(tier)))
     }
 
-    /// The version of the memory hierarchy (v2 values such as `memory.min` need it).
+    /// The memory hierarchy (v2 values such as `memory.min` need it).
     #[must_use]
-    pub fn memory_version(&self) -> Option<CgroupVersion> {
-        self.layout.controller("memory").map(|(_, v)| v)
+    pub fn memory(&self) -> Option<super::Hierarchy<'_>> {
+        self.layout.memory()
     }
 
     /// Makes `name` exist (the driver) where the memory and cpu controllers live (and the

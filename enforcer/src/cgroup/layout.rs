@@ -16,6 +16,17 @@ pub enum CgroupVersion {
     V2,
 }
 
+impl CgroupVersion {
+    /// `v1` or `v2`, as reports print it.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::V1 => "v1",
+            Self::V2 => "v2",
+        }
+    }
+}
+
 /// One mounted cgroup v1 hierarchy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct V1Mount {

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 
 use super::{Capabilities, KernelError, PipelineOptions, Watch};
 use crate::{
-    cgroup::{CgroupLayout, CgroupVersion},
+    cgroup::{CgroupLayout, CrossingNotice},
     health::Heartbeat,
     signal::{PipelineStats, Signal, SignalKind, SourceKind},
 };
@@ -62,9 +62,9 @@ impl Stop {
 /// The best fallback for this node: eventfd on cgroup v1 memory, PSI on v2, else polling.
 #[must_use]
 pub fn best_for(layout: &CgroupLayout, caps: &Capabilities) -> SourceKind {
-    match layout.controller("memory") {
-        Some((_, CgroupVersion::V1)) => SourceKind::Eventfd,
-        Some((_, CgroupVersion::V2)) if caps.psi => SourceKind::Psi,
+    match layout.memory().map(|m| m.crossing_notice()) {
+        Some(CrossingNotice::UsageEventfd) => SourceKind::Eventfd,
+        Some(CrossingNotice::MemoryEvents) if caps.psi => SourceKind::Psi,
         _ => SourceKind::Poll,
     }
 }
@@ -128,11 +128,11 @@ pub fn threshold_of(w: &Watch) -> Result<u64, KernelError> {
 
 /// cgroup path of a watch relative to the controller's mount, for the signal.
 fn relative(layout: &CgroupLayout, dir: &Path) -> (String, String) {
-    for (ctl, name) in [("memory", "memory"), ("", "unified")] {
-        let mount = if ctl.is_empty() {
-            layout.unified.as_deref()
+    for (memory, name) in [(true, "memory"), (false, "unified")] {
+        let mount = if memory {
+            layout.memory().map(|m| m.mount())
         } else {
-            layout.controller(ctl).map(|(p, _)| p)
+            layout.unified.as_deref()
         };
         if let Some(m) = mount
             && let Ok(rel) = dir.strip_prefix(m)
@@ -281,7 +281,9 @@ pub fn start(
         }
         SourceKind::Eventfd | SourceKind::Psi => {
             let slots = if kind == SourceKind::Eventfd {
-                if !matches!(layout.controller("memory"), Some((_, CgroupVersion::V1))) {
+                if layout.memory().map(|m| m.crossing_notice())
+                    != Some(CrossingNotice::UsageEventfd)
+                {
                     return Err(KernelError::Unavailable {
                         signal_source: kind,
                         why: "memory cgroup eventfds need the cgroup v1 memory controller".into(),

@@ -72,8 +72,8 @@ impl Capabilities {
             tracefs_mounted,
             tracepoints_missing,
             cgroup_mode: layout.mode(),
-            memory_controller: layout.controller("memory").map(|(_, v)| v),
-            pids_controller: layout.controller("pids").map(|(_, v)| v),
+            memory_controller: layout.memory().map(|m| m.version()),
+            pids_controller: layout.pids().map(|m| m.version()),
             psi: fs::read_to_string("/proc/pressure/memory").is_ok(),
             cap_sys_resource: caps & (1 << 24) != 0,
             cap_bpf_or_sys_admin: caps & ((1 << 39) | (1 << 21)) != 0,
@@ -84,11 +84,7 @@ impl Capabilities {
     /// One line for the log.
     #[must_use]
     pub fn summary(&self) -> String {
-        let v = |c: Option<CgroupVersion>| match c {
-            Some(CgroupVersion::V1) => "v1",
-            Some(CgroupVersion::V2) => "v2",
-            None => "absent",
-        };
+        let v = |c: Option<CgroupVersion>| c.map_or("absent", CgroupVersion::name);
         format!(
             "kernel {} btf={} tracefs={} tracepoints_missing=[{}] cgroups={} memory={} pids={} psi={} \
              cap_sys_resource={} cap_bpf={} apparmor={}",

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::{NodeError, meminfo_bytes, read};
-use crate::cgroup::{CgroupLayout, CgroupVersion, join_inside};
+use crate::cgroup::CgroupLayout;
 
 /// The machine's swap from `/proc/meminfo` text: (`SwapTotal`, `SwapFree`) in bytes.
 #[must_use]
@@ -42,33 +42,13 @@ pub fn swap_on() -> Result<Vec<String>, NodeError> {
     Ok(swap_areas(&read(Path::new("/proc/swaps"))?))
 }
 
-/// This process's cgroup v2 path from `/proc/self/cgroup` text (the `0::` line).
-#[must_use]
-pub fn unified_self_cgroup(proc_self_cgroup: &str) -> Option<&str> {
-    proc_self_cgroup
-        .lines()
-        .find_map(|l| l.strip_prefix("0::"))
-        .map(str::trim)
-}
-
-/// kubelet's `swapControllerAvailable`: on cgroup v2, `memory.swap.max` in the process's own
-/// cgroup (the root has none); on cgroup v1, `memory.memsw.limit_in_bytes` at the memory
-/// controller's root.
+/// kubelet's `swapControllerAvailable` (the memory hierarchy answers where kubelet looks).
 #[must_use]
 pub fn swap_controller_available(layout: &CgroupLayout) -> bool {
-    match layout.controller("memory") {
-        Some((mount, CgroupVersion::V2)) => {
-            let Ok(text) = std::fs::read_to_string("/proc/self/cgroup") else {
-                return false;
-            };
-            let Some(own) = unified_self_cgroup(&text) else {
-                return false;
-            };
-            join_inside(mount, own).is_ok_and(|dir| dir.join("memory.swap.max").exists())
-        }
-        Some((mount, CgroupVersion::V1)) => mount.join("memory.memsw.limit_in_bytes").exists(),
-        None => false,
-    }
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    layout
+        .memory()
+        .is_some_and(|m| m.swap_controller_available(&own))
 }
 
 /// A cgroup v2 cgroup's swap: `memory.swap.current` and `memory.swap.max` (`None` for
@@ -97,11 +77,6 @@ mod tests {
         let swaps = "Filename\t\t\t\tType\t\tSize\t\tUsed\t\tPriority\n/swap.img  file  2097148  0  -2\n/dev/zram0 partition 8 0 100\n";
         assert_eq!(swap_areas(swaps), ["/swap.img", "/dev/zram0"]);
         assert!(swap_areas("Filename Type Size Used Priority\n").is_empty());
-        assert_eq!(
-            unified_self_cgroup("1:name=systemd:/x\n0::/system.slice/enforcer.service\n"),
-            Some("/system.slice/enforcer.service")
-        );
-        assert_eq!(unified_self_cgroup("4:memory:/x\n"), None);
         let dir = std::env::temp_dir().join(format!("enforcer-swap-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         assert_eq!(cgroup_swap(&dir), None);

@@ -28,7 +28,7 @@ pub use types::*;
 
 use super::{Shared, json, text};
 use crate::{
-    cgroup::{CgroupLayout, CgroupVersion, join_inside},
+    cgroup::CgroupLayout,
     node::{NodeError, NodeObserver},
     pods::NodeLink,
     policy::eviction::Signal,
@@ -109,19 +109,19 @@ impl StatsReader {
             let taken = Instant::now();
             let mut cpu_ns = HashMap::new();
             for t in &targets {
-                if let Some(ns) = cpu_usage_ns(&st.layout, &t.cgroup) {
+                if let Some(ns) = st.layout.cpu_usage_ns(&t.cgroup) {
                     cpu_ns.insert(t.cgroup.clone(), ns);
                 }
                 for (_, id) in &t.containers {
                     let c = format!("{}/{id}", t.cgroup);
-                    if let Some(ns) = cpu_usage_ns(&st.layout, &c) {
+                    if let Some(ns) = st.layout.cpu_usage_ns(&c) {
                         cpu_ns.insert(c, ns);
                     }
                 }
             }
             let swap = swap_readings(&st.layout, &targets);
             let node_swap = crate::node::swap::machine_swap().ok();
-            let node_cpu_ns = cpu_usage_ns(&st.layout, "/").or_else(proc_stat_cpu_ns);
+            let node_cpu_ns = st.layout.cpu_usage_ns("/").or_else(proc_stat_cpu_ns);
             let mut nano_cores = HashMap::new();
             let mut next = HashMap::new();
             for (k, v) in cpu_ns
@@ -191,7 +191,7 @@ fn swap_readings(
     targets: &[PodTarget],
 ) -> HashMap<String, (u64, Option<u64>)> {
     let mut out = HashMap::new();
-    let Some((mount, CgroupVersion::V2)) = layout.controller("memory") else {
+    let Some(memory) = layout.memory() else {
         return out;
     };
     for t in targets {
@@ -201,8 +201,8 @@ fn swap_readings(
                 .map(|(_, id)| format!("{}/{id}", t.cgroup)),
         );
         for rel in rels {
-            if let Some(v) = join_inside(mount, &rel)
-                .ok()
+            if let Some(v) = memory
+                .swap_dir(&rel)
                 .and_then(|dir| crate::node::swap::cgroup_swap(&dir))
             {
                 out.insert(rel, v);
@@ -210,27 +210,6 @@ fn swap_readings(
         }
     }
     out
-}
-
-/// Cumulative CPU time of a cgroup (relative to the hierarchy roots) in nanoseconds:
-/// `cpuacct.usage` on cgroup v1, `cpu.stat` `usage_usec` on v2.
-#[must_use]
-pub fn cpu_usage_ns(layout: &CgroupLayout, rel: &str) -> Option<u64> {
-    if let Some((mount, CgroupVersion::V1)) = layout.controller("cpuacct") {
-        let dir = join_inside(mount, rel).ok()?;
-        return std::fs::read_to_string(dir.join("cpuacct.usage"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok();
-    }
-    let unified = layout.unified.as_deref()?;
-    let dir = join_inside(unified, rel).ok()?;
-    let stat = std::fs::read_to_string(dir.join("cpu.stat")).ok()?;
-    stat.lines()
-        .find_map(|l| l.strip_prefix("usage_usec "))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(|us| us.saturating_mul(1000))
 }
 
 /// The node's busy CPU time from `/proc/stat` (user, nice, system, irq, softirq, steal), in

@@ -13,17 +13,12 @@
 //!   it is then attributed to the memory cgroup its last reclaim record resolved to.
 //! - Fork records concern the `pids` controller, resolved the same way.
 
-use std::{
-    collections::HashMap,
-    fs,
-    os::unix::fs::MetadataExt as _,
-    path::{Path, PathBuf},
-};
+use std::{collections::HashMap, fs, os::unix::fs::MetadataExt as _, path::PathBuf};
 
 use enforcer_common::{RecordKind, absent};
 
 use super::{Signal, SignalKind, SourceKind, decode::RawRecord};
-use crate::cgroup::{CgroupLayout, CgroupVersion};
+use crate::cgroup::CgroupLayout;
 
 /// Turns raw records into attributed signals. Owned by the one task that reads the ring.
 #[derive(Debug)]
@@ -133,10 +128,14 @@ impl Attributor {
 
     /// The memory-side cgroup of a task event: (path, hierarchy name).
     fn resolve_task(&mut self, pid: u32, v2_id: u64, controller: &str) -> Option<(String, String)> {
-        match self.layout.controller(controller) {
-            Some((_, CgroupVersion::V1)) => self.task_path(pid, controller),
-            _ if v2_id > 1 => self.v2_path(v2_id).map(|p| (p, "unified".to_owned())),
-            _ => self.task_path(pid, controller),
+        let hierarchy = match controller {
+            "memory" => self.layout.memory(),
+            _ => self.layout.pids(),
+        };
+        if hierarchy.is_none_or(|h| h.ids_name_cgroups()) && v2_id > 1 {
+            self.v2_path(v2_id).map(|p| (p, "unified".to_owned()))
+        } else {
+            self.task_path(pid, controller)
         }
     }
 
@@ -218,12 +217,11 @@ impl Attributor {
                 // The victim first; if it is already gone, the task that hit the OOM (which,
                 // for a memcg OOM, is in the same memory cgroup).
                 let victim_path = victim.and_then(|p| self.task_memcg(p));
-                let resolved = match self.layout.controller("memory") {
-                    Some((_, CgroupVersion::V1)) | None => {
-                        victim_path.or_else(|| self.task_memcg(r.tid))
-                    }
-                    Some((_, CgroupVersion::V2)) => victim_path
-                        .or_else(|| self.v2_path(r.cgroup_id).map(|p| (p, "unified".to_owned()))),
+                let resolved = if self.layout.memory().is_some_and(|m| m.ids_name_cgroups()) {
+                    victim_path
+                        .or_else(|| self.v2_path(r.cgroup_id).map(|p| (p, "unified".to_owned())))
+                } else {
+                    victim_path.or_else(|| self.task_memcg(r.tid))
                 };
                 if let Some((path, h)) = resolved {
                     s.set_cgroup(path, h);
@@ -243,12 +241,6 @@ impl Attributor {
             }
         }
         s
-    }
-
-    /// Root of a hierarchy by name (`unified` or a controller): for tests and the CLI.
-    #[must_use]
-    pub fn mount_of(&self, controller: &str) -> Option<&Path> {
-        self.layout.controller(controller).map(|(p, _)| p)
     }
 }
 

@@ -8,7 +8,7 @@ use std::{fs::File, os::unix::fs::FileExt as _, path::Path};
 
 use super::usage::parse_counter;
 use crate::{
-    cgroup::CgroupVersion,
+    cgroup::{Hierarchy, RootMemory},
     node::{NodeObserver, meminfo_bytes, stat_value},
 };
 
@@ -23,11 +23,8 @@ struct CgroupFiles {
 }
 
 impl CgroupFiles {
-    fn open(dir: &Path, version: CgroupVersion) -> Option<Self> {
-        let (usage, key) = match version {
-            CgroupVersion::V1 => ("memory.usage_in_bytes", "total_inactive_file"),
-            CgroupVersion::V2 => ("memory.current", "inactive_file"),
-        };
+    fn open(dir: &Path, memory: Hierarchy<'_>) -> Option<Self> {
+        let (usage, key) = memory.usage_files();
         Some(Self {
             usage: File::open(dir.join(usage)).ok()?,
             stat: File::open(dir.join("memory.stat")).ok()?,
@@ -67,12 +64,12 @@ pub(super) struct NodeMemory {
 impl NodeMemory {
     /// Opens the files `observer` reads (`None`: one is missing; the caller reads by path).
     pub fn open(observer: &NodeObserver) -> Option<Self> {
-        let (mount, version) = observer.layout.controller("memory")?;
-        let kubepods = CgroupFiles::open(&observer.pod_memory_dir(&observer.kubepods)?, version)?;
-        let root = match (observer.capacity_override, version) {
+        let memory = observer.layout.memory()?;
+        let kubepods = CgroupFiles::open(&observer.pod_memory_dir(&observer.kubepods)?, memory)?;
+        let root = match (observer.capacity_override, memory.root_memory()) {
             (true, _) => Root::Kubepods,
-            (false, CgroupVersion::V1) => Root::Cgroup(CgroupFiles::open(mount, version)?),
-            (false, CgroupVersion::V2) => Root::Meminfo(File::open("/proc/meminfo").ok()?),
+            (false, RootMemory::Cgroup(dir)) => Root::Cgroup(CgroupFiles::open(dir, memory)?),
+            (false, RootMemory::Meminfo) => Root::Meminfo(File::open("/proc/meminfo").ok()?),
         };
         Some(Self {
             kubepods,
