@@ -52,6 +52,9 @@ pub enum RecordKind {
     Fork = 6,
     /// Synthetic records from the pipeline probe (benchmarks only).
     Probe = 7,
+    /// The crossing check on the memory charge path: the watched cgroup's page counter
+    /// reached the level the daemon armed ([`CrossingLevel`]), at the charge that did it.
+    MemcgCrossing = 8,
 }
 
 impl RecordKind {
@@ -66,6 +69,7 @@ impl RecordKind {
             5 => Self::OomVictim,
             6 => Self::Fork,
             7 => Self::Probe,
+            8 => Self::MemcgCrossing,
             _ => return None,
         })
     }
@@ -80,6 +84,10 @@ impl RecordKind {
 /// - reclaim/fork/probe: `pid`/`tid` and `cgroup_id` (v2 id) are the current task's, `count`
 ///   how many events this record stands for (the first of a burst plus those suppressed since
 ///   the last record), `arg0` the allocation order and `arg1` the gfp flags.
+/// - memcg crossing: `pid`/`tid` are the charging task's, `cgroup_id` the watched cgroup's
+///   directory inode, `hierarchy` the arming's sequence number, `arg0` the level in pages,
+///   `arg1` the page counter (plus the pages being charged, for a check before the charge),
+///   `count` the attach point ([`crossing_attach`]), and `path` the charging task's comm.
 /// - OOM: `pid` is the victim's tgid, `tid` the current (charging) task's pid, `cgroup_id`
 ///   the current task's v2 cgroup id, `arg0` the victim's `oom_score_adj` (as u32 bits),
 ///   `arg1` its anon RSS in KiB (as the tracepoint reports it), and `path` its comm.
@@ -275,8 +283,12 @@ pub mod stat {
     pub const SUPPRESSED: u32 = 2;
     /// Events seen by the programs, in all.
     pub const SEEN: u32 = 3;
+    /// Charges the crossing check compared with an armed level.
+    pub const CROSSING_CHECKS: u32 = 4;
+    /// Reads of the kernel's structures by the crossing check that faulted.
+    pub const CROSSING_READ_FAULTS: u32 = 5;
     /// Number of counters.
-    pub const COUNT: u32 = 4;
+    pub const COUNT: u32 = 6;
 }
 
 /// Global of the `memcg-usage` object: where the fields its cgroup iterator reads sit in the
@@ -322,6 +334,67 @@ pub struct MemcgUsage {
 const _: () = assert!(core::mem::size_of::<MemcgOffsets>() == 24);
 const _: () = assert!(core::mem::size_of::<MemcgUsage>() == 16);
 
+/// Global of the `enforcer` object: where the fields the crossing check reads sit in the
+/// running kernel ([`CrossingOffsets`], from the kernel's BTF, set by the loader).
+pub const GLOBAL_CROSSING_OFFSETS: &str = "CROSSING_OFFSETS";
+/// The crossing check's level map: one [`CrossingLevel`] (index 0).
+pub const CROSSING_MAP: &str = "CROSSING";
+
+/// The crossing check's attach points, as the record's `count` names them.
+pub mod crossing_attach {
+    /// fexit on `try_charge_memcg` (after the charge).
+    pub const FEXIT: u32 = 1;
+    /// kprobe on `try_charge_memcg` (before the charge: the pages charged are added).
+    pub const KPROBE: u32 = 2;
+    /// The memcg statistics tracepoints (6.14+): `memcg:mod_memcg_lruvec_state` and
+    /// `memcg:mod_memcg_state`, right after the charge in the same path.
+    pub const TRACEPOINT: u32 = 3;
+}
+
+/// Byte offsets the crossing check reads at, from the running kernel's BTF. `enabled` is 0
+/// when the loader could not find them (the check then reads nothing).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CrossingOffsets {
+    /// `offsetof(struct cgroup_subsys_state, cgroup)` (the css is `mem_cgroup`'s first member).
+    pub css_cgroup: u32,
+    /// `offsetof(struct cgroup, level)`.
+    pub cgroup_level: u32,
+    /// `offsetof(struct cgroup, ancestors)`: `ancestors[level]` is the cgroup's ancestor at
+    /// that level.
+    pub cgroup_ancestors: u32,
+    /// `offsetof(struct cgroup, kn)`.
+    pub cgroup_kn: u32,
+    /// `offsetof(struct kernfs_node, id)`.
+    pub kn_id: u32,
+    /// `offsetof(struct cgroup, subsys) + memory_cgrp_id * 8`.
+    pub cgroup_memory_css: u32,
+    /// `offsetof(struct mem_cgroup, memory) + offsetof(struct page_counter, usage)`.
+    pub memcg_usage: u32,
+    /// 1 when the offsets were found.
+    pub enabled: u32,
+}
+
+/// The level the crossing check compares the watched cgroup's page counter with.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CrossingLevel {
+    /// The watched cgroup's directory inode (its `kernfs_node.id`), in its memory hierarchy.
+    pub ino: u64,
+    /// The level, in pages: a page counter at or past it is a crossing.
+    pub pages: u64,
+    /// The watched cgroup's `struct mem_cgroup *`, found by the program at the first charge
+    /// below it and kept (0 until then; the daemon sets it back to 0 when `ino` changes).
+    pub memcg: u64,
+    /// Counts the armings; the record carries it.
+    pub seq: u32,
+    /// 1 while armed; the program sets 0 when it reports the crossing (one record per arming).
+    pub armed: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<CrossingOffsets>() == 32);
+const _: () = assert!(core::mem::size_of::<CrossingLevel>() == 32);
+
 #[cfg(feature = "user")]
 mod user {
     // SAFETY: plain-old-data, `repr(C)`, no padding bytes (checked by the size asserts).
@@ -334,4 +407,8 @@ mod user {
     unsafe impl aya::Pod for super::TracepointFields {}
     // SAFETY: as above (`repr(C)` of six u32, size asserted).
     unsafe impl aya::Pod for super::MemcgOffsets {}
+    // SAFETY: as above (`repr(C)` of eight u32, size asserted).
+    unsafe impl aya::Pod for super::CrossingOffsets {}
+    // SAFETY: as above (`repr(C)`, three u64 and two u32, size asserted).
+    unsafe impl aya::Pod for super::CrossingLevel {}
 }

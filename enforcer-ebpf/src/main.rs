@@ -26,6 +26,8 @@ use enforcer_common::{
     absent, stat,
 };
 
+mod crossing;
+
 #[map]
 static SIGNALS: RingBuf = RingBuf::with_byte_size(RING_BYTES, 0);
 

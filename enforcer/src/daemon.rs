@@ -15,7 +15,9 @@ use crate::{
     cri::CriRuntime,
     eviction_manager::TripwireHow,
     health::Health,
-    kernel::{self, Capabilities, PipelineOptions, SourceChoice, Watch},
+    kernel::{
+        self, Capabilities, CrossingMode, PipelineOptions, SourceChoice, Watch, crossing::Attach,
+    },
     node::{self, NodeObserver},
     pods::{NodeLink, RunPodsOptions},
     policy::{admission, eviction::Signal as EvictionSignal},
@@ -58,6 +60,10 @@ pub struct CompanionMode {
 pub enum DaemonError {
     #[error(transparent)]
     Kernel(#[from] kernel::KernelError),
+    #[error(
+        "signalSource pins the crossing check to {attach}, which this kernel does not take: {why}"
+    )]
+    CrossingPinned { attach: &'static str, why: String },
     #[error(transparent)]
     Crossing(#[from] crate::eviction_manager::thread::StartError),
     #[error(transparent)]
@@ -137,10 +143,28 @@ fn capacity(config: &Config) -> BTreeMap<String, Quantity> {
 fn source_choice(s: SignalSource) -> SourceChoice {
     match s {
         SignalSource::Auto => SourceChoice::Auto,
-        SignalSource::Ebpf => SourceChoice::Only(SourceKind::Ebpf),
+        SignalSource::Ebpf
+        | SignalSource::EbpfFexit
+        | SignalSource::EbpfKprobe
+        | SignalSource::EbpfTracepoint
+        | SignalSource::EbpfTripwire => SourceChoice::Only(SourceKind::Ebpf),
         SignalSource::Eventfd => SourceChoice::Only(SourceKind::Eventfd),
         SignalSource::Psi => SourceChoice::Only(SourceKind::Psi),
         SignalSource::Poll => SourceChoice::Only(SourceKind::Poll),
+    }
+}
+
+/// Where the crossing check may attach, as the signal source pins it.
+fn crossing_mode(s: SignalSource) -> CrossingMode {
+    match s {
+        SignalSource::Auto | SignalSource::Ebpf => CrossingMode::Auto,
+        SignalSource::EbpfFexit => CrossingMode::Only(Attach::Fexit),
+        SignalSource::EbpfKprobe => CrossingMode::Only(Attach::Kprobe),
+        SignalSource::EbpfTracepoint => CrossingMode::Only(Attach::Tracepoint),
+        SignalSource::EbpfTripwire
+        | SignalSource::Eventfd
+        | SignalSource::Psi
+        | SignalSource::Poll => CrossingMode::Off,
     }
 }
 
@@ -308,7 +332,12 @@ pub async fn run(
         }
     };
     health.expect_steps_every(config.enforcer.housekeeping_interval);
-    let manager = node.eviction_manager(observer, &kubepods, &started)?;
+    let manager = node.eviction_manager(
+        observer,
+        &kubepods,
+        &started,
+        pipeline.crossing.levels.clone(),
+    )?;
     let eviction = tokio::spawn(crossing.run(manager, stop.stopped()));
     health.set_started();
 
@@ -336,6 +365,7 @@ async fn start_pipeline(
 > {
     let pipeline_opts = PipelineOptions {
         source: source_choice(config.enforcer.signal_source),
+        crossing: crossing_mode(config.enforcer.signal_source),
         watches,
         poll_interval: config.enforcer.housekeeping_interval,
         ..PipelineOptions::default()
@@ -348,6 +378,27 @@ async fn start_pipeline(
     )
     .await?;
     tracing::info!(source = ?pipeline.source, reason = %pipeline.reason, scheduling = %pipeline.scheduling, "signal pipeline started (with the eviction manager, on the crossing thread)");
+    let pinned = match crossing_mode(config.enforcer.signal_source) {
+        CrossingMode::Only(a) => Some(a),
+        CrossingMode::Auto | CrossingMode::Off => None,
+    };
+    if let (Some(attach), Some(c)) = (pinned, &pipeline.crossing.choice)
+        && c.chosen.is_none()
+    {
+        return Err(DaemonError::CrossingPinned {
+            attach: attach.name(),
+            why: c.summary(),
+        });
+    }
+    match &pipeline.crossing.choice {
+        Some(c) if c.chosen.is_some() => {
+            tracing::info!(crossing = %c.summary(), "crossing check on the memory charge path");
+        }
+        Some(c) => {
+            tracing::warn!(crossing = %c.summary(), "no crossing check on the memory charge path")
+        }
+        None => {}
+    }
     Ok((pipeline, crossing))
 }
 
@@ -610,12 +661,15 @@ fn keep_events(
     (events, recorder)
 }
 
-/// The kubepods cgroup of the crossing tripwire (v2 `memory.high`, v1 a usage-threshold
-/// eventfd): with `memoryTripwire` on (the default) and at least one memory threshold.
+/// The kubepods cgroup of the crossing tripwire, with at least one memory threshold: the eBPF
+/// crossing check's level where it attached (`levels`: nothing written, so also beside
+/// kubelet), else, with `memoryTripwire` on (the default), v2 `memory.high` or a v1
+/// usage-threshold eventfd.
 fn tripwire_cgroup(
     config: &Config,
     layout: &CgroupLayout,
     kubepods: &str,
+    levels: Option<crate::kernel::crossing::CrossingLevels>,
 ) -> Option<crate::eviction_manager::TripwireCgroup> {
     let memory = layout.memory()?;
     let memory_threshold = config.eviction.thresholds.iter().any(|t| {
@@ -624,18 +678,19 @@ fn tripwire_cgroup(
             EvictionSignal::MemoryAvailable | EvictionSignal::AllocatableMemoryAvailable
         )
     });
-    if !config.enforcer.memory_tripwire || !memory_threshold {
+    if !memory_threshold || (levels.is_none() && !config.enforcer.memory_tripwire) {
         return None;
     }
     let dir = memory.dir(kubepods).ok()?;
-    Some(crate::eviction_manager::TripwireCgroup {
+    Some(crate::eviction_manager::TripwireCgroup::new(
         dir,
-        mount: memory.mount().to_path_buf(),
-        how: match memory.crossing_notice() {
+        memory.mount().to_path_buf(),
+        match memory.crossing_notice() {
             CrossingNotice::UsageEventfd => TripwireHow::UsageEventfd,
             CrossingNotice::MemoryEvents => TripwireHow::MemoryHigh,
         },
-    })
+        levels,
+    ))
 }
 
 /// The kubepods memory usages at which the memory thresholds are crossed, lowest first:

@@ -3,6 +3,7 @@
 //! produce the same signal stream when eBPF cannot load.
 
 pub mod btf;
+pub mod crossing;
 pub mod ebpf;
 pub mod fallback;
 pub mod memcg_iter;
@@ -97,6 +98,23 @@ pub struct PipelineOptions {
     pub tracing_roots: Vec<PathBuf>,
     /// What the PSI source watches.
     pub psi_watch: PsiWatch,
+    /// The crossing check on the memory charge path (eBPF): where it may attach.
+    pub crossing: CrossingMode,
+    /// The BTF the crossing check's offsets and fexit come from (the kernel's own when
+    /// unset; tests hand a doctored copy).
+    pub btf_path: Option<PathBuf>,
+}
+
+/// Where the crossing check may attach.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CrossingMode {
+    /// The first point this kernel takes ([`crossing::Attach::ALL`]'s order).
+    #[default]
+    Auto,
+    /// This point alone.
+    Only(crossing::Attach),
+    /// Not attached: the crossing is the cgroup-file tripwire's.
+    Off,
 }
 
 /// What the PSI source watches: PSI triggers, the watched cgroups' v2 `memory.events`, or
@@ -134,6 +152,8 @@ impl Default for PipelineOptions {
             channel_capacity: 65_536,
             tracing_roots: tracefmt::TRACING_ROOTS.iter().map(PathBuf::from).collect(),
             psi_watch: PsiWatch::default(),
+            crossing: CrossingMode::default(),
+            btf_path: None,
         }
     }
 }
@@ -152,6 +172,8 @@ pub struct Pipeline {
     /// One per reader (the eBPF ring-buffer task, each fallback thread), beaten on every
     /// iteration of its loop (`/healthz` reports a reader that stops beating).
     pub heartbeats: Vec<Arc<Heartbeat>>,
+    /// With eBPF: the crossing check on the memory charge path.
+    pub crossing: ebpf::Crossing,
     _guard: Guard,
 }
 
@@ -188,6 +210,7 @@ pub fn start(
             signals: rx,
             tracepoints,
             heartbeats,
+            crossing: ebpf::Crossing::default(),
             _guard: Guard { task, threads },
         }
     };
@@ -209,7 +232,14 @@ pub fn start(
     }
     let ebpf_beat = Heartbeat::new("signals", "eBPF ring-buffer reader", ebpf::TICK);
     match ebpf::start(opts, layout, tx.clone(), stats.clone(), ebpf_beat.clone()) {
-        Ok((handle, tracepoints)) => {
+        Ok((handle, tracepoints, crossing)) => {
+            let attach = crossing
+                .choice
+                .as_ref()
+                .map(|c| c.chosen.map_or("none", |a| a.name()));
+            if let Some(a) = attach {
+                let _ = stats.crossing_attach.set(a);
+            }
             // Kernel events mark limits (reclaim) and OOM kills; a threshold *below* a limit
             // (an eviction threshold) has no tracepoint, so the watched cgroups with a
             // threshold also get the kernel's own notification of it, feeding the same
@@ -254,14 +284,16 @@ pub fn start(
                 Some((stop, what)) => (Some(stop), format!("{reason}; with {what}")),
                 None => (None, reason),
             };
-            Ok(pipeline(
+            let mut p = pipeline(
                 source,
                 reason,
                 Some(handle),
                 threads,
                 tracepoints,
                 heartbeats,
-            ))
+            );
+            p.crossing = crossing;
+            Ok(p)
         }
         Err(e) if opts.source == SourceChoice::Auto => {
             let k = fallback::best_for(layout, caps);

@@ -372,6 +372,9 @@ fn probe() -> anyhow::Result<()> {
     let caps = Capabilities::probe(&layout);
     let ebpf = kernel::ebpf::probe_programs();
     eprintln!("eBPF: {}", ebpf.summary);
+    if let Some(c) = &ebpf.crossing {
+        eprintln!("crossing check: {}", c.summary());
+    }
     println!("{}", serde_json::to_string_pretty(&Probe { caps, ebpf })?);
     Ok(())
 }

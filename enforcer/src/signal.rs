@@ -188,6 +188,12 @@ pub struct PipelineStats {
     pub kernel_ring_full: AtomicU64,
     pub kernel_suppressed: AtomicU64,
     pub kernel_seen: AtomicU64,
+    /// Charges the crossing check compared with an armed level, and its reads that faulted.
+    pub crossing_checks: AtomicU64,
+    pub crossing_read_faults: AtomicU64,
+    /// Where the crossing check attached (`fexit`, `kprobe`, `tracepoint`), `none` when it
+    /// did not; unset when the pipeline runs without eBPF.
+    pub crossing_attach: std::sync::OnceLock<&'static str>,
     /// The source the pipeline runs on (`SourceKind::ALL`'s index + 1; 0 before it starts).
     pub active: std::sync::atomic::AtomicU8,
 }
@@ -247,6 +253,16 @@ impl PipelineStats {
                 "enforcer_kernel_events_seen_total",
                 "Events the eBPF programs saw.",
                 g(&self.kernel_seen),
+            ),
+            (
+                "enforcer_crossing_checks_total",
+                "Memory charges the crossing check compared with an armed level.",
+                g(&self.crossing_checks),
+            ),
+            (
+                "enforcer_crossing_read_faults_total",
+                "Reads of the kernel's structures by the crossing check that faulted.",
+                g(&self.crossing_read_faults),
             ),
         ];
         let mut out = String::new();

@@ -697,3 +697,191 @@ async fn memcg_iterator_reads_every_pods_usage_as_its_file_says() {
         drop(p);
     }
 }
+
+/// The usage of a memory cgroup directory, in bytes (v1 `memory.usage_in_bytes`, v2
+/// `memory.current`).
+fn usage_of(dir: &std::path::Path) -> u64 {
+    let file = if dir.join("memory.usage_in_bytes").exists() {
+        "memory.usage_in_bytes"
+    } else {
+        "memory.current"
+    };
+    std::fs::read_to_string(dir.join(file))
+        .expect("the usage file")
+        .trim()
+        .parse()
+        .expect("a number")
+}
+
+/// The crossing check on the memory charge path attaches at the first point this kernel
+/// takes (fexit, kprobe, then the memcg statistics tracepoints) and names why it passed over
+/// each one before; what it takes follows from what the kernel offers.
+#[tokio::test]
+async fn the_crossing_check_attaches_where_this_kernel_allows_and_names_the_rest() {
+    let p = start(SourceChoice::Only(SourceKind::Ebpf), vec![]);
+    let choice = p.crossing.choice.clone().expect("the check was tried");
+    eprintln!("crossing check: {}", choice.summary());
+    let chosen = choice.chosen.expect("a point attached on this kernel");
+    assert!(p.crossing.levels.is_some(), "its level map is held");
+    // Every point before the chosen one is named with a reason; none after it is tried.
+    let order = |a| kernel::crossing::Attach::ALL.iter().position(|x| *x == a);
+    for s in &choice.skipped {
+        assert!(order(s.attach) < order(chosen), "{choice:?}");
+        assert!(!s.reason.trim().is_empty(), "{choice:?}");
+    }
+    let kprobes = std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists();
+    let stat_tracepoints =
+        tracefmt::read_format(tracefmt::TRACING_ROOTS, "memcg", "mod_memcg_lruvec_state").is_ok();
+    match chosen {
+        kernel::crossing::Attach::Kprobe => assert!(kprobes, "a kprobe without kprobes"),
+        kernel::crossing::Attach::Tracepoint => {
+            assert!(stat_tracepoints, "the tracepoint without the tracepoint");
+            if !kprobes {
+                assert!(
+                    choice
+                        .skipped
+                        .iter()
+                        .any(|s| s.attach == kernel::crossing::Attach::Kprobe
+                            && s.reason.contains("kprobe")),
+                    "the kprobe's absence is named: {choice:?}"
+                );
+            }
+        }
+        kernel::crossing::Attach::Fexit => {}
+    }
+}
+
+/// One record at the charge that brings the watched cgroup's page counter to the armed level,
+/// none while it stays disarmed (the usage growing on), one again once armed higher; nothing
+/// written to any cgroup file.
+#[tokio::test]
+async fn the_crossing_check_reports_the_crossing_charge_once_per_arming() {
+    let _one_at_a_time = OOM_TESTS.lock().await;
+    let mut p = start(SourceChoice::Only(SourceKind::Ebpf), vec![]);
+    let levels = p.crossing.levels.clone().expect("the check attached");
+    let name = unique_name("crossing");
+    let watched = TestCgroup::create(&memory_mount(), &format!("{name}/kubepods"));
+    let pod = TestCgroup::create(
+        &memory_mount(),
+        &format!("{name}/kubepods/besteffort/podfeedface-0000-0000-0000-00000000c0c0"),
+    );
+    let ino = watched.ino();
+    let high_before = std::fs::read_to_string(watched.dir.join("memory.high")).ok();
+    let base = usage_of(&watched.dir);
+    let first = base + 16 * MIB;
+    levels.arm(ino, first).expect("armed");
+    // 64 MiB, a MiB every 20 ms, then held.
+    let mut child = spawn_in(memhog(64, 20, 30_000), &[pod.dir.as_path()]);
+    let s = wait_for(
+        &mut p.signals,
+        Duration::from_secs(20),
+        "the crossing of the first level",
+        |s| s.kind == SignalKind::MemoryThreshold && s.cgroup_id == Some(ino),
+    )
+    .await;
+    let usage = s.detail.usage_bytes.expect("the counter at the crossing");
+    let level = s.detail.threshold_bytes.expect("the level");
+    eprintln!(
+        "first crossing: level {level} B, counter {usage} B (+{} KiB), by {:?} ({:?})",
+        (usage - level) >> 10,
+        s.comm,
+        s.pid
+    );
+    assert_eq!(s.source, SourceKind::Ebpf);
+    assert_eq!(level, first.div_ceil(4096) * 4096, "the armed level");
+    assert!(usage >= level, "at or past the level: {usage} < {level}");
+    // Past it by at most the charge batches of the CPUs (64 pages each) and a step.
+    let cpus = std::thread::available_parallelism().map_or(2, std::num::NonZero::get) as u64;
+    assert!(
+        usage - level <= cpus * 64 * 4096 + 2 * MIB,
+        "the record comes at the crossing charge: {} KiB past",
+        (usage - level) >> 10
+    );
+    assert_eq!(s.pid, Some(child.id()), "the charging task is the hog");
+    assert_eq!(levels.current().expect("the level").armed, 0, "disarmed");
+    // Disarmed: the hog grows past 16 MiB more with no record.
+    wait_until_usage(&watched.dir, first + 24 * MIB).await;
+    while let Ok(other) = p.signals.try_recv() {
+        assert!(
+            !(other.kind == SignalKind::MemoryThreshold && other.cgroup_id == Some(ino)),
+            "a second record while disarmed: {other:?}"
+        );
+    }
+    // Armed again above the usage: one more.
+    let second = usage_of(&watched.dir) + 8 * MIB;
+    levels.arm(ino, second).expect("armed again");
+    let s = wait_for(
+        &mut p.signals,
+        Duration::from_secs(20),
+        "the crossing of the second level",
+        |s| s.kind == SignalKind::MemoryThreshold && s.cgroup_id == Some(ino),
+    )
+    .await;
+    assert!(s.detail.usage_bytes >= s.detail.threshold_bytes);
+    assert_eq!(
+        std::fs::read_to_string(watched.dir.join("memory.high")).ok(),
+        high_before,
+        "no cgroup file written"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Waits until the cgroup's usage reaches `bytes` (bounded).
+async fn wait_until_usage(dir: &std::path::Path, bytes: u64) {
+    let deadline = tokio::time::Instant::now() + enforcer_tests::scaled(Duration::from_secs(20));
+    while usage_of(dir) < bytes {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the usage of {} never reached {bytes}",
+            dir.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A kernel BTF whose `usage` members are renamed (as a kernel whose `struct page_counter`
+/// changed): the check reads nothing, every point is passed over with that reason, and the
+/// pipeline runs on (the crossing then the cgroup-file tripwire's).
+#[tokio::test]
+async fn a_btf_lacking_page_counter_usage_passes_every_point_over_and_says_why() {
+    require_root();
+    let mut btf = std::fs::read("/sys/kernel/btf/vmlinux").expect("the kernel's BTF");
+    let at = |i: usize| u32::from_ne_bytes(btf[i..i + 4].try_into().expect("4 bytes")) as usize;
+    // The header: magic, version, flags, hdr_len, type_off, type_len, str_off, str_len.
+    let (hdr_len, str_off, str_len) = (at(4), at(16), at(20));
+    let strings = hdr_len + str_off..hdr_len + str_off + str_len;
+    let pos = btf[strings.clone()]
+        .windows(7)
+        .position(|w| w == b"\0usage\0")
+        .expect("a member named usage");
+    btf[strings.start + pos + 5] = b'X';
+    let dir = tempfile::tempdir().expect("tempdir");
+    let doctored = dir.path().join("vmlinux");
+    std::fs::write(&doctored, &btf).expect("written");
+    let layout = layout();
+    let caps = Capabilities::probe(&layout);
+    let opts = PipelineOptions {
+        source: SourceChoice::Only(SourceKind::Ebpf),
+        btf_path: Some(doctored),
+        ..Default::default()
+    };
+    let p = kernel::start(&opts, &caps, &layout).expect("the pipeline starts all the same");
+    let choice = p.crossing.choice.clone().expect("the check was tried");
+    eprintln!("crossing check: {}", choice.summary());
+    assert_eq!(choice.chosen, None);
+    assert!(p.crossing.levels.is_none());
+    assert_eq!(choice.skipped.len(), kernel::crossing::Attach::ALL.len());
+    for s in &choice.skipped {
+        assert!(
+            s.reason.contains("struct page_counter has no member usage"),
+            "{s:?}"
+        );
+    }
+    assert!(
+        choice
+            .summary()
+            .starts_with("none: the crossing falls back")
+    );
+    assert_eq!(p.source, SourceKind::Ebpf, "the tracepoints still run");
+}

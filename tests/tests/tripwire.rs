@@ -34,6 +34,8 @@ async fn memory_high_tripwire_signals_the_crossing_and_is_lifted_for_the_evictio
     let args = ConfigArgs {
         node_capacity: vec!["memory=400Mi".to_owned()],
         eviction_hard: vec!["memory.available<100Mi".to_owned()],
+        // The cgroup file's tripwire, not the crossing check on the charge path.
+        signal_source: Some(SignalSource::EbpfTripwire),
         // Nothing rests on the housekeeping tick: the crossing must come from the kernel.
         housekeeping_interval: Some("600s".to_owned()),
         ..ConfigArgs::default()

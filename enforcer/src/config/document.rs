@@ -16,6 +16,23 @@ pub enum SignalSource {
     Auto,
     /// eBPF tracepoints only.
     Ebpf,
+    /// eBPF, its crossing check pinned to fexit on `try_charge_memcg`.
+    #[serde(rename = "ebpf-fexit")]
+    #[value(name = "ebpf-fexit")]
+    EbpfFexit,
+    /// eBPF, its crossing check pinned to a kprobe on `try_charge_memcg`.
+    #[serde(rename = "ebpf-kprobe")]
+    #[value(name = "ebpf-kprobe")]
+    EbpfKprobe,
+    /// eBPF, its crossing check pinned to the memcg statistics tracepoints (Linux 6.14+).
+    #[serde(rename = "ebpf-tracepoint")]
+    #[value(name = "ebpf-tracepoint")]
+    EbpfTracepoint,
+    /// eBPF without the crossing check: the crossing is the cgroup-file tripwire's (v2
+    /// `memory.high`, v1 a usage-threshold eventfd).
+    #[serde(rename = "ebpf-tripwire")]
+    #[value(name = "ebpf-tripwire")]
+    EbpfTripwire,
     /// cgroup v1 eventfd thresholds.
     Eventfd,
     /// PSI triggers.

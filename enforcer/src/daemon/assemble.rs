@@ -117,13 +117,14 @@ impl Assembly<'_> {
         observer: NodeObserver,
         kubepods: &str,
         started: &Started,
+        levels: Option<crate::kernel::crossing::CrossingLevels>,
     ) -> Result<crate::eviction_manager::EvictionManager, DaemonError> {
         let config = self.config;
         Ok(crate::eviction_manager::EvictionManager {
             config: config.clone(),
             layout: observer.layout.clone(),
             cgroups: Arc::new(crate::cgroup::writer::KernelCgroups),
-            tripwire: tripwire_cgroup(config, self.layout, kubepods),
+            tripwire: tripwire_cgroup(config, self.layout, kubepods, levels),
             stats: crate::stats::StatsCollector::spawn(observer).map_err(|source| {
                 DaemonError::Thread {
                     what: "the stats collector",

@@ -46,6 +46,8 @@ pub struct PipelineInfo {
     pub stats: Arc<PipelineStats>,
     pub heartbeats: Vec<Arc<Heartbeat>>,
     pub scheduling: Scheduling,
+    /// The crossing check on the memory charge path (eBPF).
+    pub crossing: crate::kernel::ebpf::Crossing,
 }
 
 type Job = (EvictionManager, Pin<Box<dyn Future<Output = ()> + Send>>);
@@ -136,6 +138,7 @@ pub async fn start(
                     stats: pipeline.stats.clone(),
                     heartbeats: pipeline.heartbeats.clone(),
                     scheduling,
+                    crossing: pipeline.crossing.clone(),
                 };
                 if info_tx.send(Ok(info)).is_err() {
                     return;

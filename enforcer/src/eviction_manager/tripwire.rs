@@ -1,8 +1,10 @@
 //! The crossing tripwire on kubepods (`policy::eviction::tripwire`): placed after every step
-//! so the next crossing is a kernel event. On cgroup v2 it is kubepods' `memory.high` (the
-//! kernel reclaims past it, which eBPF and `memory.events` report); on v1 a usage threshold
-//! eventfd at the same place, which the crossing thread's own reactor waits on (no reader
-//! thread between the kernel and the step).
+//! so the next crossing is a kernel event. Where the eBPF crossing check attached it is the
+//! check's level (`kernel::crossing`: compared at the charge that crosses it, nothing
+//! written to any cgroup file). Else, on cgroup v2, kubepods' `memory.high` (the kernel
+//! reclaims past it, which eBPF and `memory.events` report); on v1 a usage threshold eventfd
+//! at the same place, which the crossing thread's own reactor waits on (no reader thread
+//! between the kernel and the step).
 
 use std::path::PathBuf;
 
@@ -10,6 +12,7 @@ use tokio::io::unix::AsyncFd;
 
 use super::EvictionManager;
 use crate::{
+    kernel::crossing::CrossingLevels,
     kernel::threshold::UsageThreshold,
     policy::eviction::tripwire::{self, Tripwire},
     signal::{Signal, SignalKind, SourceKind},
@@ -34,6 +37,8 @@ pub(super) struct Wire {
 /// How the tripwire is laid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TripwireHow {
+    /// The eBPF crossing check's level ([`TripwireCgroup::levels`]): no cgroup file written.
+    EbpfLevel,
     /// cgroup v2: `memory.high` of kubepods.
     MemoryHigh,
     /// cgroup v1: a usage threshold on kubepods' `memory.usage_in_bytes`, through an eventfd.
@@ -46,6 +51,43 @@ pub struct TripwireCgroup {
     pub dir: PathBuf,
     pub mount: PathBuf,
     pub how: TripwireHow,
+    /// With [`TripwireHow::EbpfLevel`]: the check's level, and kubepods' directory inode.
+    pub levels: Option<(CrossingLevels, u64)>,
+}
+
+impl TripwireCgroup {
+    /// The tripwire on kubepods (`dir`, in the memory hierarchy mounted at `mount`): the eBPF
+    /// crossing check's level when it attached (`levels`), else the cgroup file `file_how`
+    /// says.
+    #[must_use]
+    pub fn new(
+        dir: PathBuf,
+        mount: PathBuf,
+        file_how: TripwireHow,
+        levels: Option<CrossingLevels>,
+    ) -> Self {
+        use std::os::unix::fs::MetadataExt as _;
+        let ino = std::fs::metadata(&dir).map(|m| m.ino());
+        let levels = match (levels, ino) {
+            (Some(l), Ok(ino)) => Some((l, ino)),
+            (Some(_), Err(e)) => {
+                tracing::warn!(cgroup = %dir.display(), error = %e, "kubepods cannot be found for the crossing check: the cgroup-file tripwire stays");
+                None
+            }
+            (None, _) => None,
+        };
+        let how = if levels.is_some() {
+            TripwireHow::EbpfLevel
+        } else {
+            file_how
+        };
+        Self {
+            dir,
+            mount,
+            how,
+            levels,
+        }
+    }
 }
 
 /// The tripwire is never placed closer than this above kubepods' usage: two charge batches
@@ -85,6 +127,10 @@ impl EvictionManager {
             self.register_wire(t, next, wire);
             return;
         }
+        if let Some((levels, ino)) = &t.levels {
+            arm_level(levels, *ino, next, wire);
+            return;
+        }
         // Another writer may have put it back to `max`: systemd re-applies a slice's memory
         // attributes when its children change (the systemd driver's kubepods slice). An armed
         // tripwire the file no longer shows is forgotten, so it is written again.
@@ -116,6 +162,33 @@ impl EvictionManager {
             Err(e) => tracing::warn!(error = %e, "placing the memory.high tripwire"),
         }
     }
+}
+
+/// The eBPF crossing check's level at `next`, or disarmed when off: armed again after every
+/// step (the program disarms it at the crossing it reports; a map write, cheap).
+fn arm_level(levels: &CrossingLevels, ino: u64, next: Tripwire, wire: &mut Wire) {
+    let armed = match next {
+        Tripwire::At(at) => {
+            let Ok(bytes) = u64::try_from(at) else {
+                return;
+            };
+            levels.arm(ino, bytes)
+        }
+        Tripwire::Off => levels.disarm(),
+    };
+    if let Err(e) = armed {
+        tracing::warn!(error = %e, "arming the crossing check's level");
+        return;
+    }
+    if wire
+        .placed
+        .is_none_or(|was| (was == Tripwire::Off) != (next == Tripwire::Off))
+    {
+        tracing::info!(tripwire = ?next, attach = levels.attach.name(), "crossing check level");
+    } else {
+        tracing::debug!(tripwire = ?next, "crossing check level moved");
+    }
+    wire.placed = Some(next);
 }
 
 impl EvictionManager {

@@ -12,13 +12,15 @@ use aya::{
     programs::TracePoint,
 };
 use enforcer_common::{
-    GLOBAL_BURST_WINDOW_NS, GLOBAL_PROBE_TGID, GLOBAL_TP_FIELDS, RING_MAP, STATS_MAP, stat,
+    CrossingOffsets, GLOBAL_BURST_WINDOW_NS, GLOBAL_CROSSING_OFFSETS, GLOBAL_PROBE_TGID,
+    GLOBAL_TP_FIELDS, RING_MAP, STATS_MAP, stat,
 };
 use serde::Serialize;
 use tokio::{io::unix::AsyncFd, sync::mpsc};
 
 use super::{
-    KernelError, PipelineOptions,
+    CrossingMode, KernelError, PipelineOptions,
+    crossing::{self, CrossingChoice, CrossingLevels},
     probe::TRACEFS,
     tracefmt::{self, Layout, TRACING_ROOTS, TracepointStatus},
 };
@@ -43,6 +45,15 @@ pub struct Loaded {
     pub stats: PerCpuArray<MapData, u64>,
     /// Per tracepoint: the fields found (offsets, sizes) or absent in this kernel, attached.
     pub tracepoints: Vec<TracepointStatus>,
+    /// The crossing check: where it attached (or why not), and its level when it did.
+    pub crossing: Crossing,
+}
+
+/// The crossing check as loaded: `None` when turned off.
+#[derive(Clone, Debug, Default)]
+pub struct Crossing {
+    pub choice: Option<CrossingChoice>,
+    pub levels: Option<CrossingLevels>,
 }
 
 /// Mounts tracefs at /sys/kernel/tracing when it is missing (aya finds tracepoint ids there).
@@ -74,7 +85,9 @@ pub fn ensure_tracefs() -> Result<bool, KernelError> {
 /// that map `BPF_F_RDONLY_PROG` and freezes it, so the verifier sees the offsets as constants
 /// (absent fields' branches are pruned, context offsets are known) and no map lookup or
 /// fill-before-attach ordering is needed at run time, as an Array map would.
-fn open(opts: &PipelineOptions) -> Result<(Ebpf, Layout), KernelError> {
+fn open(
+    opts: &PipelineOptions,
+) -> Result<(Ebpf, Layout, Result<CrossingOffsets, String>), KernelError> {
     if OBJECT.is_empty() {
         return Err(KernelError::NoObject);
     }
@@ -88,13 +101,17 @@ fn open(opts: &PipelineOptions) -> Result<(Ebpf, Layout), KernelError> {
     let layout =
         tracefmt::layout(|tp| tracefmt::read_format(&opts.tracing_roots, tp.category, tp.name));
     let window = u64::try_from(opts.burst_window.as_nanos()).unwrap_or(u64::MAX);
+    // The crossing check's offsets from the kernel's BTF; without them it reads nothing.
+    let offsets = crossing::read_offsets(&crossing::btf_path(opts.btf_path.as_deref()));
+    let table = offsets.clone().unwrap_or_default();
     let ebpf = EbpfLoader::new()
         .override_global(GLOBAL_BURST_WINDOW_NS, &window, true)
         .override_global(GLOBAL_PROBE_TGID, &opts.probe_tgid, true)
         .override_global(GLOBAL_TP_FIELDS, &layout.table, true)
+        .override_global(GLOBAL_CROSSING_OFFSETS, &table, true)
         .load(OBJECT)
         .map_err(|e| KernelError::Load(Box::new(e)))?;
-    Ok((ebpf, layout))
+    Ok((ebpf, layout, offsets))
 }
 
 /// Loads the object and attaches every program (the first failure is the error).
@@ -104,6 +121,7 @@ pub fn load(opts: &PipelineOptions) -> Result<Loaded, KernelError> {
         Layout {
             mut tracepoints, ..
         },
+        offsets,
     ) = open(opts)?;
     for tp in &mut tracepoints {
         attach(&mut ebpf, tp.program, tp.spec.category, tp.spec.name)?;
@@ -115,6 +133,7 @@ pub fn load(opts: &PipelineOptions) -> Result<Loaded, KernelError> {
     if opts.probe_tgid != 0 {
         attach(&mut ebpf, "pipeline_probe", "syscalls", "sys_enter_getppid")?;
     }
+    let crossing = attach_crossing(&mut ebpf, opts, &offsets);
     tracing::debug!(programs = %tracefmt::summary(&tracepoints), "eBPF programs attached");
     let ring = ebpf.take_map(RING_MAP).ok_or(KernelError::Map {
         map: "SIGNALS",
@@ -137,7 +156,36 @@ pub fn load(opts: &PipelineOptions) -> Result<Loaded, KernelError> {
         ring,
         stats,
         tracepoints,
+        crossing,
     })
+}
+
+/// Attaches the crossing check as `opts.crossing` asks, and takes its level map.
+fn attach_crossing(
+    ebpf: &mut Ebpf,
+    opts: &PipelineOptions,
+    offsets: &Result<CrossingOffsets, String>,
+) -> Crossing {
+    let only = match opts.crossing {
+        CrossingMode::Off => return Crossing::default(),
+        CrossingMode::Auto => None,
+        CrossingMode::Only(a) => Some(a),
+    };
+    let btf = crossing::btf_path(opts.btf_path.as_deref());
+    let choice = crossing::attach(ebpf, offsets, &btf, only);
+    let levels = choice
+        .chosen
+        .and_then(|a| match CrossingLevels::take(ebpf, a) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                tracing::warn!(error = %e, "the crossing check attached but its level cannot be set: the tripwire stays");
+                None
+            }
+        });
+    Crossing {
+        choice: Some(choice),
+        levels,
+    }
 }
 
 /// What `enforcer probe` reports of the programs: each tracepoint's fields as this kernel has
@@ -152,18 +200,23 @@ pub struct ProgramsProbe {
     /// [`tracefmt::summary`] of the tracepoints.
     pub summary: String,
     pub tracepoints: Vec<TracepointStatus>,
+    /// The crossing check: where it attached, or why each point was passed over.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crossing: Option<CrossingChoice>,
 }
 
 /// Loads the programs and tries to attach each (every one, not stopping at a failure), then
 /// detaches them all. Never fails: what did not work is in the report.
 #[must_use]
 pub fn probe_programs() -> ProgramsProbe {
-    let (object_loaded, error, tracepoints) = match open(&PipelineOptions::default()) {
+    let opts = PipelineOptions::default();
+    let (object_loaded, error, tracepoints, crossing) = match open(&opts) {
         Ok((
             mut ebpf,
             Layout {
                 mut tracepoints, ..
             },
+            offsets,
         )) => {
             for tp in &mut tracepoints {
                 match attach(&mut ebpf, tp.program, tp.spec.category, tp.spec.name) {
@@ -171,7 +224,8 @@ pub fn probe_programs() -> ProgramsProbe {
                     Err(e) => tp.attach_error = Some(e.to_string()),
                 }
             }
-            (true, None, tracepoints)
+            let crossing = attach_crossing(&mut ebpf, &opts, &offsets).choice;
+            (true, None, tracepoints, crossing)
         }
         Err(e) => {
             let mut tracepoints = tracefmt::kernel_layout().tracepoints;
@@ -179,7 +233,7 @@ pub fn probe_programs() -> ProgramsProbe {
             for tp in &mut tracepoints {
                 tp.attach_error = Some("the object did not load".to_owned());
             }
-            (false, Some(e.to_string()), tracepoints)
+            (false, Some(e.to_string()), tracepoints, None)
         }
     };
     ProgramsProbe {
@@ -187,6 +241,7 @@ pub fn probe_programs() -> ProgramsProbe {
         error,
         summary: tracefmt::summary(&tracepoints),
         tracepoints,
+        crossing,
     }
 }
 
@@ -226,6 +281,12 @@ pub fn refresh_stats(map: &PerCpuArray<MapData, u64>, stats: &PipelineStats) {
         .kernel_suppressed
         .store(read(stat::SUPPRESSED), Ordering::Relaxed);
     stats.kernel_seen.store(read(stat::SEEN), Ordering::Relaxed);
+    stats
+        .crossing_checks
+        .store(read(stat::CROSSING_CHECKS), Ordering::Relaxed);
+    stats
+        .crossing_read_faults
+        .store(read(stat::CROSSING_READ_FAULTS), Ordering::Relaxed);
 }
 
 /// Loads the programs and spawns the task that pumps the ring buffer into `tx`.
@@ -235,12 +296,13 @@ pub fn start(
     tx: mpsc::Sender<Signal>,
     stats: Arc<PipelineStats>,
     beat: Arc<Heartbeat>,
-) -> Result<(tokio::task::JoinHandle<()>, Vec<TracepointStatus>), KernelError> {
+) -> Result<(tokio::task::JoinHandle<()>, Vec<TracepointStatus>, Crossing), KernelError> {
     let Loaded {
         ebpf,
         ring,
         stats: stats_map,
         tracepoints,
+        crossing,
     } = load(opts)?;
     tracing::info!(programs = %tracefmt::summary(&tracepoints), "eBPF programs loaded with this kernel's tracepoint offsets");
     // SAFETY: `register` (tokio has no safe constructor since its I/O-safety fix, tokio#8587)
@@ -254,7 +316,7 @@ pub fn start(
     })?;
     let attributor = Attributor::new(layout.clone());
     let task = tokio::spawn(pump(ebpf, ring, stats_map, attributor, tx, stats, beat));
-    Ok((task, tracepoints))
+    Ok((task, tracepoints, crossing))
 }
 
 /// Decodes, attributes and forwards one ring-buffer item. A malformed item is counted and

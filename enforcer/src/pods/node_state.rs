@@ -52,6 +52,18 @@ impl Collector for NodeStateCollector {
                     .encode(family.encode_family(&labels)?)?;
             }
         }
+        if let Some(attach) = self.pipeline.crossing_attach.get() {
+            let mut family = encoder.encode_descriptor(
+                "enforcer_crossing_check_attach",
+                "Where the crossing check on the memory charge path attached (1), by attach point: fexit, kprobe, tracepoint, or none (the cgroup-file tripwire).",
+                None,
+                MetricType::Gauge,
+            )?;
+            for a in ["fexit", "kprobe", "tracepoint", "none"] {
+                let labels = vec![("attach", a)];
+                ConstGauge::new(i64::from(*attach == a)).encode(family.encode_family(&labels)?)?;
+            }
+        }
         let conds = self.link.conditions();
         {
             let mut family = encoder.encode_descriptor(
@@ -103,6 +115,16 @@ impl Collector for NodeStateCollector {
                 "enforcer_kernel_events_seen",
                 "Events the eBPF programs saw.",
                 g(&p.kernel_seen),
+            ),
+            (
+                "enforcer_crossing_checks",
+                "Memory charges the crossing check compared with an armed level.",
+                g(&p.crossing_checks),
+            ),
+            (
+                "enforcer_crossing_read_faults",
+                "Reads of the kernel's structures by the crossing check that faulted.",
+                g(&p.crossing_read_faults),
             ),
         ] {
             let counter = ConstCounter::new(v);

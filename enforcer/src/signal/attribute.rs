@@ -150,6 +150,7 @@ impl Attributor {
             RecordKind::OomVictim => SignalKind::OomKill,
             RecordKind::Fork => SignalKind::Fork,
             RecordKind::Probe => SignalKind::Probe,
+            RecordKind::MemcgCrossing => SignalKind::MemoryThreshold,
         };
         let mut s = Signal::new(kind, SourceKind::Ebpf);
         s.kernel_ns = Some(r.ts_ns);
@@ -239,6 +240,19 @@ impl Attributor {
             RecordKind::Probe => {
                 s.pid = Some(r.pid);
             }
+            RecordKind::MemcgCrossing => {
+                // One crossing, whatever attach point saw it.
+                s.count = 1;
+                s.pid = Some(r.pid);
+                s.comm = raw
+                    .has(absent::PATH)
+                    .then(|| raw.path())
+                    .filter(|c| !c.is_empty());
+                s.cgroup_id = Some(r.cgroup_id);
+                let page = rustix::param::page_size() as u64;
+                s.detail.threshold_bytes = Some(u64::from(r.arg0).saturating_mul(page));
+                s.detail.usage_bytes = Some(r.arg1.saturating_mul(page));
+            }
         }
         s
     }
@@ -288,6 +302,29 @@ mod tests {
         };
         rec.path[..path.len()].copy_from_slice(path.as_bytes());
         decode(&encode(&rec)).expect("decodes")
+    }
+
+    #[test]
+    fn a_crossing_record_is_a_memory_threshold_in_bytes() {
+        let mut rec = raw(RecordKind::MemcgCrossing, 0, "memhog").rec;
+        rec.cgroup_id = 4242;
+        rec.arg0 = 25_600;
+        rec.arg1 = 25_601;
+        rec.count = enforcer_common::crossing_attach::TRACEPOINT;
+        let s = Attributor::new(CgroupLayout::default())
+            .attribute(&decode(&encode(&rec)).expect("decodes"));
+        let page = rustix::param::page_size() as u64;
+        assert_eq!(s.kind, SignalKind::MemoryThreshold);
+        assert_eq!(s.source, SourceKind::Ebpf);
+        assert_eq!(s.count, 1, "one crossing, not the attach point's number");
+        assert_eq!(s.cgroup_id, Some(4242));
+        assert_eq!(s.comm.as_deref(), Some("memhog"));
+        assert_eq!(s.detail.threshold_bytes, Some(25_600 * page));
+        assert_eq!(s.detail.usage_bytes, Some(25_601 * page));
+        assert!(
+            crate::eviction_manager::is_urgent(&s),
+            "a crossing steps at once"
+        );
     }
 
     #[test]

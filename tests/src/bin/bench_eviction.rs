@@ -42,7 +42,7 @@ use enforcer::{
     cgroup::{kubepods::Kubepods, writer::CgroupValues},
     config::{ConfigArgs, SignalSource},
     eviction_manager::EvictionManager,
-    kernel::{self, Capabilities, PipelineOptions, PsiWatch, SourceChoice, Watch},
+    kernel::{self, Capabilities, CrossingMode, PipelineOptions, PsiWatch, SourceChoice, Watch},
     node::NodeObserver,
     pods::{ActiveEntry, NodeLink},
     policy::{
@@ -115,6 +115,13 @@ async fn main() -> anyhow::Result<()> {
         vec![
             Mode::new("eBPF + memory.high tripwire", SignalSource::Ebpf, ten, true),
             Mode::new(
+                "eBPF + crossing check on the charge path",
+                SignalSource::Ebpf,
+                ten,
+                true,
+            )
+            .checking_charges(),
+            Mode::new(
                 "memory.events (tripwire), no eBPF",
                 SignalSource::Psi,
                 ten,
@@ -142,6 +149,13 @@ async fn main() -> anyhow::Result<()> {
                 ten,
                 true,
             ),
+            Mode::new(
+                "eBPF + crossing check on the charge path (+ v1 threshold eventfds)",
+                SignalSource::Ebpf,
+                ten,
+                true,
+            )
+            .checking_charges(),
             Mode::new(
                 "eBPF (+ v1 threshold eventfds), no tripwire",
                 SignalSource::Ebpf,
@@ -421,6 +435,9 @@ struct Mode {
     throttle: bool,
     /// The crossing reads the memory cgroup iterator (each pod's usage file when false).
     iterator: bool,
+    /// The eBPF crossing check on the memory charge path as the tripwire (its level armed,
+    /// no cgroup file written); false: the check is not attached.
+    charge_check: bool,
 }
 
 impl Mode {
@@ -442,7 +459,14 @@ impl Mode {
             reap: true,
             throttle: false,
             iterator: true,
+            charge_check: false,
         }
+    }
+
+    /// The eBPF crossing check on the charge path as the tripwire (nothing written).
+    fn checking_charges(mut self) -> Self {
+        self.charge_check = true;
+        self
     }
 
     /// The same mode, its crossings reading each pod's usage file (not the iterator).
@@ -709,20 +733,34 @@ async fn run_mode_inner(
         }],
         poll_interval: housekeeping,
         psi_watch: mode.psi_watch,
+        crossing: if mode.charge_check {
+            CrossingMode::Auto
+        } else {
+            CrossingMode::Off
+        },
         ..PipelineOptions::default()
     };
     // As the daemon runs them: the pipeline's readers and the manager on the crossing thread
     // (real-time where allowed); `shared runtime` modes: on this runtime's two workers, as
     // before the crossing thread.
-    let (pipeline, crossing) = if mode.crossing_thread {
+    let (pipeline, crossing, charge_check) = if mode.crossing_thread {
         let (info, runner) = enforcer::eviction_manager::thread::start(opts, caps, l.clone(), true)
             .await
             .context("the crossing thread")?;
         eprintln!("  crossing thread: {}", info.scheduling);
-        (None, Some(runner))
+        (None, Some(runner), info.crossing)
     } else {
-        (Some(kernel::start(&opts, &caps, &l)?), None)
+        let p = kernel::start(&opts, &caps, &l)?;
+        let c = p.crossing.clone();
+        (Some(p), None, c)
     };
+    if let Some(c) = &charge_check.choice {
+        eprintln!("  crossing check: {}", c.summary());
+    }
+    anyhow::ensure!(
+        !mode.charge_check || charge_check.levels.is_some(),
+        "the crossing check did not attach on this kernel"
+    );
     let link = NodeLink::default();
     let status = StatusManager::default();
     // Dropped before the kubepods cgroup above (declared after it).
@@ -738,17 +776,18 @@ async fn run_mode_inner(
         config,
         layout: observer.layout.clone(),
         cgroups: Arc::new(enforcer::cgroup::writer::KernelCgroups),
-        tripwire: mode
-            .tripwire
-            .then(|| enforcer::eviction_manager::TripwireCgroup {
-                dir: kubepods_dir.clone(),
-                mount: mem_mount.to_path_buf(),
-                how: if enforcer_tests::memory_is_v2() {
+        tripwire: mode.tripwire.then(|| {
+            enforcer::eviction_manager::TripwireCgroup::new(
+                kubepods_dir.clone(),
+                mem_mount.to_path_buf(),
+                if enforcer_tests::memory_is_v2() {
                     enforcer::eviction_manager::TripwireHow::MemoryHigh
                 } else {
                     enforcer::eviction_manager::TripwireHow::UsageEventfd
                 },
-            }),
+                charge_check.levels.clone(),
+            )
+        }),
         stats: enforcer::stats::StatsCollector::spawn_with(observer, mode.iterator)?,
         link: link.clone(),
         status,
