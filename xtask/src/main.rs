@@ -148,7 +148,7 @@ enum Task {
     /// (criterion), `pods` (pods/s through the enforcer vs direct CRI, daemon RSS with 100
     /// pods), `step` (one eviction step with its I/O, 110 pods).
     Bench {
-        #[arg(value_parser = ["signals", "eviction", "policy", "pods", "step"])]
+        #[arg(value_parser = ["signals", "eviction", "charge", "policy", "pods", "step"])]
         what: String,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -766,7 +766,7 @@ fn stop_local_containerd(launcher: &Path, dir: &Path) {
 
 fn bench(what: &str, args: &[String]) -> anyhow::Result<()> {
     match what {
-        "signals" | "eviction" => {
+        "signals" | "eviction" | "charge" => {
             setup()?;
             // The daemon (measured idle and in a storm) and the benchmark binaries, release.
             sh(cargo().args([

@@ -51,8 +51,8 @@ pub struct TripwireCgroup {
     pub dir: PathBuf,
     pub mount: PathBuf,
     pub how: TripwireHow,
-    /// With [`TripwireHow::EbpfLevel`]: the check's level, and kubepods' directory inode.
-    pub levels: Option<(CrossingLevels, u64)>,
+    /// With [`TripwireHow::EbpfLevel`]: the check's level.
+    pub levels: Option<CrossingLevels>,
 }
 
 impl TripwireCgroup {
@@ -66,16 +66,6 @@ impl TripwireCgroup {
         file_how: TripwireHow,
         levels: Option<CrossingLevels>,
     ) -> Self {
-        use std::os::unix::fs::MetadataExt as _;
-        let ino = std::fs::metadata(&dir).map(|m| m.ino());
-        let levels = match (levels, ino) {
-            (Some(l), Ok(ino)) => Some((l, ino)),
-            (Some(_), Err(e)) => {
-                tracing::warn!(cgroup = %dir.display(), error = %e, "kubepods cannot be found for the crossing check: the cgroup-file tripwire stays");
-                None
-            }
-            (None, _) => None,
-        };
         let how = if levels.is_some() {
             TripwireHow::EbpfLevel
         } else {
@@ -127,8 +117,8 @@ impl EvictionManager {
             self.register_wire(t, next, wire);
             return;
         }
-        if let Some((levels, ino)) = &t.levels {
-            arm_level(levels, *ino, next, wire);
+        if let Some(levels) = &t.levels {
+            arm_level(levels, &t.dir, next, wire);
             return;
         }
         // Another writer may have put it back to `max`: systemd re-applies a slice's memory
@@ -164,15 +154,27 @@ impl EvictionManager {
     }
 }
 
-/// The eBPF crossing check's level at `next`, or disarmed when off: armed again after every
-/// step (the program disarms it at the crossing it reports; a map write, cheap).
-fn arm_level(levels: &CrossingLevels, ino: u64, next: Tripwire, wire: &mut Wire) {
+/// The eBPF crossing check's level at `next` for the cgroup `dir` (found by its inode at
+/// each arming: kubelet may make kubepods after the companion starts), or disarmed when off:
+/// armed again after every step (the program disarms it at the crossing it reports; a map
+/// write, cheap).
+fn arm_level(levels: &CrossingLevels, dir: &std::path::Path, next: Tripwire, wire: &mut Wire) {
+    use std::os::unix::fs::MetadataExt as _;
     let armed = match next {
         Tripwire::At(at) => {
             let Ok(bytes) = u64::try_from(at) else {
                 return;
             };
-            levels.arm(ino, bytes)
+            match std::fs::metadata(dir) {
+                Ok(m) => levels.arm(m.ino(), bytes),
+                Err(e) => {
+                    if wire.placed.is_some() {
+                        tracing::info!(cgroup = %dir.display(), error = %e, "the crossing check's cgroup is not there: armed once it is");
+                    }
+                    wire.placed = None;
+                    return;
+                }
+            }
         }
         Tripwire::Off => levels.disarm(),
     };
