@@ -453,10 +453,14 @@ impl CompanionProcess {
             status.success(),
             "the companion ended with {status}: {text}"
         );
-        assert!(
-            !text.contains("Operation not permitted") && !text.contains("EPERM"),
-            "the companion lacked a permission: {text}"
-        );
+        // The crossing check's start line names the attach points this kernel refused (this
+        // host's 6.18 refuses fexit with EPERM whatever the caller's privileges): not a
+        // permission the companion lacks.
+        let lacked = text
+            .lines()
+            .filter(|l| !l.contains("crossing check"))
+            .any(|l| l.contains("Operation not permitted") || l.contains("EPERM"));
+        assert!(!lacked, "the companion lacked a permission: {text}");
     }
 }
 
