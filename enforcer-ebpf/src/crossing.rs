@@ -152,10 +152,9 @@ pub fn crossing_kprobe(ctx: ProbeContext) -> u32 {
     check(memcg, u64::from(nr), crossing_attach::KPROBE)
 }
 
-/// `memcg:mod_memcg_lruvec_state(memcg, item, val)`: a charged page's statistics, right
-/// after its charge (anon, file, shmem pages).
-#[raw_tracepoint(tracepoint = "mod_memcg_lruvec_state")]
-pub fn crossing_lruvec(ctx: RawTracePointContext) -> u32 {
+/// A memcg statistics update `(memcg, item, val)`: an increase follows a charge.
+#[inline(always)]
+fn stat_update(ctx: &RawTracePointContext) -> u32 {
     let val: i64 = ctx.arg(2);
     if val as i32 <= 0 {
         return 0;
@@ -163,12 +162,15 @@ pub fn crossing_lruvec(ctx: RawTracePointContext) -> u32 {
     check(ctx.arg(0), 0, crossing_attach::TRACEPOINT)
 }
 
-/// `memcg:mod_memcg_state(memcg, item, val)`: kernel memory's statistics (kmem, sockets).
+/// `memcg:mod_memcg_lruvec_state`: a charged page's statistics, right after its charge (anon,
+/// file, shmem pages).
+#[raw_tracepoint(tracepoint = "mod_memcg_lruvec_state")]
+pub fn crossing_lruvec(ctx: RawTracePointContext) -> u32 {
+    stat_update(&ctx)
+}
+
+/// `memcg:mod_memcg_state`: kernel memory's statistics (kmem, sockets).
 #[raw_tracepoint(tracepoint = "mod_memcg_state")]
 pub fn crossing_state(ctx: RawTracePointContext) -> u32 {
-    let val: i64 = ctx.arg(2);
-    if val as i32 <= 0 {
-        return 0;
-    }
-    check(ctx.arg(0), 0, crossing_attach::TRACEPOINT)
+    stat_update(&ctx)
 }
