@@ -380,7 +380,7 @@ async fn start_pipeline(
     tracing::info!(source = ?pipeline.source, reason = %pipeline.reason, scheduling = %pipeline.scheduling, "signal pipeline started (with the eviction manager, on the crossing thread)");
     let pinned = match crossing_mode(config.enforcer.signal_source) {
         CrossingMode::Only(a) => Some(a),
-        CrossingMode::Auto | CrossingMode::Off => None,
+        CrossingMode::Auto | CrossingMode::Any | CrossingMode::Off => None,
     };
     if let (Some(attach), Some(c)) = (pinned, &pipeline.crossing.choice)
         && c.chosen.is_none()

@@ -108,9 +108,12 @@ pub struct PipelineOptions {
 /// Where the crossing check may attach.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CrossingMode {
-    /// The first point this kernel takes ([`crossing::Attach::ALL`]'s order).
+    /// The first point this kernel takes ([`crossing::Attach::ALL`]'s order) within the cost
+    /// budget: fexit or kprobe; the statistics tracepoints only when pinned or `Any`.
     #[default]
     Auto,
+    /// The first point this kernel takes, the tracepoints too (benchmarks, tests).
+    Any,
     /// This point alone.
     Only(crossing::Attach),
     /// Not attached: the crossing is the cgroup-file tripwire's.

@@ -716,9 +716,39 @@ fn usage_of(dir: &std::path::Path) -> u64 {
 /// The crossing check on the memory charge path attaches at the first point this kernel
 /// takes (fexit, kprobe, then the memcg statistics tracepoints) and names why it passed over
 /// each one before; what it takes follows from what the kernel offers.
+/// The eBPF pipeline with the crossing check attached as `mode` allows.
+fn start_crossing(mode: kernel::CrossingMode) -> kernel::Pipeline {
+    require_root();
+    let layout = layout();
+    let caps = Capabilities::probe(&layout);
+    let opts = PipelineOptions {
+        source: SourceChoice::Only(SourceKind::Ebpf),
+        crossing: mode,
+        ..Default::default()
+    };
+    kernel::start(&opts, &caps, &layout).expect("signal pipeline starts")
+}
+
 #[tokio::test]
 async fn the_crossing_check_attaches_where_this_kernel_allows_and_names_the_rest() {
-    let p = start(SourceChoice::Only(SourceKind::Ebpf), vec![]);
+    // Unpinned: fexit or kprobe, the statistics tracepoints passed over for their cost.
+    let auto = start_crossing(kernel::CrossingMode::Auto);
+    let choice = auto.crossing.choice.clone().expect("the check was tried");
+    eprintln!("crossing check (auto): {}", choice.summary());
+    assert_ne!(choice.chosen, Some(kernel::crossing::Attach::Tracepoint));
+    if choice.chosen.is_none() {
+        assert!(
+            choice
+                .skipped
+                .iter()
+                .any(|s| s.attach == kernel::crossing::Attach::Tracepoint
+                    && s.reason == kernel::crossing::OVER_BUDGET),
+            "{choice:?}"
+        );
+    }
+    drop(auto);
+    // Any point: the first this kernel takes.
+    let p = start_crossing(kernel::CrossingMode::Any);
     let choice = p.crossing.choice.clone().expect("the check was tried");
     eprintln!("crossing check: {}", choice.summary());
     let chosen = choice.chosen.expect("a point attached on this kernel");
@@ -757,7 +787,7 @@ async fn the_crossing_check_attaches_where_this_kernel_allows_and_names_the_rest
 #[tokio::test]
 async fn the_crossing_check_reports_the_crossing_charge_once_per_arming() {
     let _one_at_a_time = OOM_TESTS.lock().await;
-    let mut p = start(SourceChoice::Only(SourceKind::Ebpf), vec![]);
+    let mut p = start_crossing(kernel::CrossingMode::Any);
     let levels = p.crossing.levels.clone().expect("the check attached");
     let name = unique_name("crossing");
     let watched = TestCgroup::create(&memory_mount(), &format!("{name}/kubepods"));

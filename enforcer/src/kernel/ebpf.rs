@@ -168,8 +168,9 @@ fn attach_crossing(
 ) -> Crossing {
     let only = match opts.crossing {
         CrossingMode::Off => return Crossing::default(),
-        CrossingMode::Auto => None,
-        CrossingMode::Only(a) => Some(a),
+        CrossingMode::Auto => crossing::Only::WithinBudget,
+        CrossingMode::Any => crossing::Only::Any,
+        CrossingMode::Only(a) => crossing::Only::This(a),
     };
     let btf = crossing::btf_path(opts.btf_path.as_deref());
     let choice = crossing::attach(ebpf, offsets, &btf, only);

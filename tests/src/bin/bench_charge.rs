@@ -64,7 +64,7 @@ async fn trial(
         crossing: if mode == Mode::Detached {
             CrossingMode::Off
         } else {
-            CrossingMode::Auto
+            CrossingMode::Any
         },
         ..PipelineOptions::default()
     };

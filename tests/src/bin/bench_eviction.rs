@@ -734,7 +734,7 @@ async fn run_mode_inner(
         poll_interval: housekeeping,
         psi_watch: mode.psi_watch,
         crossing: if mode.charge_check {
-            CrossingMode::Auto
+            CrossingMode::Any
         } else {
             CrossingMode::Off
         },
