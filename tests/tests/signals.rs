@@ -215,7 +215,13 @@ async fn ebpf_reports_memcg_reclaim_then_oom_kill_attributed_to_the_cgroup() {
         },
         &(64 * MIB).to_string(),
     );
-    if !v1 {
+    if v1 {
+        // On v1 a reclaim record names its memory cgroup by the task's `/proc` entry, read
+        // when the record is: a consumer slowed by a loaded machine would find the hog already
+        // OOM-killed. Hold it at the OOM (the kernel's `oom_kill_disable`) until the record is
+        // read; the kill comes once the hold is lifted.
+        mem.write("memory.oom_control", "1");
+    } else {
         mem.write("memory.swap.max", "0");
     }
     // Also place the task in a unified cgroup, so the record's v2 id is checked too.
@@ -251,6 +257,9 @@ async fn ebpf_reports_memcg_reclaim_then_oom_kill_attributed_to_the_cgroup() {
             Some(u.ino()),
             "the record carries the task's v2 cgroup id"
         );
+    }
+    if v1 {
+        mem.write("memory.oom_control", "0");
     }
     // Other tests OOM-kill their own hogs meanwhile: this one names ours. The kernel takes
     // its time to give up reclaiming before the OOM kill (under emulation it reclaims and
@@ -374,11 +383,25 @@ async fn ebpf_with_upstream_6_1_mark_victim_reads_only_pid_and_flags_the_rest_ab
         },
         &(64 * MIB).to_string(),
     );
-    if !v1 {
+    if v1 {
+        // Held at the OOM until its reclaim record is read (see the test above).
+        mem.write("memory.oom_control", "1");
+    } else {
         mem.write("memory.swap.max", "0");
     }
     let mut child = spawn_in(memhog(200, 0, 0), &[mem.dir.as_path()]);
     let pid = child.id();
+    if v1 {
+        let want = mem.rel();
+        wait_for(
+            &mut p.signals,
+            Duration::from_secs(10),
+            "memcg reclaim in the test cgroup",
+            |s| s.kind == SignalKind::MemcgReclaim && s.cgroup.as_deref() == Some(want.as_str()),
+        )
+        .await;
+        mem.write("memory.oom_control", "0");
+    }
     let s = wait_for(
         &mut p.signals,
         Duration::from_secs(10),
@@ -410,6 +433,10 @@ async fn reclaim_storms_are_folded_per_cgroup_in_the_kernel() {
         },
         &(64 * MIB).to_string(),
     );
+    if v1 {
+        // Held at the OOM until its first reclaim record is read (see the OOM test).
+        mem.write("memory.oom_control", "1");
+    }
     let mut child = spawn_in(memhog(300, 0, 0), &[mem.dir.as_path()]);
     let want = mem.rel();
     let first = wait_for(
@@ -419,6 +446,9 @@ async fn reclaim_storms_are_folded_per_cgroup_in_the_kernel() {
         |s| s.kind == SignalKind::MemcgReclaim && s.cgroup.as_deref() == Some(want.as_str()),
     )
     .await;
+    if v1 {
+        mem.write("memory.oom_control", "0");
+    }
     assert_eq!(
         first.count, 1,
         "the first event of a burst goes out at once, alone"
