@@ -15,9 +15,7 @@ use crate::{
     cri::CriRuntime,
     eviction_manager::TripwireHow,
     health::Health,
-    kernel::{
-        self, Capabilities, CrossingMode, PipelineOptions, SourceChoice, Watch, crossing::Attach,
-    },
+    kernel::{self, Capabilities, CrossingMode, PipelineOptions, SourceChoice, Watch},
     node::{self, NodeObserver},
     pods::{NodeLink, RunPodsOptions},
     policy::{admission, eviction::Signal as EvictionSignal},
@@ -151,20 +149,6 @@ fn source_choice(s: SignalSource) -> SourceChoice {
         SignalSource::Eventfd => SourceChoice::Only(SourceKind::Eventfd),
         SignalSource::Psi => SourceChoice::Only(SourceKind::Psi),
         SignalSource::Poll => SourceChoice::Only(SourceKind::Poll),
-    }
-}
-
-/// Where the crossing check may attach, as the signal source pins it.
-fn crossing_mode(s: SignalSource) -> CrossingMode {
-    match s {
-        SignalSource::Auto | SignalSource::Ebpf => CrossingMode::Auto,
-        SignalSource::EbpfFexit => CrossingMode::Only(Attach::Fexit),
-        SignalSource::EbpfKprobe => CrossingMode::Only(Attach::Kprobe),
-        SignalSource::EbpfTracepoint => CrossingMode::Only(Attach::Tracepoint),
-        SignalSource::EbpfTripwire
-        | SignalSource::Eventfd
-        | SignalSource::Psi
-        | SignalSource::Poll => CrossingMode::Off,
     }
 }
 
@@ -365,7 +349,7 @@ async fn start_pipeline(
 > {
     let pipeline_opts = PipelineOptions {
         source: source_choice(config.enforcer.signal_source),
-        crossing: crossing_mode(config.enforcer.signal_source),
+        crossing: config.enforcer.signal_source.crossing_mode(),
         watches,
         poll_interval: config.enforcer.housekeeping_interval,
         ..PipelineOptions::default()
@@ -378,7 +362,7 @@ async fn start_pipeline(
     )
     .await?;
     tracing::info!(source = ?pipeline.source, reason = %pipeline.reason, scheduling = %pipeline.scheduling, "signal pipeline started (with the eviction manager, on the crossing thread)");
-    let pinned = match crossing_mode(config.enforcer.signal_source) {
+    let pinned = match config.enforcer.signal_source.crossing_mode() {
         CrossingMode::Only(a) => Some(a),
         CrossingMode::Auto | CrossingMode::Any | CrossingMode::Off => None,
     };

@@ -264,7 +264,21 @@ fn processes_below(dir: &Path) -> Vec<u32> {
 
 /// The checks (see the module doc); an empty list: the node is as the enforcer expects.
 #[must_use]
-pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
+pub fn doctor(config: &crate::config::Config) -> Doctor {
+    let mut crossing = String::new();
+    let findings = doctor_findings(config, &mut crossing);
+    Doctor { crossing, findings }
+}
+
+/// What `enforcer doctor` found.
+#[derive(Debug)]
+pub struct Doctor {
+    /// Where the crossing check attaches on this kernel (or why nowhere), in a line.
+    pub crossing: String,
+    pub findings: Vec<Finding>,
+}
+
+fn doctor_findings(config: &crate::config::Config, crossing: &mut String) -> Vec<Finding> {
     let mut out = Vec::new();
     let layout = match crate::cgroup::CgroupLayout::discover() {
         Ok(l) => l,
@@ -277,7 +291,7 @@ pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
             return out;
         }
     };
-    check_kernel(config, &layout, &mut out);
+    check_kernel(config, &layout, crossing, &mut out);
     let state = &config.enforcer.state_dir;
     let pods = match crate::status_manager::read(state) {
         Ok(p) => p,
@@ -303,6 +317,7 @@ pub fn doctor(config: &crate::config::Config) -> Vec<Finding> {
 fn check_kernel(
     config: &crate::config::Config,
     layout: &crate::cgroup::CgroupLayout,
+    crossing: &mut String,
     out: &mut Vec<Finding>,
 ) {
     let mut add = |check, problem: String, fix: &str| {
@@ -336,6 +351,44 @@ fn check_kernel(
             ),
             "a kernel with these tracepoints (see `enforcer probe`); the signals they carry come from the fallbacks",
         );
+    }
+    let mode = config.enforcer.signal_source.crossing_mode();
+    *crossing = if mode == crate::kernel::CrossingMode::Off {
+        format!(
+            "off (signalSource {})",
+            config.enforcer.signal_source.name()
+        )
+    } else if !caps.btf || !caps.cap_bpf_or_sys_admin {
+        "none: no BTF or no CAP_BPF (below)".to_owned()
+    } else {
+        String::new()
+    };
+    if crossing.is_empty() {
+        let probed = crate::kernel::ebpf::probe_crossing(mode);
+        *crossing = match &probed {
+            Ok(c) => c.summary(),
+            Err(e) => format!("none: the eBPF programs do not load ({e})"),
+        };
+        match probed {
+            Ok(c) if c.chosen.is_none() => add(
+                "kernel",
+                format!(
+                    "no crossing check on the memory charge path ({})",
+                    c.skipped
+                        .iter()
+                        .map(|s| format!("{}: {}", s.attach.name(), s.reason))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+                "a kernel with BTF and fentry (CONFIG_FUNCTION_TRACER) or kprobes (CONFIG_KPROBES) on try_charge_memcg, as Debian, Ubuntu, RHEL and COS kernels have; until then a crossing is learned by the cgroup-file tripwire (v2 memory.high, v1 a usage-threshold eventfd)",
+            ),
+            Ok(_) => {}
+            Err(e) => add(
+                "kernel",
+                format!("the eBPF programs do not load: {e}"),
+                "see `enforcer probe`; until then the fallback signal sources are used",
+            ),
+        }
     }
     if !caps.psi {
         add(

@@ -777,6 +777,34 @@ async fn the_crossing_check_attaches_where_this_kernel_allows_and_names_the_rest
         );
     }
     drop(auto);
+    // `enforcer doctor` says the same choice, and names it a finding when there is none.
+    let out = std::process::Command::new(enforcer_tests::enforcer_binary())
+        .args(["doctor", "--json", "--state-dir"])
+        .arg(tempfile::tempdir().expect("tmp").path())
+        .output()
+        .expect("enforcer doctor");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    eprintln!("$ enforcer doctor\n{stderr}{stdout}");
+    let said = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("crossing check: "))
+        .unwrap_or_else(|| panic!("no crossing check line: {stderr}"));
+    let head = said.split(" (").next().unwrap_or_default();
+    assert_eq!(
+        head,
+        choice.summary().split(" (").next().unwrap_or_default(),
+        "{said}"
+    );
+    let findings: Vec<serde_json::Value> = serde_json::from_str(&stdout).expect("findings");
+    let named = findings.iter().any(|f| {
+        f["problem"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("no crossing check on the memory charge path"))
+    });
+    assert_eq!(named, choice.chosen.is_none(), "{findings:?}");
     // Any point: the first this kernel takes.
     let p = start_crossing(kernel::CrossingMode::Any);
     let choice = p.crossing.choice.clone().expect("the check was tried");

@@ -23,7 +23,12 @@ pub fn doctor_main(args: &DoctorArgs) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    let findings = doctor(&config);
+    let report = doctor(&config);
+    // Where the crossing check attaches, said whether or not it is a finding.
+    if !report.crossing.is_empty() {
+        eprintln!("crossing check: {}", report.crossing);
+    }
+    let findings = report.findings;
     if args.json {
         println!(
             "{}",

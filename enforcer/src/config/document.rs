@@ -41,6 +41,30 @@ pub enum SignalSource {
     Poll,
 }
 
+impl SignalSource {
+    /// The name the configuration and `--signal-source` give it.
+    #[must_use]
+    pub fn name(self) -> String {
+        clap::ValueEnum::to_possible_value(&self)
+            .map(|v| v.get_name().to_owned())
+            .unwrap_or_default()
+    }
+
+    /// Where this source lets the crossing check attach: anywhere within the cost budget
+    /// (`auto`, `ebpf`), at one point (`ebpf-fexit`, ...), or nowhere.
+    #[must_use]
+    pub fn crossing_mode(self) -> crate::kernel::CrossingMode {
+        use crate::kernel::{CrossingMode, crossing::Attach};
+        match self {
+            Self::Auto | Self::Ebpf => CrossingMode::Auto,
+            Self::EbpfFexit => CrossingMode::Only(Attach::Fexit),
+            Self::EbpfKprobe => CrossingMode::Only(Attach::Kprobe),
+            Self::EbpfTracepoint => CrossingMode::Only(Attach::Tracepoint),
+            Self::EbpfTripwire | Self::Eventfd | Self::Psi | Self::Poll => CrossingMode::Off,
+        }
+    }
+}
+
 /// A string-valued map entry that also accepts YAML numbers and booleans (`pid.available: 100`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(transparent)]

@@ -185,7 +185,7 @@ pub enum Only {
 }
 
 /// Why the tracepoints are passed over without being pinned.
-pub const OVER_BUDGET: &str = "over the cost budget (1 % of allocation throughput; measured      1.12x the page-fault time here: cargo xtask bench charge): pinned only      (--signal-source ebpf-tracepoint)";
+pub const OVER_BUDGET: &str = "over the cost budget (1 % of allocation throughput; measured 1.12x the page-fault time here: cargo xtask bench charge): pinned only (--signal-source ebpf-tracepoint)";
 
 /// Attaches the check at the first point this kernel takes among those `only` allows, with
 /// the offsets `offsets` gave (their error passes every point over). Never fails: what did

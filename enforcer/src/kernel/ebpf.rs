@@ -102,7 +102,11 @@ fn open(
         tracefmt::layout(|tp| tracefmt::read_format(&opts.tracing_roots, tp.category, tp.name));
     let window = u64::try_from(opts.burst_window.as_nanos()).unwrap_or(u64::MAX);
     // The crossing check's offsets from the kernel's BTF; without them it reads nothing.
-    let offsets = crossing::read_offsets(&crossing::btf_path(opts.btf_path.as_deref()));
+    let offsets = if opts.crossing == CrossingMode::Off {
+        Err("the crossing check is off".to_owned())
+    } else {
+        crossing::read_offsets(&crossing::btf_path(opts.btf_path.as_deref()))
+    };
     let table = offsets.clone().unwrap_or_default();
     let ebpf = EbpfLoader::new()
         .override_global(GLOBAL_BURST_WINDOW_NS, &window, true)
@@ -244,6 +248,19 @@ pub fn probe_programs() -> ProgramsProbe {
         tracepoints,
         crossing,
     }
+}
+
+/// Where the crossing check would attach as `mode` allows (`enforcer doctor`): the object
+/// loaded, the check attached, then all detached. The error when the object does not load.
+pub fn probe_crossing(mode: CrossingMode) -> Result<CrossingChoice, String> {
+    let opts = PipelineOptions {
+        crossing: mode,
+        ..PipelineOptions::default()
+    };
+    let (mut ebpf, _, offsets) = open(&opts).map_err(|e| e.to_string())?;
+    Ok(attach_crossing(&mut ebpf, &opts, &offsets)
+        .choice
+        .unwrap_or_default())
 }
 
 fn attach(
