@@ -8,6 +8,7 @@ pub mod layout;
 pub mod manager;
 pub mod paths;
 pub mod pod;
+pub mod reaper;
 pub mod systemd;
 pub mod writer;
 

@@ -98,6 +98,51 @@ struct Parts {
     answered: Option<KillDone>,
     /// The kernel signal that started this step (`None` on a tick or a due instant).
     trigger: Option<TriggerSignal>,
+    /// The reaping threads (`reapMemory`): a victim's memory reclaimed off this thread.
+    reaping: Option<Reaping>,
+}
+
+/// A pod's processes reaped: its uid, what reaping did, when it ended (monotonic ns).
+type ReapedPod = (String, crate::cgroup::kill::Reaped, u64);
+
+/// The reaping threads and the way their results come back to the run loop (written to the
+/// victim's kill record there).
+#[derive(Debug)]
+struct Reaping {
+    reaper: crate::cgroup::reaper::Reaper,
+    tx: tokio::sync::mpsc::UnboundedSender<ReapedPod>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<ReapedPod>,
+}
+
+impl Reaping {
+    fn start() -> Self {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        Self {
+            reaper: crate::cgroup::reaper::Reaper::start(crate::cgroup::reaper::THREADS),
+            tx,
+            rx,
+        }
+    }
+
+    /// Reaps the processes in `dir` (the pod `uid`'s cgroup) on the reaping threads.
+    fn reap(&self, uid: &str, dir: &std::path::Path) {
+        let tx = self.tx.clone();
+        let uid = uid.to_owned();
+        self.reaper.reap(dir, move |r, at| {
+            let _ = tx.send((uid, r, at));
+        });
+    }
+}
+
+/// The next reaped pod, or never without reaping threads.
+async fn reaped(reaping: &mut Option<Reaping>) -> ReapedPod {
+    match reaping {
+        Some(r) => match r.rx.recv().await {
+            Some(p) => p,
+            None => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
 }
 
 /// How soon the manager looks again when the victim's stop answered but its memory cgroup is
@@ -159,6 +204,7 @@ impl EvictionManager {
         let mut due: Option<tokio::time::Instant> = None;
         let mut parts = Parts {
             kills: KillLog::open(&self.config.enforcer.state_dir),
+            reaping: self.config.enforcer.reap_memory.then(Reaping::start),
             ..Parts::default()
         };
         let mut signals_open = true;
@@ -201,6 +247,10 @@ impl EvictionManager {
                 }
                 r = tripwire::wire_registered(&mut parts.wire.pending) => {
                     self.install_wire(r, &mut parts.wire);
+                    continue;
+                }
+                (uid, r, at) = reaped(&mut parts.reaping) => {
+                    parts.kills.reaped(&uid, &r, at);
                     continue;
                 }
             };
@@ -266,6 +316,12 @@ impl EvictionManager {
         named: &[String],
         parts: &mut Parts,
     ) -> State {
+        // What reaping ended before this step is in its victim's kill record first.
+        if let Some(r) = parts.reaping.as_mut() {
+            while let Ok((uid, reaped, at)) = r.rx.try_recv() {
+                parts.kills.reaped(&uid, &reaped, at);
+            }
+        }
         // kubelet's waitForPodsCleanup: whether the last victim is released is looked at
         // before observing, so the step that sees it released observes what it freed.
         let released = state.cleanup.as_ref().is_some_and(|_| self.released(parts));

@@ -388,6 +388,19 @@ impl KillLog {
         }
     }
 
+    /// The victim `uid`'s memory reaped (on the reaping threads, after its SIGKILL): what
+    /// reaping did, and when it ended when it reaped a process.
+    pub fn reaped(&mut self, uid: &str, reaped: &crate::cgroup::kill::Reaped, at: u64) {
+        if let Some(r) = self.waiting.get_mut(uid) {
+            if reaped.processes > 0 {
+                r.reaped_ns = Some(at);
+            }
+            r.reaped = reaped.to_string();
+            let r = r.clone();
+            self.write(&r);
+        }
+    }
+
     /// Records the end of the cleanup wait of `uid` (`released`: its resources were freed;
     /// else the wait timed out), and when its pod worker's kill had stopped everything
     /// (`stopped_ns`, the eviction's answer).

@@ -73,18 +73,40 @@ pub fn reap_dir(dir: &std::path::Path) -> Reaped {
                 return true;
             }
         };
-        match process_mrelease(&fd) {
-            Ok(()) => out.processes += 1,
-            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+        match mrelease_one(&fd) {
+            Outcome::Reaped => out.processes += 1,
+            Outcome::Gone => {}
+            Outcome::Refused => out.refused += 1,
+            Outcome::Unsupported => {
                 out.unsupported = true;
                 return false;
             }
-            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
-            Err(_) => out.refused += 1,
         }
         true
     });
     out
+}
+
+/// What one `process_mrelease(2)` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Reaped,
+    /// Exited already: its memory is freed.
+    Gone,
+    /// Not dying (a pid reused since the kill), or the call failed otherwise.
+    Refused,
+    /// No `process_mrelease` on this kernel (before 5.15).
+    Unsupported,
+}
+
+/// `process_mrelease(2)` of the process behind `fd`.
+pub(super) fn mrelease_one(fd: &std::os::fd::OwnedFd) -> Outcome {
+    match process_mrelease(fd) {
+        Ok(()) => Outcome::Reaped,
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => Outcome::Unsupported,
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Outcome::Gone,
+        Err(_) => Outcome::Refused,
+    }
 }
 
 /// Whether this kernel has `process_mrelease(2)` (`enforcer doctor`): asked with an fd that

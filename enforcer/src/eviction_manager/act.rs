@@ -64,7 +64,7 @@ impl EvictionManager {
         let mut capped = true;
         let stopped = match &decision.action {
             Action::Evict { eviction, stop } => {
-                self.stop_victim(eviction, *stop, seen, &mut capped)
+                self.stop_victim(eviction, *stop, seen, &mut capped, parts.reaping.as_ref())
             }
             _ => Stopped::default(),
         };
@@ -97,11 +97,12 @@ impl EvictionManager {
         stop: VictimStop,
         seen: &Observed<'_>,
         capped: &mut bool,
+        reaping: Option<&super::Reaping>,
     ) -> Stopped {
         match stop {
             VictimStop::Orderly => Stopped::default(),
             VictimStop::KillFirst => Stopped {
-                killed: self.kill_pod_cgroup(ev, seen.active),
+                killed: self.kill_pod_cgroup(ev, seen.active, reaping),
                 capped_at: None,
             },
             VictimStop::CapFirst { floor } => match self.cap(ev, seen.active) {
@@ -115,7 +116,7 @@ impl EvictionManager {
                 None => {
                     *capped = false;
                     Stopped {
-                        killed: self.kill_pod_cgroup(ev, seen.active),
+                        killed: self.kill_pod_cgroup(ev, seen.active, reaping),
                         capped_at: None,
                     }
                 }
@@ -142,7 +143,7 @@ impl EvictionManager {
         let Some(cgroup) = parts.victim_cgroup.clone() else {
             return;
         };
-        let killed = self.kill_and_reap(&cgroup);
+        let killed = self.kill_and_reap(uid, &cgroup, parts.reaping.as_ref());
         tracing::warn!(%uid, "the node fell below the floor while the capped victim stopped: SIGKILL");
         parts.kills.killed_later(uid, &killed);
     }
@@ -153,24 +154,32 @@ impl EvictionManager {
         &self,
         ev: &Eviction,
         active: &BTreeMap<String, ActiveEntry>,
+        reaping: Option<&super::Reaping>,
     ) -> Option<Killed> {
         let e = active.get(&*ev.uid)?;
-        let killed = self.kill_and_reap(&e.cgroup);
-        tracing::warn!(uid = %ev.uid, reaped = ?killed.reaped.as_ref().map(|r| r.0.to_string()), "hard memory threshold: SIGKILL sent to the pod's processes");
+        let killed = self.kill_and_reap(&ev.uid, &e.cgroup, reaping);
+        tracing::warn!(uid = %ev.uid, "hard memory threshold: SIGKILL sent to the pod's processes");
         Some(killed)
     }
 
     /// SIGKILL to every process of the pod cgroup `cgroup`, then (`reapMemory`) their memory
-    /// reclaimed at once through process_mrelease(2).
-    fn kill_and_reap(&self, cgroup: &str) -> Killed {
+    /// reclaimed through process_mrelease(2) on the reaping threads (`reaping`), this thread
+    /// free for the next crossing at once; what the reaping did comes to the kill record of
+    /// `uid` when it ends. Without reaping threads, here.
+    fn kill_and_reap(&self, uid: &str, cgroup: &str, reaping: Option<&super::Reaping>) -> Killed {
         let pod = PodCgroup::resolve(&self.layout, cgroup);
         let signalled = pod.as_ref().map_or(0, |p| p.kill(self.cgroups.as_ref()));
         let sigkill_ns = crate::signal::monotonic_ns();
         tracing::debug!(cgroup, signalled, "SIGKILL sent");
-        let reaped = self.config.enforcer.reap_memory.then(|| {
-            let r = pod.as_ref().map(PodCgroup::reap).unwrap_or_default();
-            (r, crate::signal::monotonic_ns())
-        });
+        let mut reaped = None;
+        if self.config.enforcer.reap_memory
+            && let Some(pod) = &pod
+        {
+            match reaping {
+                Some(r) => r.reap(uid, pod.dir()),
+                None => reaped = Some((pod.reap(), crate::signal::monotonic_ns())),
+            }
+        }
         Killed { sigkill_ns, reaped }
     }
 
