@@ -144,11 +144,13 @@ enum Task {
         args: Vec<String>,
     },
     /// Benchmarks: `signals` (kernel -> daemon latency and throughput), `eviction` (threshold
-    /// crossing -> SIGKILL per signal mode; `--vm`: in the cgroup v2 VM), `policy`
+    /// crossing -> SIGKILL per signal mode; `--vm`: in the cgroup v2 VM), `charge` (the
+    /// crossing check's cost per page charged; `--vm` too), `reap` (kill -> memory released
+    /// for 1 and 4 GiB victims against munmap), `policy`
     /// (criterion), `pods` (pods/s through the enforcer vs direct CRI, daemon RSS with 100
     /// pods), `step` (one eviction step with its I/O, 110 pods).
     Bench {
-        #[arg(value_parser = ["signals", "eviction", "charge", "policy", "pods", "step"])]
+        #[arg(value_parser = ["signals", "eviction", "charge", "reap", "policy", "pods", "step"])]
         what: String,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -766,7 +768,7 @@ fn stop_local_containerd(launcher: &Path, dir: &Path) {
 
 fn bench(what: &str, args: &[String]) -> anyhow::Result<()> {
     match what {
-        "signals" | "eviction" | "charge" => {
+        "signals" | "eviction" | "charge" | "reap" => {
             setup()?;
             // The daemon (measured idle and in a storm) and the benchmark binaries, release.
             sh(cargo().args([
@@ -779,7 +781,7 @@ fn bench(what: &str, args: &[String]) -> anyhow::Result<()> {
                 "--bins",
             ]))?;
             let bin = std::path::absolute(target_dir().join(format!("release/bench_{what}")))?;
-            if what == "eviction" && args.iter().any(|a| a == "--vm") {
+            if matches!(what, "eviction" | "charge") && args.iter().any(|a| a == "--vm") {
                 // In Debian's 6.1 kernel on pure cgroup v2 (the v2 modes), under QEMU;
                 // `--systemd`: booted with systemd as PID 1, each mode with both drivers'
                 // pods (unless `--drivers` says otherwise).

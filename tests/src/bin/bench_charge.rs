@@ -19,7 +19,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use enforcer::{
-    kernel::{self, Capabilities, CrossingMode, PipelineOptions, SourceChoice},
+    kernel::{self, Capabilities, CrossingMode, PipelineOptions, SourceChoice, crossing::Attach},
     signal::SourceKind,
 };
 use enforcer_tests::{TestCgroup, layout, require_root, spawn_in, unique_name};
@@ -53,10 +53,11 @@ fn memhog() -> PathBuf {
 /// checks the kernel counted.
 async fn trial(
     mode: Mode,
+    attach: Option<Attach>,
     mib: u64,
     pod: &TestCgroup,
     watched: &TestCgroup,
-) -> anyhow::Result<(Duration, u64)> {
+) -> anyhow::Result<(Duration, u64, Option<Attach>)> {
     let l = layout();
     let caps = Capabilities::probe(&l);
     let opts = PipelineOptions {
@@ -64,11 +65,12 @@ async fn trial(
         crossing: if mode == Mode::Detached {
             CrossingMode::Off
         } else {
-            CrossingMode::Any
+            attach.map_or(CrossingMode::Any, CrossingMode::Only)
         },
         ..PipelineOptions::default()
     };
     let p = kernel::start(&opts, &caps, &l).context("the eBPF pipeline")?;
+    let chosen = p.crossing.choice.as_ref().and_then(|c| c.chosen);
     if mode != Mode::Detached {
         let levels = p
             .crossing
@@ -104,7 +106,7 @@ async fn trial(
     drop(p);
     // The programs detach as the pipeline's task ends.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    Ok((wall, checks))
+    Ok((wall, checks, chosen))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -123,6 +125,16 @@ async fn main() -> anyhow::Result<()> {
     }
     let mib = enforcer_tests::arg_u64("--mib", 1024);
     let rounds = enforcer_tests::arg_u64("--rounds", 5);
+    // `--attach fexit|kprobe|tracepoint`: that point alone (else the first this kernel takes).
+    let attach = match std::env::args().skip_while(|a| a != "--attach").nth(1) {
+        None => None,
+        Some(a) => Some(
+            Attach::ALL
+                .into_iter()
+                .find(|x| x.name() == a)
+                .with_context(|| format!("--attach {a}: one of fexit, kprobe, tracepoint"))?,
+        ),
+    };
     let l = layout();
     let (mount, _) = l.controller("memory").context("a memory controller")?;
     let name = unique_name("charge");
@@ -135,9 +147,13 @@ async fn main() -> anyhow::Result<()> {
     let mut per_page: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
     let mut checks: Vec<u64> = vec![0; modes.len()];
     let pages = mib * MIB / 4096;
+    let mut attached = None;
     for r in 0..rounds {
         for (i, &m) in modes.iter().enumerate() {
-            let (wall, c) = trial(m, mib, &pod, &watched).await?;
+            let (wall, c, chosen) = trial(m, attach, mib, &pod, &watched).await?;
+            if let Some(a) = chosen {
+                attached = Some(a.name());
+            }
             let ns = wall.as_nanos() as f64 / pages as f64;
             eprintln!(
                 "round {}: {}: {:.0} ns per page, {c} checks",
@@ -151,7 +167,8 @@ async fn main() -> anyhow::Result<()> {
     }
     let kernel = enforcer_tests::kernel_release();
     println!(
-        "\n### The crossing check's cost per charge: two processes touching {mib} MiB each in 4 KiB pages, {rounds} rounds alternated (kernel {kernel})\n"
+        "\n### The crossing check's cost per charge: two processes touching {mib} MiB each in 4 KiB pages, {rounds} rounds alternated (kernel {kernel}, attached: {})\n",
+        attached.unwrap_or("none")
     );
     println!("| mode | ns per page, median of rounds | min | max | vs baseline | checks counted |");
     println!("|---|---|---|---|---|---|");
