@@ -82,6 +82,18 @@ fn victim(cg: &TestCgroup, mib: u64) -> anyhow::Result<Child> {
     ]);
     c.stdin(Stdio::piped()).stdout(Stdio::piped());
     let mut child = spawn_in(c, &[cg.dir.as_path()]);
+    match ready(&mut child, mib) {
+        Ok(()) => Ok(child),
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(e)
+        }
+    }
+}
+
+/// The victim set to ordinary priority, told to go, and read until it has touched `mib` MiB.
+fn ready(child: &mut Child, mib: u64) -> anyhow::Result<()> {
     // Ordinary priority, as a pod's processes (it inherited this thread's real-time policy).
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: sets the scheduling policy of the child just spawned, by its pid; `param`
@@ -106,7 +118,7 @@ fn victim(cg: &TestCgroup, mib: u64) -> anyhow::Result<Child> {
             .and_then(|k| k.parse().ok())
             .unwrap_or(0);
         if kib >= want {
-            return Ok(child);
+            return Ok(());
         }
     }
     bail!("the victim ended before touching {mib} MiB")
