@@ -124,13 +124,14 @@ impl Reaping {
         }
     }
 
-    /// Reaps the processes in `dir` (the pod `uid`'s cgroup) on the reaping threads.
-    fn reap(&self, uid: &str, dir: &std::path::Path) {
+    /// `kill`s the processes in `dir` (the pod `uid`'s cgroup) with the reaping threads
+    /// waiting for them ([`crate::cgroup::reaper::Reaper::reap_around`]).
+    fn reap_around<R>(&self, uid: &str, dir: &std::path::Path, kill: impl FnOnce() -> R) -> R {
         let tx = self.tx.clone();
         let uid = uid.to_owned();
-        self.reaper.reap(dir, move |r, at| {
+        self.reaper.reap_around(dir, kill, move |r, at| {
             let _ = tx.send((uid, r, at));
-        });
+        })
     }
 }
 

@@ -76,7 +76,7 @@ pub fn reap_dir(dir: &std::path::Path) -> Reaped {
         match mrelease_one(&fd) {
             Outcome::Reaped => out.processes += 1,
             Outcome::Gone => {}
-            Outcome::Refused => out.refused += 1,
+            Outcome::NotDying | Outcome::Refused => out.refused += 1,
             Outcome::Unsupported => {
                 out.unsupported = true;
                 return false;
@@ -93,7 +93,9 @@ pub enum Outcome {
     Reaped,
     /// Exited already: its memory is freed.
     Gone,
-    /// Not dying (a pid reused since the kill), or the call failed otherwise.
+    /// Not dying (EINVAL: not killed yet, or a pid reused since the kill).
+    NotDying,
+    /// The call failed otherwise.
     Refused,
     /// No `process_mrelease` on this kernel (before 5.15).
     Unsupported,
@@ -105,6 +107,7 @@ pub(super) fn mrelease_one(fd: &std::os::fd::OwnedFd) -> Outcome {
         Ok(()) => Outcome::Reaped,
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => Outcome::Unsupported,
         Err(e) if e.raw_os_error() == Some(libc::ESRCH) => Outcome::Gone,
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Outcome::NotDying,
         Err(_) => Outcome::Refused,
     }
 }

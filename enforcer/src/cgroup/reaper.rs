@@ -17,6 +17,7 @@ use std::{
         mpsc,
     },
     thread::JoinHandle,
+    time::{Duration, Instant},
 };
 
 use super::kill::{Outcome, Reaped, mrelease_one};
@@ -39,7 +40,7 @@ impl Batch {
             match outcome {
                 Outcome::Reaped => out.processes += 1,
                 Outcome::Gone => {}
-                Outcome::Refused => out.refused += 1,
+                Outcome::NotDying | Outcome::Refused => out.refused += 1,
                 Outcome::Unsupported => out.unsupported = true,
             }
         }
@@ -56,6 +57,8 @@ impl Batch {
 struct Job {
     fd: OwnedFd,
     batch: Arc<Batch>,
+    /// Until when a process not dying yet is asked again.
+    until: Instant,
 }
 
 /// Threads that reap SIGKILLed processes' memory ([`Self::reap`]); stopped and joined on drop.
@@ -99,46 +102,66 @@ impl Reaper {
         }
     }
 
-    /// Opens a pidfd for every process in `dir` and below now, and hands them to the reaping
-    /// threads; `done` is called (on a reaping thread, or here when there is nothing to reap)
-    /// once each was reaped.
-    pub fn reap(&self, dir: &Path, done: impl FnOnce(Reaped, u64) + Send + 'static) {
+    /// Opens a pidfd for every process in `dir` and below, hands them to the reaping threads,
+    /// then calls `kill` (the SIGKILL) and returns what it returned: the reaping threads are
+    /// awake and waiting for the processes to be dying when the SIGKILL lands, so they take
+    /// the address spaces before the victims' own exits have (a victim's exit that comes first
+    /// frees its memory itself). `done` is called (on a reaping thread, or here when there is
+    /// nothing to reap) once each process was reaped.
+    pub fn reap_around<R>(
+        &self,
+        dir: &Path,
+        kill: impl FnOnce() -> R,
+        done: impl FnOnce(Reaped, u64) + Send + 'static,
+    ) -> R {
         let mut pre = Reaped::default();
         let mut fds = Vec::new();
         super::writer::for_each_process(dir, |pid| {
             match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
                 Ok(fd) => fds.push(fd),
-                // Exited since the listing: its memory is already freed.
+                // Exited since the listing: nothing to free.
                 Err(rustix::io::Errno::SRCH) => {}
                 Err(_) => pre.refused += 1,
             }
             true
         });
-        if fds.is_empty() {
+        let Some(tx) = self.tx.as_ref().filter(|_| !fds.is_empty()) else {
+            let killed = kill();
+            for fd in &fds {
+                match mrelease_one(fd) {
+                    Outcome::Reaped => pre.processes += 1,
+                    Outcome::Gone => {}
+                    Outcome::NotDying | Outcome::Refused => pre.refused += 1,
+                    Outcome::Unsupported => pre.unsupported = true,
+                }
+            }
             done(pre, monotonic_ns());
-            return;
-        }
+            return killed;
+        };
         let batch = Arc::new(Batch {
             left: AtomicUsize::new(fds.len()),
             out: Mutex::new(pre),
             done: Mutex::new(Some(Box::new(done))),
         });
+        let until = Instant::now() + DYING_WAIT;
         for fd in fds {
             let job = Job {
                 fd,
                 batch: Arc::clone(&batch),
+                until,
             };
-            match &self.tx {
-                Some(tx) => {
-                    if let Err(mpsc::SendError(job)) = tx.send(job) {
-                        job.batch.finish_one(mrelease_one(&job.fd));
-                    }
-                }
-                None => job.batch.finish_one(mrelease_one(&job.fd)),
+            if let Err(mpsc::SendError(job)) = tx.send(job) {
+                // The threads are gone: counted as refused (the exit frees it).
+                job.batch.finish_one(Outcome::Refused);
             }
         }
+        kill()
     }
 }
+
+/// How long a reaping thread waits for a process handed to it to be dying (the SIGKILL is
+/// sent right after the hand-over; a process it never reaches is refused then).
+const DYING_WAIT: Duration = Duration::from_millis(2);
 
 impl Drop for Reaper {
     fn drop(&mut self) {
@@ -158,7 +181,13 @@ fn work(rx: &Mutex<mpsc::Receiver<Job>>) {
         let Ok(job) = job else {
             return;
         };
-        job.batch.finish_one(mrelease_one(&job.fd));
+        let outcome = loop {
+            match mrelease_one(&job.fd) {
+                Outcome::NotDying if Instant::now() < job.until => std::hint::spin_loop(),
+                other => break other,
+            }
+        };
+        job.batch.finish_one(outcome);
     }
 }
 
@@ -181,9 +210,13 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let caller = std::thread::current().id();
         let t = tx.clone();
-        reaper.reap(dir.path(), move |r, _| {
-            let _ = t.send((r, std::thread::current().id()));
-        });
+        reaper.reap_around(
+            dir.path(),
+            || (),
+            move |r, _| {
+                let _ = t.send((r, std::thread::current().id()));
+            },
+        );
         let (r, on) = rx.recv().expect("told");
         assert_eq!((r.processes, r.refused), (0, 0));
         assert_eq!(on, caller, "nothing to reap: told here");
@@ -196,10 +229,14 @@ mod tests {
             .expect("sleep");
         std::fs::write(dir.path().join("cgroup.procs"), format!("{}\n", child.id()))
             .expect("procs");
-        assert!(child.kill().is_ok());
-        reaper.reap(dir.path(), move |r, _| {
-            let _ = tx.send((r, std::thread::current().id()));
-        });
+        let killed = reaper.reap_around(
+            dir.path(),
+            || child.kill().is_ok(),
+            move |r, _| {
+                let _ = tx.send((r, std::thread::current().id()));
+            },
+        );
+        assert!(killed, "the kill's result is returned");
         let (r, on) = rx
             .recv_timeout(std::time::Duration::from_secs(10))
             .expect("told");

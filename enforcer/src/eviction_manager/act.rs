@@ -162,24 +162,28 @@ impl EvictionManager {
         Some(killed)
     }
 
-    /// SIGKILL to every process of the pod cgroup `cgroup`, then (`reapMemory`) their memory
-    /// reclaimed through process_mrelease(2) on the reaping threads (`reaping`), this thread
-    /// free for the next crossing at once; what the reaping did comes to the kill record of
-    /// `uid` when it ends. Without reaping threads, here.
+    /// SIGKILL to every process of the pod cgroup `cgroup`, and (`reapMemory`) their memory
+    /// reclaimed through process_mrelease(2) by the reaping threads (`reaping`), handed the
+    /// processes just before the SIGKILL: this thread is free for the next crossing at once;
+    /// what the reaping did comes to the kill record of `uid` when it ends. Without reaping
+    /// threads, here after the SIGKILL.
     fn kill_and_reap(&self, uid: &str, cgroup: &str, reaping: Option<&super::Reaping>) -> Killed {
         let pod = PodCgroup::resolve(&self.layout, cgroup);
-        let signalled = pod.as_ref().map_or(0, |p| p.kill(self.cgroups.as_ref()));
-        let sigkill_ns = crate::signal::monotonic_ns();
-        tracing::debug!(cgroup, signalled, "SIGKILL sent");
+        let kill = || {
+            let n = pod.as_ref().map_or(0, |p| p.kill(self.cgroups.as_ref()));
+            (n, crate::signal::monotonic_ns())
+        };
         let mut reaped = None;
-        if self.config.enforcer.reap_memory
-            && let Some(pod) = &pod
-        {
-            match reaping {
-                Some(r) => r.reap(uid, pod.dir()),
-                None => reaped = Some((pod.reap(), crate::signal::monotonic_ns())),
+        let (signalled, sigkill_ns) = match (self.config.enforcer.reap_memory, &pod, reaping) {
+            (true, Some(p), Some(r)) => r.reap_around(uid, p.dir(), kill),
+            (true, Some(p), None) => {
+                let killed = kill();
+                reaped = Some((p.reap(), crate::signal::monotonic_ns()));
+                killed
             }
-        }
+            _ => kill(),
+        };
+        tracing::debug!(cgroup, signalled, "SIGKILL sent");
         Killed { sigkill_ns, reaped }
     }
 

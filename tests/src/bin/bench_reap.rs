@@ -167,17 +167,23 @@ fn kill_trial(
     let released_at = rest + mib * MIB / 100;
     let pid =
         rustix::process::Pid::from_raw(i32::try_from(child.id())?).context("the victim's pid")?;
+    let kill = || rustix::process::kill_process(pid, rustix::process::Signal::KILL);
     let t0 = Instant::now();
-    rustix::process::kill_process(pid, rustix::process::Signal::KILL)?;
     match mode {
         Mode::Inline => {
+            kill()?;
             let r = reap_dir(&cg.dir);
             if r.processes == 0 {
                 eprintln!("  (the exit was first: {r})");
             }
         }
-        Mode::Reaper => reaper.reap(&cg.dir, |_, _| {}),
-        Mode::Exit | Mode::Munmap => {}
+        // The daemon's order: the threads handed the pidfds, then the SIGKILL.
+        Mode::Reaper => reaper.reap_around(&cg.dir, kill, |r, _| {
+            if r.processes == 0 {
+                eprintln!("  (the exit was first: {r})");
+            }
+        })?,
+        Mode::Exit | Mode::Munmap => kill()?,
     }
     let busy = t0.elapsed();
     let deadline = t0 + Duration::from_secs(60);
