@@ -102,8 +102,8 @@ impl Reaper {
         }
     }
 
-    /// Opens a pidfd for every process in `dir` and below, hands them to the reaping threads,
-    /// then calls `kill` (the SIGKILL) and returns what it returned: the reaping threads are
+    /// Opens a pidfd for every process in `dir` and below (each set to nice [`EXIT_NICE`]),
+    /// hands them to the reaping threads, then calls `kill` (the SIGKILL) and returns what it returned: the reaping threads are
     /// awake and waiting for the processes to be dying when the SIGKILL lands, so they take
     /// the address spaces before the victims' own exits have (a victim's exit that comes first
     /// frees its memory itself). `done` is called (on a reaping thread, or here when there is
@@ -118,7 +118,13 @@ impl Reaper {
         let mut fds = Vec::new();
         super::writer::for_each_process(dir, |pid| {
             match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
-                Ok(fd) => fds.push(fd),
+                Ok(fd) => {
+                    // Its own exit runs ahead of the node's ordinary work too (lmkd boosts
+                    // its victims so): whichever of it and the reaping thread reaches the
+                    // address space first frees it, beside the other on a loaded node.
+                    let _ = rustix::process::setpriority_process(Some(pid), EXIT_NICE);
+                    fds.push(fd);
+                }
                 // Exited since the listing: nothing to free.
                 Err(rustix::io::Errno::SRCH) => {}
                 Err(_) => pre.refused += 1,
@@ -158,6 +164,10 @@ impl Reaper {
         kill()
     }
 }
+
+/// The nice value a victim exits at (the highest CFS weight: far ahead of ordinary work,
+/// still below the real-time crossing and reaping threads).
+pub const EXIT_NICE: i32 = -20;
 
 /// How long a reaping thread waits for a process handed to it to be dying (the SIGKILL is
 /// sent right after the hand-over; a process it never reaches is refused then).
