@@ -56,6 +56,8 @@ impl Batch {
 
 struct Job {
     fd: OwnedFd,
+    /// Its pid (the process's while it exits: its parent cannot reap it before).
+    pid: rustix::process::Pid,
     batch: Arc<Batch>,
     /// Until when a process not dying yet is asked again.
     until: Instant,
@@ -102,8 +104,8 @@ impl Reaper {
         }
     }
 
-    /// Opens a pidfd for every process in `dir` and below (each set to nice [`EXIT_NICE`]),
-    /// hands them to the reaping threads, then calls `kill` (the SIGKILL) and returns what it returned: the reaping threads are
+    /// Opens a pidfd for every process in `dir` and below, hands them to the reaping threads,
+    /// then calls `kill` (the SIGKILL) and returns what it returned: the reaping threads are
     /// awake and waiting for the processes to be dying when the SIGKILL lands, so they take
     /// the address spaces before the victims' own exits have (a victim's exit that comes first
     /// frees its memory itself). `done` is called (on a reaping thread, or here when there is
@@ -118,13 +120,7 @@ impl Reaper {
         let mut fds = Vec::new();
         super::writer::for_each_process(dir, |pid| {
             match rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
-                Ok(fd) => {
-                    // Its own exit runs ahead of the node's ordinary work too (lmkd boosts
-                    // its victims so): whichever of it and the reaping thread reaches the
-                    // address space first frees it, beside the other on a loaded node.
-                    let _ = rustix::process::setpriority_process(Some(pid), EXIT_NICE);
-                    fds.push(fd);
-                }
+                Ok(fd) => fds.push((fd, pid)),
                 // Exited since the listing: nothing to free.
                 Err(rustix::io::Errno::SRCH) => {}
                 Err(_) => pre.refused += 1,
@@ -133,7 +129,7 @@ impl Reaper {
         });
         let Some(tx) = self.tx.as_ref().filter(|_| !fds.is_empty()) else {
             let killed = kill();
-            for fd in &fds {
+            for (fd, _) in &fds {
                 match mrelease_one(fd) {
                     Outcome::Reaped => pre.processes += 1,
                     Outcome::Gone => {}
@@ -150,9 +146,10 @@ impl Reaper {
             done: Mutex::new(Some(Box::new(done))),
         });
         let until = Instant::now() + DYING_WAIT;
-        for fd in fds {
+        for (fd, pid) in fds {
             let job = Job {
                 fd,
+                pid,
                 batch: Arc::clone(&batch),
                 until,
             };
@@ -165,8 +162,9 @@ impl Reaper {
     }
 }
 
-/// The nice value a victim exits at (the highest CFS weight: far ahead of ordinary work,
-/// still below the real-time crossing and reaping threads).
+/// The nice value a victim whose exit took its address space first exits at (the highest
+/// CFS weight: far ahead of ordinary work, still below the real-time crossing and reaping
+/// threads).
 pub const EXIT_NICE: i32 = -20;
 
 /// How long a reaping thread waits for a process handed to it to be dying (the SIGKILL is
@@ -197,6 +195,12 @@ fn work(rx: &Mutex<mpsc::Receiver<Job>>) {
                 other => break other,
             }
         };
+        if outcome == Outcome::Gone {
+            // Its own exit took the address space first and frees it: ahead of the node's
+            // ordinary work (lmkd boosts its victims so), which on a loaded node it would
+            // otherwise wait behind.
+            let _ = rustix::process::setpriority_process(Some(job.pid), EXIT_NICE);
+        }
         job.batch.finish_one(outcome);
     }
 }
