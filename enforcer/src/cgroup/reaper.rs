@@ -162,9 +162,8 @@ impl Reaper {
     }
 }
 
-/// The nice value a victim whose exit took its address space first exits at (the highest
-/// CFS weight: far ahead of ordinary work, still below the real-time crossing and reaping
-/// threads).
+/// The nice value a victim exits at (the highest CFS weight: far ahead of ordinary work,
+/// still below the real-time crossing and reaping threads).
 pub const EXIT_NICE: i32 = -20;
 
 /// How long a reaping thread waits for a process handed to it to be dying (the SIGKILL is
@@ -189,18 +188,16 @@ fn work(rx: &Mutex<mpsc::Receiver<Job>>) {
         let Ok(job) = job else {
             return;
         };
+        // Its own exit runs ahead of the node's ordinary work (lmkd boosts its victims so):
+        // boosted here, by a thread already running, so this thread is the first at its
+        // address space and the exit unmaps beside it rather than alone.
+        let _ = rustix::process::setpriority_process(Some(job.pid), EXIT_NICE);
         let outcome = loop {
             match mrelease_one(&job.fd) {
                 Outcome::NotDying if Instant::now() < job.until => std::hint::spin_loop(),
                 other => break other,
             }
         };
-        if outcome == Outcome::Gone {
-            // Its own exit took the address space first and frees it: ahead of the node's
-            // ordinary work (lmkd boosts its victims so), which on a loaded node it would
-            // otherwise wait behind.
-            let _ = rustix::process::setpriority_process(Some(job.pid), EXIT_NICE);
-        }
         job.batch.finish_one(outcome);
     }
 }
