@@ -49,9 +49,7 @@ impl Mode {
             Self::Munmap => "munmap of the same touched memory (physical limit)",
             Self::Exit => "the victim's own exit (no process_mrelease)",
             Self::Inline => "process_mrelease on the killing thread",
-            Self::Reaper => {
-                "the reaper's threads (process_mrelease; an exit found first at nice -20)"
-            }
+            Self::Reaper => "the reaper's threads (process_mrelease, the exit at nice -20)",
         }
     }
 }
