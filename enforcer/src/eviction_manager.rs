@@ -251,6 +251,7 @@ impl EvictionManager {
                     continue;
                 }
                 (uid, r, at) = reaped(&mut parts.reaping) => {
+                    tracing::debug!(%uid, reaped = %r, "the victim's memory reaped");
                     parts.kills.reaped(&uid, &r, at);
                     continue;
                 }
