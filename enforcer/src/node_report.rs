@@ -352,44 +352,7 @@ fn check_kernel(
             "a kernel with these tracepoints (see `enforcer probe`); the signals they carry come from the fallbacks",
         );
     }
-    let mode = config.enforcer.signal_source.crossing_mode();
-    *crossing = if mode == crate::kernel::CrossingMode::Off {
-        format!(
-            "off (signalSource {})",
-            config.enforcer.signal_source.name()
-        )
-    } else if !caps.btf || !caps.cap_bpf_or_sys_admin {
-        "none: no BTF or no CAP_BPF (below)".to_owned()
-    } else {
-        String::new()
-    };
-    if crossing.is_empty() {
-        let probed = crate::kernel::ebpf::probe_crossing(mode);
-        *crossing = match &probed {
-            Ok(c) => c.summary(),
-            Err(e) => format!("none: the eBPF programs do not load ({e})"),
-        };
-        match probed {
-            Ok(c) if c.chosen.is_none() => add(
-                "kernel",
-                format!(
-                    "no crossing check on the memory charge path ({})",
-                    c.skipped
-                        .iter()
-                        .map(|s| format!("{}: {}", s.attach.name(), s.reason))
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                ),
-                "a kernel with BTF and fentry (CONFIG_FUNCTION_TRACER) or kprobes (CONFIG_KPROBES) on try_charge_memcg, as Debian, Ubuntu, RHEL and COS kernels have; until then a crossing is learned by the cgroup-file tripwire (v2 memory.high, v1 a usage-threshold eventfd)",
-            ),
-            Ok(_) => {}
-            Err(e) => add(
-                "kernel",
-                format!("the eBPF programs do not load: {e}"),
-                "see `enforcer probe`; until then the fallback signal sources are used",
-            ),
-        }
-    }
+    *crossing = check_crossing(config, &caps, &mut add);
     if !caps.psi {
         add(
             "kernel",
@@ -459,6 +422,54 @@ fn check_kernel(
             "run systemd as PID 1 with the system bus (dbus), or set cgroupDriver: cgroupfs together with containerd's SystemdCgroup = false",
         );
     }
+}
+
+/// Where the crossing check attaches as the configuration allows (the programs loaded and
+/// detached again), in a line; a kernel where it attaches nowhere is a finding.
+fn check_crossing(
+    config: &crate::config::Config,
+    caps: &crate::kernel::Capabilities,
+    add: &mut impl FnMut(&'static str, String, &str),
+) -> String {
+    let mode = config.enforcer.signal_source.crossing_mode();
+    let mut crossing = if mode == crate::kernel::CrossingMode::Off {
+        format!(
+            "off (signalSource {})",
+            config.enforcer.signal_source.name()
+        )
+    } else if !caps.btf || !caps.cap_bpf_or_sys_admin {
+        "none: no BTF or no CAP_BPF (below)".to_owned()
+    } else {
+        String::new()
+    };
+    if crossing.is_empty() {
+        let probed = crate::kernel::ebpf::probe_crossing(mode);
+        crossing = match &probed {
+            Ok(c) => c.summary(),
+            Err(e) => format!("none: the eBPF programs do not load ({e})"),
+        };
+        match probed {
+            Ok(c) if c.chosen.is_none() => add(
+                "kernel",
+                format!(
+                    "no crossing check on the memory charge path ({})",
+                    c.skipped
+                        .iter()
+                        .map(|s| format!("{}: {}", s.attach.name(), s.reason))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+                "a kernel with BTF and fentry (CONFIG_FUNCTION_TRACER) or kprobes (CONFIG_KPROBES) on try_charge_memcg, as Debian, Ubuntu, RHEL and COS kernels have; until then a crossing is learned by the cgroup-file tripwire (v2 memory.high, v1 a usage-threshold eventfd)",
+            ),
+            Ok(_) => {}
+            Err(e) => add(
+                "kernel",
+                format!("the eBPF programs do not load: {e}"),
+                "see `enforcer probe`; until then the fallback signal sources are used",
+            ),
+        }
+    }
+    crossing
 }
 
 /// Each running pod's cgroup still there, its processes' `oom_score_adj` as its QoS class
