@@ -35,6 +35,18 @@ impl std::fmt::Display for Reaped {
     }
 }
 
+impl Reaped {
+    /// Counts one process's [`Outcome`].
+    pub fn count(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Reaped => self.processes += 1,
+            Outcome::Gone => {}
+            Outcome::NotDying | Outcome::Refused => self.refused += 1,
+            Outcome::Unsupported => self.unsupported = true,
+        }
+    }
+}
+
 /// `process_mrelease(2)`: reclaims the address space of the dying process behind `pidfd` in
 /// the caller's context (what Android's lmkd does after its SIGKILL), instead of waiting for
 /// the victim to be scheduled and exit.
@@ -73,16 +85,9 @@ pub fn reap_dir(dir: &std::path::Path) -> Reaped {
                 return true;
             }
         };
-        match mrelease_one(&fd) {
-            Outcome::Reaped => out.processes += 1,
-            Outcome::Gone => {}
-            Outcome::NotDying | Outcome::Refused => out.refused += 1,
-            Outcome::Unsupported => {
-                out.unsupported = true;
-                return false;
-            }
-        }
-        true
+        let outcome = mrelease_one(&fd);
+        out.count(outcome);
+        outcome != Outcome::Unsupported
     });
     out
 }

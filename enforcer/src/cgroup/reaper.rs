@@ -37,12 +37,7 @@ impl Batch {
     /// Counts one process's outcome; the last one tells `done`.
     fn finish_one(&self, outcome: Outcome) {
         if let Ok(mut out) = self.out.lock() {
-            match outcome {
-                Outcome::Reaped => out.processes += 1,
-                Outcome::Gone => {}
-                Outcome::NotDying | Outcome::Refused => out.refused += 1,
-                Outcome::Unsupported => out.unsupported = true,
-            }
+            out.count(outcome);
         }
         if self.left.fetch_sub(1, Ordering::AcqRel) == 1 {
             let end = monotonic_ns();
@@ -130,12 +125,7 @@ impl Reaper {
         let Some(tx) = self.tx.as_ref().filter(|_| !fds.is_empty()) else {
             let killed = kill();
             for (fd, _) in &fds {
-                match mrelease_one(fd) {
-                    Outcome::Reaped => pre.processes += 1,
-                    Outcome::Gone => {}
-                    Outcome::NotDying | Outcome::Refused => pre.refused += 1,
-                    Outcome::Unsupported => pre.unsupported = true,
-                }
+                pre.count(mrelease_one(fd));
             }
             done(pre, monotonic_ns());
             return killed;
