@@ -16,9 +16,10 @@ use aya_ebpf::{
     maps::Array,
     programs::{FExitContext, ProbeContext, RawTracePointContext},
 };
+use aya_log_ebpf::debug;
 use enforcer_common::{CrossingLevel, CrossingOffsets, RecordKind, absent, crossing_attach, stat};
 
-use crate::{blank, count, emit};
+use crate::{blank, count, emit, worth_logging};
 
 #[map]
 static CROSSING: Array<CrossingLevel> = Array::with_max_entries(1, 0);
@@ -43,7 +44,13 @@ fn read<T>(base: *const u8, off: u32) -> Option<T> {
     match unsafe { bpf_probe_read_kernel(base.wrapping_add(off as usize).cast::<T>()) } {
         Ok(v) => Some(v),
         Err(_) => {
-            count(stat::CROSSING_READ_FAULTS, 1);
+            let n = count(stat::CROSSING_READ_FAULTS, 1);
+            if worth_logging(n) {
+                debug!(
+                    &(),
+                    "crossing check: a kernel read at offset {} faulted ({} on this CPU)", off, n
+                );
+            }
             None
         }
     }
@@ -89,6 +96,7 @@ fn check(memcg: *const u8, extra: u64, attach: u32) -> u32 {
         return 0;
     }
     let Some(level) = CROSSING.get_ptr_mut(0) else {
+        debug!(&(), "crossing check: the level map CROSSING has no entry");
         return 0;
     };
     // SAFETY: the map value lives while the program runs; the daemon rewrites it whole.

@@ -20,6 +20,7 @@ use aya_ebpf::{
     maps::{LruHashMap, PerCpuArray, RingBuf},
     programs::TracePointContext,
 };
+use aya_log_ebpf::debug;
 use enforcer_common::{
     ABI_VERSION, BURST_ENTRIES, Burst, BurstKey, CgroupFields, DEFAULT_BURST_WINDOW_NS, FieldLoc,
     MAX_FIELD_END, PATH_LEN, RING_BYTES, ReclaimFields, RecordKind, SignalRecord, TracepointFields,
@@ -100,12 +101,27 @@ fn read_unsigned(ctx: &TracePointContext, l: FieldLoc) -> Option<u64> {
     unsafe { ctx.read_at::<u32>(off) }.ok().map(u64::from)
 }
 
+/// Adds `n` to a kernel counter; returns this CPU's count after it (0 when the slot is
+/// missing).
 #[inline(always)]
-fn count(index: u32, n: u64) {
-    if let Some(slot) = STATS.get_ptr_mut(index) {
-        // SAFETY: per-CPU slot, no concurrent writer on this CPU.
-        unsafe { *slot += n };
+fn count(index: u32, n: u64) -> u64 {
+    match STATS.get_ptr_mut(index) {
+        Some(slot) => {
+            // SAFETY: per-CPU slot, no concurrent writer on this CPU.
+            unsafe {
+                *slot += n;
+                *slot
+            }
+        }
+        None => 0,
     }
+}
+
+/// Whether the `n`th occurrence of a rare diagnostic on this CPU is logged (aya-log, debug
+/// level): the 1st, 2nd, 4th, 8th...; the counter has every one.
+#[inline(always)]
+fn worth_logging(n: u64) -> bool {
+    n.is_power_of_two()
 }
 
 #[inline(always)]
@@ -214,7 +230,15 @@ fn emit(fill: impl FnOnce(&mut SignalRecord)) -> u32 {
             entry.submit(0);
             count(stat::EMITTED, 1);
         }
-        None => count(stat::RING_FULL, 1),
+        None => {
+            let lost = count(stat::RING_FULL, 1);
+            if worth_logging(lost) {
+                debug!(
+                    &(),
+                    "SIGNALS ring buffer full: a record lost ({} on this CPU)", lost
+                );
+            }
+        }
     }
     0
 }

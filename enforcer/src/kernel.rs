@@ -8,6 +8,7 @@ pub mod ebpf;
 pub mod fallback;
 pub mod memcg_iter;
 pub mod probe;
+pub mod program_log;
 pub mod realtime;
 pub mod threshold;
 pub mod tracefmt;

@@ -973,3 +973,72 @@ async fn a_btf_lacking_page_counter_usage_passes_every_point_over_and_says_why()
     );
     assert_eq!(p.source, SourceKind::Ebpf, "the tracepoints still run");
 }
+
+/// A record lost to a full ring is one of the programs' rare diagnostics: the program counts
+/// it and logs it through aya-log (the 1st, 2nd, 4th... loss per CPU), and the daemon's
+/// tracing prints it at debug level under `enforcer::ebpf`. Nobody reads the signal ring here
+/// while a process makes 40 000 probe records (the 4 MiB ring holds about 15 000).
+#[test]
+fn a_record_lost_to_a_full_ring_reaches_tracing_through_aya_log() {
+    use std::io::Write as _;
+
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    require_root();
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    // Set before the load: the programs log only when the target's debug level is on then.
+    let _log = tracing_subscriber::fmt()
+        .with_env_filter("enforcer::ebpf=debug")
+        .with_writer(std::sync::Mutex::new(file.reopen().expect("reopen")))
+        .with_ansi(false)
+        .finish()
+        .set_default();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_memhog"))
+        .args(["--getppid", "40000", "0"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the getppid load starts");
+    let opts = PipelineOptions {
+        source: SourceChoice::Only(SourceKind::Ebpf),
+        probe_tgid: child.id(),
+        ..PipelineOptions::default()
+    };
+    let mut loaded = kernel::ebpf::load(&opts).expect("the eBPF programs load");
+    if let Some(stdin) = child.stdin.as_mut() {
+        stdin.write_all(b"go\n").expect("start the load");
+    }
+    let out = child.wait_with_output().expect("the load ends");
+    assert!(out.status.success(), "the getppid load: {:?}", out.status);
+    let stats = enforcer::signal::PipelineStats::default();
+    kernel::ebpf::refresh_stats(&loaded.stats, &stats);
+    let lost = stats
+        .kernel_ring_full
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(lost > 0, "the ring filled: {lost} records lost");
+    loaded.logs.flush();
+    let text = std::fs::read_to_string(file.path()).expect("the captured log");
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("SIGNALS ring buffer full: a record lost"))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l.contains("DEBUG")
+            && l.contains("enforcer::ebpf")
+            && l.contains("(1 on this CPU)")),
+        "the first loss on a CPU is logged at debug level: {text}"
+    );
+    // Rate-limited: one line per power of two of each CPU's count, never one per loss.
+    let per_cpu = loaded
+        .stats
+        .get(&enforcer_common::stat::RING_FULL, 0)
+        .expect("the per-CPU loss counters");
+    let bound: u64 = per_cpu
+        .iter()
+        .map(|n| u64::from(64 - n.leading_zeros()))
+        .sum();
+    assert_eq!(
+        lines.len() as u64,
+        bound,
+        "one line per power of two per CPU for {lost} losses: {text}"
+    );
+}

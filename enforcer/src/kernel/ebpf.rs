@@ -11,6 +11,7 @@ use aya::{
     maps::{MapData, PerCpuArray, RingBuf},
     programs::TracePoint,
 };
+use aya_log::EbpfLogger;
 use enforcer_common::{
     CrossingOffsets, GLOBAL_BURST_WINDOW_NS, GLOBAL_CROSSING_OFFSETS, GLOBAL_PROBE_TGID,
     GLOBAL_TP_FIELDS, RING_MAP, STATS_MAP, stat,
@@ -22,6 +23,7 @@ use super::{
     CrossingMode, KernelError, PipelineOptions,
     crossing::{self, CrossingChoice, CrossingLevels},
     probe::TRACEFS,
+    program_log::{self, ProgramLog},
     tracefmt::{self, Layout, TRACING_ROOTS, TracepointStatus},
 };
 use crate::{
@@ -47,6 +49,8 @@ pub struct Loaded {
     pub tracepoints: Vec<TracepointStatus>,
     /// The crossing check: where it attached (or why not), and its level when it did.
     pub crossing: Crossing,
+    /// The programs' rare diagnostics (aya-log's ring), into tracing when flushed.
+    pub logs: EbpfLogger<ProgramLog>,
 }
 
 /// The crossing check as loaded: `None` when turned off.
@@ -113,6 +117,7 @@ fn open(
         .override_global(GLOBAL_PROBE_TGID, &opts.probe_tgid, true)
         .override_global(GLOBAL_TP_FIELDS, &layout.table, true)
         .override_global(GLOBAL_CROSSING_OFFSETS, &table, true)
+        .override_global(aya_log::LEVEL, &program_log::kernel_level(), true)
         .load(OBJECT)
         .map_err(|e| KernelError::Load(Box::new(e)))?;
     Ok((ebpf, layout, offsets))
@@ -155,12 +160,18 @@ pub fn load(opts: &PipelineOptions) -> Result<Loaded, KernelError> {
         map: "STATS",
         what: e.to_string(),
     })?;
+    let logs =
+        EbpfLogger::init_with_logger(&mut ebpf, ProgramLog).map_err(|e| KernelError::Map {
+            map: "AYA_LOGS",
+            what: e.to_string(),
+        })?;
     Ok(Loaded {
         ebpf,
         ring,
         stats,
         tracepoints,
         crossing,
+        logs,
     })
 }
 
@@ -321,6 +332,7 @@ pub fn start(
         stats: stats_map,
         tracepoints,
         crossing,
+        logs,
     } = load(opts)?;
     tracing::info!(programs = %tracefmt::summary(&tracepoints), "eBPF programs loaded with this kernel's tracepoint offsets");
     // SAFETY: `register` (tokio has no safe constructor since its I/O-safety fix, tokio#8587)
@@ -332,8 +344,18 @@ pub fn start(
         what: "polling the ring buffer".into(),
         source: std::io::Error::other(e.to_string()),
     })?;
+    // SAFETY: as above: the logger owns its ring's MapData and so the fd, for the AsyncFd's
+    // lifetime.
+    let logs = unsafe { AsyncFd::register(logs) }.map_err(|e| KernelError::Io {
+        what: "polling the programs' log ring".into(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
     let attributor = Attributor::new(layout.clone());
-    let task = tokio::spawn(pump(ebpf, ring, stats_map, attributor, tx, stats, beat));
+    let rings = Rings {
+        signals: ring,
+        logs,
+    };
+    let task = tokio::spawn(pump(ebpf, rings, stats_map, attributor, tx, stats, beat));
     Ok((task, tracepoints, crossing))
 }
 
@@ -367,9 +389,15 @@ pub fn handle_item(
     }
 }
 
+/// The two rings the pump reads: the signal records and the programs' log records.
+struct Rings {
+    signals: AsyncFd<RingBuf<MapData>>,
+    logs: AsyncFd<EbpfLogger<ProgramLog>>,
+}
+
 async fn pump(
     _ebpf: Ebpf,
-    mut ring: AsyncFd<RingBuf<MapData>>,
+    rings: Rings,
     stats_map: PerCpuArray<MapData, u64>,
     mut attributor: Attributor,
     tx: mpsc::Sender<Signal>,
@@ -379,9 +407,25 @@ async fn pump(
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_full = 0;
+    let Rings {
+        signals: mut ring,
+        mut logs,
+    } = rings;
     loop {
         beat.beat();
         tokio::select! {
+            guard = logs.readable_mut() => {
+                match guard {
+                    Ok(mut g) => {
+                        g.get_inner_mut().flush();
+                        g.clear_ready();
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "the programs' log ring poll failed; the eBPF source stops");
+                        return;
+                    }
+                }
+            }
             guard = ring.readable_mut() => {
                 let mut guard = match guard {
                     Ok(g) => g,

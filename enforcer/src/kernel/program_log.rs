@@ -1,0 +1,92 @@
+//! The programs' rare diagnostics (a kernel field that cannot be read, a record lost to a full
+//! ring, a level map without its entry), written by aya-log in the kernel, into the daemon's
+//! tracing. The programs log only where they also count (the pipeline's kernel counters), at
+//! the 1st, 2nd, 4th, 8th... occurrence per CPU, and only when this target's debug level is
+//! on at load: with it off the programs' log calls are skipped in the kernel.
+
+/// The tracing target of the programs' records (`RUST_LOG=enforcer::ebpf=debug`).
+pub const TARGET: &str = "enforcer::ebpf";
+
+/// The level the programs log at, for aya-log's `AYA_LOG_LEVEL` global: debug when this
+/// target's debug level is on now, else 0 (nothing is written to the log ring).
+pub fn kernel_level() -> u8 {
+    if tracing::enabled!(target: TARGET, tracing::Level::DEBUG) {
+        aya_log::Level::Debug as u8
+    } else {
+        0
+    }
+}
+
+/// aya-log's records (through the `log` facade) as tracing events of [`TARGET`], at the
+/// level the program gave and with its source line.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProgramLog;
+
+impl log::Log for ProgramLog {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+
+    fn log(&self, r: &log::Record<'_>) {
+        let at = format!("{}:{}", r.file().unwrap_or("?"), r.line().unwrap_or(0));
+        let msg = r.args();
+        match r.level() {
+            log::Level::Error => tracing::error!(target: TARGET, program = %at, "{msg}"),
+            log::Level::Warn => tracing::warn!(target: TARGET, program = %at, "{msg}"),
+            log::Level::Info => tracing::info!(target: TARGET, program = %at, "{msg}"),
+            log::Level::Debug => tracing::debug!(target: TARGET, program = %at, "{msg}"),
+            log::Level::Trace => tracing::trace!(target: TARGET, program = %at, "{msg}"),
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use log::Log as _;
+
+    use super::*;
+
+    #[test]
+    fn a_program_record_becomes_a_tracing_event_of_the_target_at_its_level() {
+        let file = tempfile::NamedTempFile::new().expect("temp file");
+        let sub = tracing_subscriber::fmt()
+            .with_env_filter("enforcer::ebpf=debug")
+            .with_writer(Mutex::new(file.reopen().expect("reopen")))
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(sub, || {
+            assert_eq!(kernel_level(), aya_log::Level::Debug as u8);
+            ProgramLog.log(
+                &log::Record::builder()
+                    .level(log::Level::Debug)
+                    .file(Some("src/crossing.rs"))
+                    .line(Some(47))
+                    .args(format_args!(
+                        "crossing check: a kernel read at offset 256 faulted"
+                    ))
+                    .build(),
+            );
+        });
+        let out = std::fs::read_to_string(file.path()).unwrap_or_default();
+        assert!(out.contains("DEBUG"), "{out}");
+        assert!(out.contains("enforcer::ebpf"), "{out}");
+        assert!(out.contains("program=src/crossing.rs:47"), "{out}");
+        assert!(
+            out.contains("crossing check: a kernel read at offset 256 faulted"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn with_the_target_below_debug_the_programs_log_nothing() {
+        let sub = tracing_subscriber::fmt()
+            .with_env_filter("enforcer=info")
+            .with_writer(std::io::sink)
+            .finish();
+        tracing::subscriber::with_default(sub, || assert_eq!(kernel_level(), 0));
+    }
+}
