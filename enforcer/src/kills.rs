@@ -63,6 +63,12 @@ pub struct TriggerSignal {
     pub comm: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<String>,
+    /// The watched cgroup's usage when the kernel checked it (the crossing check's record:
+    /// its page counter at the crossing charge), and the level it was compared with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold_bytes: Option<u64>,
 }
 
 impl TriggerSignal {
@@ -82,6 +88,8 @@ impl TriggerSignal {
             pid: s.pid,
             comm: s.comm.clone(),
             cgroup: s.cgroup.clone(),
+            usage_bytes: s.detail.usage_bytes,
+            threshold_bytes: s.detail.threshold_bytes,
         }
     }
 }
@@ -471,6 +479,8 @@ pub(crate) mod tests {
                 pid: Some(42),
                 comm: None,
                 cgroup: Some("/kubepods/besteffort/podu1/c".to_owned()),
+                usage_bytes: None,
+                threshold_bytes: None,
             }),
             signal: "memory.available".to_owned(),
             threshold: "memory.available<250Mi (hard)".to_owned(),

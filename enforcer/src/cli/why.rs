@@ -96,14 +96,21 @@ pub fn render_why(r: &KillRecord) -> String {
     };
     match &r.trigger {
         Some(t) => out.push(format!(
-            "Trigger:     {step}{}{} from {}{}{}",
+            "Trigger:     {step}{}{} from {}{}{}{}",
             if step.is_empty() { "" } else { ": " },
             t.kind,
             t.source,
             t.pid.map_or_else(String::new, |p| format!(", pid {p}")),
             t.cgroup
                 .as_deref()
-                .map_or_else(String::new, |c| format!(", cgroup {}", cell(c)))
+                .map_or_else(String::new, |c| format!(", cgroup {}", cell(c))),
+            match (t.usage_bytes, t.threshold_bytes) {
+                (Some(u), Some(l)) => format!(
+                    ", usage {u} bytes at the level {l} ({} KiB past it)",
+                    u.saturating_sub(l) >> 10
+                ),
+                _ => String::new(),
+            }
         )),
         None if !step.is_empty() => out.push(format!("Trigger:     {step}")),
         None => {}
@@ -214,6 +221,22 @@ mod tests {
         assert!(list.starts_with("TIME"), "{list}");
         assert!(list.contains("default/hog"), "{list}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_crossing_record_shows_how_far_past_its_level_the_charge_was() {
+        let mut r = record("u3");
+        if let Some(t) = r.trigger.as_mut() {
+            "thresholdCrossed".clone_into(&mut t.kind);
+            t.usage_bytes = Some((100 << 20) + (8 << 10));
+            t.threshold_bytes = Some(100 << 20);
+        }
+        assert!(
+            render_why(&r)
+                .contains(", usage 104865792 bytes at the level 104857600 (8 KiB past it)"),
+            "{}",
+            render_why(&r)
+        );
     }
 
     #[test]

@@ -7,12 +7,15 @@
 //! reaped); and how many trials ended with a kernel OOM kill instead.
 //!
 //! The modes follow the node's memory controller. On cgroup v1: eBPF with the usage-threshold
-//! tripwire on kubepods (the daemon's way; with the static threshold eventfds), the same
-//! without the tripwire, the memcg eventfds alone, PSI, kubelet's 10 s poll. On cgroup v2
+//! tripwire on kubepods (the daemon's way; with the static threshold eventfds), eBPF with the
+//! crossing check on the charge path as the tripwire (nothing written), the same without the
+//! tripwire, the memcg eventfds alone, PSI, kubelet's 10 s poll. On cgroup v2
 //! (`cargo xtask bench eviction --vm` runs it in Debian's 6.1 kernel): eBPF with the
-//! `memory.high` tripwire on kubepods (the kernel-driven path), the tripwire's
+//! `memory.high` tripwire on kubepods (the kernel-driven path), eBPF with the crossing check
+//! (the first point the kernel takes, and pinned to the kprobe), the tripwire's
 //! `memory.events` notification without eBPF, a PSI trigger, a 1 s poll (the cadence of
-//! systemd-oomd and koordlet) and kubelet's 10 s poll. Each mode is reported as a ratio to
+//! systemd-oomd and koordlet) and kubelet's 10 s poll. A third table gives how far past the
+//! threshold the growth was at the kernel event and at the SIGKILL. Each mode is reported as a ratio to
 //! the fastest mode of the same run. A trial lost to the kernel OOM killer is censored: the
 //! mode had not acted by the process's last stamp, which bounds its time from below; the
 //! median over won times and bounds is a lower bound of the mode's median (`>=`). A second
@@ -24,7 +27,8 @@
 //! second: kubelet's 110 pods with `--pods 110`);
 //! `--log FILTER` prints the daemon's log with times; `--mode a,b` runs some modes only (`=name`: that one alone);
 //! `--companion` adds the eBPF mode as `enforcer run --companion` runs it beside kubelet
-//! (its configuration: no tripwire; the companion's eviction manager).
+//! (its configuration: no tripwire written; the companion's eviction manager), without and
+//! with the crossing check on the charge path.
 //!
 //! The eviction manager is the daemon's own (`enforcer::eviction_manager::EvictionManager`), fed by the
 //! daemon's signal pipeline in each mode; pods are plain cgroups with the growing process
@@ -42,7 +46,10 @@ use enforcer::{
     cgroup::{kubepods::Kubepods, writer::CgroupValues},
     config::{ConfigArgs, SignalSource},
     eviction_manager::EvictionManager,
-    kernel::{self, Capabilities, CrossingMode, PipelineOptions, PsiWatch, SourceChoice, Watch},
+    kernel::{
+        self, Capabilities, CrossingMode, PipelineOptions, PsiWatch, SourceChoice, Watch,
+        crossing::Attach,
+    },
     node::NodeObserver,
     pods::{ActiveEntry, NodeLink},
     policy::{
@@ -83,6 +90,13 @@ struct ModeResult {
     /// Per won trial, the chain's segments (ns): crossing -> kernel event, -> received by
     /// the daemon, -> node and pods read, -> decided, -> SIGKILL sent (from the kill record).
     segments: Vec<[Option<u64>; SEGMENTS]>,
+    /// Per won trial, the bytes the growing process had touched past the crossing when the
+    /// kernel event came (trials with one) and when the SIGKILL was sent (from its stamps).
+    past_event: Vec<u64>,
+    past_kill: Vec<u64>,
+    /// Per won trial led by a crossing record, its own figure: the watched cgroup's usage at
+    /// the crossing charge less the armed level (exact, from the kernel's page counter).
+    past_level: Vec<u64>,
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -121,6 +135,13 @@ async fn main() -> anyhow::Result<()> {
                 true,
             )
             .checking_charges(),
+            Mode::new(
+                "eBPF + crossing check on the charge path, kprobe",
+                SignalSource::Ebpf,
+                ten,
+                true,
+            )
+            .checking_charges_at(Attach::Kprobe),
             Mode::new(
                 "memory.events (tripwire), no eBPF",
                 SignalSource::Psi,
@@ -253,6 +274,17 @@ async fn main() -> anyhow::Result<()> {
             )
             .beside_kubelet(),
         );
+        modes.insert(
+            2,
+            Mode::new(
+                "companion beside kubelet, crossing check on the charge path",
+                SignalSource::Ebpf,
+                ten,
+                false,
+            )
+            .beside_kubelet()
+            .checking_charges(),
+        );
     }
     // `--drivers cgroupfs,systemd`: each mode with the pods laid out by each driver (systemd:
     // real slices over D-Bus, the process in a real scope; needs systemd as PID 1, as in
@@ -383,6 +415,31 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     println!(
+        "\n#### How far past the threshold the growth was (MiB touched past the crossing, from the growing process's quarter-MiB stamps; the crossing record's own figure from the kernel's page counter)\n"
+    );
+    println!(
+        "| mode | at the kernel event p50 | p99 | trials | at the SIGKILL p50 | p99 | crossing record: usage past the armed level p50, KiB | p99 | max | records |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    let mib =
+        |v: Option<u64>| v.map_or("-".to_owned(), |b| format!("{:.2}", b as f64 / MIB as f64));
+    let kib = |v: Option<u64>| v.map_or("-".to_owned(), |b| format!("{}", b >> 10));
+    for r in &results {
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            r.name,
+            mib(pct(&r.past_event, 0.5)),
+            mib(pct(&r.past_event, 0.99)),
+            r.past_event.len(),
+            mib(pct(&r.past_kill, 0.5)),
+            mib(pct(&r.past_kill, 0.99)),
+            kib(pct(&r.past_level, 0.5)),
+            kib(pct(&r.past_level, 0.99)),
+            kib(pct(&r.past_level, 1.0)),
+            r.past_level.len(),
+        );
+    }
+    println!(
         "\n#### Where the time to SIGKILL goes (p50 of each segment over the won trials, milliseconds)\n"
     );
     println!(
@@ -436,8 +493,8 @@ struct Mode {
     /// The crossing reads the memory cgroup iterator (each pod's usage file when false).
     iterator: bool,
     /// The eBPF crossing check on the memory charge path as the tripwire (its level armed,
-    /// no cgroup file written); false: the check is not attached.
-    charge_check: bool,
+    /// no cgroup file written) where it may attach; `Off`: the check is not attached.
+    crossing: CrossingMode,
 }
 
 impl Mode {
@@ -459,13 +516,20 @@ impl Mode {
             reap: true,
             throttle: false,
             iterator: true,
-            charge_check: false,
+            crossing: CrossingMode::Off,
         }
     }
 
-    /// The eBPF crossing check on the charge path as the tripwire (nothing written).
+    /// The eBPF crossing check on the charge path as the tripwire (nothing written), at the
+    /// first point this kernel takes.
     fn checking_charges(mut self) -> Self {
-        self.charge_check = true;
+        self.crossing = CrossingMode::Any;
+        self
+    }
+
+    /// The same, pinned to one attach point.
+    fn checking_charges_at(mut self, at: Attach) -> Self {
+        self.crossing = CrossingMode::Only(at);
         self
     }
 
@@ -733,11 +797,7 @@ async fn run_mode_inner(
         }],
         poll_interval: housekeeping,
         psi_watch: mode.psi_watch,
-        crossing: if mode.charge_check {
-            CrossingMode::Any
-        } else {
-            CrossingMode::Off
-        },
+        crossing: mode.crossing,
         ..PipelineOptions::default()
     };
     // As the daemon runs them: the pipeline's readers and the manager on the crossing thread
@@ -758,7 +818,7 @@ async fn run_mode_inner(
         eprintln!("  crossing check: {}", c.summary());
     }
     anyhow::ensure!(
-        !mode.charge_check || charge_check.levels.is_some(),
+        mode.crossing == CrossingMode::Off || charge_check.levels.is_some(),
         "the crossing check did not attach on this kernel"
     );
     let link = NodeLink::default();
@@ -776,7 +836,9 @@ async fn run_mode_inner(
         config,
         layout: observer.layout.clone(),
         cgroups: Arc::new(enforcer::cgroup::writer::KernelCgroups),
-        tripwire: mode.tripwire.then(|| {
+        // As the daemon: the crossing check's level where it attached (nothing written, so
+        // also beside kubelet), else the tripwire file where the mode has one.
+        tripwire: (mode.tripwire || charge_check.levels.is_some()).then(|| {
             enforcer::eviction_manager::TripwireCgroup::new(
                 kubepods_dir.clone(),
                 mem_mount.to_path_buf(),
@@ -820,6 +882,9 @@ async fn run_mode_inner(
         headroom_min: None,
         lost: Vec::new(),
         segments: Vec::new(),
+        past_event: Vec::new(),
+        past_kill: Vec::new(),
+        past_level: Vec::new(),
     };
     for trial in 0..trials {
         // A new pod each trial, as a new BestEffort pod would be (the manager waits for an
@@ -1026,6 +1091,25 @@ async fn run_mode_inner(
                 res.to_free.push(freed_ns.saturating_sub(c));
                 let seg = segments(record.as_ref(), c);
                 res.segments.push(seg);
+                // How far past the threshold the growth was at the kernel event and at the
+                // SIGKILL (the stamps' quarter MiB), and the crossing record's own figure.
+                let touched = |at: u64| {
+                    let kib = stamps
+                        .iter()
+                        .filter(|(_, t)| *t <= at)
+                        .map(|(kib, _)| *kib)
+                        .max()
+                        .unwrap_or(0);
+                    (overhead + kib * 1024).saturating_sub(threshold_usage)
+                };
+                let trigger = record.as_ref().and_then(|r| r.trigger.as_ref());
+                if let Some(e) = trigger.and_then(|t| t.kernel_ns) {
+                    res.past_event.push(touched(e));
+                }
+                res.past_kill.push(touched(k));
+                if let Some((u, l)) = trigger.and_then(|t| t.usage_bytes.zip(t.threshold_bytes)) {
+                    res.past_level.push(u.saturating_sub(l));
+                }
                 eprintln!(
                     "  trial {trial}: crossing at monotonic {c} ns; SIGKILL {:.3} ms after it, memory freed at {:.3} ms (kernel event {}, received {}, read {}, decided {}, SIGKILL {} ms after the step before)",
                     (k.saturating_sub(c)) as f64 / 1e6,
