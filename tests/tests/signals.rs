@@ -985,7 +985,6 @@ fn a_record_lost_to_a_full_ring_reaches_tracing_through_aya_log() {
     use tracing_subscriber::util::SubscriberInitExt as _;
     require_root();
     let file = tempfile::NamedTempFile::new().expect("temp file");
-    // Set before the load: the programs log only when the target's debug level is on then.
     let _log = tracing_subscriber::fmt()
         .with_env_filter("enforcer::ebpf=debug")
         .with_writer(std::sync::Mutex::new(file.reopen().expect("reopen")))

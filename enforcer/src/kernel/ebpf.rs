@@ -23,7 +23,7 @@ use super::{
     CrossingMode, KernelError, PipelineOptions,
     crossing::{self, CrossingChoice, CrossingLevels},
     probe::TRACEFS,
-    program_log::{self, ProgramLog},
+    program_log::ProgramLog,
     tracefmt::{self, Layout, TRACING_ROOTS, TracepointStatus},
 };
 use crate::{
@@ -117,7 +117,6 @@ fn open(
         .override_global(GLOBAL_PROBE_TGID, &opts.probe_tgid, true)
         .override_global(GLOBAL_TP_FIELDS, &layout.table, true)
         .override_global(GLOBAL_CROSSING_OFFSETS, &table, true)
-        .override_global(aya_log::LEVEL, &program_log::kernel_level(), true)
         .load(OBJECT)
         .map_err(|e| KernelError::Load(Box::new(e)))?;
     Ok((ebpf, layout, offsets))
