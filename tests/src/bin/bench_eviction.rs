@@ -935,6 +935,9 @@ async fn run_mode_inner(
         tokio::time::sleep(Duration::from_millis(50)).await;
         let baseline =
             u64::try_from(enforcer::node::working_set(&kubepods_dir).unwrap_or(0)).unwrap_or(0);
+        // The crossing check's level as the growth begins (a trial it does not lead says
+        // whether it was armed, and where).
+        let level_at_start = charge_check.levels.as_ref().and_then(|l| l.current().ok());
         // The stamps are read once the process is gone: they fit in the pipe (at most ~920
         // lines, 17 KB), so no reader wakes up at every MiB during the measurement.
         let Some(out) = child.stdout.take() else {
@@ -1078,6 +1081,24 @@ async fn run_mode_inner(
             }
             (Some(k), Some(c), false) => {
                 res.to_kill.push(k.saturating_sub(c));
+                if let Some(l) = level_at_start.filter(|_| {
+                    record
+                        .as_ref()
+                        .and_then(|r| r.trigger.as_ref())
+                        .is_none_or(|t| t.usage_bytes.is_none())
+                }) {
+                    eprintln!(
+                        "  trial {trial}: not led by a crossing record; the level as the growth began: armed {}, seq {}, at {} MiB (threshold at {} MiB of usage), trigger {:?}",
+                        l.armed,
+                        l.seq,
+                        l.pages * rustix::param::page_size() as u64 / MIB,
+                        threshold_usage / MIB,
+                        record
+                            .as_ref()
+                            .and_then(|r| r.trigger.as_ref())
+                            .map(|t| (&t.kind, &t.source))
+                    );
+                }
                 // Released: reclaimed by process_mrelease (the kill record's time) or freed
                 // by the exit, whichever came first.
                 let reaped = record.as_ref().and_then(|r| r.reaped_ns);
@@ -1127,7 +1148,7 @@ async fn run_mode_inner(
                 let bound = k.unwrap_or(last).saturating_sub(c);
                 res.lost.push(bound);
                 eprintln!(
-                    "  trial {trial}: kernel OOM kill (the mode had not acted {:.3} ms after the crossing)",
+                    "  trial {trial}: kernel OOM kill (the mode had not acted {:.3} ms after the crossing; the crossing level as the growth began: {level_at_start:?})",
                     bound as f64 / 1e6
                 );
             }
