@@ -94,8 +94,9 @@ struct ModeResult {
     /// kernel event came (trials with one) and when the SIGKILL was sent (from its stamps).
     past_event: Vec<u64>,
     past_kill: Vec<u64>,
-    /// Per won trial led by a crossing record, its own figure: the watched cgroup's usage at
-    /// the crossing charge less the armed level (exact, from the kernel's page counter).
+    /// Per won trial led by a signal carrying the watched cgroup's usage and level (a crossing
+    /// record: the page counter at the crossing charge; a v1 threshold eventfd: the usage read
+    /// when it fired), the usage past the level.
     past_level: Vec<u64>,
 }
 
@@ -415,10 +416,10 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     println!(
-        "\n#### How far past the threshold the growth was (MiB touched past the crossing, from the growing process's quarter-MiB stamps; the crossing record's own figure from the kernel's page counter)\n"
+        "\n#### How far past the threshold the growth was (MiB touched past the crossing, from the growing process's quarter-MiB stamps; where the leading signal carries the watched cgroup's usage and level (a crossing record, a v1 threshold eventfd), its own figure)\n"
     );
     println!(
-        "| mode | at the kernel event p50 | p99 | trials | at the SIGKILL p50 | p99 | crossing record: usage past the armed level p50, KiB | p99 | max | records |"
+        "| mode | at the kernel event p50 | p99 | trials | at the SIGKILL p50 | p99 | the signal's own figure: usage past the level it watched p50, KiB | p99 | max | signals with one |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let mib =
@@ -803,16 +804,28 @@ async fn run_mode_inner(
     // As the daemon runs them: the pipeline's readers and the manager on the crossing thread
     // (real-time where allowed); `shared runtime` modes: on this runtime's two workers, as
     // before the crossing thread.
-    let (pipeline, crossing, charge_check) = if mode.crossing_thread {
+    let (pipeline, crossing, charge_check, pipeline_stats) = if mode.crossing_thread {
         let (info, runner) = enforcer::eviction_manager::thread::start(opts, caps, l.clone(), true)
             .await
             .context("the crossing thread")?;
         eprintln!("  crossing thread: {}", info.scheduling);
-        (None, Some(runner), info.crossing)
+        (None, Some(runner), info.crossing, info.stats)
     } else {
         let p = kernel::start(&opts, &caps, &l)?;
-        let c = p.crossing.clone();
-        (Some(p), None, c)
+        let (c, st) = (p.crossing.clone(), p.stats.clone());
+        (Some(p), None, c, st)
+    };
+    // The pipeline's counters, for a trial the crossing check did not lead: (decoded,
+    // dropped by a full channel, lost to a full ring, crossing checks).
+    let counters = || {
+        use std::sync::atomic::Ordering::Relaxed;
+        let st = &pipeline_stats;
+        [
+            st.decoded.load(Relaxed),
+            st.dropped.load(Relaxed),
+            st.kernel_ring_full.load(Relaxed),
+            st.crossing_checks.load(Relaxed),
+        ]
     };
     if let Some(c) = &charge_check.choice {
         eprintln!("  crossing check: {}", c.summary());
@@ -938,6 +951,7 @@ async fn run_mode_inner(
         // The crossing check's level as the growth begins (a trial it does not lead says
         // whether it was armed, and where).
         let level_at_start = charge_check.levels.as_ref().and_then(|l| l.current().ok());
+        let counters_at_start = counters();
         // The stamps are read once the process is gone: they fit in the pipe (at most ~920
         // lines, 17 KB), so no reader wakes up at every MiB during the measurement.
         let Some(out) = child.stdout.take() else {
@@ -1087,8 +1101,12 @@ async fn run_mode_inner(
                         .and_then(|r| r.trigger.as_ref())
                         .is_none_or(|t| t.usage_bytes.is_none())
                 }) {
+                    // The kernel's counters are read every second.
+                    tokio::time::sleep(Duration::from_millis(1100)).await;
+                    let now = counters();
+                    let after = charge_check.levels.as_ref().and_then(|l| l.current().ok());
                     eprintln!(
-                        "  trial {trial}: not led by a crossing record; the level as the growth began: armed {}, seq {}, at {} MiB (threshold at {} MiB of usage), trigger {:?}",
+                        "  trial {trial}: not led by a crossing record; the level as the growth began: armed {}, seq {}, at {} MiB (threshold at {} MiB of usage), trigger {:?}; since: decoded {}, dropped {}, ring full {}, crossing checks {}; the level now: {after:?}",
                         l.armed,
                         l.seq,
                         l.pages * rustix::param::page_size() as u64 / MIB,
@@ -1096,7 +1114,11 @@ async fn run_mode_inner(
                         record
                             .as_ref()
                             .and_then(|r| r.trigger.as_ref())
-                            .map(|t| (&t.kind, &t.source))
+                            .map(|t| (&t.kind, &t.source)),
+                        now[0] - counters_at_start[0],
+                        now[1] - counters_at_start[1],
+                        now[2] - counters_at_start[2],
+                        now[3] - counters_at_start[3],
                     );
                 }
                 // Released: reclaimed by process_mrelease (the kill record's time) or freed
