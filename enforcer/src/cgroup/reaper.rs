@@ -12,7 +12,7 @@ use std::{
     os::fd::OwnedFd,
     path::Path,
     sync::{
-        Arc, Mutex,
+        Arc, Mutex, OnceLock,
         atomic::{AtomicUsize, Ordering},
         mpsc,
     },
@@ -31,9 +31,30 @@ struct Batch {
     left: AtomicUsize,
     out: Mutex<Reaped>,
     done: Mutex<Option<Done>>,
+    /// When the caller sent the SIGKILL (unset until it has).
+    killed: OnceLock<Instant>,
 }
 
 impl Batch {
+    /// Whether a process not dying yet is asked again: for [`DYING_WAIT`] after the SIGKILL
+    /// was sent (spinning: it is about to be dying), and before it is sent, for at most
+    /// [`KILL_WAIT`] after the hand-over (yielding: the caller, which sends it, may need this
+    /// CPU on a loaded node).
+    fn ask_again(&self, handed: Instant) -> bool {
+        match self.killed.get() {
+            Some(at) if at.elapsed() < DYING_WAIT => {
+                std::hint::spin_loop();
+                true
+            }
+            Some(_) => false,
+            None if handed.elapsed() < KILL_WAIT => {
+                std::thread::yield_now();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Counts one process's outcome; the last one tells `done`.
     fn finish_one(&self, outcome: Outcome) {
         if let Ok(mut out) = self.out.lock() {
@@ -54,8 +75,8 @@ struct Job {
     /// Its pid (the process's while it exits: its parent cannot reap it before).
     pid: rustix::process::Pid,
     batch: Arc<Batch>,
-    /// Until when a process not dying yet is asked again.
-    until: Instant,
+    /// When it was handed to the reaping threads (just before the SIGKILL).
+    handed: Instant,
 }
 
 /// Threads that reap SIGKILLed processes' memory ([`Self::reap`]); stopped and joined on drop.
@@ -134,21 +155,24 @@ impl Reaper {
             left: AtomicUsize::new(fds.len()),
             out: Mutex::new(pre),
             done: Mutex::new(Some(Box::new(done))),
+            killed: OnceLock::new(),
         });
-        let until = Instant::now() + DYING_WAIT;
+        let handed = Instant::now();
         for (fd, pid) in fds {
             let job = Job {
                 fd,
                 pid,
                 batch: Arc::clone(&batch),
-                until,
+                handed,
             };
             if let Err(mpsc::SendError(job)) = tx.send(job) {
                 // The threads are gone: counted as refused (the exit frees it).
                 job.batch.finish_one(Outcome::Refused);
             }
         }
-        kill()
+        let killed = kill();
+        let _ = batch.killed.set(Instant::now());
+        killed
     }
 }
 
@@ -156,9 +180,13 @@ impl Reaper {
 /// still below the real-time crossing and reaping threads).
 pub const EXIT_NICE: i32 = -20;
 
-/// How long a reaping thread waits for a process handed to it to be dying (the SIGKILL is
-/// sent right after the hand-over; a process it never reaches is refused then).
+/// How long a reaping thread waits, after the SIGKILL was sent, for a process handed to it to
+/// be dying (a process the kill never reached is refused then).
 const DYING_WAIT: Duration = Duration::from_millis(2);
+/// How long a reaping thread waits for the caller to send the SIGKILL after the hand-over
+/// (it is sent right after; a caller held off the CPU longer than this leaves the exit to
+/// free the memory).
+const KILL_WAIT: Duration = Duration::from_millis(100);
 
 impl Drop for Reaper {
     fn drop(&mut self) {
@@ -184,7 +212,7 @@ fn work(rx: &Mutex<mpsc::Receiver<Job>>) {
         let _ = rustix::process::setpriority_process(Some(job.pid), EXIT_NICE);
         let outcome = loop {
             match mrelease_one(&job.fd) {
-                Outcome::NotDying if Instant::now() < job.until => std::hint::spin_loop(),
+                Outcome::NotDying if job.batch.ask_again(job.handed) => {}
                 other => break other,
             }
         };
