@@ -40,51 +40,44 @@ mod tests {
 
     use super::*;
 
-    #[test]
-    fn a_program_record_becomes_a_tracing_event_of_the_target_at_its_level() {
-        let file = tempfile::NamedTempFile::new().expect("temp file");
+    /// What tracing prints, under `filter`, of one program record at debug level.
+    fn printed(filter: &str, file: Option<&'static str>, line: Option<u32>, msg: &str) -> String {
+        let out = tempfile::NamedTempFile::new().expect("temp file");
         let sub = tracing_subscriber::fmt()
-            .with_env_filter("enforcer::ebpf=debug")
-            .with_writer(Mutex::new(file.reopen().expect("reopen")))
+            .with_env_filter(filter)
+            .with_writer(Mutex::new(out.reopen().expect("reopen")))
             .with_ansi(false)
             .finish();
         tracing::subscriber::with_default(sub, || {
             ProgramLog.log(
                 &log::Record::builder()
                     .level(log::Level::Debug)
-                    .file(Some("src/crossing.rs"))
-                    .line(Some(47))
-                    .args(format_args!(
-                        "crossing check: a kernel read at offset 256 faulted"
-                    ))
+                    .file(file)
+                    .line(line)
+                    .args(format_args!("{msg}"))
                     .build(),
             );
         });
-        let out = std::fs::read_to_string(file.path()).unwrap_or_default();
+        std::fs::read_to_string(out.path()).unwrap_or_default()
+    }
+
+    #[test]
+    fn a_program_record_becomes_a_tracing_event_of_the_target_at_its_level() {
+        let msg = "crossing check: a kernel read at offset 256 faulted";
+        let out = printed(
+            "enforcer::ebpf=debug",
+            Some("src/crossing.rs"),
+            Some(47),
+            msg,
+        );
         assert!(out.contains("DEBUG"), "{out}");
         assert!(out.contains("enforcer::ebpf"), "{out}");
         assert!(out.contains("program=src/crossing.rs:47"), "{out}");
-        assert!(
-            out.contains("crossing check: a kernel read at offset 256 faulted"),
-            "{out}"
-        );
+        assert!(out.contains(msg), "{out}");
     }
 
     #[test]
     fn at_the_default_info_filter_the_programs_debug_lines_are_not_printed() {
-        let file = tempfile::NamedTempFile::new().expect("temp file");
-        let sub = tracing_subscriber::fmt()
-            .with_env_filter("info")
-            .with_writer(Mutex::new(file.reopen().expect("reopen")))
-            .finish();
-        tracing::subscriber::with_default(sub, || {
-            ProgramLog.log(
-                &log::Record::builder()
-                    .level(log::Level::Debug)
-                    .args(format_args!("SIGNALS ring buffer full"))
-                    .build(),
-            );
-        });
-        assert_eq!(std::fs::read_to_string(file.path()).unwrap_or_default(), "");
+        assert_eq!(printed("info", None, None, "SIGNALS ring buffer full"), "");
     }
 }

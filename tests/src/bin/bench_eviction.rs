@@ -627,6 +627,16 @@ fn segments(r: Option<&enforcer::kills::KillRecord>, crossing: u64) -> [Option<u
     out
 }
 
+/// The KiB the growing process had touched by `at` (its latest stamp at or before it).
+fn kib_touched_by(stamps: &[(u64, u64)], at: u64) -> u64 {
+    stamps
+        .iter()
+        .filter(|(_, t)| *t <= at)
+        .map(|(kib, _)| *kib)
+        .max()
+        .unwrap_or(0)
+}
+
 fn pct(v: &[u64], q: f64) -> Option<u64> {
     if v.is_empty() {
         return None;
@@ -1070,15 +1080,7 @@ async fn run_mode_inner(
             ))
         });
         let overhead = match decided {
-            Some((k, ws)) => {
-                let kib = stamps
-                    .iter()
-                    .filter(|(_, t)| *t <= k)
-                    .map(|(kib, _)| *kib)
-                    .max()
-                    .unwrap_or(0);
-                ws.saturating_sub(kib * 1024)
-            }
+            Some((k, ws)) => ws.saturating_sub(kib_touched_by(&stamps, k) * 1024),
             None => baseline,
         };
         let crossing = stamps
@@ -1137,13 +1139,7 @@ async fn run_mode_inner(
                 // How far past the threshold the growth was at the kernel event and at the
                 // SIGKILL (the stamps' quarter MiB), and the crossing record's own figure.
                 let touched = |at: u64| {
-                    let kib = stamps
-                        .iter()
-                        .filter(|(_, t)| *t <= at)
-                        .map(|(kib, _)| *kib)
-                        .max()
-                        .unwrap_or(0);
-                    (overhead + kib * 1024).saturating_sub(threshold_usage)
+                    (overhead + kib_touched_by(&stamps, at) * 1024).saturating_sub(threshold_usage)
                 };
                 let trigger = record.as_ref().and_then(|r| r.trigger.as_ref());
                 if let Some(e) = trigger.and_then(|t| t.kernel_ns) {
