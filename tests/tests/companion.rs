@@ -197,6 +197,27 @@ fn check_record(state: &Path, uid: &str) {
         r.kubelet.as_deref().is_some_and(|k| k.contains("10 s")),
         "the record says what kubelet would have done: {r:?}"
     );
+    // Where this kernel takes the crossing check by default (fexit or a kprobe on the memory
+    // charge path: the VM's 6.1 has both; this host's 6.18 neither), the companion's trigger
+    // is the crossing record itself, with the page counter at or past its level: on cgroup v2
+    // no reclaim has to come first.
+    let check = enforcer::kernel::ebpf::probe_crossing(enforcer::kernel::CrossingMode::Auto)
+        .ok()
+        .and_then(|c| c.chosen);
+    eprintln!("companion: the crossing check here: {check:?}");
+    if check.is_some() {
+        let t = r.trigger.as_ref();
+        assert_eq!(
+            t.map(|t| (t.kind.as_str(), t.source.as_str())),
+            Some(("memoryThreshold", "ebpf")),
+            "the crossing record triggered the kill: {r:?}"
+        );
+        assert!(
+            t.and_then(|t| t.usage_bytes.zip(t.threshold_bytes))
+                .is_some_and(|(u, l)| u >= l),
+            "at or past its level: {r:?}"
+        );
+    }
     assert_eq!(
         r.candidates.first().map(|c| c.uid.as_str()),
         Some(uid),

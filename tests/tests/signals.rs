@@ -876,8 +876,10 @@ async fn the_crossing_check_reports_the_crossing_charge_once_per_arming() {
         s.pid
     );
     assert_eq!(s.source, SourceKind::Ebpf);
-    assert_eq!(level, first.div_ceil(4096) * 4096, "the armed level");
+    // The first page past the armed bytes, as `memory.high` is crossed (usage above it).
+    assert_eq!(level, (first / 4096 + 1) * 4096, "the armed level");
     assert!(usage >= level, "at or past the level: {usage} < {level}");
+    assert!(usage > first, "past the armed bytes: {usage} <= {first}");
     // Past it by at most the charge batches of the CPUs (64 pages each) and a step.
     let cpus = std::thread::available_parallelism().map_or(2, std::num::NonZero::get) as u64;
     assert!(

@@ -311,10 +311,13 @@ impl std::fmt::Debug for CrossingLevels {
     }
 }
 
-/// The level in pages that `bytes` of usage reaches (rounded up: a crossing is at or past it).
+/// The level in pages for a crossing once usage passes `bytes`, as `memory.high` is crossed
+/// (usage above it): the first whole page past `bytes`. The program reports a counter at or
+/// past the level, so the step that reads the usage there finds `available < threshold`
+/// met (a level at `bytes` itself would report `available == threshold`, not met yet).
 #[must_use]
 pub fn level_pages(bytes: u64, page: u64) -> u64 {
-    bytes.div_ceil(page.max(1))
+    bytes / page.max(1) + 1
 }
 
 impl CrossingLevels {
@@ -328,7 +331,7 @@ impl CrossingLevels {
     }
 
     /// Arms the level for the cgroup whose directory inode is `ino`: a crossing when its
-    /// page counter reaches `bytes`.
+    /// page counter passes `bytes`.
     pub fn arm(&self, ino: u64, bytes: u64) -> Result<(), LevelError> {
         let page = rustix::param::page_size() as u64;
         let mut map = crate::locks::lock(&self.map);
@@ -365,12 +368,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn levels_round_up_to_whole_pages() {
-        assert_eq!(level_pages(0, 4096), 0);
+    fn a_level_is_the_first_page_past_its_bytes() {
+        assert_eq!(level_pages(0, 4096), 1);
         assert_eq!(level_pages(1, 4096), 1);
-        assert_eq!(level_pages(4096, 4096), 1);
+        assert_eq!(level_pages(4095, 4096), 1);
+        assert_eq!(level_pages(4096, 4096), 2);
         assert_eq!(level_pages(4097, 4096), 2);
-        assert_eq!(level_pages(100 << 20, 4096), 25_600);
+        assert_eq!(level_pages(100 << 20, 4096), 25_601);
     }
 
     #[test]

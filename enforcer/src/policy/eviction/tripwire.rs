@@ -49,8 +49,13 @@ pub fn place(
             Some(o.available.saturating_sub(threshold))
         })
         .min();
+    // Met is `available < threshold` (kubelet's): at `d == 0` nothing is met yet and the next
+    // byte meets it, so the tripwire goes right there (`memory.high`: usage above it; the
+    // crossing level: the first page past it). Off at `d == 0` left the node unwatched until
+    // the kubepods limit: the crossing check reports the charge that reaches its level, and a
+    // step that read the usage exactly there found nothing met and nothing to arm.
     match distance {
-        Some(d) if d > 0 => Tripwire::At(kubepods_usage.saturating_add(d.max(floor))),
+        Some(d) if d >= 0 => Tripwire::At(kubepods_usage.saturating_add(d.max(floor))),
         _ => Tripwire::Off,
     }
 }
@@ -162,11 +167,18 @@ mod tests {
     #[test]
     fn off_while_met_or_without_memory_thresholds() {
         let c = config(&["memory.available<100Mi"], &[]);
-        assert_eq!(place(&c, &obs(100 * MI, 0), 0, 0), Tripwire::Off);
+        assert_eq!(place(&c, &obs(100 * MI - 1, 0), 0, 0), Tripwire::Off);
         assert_eq!(place(&c, &obs(50 * MI, 0), 0, 0), Tripwire::Off);
         assert_eq!(place(&c, &Observations::new(), 0, 0), Tripwire::Off);
         let disk = config(&["nodefs.available<10%"], &[]);
         assert_eq!(place(&disk, &obs(10 * MI, 0), 0, 0), Tripwire::Off);
+        // Exactly at the threshold nothing is met yet (`available < threshold` is): armed at
+        // the usage itself, the next byte crossing it (with no floor), else the floor above.
+        assert_eq!(place(&c, &obs(100 * MI, 0), 300 * MI, 0), Tripwire::At(300 * MI));
+        assert_eq!(
+            place(&c, &obs(100 * MI, 0), 300 * MI, 4 * MI),
+            Tripwire::At(304 * MI)
+        );
         // Just above the threshold: never closer than the floor.
         assert_eq!(
             place(&c, &obs(101 * MI, 0), 500 * MI, 4 * MI),
