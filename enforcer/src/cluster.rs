@@ -24,7 +24,9 @@ pub mod lease;
 pub mod limiter;
 pub mod mirror;
 pub mod node_status;
+pub mod outbox;
 pub mod pod_status;
+pub mod strategic;
 
 use std::{future::Future, path::PathBuf, sync::Arc, time::Duration};
 
@@ -154,12 +156,8 @@ pub trait ClusterApi: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<Pod>, ClusterError>> + Send;
     /// A create of a pod (a mirror pod).
     fn create_pod(&self, pod: &Pod) -> impl Future<Output = Result<Pod, ClusterError>> + Send;
-    /// An update (PUT) of `pods/{name}/status` carrying the pod's resourceVersion.
-    fn replace_pod_status(
-        &self,
-        pod: &Pod,
-    ) -> impl Future<Output = Result<Pod, ClusterError>> + Send;
-    /// A strategic merge patch of `pods/{name}/status` (the companion's eviction status).
+    /// A strategic merge patch of `pods/{name}/status` (kubelet's `PatchPodStatus`: the
+    /// node's statuses, the companion's eviction status).
     fn patch_pod_status(
         &self,
         namespace: &str,
@@ -334,18 +332,6 @@ impl ClusterApi for KubeApi {
         .await
     }
 
-    async fn replace_pod_status(&self, pod: &Pod) -> Result<Pod, ClusterError> {
-        let ns = pod.metadata.namespace.clone().unwrap_or_default();
-        let name = name_of(&pod.metadata);
-        let api = self.pods(&ns);
-        self.call(
-            "update pod status",
-            &format!("{ns}/{name}"),
-            api.replace_status(&name, &PostParams::default(), pod),
-        )
-        .await
-    }
-
     async fn patch_pod_status(
         &self,
         namespace: &str,
@@ -426,6 +412,9 @@ pub struct ClusterOptions {
     /// The pod loop's active pods: static pods among them get mirror pods (`None`: no
     /// mirror pods).
     pub link: Option<crate::pods::NodeLink>,
+    /// Where the pod status writer keeps the statuses not delivered yet
+    /// ([`outbox::OUTBOX_FILE`]; `None`: in memory only).
+    pub state_dir: Option<PathBuf>,
 }
 
 /// The events the node's parts record, and the queue the writer reads.
@@ -492,6 +481,7 @@ pub async fn run_with<A: ClusterApi>(
         status,
         opts.node.host_ip.clone(),
         opts.link.clone(),
+        opts.state_dir.as_deref().map(outbox::Outbox::new),
     ));
     shutdown.await;
     tasks.abort_all();
@@ -569,6 +559,7 @@ pub fn spawn_for_daemon(
     });
     let (qps, burst) = (config.kube_api_qps, config.kube_api_burst);
     let (event_qps, event_burst) = (config.event_record_qps, config.event_burst);
+    let state_dir = config.enforcer.state_dir.clone();
     // From now on: a pod that terminates before the writers run still has its final status.
     status.track_removed();
     tokio::spawn(async move {
@@ -596,6 +587,7 @@ pub fn spawn_for_daemon(
             event_qps,
             event_burst,
             link: Some(link),
+            state_dir: Some(state_dir),
         };
         run(opts, status, health, events, shutdown).await;
     })

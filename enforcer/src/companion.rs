@@ -352,7 +352,7 @@ impl Companion {
             );
         }
         let mut api_rx = self.kubeconfig.clone().map(|k| {
-            crate::sources::apiserver::spawn(k, self.node_name.clone(), self.health.clone())
+            crate::sources::apiserver::spawn(k, self.node_name.clone(), self.health.clone(), None)
         });
         let mut api_pods: Option<BTreeMap<String, Arc<Pod>>> =
             self.kubeconfig.as_ref().map(|_| BTreeMap::new());

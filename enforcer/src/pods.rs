@@ -374,7 +374,7 @@ pub async fn run_pods_with<R: ContainerRuntime>(
     let mut api_source = opts
         .kubeconfig
         .clone()
-        .map(|k| ApiFeed::start(k, &opts.node_name, opts.health.clone()));
+        .map(|k| ApiFeed::start(k, &opts.node_name, opts.health.clone(), status.clone()));
     tokio::pin!(shutdown);
 
     loop {

@@ -86,8 +86,12 @@ struct Inner {
     /// Whether removed records are kept for [`StatusManager::take_removed`].
     track_removed: bool,
     removed: Vec<PodRecord>,
-    /// Pods being evicted: their final status is the eviction's, not the removed record.
-    evicting: std::collections::BTreeSet<String>,
+    /// Pods being evicted: their final status is the eviction's, not the removed record
+    /// (here as the eviction decided it, until its worker ends and the pod loop sets it).
+    evicting: BTreeMap<String, PodRecord>,
+    /// The API server's copy of each API pod's status, as its watch last showed it (kubelet's
+    /// pod manager: what `needsReconcile` compares with).
+    api: BTreeMap<String, k8s_openapi::api::core::v1::PodStatus>,
 }
 
 /// Shared, cheap to clone; workers set, the writer task persists.
@@ -132,10 +136,19 @@ impl StatusManager {
         self.with(|i| std::mem::take(&mut i.removed))
     }
 
-    /// The pod is being evicted: its final status is the evicted one set later, not the
-    /// record its worker removes when it terminated.
-    pub fn evicting(&self, uid: &str) {
-        self.with(|i| i.evicting.insert(uid.to_owned()));
+    /// The pod is being evicted, to end with the status `evicted`: its final status is that
+    /// one, set once its worker terminated, not the record its worker removes. Until then the
+    /// API writer keeps `evicted` in its outbox (a daemon that dies meanwhile still delivers
+    /// it after the restart).
+    pub fn evicting(&self, evicted: PodRecord) {
+        self.with(|i| i.evicting.insert(evicted.uid.clone(), evicted));
+        self.notify();
+    }
+
+    /// The final statuses of the pods being evicted, as the evictions decided them.
+    #[must_use]
+    pub fn evictions(&self) -> Vec<PodRecord> {
+        self.with(|i| i.evicting.values().cloned().collect())
     }
 
     /// Sets a pod's status (no-op when unchanged).
@@ -158,7 +171,7 @@ impl StatusManager {
         if self.with(|i| {
             i.generation += 1;
             let removed = i.pods.remove(uid);
-            let evicting = i.evicting.remove(uid);
+            let evicting = i.evicting.remove(uid).is_some();
             if let Some(rec) = &removed
                 && i.track_removed
                 && !evicting
@@ -241,6 +254,25 @@ impl StatusManager {
                 },
             )
         })
+    }
+
+    /// The API server's copy of the pod `uid`'s status as its watch shows it now (`None`:
+    /// the pod is gone from the API).
+    pub fn api_seen(&self, uid: &str, status: Option<k8s_openapi::api::core::v1::PodStatus>) {
+        self.with(|i| match status {
+            Some(s) => {
+                i.api.insert(uid.to_owned(), s);
+            }
+            None => {
+                i.api.remove(uid);
+            }
+        });
+    }
+
+    /// The API server's copy of the pod `uid`'s status, as the watch last showed it.
+    #[must_use]
+    pub fn api_copy(&self, uid: &str) -> Option<k8s_openapi::api::core::v1::PodStatus> {
+        self.with(|i| i.api.get(uid).cloned())
     }
 
     /// Waits for the next change.

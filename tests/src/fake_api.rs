@@ -20,9 +20,10 @@
 //! assigns a new `resourceVersion` and is sent to the open watches.
 //!
 //! Patches: `application/merge-patch+json` is RFC 7386; `application/strategic-merge-patch+json`
-//! is applied **as a JSON merge patch** too (lists are replaced, not merged by key), which is
-//! the same result for the patches the enforcer sends (it always sends whole lists); JSON patch
-//! and server-side apply are answered `415`.
+//! of a pod merges its keyed lists (`status.conditions` by `type`, `podIPs` / `hostIPs` by
+//! `ip`: `$setElementOrder`, `$patch: delete`), as kubelet's `PatchPodStatus` needs; of any
+//! other kind it is applied as a JSON merge patch (lists replaced: the enforcer sends whole
+//! lists there); JSON patch and server-side apply are answered `415`.
 //!
 //! [`FakeApi::stop`] and [`FakeApi::restart`] take it away and bring it back on the same port
 //! (open connections, watches included, are cut), with its objects kept.
@@ -1198,7 +1199,12 @@ fn handle(
                     );
                 }
                 let mut merged = stored.clone();
-                enforcer::cluster::merge_patch(&mut merged, body);
+                if ct == "application/strategic-merge-patch+json" && r.kind == Kind::Pod {
+                    use enforcer::cluster::strategic;
+                    strategic::apply(&mut merged, body, strategic::POD_MERGE_KEYS);
+                } else {
+                    enforcer::cluster::merge_patch(&mut merged, body);
+                }
                 if let Err(e) = validate(&r, &merged) {
                     return e;
                 }

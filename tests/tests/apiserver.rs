@@ -82,7 +82,7 @@ async fn api_source_turns_list_and_watch_of_this_node_into_pod_updates() {
     let dir = tempfile::tempdir().expect("tempdir");
     fake.put_pod(api_pod("a", "uid-a", NODE, "sleep 1"));
     fake.put_pod(api_pod("elsewhere", "uid-x", "othernode", "sleep 1"));
-    let (mut rx, task) = apiserver::spawn(fake.kubeconfig(dir.path()), NODE.to_owned(), None);
+    let (mut rx, task) = apiserver::spawn(fake.kubeconfig(dir.path()), NODE.to_owned(), None, None);
 
     let mut first = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -296,6 +296,7 @@ impl ClusterMode {
                 event_qps: 50,
                 event_burst: 100,
                 link: None,
+                state_dir: Some(dir.path().to_path_buf()),
             },
             status.clone(),
             Arc::new(Health::default()),

@@ -9,8 +9,12 @@
 //! passes them on to this writer in cluster mode.
 //!
 //! Similar events (one object, type and reason, 10 different messages within 10 minutes) are
-//! combined as client-go's `EventAggregator` does: "(combined from similar events): ...". Not
-//! done: client-go's per-object spam filter (a token bucket per object).
+//! combined as client-go's `EventAggregator` does: "(combined from similar events): ...".
+//! Then client-go's `EventSourceObjectSpamFilter`: every occurrence takes a token from its
+//! object's bucket (25, one back every 5 minutes); one that finds it empty is dropped, as
+//! client-go drops it (logged at debug). A write the API server does not answer (down,
+//! timed out) is tried again as client-go's `recordToSink` does: 12 tries, 10 s apart (the
+//! first wait random in 0-10 s); one it refuses (a status) is not.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -122,6 +126,86 @@ impl Similar {
     }
 }
 
+/// client-go's `defaultSpamBurst` and `defaultSpamQPS` (one token every 300 s).
+const SPAM_BURST: f64 = 25.0;
+const SPAM_REFILL: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// client-go's `EventSourceObjectSpamFilter`: a token bucket per involved object (the source
+/// is this node's kubelet for every event here).
+#[derive(Debug, Default)]
+pub(super) struct SpamFilter {
+    buckets: HashMap<(String, String, String, String), (f64, tokio::time::Instant)>,
+}
+
+impl SpamFilter {
+    /// Whether the event may go (a token taken), or is dropped as spam.
+    pub(super) fn allow(&mut self, e: &EventRecord, now: tokio::time::Instant) -> bool {
+        let i = &e.involved;
+        let key = (
+            i.kind.clone(),
+            i.namespace.clone(),
+            i.name.clone(),
+            i.uid.clone(),
+        );
+        if self.buckets.len() >= 4096 && !self.buckets.contains_key(&key) {
+            self.buckets.clear();
+        }
+        let (tokens, last) = self.buckets.entry(key).or_insert((SPAM_BURST, now));
+        let refilled =
+            now.saturating_duration_since(*last).as_secs_f64() / SPAM_REFILL.as_secs_f64();
+        *tokens = (*tokens + refilled).min(SPAM_BURST);
+        *last = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// client-go's `maxTriesPerEvent` and the wait between tries.
+const MAX_TRIES: u32 = 12;
+const RETRY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Tries `write` as client-go's `recordToSink`: again while the API server does not answer,
+/// at most [`MAX_TRIES`] times, [`RETRY_WAIT`] apart (the first wait random, so nodes do not
+/// retry in step); a refusal (a status) ends it. Whether it was written.
+async fn with_retries<T, F, Fut>(what: &str, mut write: F) -> Result<T, super::ClusterError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, super::ClusterError>>,
+{
+    let mut tries = 0;
+    loop {
+        match write().await {
+            Ok(v) => return Ok(v),
+            Err(e) if e.code().is_some() => return Err(e),
+            Err(e) => {
+                tries += 1;
+                if tries >= MAX_TRIES {
+                    return Err(e);
+                }
+                tracing::debug!(error = %e, tries, "{what}: the API server did not answer; trying again");
+                let wait = if tries == 1 {
+                    RETRY_WAIT.mul_f64(f64::from(rand_fraction()))
+                } else {
+                    RETRY_WAIT
+                };
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+}
+
+/// A fraction in [0, 1) from the clock's nanoseconds (enough to spread the nodes' retries).
+fn rand_fraction() -> f32 {
+    let n = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    (n % 1000) as f32 / 1000.0
+}
+
 /// Writes recorded events until the recorders are gone.
 pub async fn run<A: ClusterApi>(
     api: Arc<A>,
@@ -134,10 +218,15 @@ pub async fn run<A: ClusterApi>(
     // Key -> (namespace, name, count) of the event written for it.
     let mut seen: HashMap<Key, (String, String, i32)> = HashMap::new();
     let mut similar = Similar::default();
+    let mut spam = SpamFilter::default();
     while let Some(mut e) = rx.recv().await {
+        let key = similar.key(&mut e, tokio::time::Instant::now());
+        if !spam.allow(&e, tokio::time::Instant::now()) {
+            tracing::debug!(reason = %e.reason, object = %e.involved.name, "event dropped by the spam filter (25 per object, one more every 5 minutes)");
+            continue;
+        }
         limiter.acquire(Priority::Normal).await;
         let now = k8s_openapi::jiff::Timestamp::now();
-        let key = similar.key(&mut e, tokio::time::Instant::now());
         if let Some((ns, name, count)) = seen.get(&key).cloned() {
             let count = count.saturating_add(1);
             let patch = serde_json::json!({
@@ -145,7 +234,7 @@ pub async fn run<A: ClusterApi>(
                 "lastTimestamp": Time(now),
                 "message": e.message,
             });
-            match api.patch_event(&ns, &name, &patch).await {
+            match with_retries("patching an event", || api.patch_event(&ns, &name, &patch)).await {
                 Ok(_) => {
                     seen.insert(key, (ns, name, count));
                     continue;
@@ -158,7 +247,7 @@ pub async fn run<A: ClusterApi>(
             }
         }
         let obj = event_object(&e, &host, Time(now), now.as_nanosecond());
-        match api.create_event(&obj).await {
+        match with_retries("writing an event", || api.create_event(&obj)).await {
             Ok(created) => {
                 // client-go's cache is an LRU of 4096; clearing when full is enough here.
                 if seen.len() >= 4096 {
@@ -298,6 +387,67 @@ mod tests {
                 (2000, Call::PatchEvent)
             ]
         );
+        task.abort();
+    }
+
+    /// client-go's spam filter: 25 occurrences per object go, the rest are dropped until a
+    /// token comes back (one every 5 minutes); another object has its own bucket.
+    #[tokio::test(start_paused = true)]
+    async fn the_spam_filter_lets_25_per_object_through_then_one_per_5_minutes() {
+        let api = Arc::new(FakeApi::default());
+        let (rec, rx) = Recorder::channel();
+        let task = tokio::spawn(run(api.clone(), rx, "n1".to_owned(), 0, 0));
+        let backoff = |uid: &str| {
+            rec.event(
+                Involved::pod("ns", "web", uid, Some("app")),
+                EventType::Warning,
+                "BackOff",
+                "Back-off restarting failed container app".to_owned(),
+            );
+        };
+        for _ in 0..30 {
+            backoff("u1");
+        }
+        backoff("u2");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let count = |uid: &str| {
+            api.events()
+                .iter()
+                .find(|e| e.involved_object.uid.as_deref() == Some(uid))
+                .and_then(|e| e.count)
+        };
+        assert_eq!(count("u1"), Some(25));
+        assert_eq!(count("u2"), Some(1));
+        backoff("u1");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(count("u1"), Some(25), "no token yet");
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        backoff("u1");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(count("u1"), Some(26), "a token came back");
+        task.abort();
+    }
+
+    /// An API server that does not answer: the event is tried again (client-go's 12 tries,
+    /// 10 s apart) and written once it answers, not dropped.
+    #[tokio::test(start_paused = true)]
+    async fn an_event_waits_for_an_api_server_that_does_not_answer() {
+        let api = Arc::new(FakeApi::default());
+        let (rec, rx) = Recorder::channel();
+        let task = tokio::spawn(run(api.clone(), rx, "n1".to_owned(), 0, 0));
+        api.set_down(true);
+        rec.event(
+            Involved::pod("ns", "web", "u1", None),
+            EventType::Warning,
+            "Evicted",
+            "The node was low on resource: memory. ".to_owned(),
+        );
+        tokio::time::sleep(Duration::from_secs(45)).await;
+        assert!(api.events().is_empty());
+        assert!(api.count(|c| matches!(c, Call::Failed(_))) >= 4);
+        api.set_down(false);
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert_eq!(api.events().len(), 1, "delivered once the server answers");
         task.abort();
     }
 }

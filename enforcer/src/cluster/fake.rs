@@ -24,8 +24,6 @@ pub enum Call {
     CreateLease,
     ReplaceLease,
     GetPod,
-    /// The phase sent.
-    ReplacePodStatus(Option<String>),
     DeletePod(String),
     /// The pod's name.
     PatchPodStatus(String),
@@ -51,6 +49,8 @@ struct State {
     calls: Vec<Call>,
     /// When each call came (tokio's clock).
     times: Vec<tokio::time::Instant>,
+    /// The pod status patches applied, in order.
+    patches: Vec<serde_json::Value>,
 }
 
 /// The fake API (clones of it share its state through [`FakeApi::clone_of`]).
@@ -177,6 +177,21 @@ impl FakeApi {
         self.lock().calls.clone()
     }
 
+    /// The pod status patches applied, in order.
+    #[must_use]
+    pub fn patches(&self) -> Vec<serde_json::Value> {
+        self.lock().patches.clone()
+    }
+
+    /// The phases the applied pod status patches set, in order.
+    #[must_use]
+    pub fn phases_patched(&self) -> Vec<String> {
+        self.patches()
+            .iter()
+            .filter_map(|p| p["status"]["phase"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     #[must_use]
     pub fn count(&self, f: impl Fn(&Call) -> bool) -> usize {
         self.lock().calls.iter().filter(|c| f(c)).count()
@@ -295,6 +310,12 @@ impl ClusterApi for FakeApi {
         patch: &serde_json::Value,
     ) -> Result<Pod, ClusterError> {
         let mut s = self.enter(Call::PatchPodStatus(name.to_owned()), "patch pod status")?;
+        if s.conflicts > 0 {
+            s.conflicts -= 1;
+            s.calls.pop();
+            s.calls.push(Call::Conflict);
+            return Err(status(409, "Conflict"));
+        }
         let rv = s.rv.to_string();
         let stored = s
             .pods
@@ -310,36 +331,17 @@ impl ClusterApi for FakeApi {
         }
         let mut v = serde_json::to_value(&*stored).map_err(|_| status(500, "Internal"))?;
         if let Some(st) = patch.get("status") {
-            super::merge_patch(&mut v, &serde_json::json!({ "status": st }));
+            super::strategic::apply(
+                &mut v,
+                &serde_json::json!({ "status": st }),
+                super::strategic::POD_MERGE_KEYS,
+            );
         }
         *stored = serde_json::from_value(v).map_err(|_| status(422, "Invalid"))?;
         stored.metadata.resource_version = Some(rv);
-        Ok(stored.clone())
-    }
-
-    async fn replace_pod_status(&self, pod: &Pod) -> Result<Pod, ClusterError> {
-        let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
-        let mut s = self.enter(Call::ReplacePodStatus(phase), "update pod status")?;
-        if s.conflicts > 0 {
-            s.conflicts -= 1;
-            s.calls.pop();
-            s.calls.push(Call::Conflict);
-            // Someone else wrote meanwhile.
-            let rv = s.rv.to_string();
-            for p in s.pods.values_mut() {
-                p.metadata.resource_version = Some(rv.clone());
-            }
-            return Err(status(409, "Conflict"));
-        }
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let rv = s.rv.to_string();
-        let stored = s.pods.get_mut(&uid).ok_or(status(404, "NotFound"))?;
-        if stored.metadata.resource_version != pod.metadata.resource_version {
-            return Err(status(409, "Conflict"));
-        }
-        stored.status = pod.status.clone();
-        stored.metadata.resource_version = Some(rv);
-        Ok(stored.clone())
+        let out = stored.clone();
+        s.patches.push(patch.clone());
+        Ok(out)
     }
 
     async fn delete_pod(&self, _ns: &str, _name: &str, uid: &str) -> Result<(), ClusterError> {

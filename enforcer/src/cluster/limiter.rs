@@ -181,11 +181,6 @@ impl<A: ClusterApi> ClusterApi for Limited<A> {
         self.inner.create_pod(pod).await
     }
 
-    async fn replace_pod_status(&self, pod: &Pod) -> Result<Pod, ClusterError> {
-        self.limiter.acquire(Priority::Normal).await;
-        self.inner.replace_pod_status(pod).await
-    }
-
     async fn patch_pod_status(
         &self,
         namespace: &str,
@@ -298,6 +293,7 @@ mod tests {
         let task = tokio::spawn(crate::cluster::pod_status::run(
             api,
             status.clone(),
+            None,
             None,
             None,
         ));

@@ -9,15 +9,17 @@
 //! never reverted, the times of unchanged conditions kept) and [`can_be_deleted`].
 //!
 //! The loop ([`run`]) keeps the newest status of each pod (the [`StatusManager`] is the
-//! queue: newer statuses replace older ones), and syncs a pod whose status changed: GET, merge,
-//! PUT `pods/{name}/status` only when the merged status differs from the API's (a 409 reads
-//! the pod again and retries), then, for a pod with a `deletionTimestamp` whose termination
-//! finished and whose API phase is terminal, DELETE with grace 0 and its uid as precondition.
-//! A failed sync is retried with backoff; nothing waits on it. A delivered status is not read
-//! back: a pod is synced again only when its status changes, its last sync failed, or it was
-//! not found (a mirror pod not created yet: tried again every 10 s). Unlike kubelet, which
-//! compares its watch cache with what it sent, the node does not put back a status that
-//! another writer changed while the node's own did not change.
+//! queue: newer statuses replace older ones), and syncs a pod whose status changed: GET,
+//! merge, then kubelet's `PatchPodStatus`: the two-way strategic merge patch of
+//! `pods/{name}/status` from the API's status to the merged one, the pod's uid in it as the
+//! precondition, nothing sent when it is empty (a 409 reads the pod again and retries); then,
+//! for a pod with a `deletionTimestamp` whose termination finished and whose API phase is
+//! terminal, DELETE with grace 0 and its uid as precondition. A failed sync is retried with
+//! backoff; nothing waits on it. A pod is synced again when its status changes, its last sync
+//! failed or held its phase back (containers that could still run), it was not found (a
+//! mirror pod not created yet), or, every 10 s, when the API's copy the pod watch shows
+//! lacks what was delivered (kubelet's `needsReconcile`: another writer changed a field the
+//! node owns).
 
 use std::{
     collections::{BTreeMap, HashMap},
@@ -33,7 +35,10 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::Time,
 };
 
-use super::{ClusterApi, ClusterError, backoff, now_time};
+use super::{
+    ClusterApi, ClusterError, backoff, now_time,
+    outbox::{Outbox, Pending},
+};
 use crate::{
     policy::resources::{is_mirror, is_static},
     sources::apiserver::API_SOURCE,
@@ -200,23 +205,7 @@ pub fn finished(mut rec: PodRecord) -> PodRecord {
         .iter_mut()
         .chain(rec.init_container_statuses.iter_mut())
     {
-        c.ready = false;
-        if !matches!(c.state, ContainerState::Terminated { .. }) {
-            let last = std::mem::replace(
-                &mut c.state,
-                ContainerState::Terminated {
-                    exit_code: 137,
-                    reason: "ContainerStatusUnknown".to_owned(),
-                    message: "The container could not be located when the pod was terminated"
-                        .to_owned(),
-                    started_at: String::new(),
-                    finished_at: String::new(),
-                },
-            );
-            if let ContainerState::Running { .. } = last {
-                c.last_state = Some(last);
-            }
-        }
+        c.terminated_unknown();
     }
     for c in &rec.container_statuses {
         if let ContainerState::Terminated { exit_code, .. } = c.state
@@ -347,6 +336,10 @@ struct Entry {
     delivered: Option<PodRecord>,
     failures: u32,
     retry_at: Option<tokio::time::Instant>,
+    /// The pod's `hostNetwork` as the API has it (learned at its first sync).
+    host_network: bool,
+    /// From the outbox of the last run: kept until delivered.
+    replayed: bool,
 }
 
 /// What a sync did.
@@ -354,17 +347,69 @@ struct Entry {
 enum Synced {
     /// Delivered (or nothing to send); the entry stays while the pod runs.
     Current,
+    /// Sent with its phase held back (`mergePodStatus`: containers that could still run):
+    /// not delivered, synced again at the resync.
+    Held,
     /// The pod is gone from the API (or was deleted now): forget it.
     Gone,
 }
 
-/// GET, merge, PUT when changed (409: again, on a fresh GET), DELETE when it can be deleted.
+/// kubelet's `PodCouldHaveRunningContainers`, as the record tells it: the worker has not
+/// terminated and a container is running.
+fn could_run(entry: &Entry) -> bool {
+    !entry.finished
+        && entry
+            .rec
+            .container_statuses
+            .iter()
+            .chain(&entry.rec.init_container_statuses)
+            .any(|c| matches!(c.state, ContainerState::Running { .. }))
+}
+
+/// kubelet's `needsReconcile` (`isPodStatusByKubeletEqual`): whether the API's copy of a
+/// delivered status (`api`, as the pod watch shows it) lacks what the node's record says:
+/// a condition the node owns (or `DisruptionTarget`) not there with its status, reason and
+/// message, or any other field differing (as the API holds it: times to the second).
+/// Conditions of other writers, their order, and the times of conditions never count.
+fn needs_reconcile(api: &PodStatus, entry: &Entry, host_ip: Option<&str>) -> bool {
+    let ours = merge(
+        api,
+        api_status(&entry.rec, host_ip, entry.host_network),
+        could_run(entry),
+        &now_time(),
+    );
+    let api_conditions = api.conditions.clone().unwrap_or_default();
+    let condition_missing = ours.conditions.iter().flatten().any(|c| {
+        (OWNED.contains(&c.type_.as_str()) || c.type_ == DISRUPTION_TARGET)
+            && !api_conditions.iter().any(|a| {
+                a.type_ == c.type_
+                    && a.status == c.status
+                    && a.reason == c.reason
+                    && a.message == c.message
+            })
+    });
+    let without_conditions = |s: &PodStatus| PodStatus {
+        conditions: None,
+        ..s.clone()
+    };
+    condition_missing
+        || super::strategic::pod_status_patch(
+            "",
+            &without_conditions(api),
+            &without_conditions(&ours),
+        )
+        .is_ok_and(|p| p.is_some())
+}
+
+/// GET, merge, PATCH when changed (kubelet's `PatchPodStatus`: the two-way strategic merge
+/// patch from the API's status, the uid as its precondition; 409: again, on a fresh GET),
+/// DELETE when it can be deleted.
 async fn sync_one<A: ClusterApi>(
     api: &A,
-    entry: &Entry,
+    entry: &mut Entry,
     host_ip: Option<&str>,
 ) -> Result<Synced, ClusterError> {
-    let rec = &entry.rec;
+    let rec = entry.rec.clone();
     for _ in 0..5 {
         let Some(mut pod) = api.get_pod(&rec.namespace, &rec.name).await? else {
             return Ok(Synced::Gone);
@@ -380,23 +425,32 @@ async fn sync_one<A: ClusterApi>(
             .as_ref()
             .and_then(|s| s.host_network)
             .unwrap_or(false);
+        entry.host_network = host_network;
         let old = pod.status.clone().unwrap_or_default();
-        let could_run = !entry.finished
-            && rec
-                .container_statuses
-                .iter()
-                .chain(&rec.init_container_statuses)
-                .any(|c| matches!(c.state, ContainerState::Running { .. }));
+        let could_run = could_run(entry);
         let merged = merge(
             &old,
-            api_status(rec, host_ip, host_network),
+            api_status(&rec, host_ip, host_network),
             could_run,
             &now_time(),
         );
-        if merged != old {
-            pod.status = Some(merged);
-            match api.replace_pod_status(&pod).await {
+        // The record's phase held back while its containers could still run: sent again
+        // once they cannot (not taken as delivered).
+        let held = could_run && rec.phase.is_terminal() && !is_terminal(old.phase.as_deref());
+        let api_uid = pod.metadata.uid.clone().unwrap_or_default();
+        let patch = super::strategic::pod_status_patch(&api_uid, &old, &merged).map_err(|e| {
+            ClusterError::Transport {
+                op: "patch pod status",
+                object: format!("{}/{}", rec.namespace, rec.name),
+                message: format!("encoding the patch: {e}"),
+            }
+        })?;
+        if let Some(patch) = patch {
+            let ns = pod.metadata.namespace.clone().unwrap_or_default();
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            match api.patch_pod_status(&ns, &name, &patch).await {
                 Ok(p) => pod = p,
+                // Another pod under the name now (the uid precondition): read it again.
                 Err(e) if e.is_conflict() => continue,
                 Err(e) if e.is_not_found() => return Ok(Synced::Gone),
                 Err(e) => return Err(e),
@@ -414,6 +468,8 @@ async fn sync_one<A: ClusterApi>(
         }
         return Ok(if entry.finished {
             Synced::Gone
+        } else if held {
+            Synced::Held
         } else {
             Synced::Current
         });
@@ -425,6 +481,45 @@ async fn sync_one<A: ClusterApi>(
         reason: "Conflict".to_owned(),
         message: "still conflicting after 5 attempts".to_owned(),
     })
+}
+
+/// Keeps what the API has not acknowledged in the outbox: every status not delivered, every
+/// final one, and the final status of each pod being evicted (its worker still stopping).
+fn save_outbox(
+    outbox: &mut Outbox,
+    entries: &BTreeMap<String, Entry>,
+    status: &StatusManager,
+    failing: &mut bool,
+) {
+    let mut pending: Vec<Pending> = entries
+        .values()
+        .filter(|e| e.finished || e.delivered.as_ref() != Some(&e.rec))
+        .map(|e| Pending {
+            record: e.rec.clone(),
+            finished: e.finished,
+        })
+        .collect();
+    for rec in status.evictions() {
+        if rec.source == API_SOURCE && !entries.get(&rec.uid).is_some_and(|e| e.finished) {
+            pending.retain(|p| p.record.uid != rec.uid);
+            pending.push(Pending {
+                record: rec,
+                finished: false,
+            });
+        }
+    }
+    match outbox.save(&pending) {
+        Ok(()) => {
+            if std::mem::take(failing) {
+                tracing::info!("the pod status outbox is written again");
+            }
+        }
+        Err(e) => {
+            if !std::mem::replace(failing, true) {
+                tracing::warn!(error = %e, "writing the pod status outbox failed; the statuses stay in memory and it is tried again");
+            }
+        }
+    }
 }
 
 /// How often the writer wakes without a change (kubelet's status manager syncs every 10 s):
@@ -439,14 +534,36 @@ pub async fn run<A: ClusterApi>(
     status: StatusManager,
     host_ip: Option<String>,
     link: Option<crate::pods::NodeLink>,
+    mut outbox: Option<Outbox>,
 ) {
     let changed = status.subscribe();
     let mut static_uids: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     status.track_removed();
     let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
+    // What the last run left undelivered goes first; kept until delivered, whatever the pod
+    // loop knows of the pod yet.
+    for p in outbox.as_mut().map(Outbox::load).unwrap_or_default() {
+        entries.insert(
+            p.record.uid.clone(),
+            Entry {
+                rec: p.record,
+                finished: p.finished,
+                delivered: None,
+                failures: 0,
+                retry_at: None,
+                host_network: false,
+                replayed: true,
+            },
+        );
+    }
+    let mut outbox_failing = false;
     let mut resync = tokio::time::interval_at(tokio::time::Instant::now() + RESYNC, RESYNC);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut reconcile = false;
     loop {
+        // The final status of pods that terminated, taken before the snapshot: a pod removed
+        // between the two would be in neither (its final status and DELETE lost).
+        let removed = status.take_removed();
         // The newest status of every API pod; the final one of pods that terminated.
         if let Some(link) = &link {
             static_uids.extend(
@@ -463,7 +580,7 @@ pub async fn run<A: ClusterApi>(
             .filter(|r| r.source == API_SOURCE || static_uids.contains(&r.uid))
             .map(|r| (r.uid.clone(), r))
             .collect();
-        for rec in status.take_removed() {
+        for rec in removed {
             // A static pod that ended: its mirror goes (kubelet reports no terminal phase
             // for static pods).
             if static_uids.remove(&rec.uid) {
@@ -480,9 +597,15 @@ pub async fn run<A: ClusterApi>(
                 delivered: None,
                 failures: 0,
                 retry_at: None,
+                host_network: false,
+                replayed: false,
             });
             e.rec = rec;
             e.finished = true;
+            // A held phase's wait ends: the final status goes now.
+            if e.failures == 0 {
+                e.retry_at = None;
+            }
         }
         for (uid, rec) in live.drain() {
             let e = entries.entry(uid).or_insert_with(|| Entry {
@@ -491,9 +614,29 @@ pub async fn run<A: ClusterApi>(
                 delivered: None,
                 failures: 0,
                 retry_at: None,
+                host_network: false,
+                replayed: false,
             });
-            if !e.finished {
+            if !e.finished && e.rec != rec {
                 e.rec = rec;
+                if e.failures == 0 {
+                    e.retry_at = None;
+                }
+            }
+        }
+        // At the resync, kubelet's `needsReconcile`: a delivered status the API's copy no
+        // longer carries (another writer changed it) is synced again.
+        if std::mem::take(&mut reconcile) {
+            for (uid, e) in &mut entries {
+                if e.delivered.is_some()
+                    && !e.finished
+                    && status
+                        .api_copy(uid)
+                        .is_some_and(|api| needs_reconcile(&api, e, host_ip.as_deref()))
+                {
+                    tracing::info!(uid = %uid, "the API's pod status differs from the node's; syncing it again");
+                    e.delivered = None;
+                }
             }
         }
         let now = tokio::time::Instant::now();
@@ -511,6 +654,15 @@ pub async fn run<A: ClusterApi>(
             }
             match sync_one(api.as_ref(), e, host_ip.as_deref()).await {
                 Ok(Synced::Gone) => gone.push(uid.clone()),
+                Ok(Synced::Held) => {
+                    // Synced again at the resync, or at once when the record changes or
+                    // the pod's worker ends.
+                    tracing::debug!(uid = %uid, "pod status phase held back while its containers could run");
+                    e.delivered = None;
+                    let at = tokio::time::Instant::now() + RESYNC;
+                    e.retry_at = Some(at);
+                    next_retry = Some(next_retry.map_or(at, |n| n.min(at)));
+                }
                 Ok(Synced::Current) => {
                     if e.failures > 0 {
                         tracing::info!(uid = %uid, "pod status delivered again");
@@ -518,6 +670,7 @@ pub async fn run<A: ClusterApi>(
                     e.delivered = Some(e.rec.clone());
                     e.failures = 0;
                     e.retry_at = None;
+                    e.replayed = false;
                 }
                 Err(err) => {
                     e.failures = e.failures.saturating_add(1);
@@ -535,7 +688,11 @@ pub async fn run<A: ClusterApi>(
         }
         // Pods no longer known anywhere (deleted from the source before they ran).
         let known = status.snapshot().1;
-        entries.retain(|uid, e| e.finished || known.pods.iter().any(|r| &r.uid == uid));
+        entries
+            .retain(|uid, e| e.finished || e.replayed || known.pods.iter().any(|r| &r.uid == uid));
+        if let Some(o) = outbox.as_mut() {
+            save_outbox(o, &entries, &status, &mut outbox_failing);
+        }
         let retry = async {
             match next_retry {
                 Some(at) => tokio::time::sleep_until(at).await,
@@ -545,7 +702,7 @@ pub async fn run<A: ClusterApi>(
         tokio::select! {
             () = changed.notified() => {}
             () = retry => {}
-            _ = resync.tick() => {}
+            _ = resync.tick() => reconcile = true,
         }
     }
 }

@@ -23,8 +23,8 @@ const ATTEMPTS: u32 = 8;
 /// The strategic merge patch of `pods/{name}/status` kubelet's eviction amounts to, over the
 /// pod's status as the API has it: phase `Failed`, reason `Evicted`, `message`, `Ready` and
 /// `ContainersReady` false, and with `disruption_target` the `DisruptionTarget` condition
-/// (reason `TerminationByKubelet`, the message). The whole condition list is sent, the pod's
-/// uid as precondition (kubelet's `PatchPodStatus`).
+/// (reason `TerminationByKubelet`, the message): the two-way patch from the API's status,
+/// the pod's uid as precondition (kubelet's `PatchPodStatus`).
 #[must_use]
 pub fn status_patch(
     pod: &Pod,
@@ -68,15 +68,20 @@ pub fn status_patch(
             message,
         );
     }
-    serde_json::json!({
-        "metadata": {"uid": pod.metadata.uid},
-        "status": {
-            "phase": "Failed",
-            "reason": REASON,
-            "message": message,
-            "conditions": conditions,
-        }
-    })
+    let old = pod.status.clone().unwrap_or_default();
+    let new = k8s_openapi::api::core::v1::PodStatus {
+        phase: Some("Failed".to_owned()),
+        reason: Some(REASON.to_owned()),
+        message: Some(message.to_owned()),
+        conditions: Some(conditions),
+        ..old.clone()
+    };
+    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    // A status serializes (strings, maps and lists only); the bare precondition otherwise.
+    crate::cluster::strategic::pod_status_patch(uid, &old, &new)
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| serde_json::json!({ "metadata": { "uid": uid } }))
 }
 
 /// Whether the pod in the API is already out of the companion's hands: gone, another pod
@@ -166,7 +171,18 @@ mod tests {
         assert_eq!(p["metadata"]["uid"], "u1");
         assert_eq!(p["status"]["phase"], "Failed");
         assert_eq!(p["status"]["reason"], "Evicted");
-        let conds = p["status"]["conditions"].as_array().expect("conditions");
+        // Only what changed is sent: the conditions turned false and the new one.
+        let sent: Vec<&str> = p["status"]["conditions"]
+            .as_array()
+            .expect("conditions")
+            .iter()
+            .filter_map(|c| c["type"].as_str())
+            .collect();
+        assert_eq!(sent, ["Ready", "ContainersReady", "DisruptionTarget"]);
+        // Applied as the API server does: every condition kept.
+        let mut pod = serde_json::to_value(running_pod()).expect("json");
+        crate::cluster::strategic::apply(&mut pod, &p, crate::cluster::strategic::POD_MERGE_KEYS);
+        let conds = pod["status"]["conditions"].as_array().expect("conditions");
         let of = |t: &str| {
             conds
                 .iter()
@@ -184,7 +200,9 @@ mod tests {
         assert_eq!(dt["message"], "The node was low on resource: memory. ");
         let bare = status_patch(&running_pod(), "m", false, &now);
         assert_eq!(
-            bare["status"]["conditions"].as_array().map(Vec::len),
+            bare["status"]["$setElementOrder/conditions"]
+                .as_array()
+                .map(Vec::len),
             Some(4)
         );
     }

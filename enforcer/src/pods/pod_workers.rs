@@ -29,6 +29,10 @@ pub(super) struct Handle {
     pub(super) tx: mpsc::UnboundedSender<WorkUpdate>,
     /// The worker as `kubelet_working_pods` counts it.
     pub(super) working: crate::metrics::WorkingPod,
+    /// The source that gave the pod (`api`, `file`...; empty for a pod only the runtime
+    /// has): an eviction's status goes where the pod came from, also before the worker
+    /// published any status.
+    pub(super) source: String,
 }
 
 /// The pods of the runtime loop: one worker each, their admission, the updates queued behind a
@@ -122,9 +126,17 @@ impl<R: ContainerRuntime> Pods<R> {
         uid: String,
         worker: PodWorker<R>,
         working: crate::metrics::WorkingPod,
+        source: String,
     ) {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.workers.insert(uid, Handle { tx, working });
+        self.workers.insert(
+            uid,
+            Handle {
+                tx,
+                working,
+                source,
+            },
+        );
         self.tasks.spawn(worker.run(rx, self.done.clone()));
     }
 
@@ -138,12 +150,12 @@ impl<R: ContainerRuntime> Pods<R> {
         };
         h.working.killed();
         let status = &self.ctx.status;
-        let rec = failed_record(pod, "", e.reason, e.message.to_owned());
-        let rec = PodRecord {
-            source: status.get(uid).map(|r| r.source).unwrap_or_default(),
-            ..rec
-        };
-        status.evicting(uid);
+        let rec = failed_record(pod, &h.source, e.reason, e.message.to_owned());
+        status.evicting(crate::pods::evicted_status(
+            rec.clone(),
+            status.get(uid),
+            e.disruption_target,
+        ));
         self.evicted
             .insert(uid.to_owned(), (rec, e.disruption_target));
         if let Some(c) = e.completed {
@@ -257,8 +269,8 @@ impl<R: ContainerRuntime> Pods<R> {
                 }
                 self.allocations.admitted(&uid, &u.pod);
                 let working = crate::metrics::WorkingPod::desired(&u.source);
-                let w = PodWorker::new(self.ctx.clone(), u.pod, u.source);
-                self.spawn(uid, w, working);
+                let w = PodWorker::new(self.ctx.clone(), u.pod, u.source.clone());
+                self.spawn(uid, w, working, u.source);
                 Ok(())
             }
             Err(r) => {

@@ -26,7 +26,8 @@ pub const DISRUPTION_TARGET_REASON: &str = "TerminationByKubelet";
 
 /// The status kubelet leaves on a pod it evicted: `evicted` (phase `Failed`, reason `Evicted`,
 /// the eviction message) with the containers' terminated states of the pod's `last` status
-/// kept, nothing ready, and, with `disruption_target` (threshold evictions; not local storage
+/// kept (one without a final state `ContainerStatusUnknown`, as kubelet's `TerminatePod`),
+/// the source of `last` where `evicted` has none, nothing ready, and, with `disruption_target` (threshold evictions; not local storage
 /// limit evictions, for which kubelet passes no condition), the `DisruptionTarget` condition
 /// (reason `TerminationByKubelet`, the eviction message).
 #[must_use]
@@ -37,6 +38,9 @@ pub fn evicted_status(
 ) -> PodRecord {
     let mut rec = evicted;
     if let Some(last) = last {
+        if rec.source.is_empty() {
+            rec.source = last.source;
+        }
         rec.start_time = last.start_time;
         rec.pod_ips = last.pod_ips;
         rec.sandbox_id = last.sandbox_id;
@@ -50,7 +54,9 @@ pub fn evicted_status(
         .iter_mut()
         .chain(rec.init_container_statuses.iter_mut())
     {
-        c.ready = false;
+        // Set once the worker ended: a container its last status still shows running (the
+        // final states could not be read) is not, any more.
+        c.terminated_unknown();
         c.started = Some(false);
     }
     rec.conditions.retain(|c| c.kind != "DisruptionTarget");
@@ -196,5 +202,54 @@ mod tests {
                 .count(),
             1
         );
+    }
+
+    /// The lost `Evicted` status (`apiserver::eviction_reaches_the_api_within_a_second`
+    /// failed so once): an eviction taken before the worker published anything had no source,
+    /// and the API writer, which takes the `api` source's records only, never saw it; and a
+    /// last status whose final container states could not be read left a container
+    /// running in the Failed record, which the writer took for a pod that could still run
+    /// (the phase held back). The source now comes from the worker's pod and `last`; a
+    /// container with no final state is `ContainerStatusUnknown` (137).
+    #[test]
+    fn an_evicted_status_keeps_its_source_and_runs_no_container() {
+        let pod: Pod = serde_yaml_ng::from_str(
+            "metadata: {name: p, uid: u1}\nspec: {containers: [{name: app, image: 'busybox:local'}]}",
+        )
+        .expect("pod");
+        let evicted = failed_record(&pod, "", "Evicted", "low on memory".to_owned());
+        let running = status_manager::ContainerState::Running {
+            started_at: "t0".to_owned(),
+        };
+        let last = PodRecord {
+            phase: PodPhase::Terminating,
+            container_statuses: vec![status_manager::ContainerRecord {
+                name: "app".to_owned(),
+                container_id: "containerd://abc".to_owned(),
+                image: "busybox:local".to_owned(),
+                image_id: String::new(),
+                ready: true,
+                started: Some(true),
+                restart_count: 0,
+                state: running.clone(),
+                last_state: None,
+                oom_score_adj: None,
+                oom_score_adj_decided: None,
+            }],
+            ..blank_record(&pod, "u1", "api", PodPhase::Running)
+        };
+        let rec = evicted_status(evicted.clone(), Some(last), true);
+        assert_eq!(rec.source, "api", "the source of the pod's last status");
+        let c = &rec.container_statuses[0];
+        assert!(
+            matches!(&c.state, status_manager::ContainerState::Terminated { exit_code: 137, reason, .. } if reason == "ContainerStatusUnknown"),
+            "{:?}",
+            c.state
+        );
+        assert_eq!(c.last_state.as_ref(), Some(&running));
+        assert!(!c.ready);
+        // A source given with the eviction is kept.
+        let given = failed_record(&pod, "api", "Evicted", "m".to_owned());
+        assert_eq!(evicted_status(given, None, true).source, "api");
     }
 }

@@ -84,6 +84,32 @@ pub struct ContainerRecord {
     pub oom_score_adj_decided: Option<i64>,
 }
 
+impl ContainerRecord {
+    /// kubelet's `TerminatePod`: a container of a pod whose worker ended without a final state
+    /// is `ContainerStatusUnknown` (137), never left running in a terminal pod's status (the
+    /// status writer would take it for a pod that could still run, and hold the phase back).
+    pub fn terminated_unknown(&mut self) {
+        self.ready = false;
+        if matches!(self.state, ContainerState::Terminated { .. }) {
+            return;
+        }
+        let last = std::mem::replace(
+            &mut self.state,
+            ContainerState::Terminated {
+                exit_code: 137,
+                reason: "ContainerStatusUnknown".to_owned(),
+                message: "The container could not be located when the pod was terminated"
+                    .to_owned(),
+                started_at: String::new(),
+                finished_at: String::new(),
+            },
+        );
+        if let ContainerState::Running { .. } = last {
+            self.last_state = Some(last);
+        }
+    }
+}
+
 /// A pod condition.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -245,6 +245,7 @@ pub async fn watch_pods(
     node_name: String,
     tx: mpsc::UnboundedSender<SourceEvent>,
     health: Option<Arc<crate::health::Health>>,
+    status: Option<crate::status_manager::StatusManager>,
 ) {
     let ready = |why: Option<String>| api_ready(health.as_deref(), why);
     let api: kube::Api<Pod> = kube::Api::all(client);
@@ -274,6 +275,9 @@ pub async fn watch_pods(
                     failing = false;
                 }
                 ready(None);
+                if let Some(status) = &status {
+                    note_api_status(status, &event);
+                }
                 for ev in state.step(event) {
                     if tx.send(ev).is_err() {
                         return;
@@ -281,6 +285,32 @@ pub async fn watch_pods(
                 }
             }
         }
+    }
+}
+
+/// The API's copy of a watched pod's status for the status writer's `needsReconcile`: by the
+/// node's uid of the pod (a mirror pod's is the static pod's, its `config.mirror` hash).
+fn note_api_status(status: &crate::status_manager::StatusManager, event: &watcher::Event<Pod>) {
+    let node_uid = |pod: &Pod| {
+        pod.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(crate::policy::resources::CONFIG_MIRROR_ANNOTATION))
+            .or(pod.metadata.uid.as_ref())
+            .cloned()
+    };
+    match event {
+        watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+            if let Some(uid) = node_uid(pod) {
+                status.api_seen(&uid, Some(pod.status.clone().unwrap_or_default()));
+            }
+        }
+        watcher::Event::Delete(pod) => {
+            if let Some(uid) = node_uid(pod) {
+                status.api_seen(&uid, None);
+            }
+        }
+        watcher::Event::Init | watcher::Event::InitDone => {}
     }
 }
 
@@ -299,6 +329,7 @@ pub fn spawn(
     kubeconfig: PathBuf,
     node_name: String,
     health: Option<Arc<crate::health::Health>>,
+    status: Option<crate::status_manager::StatusManager>,
 ) -> (mpsc::UnboundedReceiver<SourceEvent>, JoinHandle<()>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let task = tokio::spawn(async move {
@@ -317,7 +348,7 @@ pub fn spawn(
             }
         };
         tracing::info!(kubeconfig = %kubeconfig.display(), node = %node_name, "watching API-server pods");
-        watch_pods(client, node_name, tx, health).await;
+        watch_pods(client, node_name, tx, health, status).await;
     });
     (rx, task)
 }

@@ -22,8 +22,10 @@ impl ApiFeed {
         kubeconfig: PathBuf,
         node_name: &str,
         health: std::sync::Arc<crate::health::Health>,
+        status: crate::status_manager::StatusManager,
     ) -> Self {
-        let (rx, task) = apiserver::spawn(kubeconfig, node_name.to_owned(), Some(health));
+        let (rx, task) =
+            apiserver::spawn(kubeconfig, node_name.to_owned(), Some(health), Some(status));
         Self {
             rx,
             synced: false,

@@ -158,7 +158,12 @@ impl<R: ContainerRuntime> Pods<R> {
             if !self.workers.contains_key(uid) {
                 tracing::info!(uid = %uid, "removing pod unknown to every source");
                 let w = PodWorker::orphan(self.ctx.clone(), uid.clone());
-                self.spawn(uid.clone(), w, crate::metrics::WorkingPod::runtime_only());
+                self.spawn(
+                    uid.clone(),
+                    w,
+                    crate::metrics::WorkingPod::runtime_only(),
+                    String::new(),
+                );
             }
         }
         remove_stale_pod_dirs(&self.ctx.log_root, |uid| {

@@ -174,7 +174,10 @@ mod tests {
         assert_eq!(place(&disk, &obs(10 * MI, 0), 0, 0), Tripwire::Off);
         // Exactly at the threshold nothing is met yet (`available < threshold` is): armed at
         // the usage itself, the next byte crossing it (with no floor), else the floor above.
-        assert_eq!(place(&c, &obs(100 * MI, 0), 300 * MI, 0), Tripwire::At(300 * MI));
+        assert_eq!(
+            place(&c, &obs(100 * MI, 0), 300 * MI, 0),
+            Tripwire::At(300 * MI)
+        );
         assert_eq!(
             place(&c, &obs(100 * MI, 0), 300 * MI, 4 * MI),
             Tripwire::At(304 * MI)

@@ -1,0 +1,210 @@
+//! The pod status writer's outbox: the statuses the API server has not acknowledged yet (a
+//! final status waiting for its pod's DELETE, an eviction's `Failed` / `Evicted`, any status
+//! not delivered), kept in the state directory so a daemon that dies before delivering them
+//! sends them after its restart. kubelet keeps them in memory only; the node keeps what only it
+//! knew (an eviction's reason and message, `DisruptionTarget`).
+//!
+//! The file is written whole and atomically at every change, in kubelet's checkpoint form
+//! `{"data":"<json>","checksum":N}` (FNV-32a as kubelet's checkpoint manager sums a string,
+//! [`crate::policy::resize::checkpoint::checksum_of`]). One that does not decode or whose sum
+//! does not match is reported, set aside as `<file>.corrupt` and not replayed: never a crash,
+//! never a silent reset.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{policy::resize::checkpoint::checksum_of, status_manager::PodRecord};
+
+/// The outbox file in the state directory.
+pub const OUTBOX_FILE: &str = "pod_status_outbox";
+
+/// One status to deliver.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pending {
+    pub record: PodRecord,
+    /// The pod's worker had terminated: its final status (then DELETE, once terminal).
+    pub finished: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Checkpoint {
+    data: String,
+    checksum: u64,
+}
+
+/// What is wrong with an outbox file.
+#[derive(Debug, thiserror::Error)]
+pub enum OutboxError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a checkpoint: {source}")]
+    Json {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{path}: checksum {found} does not match its data's {computed} (truncated or altered)")]
+    Checksum {
+        path: PathBuf,
+        found: u64,
+        computed: u64,
+    },
+}
+
+/// The file's text for `pending`.
+pub fn encode(pending: &[Pending]) -> Result<String, serde_json::Error> {
+    let data = serde_json::to_string(pending)?;
+    let checksum = checksum_of(&data);
+    serde_json::to_string(&Checkpoint { data, checksum })
+}
+
+/// The statuses in the file's text (`path` names it in errors).
+pub fn decode(path: &Path, text: &str) -> Result<Vec<Pending>, OutboxError> {
+    let json = |source| OutboxError::Json {
+        path: path.to_path_buf(),
+        source,
+    };
+    let c: Checkpoint = serde_json::from_str(text).map_err(json)?;
+    let computed = checksum_of(&c.data);
+    if computed != c.checksum {
+        return Err(OutboxError::Checksum {
+            path: path.to_path_buf(),
+            found: c.checksum,
+            computed,
+        });
+    }
+    serde_json::from_str(&c.data).map_err(json)
+}
+
+/// The outbox of `state_dir`.
+#[derive(Debug)]
+pub struct Outbox {
+    path: PathBuf,
+    /// The text last written (nothing is written again while it is the same).
+    written: Option<String>,
+}
+
+impl Outbox {
+    #[must_use]
+    pub fn new(state_dir: &Path) -> Self {
+        Self {
+            path: state_dir.join(OUTBOX_FILE),
+            written: None,
+        }
+    }
+
+    /// The statuses a previous run left undelivered. A file that cannot be read or does not
+    /// decode is reported and set aside (`.corrupt`), and nothing is replayed from it.
+    pub fn load(&mut self) -> Vec<Pending> {
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
+            Err(source) => {
+                self.set_aside(&OutboxError::Io {
+                    path: self.path.clone(),
+                    source,
+                });
+                return Vec::new();
+            }
+        };
+        match decode(&self.path, &text) {
+            Ok(p) => {
+                if !p.is_empty() {
+                    tracing::info!(file = %self.path.display(), statuses = p.len(), "pod statuses left undelivered by the last run: sending them");
+                }
+                self.written = Some(text);
+                p
+            }
+            Err(e) => {
+                self.set_aside(&e);
+                Vec::new()
+            }
+        }
+    }
+
+    fn set_aside(&self, e: &OutboxError) {
+        let aside = self.path.with_extension("corrupt");
+        match std::fs::rename(&self.path, &aside) {
+            Ok(()) => {
+                tracing::error!(error = %e, set_aside = %aside.display(), "the pod status outbox is unreadable: set aside, nothing replayed from it")
+            }
+            Err(r) => {
+                tracing::error!(error = %e, rename = %r, "the pod status outbox is unreadable and could not be set aside; nothing replayed from it")
+            }
+        }
+    }
+
+    /// Writes `pending` (nothing when unchanged). A failure (a full disk) is returned and the
+    /// next call tries again: the statuses stay in memory meanwhile.
+    pub fn save(&mut self, pending: &[Pending]) -> Result<(), String> {
+        let text = encode(pending).map_err(|e| format!("encoding the outbox: {e}"))?;
+        if self.written.as_deref() == Some(text.as_str()) {
+            return Ok(());
+        }
+        crate::status_manager::write_atomic(&self.path, text.as_bytes())
+            .map_err(|e| e.to_string())?;
+        self.written = Some(text);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(uid: &str) -> Pending {
+        Pending {
+            record: PodRecord {
+                uid: uid.to_owned(),
+                name: "web".to_owned(),
+                namespace: "default".to_owned(),
+                source: "api".to_owned(),
+                phase: crate::status_manager::PodPhase::Failed,
+                reason: "Evicted".to_owned(),
+                message: "The node was low on resource: memory. ".to_owned(),
+                qos_class: "Burstable".to_owned(),
+                start_time: String::new(),
+                pod_ips: Vec::new(),
+                sandbox_id: String::new(),
+                cgroup: String::new(),
+                conditions: Vec::new(),
+                init_container_statuses: Vec::new(),
+                container_statuses: Vec::new(),
+            },
+            finished: true,
+        }
+    }
+
+    /// Saved, loaded back whole; a file truncated or altered is reported with its path,
+    /// set aside and not replayed; a later save writes a good one again.
+    #[test]
+    fn statuses_survive_a_restart_and_a_bad_file_is_set_aside() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut o = Outbox::new(dir.path());
+        assert!(o.load().is_empty(), "no file: nothing");
+        let saved = vec![pending("u1"), pending("u2")];
+        o.save(&saved).expect("saved");
+        assert_eq!(Outbox::new(dir.path()).load(), saved);
+        let path = dir.path().join(OUTBOX_FILE);
+        let text = std::fs::read_to_string(&path).expect("file");
+        // Truncated.
+        std::fs::write(&path, &text[..text.len() / 2]).expect("write");
+        let e = decode(&path, &text[..text.len() / 2]).expect_err("truncated");
+        assert!(e.to_string().contains(OUTBOX_FILE), "{e}");
+        assert!(Outbox::new(dir.path()).load().is_empty());
+        assert!(!path.exists() && path.with_extension("corrupt").exists());
+        // Altered: the sum says so.
+        let altered = text.replace("u2", "u3");
+        let e = decode(&path, &altered).expect_err("altered");
+        assert!(matches!(e, OutboxError::Checksum { .. }), "{e}");
+        std::fs::write(&path, altered).expect("write");
+        assert!(Outbox::new(dir.path()).load().is_empty());
+        let mut o = Outbox::new(dir.path());
+        o.save(&saved[..1]).expect("saved again");
+        assert_eq!(Outbox::new(dir.path()).load(), saved[..1]);
+    }
+}
