@@ -147,6 +147,8 @@ struct Store {
     uid_seq: u64,
     /// Writes to interfere with: (path fragment, how many more).
     interfere: Vec<(String, u32)>,
+    /// Writes to fail: (path fragment, the fault, how many more).
+    faults: Vec<(String, Fault, u32)>,
     /// How long every answer (but a watch's) is held back: a slow server.
     delay: Duration,
     /// Service-account tokens issued, in order.
@@ -378,6 +380,14 @@ impl FakeApi {
     /// Holds every later answer (watches excepted) back by `delay`: a slow server.
     pub fn set_delay(&self, delay: Duration) {
         lock(&self.state).delay = delay;
+    }
+
+    /// The next `n` writes (POST, PUT, PATCH, DELETE) whose path contains `fragment` meet
+    /// `fault` instead of being done.
+    pub fn fail_writes(&self, fragment: &str, fault: Fault, n: u32) {
+        lock(&self.state)
+            .faults
+            .push((fragment.to_owned(), fault, n));
     }
 
     pub fn interfere(&self, fragment: &str, n: u32) {
@@ -644,6 +654,29 @@ async fn respond(conn: &mut TcpStream, code: u16, body: &Value) -> bool {
         body.len()
     );
     conn.write_all(resp.as_bytes()).await.is_ok()
+}
+
+/// How a write fails ([`FakeApi::fail_writes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Answered with this status (409 Conflict, 500 InternalError...), nothing done.
+    Status(u16),
+    /// 429 TooManyRequests with `Retry-After: secs`, nothing done.
+    TooMany { retry_after: u32 },
+    /// The connection closed with no answer, nothing done.
+    Close,
+}
+
+fn take_fault(st: &mut Store, method: &str, path: &str) -> Option<Fault> {
+    if !matches!(method, "POST" | "PUT" | "PATCH" | "DELETE") {
+        return None;
+    }
+    let i = st
+        .faults
+        .iter()
+        .position(|(fragment, _, left)| *left > 0 && path.contains(fragment.as_str()))?;
+    st.faults[i].2 -= 1;
+    Some(st.faults[i].1)
 }
 
 /// Where a path points: the kind, namespace, name, and whether it is the `status` subresource.
@@ -1483,6 +1516,40 @@ async fn serve(mut conn: TcpStream, state: Arc<Mutex<Store>>) {
             }
             let _ = conn.write_all(b"0\r\n\r\n").await;
             return;
+        }
+        let fault = take_fault(&mut lock(&state), &method, &path);
+        match fault {
+            Some(Fault::Close) => {
+                log(&mut lock(&state), 0);
+                return;
+            }
+            Some(Fault::Status(code)) => {
+                log(&mut lock(&state), code);
+                let reason = match code {
+                    409 => "Conflict",
+                    500 => "InternalError",
+                    503 => "ServiceUnavailable",
+                    _ => "Unknown",
+                };
+                let body = status_body(code, reason, "injected by the test");
+                if !respond(&mut conn, code, &body).await {
+                    return;
+                }
+                continue;
+            }
+            Some(Fault::TooMany { retry_after }) => {
+                log(&mut lock(&state), 429);
+                let body = status_body(429, "TooManyRequests", "injected by the test").to_string();
+                let resp = format!(
+                    "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: {retry_after}\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                if conn.write_all(resp.as_bytes()).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+            None => {}
         }
         let (code, answer) = {
             let mut st = lock(&state);

@@ -5,6 +5,7 @@
 
 use std::{
     collections::BTreeMap,
+    path::Path,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -20,7 +21,7 @@ use enforcer::{
 };
 use enforcer_tests::{
     containerd::Containerd,
-    fake_api::{FakeApi, Kind},
+    fake_api::{FakeApi, Fault, Kind},
     layout,
     node::{Node, status_file, wait_until},
 };
@@ -440,21 +441,30 @@ async fn cluster_mode_registers_the_node_renews_its_lease_and_pushes_pressure() 
     cluster.stop().await;
 }
 
-/// Another writer changes the pod between the node's GET and its status update: the 409 is
-/// retried on a fresh GET and the status lands; the other writer's change is kept.
+/// kubelet's `PatchPodStatus` against an API server that misbehaves: another writer changes
+/// the pod between the node's GET and its write (no conflict: the patch names only what the
+/// node changes, with the uid as precondition), then the writes meet a 409, a 429 with
+/// `Retry-After`, a 500 and a connection closed with no answer, each retried, and the status
+/// lands once; the other writers' label and condition are kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pod_status_conflicts_are_retried_on_a_fresh_get() {
+async fn pod_status_survives_conflicts_throttling_errors_and_closed_connections() {
     let fake = FakeApi::start().await;
-    fake.put_pod(node_pod(
-        "web",
-        "uid-web",
-        "n-conflict",
-        json!({}),
-        "sleep 1",
-    ));
+    let mut pod = node_pod("web", "uid-web", "n-conflict", json!({}), "sleep 1");
+    pod["status"] = json!({"phase": "Pending", "conditions": [
+        {"type": "example.com/gate", "status": "True"}
+    ]});
+    fake.put_pod(pod);
     let cluster = ClusterMode::start(&fake, "n-conflict");
     let status = cluster.status.clone();
-    fake.interfere("/pods/web/status", 2);
+    fake.interfere("/pods/web/status", 1);
+    for fault in [
+        Fault::Status(409),
+        Fault::TooMany { retry_after: 1 },
+        Fault::Status(500),
+        Fault::Close,
+    ] {
+        fake.fail_writes("/pods/web/status", fault, 1);
+    }
     status.set(enforcer::status_manager::PodRecord {
         uid: "uid-web".to_owned(),
         name: "web".to_owned(),
@@ -472,24 +482,44 @@ async fn pod_status_conflicts_are_retried_on_a_fresh_get() {
         init_container_statuses: vec![],
         container_statuses: vec![],
     });
-    wait_until("the status delivered", Duration::from_secs(20), || {
+    wait_until("the status delivered", Duration::from_secs(30), || {
         api_phase(&fake, "web").as_deref() == Some("Running")
     })
     .await;
-    let puts: Vec<u16> = fake
-        .writes("/pods/web/status")
-        .iter()
-        .map(|r| r.status)
-        .collect();
+    let writes = fake.writes("/pods/web/status");
+    let codes: Vec<u16> = writes.iter().map(|r| r.status).collect();
+    eprintln!("the status writes met: {codes:?} (0: the connection closed unanswered)");
     assert_eq!(
-        puts,
-        [409, 409, 200],
-        "two conflicts, then a fresh GET wins"
+        codes,
+        [409, 429, 500, 0, 200],
+        "each fault retried, then one write"
     );
+    for w in &writes {
+        assert_eq!(w.method, "PATCH");
+        assert!(
+            w.content_type
+                .starts_with("application/strategic-merge-patch+json"),
+            "{}",
+            w.content_type
+        );
+        let body = w.body.as_ref().expect("a body");
+        assert_eq!(
+            body["metadata"]["uid"], "uid-web",
+            "the uid precondition: {body}"
+        );
+    }
     let pod = fake.get(Kind::Pod, "default", "web").expect("pod");
     assert!(
         pod["metadata"]["labels"]["fake/interference"].is_string(),
         "the other writer's change is kept: {pod}"
+    );
+    assert!(
+        condition(&pod, "example.com/gate").is_some_and(|c| c["status"] == "True"),
+        "the other writer's condition is kept: {pod}"
+    );
+    assert_eq!(
+        condition(&pod, "Ready").map(|c| c["status"].clone()),
+        Some(json!("True"))
     );
     cluster.stop().await;
 }
@@ -849,6 +879,80 @@ async fn eviction_reaches_the_api_within_a_second() {
         );
     }
     drop(node.shutdown().await);
+}
+
+/// The daemon stopped while its eviction's status could not reach the API server (gone):
+/// the `Failed` / `Evicted` status waits in the state directory's outbox (kubelet's checkpoint
+/// form), and the next run sends it first, once the server answers; then the outbox is empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_status_survives_a_restart_of_the_daemon() {
+    let args = ConfigArgs {
+        kube_reserved: vec!["memory=724Mi".to_owned()],
+        eviction_hard: vec!["memory.available<250Mi".to_owned()],
+        enforce_node_allocatable: Some("pods".to_owned()),
+        ..ConfigArgs::default()
+    };
+    let (_serial, fake, mut node) =
+        cluster_test("cl-restart", "cl-restart-node", args, false).await;
+    run_api_pod(
+        &fake,
+        "cl-restart-node",
+        "hog",
+        "cl-uid-rhog",
+        json!({"terminationGracePeriodSeconds": 1}),
+        "sleep 2; (i=0; while [ $i -lt 20 ]; do head -c 12582912 /dev/zero; i=$((i+1)); sleep 0.5; done; sleep 3600) | tail -c 240m >/dev/null; sleep 3600",
+    )
+    .await;
+    fake.stop().await;
+    let state = node.state.clone();
+    wait_until(
+        "the hog evicted on the node",
+        Duration::from_secs(90),
+        || {
+            status_file(&state)
+                .pods
+                .iter()
+                .any(|p| p.name == "hog" && p.reason == "Evicted")
+        },
+    )
+    .await;
+    node.stop_daemon().await;
+    let outbox = std::fs::read_to_string(state.join(enforcer::cluster::outbox::OUTBOX_FILE))
+        .expect("the outbox");
+    let pending = enforcer::cluster::outbox::decode(Path::new("outbox"), &outbox).expect("decodes");
+    eprintln!("the outbox as the daemon stopped: {pending:?}");
+    assert!(
+        pending
+            .iter()
+            .any(|p| p.record.uid == "cl-uid-rhog" && p.record.reason == "Evicted"),
+        "{pending:?}"
+    );
+    assert_ne!(api_reason(&fake, "hog").as_deref(), Some("Evicted"));
+    fake.restart().await;
+    node.restart().await;
+    wait_until(
+        "the eviction's status delivered after the restart",
+        Duration::from_secs(60),
+        || api_reason(&fake, "hog").as_deref() == Some("Evicted"),
+    )
+    .await;
+    let pod = fake.get(Kind::Pod, "default", "hog").expect("pod");
+    assert_eq!(pod["status"]["phase"], "Failed", "{pod}");
+    let dt = condition(&pod, "DisruptionTarget").expect("DisruptionTarget");
+    assert_eq!(dt["reason"], "TerminationByKubelet");
+    wait_until("the outbox emptied", Duration::from_secs(30), || {
+        std::fs::read_to_string(state.join(enforcer::cluster::outbox::OUTBOX_FILE))
+            .ok()
+            .and_then(|t| enforcer::cluster::outbox::decode(Path::new("outbox"), &t).ok())
+            .is_some_and(|p| p.iter().all(|p| p.record.uid != "cl-uid-rhog"))
+    })
+    .await;
+    drop(node.shutdown().await);
+}
+
+fn api_reason(fake: &FakeApi, name: &str) -> Option<String> {
+    fake.get(Kind::Pod, "default", name)
+        .and_then(|p| p["status"]["reason"].as_str().map(str::to_owned))
 }
 
 /// The API server gone for 30 s: the node carries on, the pod's final status is kept and
