@@ -158,23 +158,13 @@ mod tests {
 
     fn pending(uid: &str) -> Pending {
         Pending {
-            record: PodRecord {
-                uid: uid.to_owned(),
-                name: "web".to_owned(),
-                namespace: "default".to_owned(),
-                source: "api".to_owned(),
-                phase: crate::status_manager::PodPhase::Failed,
-                reason: "Evicted".to_owned(),
-                message: "The node was low on resource: memory. ".to_owned(),
-                qos_class: "Burstable".to_owned(),
-                start_time: String::new(),
-                pod_ips: Vec::new(),
-                sandbox_id: String::new(),
-                cgroup: String::new(),
-                conditions: Vec::new(),
-                init_container_statuses: Vec::new(),
-                container_statuses: Vec::new(),
-            },
+            record: serde_json::from_value(serde_json::json!({
+                "uid": uid, "name": "web", "namespace": "default", "source": "api",
+                "phase": "Failed", "reason": "Evicted",
+                "message": "The node was low on resource: memory. ", "qosClass": "Burstable",
+                "conditions": [], "initContainerStatuses": [], "containerStatuses": []
+            }))
+            .expect("a record"),
             finished: true,
         }
     }

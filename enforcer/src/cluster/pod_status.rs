@@ -527,6 +527,117 @@ fn save_outbox(
 /// created yet) are tried again; delivered ones are not read back.
 const RESYNC: Duration = Duration::from_secs(10);
 
+impl Entry {
+    fn new(rec: PodRecord, finished: bool, replayed: bool) -> Self {
+        Self {
+            rec,
+            finished,
+            delivered: None,
+            failures: 0,
+            retry_at: None,
+            host_network: false,
+            replayed,
+        }
+    }
+}
+
+/// Folds the records into the entries: the final status of each removed API pod (a static
+/// pod's entry goes: its mirror reports no terminal phase), the newest status of each live one.
+fn fold_records(
+    entries: &mut BTreeMap<String, Entry>,
+    removed: Vec<PodRecord>,
+    mut live: HashMap<String, PodRecord>,
+    static_uids: &mut std::collections::BTreeSet<String>,
+) {
+    for rec in removed {
+        if static_uids.remove(&rec.uid) {
+            entries.remove(&rec.uid);
+            continue;
+        }
+        if rec.source != API_SOURCE || live.contains_key(&rec.uid) {
+            continue;
+        }
+        let rec = finished(rec);
+        let e = entries
+            .entry(rec.uid.clone())
+            .or_insert_with(|| Entry::new(rec.clone(), true, false));
+        e.rec = rec;
+        e.finished = true;
+        // A held phase's wait ends: the final status goes now.
+        if e.failures == 0 {
+            e.retry_at = None;
+        }
+    }
+    for (uid, rec) in live.drain() {
+        let e = entries
+            .entry(uid)
+            .or_insert_with(|| Entry::new(rec.clone(), false, false));
+        if !e.finished && e.rec != rec {
+            e.rec = rec;
+            if e.failures == 0 {
+                e.retry_at = None;
+            }
+        }
+    }
+}
+
+/// Syncs every entry that is due (not delivered, final, its retry time come); the ones gone
+/// from the API are forgotten. When the next retry is due.
+async fn sync_due<A: ClusterApi>(
+    api: &A,
+    entries: &mut BTreeMap<String, Entry>,
+    host_ip: Option<&str>,
+) -> Option<tokio::time::Instant> {
+    let now = tokio::time::Instant::now();
+    let mut next_retry: Option<tokio::time::Instant> = None;
+    let mut retry_at = |e: &mut Entry, at: tokio::time::Instant| {
+        e.retry_at = Some(at);
+        next_retry = Some(next_retry.map_or(at, |n| n.min(at)));
+    };
+    let mut gone = Vec::new();
+    for (uid, e) in entries.iter_mut() {
+        if e.delivered.as_ref() == Some(&e.rec) && !e.finished {
+            continue;
+        }
+        if let Some(at) = e.retry_at
+            && at > now
+        {
+            retry_at(e, at);
+            continue;
+        }
+        match sync_one(api, e, host_ip).await {
+            Ok(Synced::Gone) => gone.push(uid.clone()),
+            Ok(Synced::Held) => {
+                // Synced again at the resync, or at once when the record changes or the
+                // pod's worker ends.
+                tracing::debug!(uid = %uid, "pod status phase held back while its containers could run");
+                e.delivered = None;
+                retry_at(e, tokio::time::Instant::now() + RESYNC);
+            }
+            Ok(Synced::Current) => {
+                if e.failures > 0 {
+                    tracing::info!(uid = %uid, "pod status delivered again");
+                }
+                e.delivered = Some(e.rec.clone());
+                e.failures = 0;
+                e.retry_at = None;
+                e.replayed = false;
+            }
+            Err(err) => {
+                e.failures = e.failures.saturating_add(1);
+                if e.failures == 1 {
+                    tracing::warn!(uid = %uid, error = %err, "writing the pod status failed; kept and retried");
+                }
+                retry_at(e, tokio::time::Instant::now() + backoff(e.failures));
+            }
+        }
+    }
+    for uid in gone {
+        entries.remove(&uid);
+    }
+    next_retry
+}
+
 /// Writes the status of the API-server source's pods, and of the static pods (`link`: the
 /// pod loop's active pods) to their mirror pods, until cancelled.
 pub async fn run<A: ClusterApi>(
@@ -539,23 +650,15 @@ pub async fn run<A: ClusterApi>(
     let changed = status.subscribe();
     let mut static_uids: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     status.track_removed();
-    let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
     // What the last run left undelivered goes first; kept until delivered, whatever the pod
     // loop knows of the pod yet.
-    for p in outbox.as_mut().map(Outbox::load).unwrap_or_default() {
-        entries.insert(
-            p.record.uid.clone(),
-            Entry {
-                rec: p.record,
-                finished: p.finished,
-                delivered: None,
-                failures: 0,
-                retry_at: None,
-                host_network: false,
-                replayed: true,
-            },
-        );
-    }
+    let mut entries: BTreeMap<String, Entry> = outbox
+        .as_mut()
+        .map(Outbox::load)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|p| (p.record.uid.clone(), Entry::new(p.record, p.finished, true)))
+        .collect();
     let mut outbox_failing = false;
     let mut resync = tokio::time::interval_at(tokio::time::Instant::now() + RESYNC, RESYNC);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -564,7 +667,6 @@ pub async fn run<A: ClusterApi>(
         // The final status of pods that terminated, taken before the snapshot: a pod removed
         // between the two would be in neither (its final status and DELETE lost).
         let removed = status.take_removed();
-        // The newest status of every API pod; the final one of pods that terminated.
         if let Some(link) = &link {
             static_uids.extend(
                 link.active()
@@ -573,57 +675,15 @@ pub async fn run<A: ClusterApi>(
                     .map(|(uid, _)| uid.clone()),
             );
         }
-        let (_, file) = status.snapshot();
-        let mut live: HashMap<String, PodRecord> = file
+        let live: HashMap<String, PodRecord> = status
+            .snapshot()
+            .1
             .pods
             .into_iter()
             .filter(|r| r.source == API_SOURCE || static_uids.contains(&r.uid))
             .map(|r| (r.uid.clone(), r))
             .collect();
-        for rec in removed {
-            // A static pod that ended: its mirror goes (kubelet reports no terminal phase
-            // for static pods).
-            if static_uids.remove(&rec.uid) {
-                entries.remove(&rec.uid);
-                continue;
-            }
-            if rec.source != API_SOURCE || live.contains_key(&rec.uid) {
-                continue;
-            }
-            let rec = finished(rec);
-            let e = entries.entry(rec.uid.clone()).or_insert_with(|| Entry {
-                rec: rec.clone(),
-                finished: true,
-                delivered: None,
-                failures: 0,
-                retry_at: None,
-                host_network: false,
-                replayed: false,
-            });
-            e.rec = rec;
-            e.finished = true;
-            // A held phase's wait ends: the final status goes now.
-            if e.failures == 0 {
-                e.retry_at = None;
-            }
-        }
-        for (uid, rec) in live.drain() {
-            let e = entries.entry(uid).or_insert_with(|| Entry {
-                rec: rec.clone(),
-                finished: false,
-                delivered: None,
-                failures: 0,
-                retry_at: None,
-                host_network: false,
-                replayed: false,
-            });
-            if !e.finished && e.rec != rec {
-                e.rec = rec;
-                if e.failures == 0 {
-                    e.retry_at = None;
-                }
-            }
-        }
+        fold_records(&mut entries, removed, live, &mut static_uids);
         // At the resync, kubelet's `needsReconcile`: a delivered status the API's copy no
         // longer carries (another writer changed it) is synced again.
         if std::mem::take(&mut reconcile) {
@@ -639,53 +699,7 @@ pub async fn run<A: ClusterApi>(
                 }
             }
         }
-        let now = tokio::time::Instant::now();
-        let mut next_retry: Option<tokio::time::Instant> = None;
-        let mut gone = Vec::new();
-        for (uid, e) in &mut entries {
-            if e.delivered.as_ref() == Some(&e.rec) && !e.finished {
-                continue;
-            }
-            if let Some(at) = e.retry_at
-                && at > now
-            {
-                next_retry = Some(next_retry.map_or(at, |n| n.min(at)));
-                continue;
-            }
-            match sync_one(api.as_ref(), e, host_ip.as_deref()).await {
-                Ok(Synced::Gone) => gone.push(uid.clone()),
-                Ok(Synced::Held) => {
-                    // Synced again at the resync, or at once when the record changes or
-                    // the pod's worker ends.
-                    tracing::debug!(uid = %uid, "pod status phase held back while its containers could run");
-                    e.delivered = None;
-                    let at = tokio::time::Instant::now() + RESYNC;
-                    e.retry_at = Some(at);
-                    next_retry = Some(next_retry.map_or(at, |n| n.min(at)));
-                }
-                Ok(Synced::Current) => {
-                    if e.failures > 0 {
-                        tracing::info!(uid = %uid, "pod status delivered again");
-                    }
-                    e.delivered = Some(e.rec.clone());
-                    e.failures = 0;
-                    e.retry_at = None;
-                    e.replayed = false;
-                }
-                Err(err) => {
-                    e.failures = e.failures.saturating_add(1);
-                    if e.failures == 1 {
-                        tracing::warn!(uid = %uid, error = %err, "writing the pod status failed; kept and retried");
-                    }
-                    let at = tokio::time::Instant::now() + backoff(e.failures);
-                    e.retry_at = Some(at);
-                    next_retry = Some(next_retry.map_or(at, |n| n.min(at)));
-                }
-            }
-        }
-        for uid in gone {
-            entries.remove(&uid);
-        }
+        let next_retry = sync_due(api.as_ref(), &mut entries, host_ip.as_deref()).await;
         // Pods no longer known anywhere (deleted from the source before they ran).
         let known = status.snapshot().1;
         entries

@@ -111,6 +111,26 @@ pub(crate) fn blank_record(pod: &Pod, uid: &str, source: &str, phase: PodPhase) 
 mod tests {
     use super::*;
 
+    /// The pod's one container, ready, in `state`.
+    fn app_container(
+        state: status_manager::ContainerState,
+        started: bool,
+    ) -> status_manager::ContainerRecord {
+        status_manager::ContainerRecord {
+            name: "app".to_owned(),
+            container_id: "containerd://abc".to_owned(),
+            image: "busybox:local".to_owned(),
+            image_id: String::new(),
+            ready: true,
+            started: Some(started),
+            restart_count: 0,
+            state,
+            last_state: None,
+            oom_score_adj: None,
+            oom_score_adj_decided: None,
+        }
+    }
+
     /// kubelet's evicted pod status: Failed/Evicted with the message, the containers'
     /// terminated states kept (not emptied), nothing ready, and DisruptionTarget.
     #[test]
@@ -141,19 +161,7 @@ mod tests {
                 status_manager::Condition::new("ContainersReady", true),
                 status_manager::Condition::new("PodScheduled", true),
             ],
-            container_statuses: vec![status_manager::ContainerRecord {
-                name: "app".to_owned(),
-                container_id: "containerd://abc".to_owned(),
-                image: "busybox:local".to_owned(),
-                image_id: String::new(),
-                ready: true,
-                started: Some(false),
-                restart_count: 0,
-                state: terminated.clone(),
-                last_state: None,
-                oom_score_adj: None,
-                oom_score_adj_decided: None,
-            }],
+            container_statuses: vec![app_container(terminated.clone(), false)],
             ..blank_record(&pod, "u1", "f.yaml", PodPhase::Running)
         };
         let local = evicted_status(evicted.clone(), Some(last.clone()), false);
@@ -223,19 +231,7 @@ mod tests {
         };
         let last = PodRecord {
             phase: PodPhase::Terminating,
-            container_statuses: vec![status_manager::ContainerRecord {
-                name: "app".to_owned(),
-                container_id: "containerd://abc".to_owned(),
-                image: "busybox:local".to_owned(),
-                image_id: String::new(),
-                ready: true,
-                started: Some(true),
-                restart_count: 0,
-                state: running.clone(),
-                last_state: None,
-                oom_score_adj: None,
-                oom_score_adj_decided: None,
-            }],
+            container_statuses: vec![app_container(running.clone(), true)],
             ..blank_record(&pod, "u1", "api", PodPhase::Running)
         };
         let rec = evicted_status(evicted.clone(), Some(last), true);
