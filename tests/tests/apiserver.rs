@@ -23,7 +23,7 @@ use enforcer_tests::{
     containerd::Containerd,
     fake_api::{FakeApi, Fault, Kind},
     layout,
-    node::{Node, status_file, wait_until},
+    node::{Node, Tmpfs, status_file, wait_until},
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -953,6 +953,87 @@ async fn an_eviction_status_survives_a_restart_of_the_daemon() {
 fn api_reason(fake: &FakeApi, name: &str) -> Option<String> {
     fake.get(Kind::Pod, "default", name)
         .and_then(|p| p["status"]["reason"].as_str().map(str::to_owned))
+}
+
+/// The state directory full, then freed: the daemon keeps running, the pod's final status
+/// reaches the API server (nothing of it waits on the disk), and the status file is current
+/// once there is room again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_state_directory_loses_no_status() {
+    let serial = SERIAL.lock().await;
+    let fake = FakeApi::start().await;
+    let cd = Containerd::start("cl-full");
+    let kubeconfig = fake.kubeconfig(&cd.dir);
+    // Not `state`: that is containerd's own.
+    let state = cd.dir.join("enforcer-state");
+    let tmpfs = Tmpfs::mount(&state, "size=4m");
+    let args = ConfigArgs {
+        hostname_override: Some("cl-full-node".to_owned()),
+        node_capacity: vec!["memory=1Gi".to_owned()],
+        eviction_hard: vec!["memory.available<100Mi".to_owned()],
+        ..ConfigArgs::default()
+    };
+    let node = Node::start_in_cluster(cd, args, Some(state.clone()), Some(kubeconfig), false);
+    run_api_pod(
+        &fake,
+        "cl-full-node",
+        "job",
+        "cl-uid-full",
+        json!({"restartPolicy": "Never"}),
+        "sleep 5; exit 3",
+    )
+    .await;
+    let running_on_disk = || {
+        status_file(&state)
+            .pods
+            .iter()
+            .any(|p| p.name == "job" && p.phase == "Running")
+    };
+    wait_until(
+        "Running in the status file",
+        Duration::from_secs(10),
+        running_on_disk,
+    )
+    .await;
+    // Fill what is left of the state directory's filesystem.
+    let filler = state.join("filler");
+    {
+        use std::io::Write as _;
+        let mut f = std::fs::File::create(&filler).expect("filler");
+        for size in [64 << 10, 4 << 10, 1] {
+            let block = vec![0u8; size];
+            while f.write_all(&block).is_ok() {}
+        }
+        let _ = f.sync_all();
+    }
+    wait_until("Failed in the API", Duration::from_secs(60), || {
+        api_phase(&fake, "job").as_deref() == Some("Failed")
+    })
+    .await;
+    // (The file may have been written meanwhile: the pod's own logs in the state directory
+    // are removed as it ends, which frees some room.)
+    eprintln!(
+        "the state directory full: Failed in the API; the status file still Running: {}",
+        running_on_disk()
+    );
+    std::fs::remove_file(&filler).expect("free the disk");
+    // Room again: the file is written with the node's state (the pod ended, and forgotten
+    // once the API has it terminal).
+    wait_until(
+        "the status file written again",
+        Duration::from_secs(30),
+        || !running_on_disk(),
+    )
+    .await;
+    let pod = fake.get(Kind::Pod, "default", "job").expect("pod");
+    assert_eq!(
+        pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 3,
+        "{pod}"
+    );
+    let cd = node.shutdown().await;
+    drop(tmpfs);
+    drop(cd);
+    drop(serial);
 }
 
 /// The API server gone for 30 s: the node carries on, the pod's final status is kept and
