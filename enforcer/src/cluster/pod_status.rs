@@ -289,19 +289,42 @@ pub fn merge(
         new.reason = old.reason.clone();
         new.message = old.message.clone();
     }
-    if is_terminal(new.phase.as_deref()) {
-        for c in new.conditions.iter_mut().flatten() {
-            if (c.type_ == "Ready" || c.type_ == "ContainersReady") && c.status == "True" {
-                c.status = "False".to_owned();
-                c.reason = Some(
-                    if new.phase.as_deref() == Some("Succeeded") {
-                        "PodCompleted"
-                    } else {
-                        "PodFailed"
-                    }
-                    .to_owned(),
-                );
-                c.last_transition_time = Some(now.clone());
+    // kubelet: a terminal pod with Ready or ContainersReady true gets both false (reason
+    // PodFailed / PodCompleted), ContainersReady then Ready, each replaced in place or
+    // appended (`UpdatePodCondition`).
+    let ready_true = |s: &PodStatus, t: &str| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == t && c.status == "True")
+    };
+    if is_terminal(new.phase.as_deref())
+        && (ready_true(&new, "Ready") || ready_true(&new, "ContainersReady"))
+    {
+        let reason = if new.phase.as_deref() == Some("Succeeded") {
+            "PodCompleted"
+        } else {
+            "PodFailed"
+        };
+        let conditions = new.conditions.get_or_insert_with(Vec::new);
+        for t in ["ContainersReady", "Ready"] {
+            let c = PodCondition {
+                type_: t.to_owned(),
+                status: "False".to_owned(),
+                reason: Some(reason.to_owned()),
+                last_transition_time: Some(now.clone()),
+                ..PodCondition::default()
+            };
+            match conditions.iter_mut().find(|o| o.type_ == t) {
+                // Replaced, its transition time kept when its status holds.
+                Some(o) => {
+                    let kept = (o.status == c.status).then(|| o.last_transition_time.clone());
+                    *o = PodCondition {
+                        last_transition_time: kept.flatten().or(c.last_transition_time.clone()),
+                        ..c
+                    };
+                }
+                None => conditions.push(c),
             }
         }
     }

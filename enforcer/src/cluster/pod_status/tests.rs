@@ -230,6 +230,257 @@ fn finished_pods_get_kubelets_terminal_phase() {
     ));
 }
 
+/// kubelet's `TestMergePodStatus` (`pkg/kubelet/status/status_manager_test.go`), every row:
+/// `mergePodStatus(old, new, couldHaveRunningContainers)` from its `getPodStatus()` base
+/// (Running, Ready and PodScheduled true, message "Message"), conditions compared as its
+/// `conditionsEqual` does (by type: status and reason, in any order).
+#[test]
+fn kubelets_merge_pod_status_table() {
+    fn cond(t: &str, status: &str, reason: Option<&str>) -> PodCondition {
+        PodCondition {
+            type_: t.to_owned(),
+            status: status.to_owned(),
+            reason: reason.map(str::to_owned),
+            ..PodCondition::default()
+        }
+    }
+    fn base() -> PodStatus {
+        PodStatus {
+            phase: Some("Running".to_owned()),
+            conditions: Some(vec![
+                cond("Ready", "True", None),
+                cond("PodScheduled", "True", None),
+            ]),
+            message: Some("Message".to_owned()),
+            ..PodStatus::default()
+        }
+    }
+    let with = |f: &dyn Fn(&mut PodStatus)| {
+        let mut s = base();
+        f(&mut s);
+        s
+    };
+    let add = |c: PodCondition| {
+        move |s: &mut PodStatus| s.conditions.get_or_insert_with(Vec::new).push(c.clone())
+    };
+    let dt = |reason: &str| cond("DisruptionTarget", "True", Some(reason));
+    let failed = |s: &mut PodStatus| s.phase = Some("Failed".to_owned());
+    let not_ready = |s: &mut PodStatus| {
+        for c in s.conditions.iter_mut().flatten() {
+            if c.type_ == "Ready" {
+                c.status = "False".to_owned();
+            }
+        }
+    };
+    let both = |a: &dyn Fn(&mut PodStatus), b: &dyn Fn(&mut PodStatus)| {
+        with(&|s: &mut PodStatus| {
+            a(s);
+            b(s);
+        })
+    };
+    let feature = cond("example.com/feature", "True", None);
+    let evicting = |s: &mut PodStatus| {
+        s.phase = Some("Failed".to_owned());
+        s.reason = Some("Evicted".to_owned());
+        s.message = Some("Was Evicted".to_owned());
+    };
+    let unknown = |s: &mut PodStatus| s.reason = Some("Unknown".to_owned());
+    let ready_false_failed = [
+        cond("Ready", "False", Some("PodFailed")),
+        cond("ContainersReady", "False", Some("PodFailed")),
+        cond("PodScheduled", "True", None),
+    ];
+    // (name, couldHaveRunningContainers, old, new, expected phase, reason, message, conditions)
+    type Row = (
+        &'static str,
+        bool,
+        PodStatus,
+        PodStatus,
+        &'static str,
+        Option<&'static str>,
+        &'static str,
+        Vec<PodCondition>,
+    );
+    let rows: Vec<Row> = vec![
+        (
+            "no change",
+            false,
+            base(),
+            base(),
+            "Running",
+            None,
+            "Message",
+            base().conditions.unwrap_or_default(),
+        ),
+        (
+            "add DisruptionTarget condition when transitioning into failed phase",
+            false,
+            base(),
+            both(&failed, &add(dt("TerminationByKubelet"))),
+            "Failed",
+            None,
+            "Message",
+            [
+                ready_false_failed.to_vec(),
+                vec![dt("TerminationByKubelet")],
+            ]
+            .concat(),
+        ),
+        (
+            "don't add DisruptionTarget condition when transitioning into failed phase, but there might still be running containers",
+            true,
+            base(),
+            both(&failed, &add(dt("TerminationByKubelet"))),
+            "Running",
+            None,
+            "Message",
+            base().conditions.unwrap_or_default(),
+        ),
+        (
+            "preserve DisruptionTarget condition",
+            false,
+            with(&add(dt("TerminationByKubelet"))),
+            base(),
+            "Running",
+            None,
+            "Message",
+            [
+                base().conditions.unwrap_or_default(),
+                vec![dt("TerminationByKubelet")],
+            ]
+            .concat(),
+        ),
+        (
+            "override DisruptionTarget condition",
+            false,
+            with(&add(dt("EvictedByEvictionAPI"))),
+            both(&failed, &add(dt("TerminationByKubelet"))),
+            "Failed",
+            None,
+            "Message",
+            [
+                ready_false_failed.to_vec(),
+                vec![dt("TerminationByKubelet")],
+            ]
+            .concat(),
+        ),
+        (
+            "don't override DisruptionTarget condition when remaining in running phase",
+            false,
+            with(&add(dt("EvictedByEvictionAPI"))),
+            with(&add(dt("TerminationByKubelet"))),
+            "Running",
+            None,
+            "Message",
+            [
+                base().conditions.unwrap_or_default(),
+                vec![dt("EvictedByEvictionAPI")],
+            ]
+            .concat(),
+        ),
+        (
+            "don't override DisruptionTarget condition when transitioning to failed phase but there might still be running containers",
+            true,
+            with(&add(dt("EvictedByEvictionAPI"))),
+            both(&failed, &add(dt("TerminationByKubelet"))),
+            "Running",
+            None,
+            "Message",
+            [
+                base().conditions.unwrap_or_default(),
+                vec![dt("EvictedByEvictionAPI")],
+            ]
+            .concat(),
+        ),
+        (
+            "readiness changes",
+            false,
+            base(),
+            with(&not_ready),
+            "Running",
+            None,
+            "Message",
+            vec![
+                cond("Ready", "False", None),
+                cond("PodScheduled", "True", None),
+            ],
+        ),
+        (
+            "additional pod condition",
+            false,
+            with(&add(feature.clone())),
+            base(),
+            "Running",
+            None,
+            "Message",
+            [base().conditions.unwrap_or_default(), vec![feature.clone()]].concat(),
+        ),
+        (
+            "additional pod condition and readiness changes",
+            false,
+            with(&add(feature.clone())),
+            with(&not_ready),
+            "Running",
+            None,
+            "Message",
+            vec![
+                cond("Ready", "False", None),
+                cond("PodScheduled", "True", None),
+                feature.clone(),
+            ],
+        ),
+        (
+            "additional pod condition changes",
+            false,
+            with(&add(feature.clone())),
+            with(&add(cond("example.com/feature", "False", None))),
+            "Running",
+            None,
+            "Message",
+            [base().conditions.unwrap_or_default(), vec![feature.clone()]].concat(),
+        ),
+        (
+            "phase is transitioning to failed and no containers running",
+            false,
+            with(&unknown),
+            with(&evicting),
+            "Failed",
+            Some("Evicted"),
+            "Was Evicted",
+            ready_false_failed.to_vec(),
+        ),
+        (
+            "phase is transitioning to failed and containers running",
+            true,
+            with(&unknown),
+            with(&evicting),
+            "Running",
+            Some("Unknown"),
+            "Message",
+            base().conditions.unwrap_or_default(),
+        ),
+    ];
+    let key = |c: &[PodCondition]| {
+        let mut v: Vec<(String, String, Option<String>)> = c
+            .iter()
+            .map(|c| (c.type_.clone(), c.status.clone(), c.reason.clone()))
+            .collect();
+        v.sort();
+        v
+    };
+    for (name, running, old, new, phase, reason, message, conditions) in rows {
+        let got = merge(&old, new, running, &t(100));
+        assert_eq!(got.phase.as_deref(), Some(phase), "{name}");
+        assert_eq!(got.reason.as_deref(), reason, "{name}");
+        assert_eq!(got.message.as_deref(), Some(message), "{name}");
+        assert_eq!(
+            key(&got.conditions.unwrap_or_default()),
+            key(&conditions),
+            "{name}"
+        );
+    }
+}
+
 fn api_pod(uid: &str) -> Pod {
     serde_json::from_value(serde_json::json!({
         "metadata": {"name": "web", "namespace": "default", "uid": uid, "resourceVersion": "1"},
