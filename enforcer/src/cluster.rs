@@ -24,7 +24,6 @@ pub mod lease;
 pub mod limiter;
 pub mod mirror;
 pub mod node_status;
-pub mod outbox;
 pub mod pod_status;
 pub mod strategic;
 
@@ -413,7 +412,7 @@ pub struct ClusterOptions {
     /// mirror pods).
     pub link: Option<crate::pods::NodeLink>,
     /// Where the pod status writer keeps the statuses not delivered yet
-    /// ([`outbox::OUTBOX_FILE`]; `None`: in memory only).
+    /// ([`crate::status_manager::outbox::OUTBOX_FILE`]; `None`: in memory only).
     pub state_dir: Option<PathBuf>,
 }
 
@@ -481,7 +480,9 @@ pub async fn run_with<A: ClusterApi>(
         status,
         opts.node.host_ip.clone(),
         opts.link.clone(),
-        opts.state_dir.as_deref().map(outbox::Outbox::new),
+        opts.state_dir
+            .as_deref()
+            .map(crate::status_manager::outbox::Outbox::new),
     ));
     shutdown.await;
     tasks.abort_all();

@@ -366,6 +366,12 @@ pub async fn run_pods_with<R: ContainerRuntime>(
         std::future::pending(),
     ));
     let mut pods = pods_of(ctx.clone(), link.clone(), done_tx, &opts);
+    // Evictions a previous run decided and the API server never heard of: those pods stay
+    // evicted (not run again when their source lists them), their status delivered first.
+    for rec in crate::status_manager::outbox::Outbox::evictions(&opts.state_dir) {
+        tracing::info!(uid = %rec.uid, pod = %rec.name, "evicted by the last run: kept evicted");
+        pods.keep_evicted(rec, &status);
+    }
     tracing::info!(dir = %opts.manifest_dir.display(), socket = %opts.cri_socket.display(), cgroup_root = %opts.cgroup_root, "pod runtime started");
     // kubepods and the QoS tiers: kept in step with the admitted pods, re-checked every 10 s.
     opts.enforce.sync_node_logged(std::iter::empty());

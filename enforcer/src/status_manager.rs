@@ -2,6 +2,7 @@
 //! conditions, container states with reasons and exit codes, restart counts, start times),
 //! written atomically to `<state dir>/pods.json` for `enforcer pods` and for recovery.
 
+pub mod outbox;
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},

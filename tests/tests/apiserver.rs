@@ -883,7 +883,8 @@ async fn eviction_reaches_the_api_within_a_second() {
 
 /// The daemon stopped while its eviction's status could not reach the API server (gone):
 /// the `Failed` / `Evicted` status waits in the state directory's outbox (kubelet's checkpoint
-/// form), and the next run sends it first, once the server answers; then the outbox is empty.
+/// form), and the next run sends it first, once the server answers, without running the pod
+/// again; then the outbox is empty.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eviction_status_survives_a_restart_of_the_daemon() {
     let args = ConfigArgs {
@@ -917,9 +918,10 @@ async fn an_eviction_status_survives_a_restart_of_the_daemon() {
     )
     .await;
     node.stop_daemon().await;
-    let outbox = std::fs::read_to_string(state.join(enforcer::cluster::outbox::OUTBOX_FILE))
+    let outbox = std::fs::read_to_string(state.join(enforcer::status_manager::outbox::OUTBOX_FILE))
         .expect("the outbox");
-    let pending = enforcer::cluster::outbox::decode(Path::new("outbox"), &outbox).expect("decodes");
+    let pending =
+        enforcer::status_manager::outbox::decode(Path::new("outbox"), &outbox).expect("decodes");
     eprintln!("the outbox as the daemon stopped: {pending:?}");
     assert!(
         pending
@@ -930,20 +932,34 @@ async fn an_eviction_status_survives_a_restart_of_the_daemon() {
     assert_ne!(api_reason(&fake, "hog").as_deref(), Some("Evicted"));
     fake.restart().await;
     node.restart().await;
+    // The evicted pod is not run again: its source lists it (still Running in the API) before
+    // the replayed status lands, and the new run keeps it evicted.
+    let mut ran_again = false;
     wait_until(
         "the eviction's status delivered after the restart",
         Duration::from_secs(60),
-        || api_reason(&fake, "hog").as_deref() == Some("Evicted"),
+        || {
+            ran_again |= node
+                .cd
+                .pod_cgroups()
+                .iter()
+                .any(|p| p.to_string_lossy().contains("cl-uid-rhog"));
+            api_reason(&fake, "hog").as_deref() == Some("Evicted")
+        },
     )
     .await;
+    assert!(
+        !ran_again,
+        "the evicted pod was started again after the restart"
+    );
     let pod = fake.get(Kind::Pod, "default", "hog").expect("pod");
     assert_eq!(pod["status"]["phase"], "Failed", "{pod}");
     let dt = condition(&pod, "DisruptionTarget").expect("DisruptionTarget");
     assert_eq!(dt["reason"], "TerminationByKubelet");
     wait_until("the outbox emptied", Duration::from_secs(30), || {
-        std::fs::read_to_string(state.join(enforcer::cluster::outbox::OUTBOX_FILE))
+        std::fs::read_to_string(state.join(enforcer::status_manager::outbox::OUTBOX_FILE))
             .ok()
-            .and_then(|t| enforcer::cluster::outbox::decode(Path::new("outbox"), &t).ok())
+            .and_then(|t| enforcer::status_manager::outbox::decode(Path::new("outbox"), &t).ok())
             .is_some_and(|p| p.iter().all(|p| p.record.uid != "cl-uid-rhog"))
     })
     .await;
@@ -953,6 +969,108 @@ async fn an_eviction_status_survives_a_restart_of_the_daemon() {
 fn api_reason(fake: &FakeApi, name: &str) -> Option<String> {
     fake.get(Kind::Pod, "default", name)
         .and_then(|p| p["status"]["reason"].as_str().map(str::to_owned))
+}
+
+/// An eviction storm while the API server is unreachable: 20 pods grow until the node has
+/// evicted every one, the server gone for 60 s from before the first eviction. Once it is
+/// back, every pod has its `Failed` / `Evicted` status and exactly one `Evicted` event, and no
+/// pod is left on the node: nothing lost, duplicated or orphaned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_eviction_storm_during_an_api_outage_loses_nothing() {
+    const PODS: usize = 20;
+    // Allocatable memory 50Mi (1Gi - 724Mi reserved - 250Mi threshold): each pod grows by
+    // 2 MiB a second after 50 s, to 80 MiB, so the node keeps evicting until none is left.
+    let args = ConfigArgs {
+        kube_reserved: vec!["memory=724Mi".to_owned()],
+        eviction_hard: vec!["memory.available<250Mi".to_owned()],
+        enforce_node_allocatable: Some("pods".to_owned()),
+        ..ConfigArgs::default()
+    };
+    let (_serial, fake, node) = cluster_test("cl-storm", "cl-storm-node", args, false).await;
+    let name = |i: usize| format!("storm-{i}");
+    let script = "(sleep 50; i=0; while [ $i -lt 40 ]; do head -c 2097152 /dev/zero; i=$((i+1)); sleep 1; done; sleep 3600) | tail -c 80m >/dev/null; sleep 3600";
+    for i in 0..PODS {
+        fake.put_pod(node_pod(
+            &name(i),
+            &format!("cl-uid-storm-{i}"),
+            "cl-storm-node",
+            json!({"terminationGracePeriodSeconds": 1}),
+            script,
+        ));
+    }
+    wait_until(
+        "every pod Running in the API",
+        Duration::from_secs(120),
+        || (0..PODS).all(|i| api_phase(&fake, &name(i)).as_deref() == Some("Running")),
+    )
+    .await;
+    fake.stop().await;
+    let down = Instant::now();
+    let state = node.state.clone();
+    let evicted_on_node = || {
+        status_file(&state)
+            .pods
+            .iter()
+            .filter(|p| p.name.starts_with("storm-") && p.reason == "Evicted")
+            .count()
+    };
+    assert_eq!(
+        evicted_on_node(),
+        0,
+        "the outage began before the first eviction"
+    );
+    wait_until(
+        "every pod evicted on the node",
+        Duration::from_secs(180),
+        || evicted_on_node() == PODS,
+    )
+    .await;
+    let storm = down.elapsed();
+    tokio::time::sleep(Duration::from_secs(60).saturating_sub(storm)).await;
+    let outage = down.elapsed();
+    fake.restart().await;
+    let back = Instant::now();
+    wait_until(
+        "every pod Failed / Evicted in the API",
+        Duration::from_secs(60),
+        || (0..PODS).all(|i| api_reason(&fake, &name(i)).as_deref() == Some("Evicted")),
+    )
+    .await;
+    let statuses_in = back.elapsed();
+    let evicted_events = |i: usize| {
+        fake.list(Kind::Event)
+            .into_iter()
+            .filter(|e| e["reason"] == "Evicted" && e["involvedObject"]["name"] == name(i))
+            .collect::<Vec<_>>()
+    };
+    wait_until(
+        "an Evicted event for every pod",
+        Duration::from_secs(60),
+        || (0..PODS).all(|i| !evicted_events(i).is_empty()),
+    )
+    .await;
+    let events_in = back.elapsed();
+    for i in 0..PODS {
+        let events = evicted_events(i);
+        assert_eq!(
+            events.len(),
+            1,
+            "one Evicted event for {}: {events:?}",
+            name(i)
+        );
+        assert_eq!(events[0]["count"], 1, "{}", events[0]);
+        let pod = fake.get(Kind::Pod, "default", &name(i)).expect("pod");
+        assert_eq!(pod["status"]["phase"], "Failed", "{pod}");
+        assert!(condition(&pod, "DisruptionTarget").is_some(), "{pod}");
+    }
+    wait_until("no pod left on the node", Duration::from_secs(60), || {
+        node.cd.pod_cgroups().is_empty()
+    })
+    .await;
+    eprintln!(
+        "{PODS} pods evicted in {storm:?} with the API server gone ({outage:?} in all); once back, every status in {statuses_in:?}, every Evicted event in {events_in:?}"
+    );
+    drop(node.shutdown().await);
 }
 
 /// The state directory full, then freed: the daemon keeps running, the pod's final status

@@ -35,14 +35,14 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::Time,
 };
 
-use super::{
-    ClusterApi, ClusterError, backoff, now_time,
-    outbox::{Outbox, Pending},
-};
+use super::{ClusterApi, ClusterError, backoff, now_time};
 use crate::{
     policy::resources::{is_mirror, is_static},
     sources::apiserver::API_SOURCE,
-    status_manager::{ContainerRecord, ContainerState, PodPhase, PodRecord, StatusManager},
+    status_manager::{
+        ContainerRecord, ContainerState, PodPhase, PodRecord, StatusManager,
+        outbox::{Outbox, Pending},
+    },
 };
 
 /// Conditions kubelet owns (`kubetypes.PodConditionByKubelet`).

@@ -168,6 +168,14 @@ impl<R: ContainerRuntime> Pods<R> {
         true
     }
 
+    /// A pod a previous run evicted (its final status `rec`, from the status outbox): its
+    /// status set, and the pod never admitted again (its source's updates ignored until it
+    /// deletes it; anything of it the runtime still has is an orphan, removed).
+    pub(super) fn keep_evicted(&mut self, rec: PodRecord, status: &StatusManager) {
+        status.set(rec.clone());
+        self.evicted.insert(rec.uid.clone(), (rec, true));
+    }
+
     /// The evicted pod `uid`'s worker has finished (at `stopped_ns`): its eviction is
     /// answered.
     pub(super) fn kill_completed(&mut self, uid: &str, stopped_ns: u64) {

@@ -268,6 +268,9 @@ pub fn task_cgroup_line(text: &str, controller: &str) -> Option<(String, String)
         let (Some(id), Some(ctrls), Some(path)) = (f.next(), f.next(), f.next()) else {
             continue;
         };
+        // A cgroup removed while the task is still dying (a container's scope, as the kernel
+        // OOM-kills its last process) reads with the kernel's " (deleted)" after its path.
+        let path = path.strip_suffix(" (deleted)").unwrap_or(path);
         if id == "0" && ctrls.is_empty() {
             unified = Some((path.to_owned(), "unified".to_owned()));
         } else if ctrls.split(',').any(|c| c == controller) {
@@ -415,5 +418,15 @@ mod tests {
             Some(("/u/v".to_owned(), "unified".to_owned()))
         );
         assert_eq!(task_cgroup_line("garbage", "memory"), None);
+        // A dying task whose container scope is already removed (the systemd boot's OOM kill
+        // test met it): the path without the kernel's suffix, so the container is found.
+        let dying = "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podu1.slice/cri-containerd-abc.scope (deleted)\n";
+        assert_eq!(
+            task_cgroup_line(dying, "memory"),
+            Some((
+                "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podu1.slice/cri-containerd-abc.scope".to_owned(),
+                "unified".to_owned()
+            ))
+        );
     }
 }

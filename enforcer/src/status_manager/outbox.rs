@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{policy::resize::checkpoint::checksum_of, status_manager::PodRecord};
+use super::PodRecord;
+use crate::policy::resize::checkpoint::checksum_of;
 
 /// The outbox file in the state directory.
 pub const OUTBOX_FILE: &str = "pod_status_outbox";
@@ -97,6 +98,26 @@ impl Outbox {
         }
     }
 
+    /// The final statuses of evictions a previous run decided and did not deliver (the pod
+    /// loop keeps those pods from running again); read only: [`Self::load`] reports a bad
+    /// file.
+    #[must_use]
+    pub fn evictions(state_dir: &Path) -> Vec<PodRecord> {
+        let path = state_dir.join(OUTBOX_FILE);
+        std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| decode(&path, &t).ok())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|p| {
+                !p.finished
+                    && p.record.phase == super::PodPhase::Failed
+                    && p.record.reason == crate::policy::eviction::manager::REASON
+            })
+            .map(|p| p.record)
+            .collect()
+    }
+
     /// The statuses a previous run left undelivered. A file that cannot be read or does not
     /// decode is reported and set aside (`.corrupt`), and nothing is replayed from it.
     pub fn load(&mut self) -> Vec<Pending> {
@@ -145,8 +166,7 @@ impl Outbox {
         if self.written.as_deref() == Some(text.as_str()) {
             return Ok(());
         }
-        crate::status_manager::write_atomic(&self.path, text.as_bytes())
-            .map_err(|e| e.to_string())?;
+        super::write_atomic(&self.path, text.as_bytes()).map_err(|e| e.to_string())?;
         self.written = Some(text);
         Ok(())
     }
