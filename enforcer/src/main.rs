@@ -273,16 +273,23 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-async fn shutdown_signal() {
+/// Resolves at SIGTERM or SIGINT. The handlers are installed when this is called (within the
+/// runtime), not when the future is first polled: the daemon awaits it only once started, and a
+/// SIGTERM during its start (a service stopped right away) must be a clean stop, not the
+/// default action's death.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind as Sig, signal};
-    match (signal(Sig::terminate()), signal(Sig::interrupt())) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {},
-                _ = int.recv() => {},
+    let streams = (signal(Sig::terminate()), signal(Sig::interrupt()));
+    async move {
+        match streams {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = int.recv() => {},
+                }
             }
+            _ => std::future::pending::<()>().await,
         }
-        _ => std::future::pending::<()>().await,
     }
 }
 
@@ -308,7 +315,7 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
             soft: args.companion_soft,
         }),
     };
-    runtime()?.block_on(enforcer::daemon::run(opts, shutdown_signal()))?;
+    runtime()?.block_on(async { enforcer::daemon::run(opts, shutdown_signal()).await })?;
     Ok(())
 }
 

@@ -949,6 +949,56 @@ async fn every_endpoint_of_a_running_daemon_parses() {
 }
 
 /// The daemon process this test started: SIGTERM on drop, SIGKILL after 20 s; by PID only.
+/// A service stopped right as it starts: a SIGTERM that comes before the daemon is up (its
+/// start still loading the programs, starting the pod runtime) is a clean stop, exit 0,
+/// not the default action's death by the signal (the handlers are installed first thing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_during_the_start_is_a_clean_stop() {
+    let _serial = SERIAL.lock().await;
+    enforcer_tests::require_root();
+    let bin = enforcer_tests::enforcer_binary();
+    let cd = Containerd::start("opsterm");
+    let manifests = cd.dir.join("manifests");
+    std::fs::create_dir_all(&manifests).expect("manifests");
+    let log_path = cd.dir.join("enforcer.log");
+    let log = std::fs::File::create(&log_path).expect("log");
+    let mut child = Command::new(&bin)
+        .args(["run", "--node-capacity=memory=1Gi"])
+        .arg(format!("--http-address={}", free_port()))
+        .arg(format!("--cri-socket={}", cd.socket.display()))
+        .arg(format!("--manifest-dir={}", manifests.display()))
+        .arg(format!("--state-dir={}", cd.dir.join("state").display()))
+        .arg(format!("--cgroup-root={}", cd.cgroup_root))
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("enforcer run");
+    let log_text = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    // The start's first line: the daemon runs, and is far from started.
+    wait_until("the daemon starting", Duration::from_secs(30), || {
+        log_text().contains("starting")
+    })
+    .await;
+    let pid = i32::try_from(child.id()).expect("pid");
+    enforcer_tests::kill(pid, rustix::process::Signal::TERM);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no stop: {}",
+            log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    eprintln!("SIGTERM during the start: {status}");
+    assert!(status.success(), "{status}: {}", log_text());
+    assert!(log_text().contains("shutting down"), "{}", log_text());
+    drop(cd);
+}
+
 struct Stopper(std::process::Child);
 
 impl Drop for Stopper {
