@@ -978,25 +978,35 @@ fn api_reason(fake: &FakeApi, name: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eviction_storm_during_an_api_outage_loses_nothing() {
     const PODS: usize = 20;
-    // Allocatable memory 50Mi (1Gi - 724Mi reserved - 250Mi threshold): each pod grows by
-    // 2 MiB a second after 50 s, to 80 MiB, so the node keeps evicting until none is left.
+    // Allocatable memory 50Mi (1Gi - 724Mi reserved - 250Mi threshold): once told to (a file
+    // in a hostPath the test writes), each pod grows by 2 MiB a second to 80 MiB, so the node
+    // keeps evicting until none is left. The start is the test's, not a timer's: 20 pods may
+    // take long to start on a loaded machine, and the first must not grow before the last runs.
     let args = ConfigArgs {
         kube_reserved: vec!["memory=724Mi".to_owned()],
         eviction_hard: vec!["memory.available<250Mi".to_owned()],
         enforce_node_allocatable: Some("pods".to_owned()),
+        allow_host_paths: Some(true),
         ..ConfigArgs::default()
     };
     let (_serial, fake, node) = cluster_test("cl-storm", "cl-storm-node", args, false).await;
+    let go = node.cd.dir.join("go");
+    std::fs::create_dir_all(&go).expect("the start directory");
     let name = |i: usize| format!("storm-{i}");
-    let script = "(sleep 50; i=0; while [ $i -lt 40 ]; do head -c 2097152 /dev/zero; i=$((i+1)); sleep 1; done; sleep 3600) | tail -c 80m >/dev/null; sleep 3600";
+    let script = "(until [ -e /go/start ]; do sleep 1; done; i=0; while [ $i -lt 40 ]; do head -c 2097152 /dev/zero; i=$((i+1)); sleep 1; done; sleep 3600) | tail -c 80m >/dev/null; sleep 3600";
     for i in 0..PODS {
-        fake.put_pod(node_pod(
+        let mut pod = node_pod(
             &name(i),
             &format!("cl-uid-storm-{i}"),
             "cl-storm-node",
-            json!({"terminationGracePeriodSeconds": 1}),
+            json!({
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "go", "hostPath": {"path": go.display().to_string(), "type": "Directory"}}],
+            }),
             script,
-        ));
+        );
+        pod["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "go", "mountPath": "/go"}]);
+        fake.put_pod(pod);
     }
     wait_until(
         "every pod Running in the API",
@@ -1006,6 +1016,7 @@ async fn an_eviction_storm_during_an_api_outage_loses_nothing() {
     .await;
     fake.stop().await;
     let down = Instant::now();
+    std::fs::write(go.join("start"), "").expect("the start file");
     let state = node.state.clone();
     let evicted_on_node = || {
         status_file(&state)
