@@ -444,7 +444,8 @@ async fn cluster_mode_registers_the_node_renews_its_lease_and_pushes_pressure() 
 /// kubelet's `PatchPodStatus` against an API server that misbehaves: another writer changes
 /// the pod between the node's GET and its write (no conflict: the patch names only what the
 /// node changes, with the uid as precondition), then the writes meet a 409, a 429 with
-/// `Retry-After`, a 500 and a connection closed with no answer, each retried, and the status
+/// `Retry-After` (waited for, as client-go waits), a 500 and a connection closed with no
+/// answer, each retried, and the status
 /// lands once; the other writers' label and condition are kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pod_status_survives_conflicts_throttling_errors_and_closed_connections() {
@@ -459,7 +460,7 @@ async fn pod_status_survives_conflicts_throttling_errors_and_closed_connections(
     fake.interfere("/pods/web/status", 1);
     for fault in [
         Fault::Status(409),
-        Fault::TooMany { retry_after: 1 },
+        Fault::TooMany { retry_after: 2 },
         Fault::Status(500),
         Fault::Close,
     ] {
@@ -493,6 +494,14 @@ async fn pod_status_survives_conflicts_throttling_errors_and_closed_connections(
         codes,
         [409, 429, 500, 0, 200],
         "each fault retried, then one write"
+    );
+    // client-go's `checkWait`: the 429's `Retry-After: 2` is waited for (the writer's own
+    // backoff after a second failure is 400 ms).
+    let waited = writes[2].at.duration_since(writes[1].at);
+    eprintln!("after the 429 with Retry-After: 2, the next write came {waited:?} later");
+    assert!(
+        waited >= Duration::from_secs(2),
+        "Retry-After honoured: {waited:?}"
     );
     for w in &writes {
         assert_eq!(w.method, "PATCH");

@@ -12,6 +12,8 @@
 //! [`ApiPods::step`] is the pure part (watch events in, source events out); [`spawn`] runs the
 //! watcher against a kubeconfig's cluster.
 
+pub mod retry_after;
+
 use std::{
     collections::HashMap,
     path::{Path, PathBuf},
@@ -46,7 +48,8 @@ pub enum ApiSourceError {
     },
 }
 
-/// A kube client for the cluster (and user) of the kubeconfig's current context.
+/// A kube client for the cluster (and user) of the kubeconfig's current context, honouring
+/// `Retry-After` as client-go does ([`retry_after`]).
 pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, ApiSourceError> {
     let kubeconfig =
         kube::config::Kubeconfig::read_from(path).map_err(|source| ApiSourceError::Kubeconfig {
@@ -62,10 +65,18 @@ pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, ApiSour
         path: path.to_path_buf(),
         source,
     })?;
-    kube::Client::try_from(config).map_err(|source| ApiSourceError::Client {
-        path: path.to_path_buf(),
-        source,
-    })
+    let builder =
+        kube::client::ClientBuilder::try_from(config).map_err(|source| ApiSourceError::Client {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    // client-go's `Retry-After`: the retry needs a service it can call again (the buffer).
+    Ok(builder
+        .with_layer(&tower::buffer::BufferLayer::new(1024))
+        .with_layer(&tower::retry::RetryLayer::new(
+            retry_after::RetryAfter::default(),
+        ))
+        .build())
 }
 
 /// The rejection key of an API pod (where a manifest source would name its file).
