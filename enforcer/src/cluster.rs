@@ -461,6 +461,9 @@ pub async fn run_with<A: ClusterApi>(
         opts.node.name.clone(),
         opts.event_qps,
         opts.event_burst,
+        opts.state_dir
+            .as_deref()
+            .map(|d| crate::status_manager::outbox::Outbox::at(d.join(events::OUTBOX_FILE))),
     ));
     tasks.spawn(node_status::run(
         api.clone(),

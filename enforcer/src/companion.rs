@@ -606,11 +606,13 @@ fn write_report(state_dir: &Path, r: &oom::AlignReport) {
 }
 
 /// The API-server writers of companion mode: the evicted pods' status, and the events (no
-/// Node, no Lease, no mirror pod, no other pod status: those are kubelet's). Runs until
-/// `stop`.
+/// Node, no Lease, no mirror pod, no other pod status: those are kubelet's). Both keep what
+/// the API server has not taken in outboxes under `state_dir` and send it after a restart.
+/// Runs until `stop`.
 pub async fn run_api_writers(
     config: &Config,
     kubeconfig: PathBuf,
+    state_dir: PathBuf,
     mut reports: tokio::sync::mpsc::UnboundedReceiver<evicted::Report>,
     events: crate::cluster::EventQueue,
     stop: impl std::future::Future<Output = ()>,
@@ -636,33 +638,61 @@ pub async fn run_api_writers(
             config.kube_api_burst,
         )),
     ));
-    let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(crate::cluster::events::run(
+    let outbox = |file: &str| crate::status_manager::outbox::Outbox::at(state_dir.join(file));
+    let writer = tokio::spawn(crate::cluster::events::run(
         api.clone(),
         events.rx,
         config.node_name(),
         config.event_record_qps,
         config.event_burst,
+        Some(outbox(crate::cluster::events::OUTBOX_FILE)),
     ));
+    let mut evictions = outbox(evicted::OUTBOX_FILE);
+    // Kept until written: the last run's first, each new one before it is sent.
+    let mut pending: Vec<evicted::Report> = evictions.load();
+    let mut tasks = tokio::task::JoinSet::new();
+    let write = |tasks: &mut tokio::task::JoinSet<_>, r: evicted::Report, after: Duration| {
+        let api = api.clone();
+        tasks.spawn(async move {
+            tokio::time::sleep(after).await;
+            let written = evicted::write_status(api.as_ref(), &r).await;
+            (r, written)
+        });
+    };
+    for r in &pending {
+        write(&mut tasks, r.clone(), Duration::ZERO);
+    }
     loop {
         tokio::select! {
             () = &mut stop => break,
             r = reports.recv() => {
                 let Some(r) = r else { break };
-                let api = api.clone();
-                tasks.spawn(async move {
-                    let pod = format!("{}/{}", r.namespace, r.name);
-                    match evicted::write_status(api.as_ref(), &r).await {
-                        Ok(true) => tracing::info!(%pod, uid = %r.uid, "evicted pod's status written (Failed, Evicted)"),
-                        Ok(false) => tracing::info!(%pod, uid = %r.uid, "evicted pod already settled in the API"),
-                        Err(e) => tracing::error!(%pod, uid = %r.uid, error = %e, "writing the evicted pod's status"),
+                pending.retain(|p| p.uid != r.uid);
+                pending.push(r.clone());
+                evictions.keep(&pending);
+                write(&mut tasks, r, Duration::ZERO);
+            }
+            Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+                let Ok((r, written)) = done else { continue };
+                let pod = format!("{}/{}", r.namespace, r.name);
+                match written {
+                    Ok(true) => tracing::info!(%pod, uid = %r.uid, "evicted pod's status written (Failed, Evicted)"),
+                    Ok(false) => tracing::info!(%pod, uid = %r.uid, "evicted pod already settled in the API"),
+                    Err(e) => {
+                        tracing::warn!(%pod, uid = %r.uid, error = %e, "writing the evicted pod's status failed; kept, tried again in {:?}", evicted::RETRY_AFTER_FAILURE);
+                        write(&mut tasks, r, evicted::RETRY_AFTER_FAILURE);
+                        continue;
                     }
-                });
+                }
+                pending.retain(|p| p != &r);
+                evictions.keep(&pending);
             }
         }
     }
     tasks.abort_all();
     while tasks.join_next().await.is_some() {}
+    writer.abort();
+    let _ = writer.await;
 }
 
 #[cfg(test)]

@@ -33,6 +33,7 @@ use super::{
     ClusterApi,
     limiter::{Limiter, Priority},
 };
+use crate::status_manager::outbox::Outbox;
 
 /// The Event object of a first occurrence.
 #[must_use]
@@ -168,9 +169,16 @@ impl SpamFilter {
 const MAX_TRIES: u32 = 12;
 const RETRY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Tries `write` as client-go's `recordToSink`: again while the API server does not answer,
-/// at most [`MAX_TRIES`] times, [`RETRY_WAIT`] apart (the first wait random, so nodes do not
-/// retry in step); a refusal (a status) ends it. Whether it was written.
+/// Whether a failed write is worth another try: no answer, or the server's own trouble (429,
+/// 5xx). client-go drops an event the server answered with any error status; the node keeps
+/// trying those as it does a silent server (nothing lost to a restarting API server).
+fn transient(e: &super::ClusterError) -> bool {
+    e.code().is_none_or(|c| c == 429 || c >= 500)
+}
+
+/// Tries `write` as client-go's `recordToSink`: again while the API server does not answer
+/// (or answers 429 / 5xx), at most [`MAX_TRIES`] times, [`RETRY_WAIT`] apart (the first wait
+/// random, so nodes do not retry in step); a refusal ends it.
 async fn with_retries<T, F, Fut>(what: &str, mut write: F) -> Result<T, super::ClusterError>
 where
     F: FnMut() -> Fut,
@@ -180,13 +188,13 @@ where
     loop {
         match write().await {
             Ok(v) => return Ok(v),
-            Err(e) if e.code().is_some() => return Err(e),
+            Err(e) if !transient(&e) => return Err(e),
             Err(e) => {
                 tries += 1;
                 if tries >= MAX_TRIES {
                     return Err(e);
                 }
-                tracing::debug!(error = %e, tries, "{what}: the API server did not answer; trying again");
+                tracing::debug!(error = %e, tries, "{what}: the API server did not take it; trying again");
                 let wait = if tries == 1 {
                     RETRY_WAIT.mul_f64(f64::from(rand_fraction()))
                 } else {
@@ -206,66 +214,172 @@ fn rand_fraction() -> f32 {
     (n % 1000) as f32 / 1000.0
 }
 
-/// Writes recorded events until the recorders are gone.
+/// The event writer's outbox file in the state directory.
+pub const OUTBOX_FILE: &str = "event_outbox";
+/// Events waiting for the API server at most (client-go's `maxQueuedEvents`); one past it is
+/// dropped, as client-go drops it.
+const MAX_QUEUED: usize = 1000;
+
+/// One write to make: the event as it is to be (its name and first timestamp fixed when it
+/// was recorded, so a replay after a restart is the same object), and whether it repeats one
+/// already written (a patch of `count`, `lastTimestamp`, `message`).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Queued {
+    pub event: Event,
+    #[serde(default)]
+    pub repeat: bool,
+}
+
+/// The writer's state: what aggregation and the spam filter decided, and the queue of writes
+/// not yet acknowledged (kept in the outbox, when there is one, before each is sent).
+struct Writer {
+    host: String,
+    /// Key -> the event written for it.
+    seen: HashMap<Key, Event>,
+    similar: Similar,
+    spam: SpamFilter,
+    queue: std::collections::VecDeque<Queued>,
+    outbox: Option<Outbox>,
+}
+
+impl Writer {
+    /// A recorded event: aggregated, filtered, queued.
+    fn take(&mut self, mut e: EventRecord) {
+        let key = self.similar.key(&mut e, tokio::time::Instant::now());
+        if !self.spam.allow(&e, tokio::time::Instant::now()) {
+            tracing::debug!(reason = %e.reason, object = %e.involved.name, "event dropped by the spam filter (25 per object, one more every 5 minutes)");
+            return;
+        }
+        if self.queue.len() >= MAX_QUEUED {
+            tracing::warn!(reason = %e.reason, object = %e.involved.name, "event dropped: {MAX_QUEUED} are waiting for the API server");
+            return;
+        }
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let queued = if let Some(ev) = self.seen.get_mut(&key) {
+            ev.count = Some(ev.count.unwrap_or(1).saturating_add(1));
+            ev.last_timestamp = Some(Time(now));
+            ev.message = Some(e.message);
+            Queued {
+                event: ev.clone(),
+                repeat: true,
+            }
+        } else {
+            // client-go's cache is an LRU of 4096; clearing when full is enough here.
+            if self.seen.len() >= 4096 {
+                self.seen.clear();
+            }
+            let ev = event_object(&e, &self.host, Time(now), now.as_nanosecond());
+            self.seen.insert(key, ev.clone());
+            Queued {
+                event: ev,
+                repeat: false,
+            }
+        };
+        self.queue.push_back(queued);
+    }
+
+    fn save(&mut self) {
+        if let Some(o) = self.outbox.as_mut() {
+            o.keep(self.queue.make_contiguous());
+        }
+    }
+}
+
+/// Writes one queued event: a repeat patches the written one (created whole when it is gone);
+/// a first occurrence is created (one the server already has, a replay, is done).
+async fn deliver<A: ClusterApi>(api: &A, q: &Queued) {
+    let ev = &q.event;
+    let ns = ev.metadata.namespace.clone().unwrap_or_default();
+    let name = ev.metadata.name.clone().unwrap_or_default();
+    let reason = ev.reason.clone().unwrap_or_default();
+    if q.repeat {
+        let patch = serde_json::json!({
+            "count": ev.count,
+            "lastTimestamp": ev.last_timestamp,
+            "message": ev.message,
+        });
+        match with_retries("patching an event", || api.patch_event(&ns, &name, &patch)).await {
+            Ok(_) => return,
+            Err(err) if err.is_not_found() => {}
+            Err(err) => {
+                tracing::debug!(error = %err, %reason, "writing an event failed; dropped");
+                return;
+            }
+        }
+    }
+    match with_retries("writing an event", || api.create_event(ev)).await {
+        Ok(_) => {}
+        Err(err) if err.code() == Some(409) => {
+            tracing::debug!(%name, "the event was written before the restart");
+        }
+        Err(err) => tracing::debug!(error = %err, %reason, "writing an event failed; dropped"),
+    }
+}
+
+/// Writes recorded events until the recorders are gone, behind the event rate limit. With an
+/// `outbox`, what the last run left undelivered goes first, and every event waiting is kept
+/// there before it is sent.
 pub async fn run<A: ClusterApi>(
     api: Arc<A>,
     mut rx: mpsc::Receiver<EventRecord>,
     host: String,
     qps: u32,
     burst: u32,
+    mut outbox: Option<Outbox>,
 ) {
     let limiter = Limiter::new(qps, burst);
-    // Key -> (namespace, name, count) of the event written for it.
-    let mut seen: HashMap<Key, (String, String, i32)> = HashMap::new();
-    let mut similar = Similar::default();
-    let mut spam = SpamFilter::default();
-    while let Some(mut e) = rx.recv().await {
-        let key = similar.key(&mut e, tokio::time::Instant::now());
-        if !spam.allow(&e, tokio::time::Instant::now()) {
-            tracing::debug!(reason = %e.reason, object = %e.involved.name, "event dropped by the spam filter (25 per object, one more every 5 minutes)");
+    let queue = outbox
+        .as_mut()
+        .map(Outbox::load::<Queued>)
+        .unwrap_or_default()
+        .into();
+    let mut w = Writer {
+        host,
+        seen: HashMap::new(),
+        similar: Similar::default(),
+        spam: SpamFilter::default(),
+        queue,
+        outbox,
+    };
+    let mut open = true;
+    loop {
+        if w.queue.is_empty() {
+            if !open {
+                return;
+            }
+            match rx.recv().await {
+                Some(e) => w.take(e),
+                None => return,
+            }
+        }
+        while let Ok(e) = rx.try_recv() {
+            w.take(e);
+        }
+        w.save();
+        let Some(next) = w.queue.front().cloned() else {
             continue;
-        }
-        limiter.acquire(Priority::Normal).await;
-        let now = k8s_openapi::jiff::Timestamp::now();
-        if let Some((ns, name, count)) = seen.get(&key).cloned() {
-            let count = count.saturating_add(1);
-            let patch = serde_json::json!({
-                "count": count,
-                "lastTimestamp": Time(now),
-                "message": e.message,
-            });
-            match with_retries("patching an event", || api.patch_event(&ns, &name, &patch)).await {
-                Ok(_) => {
-                    seen.insert(key, (ns, name, count));
-                    continue;
-                }
-                Err(err) if err.is_not_found() => {}
-                Err(err) => {
-                    tracing::debug!(error = %err, reason = %e.reason, "writing an event failed; dropped");
-                    continue;
-                }
+        };
+        // Recorded events keep coming (and are kept) while one waits for the server.
+        let write = async {
+            limiter.acquire(Priority::Normal).await;
+            deliver(api.as_ref(), &next).await;
+        };
+        tokio::pin!(write);
+        loop {
+            tokio::select! {
+                () = &mut write => break,
+                e = rx.recv(), if open => match e {
+                    Some(e) => {
+                        w.take(e);
+                        w.save();
+                    }
+                    None => open = false,
+                },
             }
         }
-        let obj = event_object(&e, &host, Time(now), now.as_nanosecond());
-        match with_retries("writing an event", || api.create_event(&obj)).await {
-            Ok(created) => {
-                // client-go's cache is an LRU of 4096; clearing when full is enough here.
-                if seen.len() >= 4096 {
-                    seen.clear();
-                }
-                seen.insert(
-                    key,
-                    (
-                        created.metadata.namespace.unwrap_or_default(),
-                        created.metadata.name.unwrap_or_default(),
-                        1,
-                    ),
-                );
-            }
-            Err(err) => {
-                tracing::debug!(error = %err, reason = %e.reason, "writing an event failed; dropped");
-            }
-        }
+        w.queue.pop_front();
+        w.save();
     }
 }
 
@@ -356,7 +470,7 @@ mod tests {
     async fn repeats_are_aggregated_and_rate_limited() {
         let api = Arc::new(FakeApi::default());
         let (rec, rx) = Recorder::channel();
-        let task = tokio::spawn(run(api.clone(), rx, "n1".to_owned(), 1, 1));
+        let task = tokio::spawn(run(api.clone(), rx, "n1".to_owned(), 1, 1, None));
         let backoff = || {
             rec.event(
                 Involved::pod("ns", "web", "u1", Some("app")),
@@ -396,7 +510,7 @@ mod tests {
     async fn the_spam_filter_lets_25_per_object_through_then_one_per_5_minutes() {
         let api = Arc::new(FakeApi::default());
         let (rec, rx) = Recorder::channel();
-        let task = tokio::spawn(run(api.clone(), rx, "n1".to_owned(), 0, 0));
+        let task = tokio::spawn(run(api.clone(), rx, "n1".to_owned(), 0, 0, None));
         let backoff = |uid: &str| {
             rec.event(
                 Involved::pod("ns", "web", uid, Some("app")),
@@ -434,7 +548,7 @@ mod tests {
     async fn an_event_waits_for_an_api_server_that_does_not_answer() {
         let api = Arc::new(FakeApi::default());
         let (rec, rx) = Recorder::channel();
-        let task = tokio::spawn(run(api.clone(), rx, "n1".to_owned(), 0, 0));
+        let task = tokio::spawn(run(api.clone(), rx, "n1".to_owned(), 0, 0, None));
         api.set_down(true);
         rec.event(
             Involved::pod("ns", "web", "u1", None),
@@ -449,5 +563,70 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(11)).await;
         assert_eq!(api.events().len(), 1, "delivered once the server answers");
         task.abort();
+    }
+
+    /// Kept before it is sent: an event recorded while the API server is gone is in the
+    /// outbox; a writer started on that outbox (the daemon restarted) writes it once, and one
+    /// the server took before the restart (its answer lost) is not written twice.
+    #[tokio::test(start_paused = true)]
+    async fn an_event_the_server_did_not_take_survives_a_restart_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outbox = || Some(Outbox::at(dir.path().join(OUTBOX_FILE)));
+        let api = Arc::new(FakeApi::default());
+        api.set_down(true);
+        let (rec, rx) = Recorder::channel();
+        let task = tokio::spawn(run(api.clone(), rx, "n1".to_owned(), 0, 0, outbox()));
+        rec.event(
+            Involved::pod("ns", "web", "u1", None),
+            EventType::Warning,
+            "Evicted",
+            "The node was low on resource: memory. ".to_owned(),
+        );
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        // The daemon killed: the writer gone, the server back.
+        task.abort();
+        let _ = task.await;
+        let kept: Vec<Queued> = Outbox::at(dir.path().join(OUTBOX_FILE)).load();
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        api.set_down(false);
+        let (_rec, rx) = Recorder::channel();
+        let task = tokio::spawn(run(api.clone(), rx, "n1".to_owned(), 0, 0, outbox()));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let events = api.events();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].reason.as_deref(), Some("Evicted"));
+        assert_eq!(events[0].metadata.name, kept[0].event.metadata.name);
+        let left: Vec<Queued> = Outbox::at(dir.path().join(OUTBOX_FILE)).load();
+        assert!(left.is_empty(), "delivered: out of the outbox");
+        task.abort();
+        let _ = task.await;
+        // The server took it but the answer was lost: the replay is answered 409, no second.
+        Outbox::at(dir.path().join(OUTBOX_FILE))
+            .save(&kept)
+            .expect("outbox");
+        let (_rec, rx) = Recorder::channel();
+        let task = tokio::spawn(run(api.clone(), rx, "n1".to_owned(), 0, 0, outbox()));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(api.events().len(), 1);
+        assert!(
+            Outbox::at(dir.path().join(OUTBOX_FILE))
+                .load::<Queued>()
+                .is_empty()
+        );
+        task.abort();
+    }
+
+    /// A 503 is tried again (client-go would drop it); a 403 is not.
+    #[tokio::test(start_paused = true)]
+    async fn a_server_error_is_tried_again_and_a_refusal_is_not() {
+        let err = |code| super::super::ClusterError::Status {
+            op: "create event",
+            object: "e".to_owned(),
+            code,
+            reason: String::new(),
+            message: String::new(),
+        };
+        assert!(transient(&err(503)) && transient(&err(429)) && transient(&err(500)));
+        assert!(!transient(&err(403)) && !transient(&err(409)) && !transient(&err(422)));
     }
 }

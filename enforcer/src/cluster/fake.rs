@@ -356,6 +356,9 @@ impl ClusterApi for FakeApi {
         let reason = event.reason.clone().unwrap_or_default();
         let mut s = self.enter(Call::CreateEvent(reason), "create event")?;
         let name = event.metadata.name.clone().unwrap_or_default();
+        if s.events.contains_key(&name) {
+            return Err(status(409, "AlreadyExists"));
+        }
         s.events.insert(name, event.clone());
         Ok(event.clone())
     }

@@ -508,12 +508,7 @@ async fn sync_one<A: ClusterApi>(
 
 /// Keeps what the API has not acknowledged in the outbox: every status not delivered, every
 /// final one, and the final status of each pod being evicted (its worker still stopping).
-fn save_outbox(
-    outbox: &mut Outbox,
-    entries: &BTreeMap<String, Entry>,
-    status: &StatusManager,
-    failing: &mut bool,
-) {
+fn save_outbox(outbox: &mut Outbox, entries: &BTreeMap<String, Entry>, status: &StatusManager) {
     let mut pending: Vec<Pending> = entries
         .values()
         .filter(|e| e.finished || e.delivered.as_ref() != Some(&e.rec))
@@ -531,18 +526,7 @@ fn save_outbox(
             });
         }
     }
-    match outbox.save(&pending) {
-        Ok(()) => {
-            if std::mem::take(failing) {
-                tracing::info!("the pod status outbox is written again");
-            }
-        }
-        Err(e) => {
-            if !std::mem::replace(failing, true) {
-                tracing::warn!(error = %e, "writing the pod status outbox failed; the statuses stay in memory and it is tried again");
-            }
-        }
-    }
+    outbox.keep(&pending);
 }
 
 /// How often the writer wakes without a change (kubelet's status manager syncs every 10 s):
@@ -677,12 +661,11 @@ pub async fn run<A: ClusterApi>(
     // loop knows of the pod yet.
     let mut entries: BTreeMap<String, Entry> = outbox
         .as_mut()
-        .map(Outbox::load)
+        .map(Outbox::load::<Pending>)
         .unwrap_or_default()
         .into_iter()
         .map(|p| (p.record.uid.clone(), Entry::new(p.record, p.finished, true)))
         .collect();
-    let mut outbox_failing = false;
     let mut resync = tokio::time::interval_at(tokio::time::Instant::now() + RESYNC, RESYNC);
     resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut reconcile = false;
@@ -722,13 +705,17 @@ pub async fn run<A: ClusterApi>(
                 }
             }
         }
+        // Kept before it is sent: a daemon killed while the write is on its way still has it.
+        if let Some(o) = outbox.as_mut() {
+            save_outbox(o, &entries, &status);
+        }
         let next_retry = sync_due(api.as_ref(), &mut entries, host_ip.as_deref()).await;
         // Pods no longer known anywhere (deleted from the source before they ran).
         let known = status.snapshot().1;
         entries
             .retain(|uid, e| e.finished || e.replayed || known.pods.iter().any(|r| &r.uid == uid));
         if let Some(o) = outbox.as_mut() {
-            save_outbox(o, &entries, &status, &mut outbox_failing);
+            save_outbox(o, &entries, &status);
         }
         let retry = async {
             match next_retry {

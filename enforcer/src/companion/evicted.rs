@@ -17,7 +17,8 @@ use crate::{
     policy::eviction::manager::REASON,
 };
 
-/// How many times a status patch is tried before the companion gives up on it (logged).
+/// How many times a status patch is tried in a row (then the report waits
+/// [`RETRY_AFTER_FAILURE`] in the outbox and is tried again).
 const ATTEMPTS: u32 = 8;
 
 /// The strategic merge patch of `pods/{name}/status` kubelet's eviction amounts to, over the
@@ -97,8 +98,16 @@ fn settled(pod: Option<&Pod>, uid: &str) -> bool {
     })
 }
 
+/// The companion's outbox of eviction statuses (in its state directory): every report kept
+/// until its status is written or the pod settled, replayed after a restart.
+pub const OUTBOX_FILE: &str = "companion_eviction_outbox";
+
+/// How long a report whose writes all failed waits before it is tried again.
+pub const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(10);
+
 /// What to write of one eviction.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Report {
     pub namespace: String,
     pub name: String,

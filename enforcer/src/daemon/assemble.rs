@@ -160,9 +160,12 @@ impl Assembly<'_> {
                     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
                     let config = config.clone();
                     let stop = self.stop.stopped();
+                    let state_dir = config.enforcer.state_dir.clone();
                     companion_tasks.push(tokio::spawn(async move {
-                        crate::companion::run_api_writers(&config, kubeconfig, rx, events, stop)
-                            .await;
+                        crate::companion::run_api_writers(
+                            &config, kubeconfig, state_dir, rx, events, stop,
+                        )
+                        .await;
                     }));
                     tx
                 });

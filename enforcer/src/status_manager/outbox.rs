@@ -1,10 +1,11 @@
-//! The pod status writer's outbox: the statuses the API server has not acknowledged yet (a
-//! final status waiting for its pod's DELETE, an eviction's `Failed` / `Evicted`, any status
-//! not delivered), kept in the state directory so a daemon that dies before delivering them
-//! sends them after its restart. kubelet keeps them in memory only; the node keeps what only it
-//! knew (an eviction's reason and message, `DisruptionTarget`).
+//! Outboxes: what the API server has not acknowledged yet, kept in the state directory so a
+//! daemon that dies before delivering it sends it after its restart. The pod status writer's
+//! ([`OUTBOX_FILE`]: a final status waiting for its pod's DELETE, an eviction's `Failed` /
+//! `Evicted`, any status not delivered), the event writer's and the companion's eviction
+//! statuses'. kubelet keeps them in memory only; the node keeps what only it knew (an
+//! eviction's reason and message, `DisruptionTarget`, its event).
 //!
-//! The file is written whole and atomically at every change, in kubelet's checkpoint form
+//! A file is written whole and atomically at every change, in kubelet's checkpoint form
 //! `{"data":"<json>","checksum":N}` (FNV-32a as kubelet's checkpoint manager sums a string,
 //! [`crate::policy::resize::checkpoint::checksum_of`]). One that does not decode or whose sum
 //! does not match is reported, set aside as `<file>.corrupt` and not replayed: never a crash,
@@ -12,7 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
 use super::PodRecord;
 use crate::policy::resize::checkpoint::checksum_of;
@@ -57,14 +58,14 @@ pub enum OutboxError {
 }
 
 /// The file's text for `pending`.
-pub fn encode(pending: &[Pending]) -> Result<String, serde_json::Error> {
+pub fn encode<T: Serialize>(pending: &[T]) -> Result<String, serde_json::Error> {
     let data = serde_json::to_string(pending)?;
     let checksum = checksum_of(&data);
     serde_json::to_string(&Checkpoint { data, checksum })
 }
 
-/// The statuses in the file's text (`path` names it in errors).
-pub fn decode(path: &Path, text: &str) -> Result<Vec<Pending>, OutboxError> {
+/// The items in the file's text (`path` names it in errors).
+pub fn decode<T: DeserializeOwned>(path: &Path, text: &str) -> Result<Vec<T>, OutboxError> {
     let json = |source| OutboxError::Json {
         path: path.to_path_buf(),
         source,
@@ -81,20 +82,30 @@ pub fn decode(path: &Path, text: &str) -> Result<Vec<Pending>, OutboxError> {
     serde_json::from_str(&c.data).map_err(json)
 }
 
-/// The outbox of `state_dir`.
+/// One outbox file.
 #[derive(Debug)]
 pub struct Outbox {
     path: PathBuf,
     /// The text last written (nothing is written again while it is the same).
     written: Option<String>,
+    /// The last write failed (logged once until one works again).
+    failing: bool,
 }
 
 impl Outbox {
+    /// The pod status outbox of `state_dir`.
     #[must_use]
     pub fn new(state_dir: &Path) -> Self {
+        Self::at(state_dir.join(OUTBOX_FILE))
+    }
+
+    /// The outbox file `path`.
+    #[must_use]
+    pub fn at(path: PathBuf) -> Self {
         Self {
-            path: state_dir.join(OUTBOX_FILE),
+            path,
             written: None,
+            failing: false,
         }
     }
 
@@ -106,7 +117,7 @@ impl Outbox {
         let path = state_dir.join(OUTBOX_FILE);
         std::fs::read_to_string(&path)
             .ok()
-            .and_then(|t| decode(&path, &t).ok())
+            .and_then(|t| decode::<Pending>(&path, &t).ok())
             .unwrap_or_default()
             .into_iter()
             .filter(|p| {
@@ -118,9 +129,9 @@ impl Outbox {
             .collect()
     }
 
-    /// The statuses a previous run left undelivered. A file that cannot be read or does not
-    /// decode is reported and set aside (`.corrupt`), and nothing is replayed from it.
-    pub fn load(&mut self) -> Vec<Pending> {
+    /// What a previous run left undelivered. A file that cannot be read or does not decode
+    /// is reported and set aside (`.corrupt`), and nothing is replayed from it.
+    pub fn load<T: DeserializeOwned>(&mut self) -> Vec<T> {
         let text = match std::fs::read_to_string(&self.path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Vec::new(),
@@ -135,7 +146,7 @@ impl Outbox {
         match decode(&self.path, &text) {
             Ok(p) => {
                 if !p.is_empty() {
-                    tracing::info!(file = %self.path.display(), statuses = p.len(), "pod statuses left undelivered by the last run: sending them");
+                    tracing::info!(file = %self.path.display(), items = p.len(), "left undelivered by the last run: sending it");
                 }
                 self.written = Some(text);
                 p
@@ -151,17 +162,17 @@ impl Outbox {
         let aside = self.path.with_extension("corrupt");
         match std::fs::rename(&self.path, &aside) {
             Ok(()) => {
-                tracing::error!(error = %e, set_aside = %aside.display(), "the pod status outbox is unreadable: set aside, nothing replayed from it")
+                tracing::error!(error = %e, set_aside = %aside.display(), "an outbox is unreadable: set aside, nothing replayed from it")
             }
             Err(r) => {
-                tracing::error!(error = %e, rename = %r, "the pod status outbox is unreadable and could not be set aside; nothing replayed from it")
+                tracing::error!(error = %e, rename = %r, "an outbox is unreadable and could not be set aside; nothing replayed from it")
             }
         }
     }
 
     /// Writes `pending` (nothing when unchanged). A failure (a full disk) is returned and the
-    /// next call tries again: the statuses stay in memory meanwhile.
-    pub fn save(&mut self, pending: &[Pending]) -> Result<(), String> {
+    /// next call tries again: the items stay in memory meanwhile.
+    pub fn save<T: Serialize>(&mut self, pending: &[T]) -> Result<(), String> {
         let text = encode(pending).map_err(|e| format!("encoding the outbox: {e}"))?;
         if self.written.as_deref() == Some(text.as_str()) {
             return Ok(());
@@ -169,6 +180,22 @@ impl Outbox {
         super::write_atomic(&self.path, text.as_bytes()).map_err(|e| e.to_string())?;
         self.written = Some(text);
         Ok(())
+    }
+
+    /// [`Self::save`], a failure logged (once until a write works again).
+    pub fn keep<T: Serialize>(&mut self, pending: &[T]) {
+        match self.save(pending) {
+            Ok(()) => {
+                if std::mem::take(&mut self.failing) {
+                    tracing::info!(file = %self.path.display(), "the outbox is written again");
+                }
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.failing, true) {
+                    tracing::warn!(file = %self.path.display(), error = %e, "writing an outbox failed; what it holds stays in memory and it is tried again");
+                }
+            }
+        }
     }
 }
 
@@ -195,26 +222,26 @@ mod tests {
     fn statuses_survive_a_restart_and_a_bad_file_is_set_aside() {
         let dir = tempfile::tempdir().expect("tempdir");
         let mut o = Outbox::new(dir.path());
-        assert!(o.load().is_empty(), "no file: nothing");
+        assert!(o.load::<Pending>().is_empty(), "no file: nothing");
         let saved = vec![pending("u1"), pending("u2")];
         o.save(&saved).expect("saved");
-        assert_eq!(Outbox::new(dir.path()).load(), saved);
+        assert_eq!(Outbox::new(dir.path()).load::<Pending>(), saved);
         let path = dir.path().join(OUTBOX_FILE);
         let text = std::fs::read_to_string(&path).expect("file");
         // Truncated.
         std::fs::write(&path, &text[..text.len() / 2]).expect("write");
-        let e = decode(&path, &text[..text.len() / 2]).expect_err("truncated");
+        let e = decode::<Pending>(&path, &text[..text.len() / 2]).expect_err("truncated");
         assert!(e.to_string().contains(OUTBOX_FILE), "{e}");
-        assert!(Outbox::new(dir.path()).load().is_empty());
+        assert!(Outbox::new(dir.path()).load::<Pending>().is_empty());
         assert!(!path.exists() && path.with_extension("corrupt").exists());
         // Altered: the sum says so.
         let altered = text.replace("u2", "u3");
-        let e = decode(&path, &altered).expect_err("altered");
+        let e = decode::<Pending>(&path, &altered).expect_err("altered");
         assert!(matches!(e, OutboxError::Checksum { .. }), "{e}");
         std::fs::write(&path, altered).expect("write");
-        assert!(Outbox::new(dir.path()).load().is_empty());
+        assert!(Outbox::new(dir.path()).load::<Pending>().is_empty());
         let mut o = Outbox::new(dir.path());
         o.save(&saved[..1]).expect("saved again");
-        assert_eq!(Outbox::new(dir.path()).load(), saved[..1]);
+        assert_eq!(Outbox::new(dir.path()).load::<Pending>(), saved[..1]);
     }
 }
