@@ -187,6 +187,10 @@ pub struct KillRecord {
     /// Companion mode: what kubelet would have done, and by when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kubelet: Option<String>,
+    /// An eviction's victim's pod cgroup (where its release is looked for, also after a
+    /// restart of the daemon).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cgroup: String,
 }
 
 /// A hard eviction's SIGKILL: when it was sent, and what reclaiming the victims' memory did
@@ -262,6 +266,7 @@ impl KillRecord {
             released_ns: None,
             release: String::new(),
             kubelet: None,
+            cgroup: String::new(),
         }
     }
 
@@ -359,6 +364,31 @@ impl KillLog {
                 Self::default()
             }
         }
+    }
+
+    /// The evictions a previous run left open (decided, their release not seen: the daemon
+    /// stopped or was killed meanwhile). The last one is waited for again and returned (its
+    /// release is recorded by [`Self::released`]); older ones are closed as `daemon
+    /// restarted`.
+    pub fn reopen(&mut self, state_dir: &Path) -> Option<KillRecord> {
+        let open: Vec<KillRecord> = read(state_dir)
+            .map(|(records, _)| records)
+            .unwrap_or_default()
+            .into_iter()
+            // An eviction waited for names its cgroup (a local-storage one is not waited for).
+            .filter(|r| {
+                r.kind == KillKind::Eviction && r.release.is_empty() && !r.cgroup.is_empty()
+            })
+            .collect();
+        let (last, older) = open.split_last()?;
+        for r in older {
+            let mut r = r.clone();
+            "daemon restarted".clone_into(&mut r.release);
+            self.write(&r);
+        }
+        tracing::info!(uid = %last.uid, pod = %format!("{}/{}", last.namespace, last.name), record = %last.id, "an eviction the last run decided is still open: its release is waited for before another");
+        self.waiting.insert(last.uid.clone(), last.clone());
+        Some(last.clone())
     }
 
     fn write(&mut self, r: &KillRecord) {
@@ -539,5 +569,44 @@ pub(crate) mod tests {
         );
         assert!(chain.windows(2).all(|w| w[0].1 <= w[1].1), "{chain:?}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A restart: the last open eviction (its cgroup named) is waited for again and closed
+    /// by its release; an older open one is closed as `daemon restarted`; a local-storage
+    /// eviction (no cgroup: never waited for) and a closed one are left as they are.
+    #[test]
+    fn the_last_open_eviction_is_waited_for_again_after_a_restart() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let with_cgroup = |uid: &str| KillRecord {
+            id: format!("id-{uid}"),
+            cgroup: format!("/kubepods/besteffort/pod{uid}"),
+            ..record(uid)
+        };
+        let mut log = KillLog::open(dir.path());
+        log.evicted(with_cgroup("old"));
+        log.evicted(with_cgroup("done"));
+        log.released("done", true, None);
+        log.record(&KillRecord {
+            id: "id-storage".to_owned(),
+            ..record("storage")
+        });
+        log.evicted(with_cgroup("last"));
+        drop(log);
+        let mut log = KillLog::open(dir.path());
+        let r = log.reopen(dir.path()).expect("an open eviction");
+        assert_eq!(r.uid, "last");
+        log.released("last", true, None);
+        let (records, _) = read(dir.path()).expect("read");
+        let release = |uid: &str| {
+            records
+                .iter()
+                .find(|r| r.uid == uid)
+                .map(|r| r.release.clone())
+        };
+        assert_eq!(release("last").as_deref(), Some("released"));
+        assert_eq!(release("old").as_deref(), Some("daemon restarted"));
+        assert_eq!(release("done").as_deref(), Some("released"));
+        assert_eq!(release("storage").as_deref(), Some(""));
+        assert!(KillLog::open(dir.path()).reopen(dir.path()).is_none());
     }
 }

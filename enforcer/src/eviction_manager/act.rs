@@ -309,6 +309,11 @@ impl EvictionManager {
             observed_ns: Some(seen.read.1),
             decision_ns: Some(seen.decision_ns),
             kubelet: self.companion.then(|| kubelet_would(ev)),
+            cgroup: seen
+                .active
+                .get(&*ev.uid)
+                .map(|e| e.cgroup.clone())
+                .unwrap_or_default(),
             ..KillRecord::for_pod(KillKind::Eviction, &ev.uid, &ev.uid, pod)
         }
     }
