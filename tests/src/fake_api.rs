@@ -148,7 +148,8 @@ struct Store {
     /// Writes to interfere with: (path fragment, how many more).
     interfere: Vec<(String, u32)>,
     /// Writes to fail: (path fragment, the fault, how many more).
-    faults: Vec<(String, Fault, u32)>,
+    /// (path fragment, body fragment, fault, how many more).
+    faults: Vec<(String, String, Fault, u32)>,
     /// How long every answer (but a watch's) is held back: a slow server.
     delay: Duration,
     /// Service-account tokens issued, in order.
@@ -385,9 +386,20 @@ impl FakeApi {
     /// The next `n` writes (POST, PUT, PATCH, DELETE) whose path contains `fragment` meet
     /// `fault` instead of being done.
     pub fn fail_writes(&self, fragment: &str, fault: Fault, n: u32) {
+        self.fail_writes_with(fragment, "", fault, n);
+    }
+
+    /// [`Self::fail_writes`] for the writes whose body also contains `body` (e.g.
+    /// `"reason":"Evicted"`: one kind of event, the others written).
+    pub fn fail_writes_with(&self, fragment: &str, body: &str, fault: Fault, n: u32) {
         lock(&self.state)
             .faults
-            .push((fragment.to_owned(), fault, n));
+            .push((fragment.to_owned(), body.to_owned(), fault, n));
+    }
+
+    /// No write meets a fault any more.
+    pub fn clear_faults(&self) {
+        lock(&self.state).faults.clear();
     }
 
     pub fn interfere(&self, fragment: &str, n: u32) {
@@ -667,16 +679,15 @@ pub enum Fault {
     Close,
 }
 
-fn take_fault(st: &mut Store, method: &str, path: &str) -> Option<Fault> {
+fn take_fault(st: &mut Store, method: &str, path: &str, body: &str) -> Option<Fault> {
     if !matches!(method, "POST" | "PUT" | "PATCH" | "DELETE") {
         return None;
     }
-    let i = st
-        .faults
-        .iter()
-        .position(|(fragment, _, left)| *left > 0 && path.contains(fragment.as_str()))?;
-    st.faults[i].2 -= 1;
-    Some(st.faults[i].1)
+    let i = st.faults.iter().position(|(fragment, needle, _, left)| {
+        *left > 0 && path.contains(fragment.as_str()) && body.contains(needle.as_str())
+    })?;
+    st.faults[i].3 -= 1;
+    Some(st.faults[i].2)
 }
 
 /// Where a path points: the kind, namespace, name, and whether it is the `status` subresource.
@@ -1517,7 +1528,12 @@ async fn serve(mut conn: TcpStream, state: Arc<Mutex<Store>>) {
             let _ = conn.write_all(b"0\r\n\r\n").await;
             return;
         }
-        let fault = take_fault(&mut lock(&state), &method, &path);
+        let fault = take_fault(
+            &mut lock(&state),
+            &method,
+            &path,
+            &String::from_utf8_lossy(&raw),
+        );
         match fault {
             Some(Fault::Close) => {
                 log(&mut lock(&state), 0);

@@ -14,6 +14,7 @@ pub mod local;
 pub mod neighbours;
 pub mod node;
 pub mod pods;
+pub mod process;
 pub mod registry;
 pub mod streams;
 pub mod swap;

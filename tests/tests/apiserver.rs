@@ -24,6 +24,7 @@ use enforcer_tests::{
     fake_api::{FakeApi, Fault, Kind},
     layout,
     node::{Node, Tmpfs, status_file, wait_until},
+    process::DaemonProcess,
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -929,8 +930,10 @@ async fn an_eviction_status_survives_a_restart_of_the_daemon() {
     node.stop_daemon().await;
     let outbox = std::fs::read_to_string(state.join(enforcer::status_manager::outbox::OUTBOX_FILE))
         .expect("the outbox");
-    let pending =
-        enforcer::status_manager::outbox::decode(Path::new("outbox"), &outbox).expect("decodes");
+    let pending = enforcer::status_manager::outbox::decode::<
+        enforcer::status_manager::outbox::Pending,
+    >(Path::new("outbox"), &outbox)
+    .expect("decodes");
     eprintln!("the outbox as the daemon stopped: {pending:?}");
     assert!(
         pending
@@ -968,7 +971,13 @@ async fn an_eviction_status_survives_a_restart_of_the_daemon() {
     wait_until("the outbox emptied", Duration::from_secs(30), || {
         std::fs::read_to_string(state.join(enforcer::status_manager::outbox::OUTBOX_FILE))
             .ok()
-            .and_then(|t| enforcer::status_manager::outbox::decode(Path::new("outbox"), &t).ok())
+            .and_then(|t| {
+                enforcer::status_manager::outbox::decode::<enforcer::status_manager::outbox::Pending>(
+                    Path::new("outbox"),
+                    &t,
+                )
+                .ok()
+            })
             .is_some_and(|p| p.iter().all(|p| p.record.uid != "cl-uid-rhog"))
     })
     .await;
@@ -1091,6 +1100,201 @@ async fn an_eviction_storm_during_an_api_outage_loses_nothing() {
         "{PODS} pods evicted in {storm:?} with the API server gone ({outage:?} in all); once back, every status in {statuses_in:?}, every Evicted event in {events_in:?}"
     );
     drop(node.shutdown().await);
+}
+
+/// The daemon SIGKILLed in the middle of an eviction, between its decision and the API
+/// server taking its status and event (the server drops every such write unanswered), then
+/// started again on the same state directory: the pod's `Failed` / `Evicted` status with
+/// `DisruptionTarget` and exactly one `Evicted` event reach the API server, the pod is not run
+/// again, the other pod keeps running once (no second sandbox), nothing else is evicted, and
+/// the kill record is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_killed_mid_eviction_loses_nothing_once_restarted() {
+    let _serial = SERIAL.lock().await;
+    enforcer_tests::require_root();
+    let fake = FakeApi::start().await;
+    let cd = Containerd::start("cl-kill");
+    let kubeconfig = fake.kubeconfig(&cd.dir);
+    let go = cd.dir.join("go");
+    let manifests = cd.dir.join("manifests");
+    let state = cd.dir.join("enforcer-state");
+    for d in [&go, &manifests] {
+        std::fs::create_dir_all(d).expect("dir");
+    }
+    // Allocatable memory 50Mi (1Gi - 724Mi reserved - 250Mi threshold); the hog grows to
+    // 80 MiB once the test says so.
+    let args = vec![
+        "run".to_owned(),
+        format!("--kubeconfig={}", kubeconfig.display()),
+        "--hostname-override=cl-kill-node".to_owned(),
+        "--node-capacity=memory=1Gi".to_owned(),
+        "--kube-reserved=memory=724Mi".to_owned(),
+        "--eviction-hard=memory.available<250Mi".to_owned(),
+        "--enforce-node-allocatable=pods".to_owned(),
+        "--image-gc-high-threshold=100".to_owned(),
+        "--image-gc-low-threshold=99".to_owned(),
+        "--allow-host-namespaces".to_owned(),
+        "--allow-host-paths".to_owned(),
+        "--port=0".to_owned(),
+        "--http-address=127.0.0.1:0".to_owned(),
+        format!("--cri-socket={}", cd.socket.display()),
+        format!("--cgroup-root={}", cd.cgroup_root),
+        format!("--cgroup-driver={}", cd.driver.as_str()),
+        format!("--manifest-dir={}", manifests.display()),
+        format!("--state-dir={}", state.display()),
+    ];
+    let log = cd.dir.join("enforcer.log");
+    let mut daemon = DaemonProcess::spawn(&args, &log);
+    wait_until("the node registered", Duration::from_secs(60), || {
+        fake.get(Kind::Node, "", "cl-kill-node").is_some()
+    })
+    .await;
+    let hostpath = json!([{"name": "go", "hostPath": {"path": go.display().to_string(), "type": "Directory"}}]);
+    let mut hog = node_pod(
+        "hog",
+        "cl-uid-khog",
+        "cl-kill-node",
+        json!({"terminationGracePeriodSeconds": 1, "volumes": hostpath}),
+        "(until [ -e /go/start ]; do sleep 1; done; head -c 83886080 /dev/zero; sleep 3600) | tail -c 80m >/dev/null; sleep 3600",
+    );
+    hog["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "go", "mountPath": "/go"}]);
+    fake.put_pod(hog);
+    fake.put_pod(node_pod(
+        "calm",
+        "cl-uid-kcalm",
+        "cl-kill-node",
+        json!({}),
+        "sleep 3600",
+    ));
+    wait_until(
+        "both pods Running in the API",
+        Duration::from_secs(60),
+        || {
+            ["hog", "calm"]
+                .iter()
+                .all(|n| api_phase(&fake, n).as_deref() == Some("Running"))
+        },
+    )
+    .await;
+    // From now on the server drops the hog's status writes and its Evicted event unanswered.
+    fake.fail_writes("/pods/hog/status", Fault::Close, 10_000);
+    fake.fail_writes_with("/events", r#""reason":"Evicted""#, Fault::Close, 10_000);
+    std::fs::write(go.join("start"), "").expect("the start file");
+    let tried = |fragment: &str, what: &dyn Fn(&Value) -> bool| {
+        fake.requests().iter().any(|r| {
+            r.path.contains(fragment) && r.status == 0 && r.body.as_ref().is_some_and(what)
+        })
+    };
+    let dropped = || {
+        tried("/pods/hog/status", &|b| b["status"]["reason"] == "Evicted")
+            && tried("/events", &|b| {
+                b["reason"] == "Evicted" && b["involvedObject"]["name"] == "hog"
+            })
+    };
+    let deadline = Instant::now() + enforcer_tests::scaled(Duration::from_secs(90));
+    while !dropped() {
+        if Instant::now() > deadline {
+            let sent: Vec<String> = fake
+                .requests()
+                .iter()
+                .filter(|r| r.method != "GET")
+                .map(|r| format!("{} {} {} {:?}", r.method, r.path, r.status, r.body))
+                .collect();
+            panic!("the Evicted status and event were not sent: {sent:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    daemon.kill();
+    let killed_at = Instant::now();
+    assert_eq!(
+        api_phase(&fake, "hog").as_deref(),
+        Some("Running"),
+        "nothing of the eviction reached the API before the kill"
+    );
+    let calm_sandboxes = || {
+        let cri = CriRuntime::new(cd.socket.clone(), Duration::from_secs(10));
+        let calm = tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(async {
+                use enforcer::cri::ContainerRuntime as _;
+                cri.list_pod_sandboxes(k8s_cri::v1::PodSandboxFilter::default())
+                    .await
+                    .unwrap_or_default()
+            })
+        });
+        calm.iter()
+            .filter(|s| s.metadata.as_ref().is_some_and(|m| m.uid == "cl-uid-kcalm"))
+            .count()
+    };
+    assert_eq!(calm_sandboxes(), 1);
+    fake.clear_faults();
+    let mut daemon = DaemonProcess::spawn(&args, &log);
+    wait_until(
+        "the hog Failed / Evicted in the API",
+        Duration::from_secs(60),
+        || api_reason(&fake, "hog").as_deref() == Some("Evicted"),
+    )
+    .await;
+    let status_in = killed_at.elapsed();
+    let evicted_events = |name: &str| {
+        fake.list(Kind::Event)
+            .into_iter()
+            .filter(|e| e["reason"] == "Evicted" && e["involvedObject"]["name"] == name)
+            .collect::<Vec<_>>()
+    };
+    wait_until("the Evicted event", Duration::from_secs(60), || {
+        !evicted_events("hog").is_empty()
+    })
+    .await;
+    let event_in = killed_at.elapsed();
+    wait_until(
+        "the hog gone from the node",
+        Duration::from_secs(60),
+        || !cd.pod_cgroup_uids().iter().any(|u| u == "cl-uid-khog"),
+    )
+    .await;
+    // A few resyncs of the new run: nothing more happens.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let events = evicted_events("hog");
+    assert_eq!(events.len(), 1, "one Evicted event: {events:?}");
+    assert_eq!(events[0]["count"], 1, "{}", events[0]);
+    assert!(evicted_events("calm").is_empty(), "only the hog evicted");
+    let pod = fake.get(Kind::Pod, "default", "hog").expect("pod");
+    assert_eq!(pod["status"]["phase"], "Failed", "{pod}");
+    assert!(condition(&pod, "DisruptionTarget").is_some(), "{pod}");
+    let after_restart: Vec<Value> = fake
+        .writes("/pods/hog/status")
+        .into_iter()
+        .filter(|w| w.status == 200 && w.at > killed_at)
+        .filter_map(|w| w.body)
+        .collect();
+    assert!(
+        after_restart
+            .iter()
+            .all(|b| b["status"]["phase"].as_str().is_none_or(|p| p == "Failed")),
+        "the hog never reported running again: {after_restart:?}"
+    );
+    assert_eq!(api_phase(&fake, "calm").as_deref(), Some("Running"));
+    assert_eq!(
+        calm_sandboxes(),
+        1,
+        "the other pod adopted, not started twice"
+    );
+    let (records, _) = enforcer::kills::read(&state).expect("kill records");
+    let hog_record = records
+        .iter()
+        .find(|r| r.uid == "cl-uid-khog")
+        .expect("the hog's kill record");
+    assert!(
+        !hog_record.release.is_empty(),
+        "the kill record closed: {hog_record:?}"
+    );
+    eprintln!(
+        "SIGKILLed after the eviction's status and event were dropped; restarted: the status in the API {status_in:?} after the kill, the event {event_in:?}; the kill record: {}",
+        hog_record.release
+    );
+    let stopped = daemon.terminate(Duration::from_secs(60)).await;
+    assert!(stopped.success(), "{stopped}");
+    cd.remove_all_pods().await;
 }
 
 /// The state directory full, then freed: the daemon keeps running, the pod's final status

@@ -7,7 +7,6 @@ use std::{
     collections::BTreeMap,
     io::{Read as _, Write as _},
     net::{SocketAddr, TcpStream},
-    process::{Command, Stdio},
     time::Duration,
 };
 
@@ -16,6 +15,7 @@ use enforcer_tests::{
     Daemon,
     containerd::Containerd,
     node::{phase, pod, wait_until},
+    process::DaemonProcess,
 };
 use k8s_openapi::api::core::v1::Pod;
 use serde::Deserialize;
@@ -948,74 +948,38 @@ async fn every_endpoint_of_a_running_daemon_parses() {
     drop(cd);
 }
 
-/// The daemon process this test started: SIGTERM on drop, SIGKILL after 20 s; by PID only.
-/// A service stopped right as it starts: a SIGTERM that comes before the daemon is up (its
-/// start still loading the programs, starting the pod runtime) is a clean stop, exit 0,
-/// not the default action's death by the signal (the handlers are installed first thing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigterm_during_the_start_is_a_clean_stop() {
     let _serial = SERIAL.lock().await;
     enforcer_tests::require_root();
-    let bin = enforcer_tests::enforcer_binary();
     let cd = Containerd::start("opsterm");
     let manifests = cd.dir.join("manifests");
     std::fs::create_dir_all(&manifests).expect("manifests");
-    let log_path = cd.dir.join("enforcer.log");
-    let log = std::fs::File::create(&log_path).expect("log");
-    let mut child = Command::new(&bin)
-        .args(["run", "--node-capacity=memory=1Gi"])
-        .arg(format!("--http-address={}", free_port()))
-        .arg(format!("--cri-socket={}", cd.socket.display()))
-        .arg(format!("--manifest-dir={}", manifests.display()))
-        .arg(format!("--state-dir={}", cd.dir.join("state").display()))
-        .arg(format!("--cgroup-root={}", cd.cgroup_root))
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("enforcer run");
-    let log_text = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let mut daemon = DaemonProcess::spawn(
+        &[
+            "run".to_owned(),
+            "--node-capacity=memory=1Gi".to_owned(),
+            format!("--http-address={}", free_port()),
+            format!("--cri-socket={}", cd.socket.display()),
+            format!("--manifest-dir={}", manifests.display()),
+            format!("--state-dir={}", cd.dir.join("state").display()),
+            format!("--cgroup-root={}", cd.cgroup_root),
+        ],
+        &cd.dir.join("enforcer.log"),
+    );
     // The start's first line: the daemon runs, and is far from started.
-    wait_until("the daemon starting", Duration::from_secs(30), || {
-        log_text().contains("starting")
-    })
-    .await;
-    let pid = i32::try_from(child.id()).expect("pid");
-    enforcer_tests::kill(pid, rustix::process::Signal::TERM);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no stop: {}",
-            log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    daemon
+        .wait_for_log("starting", Duration::from_secs(30))
+        .await;
+    let status = daemon.terminate(Duration::from_secs(60)).await;
     eprintln!("SIGTERM during the start: {status}");
-    assert!(status.success(), "{status}: {}", log_text());
-    assert!(log_text().contains("shutting down"), "{}", log_text());
+    assert!(status.success(), "{status}: {}", daemon.log_text());
+    assert!(
+        daemon.log_text().contains("shutting down"),
+        "{}",
+        daemon.log_text()
+    );
     drop(cd);
-}
-
-struct Stopper(std::process::Child);
-
-impl Drop for Stopper {
-    fn drop(&mut self) {
-        if let Ok(pid) = i32::try_from(self.0.id()) {
-            enforcer_tests::kill(pid, rustix::process::Signal::TERM);
-        }
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while std::time::Instant::now() < deadline {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// `PUT /debug/flags/v` changes what the `enforcer` binary logs: at the default verbosity no
@@ -1024,32 +988,28 @@ impl Drop for Stopper {
 async fn put_debug_flags_v_changes_what_is_logged() {
     let _serial = SERIAL.lock().await;
     enforcer_tests::require_root();
-    let bin = enforcer_tests::enforcer_binary();
     let cd = Containerd::start("opsv");
     let manifests = cd.dir.join("manifests");
     std::fs::create_dir_all(&manifests).expect("manifests");
     let addr = free_port();
     let log_path = cd.dir.join("enforcer.log");
-    let log = std::fs::File::create(&log_path).expect("log");
-    let mut cmd = Command::new(&bin);
-    cmd.args([
-        "run",
-        "--housekeeping-interval=1s",
-        "--node-capacity=memory=1Gi",
-        "--eviction-hard=memory.available<100Mi",
-        "--image-gc-high-threshold=100",
-        "--image-gc-low-threshold=99",
-    ])
-    .arg(format!("--http-address={addr}"))
-    .arg(format!("--cri-socket={}", cd.socket.display()))
-    .arg(format!("--manifest-dir={}", manifests.display()))
-    .arg(format!("--state-dir={}", cd.dir.join("state").display()))
-    .arg(format!("--cgroup-root={}", cd.cgroup_root))
-    .env_remove("RUST_LOG")
-    .stdout(Stdio::null())
-    .stderr(log);
-    let daemon = Stopper(cmd.spawn().expect("enforcer run"));
-    let log_text = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let daemon = DaemonProcess::spawn(
+        &[
+            "run".to_owned(),
+            "--housekeeping-interval=1s".to_owned(),
+            "--node-capacity=memory=1Gi".to_owned(),
+            "--eviction-hard=memory.available<100Mi".to_owned(),
+            "--image-gc-high-threshold=100".to_owned(),
+            "--image-gc-low-threshold=99".to_owned(),
+            format!("--http-address={addr}"),
+            format!("--cri-socket={}", cd.socket.display()),
+            format!("--manifest-dir={}", manifests.display()),
+            format!("--state-dir={}", cd.dir.join("state").display()),
+            format!("--cgroup-root={}", cd.cgroup_root),
+        ],
+        &log_path,
+    );
+    let log_text = || daemon.log_text();
     let logged = || {
         log_text()
             .lines()
