@@ -1297,6 +1297,122 @@ async fn a_daemon_killed_mid_eviction_loses_nothing_once_restarted() {
     cd.remove_all_pods().await;
 }
 
+/// containerd restarted while pods start and stop in cluster mode: with containerd gone, one
+/// pod is deleted (graceful) and another is created in the API; once containerd is back the
+/// running pod is the same container (not restarted, one sandbox), the new one runs once, the
+/// deleted one is stopped, its final status written and its API object removed, and no pod is
+/// left on the node that should not be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containerd_restarted_while_pods_start_and_stop_loses_nothing() {
+    let (_serial, fake, mut node) =
+        cluster_test("cl-crestart", "cl-cr-node", ConfigArgs::default(), false).await;
+    for (name, uid) in [("steady", "cl-uid-steady"), ("leaving", "cl-uid-leaving")] {
+        fake.put_pod(node_pod(name, uid, "cl-cr-node", json!({}), "sleep 3600"));
+    }
+    wait_until(
+        "both pods Running in the API",
+        Duration::from_secs(60),
+        || {
+            ["steady", "leaving"]
+                .iter()
+                .all(|n| api_phase(&fake, n).as_deref() == Some("Running"))
+        },
+    )
+    .await;
+    let container_of = |name: &str| {
+        fake.get(Kind::Pod, "default", name).and_then(|p| {
+            p["status"]["containerStatuses"][0]["containerID"]
+                .as_str()
+                .map(str::to_owned)
+        })
+    };
+    let steady_container = container_of("steady").expect("steady's container");
+    node.cd.stop();
+    let down = Instant::now();
+    assert_eq!(fake.delete_pod("default", "leaving", Some(2)), 200);
+    fake.put_pod(node_pod(
+        "arriving",
+        "cl-uid-arriving",
+        "cl-cr-node",
+        json!({}),
+        "sleep 3600",
+    ));
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    node.cd.launch();
+    let back = Instant::now();
+    wait_until(
+        "the new pod Running and the deleted one gone from the API",
+        Duration::from_secs(90),
+        || {
+            api_phase(&fake, "arriving").as_deref() == Some("Running")
+                && fake.get(Kind::Pod, "default", "leaving").is_none()
+        },
+    )
+    .await;
+    let settled = back.elapsed();
+    wait_until(
+        "the deleted pod gone from the node",
+        Duration::from_secs(30),
+        || {
+            !node
+                .cd
+                .pod_cgroup_uids()
+                .iter()
+                .any(|u| u == "cl-uid-leaving")
+        },
+    )
+    .await;
+    assert_eq!(api_phase(&fake, "steady").as_deref(), Some("Running"));
+    assert_eq!(
+        container_of("steady").as_deref(),
+        Some(steady_container.as_str()),
+        "the running pod survived containerd's restart, not restarted"
+    );
+    let steady = fake.get(Kind::Pod, "default", "steady").expect("steady");
+    assert_eq!(steady["status"]["containerStatuses"][0]["restartCount"], 0);
+    let cri = CriRuntime::new(node.cd.socket.clone(), Duration::from_secs(10));
+    let sandboxes = {
+        use enforcer::cri::ContainerRuntime as _;
+        cri.list_pod_sandboxes(k8s_cri::v1::PodSandboxFilter::default())
+            .await
+            .expect("sandboxes")
+    };
+    let of = |uid: &str| {
+        sandboxes
+            .iter()
+            .filter(|s| s.metadata.as_ref().is_some_and(|m| m.uid == uid))
+            .count()
+    };
+    assert_eq!(
+        (
+            of("cl-uid-steady"),
+            of("cl-uid-arriving"),
+            of("cl-uid-leaving")
+        ),
+        (1, 1, 0),
+        "one sandbox per running pod, none for the deleted one"
+    );
+    let started = |name: &str| {
+        fake.list(Kind::Event)
+            .into_iter()
+            .filter(|e| e["reason"] == "Started" && e["involvedObject"]["name"] == name)
+            .map(|e| e["count"].as_i64().unwrap_or(1))
+            .sum::<i64>()
+    };
+    wait_until(
+        "the new pod's Started event",
+        Duration::from_secs(30),
+        || started("arriving") == 1,
+    )
+    .await;
+    assert_eq!(started("steady"), 1, "the running pod was started once");
+    eprintln!(
+        "containerd down {:?}; once back, the new pod running and the deleted one removed in {settled:?}",
+        back.duration_since(down)
+    );
+    drop(node.shutdown().await);
+}
+
 /// The state directory full, then freed: the daemon keeps running, the pod's final status
 /// reaches the API server (nothing of it waits on the disk), and the status file is current
 /// once there is room again.
