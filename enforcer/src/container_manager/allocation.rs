@@ -55,13 +55,19 @@ pub(crate) struct Allocations {
 
 impl Allocations {
     /// The allocations checkpointed at `path` (a missing, unreadable or corrupted file: none,
-    /// said in the log; the pods are allocated again as they are admitted).
+    /// said in the log, a corrupted one set aside as `<file>.corrupt`; the pods are allocated
+    /// again as they are admitted).
     pub(crate) fn load(path: Option<PathBuf>, node: ResizeNode, board: ResizeBoard) -> Self {
         let pods = path
             .as_ref()
             .and_then(|p| match std::fs::read_to_string(p) {
                 Ok(text) => checkpoint::from_json(&text)
-                    .inspect_err(|e| tracing::warn!(file = %p.display(), error = %e, "ignoring the allocation checkpoint"))
+                    .inspect_err(|e| {
+                        // Kept for a look, never overwritten: the next save writes a new one.
+                        let aside = p.with_extension("corrupt");
+                        let moved = std::fs::rename(p, &aside).map_err(|r| r.to_string());
+                        tracing::error!(file = %p.display(), error = %e, set_aside = ?moved.map(|()| aside.display().to_string()), "the allocation checkpoint is unreadable: set aside; the pods are allocated again as they are admitted");
+                    })
                     .ok(),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
                 Err(e) => {
@@ -307,13 +313,20 @@ mod tests {
         assert!(!again.pods.contains_key("b"), "b left");
     }
 
-    /// A corrupted checkpoint is ignored (the pods are allocated again as admitted).
+    /// A corrupted checkpoint is set aside, kept as it was (the pods are allocated again as
+    /// admitted).
     #[test]
-    fn a_corrupted_checkpoint_is_ignored() {
+    fn a_corrupted_checkpoint_is_set_aside() {
         let dir = tempfile::tempdir().expect("tempdir");
         let file = dir.path().join(resize::ALLOCATED_PODS_STATE_FILE);
-        std::fs::write(&file, r#"{"data":"{}","checksum":1}"#).expect("write");
-        let a = Allocations::load(Some(file), node("1", "1Gi"), ResizeBoard::default());
+        let bad = r#"{"data":"{}","checksum":1}"#;
+        std::fs::write(&file, bad).expect("write");
+        let a = Allocations::load(Some(file.clone()), node("1", "1Gi"), ResizeBoard::default());
         assert!(a.pods.is_empty());
+        assert!(!file.exists());
+        assert_eq!(
+            std::fs::read_to_string(file.with_extension("corrupt")).expect("set aside"),
+            bad
+        );
     }
 }
