@@ -11,6 +11,7 @@
 //! `kubelet_preemptions` are therefore scraped as `kubelet_evictions_total` and
 //! `kubelet_preemptions_total` (what Prometheus' Go client serves in OpenMetrics too).
 
+pub mod exposition;
 mod families;
 mod working_pods;
 

@@ -250,6 +250,19 @@ pub async fn serve_secure_metrics(
 
 fn app_state(sources: Sources) -> Shared {
     let mut node = prometheus_client::registry::Registry::default();
+    // kubelet's `kubelet_node_name{node}` (always 1): what kube-prometheus's rules join on.
+    let node_name = prometheus_client::metrics::family::Family::<
+        Vec<(&'static str, String)>,
+        prometheus_client::metrics::gauge::Gauge,
+    >::default();
+    node_name
+        .get_or_create(&vec![("node", sources.config.node_name())])
+        .set(1);
+    node.register(
+        "kubelet_node_name",
+        "The node's name. The count is always 1.",
+        node_name,
+    );
     node.register_collector(Box::new(NodeStateCollector {
         pipeline: sources.pipeline.clone(),
         link: sources.link.clone(),
@@ -329,19 +342,33 @@ fn json(value: &impl serde::Serialize) -> Response {
 /// The OpenMetrics content type.
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-async fn metrics(State(s): State<Shared>) -> Response {
+async fn metrics(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Response {
     match crate::metrics::encode(&[s.sources.metrics.registry(), &s.node]) {
-        Ok(body) if s.sources.config.enforcer.own_metrics_only => text(
-            StatusCode::OK,
-            OPENMETRICS,
-            crate::metrics::only_families(&body, "enforcer_"),
-        ),
-        Ok(body) => text(StatusCode::OK, OPENMETRICS, body),
+        Ok(body) if s.sources.config.enforcer.own_metrics_only => {
+            metrics_answer(&headers, crate::metrics::only_families(&body, "enforcer_"))
+        }
+        Ok(body) => metrics_answer(&headers, body),
         Err(_) => text(
             StatusCode::INTERNAL_SERVER_ERROR,
             "text/plain; charset=utf-8",
             "encoding the metrics failed\n".to_owned(),
         ),
+    }
+}
+
+/// A metrics page (OpenMetrics text) in the format the scraper asks for: OpenMetrics when its
+/// `Accept` names it, else the Prometheus text format 0.0.4 kubelet serves.
+pub(crate) fn metrics_answer(headers: &axum::http::HeaderMap, openmetrics: String) -> Response {
+    use crate::metrics::exposition;
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    if exposition::wants_openmetrics(accept) {
+        text(StatusCode::OK, OPENMETRICS, openmetrics)
+    } else {
+        text(
+            StatusCode::OK,
+            exposition::TEXT_004,
+            exposition::to_text_004(&openmetrics),
+        )
     }
 }
 
@@ -588,7 +615,7 @@ mod tests {
             addr,
             &[
                 b"GET /metr",
-                b"ics?x=1 HTTP/1.1\r\nHost: x\r\n",
+                b"ics?x=1 HTTP/1.1\r\nHost: x\r\nAccept: application/openmetrics-text\r\n",
                 b"Connection: close\r\n\r\n",
             ],
         )
@@ -597,8 +624,21 @@ mod tests {
             split.starts_with("HTTP/1.1 200 OK")
                 && split.contains("application/openmetrics-text")
                 && split.contains("enforcer_node_condition")
+                && split.contains("kubelet_node_name{node=")
                 && split.trim_end().ends_with("# EOF"),
             "{split}"
+        );
+        // Without asking for OpenMetrics: kubelet's text format.
+        let plain = exchange(
+            addr,
+            &[b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
+        )
+        .await;
+        assert!(
+            plain.contains("text/plain; version=0.0.4")
+                && plain.contains("# TYPE kubelet_started_pods_errors_total counter")
+                && !plain.contains("# EOF"),
+            "{plain}"
         );
         let head = exchange(
             addr,

@@ -37,12 +37,17 @@ impl Answer {
 }
 
 fn request(addr: SocketAddr, method: &str, path: &str, body: &str) -> Answer {
+    request_with(addr, method, path, "", body)
+}
+
+/// [`request`] with extra header lines (`extra`: each ended by `\r\n`).
+fn request_with(addr: SocketAddr, method: &str, path: &str, extra: &str, body: &str) -> Answer {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(90)))
         .expect("timeout");
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n{extra}Content-Length: {}\r\n\r\n{body}",
         body.len()
     )
     .expect("write");
@@ -106,6 +111,41 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
 
 fn get(addr: SocketAddr, path: &str) -> Answer {
     request(addr, "GET", path, "")
+}
+
+/// Prometheus's scrape `Accept`: OpenMetrics first.
+const PROMETHEUS_ACCEPT: &str = "Accept: application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1\r\n";
+
+/// A GET as Prometheus scrapes: OpenMetrics.
+fn scrape(addr: SocketAddr, path: &str) -> Answer {
+    request_with(addr, "GET", path, PROMETHEUS_ACCEPT, "")
+}
+
+/// `promtool check metrics` on a page in the text format (what curl and kubelet's clients
+/// get): the problems it reports, none when the page is clean.
+fn promtool_problems(page: &str) -> String {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool (cargo xtask setup installs it)");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(page.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("promtool");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+    .trim()
+    .to_owned()
 }
 
 // --- a strict OpenMetrics text parser ---
@@ -540,8 +580,23 @@ async fn every_endpoint_of_a_running_daemon_parses() {
     let h = get(addr, "/healthz");
     assert_eq!((h.status, h.text().as_str()), (200, "ok\n"));
 
-    // /metrics: OpenMetrics, kubelet's names and the enforcer's.
-    let m = get(addr, "/metrics");
+    // /metrics and /metrics/resource as curl and kubelet's clients get them: the text format
+    // kubelet serves, clean by promtool.
+    for path in ["/metrics", "/metrics/resource"] {
+        let plain = get(addr, path);
+        assert_eq!(plain.status, 200);
+        assert_eq!(
+            plain.headers["content-type"], "text/plain; version=0.0.4; charset=utf-8",
+            "{path}"
+        );
+        let problems = promtool_problems(&plain.text());
+        assert!(
+            problems.is_empty(),
+            "promtool check metrics {path}:\n{problems}"
+        );
+    }
+    // /metrics as Prometheus scrapes it: OpenMetrics, kubelet's names and the enforcer's.
+    let m = scrape(addr, "/metrics");
     assert_eq!(m.status, 200);
     assert!(
         m.headers["content-type"].starts_with("application/openmetrics-text"),
@@ -681,7 +736,7 @@ async fn every_endpoint_of_a_running_daemon_parses() {
     );
 
     // /metrics/resource
-    let r = get(addr, "/metrics/resource");
+    let r = scrape(addr, "/metrics/resource");
     assert_eq!(r.status, 200);
     let res = parse_openmetrics(&r.text());
     assert_eq!(value(&res, "resource_scrape_error", &[]), Some(0.0));
@@ -916,7 +971,7 @@ async fn every_endpoint_of_a_running_daemon_parses() {
     // The pod deleted: its worker ends (no working pod left) after destroying its cgroup.
     std::fs::remove_file(manifests.join("web.yaml")).expect("remove the manifest");
     let working_total = || {
-        let fams = parse_openmetrics(&get(addr, "/metrics").text());
+        let fams = parse_openmetrics(&scrape(addr, "/metrics").text());
         fams.get("kubelet_working_pods")
             .map(|f| f.samples.iter().map(|s| s.value).sum::<f64>())
     };
@@ -924,7 +979,7 @@ async fn every_endpoint_of_a_running_daemon_parses() {
         working_total() == Some(0.0)
     })
     .await;
-    let fams = parse_openmetrics(&get(addr, "/metrics").text());
+    let fams = parse_openmetrics(&scrape(addr, "/metrics").text());
     let destroyed = value(
         &fams,
         "kubelet_cgroup_manager_duration_seconds_count",

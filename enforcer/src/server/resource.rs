@@ -16,7 +16,7 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use super::{OPENMETRICS, Shared, summary::Reading, text};
+use super::{Shared, summary::Reading, text};
 
 type Labels = Vec<(&'static str, String)>;
 type FloatCounter = Counter<f64, AtomicU64>;
@@ -157,7 +157,7 @@ fn page(reading: Option<&Reading>) -> Result<String, std::fmt::Error> {
     })
 }
 
-pub(super) async fn handler(State(s): State<Shared>) -> Response {
+pub(super) async fn handler(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Response {
     let reading = s
         .stats
         .read(&s.sources.link, &s.sources.status, false)
@@ -166,7 +166,7 @@ pub(super) async fn handler(State(s): State<Shared>) -> Response {
         tracing::warn!(error = %e, "resource metrics: reading the node failed");
     }
     match page(reading.as_ref().ok()) {
-        Ok(body) => text(StatusCode::OK, OPENMETRICS, body),
+        Ok(body) => super::metrics_answer(&headers, body),
         Err(_) => text(
             StatusCode::INTERNAL_SERVER_ERROR,
             "text/plain; charset=utf-8",
