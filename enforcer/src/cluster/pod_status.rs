@@ -191,34 +191,36 @@ pub fn api_status(rec: &PodRecord, host_ip: Option<&str>, host_network: bool) ->
 }
 
 /// The status of a pod whose worker terminated (containers stopped and removed): kubelet's
-/// `getPhase` with `podIsTerminal` (Succeeded when every container ended with 0, else Failed);
-/// a container with no final state is `ContainerStatusUnknown` (137), as kubelet reports it;
-/// nothing ready. A terminal record (an eviction) is kept as it is.
+/// `getPhase` with `podIsTerminal` (Succeeded when the pod initialized and every container
+/// ended with 0, else Failed; a terminal phase is kept), then its `TerminatePod`: once the pod
+/// shows it initialized, a container with no final state is `ContainerStatusUnknown` (137);
+/// of the init containers, those up to the last one that started are (the ones after it stay
+/// waiting); nothing ready.
 #[must_use]
 pub fn finished(mut rec: PodRecord) -> PodRecord {
-    if rec.phase.is_terminal() {
-        return rec;
-    }
-    let mut all_zero = true;
-    for c in rec
-        .container_statuses
-        .iter_mut()
-        .chain(rec.init_container_statuses.iter_mut())
-    {
-        c.terminated_unknown();
-    }
-    for c in &rec.container_statuses {
-        if let ContainerState::Terminated { exit_code, .. } = c.state
-            && exit_code != 0
-        {
-            all_zero = false;
+    let initialized = has_initialized(&rec);
+    if initialized {
+        for c in &mut rec.container_statuses {
+            c.terminated_unknown();
         }
     }
-    rec.phase = if all_zero && !rec.container_statuses.is_empty() {
-        PodPhase::Succeeded
-    } else {
-        PodPhase::Failed
-    };
+    let started = initialized_containers(&rec.init_container_statuses);
+    for c in rec.init_container_statuses.iter_mut().take(started) {
+        c.terminated_unknown();
+    }
+    if !rec.phase.is_terminal() {
+        let succeeded = initialized
+            && !rec.container_statuses.is_empty()
+            && rec
+                .container_statuses
+                .iter()
+                .all(|c| matches!(c.state, ContainerState::Terminated { exit_code: 0, .. }));
+        rec.phase = if succeeded {
+            PodPhase::Succeeded
+        } else {
+            PodPhase::Failed
+        };
+    }
     for c in &mut rec.conditions {
         if matches!(
             c.kind.as_str(),
@@ -228,6 +230,40 @@ pub fn finished(mut rec: PodRecord) -> PodRecord {
         }
     }
     rec
+}
+
+/// kubelet's `hasPodInitialized`, from the record: no init containers; or an app container
+/// that started (not waiting, or with a last termination); or the last init container done
+/// (exited 0, now or as its last state) or, a sidecar, running and started.
+fn has_initialized(rec: &PodRecord) -> bool {
+    let terminated =
+        |s: &Option<ContainerState>| matches!(s, Some(ContainerState::Terminated { .. }));
+    if rec.init_container_statuses.is_empty()
+        || rec.container_statuses.iter().any(|c| {
+            terminated(&c.last_state) || !matches!(c.state, ContainerState::Waiting { .. })
+        })
+    {
+        return true;
+    }
+    rec.init_container_statuses.last().is_some_and(|c| {
+        matches!(c.state, ContainerState::Terminated { exit_code: 0, .. })
+            || matches!(
+                c.last_state,
+                Some(ContainerState::Terminated { exit_code: 0, .. })
+            )
+            || (matches!(c.state, ContainerState::Running { .. }) && c.started == Some(true))
+    })
+}
+
+/// kubelet's `initializedContainers`: how many init container statuses, from the first, up to
+/// the last one that is not waiting or has a last termination (at least the first).
+fn initialized_containers(init: &[ContainerRecord]) -> usize {
+    init.iter()
+        .rposition(|c| {
+            !matches!(c.state, ContainerState::Waiting { .. })
+                || matches!(c.last_state, Some(ContainerState::Terminated { .. }))
+        })
+        .map_or(init.len().min(1), |i| i + 1)
 }
 
 fn is_terminal(phase: Option<&str>) -> bool {

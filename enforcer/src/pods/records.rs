@@ -242,7 +242,10 @@ mod tests {
             "{:?}",
             c.state
         );
-        assert_eq!(c.last_state.as_ref(), Some(&running));
+        assert_eq!(
+            c.last_state, None,
+            "the last state left as kubelet leaves it"
+        );
         assert!(!c.ready);
         // A source given with the eviction is kept.
         let given = failed_record(&pod, "api", "Evicted", "m".to_owned());

@@ -93,20 +93,14 @@ impl ContainerRecord {
         if matches!(self.state, ContainerState::Terminated { .. }) {
             return;
         }
-        let last = std::mem::replace(
-            &mut self.state,
-            ContainerState::Terminated {
-                exit_code: 137,
-                reason: "ContainerStatusUnknown".to_owned(),
-                message: "The container could not be located when the pod was terminated"
-                    .to_owned(),
-                started_at: String::new(),
-                finished_at: String::new(),
-            },
-        );
-        if let ContainerState::Running { .. } = last {
-            self.last_state = Some(last);
-        }
+        // The last state is left as it is, as kubelet leaves `LastTerminationState`.
+        self.state = ContainerState::Terminated {
+            exit_code: 137,
+            reason: "ContainerStatusUnknown".to_owned(),
+            message: "The container could not be located when the pod was terminated".to_owned(),
+            started_at: String::new(),
+            finished_at: String::new(),
+        };
     }
 }
 
