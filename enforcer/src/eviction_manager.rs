@@ -188,6 +188,19 @@ pub struct EvictionManager {
 }
 
 impl EvictionManager {
+    /// An eviction the last run decided and did not see released: waited for again (its
+    /// cgroup gone), so a restart never means a second victim before the first is freed.
+    fn reopen_last_eviction(&self, parts: &mut Parts, state: &mut State, now: Duration) {
+        if let Some(r) = parts.kills.reopen(&self.config.enforcer.state_dir) {
+            state.cleanup = Some(crate::policy::eviction::manager::CleanupWait {
+                uid: r.uid.as_str().into(),
+                since: now,
+            });
+            parts.victim_cgroup = Some(r.cgroup);
+            parts.answered = Some(crate::pods::KillDone { stopped_ns: None });
+        }
+    }
+
     /// Runs until `stop` resolves.
     pub async fn run(
         mut self,
@@ -208,16 +221,7 @@ impl EvictionManager {
             reaping: self.config.enforcer.reap_memory.then(Reaping::start),
             ..Parts::default()
         };
-        // An eviction the last run decided and did not see released: waited for again (its
-        // cgroup gone), so a restart never means a second victim before the first is freed.
-        if let Some(r) = parts.kills.reopen(&self.config.enforcer.state_dir) {
-            state.cleanup = Some(crate::policy::eviction::manager::CleanupWait {
-                uid: r.uid.as_str().into(),
-                since: start.elapsed(),
-            });
-            parts.victim_cgroup = Some(r.cgroup);
-            parts.answered = Some(crate::pods::KillDone { stopped_ns: None });
-        }
+        self.reopen_last_eviction(&mut parts, &mut state, start.elapsed());
         let mut signals_open = true;
         // The pods the signals of this round named (their memory is re-read).
         let mut named: Vec<String> = Vec::new();
