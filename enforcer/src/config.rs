@@ -168,10 +168,10 @@ pub struct ConfigArgs {
     /// Image pull burst.
     #[arg(long, value_name = "N", allow_negative_numbers = true)]
     pub registry_burst: Option<i32>,
-    /// The secure port's address (cluster mode).
+    /// The secure port's address.
     #[arg(long, value_name = "IP")]
     pub address: Option<String>,
-    /// The secure port (HTTPS with authentication and authorization; cluster mode; 0: none).
+    /// The secure port (HTTPS with authentication and authorization; 0: none).
     #[arg(long, value_name = "PORT", allow_negative_numbers = true)]
     pub port: Option<i32>,
     /// The read-only port (plain HTTP, no authentication; 0: none).
@@ -485,6 +485,10 @@ pub struct AuthenticationConfig {
     pub webhook_cache_ttl: Duration,
     /// `anonymous.enabled` (false).
     pub anonymous: bool,
+    /// Whether `webhook.enabled` was set (not its default): standalone, a webhook asked for
+    /// is refused as kubelet refuses it; a defaulted one is off (no API server to ask).
+    #[serde(skip)]
+    pub webhook_given: bool,
 }
 
 /// `authorization`: `Webhook` (SubjectAccessReview) or `AlwaysAllow`.
@@ -493,6 +497,9 @@ pub struct AuthenticationConfig {
 pub struct AuthorizationConfig {
     /// `mode`: true for `Webhook` (the default), false for `AlwaysAllow`.
     pub webhook: bool,
+    /// Whether `mode` was set (a flag or the file), not its default.
+    #[serde(skip)]
+    pub mode_given: bool,
     #[serde(rename = "cacheAuthorizedTTL", serialize_with = "ser_duration")]
     pub cache_authorized_ttl: Duration,
     #[serde(rename = "cacheUnauthorizedTTL", serialize_with = "ser_duration")]

@@ -91,6 +91,10 @@ pub enum DaemonError {
          SubjectAccessReviews go to the API server"
     )]
     SecureMetricsWithoutApi { addr: SocketAddr },
+    /// kubelet's `BuildAuthn` / `BuildAuthz` without an API client (standalone): a webhook
+    /// asked for cannot be used, and a port with no way to authenticate is refused.
+    #[error("{0}")]
+    SecurePortStandalone(&'static str),
     #[error("HTTP server on {addr}: {source}")]
     Http {
         addr: SocketAddr,
@@ -228,6 +232,8 @@ pub async fn run(
     let mode = Mode::of(&opts);
     let config = mode.config(opts.config.clone())?;
     let run_pods = opts.run_pods && !mode.is_companion();
+    // Before anything starts, as kubelet's `BuildAuth`.
+    let secure_port = secure_port_served(&config, mode, run_pods)?;
     let NodeStart {
         health,
         layout,
@@ -280,7 +286,7 @@ pub async fn run(
         observer: observer.clone(),
         runtime: cri.clone(),
     };
-    let servers = serve(&config, mode, run_pods, opts.kubeconfig.as_deref(), sources).await?;
+    let servers = serve(&config, secure_port, opts.kubeconfig.as_deref(), sources).await?;
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let stop = Stop(stop_rx);
@@ -533,20 +539,57 @@ fn kubepods_watches(
     Ok(watches)
 }
 
-/// The daemon's HTTP servers: kubelet's secure port (cluster mode, running pods), the
-/// read-only port, the secure metrics port, and the main one.
+/// Whether kubelet's secure port is served: where the daemon runs the node's pods (beside
+/// kubelet, kubelet serves it), its port set. Standalone, as kubelet's `BuildAuth` with no API
+/// client: a webhook asked for (`authentication.webhook.enabled: true`, `authorization.mode:
+/// Webhook`) refuses the start with kubelet's message; the defaulted Webhook mode leaves the
+/// port unserved (said once); otherwise client certificates and anonymous access with
+/// `AlwaysAllow`, and at least one of them (kubelet's "No authentication method configured").
+fn secure_port_served(config: &Config, mode: Mode, run_pods: bool) -> Result<bool, DaemonError> {
+    let serving = &config.serving;
+    if mode.is_companion() || !run_pods || serving.port == 0 {
+        return Ok(false);
+    }
+    if mode == Mode::Cluster {
+        return Ok(true);
+    }
+    let (authn, authz) = (&serving.authentication, &serving.authorization);
+    if authn.webhook && authn.webhook_given {
+        return Err(DaemonError::SecurePortStandalone(
+            "no client provided, cannot use webhook authentication",
+        ));
+    }
+    if authz.webhook && authz.mode_given {
+        return Err(DaemonError::SecurePortStandalone(
+            "no client provided, cannot use webhook authorization",
+        ));
+    }
+    if authz.webhook {
+        tracing::info!(
+            port = serving.port,
+            "standalone: the secure port is not served: authorization.mode defaults to Webhook, which needs an API server; authorization.mode: AlwaysAllow with client certificates (authentication.x509.clientCAFile) serves it"
+        );
+        return Ok(false);
+    }
+    if authn.client_ca_file.is_empty() && !authn.anonymous {
+        return Err(DaemonError::SecurePortStandalone(
+            "No authentication method configured",
+        ));
+    }
+    Ok(true)
+}
+
+/// The daemon's HTTP servers: kubelet's secure port (when `secure_port`:
+/// [`secure_port_served`]), the read-only port, the secure metrics port, and the main one.
 async fn serve(
     config: &Config,
-    mode: Mode,
-    run_pods: bool,
+    secure_port: bool,
     kubeconfig: Option<&Path>,
     sources: impl Fn() -> server::Sources,
 ) -> Result<Servers, DaemonError> {
     let mut extra = Vec::new();
-    // kubelet's secure port, where it serves the node (cluster mode, running pods; beside
-    // kubelet, kubelet serves it).
     let serving = &config.serving;
-    if mode == Mode::Cluster && run_pods && serving.port != 0 {
+    if secure_port {
         let addr = SocketAddr::new(serving.address, serving.port);
         let secure = secure_port_options(config, kubeconfig);
         let s = server::serve_secure(addr, sources(), secure)
@@ -595,9 +638,9 @@ fn secure_port_options(
         client_ca: (!serving.authentication.client_ca_file.is_empty())
             .then(|| PathBuf::from(&serving.authentication.client_ca_file)),
         anonymous: serving.authentication.anonymous,
-        token_webhook: serving
-            .authentication
-            .webhook
+        // Without an API server no TokenReview: a bearer token is ignored, as kubelet
+        // ignores it with no client.
+        token_webhook: (serving.authentication.webhook && kubeconfig.is_some())
             .then_some(serving.authentication.webhook_cache_ttl),
         authz: if serving.authorization.webhook {
             server::secure::AuthzMode::Webhook {
@@ -725,6 +768,85 @@ fn image_options(config: &Config) -> crate::cri::images::ImageOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// kubelet's `BuildAuth` standalone: a webhook asked for refuses the start with kubelet's
+    /// message; the defaulted Webhook mode leaves the port unserved; `AlwaysAllow` with client
+    /// certificates or anonymous serves it, with neither kubelet's "No authentication method
+    /// configured"; in cluster mode and with port 0 nothing changes.
+    #[test]
+    fn the_secure_port_standalone_as_kubelets_build_auth() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("kubelet.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nauthentication:\n  webhook:\n    enabled: true\n",
+        )
+        .expect("config file");
+        let served = |args: crate::config::ConfigArgs, mode: Mode| {
+            let config = crate::config::load(&args).expect("config").config;
+            secure_port_served(&config, mode, true).map_err(|e| e.to_string())
+        };
+        let always_allow = || crate::config::ConfigArgs {
+            authorization_mode: Some("AlwaysAllow".to_owned()),
+            client_ca_file: Some("/etc/enforcer/ca.crt".to_owned()),
+            ..Default::default()
+        };
+        let defaults = crate::config::ConfigArgs::default;
+        assert_eq!(served(defaults(), Mode::Standalone), Ok(false));
+        assert_eq!(served(defaults(), Mode::Cluster), Ok(true));
+        assert_eq!(served(always_allow(), Mode::Standalone), Ok(true));
+        assert_eq!(
+            served(
+                crate::config::ConfigArgs {
+                    port: Some(0),
+                    ..always_allow()
+                },
+                Mode::Standalone
+            ),
+            Ok(false)
+        );
+        assert_eq!(
+            served(
+                crate::config::ConfigArgs {
+                    authorization_mode: Some("Webhook".to_owned()),
+                    ..defaults()
+                },
+                Mode::Standalone
+            ),
+            Err("no client provided, cannot use webhook authorization".to_owned())
+        );
+        assert_eq!(
+            served(
+                crate::config::ConfigArgs {
+                    config: Some(file.clone()),
+                    ..always_allow()
+                },
+                Mode::Standalone
+            ),
+            Err("no client provided, cannot use webhook authentication".to_owned())
+        );
+        assert_eq!(
+            served(
+                crate::config::ConfigArgs {
+                    client_ca_file: None,
+                    ..always_allow()
+                },
+                Mode::Standalone
+            ),
+            Err("No authentication method configured".to_owned())
+        );
+        assert_eq!(
+            served(
+                crate::config::ConfigArgs {
+                    client_ca_file: None,
+                    anonymous_auth: Some(true),
+                    ..always_allow()
+                },
+                Mode::Standalone
+            ),
+            Ok(true)
+        );
+    }
 
     /// Each memory threshold gets a crossing on kubepods usage; allocatable's is measured
     /// against the kubepods limit (below memory.available's when reservations exist).

@@ -13,6 +13,7 @@
 
 pub mod exposition;
 mod families;
+pub mod probes;
 mod working_pods;
 
 use families::*;

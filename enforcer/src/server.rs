@@ -280,6 +280,7 @@ fn router(state: Shared) -> Router {
     let bounded = Router::new()
         .route("/metrics", get(metrics))
         .route("/metrics/resource", get(resource::handler))
+        .route("/metrics/probes", get(probe_metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/configz", get(configz))
@@ -344,6 +345,21 @@ pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; char
 
 async fn metrics(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Response {
     match crate::metrics::encode(&[s.sources.metrics.registry(), &s.node]) {
+        Ok(body) if s.sources.config.enforcer.own_metrics_only => {
+            metrics_answer(&headers, crate::metrics::only_families(&body, "enforcer_"))
+        }
+        Ok(body) => metrics_answer(&headers, body),
+        Err(_) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain; charset=utf-8",
+            "encoding the metrics failed\n".to_owned(),
+        ),
+    }
+}
+
+/// kubelet's `/metrics/probes` (`metrics::probes`); beside kubelet, kubelet serves it.
+async fn probe_metrics(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Response {
+    match crate::metrics::encode(&[crate::metrics::probes::global().registry()]) {
         Ok(body) if s.sources.config.enforcer.own_metrics_only => {
             metrics_answer(&headers, crate::metrics::only_families(&body, "enforcer_"))
         }

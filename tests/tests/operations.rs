@@ -568,7 +568,9 @@ async fn every_endpoint_of_a_running_daemon_parses() {
         TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
     })
     .await;
-    std::fs::write(manifests.join("web.yaml"), pod("web", UID, "", "", WORK)).expect("manifest");
+    // A readiness probe every second (its results on /metrics/probes).
+    let probe = "    readinessProbe: {exec: {command: [\"true\"]}, periodSeconds: 1}\n";
+    std::fs::write(manifests.join("web.yaml"), pod("web", UID, "", probe, WORK)).expect("manifest");
     wait_until("the pod running", Duration::from_secs(60), || {
         phase(&state, "web").as_deref() == Some("Running")
     })
@@ -580,9 +582,9 @@ async fn every_endpoint_of_a_running_daemon_parses() {
     let h = get(addr, "/healthz");
     assert_eq!((h.status, h.text().as_str()), (200, "ok\n"));
 
-    // /metrics and /metrics/resource as curl and kubelet's clients get them: the text format
-    // kubelet serves, clean by promtool.
-    for path in ["/metrics", "/metrics/resource"] {
+    // /metrics, /metrics/resource and /metrics/probes as curl and kubelet's clients get them:
+    // the text format kubelet serves, clean by promtool.
+    for path in ["/metrics", "/metrics/resource", "/metrics/probes"] {
         let plain = get(addr, path);
         assert_eq!(plain.status, 200);
         assert_eq!(
@@ -595,6 +597,20 @@ async fn every_endpoint_of_a_running_daemon_parses() {
             "promtool check metrics {path}:\n{problems}"
         );
     }
+    // /metrics/probes: the readiness probe's successes, kubelet's labels.
+    let probes = get(addr, "/metrics/probes").text();
+    let successes = probes
+        .lines()
+        .find(|l| {
+            l.starts_with("prober_probe_total{")
+                && l.contains(&format!("pod_uid=\"{UID}\""))
+                && l.contains("container=\"app\",namespace=\"default\"")
+                && l.contains("probe_type=\"Readiness\",result=\"successful\"")
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok());
+    assert!(successes.is_some_and(|n| n >= 1.0), "{probes}");
+    assert!(probes.contains("process_start_time_seconds "), "{probes}");
     // /metrics as Prometheus scrapes it: OpenMetrics, kubelet's names and the enforcer's.
     let m = scrape(addr, "/metrics");
     assert_eq!(m.status, 200);

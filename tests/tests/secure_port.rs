@@ -2,7 +2,8 @@
 //! API server (its TokenReview and SubjectAccessReview), real pods on the private containerd,
 //! and real clients: `curl` for the pages and logs, a WebSocket client speaking kubectl's
 //! `v4.channel.k8s.io` for exec, attach and port-forward through the node to containerd's
-//! streaming server. Needs root, containerd and curl; fails loudly without them.
+//! streaming server; and the `enforcer` binary standalone, serving the port with client
+//! certificates and `AlwaysAllow`. Needs root, containerd and curl; fails loudly without them.
 
 use std::{
     path::{Path, PathBuf},
@@ -14,6 +15,7 @@ use enforcer_tests::{
     containerd::Containerd,
     fake_api::{FakeApi, Kind},
     node::Node,
+    process::DaemonProcess,
     streams::Ws,
 };
 use serde_json::{Value, json};
@@ -807,4 +809,117 @@ async fn kubectl_logs_and_exec_through_the_api_server() {
         String::from_utf8_lossy(&out.stderr)
     );
     finish(s).await;
+}
+
+/// The secure port standalone, as kubelet serves it without an API server: `enforcer run`
+/// with `--port`, `--client-ca-file` and `--authorization-mode=AlwaysAllow` serves it with
+/// its self-signed certificate; a client certificate turns the log verbosity up (`PUT
+/// /debug/flags/v`) and takes a CPU profile; no certificate is 401 (anonymous off), a bearer
+/// token too (no API server to review it). `--authorization-mode=Webhook` standalone stops
+/// the start with kubelet's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_secure_port_standalone_with_client_certificates() {
+    enforcer_tests::require_root();
+    let cd = Containerd::start("sec-alone");
+    let pki = Pki::new(&cd.dir, "alone");
+    let (cert, key) = pki.client("admin", "admin", &["system:masters"], 30);
+    let manifests = cd.dir.join("manifests");
+    std::fs::create_dir_all(&manifests).expect("manifests");
+    let state = cd.dir.join("enforcer-state");
+    let port = free_port();
+    let args = |mode: &str| {
+        vec![
+            "run".to_owned(),
+            "--node-capacity=memory=1Gi".to_owned(),
+            "--eviction-hard=memory.available<100Mi".to_owned(),
+            "--image-gc-high-threshold=100".to_owned(),
+            "--image-gc-low-threshold=99".to_owned(),
+            format!("--hostname-override={NODE}"),
+            "--address=127.0.0.1".to_owned(),
+            format!("--port={port}"),
+            format!("--client-ca-file={}", pki.ca_file("alone").display()),
+            format!("--authorization-mode={mode}"),
+            "--http-address=127.0.0.1:0".to_owned(),
+            format!("--cri-socket={}", cd.socket.display()),
+            format!("--cgroup-root={}", cd.cgroup_root),
+            format!("--cgroup-driver={}", cd.driver.as_str()),
+            format!("--manifest-dir={}", manifests.display()),
+            format!("--state-dir={}", state.display()),
+        ]
+    };
+    let log = cd.dir.join("enforcer.log");
+    // Webhook authorization needs the API server: refused before anything starts.
+    let mut refused = DaemonProcess::spawn(&args("Webhook"), &log);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = refused.ended() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still running: {}",
+            refused.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(!status.success(), "{status}");
+    assert!(
+        refused
+            .log_text()
+            .contains("no client provided, cannot use webhook authorization"),
+        "{}",
+        refused.log_text()
+    );
+    let mut daemon = DaemonProcess::spawn(&args("AlwaysAllow"), &log);
+    daemon
+        .wait_for_log("serving the secure port", Duration::from_secs(60))
+        .await;
+    let p = Port {
+        port,
+        server_ca: state.join("pki/kubelet.crt"),
+    };
+    let admin = Cred::Cert(cert, key);
+    assert_eq!(p.get("/healthz", &admin, &[]), (200, "ok\n".to_owned()));
+    let (code, body) = p.get("/debug/flags/v", &admin, &["-X", "PUT", "-d", "4"]);
+    assert_eq!(
+        (code, body.as_str()),
+        (200, "successfully set klog.logging.verbosity to 4")
+    );
+    daemon
+        .wait_for_log("log verbosity changed", Duration::from_secs(10))
+        .await;
+    let out = tempfile::NamedTempFile::new().expect("tmp");
+    let profile = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "30", "-o"])
+        .arg(out.path())
+        .args(["-w", "%{http_code}", "--cacert"])
+        .arg(&p.server_ca)
+        .args(["--resolve", &format!("{NODE}:{port}:127.0.0.1")])
+        .args(["--cert", &pki.dir.join("admin.crt").display().to_string()])
+        .args(["--key", &pki.dir.join("admin.key").display().to_string()])
+        .arg(format!(
+            "https://{NODE}:{port}/debug/pprof/profile?seconds=1"
+        ))
+        .output()
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&profile.stdout), "200");
+    let bytes = std::fs::read(out.path()).expect("profile");
+    // A pprof protobuf (gzip-free): field 1 (sample_type), length-delimited.
+    assert!(
+        bytes.first() == Some(&0x0a) && bytes.len() > 16,
+        "a pprof profile: {} bytes",
+        bytes.len()
+    );
+    assert_eq!(p.get("/pods", &Cred::None, &[]).0, 401, "anonymous is off");
+    assert_eq!(
+        p.get("/pods", &Cred::Token("some-token"), &[]).0,
+        401,
+        "no API server reviews tokens"
+    );
+    eprintln!(
+        "standalone secure port {port}: client certificate 200 on PUT /debug/flags/v and a 1 s CPU profile ({} bytes); anonymous and a token 401; Webhook mode refused at start",
+        bytes.len()
+    );
+    let stopped = daemon.terminate(Duration::from_secs(60)).await;
+    assert!(stopped.success(), "{stopped}");
 }

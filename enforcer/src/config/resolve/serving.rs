@@ -48,6 +48,7 @@ pub(super) fn serving(
     let authz_webhook = authz.webhook.clone().unwrap_or_default();
     let mode = Sourced::pick(args.authorization_mode.clone(), authz.mode.clone());
     let mode_from_flag = mode.from_flag;
+    let mode_given = mode.value.is_some();
     let webhook_mode = match mode.value.as_deref().unwrap_or("Webhook") {
         "Webhook" => true,
         "AlwaysAllow" => false,
@@ -94,6 +95,7 @@ pub(super) fn serving(
                 .or_else(|| authn.x509.and_then(|x| x.client_ca_file))
                 .unwrap_or_default(),
             webhook: webhook_authn.enabled.unwrap_or(true),
+            webhook_given: webhook_authn.enabled.is_some(),
             webhook_cache_ttl: ttl(webhook_authn.cache_ttl.as_ref(), Duration::from_secs(120))?,
             anonymous: args
                 .anonymous_auth
@@ -102,6 +104,7 @@ pub(super) fn serving(
         },
         authorization: AuthorizationConfig {
             webhook: webhook_mode,
+            mode_given,
             cache_authorized_ttl: ttl(
                 authz_webhook.cache_authorized_ttl.as_ref(),
                 Duration::from_secs(300),

@@ -131,6 +131,15 @@ struct Probing {
 pub struct Prober {
     shared: Arc<Shared>,
     running: HashMap<String, Probing>,
+    /// The `/metrics/probes` series of this pod's probes, kept across container restarts
+    /// (kubelet's worker lives as long as the pod's container) and removed with the probes.
+    series: Vec<crate::metrics::probes::ProbeOf>,
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        self.forget_series();
+    }
 }
 
 /// What the probe tasks of one pod share with their pod worker.
@@ -172,21 +181,28 @@ impl Prober {
             if self.running.contains_key(&t.container_id) || !has_probes(&t.container) {
                 continue;
             }
-            self.running
-                .insert(t.container_id.clone(), self.start(ctx, t));
+            let probing = self.start(ctx, t);
+            self.running.insert(t.container_id.clone(), probing);
         }
     }
 
     /// Stops every probe (the pod is being killed or has finished).
     pub fn clear(&mut self) {
         self.running.clear();
+        self.forget_series();
         self.shared.with(|s| {
             s.results.clear();
             s.kills.clear();
         });
     }
 
-    fn start<R: ContainerRuntime>(&self, ctx: &ProbeContext<R>, t: &Target) -> Probing {
+    fn forget_series(&mut self) {
+        for s in self.series.drain(..) {
+            crate::metrics::probes::global().forget(&s);
+        }
+    }
+
+    fn start<R: ContainerRuntime>(&mut self, ctx: &ProbeContext<R>, t: &Target) -> Probing {
         let has_startup = t.container.startup_probe.is_some();
         let (started_tx, _) = watch::channel(!has_startup);
         let started_tx = Arc::new(started_tx);
@@ -232,6 +248,10 @@ impl Prober {
                 pod_host: t.pod_host.clone(),
                 started: started_tx.clone(),
             };
+            let series = task.series();
+            if !self.series.contains(&series) {
+                self.series.push(series);
+            }
             tasks.spawn(task.run(first));
         }
         Probing { _tasks: tasks }
@@ -291,6 +311,34 @@ impl<R: ContainerRuntime> ProbeTask<R> {
     /// One probe with kubelet's retries of prober errors; the result to count, `None` for
     /// an error (thrown away).
     async fn probe(&self) -> Option<ProbeResult> {
+        let began = std::time::Instant::now();
+        let result = self.probe_once().await;
+        // kubelet's `prober_probe_total` (a prober error is not counted).
+        let label = match result {
+            Some(ProbeResult::Success) => Some("successful"),
+            Some(ProbeResult::Failure) => Some("failed"),
+            Some(ProbeResult::Unknown) => Some("unknown"),
+            None => None,
+        };
+        if let Some(label) = label {
+            crate::metrics::probes::global().probed(&self.series(), label, began.elapsed());
+        }
+        result
+    }
+
+    /// This probe's series (`/metrics/probes`).
+    fn series(&self) -> crate::metrics::probes::ProbeOf {
+        crate::metrics::probes::ProbeOf {
+            probe_type: self.kind.as_str(),
+            container: self.name.clone(),
+            pod: self.involved.name.clone(),
+            namespace: self.involved.namespace.clone(),
+            pod_uid: self.involved.uid.clone(),
+        }
+    }
+
+    /// [`Self::probe`] without the count.
+    async fn probe_once(&self) -> Option<ProbeResult> {
         let kind = self.kind.as_str();
         let mut outcome = Outcome::Error(String::new());
         for _ in 0..MAX_PROBE_RETRIES {

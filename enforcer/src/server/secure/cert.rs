@@ -204,6 +204,10 @@ pub async fn bootstrap(opts: SecureOptions, cert: Arc<BootstrapCert>) {
         tracing::info!(path = %current.display(), "serving certificate from the last bootstrap");
         return;
     }
+    if opts.kubeconfig.is_none() {
+        tracing::warn!(path = %current.display(), "serverTLSBootstrap: Certificate rotation is not enabled, no connection to the apiserver: no serving certificate until that file holds one");
+        return;
+    }
     let mut delay = Duration::from_secs(1);
     loop {
         match request_certificate(&opts).await {
