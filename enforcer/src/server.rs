@@ -23,6 +23,7 @@
 //! shutdown the server stops accepting, lets requests in flight finish for up to
 //! [`SHUTDOWN_GRACE`], then closes what is left.
 
+pub mod cadvisor;
 pub mod debug;
 pub mod logs;
 pub mod resource;
@@ -281,6 +282,7 @@ fn router(state: Shared) -> Router {
         .route("/metrics", get(metrics))
         .route("/metrics/resource", get(resource::handler))
         .route("/metrics/probes", get(probe_metrics))
+        .route("/metrics/cadvisor", get(cadvisor::handler))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/configz", get(configz))

@@ -121,6 +121,80 @@ fn scrape(addr: SocketAddr, path: &str) -> Answer {
     request_with(addr, "GET", path, PROMETHEUS_ACCEPT, "")
 }
 
+/// Debian's Prometheus scraping `/metrics/cadvisor` of `addr` every second: the pod `web`'s
+/// container working set and CPU seconds, summed per pod as kube-prometheus' recording rules
+/// do (`image!=""`), once it has them (bounded).
+async fn prometheus_per_pod(dir: &std::path::Path, addr: SocketAddr) -> (f64, f64) {
+    let prom_addr = free_port();
+    let prom_dir = dir.join("prometheus");
+    std::fs::create_dir_all(&prom_dir).expect("prometheus dir");
+    let config = prom_dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n\
+             - job_name: kubelet\n  metrics_path: /metrics/cadvisor\n  honor_timestamps: false\n  \
+             static_configs:\n  - targets: ['{addr}']\n"
+        ),
+    )
+    .expect("prometheus.yml");
+    let log = std::fs::File::create(prom_dir.join("prometheus.log")).expect("log");
+    let mut prometheus = std::process::Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            prom_dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={prom_addr}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("prometheus (Debian's package, cargo xtask setup)");
+    let query = |q: &str| -> Option<f64> {
+        let enc: String = q
+            .bytes()
+            .map(|b| {
+                if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                    (b as char).to_string()
+                } else {
+                    format!("%{b:02X}")
+                }
+            })
+            .collect();
+        let (status, body) = enforcer_tests::http_get(
+            &prom_addr.to_string(),
+            &format!("/api/v1/query?query={enc}"),
+        )
+        .ok()?;
+        if !status.contains(" 200") {
+            return None;
+        }
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let r = v["data"]["result"].as_array()?.first()?.clone();
+        r["value"][1].as_str()?.parse().ok()
+    };
+    let ws_q = r#"sum by (namespace, pod) (container_memory_working_set_bytes{job="kubelet", image!="", pod=~"web.*"})"#;
+    let cpu_q = r#"sum by (namespace, pod) (container_cpu_usage_seconds_total{job="kubelet", image!="", pod=~"web.*"})"#;
+    let mut answer = None;
+    let deadline = std::time::Instant::now() + enforcer_tests::scaled(Duration::from_secs(60));
+    while answer.is_none() && std::time::Instant::now() < deadline {
+        answer = query(ws_q).zip(query(cpu_q));
+        if answer.is_none() {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+    if let Ok(pid) = i32::try_from(prometheus.id()) {
+        enforcer_tests::kill(pid, rustix::process::Signal::TERM);
+    }
+    let _ = prometheus.wait();
+    answer.unwrap_or_else(|| {
+        panic!(
+            "Prometheus never answered per pod: {}",
+            std::fs::read_to_string(prom_dir.join("prometheus.log")).unwrap_or_default()
+        )
+    })
+}
+
 /// `promtool check metrics` on a page in the text format (what curl and kubelet's clients
 /// get): the problems it reports, none when the page is clean.
 fn promtool_problems(page: &str) -> String {
@@ -584,7 +658,12 @@ async fn every_endpoint_of_a_running_daemon_parses() {
 
     // /metrics, /metrics/resource and /metrics/probes as curl and kubelet's clients get them:
     // the text format kubelet serves, clean by promtool.
-    for path in ["/metrics", "/metrics/resource", "/metrics/probes"] {
+    for path in [
+        "/metrics",
+        "/metrics/resource",
+        "/metrics/probes",
+        "/metrics/cadvisor",
+    ] {
         let plain = get(addr, path);
         assert_eq!(plain.status, 200);
         assert_eq!(
@@ -611,6 +690,13 @@ async fn every_endpoint_of_a_running_daemon_parses() {
         .and_then(|v| v.parse::<f64>().ok());
     assert!(successes.is_some_and(|n| n >= 1.0), "{probes}");
     assert!(probes.contains("process_start_time_seconds "), "{probes}");
+    // /metrics/cadvisor scraped by Debian's Prometheus, answering per pod as kube-prometheus'
+    // rules ask (`image!=""`: the containers).
+    let (pod_ws, pod_cpu) = prometheus_per_pod(&cd.dir, addr).await;
+    eprintln!(
+        "Prometheus on /metrics/cadvisor: working set {pod_ws} bytes, CPU {pod_cpu} s of pod web"
+    );
+    assert!(pod_ws > 0.0 && pod_cpu > 0.0, "{pod_ws} {pod_cpu}");
     // /metrics as Prometheus scrapes it: OpenMetrics, kubelet's names and the enforcer's.
     let m = scrape(addr, "/metrics");
     assert_eq!(m.status, 200);

@@ -130,7 +130,7 @@ pub fn registry(reading: Option<&Reading>) -> Registry {
 /// OpenMetrics text of `registry`, each sample but `resource_scrape_error`'s timestamped with
 /// `at_nanos` (ns since the epoch) in seconds with millisecond precision (what kubelet's
 /// `NewLazyMetricWithTimestamp` keeps).
-fn timestamped(text: &str, at_nanos: i64) -> String {
+pub(super) fn timestamped(text: &str, at_nanos: i64) -> String {
     let ts = format!(
         " {}.{:03}",
         at_nanos.div_euclid(1_000_000_000),

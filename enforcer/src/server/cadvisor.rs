@@ -1,0 +1,238 @@
+//! `/metrics/cadvisor`: the cAdvisor series monitoring stacks read from kubelet (kube-prometheus'
+//! `node_namespace_pod_container:*` rules, managed Prometheus services), with cAdvisor's names,
+//! help texts and label set (`container`, `id`, `image`, `name`, `namespace`, `pod`, in that
+//! order; `""` where the cgroup has none): the node's root cgroup (`id="/"`), each pod's cgroup
+//! (`namespace`, `pod`), each container's (all six: `name` the runtime's container id). From
+//! the same reading as `/stats/summary` ([`super::summary::StatsReader`]). The stat families
+//! carry the reading's time, as cAdvisor stamps them with its read of the cgroup; the machine
+//! families none. Served: `container_cpu_usage_seconds_total{cpu="total"}` (no series while a
+//! cgroup's usage is 0, as cAdvisor), `container_memory_working_set_bytes`,
+//! `machine_cpu_cores`, `machine_memory_bytes`.
+
+use std::sync::atomic::AtomicU64;
+
+use axum::{extract::State, http::StatusCode, response::Response};
+use prometheus_client::{
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
+    registry::Registry,
+};
+
+use super::{Shared, summary::Reading, text};
+
+type Labels = Vec<(&'static str, String)>;
+type FloatCounter = Counter<f64, AtomicU64>;
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+#[expect(clippy::cast_precision_loss, reason = "metric values are floats")]
+fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+#[expect(clippy::cast_precision_loss, reason = "metric values are floats")]
+fn float(v: i64) -> f64 {
+    v as f64
+}
+
+/// cAdvisor's label set, `cpu` placed in its sorted place when given.
+fn labels(
+    container: &str,
+    cpu: Option<&str>,
+    id: &str,
+    image: &str,
+    name: &str,
+    namespace: &str,
+    pod: &str,
+) -> Labels {
+    let mut l: Labels = vec![("container", container.to_owned())];
+    if let Some(cpu) = cpu {
+        l.push(("cpu", cpu.to_owned()));
+    }
+    l.extend([
+        ("id", id.to_owned()),
+        ("image", image.to_owned()),
+        ("name", name.to_owned()),
+        ("namespace", namespace.to_owned()),
+        ("pod", pod.to_owned()),
+    ]);
+    l
+}
+
+/// The stat families of one reading (timestamped by [`page`]).
+fn stats(r: &Reading) -> Registry {
+    let cpu = Family::<Labels, FloatCounter>::default();
+    let ws = Family::<Labels, FloatGauge>::default();
+    let add = |id: &str,
+               image: &str,
+               c: (&str, &str),
+               p: (&str, &str),
+               cpu_ns: Option<u64>,
+               mem: Option<i64>| {
+        let (container, name) = c;
+        let (namespace, pod) = p;
+        if let Some(ns) = cpu_ns.filter(|ns| *ns > 0) {
+            cpu.get_or_create(&labels(
+                container,
+                Some("total"),
+                id,
+                image,
+                name,
+                namespace,
+                pod,
+            ))
+            .inc_by(secs(ns));
+        }
+        if let Some(m) = mem {
+            ws.get_or_create(&labels(container, None, id, image, name, namespace, pod))
+                .set(float(m.max(0)));
+        }
+    };
+    let node_mem = r
+        .snapshot
+        .observations
+        .get(&crate::policy::eviction::Signal::MemoryAvailable)
+        .map(|o| o.capacity - o.available);
+    add("/", "", ("", ""), ("", ""), r.node_cpu_ns, node_mem);
+    for t in &r.targets {
+        let Some(rec) = r.records.get(&t.uid) else {
+            continue;
+        };
+        let pod = (rec.namespace.as_str(), rec.name.as_str());
+        let stats = r.snapshot.pods.get(&t.uid).and_then(|s| s.stats.as_ref());
+        let id = format!("/{}", t.cgroup.trim_start_matches('/'));
+        add(
+            &id,
+            "",
+            ("", ""),
+            pod,
+            r.cpu_ns.get(&t.cgroup).copied(),
+            stats.and_then(|s| s.memory),
+        );
+        for (name, cid) in &t.containers {
+            let key = format!("{}/{cid}", t.cgroup);
+            let image = rec
+                .container_statuses
+                .iter()
+                .chain(&rec.init_container_statuses)
+                .find(|c| c.name == *name)
+                .map(|c| c.image.as_str())
+                .unwrap_or_default();
+            add(
+                &format!("/{}", key.trim_start_matches('/')),
+                image,
+                (name, cid),
+                pod,
+                r.cpu_ns.get(&key).copied(),
+                stats
+                    .and_then(|s| s.containers.iter().find(|c| c.name == *name))
+                    .and_then(|c| c.memory),
+            );
+        }
+    }
+    let mut reg = Registry::default();
+    reg.register(
+        "container_cpu_usage_seconds",
+        "Cumulative cpu time consumed in seconds.",
+        cpu,
+    );
+    reg.register(
+        "container_memory_working_set_bytes",
+        "Current working set in bytes.",
+        ws,
+    );
+    reg
+}
+
+/// The machine families (no timestamp): logical CPUs online, memory installed.
+fn machine(r: &Reading) -> Registry {
+    let mut reg = Registry::default();
+    let cores = FloatGauge::default();
+    cores.set(float(
+        std::thread::available_parallelism().map_or(1, |n| i64::try_from(n.get()).unwrap_or(1)),
+    ));
+    reg.register("machine_cpu_cores", "Number of logical CPU cores.", cores);
+    if let Some(o) = r
+        .snapshot
+        .observations
+        .get(&crate::policy::eviction::Signal::MemoryAvailable)
+    {
+        let mem = FloatGauge::default();
+        mem.set(float(o.capacity));
+        reg.register(
+            "machine_memory_bytes",
+            "Amount of memory installed on the machine.",
+            mem,
+        );
+    }
+    reg
+}
+
+/// The page of one reading: the stat families stamped with the reading's time, then the
+/// machine families.
+fn page(r: &Reading) -> Result<String, std::fmt::Error> {
+    let stats = crate::metrics::encode(&[&stats(r)])?;
+    let stats = super::resource::timestamped(&stats, r.at_nanos);
+    let machine = crate::metrics::encode(&[&machine(r)])?;
+    Ok(format!(
+        "{}{machine}",
+        stats.strip_suffix("# EOF\n").unwrap_or(&stats)
+    ))
+}
+
+pub(super) async fn handler(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Response {
+    if s.sources.config.enforcer.own_metrics_only {
+        // Beside kubelet, kubelet serves it: nothing is scraped twice from one node.
+        return super::metrics_answer(&headers, "# EOF\n".to_owned());
+    }
+    let reading = s
+        .stats
+        .read(&s.sources.link, &s.sources.status, false)
+        .await;
+    let body = match &reading {
+        Ok(r) => page(r),
+        Err(e) => {
+            tracing::warn!(error = %e, "cadvisor metrics: reading the node failed");
+            Ok("# EOF\n".to_owned())
+        }
+    };
+    match body {
+        Ok(body) => super::metrics_answer(&headers, body),
+        Err(_) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "text/plain; charset=utf-8",
+            "encoding the metrics failed\n".to_owned(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// cAdvisor's label set on the root, the pod and the container cgroups, the reading's
+    /// timestamp on the stat families, none on the machine's; promtool-style text once turned
+    /// into the text format.
+    #[test]
+    fn cadvisors_series_for_the_node_its_pods_and_containers() {
+        let reading = crate::server::summary::tests::reading();
+        let text = page(&reading).expect("encode");
+        for want in [
+            "container_cpu_usage_seconds_total{container=\"\",cpu=\"total\",id=\"/\",image=\"\",name=\"\",namespace=\"\",pod=\"\"} 10.0 1767225600.000\n",
+            "container_cpu_usage_seconds_total{container=\"\",cpu=\"total\",id=\"/kubepods/podu1\",image=\"\",name=\"\",namespace=\"default\",pod=\"web\"} 3.0 1767225600.000\n",
+            "container_cpu_usage_seconds_total{container=\"app\",cpu=\"total\",id=\"/kubepods/podu1/c1\",image=\"busybox\",name=\"c1\",namespace=\"default\",pod=\"web\"} 2.0 1767225600.000\n",
+            "container_memory_working_set_bytes{container=\"app\",id=\"/kubepods/podu1/c1\",image=\"busybox\",name=\"c1\",namespace=\"default\",pod=\"web\"} 200.0 1767225600.000\n",
+            "container_memory_working_set_bytes{container=\"\",id=\"/\",image=\"\",name=\"\",namespace=\"\",pod=\"\"} 300.0 1767225600.000\n",
+            "machine_memory_bytes 1000.0\n",
+        ] {
+            assert!(text.contains(want), "{want:?} missing in:\n{text}");
+        }
+        assert_eq!(text.matches("# EOF").count(), 1, "{text}");
+        assert!(text.ends_with("# EOF\n"));
+        let plain = crate::metrics::exposition::to_text_004(&text);
+        assert!(
+            plain.contains("# TYPE container_cpu_usage_seconds_total counter\n")
+                && plain.contains("} 2.0 1767225600000\n")
+                && plain.contains("machine_cpu_cores "),
+            "{plain}"
+        );
+    }
+}
