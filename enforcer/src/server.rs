@@ -346,26 +346,26 @@ fn json(value: &impl serde::Serialize) -> Response {
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 async fn metrics(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Response {
-    match crate::metrics::encode(&[s.sources.metrics.registry(), &s.node]) {
-        Ok(body) if s.sources.config.enforcer.own_metrics_only => {
-            metrics_answer(&headers, crate::metrics::only_families(&body, "enforcer_"))
-        }
-        Ok(body) => metrics_answer(&headers, body),
-        Err(_) => text(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "text/plain; charset=utf-8",
-            "encoding the metrics failed\n".to_owned(),
-        ),
-    }
+    registries_page(&s, &headers, &[s.sources.metrics.registry(), &s.node])
 }
 
 /// kubelet's `/metrics/probes` (`metrics::probes`); beside kubelet, kubelet serves it.
 async fn probe_metrics(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Response {
-    match crate::metrics::encode(&[crate::metrics::probes::global().registry()]) {
+    registries_page(&s, &headers, &[crate::metrics::probes::global().registry()])
+}
+
+/// `registries` as a metrics page ([`metrics_answer`]); beside kubelet only the enforcer's
+/// own families.
+fn registries_page(
+    s: &Shared,
+    headers: &axum::http::HeaderMap,
+    registries: &[&prometheus_client::registry::Registry],
+) -> Response {
+    match crate::metrics::encode(registries) {
         Ok(body) if s.sources.config.enforcer.own_metrics_only => {
-            metrics_answer(&headers, crate::metrics::only_families(&body, "enforcer_"))
+            metrics_answer(headers, crate::metrics::only_families(&body, "enforcer_"))
         }
-        Ok(body) => metrics_answer(&headers, body),
+        Ok(body) => metrics_answer(headers, body),
         Err(_) => text(
             StatusCode::INTERNAL_SERVER_ERROR,
             "text/plain; charset=utf-8",

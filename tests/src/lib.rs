@@ -588,3 +588,27 @@ pub fn http_get(addr: &str, path: &str) -> std::io::Result<(String, String)> {
         body.to_owned(),
     ))
 }
+
+/// A query's answer from Prometheus' HTTP API (`data.result`).
+pub fn prometheus_query(addr: &str, query: &str) -> Vec<serde_json::Value> {
+    let q: String = query
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    let Ok((status, body)) = http_get(addr, &format!("/api/v1/query?query={q}")) else {
+        return Vec::new();
+    };
+    if !status.contains(" 200") {
+        return Vec::new();
+    }
+    serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v["data"]["result"].as_array().cloned())
+        .unwrap_or_default()
+}

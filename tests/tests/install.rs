@@ -68,30 +68,6 @@ fn build_image(out: &Path, push: Option<(&str, &Path)>) -> String {
         .to_owned()
 }
 
-/// A query's answer from Prometheus' HTTP API (`data.result`).
-fn prometheus_query(addr: &str, query: &str) -> Vec<Value> {
-    let q: String = query
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect();
-    let Ok((status, body)) = http_get(addr, &format!("/api/v1/query?query={q}")) else {
-        return Vec::new();
-    };
-    if !status.contains(" 200") {
-        return Vec::new();
-    }
-    serde_json::from_str::<Value>(&body)
-        .ok()
-        .and_then(|v| v["data"]["result"].as_array().cloned())
-        .unwrap_or_default()
-}
-
 /// The DaemonSet's pod template as the DaemonSet controller and the API server's admission
 /// make a pod of it on `NODE`: name, uid, node, the priority of its class, the
 /// service-account token volume; the image by the pushed digest; hostPath volumes moved to
@@ -380,7 +356,8 @@ async fn the_companion_installs_from_its_image_and_evicts_with_metrics_scraped()
         "Prometheus scraping the companion",
         Duration::from_secs(60),
         || {
-            up = prometheus_query(&prom_addr, "up{job=\"enforcer-companion\"} == 1");
+            up =
+                enforcer_tests::prometheus_query(&prom_addr, "up{job=\"enforcer-companion\"} == 1");
             !up.is_empty()
         },
     )
@@ -389,14 +366,14 @@ async fn the_companion_installs_from_its_image_and_evicts_with_metrics_scraped()
                  (enforcer_eviction_decision_to_sigkill_seconds_bucket{job=\"enforcer-companion\"}))";
     let mut answer = Vec::new();
     wait_until("Prometheus' answer on the eviction latency histogram", Duration::from_secs(30), || {
-        answer = prometheus_query(
+        answer = enforcer_tests::prometheus_query(
             &prom_addr,
             "enforcer_eviction_decision_to_sigkill_seconds_count{job=\"enforcer-companion\"} > 0",
         );
         !answer.is_empty()
     })
     .await;
-    let p99 = prometheus_query(&prom_addr, query);
+    let p99 = enforcer_tests::prometheus_query(&prom_addr, query);
     eprintln!("Prometheus: up {up:?}; evictions timed {answer:?}; {query} = {p99:?}");
     assert!(
         p99.first()
@@ -405,7 +382,7 @@ async fn the_companion_installs_from_its_image_and_evicts_with_metrics_scraped()
             .is_some_and(|v| v.is_finite() && v > 0.0),
         "a p99 from the histogram: {p99:?}"
     );
-    let kubelet_families = prometheus_query(
+    let kubelet_families = enforcer_tests::prometheus_query(
         &prom_addr,
         "{job=\"enforcer-companion\", __name__=~\"kubelet_.*|process_.*\"}",
     );

@@ -151,27 +151,10 @@ async fn prometheus_per_pod(dir: &std::path::Path, addr: SocketAddr) -> (f64, f6
         .spawn()
         .expect("prometheus (Debian's package, cargo xtask setup)");
     let query = |q: &str| -> Option<f64> {
-        let enc: String = q
-            .bytes()
-            .map(|b| {
-                if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                    (b as char).to_string()
-                } else {
-                    format!("%{b:02X}")
-                }
-            })
-            .collect();
-        let (status, body) = enforcer_tests::http_get(
-            &prom_addr.to_string(),
-            &format!("/api/v1/query?query={enc}"),
-        )
-        .ok()?;
-        if !status.contains(" 200") {
-            return None;
-        }
-        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
-        let r = v["data"]["result"].as_array()?.first()?.clone();
-        r["value"][1].as_str()?.parse().ok()
+        enforcer_tests::prometheus_query(&prom_addr.to_string(), q).first()?["value"][1]
+            .as_str()?
+            .parse()
+            .ok()
     };
     let ws_q = r#"sum by (namespace, pod) (container_memory_working_set_bytes{job="kubelet", image!="", pod=~"web.*"})"#;
     let cpu_q = r#"sum by (namespace, pod) (container_cpu_usage_seconds_total{job="kubelet", image!="", pod=~"web.*"})"#;

@@ -768,4 +768,6 @@ pub async fn run<A: ClusterApi>(
 }
 
 #[cfg(test)]
+mod terminate_tests;
+#[cfg(test)]
 mod tests;

@@ -9,29 +9,15 @@
 //! cgroup's usage is 0, as cAdvisor), `container_memory_working_set_bytes`,
 //! `machine_cpu_cores`, `machine_memory_bytes`.
 
-use std::sync::atomic::AtomicU64;
-
 use axum::{extract::State, http::StatusCode, response::Response};
-use prometheus_client::{
-    metrics::{counter::Counter, family::Family, gauge::Gauge},
-    registry::Registry,
+use prometheus_client::{metrics::family::Family, registry::Registry};
+
+use super::{
+    Shared,
+    resource::{FloatCounter, FloatGauge, Labels, bytes as float, secs},
+    summary::Reading,
+    text,
 };
-
-use super::{Shared, summary::Reading, text};
-
-type Labels = Vec<(&'static str, String)>;
-type FloatCounter = Counter<f64, AtomicU64>;
-type FloatGauge = Gauge<f64, AtomicU64>;
-
-#[expect(clippy::cast_precision_loss, reason = "metric values are floats")]
-fn secs(ns: u64) -> f64 {
-    ns as f64 / 1e9
-}
-
-#[expect(clippy::cast_precision_loss, reason = "metric values are floats")]
-fn float(v: i64) -> f64 {
-    v as f64
-}
 
 /// cAdvisor's label set, `cpu` placed in its sorted place when given.
 fn labels(

@@ -18,17 +18,17 @@ use prometheus_client::{
 
 use super::{Shared, summary::Reading, text};
 
-type Labels = Vec<(&'static str, String)>;
-type FloatCounter = Counter<f64, AtomicU64>;
-type FloatGauge = Gauge<f64, AtomicU64>;
+pub(super) type Labels = Vec<(&'static str, String)>;
+pub(super) type FloatCounter = Counter<f64, AtomicU64>;
+pub(super) type FloatGauge = Gauge<f64, AtomicU64>;
 
 #[expect(clippy::cast_precision_loss, reason = "metric values are floats")]
-fn secs(ns: u64) -> f64 {
+pub(super) fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
 #[expect(clippy::cast_precision_loss, reason = "metric values are floats")]
-fn bytes(b: i64) -> f64 {
+pub(super) fn bytes(b: i64) -> f64 {
     b as f64
 }
 
