@@ -996,12 +996,14 @@ fn api_reason(fake: &FakeApi, name: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_eviction_storm_during_an_api_outage_loses_nothing() {
     const PODS: usize = 20;
-    // Allocatable memory 50Mi (1Gi - 724Mi reserved - 250Mi threshold): once told to (a file
-    // in a hostPath the test writes), each pod grows by 2 MiB a second to 80 MiB, so the node
+    // Allocatable memory 150Mi (1Gi - 624Mi reserved - 250Mi threshold): once told to (a file
+    // in a hostPath the test writes), each pod grows by 2 MiB a second to 160 MiB, so the node
     // keeps evicting until none is left. The start is the test's, not a timer's: 20 pods may
     // take long to start on a loaded machine, and the first must not grow before the last runs.
+    // Starting them costs memory too (20 `runc init` at once: 37 MiB at the peak on a quiet
+    // machine, more on a loaded one), hence the allocatable memory well above it.
     let args = ConfigArgs {
-        kube_reserved: vec!["memory=724Mi".to_owned()],
+        kube_reserved: vec!["memory=624Mi".to_owned()],
         eviction_hard: vec!["memory.available<250Mi".to_owned()],
         enforce_node_allocatable: Some("pods".to_owned()),
         allow_host_paths: Some(true),
@@ -1011,7 +1013,7 @@ async fn an_eviction_storm_during_an_api_outage_loses_nothing() {
     let go = node.cd.dir.join("go");
     std::fs::create_dir_all(&go).expect("the start directory");
     let name = |i: usize| format!("storm-{i}");
-    let script = "(until [ -e /go/start ]; do sleep 1; done; i=0; while [ $i -lt 40 ]; do head -c 2097152 /dev/zero; i=$((i+1)); sleep 1; done; sleep 3600) | tail -c 80m >/dev/null; sleep 3600";
+    let script = "(until [ -e /go/start ]; do sleep 1; done; i=0; while [ $i -lt 80 ]; do head -c 2097152 /dev/zero; i=$((i+1)); sleep 1; done; sleep 3600) | tail -c 160m >/dev/null; sleep 3600";
     for i in 0..PODS {
         let mut pod = node_pod(
             &name(i),
@@ -1029,7 +1031,14 @@ async fn an_eviction_storm_during_an_api_outage_loses_nothing() {
     wait_until(
         "every pod Running in the API",
         Duration::from_secs(120),
-        || (0..PODS).all(|i| api_phase(&fake, &name(i)).as_deref() == Some("Running")),
+        || {
+            let phases: Vec<_> = (0..PODS).map(|i| api_phase(&fake, &name(i))).collect();
+            assert!(
+                !phases.iter().any(|p| p.as_deref() == Some("Failed")),
+                "a pod failed before the storm began: {phases:?}"
+            );
+            phases.iter().all(|p| p.as_deref() == Some("Running"))
+        },
     )
     .await;
     fake.stop().await;
