@@ -524,11 +524,23 @@ pub fn is_static(source: &str) -> &'static str {
 
 /// OpenMetrics text of `registries`, in order, ended by `# EOF`.
 pub fn encode(registries: &[&Registry]) -> Result<String, std::fmt::Error> {
-    let mut out = String::new();
+    let mut raw = String::new();
     for r in registries {
-        prometheus_client::encoding::text::encode_registry(&mut out, r)?;
+        prometheus_client::encoding::text::encode_registry(&mut raw, r)?;
     }
-    prometheus_client::encoding::text::encode_eof(&mut out)?;
+    prometheus_client::encoding::text::encode_eof(&mut raw)?;
+    // prometheus_client ends every help text with a '.' of its own; the help is served as
+    // registered (kubelet's and cAdvisor's texts, some with their own '.', some without).
+    let mut out = String::with_capacity(raw.len());
+    for line in raw.lines() {
+        let line = if line.starts_with("# HELP ") {
+            line.strip_suffix('.').unwrap_or(line)
+        } else {
+            line
+        };
+        out.push_str(line);
+        out.push('\n');
+    }
     Ok(out)
 }
 

@@ -26,6 +26,7 @@ use crate::{
 };
 
 mod node_memory;
+pub mod psi;
 mod usage;
 
 /// A pod to collect stats of.

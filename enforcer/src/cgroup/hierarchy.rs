@@ -107,6 +107,16 @@ impl<'a> Hierarchy<'a> {
         }
     }
 
+    /// A cgroup's pressure files' directory (`cpu.pressure`, `memory.pressure`, `io.pressure`):
+    /// cgroup v2 with the root's `cpu.pressure` present (kubelet's `IsPsiEnabled`), so none on
+    /// cgroup v1 or with `psi=0`.
+    #[must_use]
+    pub fn psi_dir(&self, rel: &str) -> Option<PathBuf> {
+        (self.version == CgroupVersion::V2 && self.mount.join("cpu.pressure").exists())
+            .then(|| self.dir(rel).ok())
+            .flatten()
+    }
+
     /// A cgroup's swap files' directory (`memory.swap.current`, `memory.swap.max`): cgroup v2
     /// only, kubelet's swap is v2 only.
     #[must_use]
@@ -196,6 +206,7 @@ mod tests {
         );
         assert!(!m.ids_name_cgroups() && !m.has_memory_qos());
         assert_eq!(m.swap_dir("kubepods"), None);
+        assert_eq!(m.psi_dir("kubepods"), None, "no PSI on cgroup v1");
         assert_eq!(v1.pids(), None);
         assert_eq!(
             m.usage_files(),

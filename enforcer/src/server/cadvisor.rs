@@ -6,8 +6,9 @@
 //! the same reading as `/stats/summary` ([`super::summary::StatsReader`]). The stat families
 //! carry the reading's time, as cAdvisor stamps them with its read of the cgroup; the machine
 //! families none. Served: `container_cpu_usage_seconds_total{cpu="total"}` (no series while a
-//! cgroup's usage is 0, as cAdvisor), `container_memory_working_set_bytes`,
-//! `machine_cpu_cores`, `machine_memory_bytes`.
+//! cgroup's usage is 0, as cAdvisor), `container_memory_working_set_bytes`, the six
+//! `container_pressure_{cpu,memory,io}_{stalled,waiting}_seconds_total` (cgroup v2 only, as
+//! kubelet registers them only where PSI is on), `machine_cpu_cores`, `machine_memory_bytes`.
 
 use axum::{extract::State, http::StatusCode, response::Response};
 use prometheus_client::{metrics::family::Family, registry::Registry};
@@ -18,6 +19,7 @@ use super::{
     summary::Reading,
     text,
 };
+use crate::stats::psi::Pressure;
 
 /// cAdvisor's label set, `cpu` placed in its sorted place when given.
 fn labels(
@@ -43,18 +45,93 @@ fn labels(
     l
 }
 
+/// cAdvisor's six pressure families (`PressureMetrics`): name, help, which file, which line
+/// (`full`: stalled, `some`: waiting).
+const PRESSURE: [(&str, &str, Resource, bool); 6] = [
+    (
+        "container_pressure_cpu_stalled_seconds",
+        "Total time duration no tasks in the container could make progress due to CPU congestion.",
+        Resource::Cpu,
+        true,
+    ),
+    (
+        "container_pressure_cpu_waiting_seconds",
+        "Total time duration tasks in the container have waited due to CPU congestion.",
+        Resource::Cpu,
+        false,
+    ),
+    (
+        "container_pressure_memory_stalled_seconds",
+        "Total time duration no tasks in the container could make progress due to memory congestion.",
+        Resource::Memory,
+        true,
+    ),
+    (
+        "container_pressure_memory_waiting_seconds",
+        "Total time duration tasks in the container have waited due to memory congestion.",
+        Resource::Memory,
+        false,
+    ),
+    (
+        "container_pressure_io_stalled_seconds",
+        "Total time duration no tasks in the container could make progress due to IO congestion.",
+        Resource::Io,
+        true,
+    ),
+    (
+        "container_pressure_io_waiting_seconds",
+        "Total time duration tasks in the container have waited due to IO congestion.",
+        Resource::Io,
+        false,
+    ),
+];
+
+#[derive(Clone, Copy)]
+enum Resource {
+    Cpu,
+    Memory,
+    Io,
+}
+
+/// One pressure line's total, in seconds (the kernel's µs over 10^6, as cAdvisor's
+/// `asMicrosecondsToSeconds`).
+fn pressure_seconds(p: &Pressure, resource: Resource, full: bool) -> Option<f64> {
+    let stats = match resource {
+        Resource::Cpu => p.cpu,
+        Resource::Memory => p.memory,
+        Resource::Io => p.io,
+    }?;
+    let line = if full { stats.full } else { stats.some };
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "seconds of stall: a float as cAdvisor serves them"
+    )]
+    Some(line.total as f64 / 1e6)
+}
+
 /// The stat families of one reading (timestamped by [`page`]).
 fn stats(r: &Reading) -> Registry {
     let cpu = Family::<Labels, FloatCounter>::default();
     let ws = Family::<Labels, FloatGauge>::default();
+    let pressure: Vec<Family<Labels, FloatCounter>> =
+        PRESSURE.iter().map(|_| Family::default()).collect();
     let add = |id: &str,
                image: &str,
                c: (&str, &str),
                p: (&str, &str),
                cpu_ns: Option<u64>,
-               mem: Option<i64>| {
+               mem: Option<i64>,
+               key: &str| {
         let (container, name) = c;
         let (namespace, pod) = p;
+        if let Some(psi) = r.psi.get(key) {
+            let l = labels(container, None, id, image, name, namespace, pod);
+            for ((_, _, resource, full), family) in PRESSURE.iter().zip(&pressure) {
+                if let Some(v) = pressure_seconds(psi, *resource, *full) {
+                    family.get_or_create(&l).inc_by(v);
+                }
+            }
+        }
         if let Some(ns) = cpu_ns.filter(|ns| *ns > 0) {
             cpu.get_or_create(&labels(
                 container,
@@ -77,7 +154,7 @@ fn stats(r: &Reading) -> Registry {
         .observations
         .get(&crate::policy::eviction::Signal::MemoryAvailable)
         .map(|o| o.capacity - o.available);
-    add("/", "", ("", ""), ("", ""), r.node_cpu_ns, node_mem);
+    add("/", "", ("", ""), ("", ""), r.node_cpu_ns, node_mem, "");
     for t in &r.targets {
         let Some(rec) = r.records.get(&t.uid) else {
             continue;
@@ -92,6 +169,7 @@ fn stats(r: &Reading) -> Registry {
             pod,
             r.cpu_ns.get(&t.cgroup).copied(),
             stats.and_then(|s| s.memory),
+            &t.cgroup,
         );
         for (name, cid) in &t.containers {
             let key = format!("{}/{cid}", t.cgroup);
@@ -111,6 +189,7 @@ fn stats(r: &Reading) -> Registry {
                 stats
                     .and_then(|s| s.containers.iter().find(|c| c.name == *name))
                     .and_then(|c| c.memory),
+                &key,
             );
         }
     }
@@ -125,6 +204,12 @@ fn stats(r: &Reading) -> Registry {
         "Current working set in bytes.",
         ws,
     );
+    if !r.psi.is_empty() {
+        // Registered only where PSI is read: on cgroup v1 kubelet serves no such family.
+        for ((name, help, _, _), family) in PRESSURE.iter().zip(pressure) {
+            reg.register(*name, *help, family);
+        }
+    }
     reg
 }
 
@@ -220,5 +305,53 @@ mod tests {
                 && plain.contains("machine_cpu_cores "),
             "{plain}"
         );
+    }
+
+    /// The six pressure families in seconds (the kernel's µs / 10^6), full as stalled and
+    /// some as waiting, with cAdvisor's labels; none at all without PSI (cgroup v1).
+    #[test]
+    fn pressure_series_where_psi_is_read_and_none_where_not() {
+        use crate::stats::psi::{PsiData, PsiStats};
+        let line = |total| PsiData {
+            total,
+            ..PsiData::default()
+        };
+        let p = |n: u64| Pressure {
+            cpu: Some(PsiStats {
+                full: line(n * 1_000_000),
+                some: line(n * 2_000_000),
+            }),
+            memory: Some(PsiStats {
+                full: line(n * 3_000_000),
+                some: line(n * 4_000_000),
+            }),
+            io: Some(PsiStats {
+                full: line(500_000),
+                some: line(n * 6_000_000),
+            }),
+        };
+        let mut reading = crate::server::summary::tests::reading();
+        assert!(!page(&reading).expect("encode").contains("container_pressure"));
+        reading.psi = std::collections::HashMap::from([
+            (String::new(), p(1)),
+            ("/kubepods/podu1".to_owned(), p(2)),
+            ("/kubepods/podu1/c1".to_owned(), p(3)),
+        ]);
+        let text = page(&reading).expect("encode");
+        let root = "{container=\"\",id=\"/\",image=\"\",name=\"\",namespace=\"\",pod=\"\"}";
+        let pod = "{container=\"\",id=\"/kubepods/podu1\",image=\"\",name=\"\",namespace=\"default\",pod=\"web\"}";
+        let ctr = "{container=\"app\",id=\"/kubepods/podu1/c1\",image=\"busybox\",name=\"c1\",namespace=\"default\",pod=\"web\"}";
+        for want in [
+            format!("container_pressure_cpu_stalled_seconds_total{root} 1.0 1767225600.000\n"),
+            format!("container_pressure_cpu_waiting_seconds_total{pod} 4.0 1767225600.000\n"),
+            format!("container_pressure_memory_stalled_seconds_total{ctr} 9.0 1767225600.000\n"),
+            format!("container_pressure_memory_waiting_seconds_total{ctr} 12.0 1767225600.000\n"),
+            format!("container_pressure_io_stalled_seconds_total{pod} 0.5 1767225600.000\n"),
+            format!("container_pressure_io_waiting_seconds_total{ctr} 18.0 1767225600.000\n"),
+            "# HELP container_pressure_io_stalled_seconds Total time duration no tasks in the container could make progress due to IO congestion.\n".to_owned(),
+            "# TYPE container_pressure_memory_waiting_seconds counter\n".to_owned(),
+        ] {
+            assert!(text.contains(&want), "{want:?} missing in:\n{text}");
+        }
     }
 }

@@ -22,6 +22,8 @@ use std::{
 
 use axum::{extract::State, http::StatusCode, response::Response};
 
+#[cfg(test)]
+mod psi_tests;
 mod types;
 
 pub use types::*;
@@ -32,7 +34,10 @@ use crate::{
     node::{NodeError, NodeObserver},
     pods::NodeLink,
     policy::eviction::Signal,
-    stats::{Collector, NodeSnapshot, PodScope, PodTarget, Refresh},
+    stats::{
+        Collector, NodeSnapshot, PodScope, PodTarget, Refresh,
+        psi::{self, Pressure},
+    },
     status_manager::{PodRecord, StatusManager},
 };
 
@@ -57,6 +62,9 @@ pub struct Reading {
     pub swap: HashMap<String, (u64, Option<u64>)>,
     /// The machine's swap: (`SwapTotal`, `SwapFree`) in bytes.
     pub node_swap: Option<(i64, i64)>,
+    /// Pressure stall information by cgroup (relative path; `""`: the root, the node's), pods
+    /// and containers; empty where kubelet serves none (cgroup v1, `psi=0`).
+    pub psi: HashMap<String, Pressure>,
 }
 
 /// Reads the node for the summary and the resource metrics.
@@ -120,6 +128,7 @@ impl StatsReader {
                 }
             }
             let swap = swap_readings(&st.layout, &targets);
+            let psi = psi_readings(&st.layout, &targets);
             let node_swap = crate::node::swap::machine_swap().ok();
             let node_cpu_ns = st.layout.cpu_usage_ns("/").or_else(proc_stat_cpu_ns);
             let mut nano_cores = HashMap::new();
@@ -149,6 +158,7 @@ impl StatsReader {
                 targets,
                 swap,
                 node_swap,
+                psi,
             })
         })
         .await?
@@ -206,6 +216,32 @@ fn swap_readings(
                 .and_then(|dir| crate::node::swap::cgroup_swap(&dir))
             {
                 out.insert(rel, v);
+            }
+        }
+    }
+    out
+}
+
+/// The pressure files of the root cgroup (key `""`) and of every pod and container cgroup
+/// in `targets`, by relative path; nothing where kubelet reads none (cgroup v1, `psi=0`).
+fn psi_readings(layout: &CgroupLayout, targets: &[PodTarget]) -> HashMap<String, Pressure> {
+    let mut out = HashMap::new();
+    let Some(memory) = layout.memory() else {
+        return out;
+    };
+    let Some(root) = memory.psi_dir("") else {
+        return out;
+    };
+    out.insert(String::new(), psi::read(&root));
+    for t in targets {
+        let Some(pod) = memory.psi_dir(&t.cgroup) else {
+            continue;
+        };
+        out.insert(t.cgroup.clone(), psi::read(&pod));
+        for (_, id) in &t.containers {
+            // Either driver's layout (`<pod>/<id>`, `<pod>/cri-containerd-<id>.scope`).
+            if let Ok(dir) = crate::cgroup::paths::container_dir(&pod, id) {
+                out.insert(format!("{}/{id}", t.cgroup), psi::read(&dir));
             }
         }
     }
@@ -303,12 +339,40 @@ fn swap_stats(r: &Reading, time: &str, key: &str) -> Option<SwapStats> {
     })
 }
 
-/// The cgroup `key`'s CPU: its `total` usage and its rate, when the usage was read.
+/// The cgroup `key`'s CPU: its `total` usage, its rate and its pressure, when the usage was
+/// read.
 fn cpu_stats(r: &Reading, time: &str, key: &str, total: Option<u64>) -> Option<CpuStats> {
     total.map(|ns| CpuStats {
         time: time.to_owned(),
         usage_nano_cores: r.nano_cores.get(key).copied(),
         usage_core_nano_seconds: Some(ns),
+        psi: r.psi.get(key).and_then(|p| p.cpu),
+    })
+}
+
+/// A cgroup's memory: its working set (and what is available, for the node) and, for the
+/// cgroup `key` when given, its pressure.
+fn memory_stats(
+    r: &Reading,
+    time: &str,
+    key: Option<&str>,
+    available: Option<u64>,
+    working_set: Option<u64>,
+) -> MemoryStats {
+    MemoryStats {
+        time: time.to_owned(),
+        available_bytes: available,
+        working_set_bytes: working_set,
+        psi: key.and_then(|k| r.psi.get(k)).and_then(|p| p.memory),
+    }
+}
+
+/// The cgroup `key`'s IO: its pressure, where PSI is read (kubelet's `cadvisorInfoToIOStats`
+/// carries nothing else).
+fn io_stats(r: &Reading, time: &str, key: &str) -> Option<IoStats> {
+    r.psi.get(key).and_then(|p| p.io).map(|psi| IoStats {
+        time: time.to_owned(),
+        psi: Some(psi),
     })
 }
 
@@ -337,11 +401,10 @@ fn pod_stats(r: &Reading, time: &str, t: &PodTarget) -> Option<PodStats> {
                 name: name.clone(),
                 start_time: started,
                 cpu: cpu_stats(r, time, &key, r.cpu_ns.get(&key).copied()),
-                memory: cs.and_then(|c| c.memory).map(|m| MemoryStats {
-                    time: time.to_owned(),
-                    available_bytes: None,
-                    working_set_bytes: u(m),
-                }),
+                memory: cs
+                    .and_then(|c| c.memory)
+                    .map(|m| memory_stats(r, time, Some(&key), None, u(m))),
+                io: io_stats(r, time, &key),
                 swap: swap_stats(r, time, &key),
                 rootfs: cs.and_then(|c| c.ephemeral_storage).map(|b| FsStats {
                     time: time.to_owned(),
@@ -360,11 +423,10 @@ fn pod_stats(r: &Reading, time: &str, t: &PodTarget) -> Option<PodStats> {
         start_time: rec.map(|r| r.start_time.clone()).unwrap_or_default(),
         containers,
         cpu: cpu_stats(r, time, &t.cgroup, r.cpu_ns.get(&t.cgroup).copied()),
-        memory: stats.and_then(|s| s.memory).map(|m| MemoryStats {
-            time: time.to_owned(),
-            available_bytes: None,
-            working_set_bytes: u(m),
-        }),
+        memory: stats
+            .and_then(|s| s.memory)
+            .map(|m| memory_stats(r, time, Some(&t.cgroup), None, u(m))),
+        io: io_stats(r, time, &t.cgroup),
         swap: swap_stats(r, time, &t.cgroup),
         volume: stats
             .map(|s| {
@@ -408,22 +470,28 @@ pub fn summarize(r: &Reading, node_name: &str, runtime: Option<RuntimeStats>) ->
             inodes_used: None,
         })
     };
-    let memory = |s: Signal| {
-        obs.get(&s).map(|o| MemoryStats {
-            time: time.clone(),
-            available_bytes: u(o.available),
-            working_set_bytes: u(o.capacity - o.available),
+    // The node's pressure is the root cgroup's (key ""); the `pods` container's is not read.
+    let memory = |s: Signal, key: Option<&str>| {
+        obs.get(&s).map(|o| {
+            memory_stats(
+                r,
+                &time,
+                key,
+                u(o.available),
+                u(o.capacity - o.available),
+            )
         })
     };
     let cpu = |key: &str, total: Option<u64>| cpu_stats(r, &time, key, total);
     let node = NodeStats {
         node_name: node_name.to_owned(),
-        system_containers: memory(Signal::AllocatableMemoryAvailable)
+        system_containers: memory(Signal::AllocatableMemoryAvailable, None)
             .map(|m| ContainerStats {
                 name: "pods".to_owned(),
                 start_time: String::new(),
                 cpu: None,
                 memory: Some(m),
+                io: None,
                 swap: None,
                 rootfs: None,
             })
@@ -431,7 +499,8 @@ pub fn summarize(r: &Reading, node_name: &str, runtime: Option<RuntimeStats>) ->
             .collect(),
         start_time: boot_time(r.at_nanos),
         cpu: cpu("", r.node_cpu_ns),
-        memory: memory(Signal::MemoryAvailable),
+        memory: memory(Signal::MemoryAvailable, Some("")),
+        io: io_stats(r, &time, ""),
         // The root cgroup's swap is the machine's: used = SwapTotal - SwapFree.
         swap: r.node_swap.map(|(total, free)| SwapStats {
             time: time.clone(),
@@ -586,6 +655,7 @@ pub(super) mod tests {
                 ("/kubepods/podu1/c1".to_owned(), (4096, Some(134_217_728))),
             ]),
             node_swap: Some((5 << 30, 4 << 30)),
+            psi: HashMap::new(),
         }
     }
 

@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+pub use crate::stats::psi::{PsiData, PsiStats};
+
 /// `Summary`.
 #[derive(Debug, Serialize)]
 pub struct Summary {
@@ -21,6 +23,8 @@ pub struct NodeStats {
     pub cpu: Option<CpuStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub swap: Option<SwapStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -52,6 +56,17 @@ pub struct MemoryStats {
     pub available_bytes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub working_set_bytes: Option<u64>,
+    /// Memory PSI (cgroup v2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
+}
+
+/// `IOStats`: the cgroup's IO pressure (cgroup v2).
+#[derive(Debug, Serialize)]
+pub struct IoStats {
+    pub time: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
 }
 
 /// `SwapStats`: usage, and what is left below the limit (none when unlimited).
@@ -120,6 +135,8 @@ pub struct PodStats {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub swap: Option<SwapStats>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub volume: Vec<VolumeStats>,
@@ -140,6 +157,8 @@ pub struct ContainerStats {
     pub cpu: Option<CpuStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub swap: Option<SwapStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -164,4 +183,7 @@ pub struct CpuStats {
     pub usage_nano_cores: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage_core_nano_seconds: Option<u64>,
+    /// CPU PSI (cgroup v2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
 }
