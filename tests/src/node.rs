@@ -162,6 +162,11 @@ impl Node {
         std::fs::create_dir_all(&manifests).expect("manifest dir");
         // No secure port unless the test asks for one (it would be 0.0.0.0:10250).
         let port = args.port.or(Some(0));
+        // The local port where the test names one, else any free one.
+        let http_address = args
+            .http_address
+            .clone()
+            .or_else(|| Some("127.0.0.1:0".to_owned()));
         let args = ConfigArgs {
             port,
             cgroup_root: Some(cd.cgroup_root.clone()),
@@ -169,7 +174,7 @@ impl Node {
             cri_socket: Some(cd.socket.clone()),
             manifest_dir: Some(manifests.clone()),
             state_dir: Some(state.clone()),
-            http_address: Some("127.0.0.1:0".to_owned()),
+            http_address,
             allow_host_namespaces: Some(true),
             ..args
         };

@@ -446,3 +446,130 @@ async fn disk_pressure_reclaims_dead_containers_first_then_evicts_the_biggest_wr
     drop(tmpfs);
     drop(cd);
 }
+
+/// Pressure stall information (KEP-4205) of a pod under memory pressure, as `/stats/summary`
+/// and `/metrics/cadvisor` serve it. The pod reads a file four times its 32Mi limit over and
+/// over (the test binary, through a hostPath), so its page cache is reclaimed on every read:
+/// its tasks stall on memory. On cgroup v2 (the VM tier): the pod's and its container's
+/// `memory.psi.some.total` grow past zero and stay at or below what the cgroup's own
+/// `memory.pressure` says afterwards; the node, the pod and the container carry `cpu.psi`,
+/// `memory.psi` and `io.psi`; cAdvisor's `container_pressure_memory_waiting_seconds_total`
+/// for the pod is above zero. On cgroup v1 (this host): none of it, as kubelet serves none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_pressure_of_a_pod_is_in_its_psi_in_the_summary_and_cadvisor() {
+    let _serial = SERIAL.lock().await;
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .to_string();
+    let args = ConfigArgs {
+        http_address: Some(addr.clone()),
+        allow_host_paths: Some(true),
+        ..base_args()
+    };
+    let node = Node::start("psi", args, None);
+    let state = node.state.clone();
+    let uid = "bbbbbbbb-0000-0000-0000-000000000050";
+    let exe = std::env::current_exe().expect("the test binary");
+    let size = std::fs::metadata(&exe).expect("the test binary").len();
+    assert!(size > 128 << 20, "{} is only {size} bytes", exe.display());
+    node.submit(
+        "psi.yaml",
+        &pod(
+            "psi",
+            uid,
+            &format!(
+                "  volumes: [{{name: data, hostPath: {{path: {}, type: File}}}}]\n",
+                exe.display()
+            ),
+            "    volumeMounts: [{name: data, mountPath: /data, readOnly: true}]\n    resources: {limits: {memory: 32Mi}}\n",
+            "while true; do cat /data > /dev/null; done",
+        ),
+    );
+    wait_until("the pod running", Duration::from_secs(30), || {
+        phase(&state, "psi").as_deref() == Some("Running")
+    })
+    .await;
+    let l = layout();
+    let v2 = l.memory().is_some_and(|m| m.ids_name_cgroups());
+    let summary = || -> serde_json::Value {
+        let (status, body) = enforcer_tests::http_get(&addr, "/stats/summary").expect("GET");
+        assert!(status.contains(" 200"), "{status}: {body}");
+        serde_json::from_str(&body).expect("summary JSON")
+    };
+    let of_pod = |s: &serde_json::Value| -> serde_json::Value {
+        s["pods"]
+            .as_array()
+            .and_then(|p| p.iter().find(|p| p["podRef"]["uid"] == uid))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let total = |v: &serde_json::Value| v["memory"]["psi"]["some"]["total"].as_u64();
+    if !v2 {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let s = summary();
+        assert!(of_pod(&s).is_object(), "the pod in the summary: {s}");
+        let text = s.to_string();
+        assert!(
+            !text.contains("\"psi\"") && !text.contains("\"io\""),
+            "cgroup v1: no PSI, as kubelet: {text}"
+        );
+        let (_, cadvisor) = enforcer_tests::http_get(&addr, "/metrics/cadvisor").expect("GET");
+        assert!(!cadvisor.contains("container_pressure_"), "{cadvisor}");
+        drop(node.shutdown().await);
+        return;
+    }
+    wait_until(
+        "the pod's memory stall in the summary",
+        Duration::from_secs(60),
+        || {
+            let p = of_pod(&summary());
+            total(&p).is_some_and(|t| t > 0) && total(&p["containers"][0]).is_some_and(|t| t > 0)
+        },
+    )
+    .await;
+    let s = summary();
+    let p = of_pod(&s);
+    let served = total(&p).expect("pod memory psi");
+    let (mem_mount, _) = l.controller("memory").expect("memory controller");
+    let pod_dir = mem_mount.join(
+        node.cd
+            .pod_path(QosClass::Burstable, uid)
+            .trim_start_matches('/'),
+    );
+    let file = std::fs::read_to_string(pod_dir.join("memory.pressure")).expect("memory.pressure");
+    let now = enforcer::stats::psi::parse(&file).expect("the kernel's format");
+    assert!(
+        served <= now.some.total,
+        "served {served} µs, the cgroup's file says {} afterwards",
+        now.some.total
+    );
+    for (who, v) in [
+        ("node", &s["node"]),
+        ("pod", &p),
+        ("container", &p["containers"][0]),
+    ] {
+        for key in ["cpu", "memory"] {
+            assert!(
+                v[key]["psi"]["full"]["avg10"].is_number(),
+                "{who} {key}: {v}"
+            );
+        }
+        assert!(v["io"]["psi"]["some"]["total"].is_u64(), "{who} io: {v}");
+    }
+    let (_, cadvisor) = enforcer_tests::http_get(&addr, "/metrics/cadvisor").expect("GET");
+    let waiting = cadvisor
+        .lines()
+        .find(|l| {
+            l.starts_with("container_pressure_memory_waiting_seconds_total{container=\"\",")
+                && l.contains(&format!("/pod{uid}\","))
+        })
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<f64>().ok());
+    assert!(waiting.is_some_and(|w| w > 0.0), "{cadvisor}");
+    eprintln!(
+        "the pod's memory stall: {served} µs in the summary, {} µs in memory.pressure after",
+        now.some.total
+    );
+    drop(node.shutdown().await);
+}

@@ -331,7 +331,11 @@ mod tests {
             }),
         };
         let mut reading = crate::server::summary::tests::reading();
-        assert!(!page(&reading).expect("encode").contains("container_pressure"));
+        assert!(
+            !page(&reading)
+                .expect("encode")
+                .contains("container_pressure")
+        );
         reading.psi = std::collections::HashMap::from([
             (String::new(), p(1)),
             ("/kubepods/podu1".to_owned(), p(2)),

@@ -472,15 +472,8 @@ pub fn summarize(r: &Reading, node_name: &str, runtime: Option<RuntimeStats>) ->
     };
     // The node's pressure is the root cgroup's (key ""); the `pods` container's is not read.
     let memory = |s: Signal, key: Option<&str>| {
-        obs.get(&s).map(|o| {
-            memory_stats(
-                r,
-                &time,
-                key,
-                u(o.available),
-                u(o.capacity - o.available),
-            )
-        })
+        obs.get(&s)
+            .map(|o| memory_stats(r, &time, key, u(o.available), u(o.capacity - o.available)))
     };
     let cpu = |key: &str, total: Option<u64>| cpu_stats(r, &time, key, total);
     let node = NodeStats {

@@ -141,7 +141,9 @@ mod tests {
         let p = parse("some avg10=0.00 avg60=0.00 avg300=0.00 total=7 extra=1\n").expect("parse");
         assert_eq!((p.some.total, p.full), (7, PsiData::default()));
         assert_eq!(
-            parse("some total=1\npartial avg10=1\n").unwrap_err().to_string(),
+            parse("some total=1\npartial avg10=1\n")
+                .unwrap_err()
+                .to_string(),
             "line 2: \"partial\" is neither \"some\" nor \"full\""
         );
         assert_eq!(

@@ -45,7 +45,11 @@ fn the_node_its_pods_and_containers_carry_their_own_pressure() {
     let node = &s["node"];
     let pod = &s["pods"][0];
     let container = &pod["containers"][0];
-    for (who, v, n) in [("node", node, 1), ("pod", pod, 2), ("container", container, 3)] {
+    for (who, v, n) in [
+        ("node", node, 1),
+        ("pod", pod, 2),
+        ("container", container, 3),
+    ] {
         assert_eq!(v["cpu"]["psi"]["some"]["total"], 10 * n, "{who}: {v}");
         assert_eq!(v["cpu"]["psi"]["full"]["total"], 5 * n, "{who}");
         assert_eq!(v["memory"]["psi"]["some"]["total"], 10 * n + 2, "{who}");
