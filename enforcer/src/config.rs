@@ -67,6 +67,16 @@ pub enum ConfigError {
     },
 }
 
+/// `memoryReservationPolicy` (kubelet 1.36+, Memory QoS): `None` protects nothing;
+/// `TieredReservation` gives Guaranteed pods `memory.min` and Burstable ones `memory.low` of
+/// their memory requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub enum MemoryReservationPolicy {
+    #[default]
+    None,
+    TieredReservation,
+}
+
 /// The HTTP port's address when none is given: kubelet's read-only port, on loopback (the
 /// enforcer in place of kubelet serves kubelet's ports).
 pub const DEFAULT_HTTP_ADDRESS: &str = "127.0.0.1:10255";
@@ -269,9 +279,12 @@ pub struct ConfigArgs {
     /// CRI socket (kubelet: --container-runtime-endpoint).
     #[arg(long, alias = "container-runtime-endpoint", value_name = "PATH")]
     pub cri_socket: Option<PathBuf>,
-    /// Memory QoS on cgroup v2.
+    /// Memory QoS on cgroup v2: the `MemoryQoS` feature gate's other name.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
     pub memory_qos: Option<bool>,
+    /// kubelet feature gates, e.g. MemoryQoS=false (only those the enforcer decides by).
+    #[arg(long, value_name = "GATE=BOOL,...")]
+    pub feature_gates: Vec<String>,
     /// The cgroup v2 crossing tripwire (`memory.high` on kubepods at the nearest memory
     /// threshold); default true.
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
@@ -402,8 +415,12 @@ pub struct Config {
     /// `cpuCFSQuota`.
     #[serde(rename = "cpuCFSQuota")]
     pub cpu_cfs_quota: bool,
-    /// `memoryThrottlingFactor`.
-    pub memory_throttling_factor: f64,
+    /// The feature gates the enforcer decides by, each with its value (`featureGates`).
+    pub feature_gates: BTreeMap<String, bool>,
+    /// `memoryThrottlingFactor`: unset by default (kubelet 1.37: no `memory.high`).
+    pub memory_throttling_factor: Option<f64>,
+    /// `memoryReservationPolicy`.
+    pub memory_reservation_policy: MemoryReservationPolicy,
     /// `singleProcessOOMKill`: on cgroup v2, false puts `memory.oom.group` on every container
     /// (the kernel OOM killer then kills the whole container, kubelet's default since 1.28).
     #[serde(rename = "singleProcessOOMKill")]
@@ -751,5 +768,7 @@ pub fn read_file(path: &Path) -> Result<String, ConfigError> {
     })
 }
 
+#[cfg(test)]
+mod gates_tests;
 #[cfg(test)]
 mod tests;

@@ -254,9 +254,14 @@ impl Enforcer {
             enforce_pods: config.enforce_node_allocatable.iter().any(|e| e == "pods"),
         };
         let v2 = layout.memory_on_v2();
-        if config.enforcer.memory_qos && !v2 {
+        let tiered = config.memory_reservation_policy
+            == crate::config::MemoryReservationPolicy::TieredReservation;
+        if config.enforcer.memory_qos
+            && !v2
+            && (tiered || config.memory_throttling_factor.is_some())
+        {
             tracing::warn!(
-                "memoryQoS needs the memory controller on cgroup v2; it is off on this node"
+                "Memory QoS (memoryThrottlingFactor, memoryReservationPolicy) needs the memory controller on cgroup v2; nothing of it is written on this node"
             );
         }
         let cgroup = CgroupOptions {
@@ -264,6 +269,7 @@ impl Enforcer {
             enforce_cpu_limits: config.cpu_cfs_quota,
             memory_qos: config.enforcer.memory_qos && v2,
             memory_throttling_factor: config.memory_throttling_factor,
+            tiered_reservation: tiered,
             single_process_oom_kill: config.single_process_oom_kill,
             pod_pids_limit: config.pod_pids_limit,
             allocatable_memory: node.memory.saturating_sub(node.reserved_memory).max(0),
@@ -418,8 +424,12 @@ impl Enforcer {
         let Some((k, node)) = &self.node else {
             return Ok(());
         };
-        let memory_qos = self.cgroup.memory_qos && k.memory().is_some_and(|m| m.has_memory_qos());
-        let tiers = kubepods::qos_tier_values(pods, memory_qos);
+        // Where the node has Memory QoS's files (cgroup v2): tiered, or reset to 0.
+        let tiered = k
+            .memory()
+            .is_some_and(|m| m.has_memory_qos())
+            .then_some(self.cgroup.memory_qos && self.cgroup.tiered_reservation);
+        let tiers = kubepods::qos_tier_values(pods, tiered);
         let top = kubepods::kubepods_values(node);
         k.apply_node(&top, &tiers)?;
         if !self.node_logged.swap(true, Ordering::Relaxed) {

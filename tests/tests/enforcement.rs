@@ -683,9 +683,11 @@ async fn in_place_resize_changes_running_containers_without_a_restart() {
     drop(cd);
 }
 
-/// Memory QoS on a pure cgroup v2 node, read back from the real files: `memory.min` on the
-/// container, the pod, the burstable tier and kubepods (kubelet's `setMemoryQoS` sums), and
-/// the container's `memory.high` from `memoryThrottlingFactor` (kubelet's formula,
+/// Memory QoS as kubelet 1.37 has it (the gate on by default) on a pure cgroup v2 node, read
+/// back from the real files: `memoryReservationPolicy: TieredReservation` gives the
+/// Guaranteed container and pod `memory.min`, the Burstable ones `memory.low`, the burstable
+/// tier `memory.low` and kubepods `memory.min` (kubelet's `setMemoryQoS` sums); the set
+/// `memoryThrottlingFactor` gives the Burstable container `memory.high` (kubelet's formula,
 /// page-aligned).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_qos_on_real_files_v2only() {
@@ -693,7 +695,7 @@ async fn memory_qos_on_real_files_v2only() {
     let cd = Containerd::start("memqos");
     let files = Files::new(
         &cd,
-        "memoryThrottlingFactor: 0.8\nenforcer: {memoryQoS: true}\n",
+        "memoryThrottlingFactor: 0.8\nmemoryReservationPolicy: TieredReservation\n",
     );
     let (manifests, state) = (files.manifests.clone(), files.state.clone());
     std::fs::write(
@@ -733,11 +735,12 @@ async fn memory_qos_on_real_files_v2only() {
     let (guaranteed_pod, guaranteed_id) = container_of(&recs, "guaranteed").expect("guaranteed");
     let memory = |rel: &str, file: &str| read(&dir_of("memory", rel).join(file));
 
-    // Containers: memory.min = request; memory.high = request + (limit - request) * factor,
-    // rounded down to a page (kubelet's float64 arithmetic); a Guaranteed container has no
-    // memory.high (request == limit).
+    // Containers: Burstable memory.low = request, Guaranteed memory.min = request;
+    // memory.high = request + (limit - request) * factor, rounded down to a page (kubelet's
+    // float64 arithmetic); a Guaranteed container has no memory.high (request == limit).
     let container = cd.container_path(&burstable_pod, &burstable_id);
-    assert_eq!(memory(&container, "memory.min"), (64 * MIB).to_string());
+    assert_eq!(memory(&container, "memory.low"), (64 * MIB).to_string());
+    assert_eq!(memory(&container, "memory.min"), "0");
     #[expect(
         clippy::cast_precision_loss,
         clippy::cast_possible_truncation,
@@ -749,19 +752,26 @@ async fn memory_qos_on_real_files_v2only() {
     assert_eq!(memory(&container, "memory.max"), (256 * MIB).to_string());
     let g = cd.container_path(&guaranteed_pod, &guaranteed_id);
     assert_eq!(memory(&g, "memory.min"), (32 * MIB).to_string());
+    assert_eq!(memory(&g, "memory.low"), "0");
     assert_eq!(memory(&g, "memory.high"), "max");
     // Pods, the burstable tier and kubepods: the sums of the requests below them.
-    assert_eq!(memory(&burstable_pod, "memory.min"), (64 * MIB).to_string());
+    assert_eq!(memory(&burstable_pod, "memory.low"), (64 * MIB).to_string());
+    assert_eq!(memory(&burstable_pod, "memory.min"), "0");
     assert_eq!(
         memory(&guaranteed_pod, "memory.min"),
         (32 * MIB).to_string()
     );
     let kubepods = cd.kubepods_path();
-    wait_until("tier memory.min summed", Duration::from_secs(15), || {
-        memory(&cd.tier_path(QosClass::Burstable), "memory.min") == (64 * MIB).to_string()
-            && memory(&kubepods, "memory.min") == (96 * MIB).to_string()
-    })
+    wait_until(
+        "tier memory.low and kubepods memory.min summed",
+        Duration::from_secs(15),
+        || {
+            memory(&cd.tier_path(QosClass::Burstable), "memory.low") == (64 * MIB).to_string()
+                && memory(&kubepods, "memory.min") == (96 * MIB).to_string()
+        },
+    )
     .await;
+    assert_eq!(memory(&kubepods, "memory.low"), "0");
     assert_eq!(
         memory(&cd.tier_path(QosClass::BestEffort), "memory.min"),
         "0"

@@ -71,16 +71,22 @@ pub fn kubepods_values(node: &NodeResources) -> CgroupValues {
 pub struct TierValues {
     pub burstable: CgroupValues,
     pub besteffort: CgroupValues,
-    /// `memory.min` of `kubepods` itself under Memory QoS (Guaranteed + Burstable requests).
+    /// `memory.min` of `kubepods` itself under `TieredReservation` (Guaranteed + Burstable
+    /// requests), 0 otherwise on cgroup v2.
     pub kubepods_memory_min: Option<i64>,
+    /// `memory.low` of `kubepods`: 0 on cgroup v2 (kubelet 1.37 resets it).
+    pub kubepods_memory_low: Option<i64>,
 }
 
-/// `burstable` shares = shares(sum of Burstable cpu requests), `besteffort` shares 2; with
-/// Memory QoS (cgroup v2), `memory.min` of burstable = sum of Burstable memory requests and of
-/// kubepods = that plus the Guaranteed requests (`setMemoryQoS`). Pods are API-defaulted here.
+/// `burstable` shares = shares(sum of Burstable cpu requests), `besteffort` shares 2. Memory
+/// QoS (`setMemoryQoS`, kubelet 1.37), where the node has its files (`tiered`: `None` on
+/// cgroup v1): under `TieredReservation` (`Some(true)`), `memory.low` of burstable = the sum
+/// of Burstable memory requests and `memory.min` of kubepods = that plus the Guaranteed
+/// requests; otherwise (`Some(false)`: the gate off or the policy `None`) those and kubepods'
+/// `memory.low` reset to 0, as kubelet resets them. Pods are API-defaulted here.
 pub fn qos_tier_values<'a>(
     pods: impl IntoIterator<Item = &'a Pod>,
-    memory_qos: bool,
+    tiered: Option<bool>,
 ) -> TierValues {
     let pods: Vec<Pod> = pods
         .into_iter()
@@ -100,27 +106,29 @@ pub fn qos_tier_values<'a>(
             })
             .fold(0, i64::saturating_add)
     };
-    let (burstable_min, kubepods_min) = if memory_qos {
-        let b = memory_of(QosClass::Burstable);
-        (
-            Some(b),
-            Some(b.saturating_add(memory_of(QosClass::Guaranteed))),
-        )
-    } else {
-        (None, None)
+    let (burstable_low, kubepods_min) = match tiered {
+        None => (None, None),
+        Some(false) => (Some(0), Some(0)),
+        Some(true) => {
+            let b = memory_of(QosClass::Burstable);
+            (
+                Some(b),
+                Some(b.saturating_add(memory_of(QosClass::Guaranteed))),
+            )
+        }
     };
     TierValues {
         burstable: CgroupValues {
             cpu_shares: Some(burstable_tier_shares(&pods)),
-            memory_min: burstable_min,
+            memory_low: burstable_low,
             ..CgroupValues::default()
         },
         besteffort: CgroupValues {
             cpu_shares: Some(milli_cpu_to_shares(0)),
-            memory_min: memory_qos.then_some(0),
             ..CgroupValues::default()
         },
         kubepods_memory_min: kubepods_min,
+        kubepods_memory_low: tiered.map(|_| 0),
     }
 }
 
@@ -133,6 +141,7 @@ pub fn pod_values(v: &PodCgroupValues) -> CgroupValues {
         cpu_period: v.cpu_period_micros,
         memory_limit: Some(v.memory_limit_bytes),
         memory_min: v.memory_min_bytes,
+        memory_low: v.memory_low_bytes,
         pids_max: v.pids_limit,
     }
 }
@@ -280,6 +289,9 @@ impl Kubepods {
         if tiers.kubepods_memory_min.is_some() {
             top.memory_min = tiers.kubepods_memory_min;
         }
+        if tiers.kubepods_memory_low.is_some() {
+            top.memory_low = tiers.kubepods_memory_low;
+        }
         self.apply(&cgroup_name::kubepods(&self.root), &top)?;
         let tier = |t| cgroup_name::qos_tier(&self.root, t);
         self.apply(&tier(QosClass::Burstable), &tiers.burstable)?;
@@ -343,18 +355,43 @@ mod tests {
         let b1 = pod("b1", vec![container("a", "cpu=200m,memory=100Mi", "")]);
         let b2 = pod("b2", vec![container("a", "cpu=300m", "cpu=1")]);
         let be = pod("e", vec![container("a", "", "")]);
-        let t = qos_tier_values([&g, &b1, &b2, &be], false);
+        let t = qos_tier_values([&g, &b1, &b2, &be], None);
         assert_eq!(t.burstable.cpu_shares, Some(512));
         assert_eq!(t.besteffort.cpu_shares, Some(2));
+        let memory = |t: &TierValues| {
+            (
+                t.burstable.memory_low,
+                t.burstable.memory_min,
+                t.kubepods_memory_min,
+                t.kubepods_memory_low,
+                t.besteffort.memory_min,
+                t.besteffort.memory_low,
+            )
+        };
         assert_eq!(
-            (t.burstable.memory_min, t.kubepods_memory_min),
-            (None, None)
+            memory(&t),
+            (None, None, None, None, None, None),
+            "cgroup v1"
         );
-        let t = qos_tier_values([&g, &b1], true);
-        assert_eq!(t.burstable.memory_min, Some(100 << 20));
-        assert_eq!(t.kubepods_memory_min, Some((100 << 20) + (1 << 30)));
+        // TieredReservation: burstable memory.low = Burstable requests, kubepods memory.min
+        // = those and the Guaranteed ones; kubepods memory.low 0.
+        let t = qos_tier_values([&g, &b1, &be], Some(true));
+        assert_eq!(
+            memory(&t),
+            (
+                Some(100 << 20),
+                None,
+                Some((100 << 20) + (1 << 30)),
+                Some(0),
+                None,
+                None
+            )
+        );
+        // The gate off or the policy None on cgroup v2: reset to 0, as kubelet 1.37 does.
+        let t = qos_tier_values([&g, &b1], Some(false));
+        assert_eq!(memory(&t), (Some(0), None, Some(0), Some(0), None, None));
         // No Burstable pods: the minimum shares.
-        assert_eq!(qos_tier_values([&g], false).burstable.cpu_shares, Some(2));
+        assert_eq!(qos_tier_values([&g], None).burstable.cpu_shares, Some(2));
     }
 
     /// A fake hierarchy in a temp dir: plain files, so what the controllers write is visible.
@@ -389,16 +426,16 @@ mod tests {
             memory_limit: Some(Some(1 << 30)),
             ..CgroupValues::default()
         };
-        let tiers = qos_tier_values([], false);
+        let tiers = qos_tier_values([], None);
         k.apply_node(&kubepods, &tiers).unwrap();
         let ops = w.ops();
         let memory: Vec<&String> = ops.iter().filter(|o| o.starts_with("memory ")).collect();
         assert_eq!(
             memory,
             [
-                "memory /u/r/kubepods V2 limit=Some(Some(1073741824)) min=None",
-                "memory /u/r/kubepods/burstable V2 limit=None min=None",
-                "memory /u/r/kubepods/besteffort V2 limit=None min=None",
+                "memory /u/r/kubepods V2 limit=Some(Some(1073741824)) min=None low=None",
+                "memory /u/r/kubepods/burstable V2 limit=None min=None low=None",
+                "memory /u/r/kubepods/besteffort V2 limit=None min=None low=None",
             ]
         );
         let pos = |op: &str| ops.iter().position(|o| o == op).unwrap_or(usize::MAX);
@@ -458,6 +495,7 @@ mod tests {
             &g,
             &CgroupOptions {
                 memory_qos: true,
+                tiered_reservation: true,
                 pod_pids_limit: 100,
                 ..CgroupOptions::default()
             },

@@ -84,6 +84,9 @@ pub fn resource_properties(values: &CgroupValues, version: CgroupVersion) -> Vec
     if v2 && let Some(min) = values.memory_min {
         out.push(Property::U64("MemoryMin", u64::try_from(min).unwrap_or(0)));
     }
+    if v2 && let Some(low) = values.memory_low {
+        out.push(Property::U64("MemoryLow", u64::try_from(low).unwrap_or(0)));
+    }
     if let Some(shares) = values.cpu_shares {
         out.push(if v2 {
             Property::U64("CPUWeight", shares_to_weight(shares))
@@ -339,6 +342,7 @@ mod tests {
             cpu_period: Some(100_000),
             memory_limit: Some(Some(64 << 20)),
             memory_min: Some(1 << 20),
+            memory_low: Some(2 << 20),
             pids_max: Some(100),
         };
         let props = unit_properties(&name, &v, CgroupVersion::V2);
@@ -350,6 +354,7 @@ mod tests {
         assert!(has(Property::Bool("DefaultDependencies", false)));
         assert!(has(Property::U64("MemoryMax", 64 << 20)));
         assert!(has(Property::U64("MemoryMin", 1 << 20)));
+        assert!(has(Property::U64("MemoryLow", 2 << 20)));
         assert!(has(Property::U64("CPUWeight", shares_to_weight(512))));
         assert!(has(Property::U64("CPUQuotaPerSecUSec", 500_000)));
         assert!(has(Property::U64("CPUQuotaPeriodUSec", 100_000)));
@@ -357,7 +362,10 @@ mod tests {
         let v1 = resource_properties(&v, CgroupVersion::V1);
         assert!(v1.contains(&Property::U64("MemoryLimit", 64 << 20)));
         assert!(v1.contains(&Property::U64("CPUShares", 512)));
-        assert!(!v1.iter().any(|p| p.name() == "MemoryMin"));
+        assert!(
+            !v1.iter()
+                .any(|p| p.name() == "MemoryMin" || p.name() == "MemoryLow")
+        );
         // Unlimited is systemd's infinity; unset values are not sent.
         let unlimited = CgroupValues {
             memory_limit: Some(None),

@@ -35,6 +35,8 @@ pub struct CgroupValues {
     pub memory_limit: Option<Option<i64>>,
     /// Memory QoS `memory.min` (cgroup v2 only; ignored on v1).
     pub memory_min: Option<i64>,
+    /// Memory QoS `memory.low` (cgroup v2 only; ignored on v1).
+    pub memory_low: Option<i64>,
     /// `pids.max`; `None` leaves it as it is (kubelet writes it only when limited).
     pub pids_max: Option<i64>,
 }
@@ -167,10 +169,11 @@ impl CgroupWriter for KernelCgroups {
                     .memory_limit
                     .map(|l| l.map_or(MaxValue::Max, MaxValue::Value));
                 let min = v.memory_min.map(MaxValue::Value);
-                if max.is_some() || min.is_some() {
+                let low = v.memory_low.map(MaxValue::Value);
+                if max.is_some() || min.is_some() || low.is_some() {
                     MemController::new(dir.to_path_buf(), mount.to_path_buf(), true)
                         .set_mem(SetMemory {
-                            low: None,
+                            low,
                             high: None,
                             min,
                             max,
@@ -185,6 +188,9 @@ impl CgroupWriter for KernelCgroups {
                     }
                     if let Some(m) = v.memory_min {
                         wrote(dir, "memory.min", m.to_string());
+                    }
+                    if let Some(m) = v.memory_low {
+                        wrote(dir, "memory.low", m.to_string());
                     }
                 }
             }
@@ -363,10 +369,11 @@ impl CgroupWriter for RecordingCgroups {
         v: &CgroupValues,
     ) -> Result<(), CgroupError> {
         self.push(format!(
-            "memory {} {version:?} limit={:?} min={:?}",
+            "memory {} {version:?} limit={:?} min={:?} low={:?}",
             dir.display(),
             v.memory_limit,
-            v.memory_min
+            v.memory_min,
+            v.memory_low
         ));
         Ok(())
     }

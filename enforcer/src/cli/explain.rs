@@ -61,6 +61,8 @@ struct ContainerOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     memory_min_bytes: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    memory_low_bytes: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     memory_high_bytes: Option<i64>,
     /// The CPUs the container runs on under the static CPU manager policy (its exclusive
     /// CPUs, or the shared pool); absent under `none`.
@@ -222,6 +224,8 @@ pub fn explain(args: &ExplainArgs) -> Result<Vec<String>, CliError> {
         enforce_cpu_limits: cfg.cpu_cfs_quota,
         memory_qos: cfg.enforcer.memory_qos,
         memory_throttling_factor: cfg.memory_throttling_factor,
+        tiered_reservation: cfg.memory_reservation_policy
+            == crate::config::MemoryReservationPolicy::TieredReservation,
         single_process_oom_kill: cfg.single_process_oom_kill,
         pod_pids_limit: cfg.pod_pids_limit,
         allocatable_memory: memory.saturating_sub(reserved).max(0),
@@ -273,6 +277,7 @@ pub fn explain(args: &ExplainArgs) -> Result<Vec<String>, CliError> {
                 cpu_quota_micros: v.cpu_quota_micros,
                 memory_limit_bytes: v.memory_limit_bytes,
                 memory_min_bytes: v.memory_min_bytes,
+                memory_low_bytes: v.memory_low_bytes,
                 memory_high_bytes: v.memory_high_bytes,
                 cpuset,
             });

@@ -288,6 +288,10 @@ pub struct KubeletConfiguration {
     #[serde(rename = "cpuCFSQuota")]
     pub cpu_cfs_quota: Option<bool>,
     pub memory_throttling_factor: Option<f64>,
+    /// `None` (default) or `TieredReservation`.
+    pub memory_reservation_policy: Option<String>,
+    /// kubelet's feature gates (name: bool).
+    pub feature_gates: Option<BTreeMap<String, bool>>,
     #[serde(rename = "singleProcessOOMKill")]
     pub single_process_oom_kill: Option<bool>,
     pub memory_swap: Option<MemorySwapDoc>,

@@ -7,6 +7,7 @@
 
 mod enforcer;
 mod eviction;
+mod gates;
 mod images;
 mod managers;
 mod node;
@@ -91,6 +92,10 @@ pub(super) mod key {
         IMAGE_PULL_SECRET_DIR = "enforcer.imagePullSecretDir", "enforcer.imagePullSecretDir";
         /// File only.
         MEMORY_THROTTLING_FACTOR = "memoryThrottlingFactor", "memoryThrottlingFactor";
+        /// File only.
+        MEMORY_RESERVATION_POLICY = "memoryReservationPolicy", "memoryReservationPolicy";
+        FEATURE_GATES = "featureGates", "--feature-gates";
+        MEMORY_QOS = "enforcer.memoryQoS", "--memory-qos";
         /// File only.
         MEMORY_SWAP_BEHAVIOR = "memorySwap.swapBehavior", "memorySwap.swapBehavior";
         POD_PIDS_LIMIT = "podPidsLimit", "--pod-max-pids";
@@ -359,11 +364,14 @@ pub fn resolve(
     let cpu_manager = node::cpu_manager(&n, doc, args)?;
     let managers = managers::managers(&n, doc, args)?;
     let rates = node::rates(&n, doc, args)?;
-    let memory_throttling_factor = node::memory_throttling_factor(&n, doc)?;
+    let mut feature_gates = gates::feature_gates(&n, doc, args)?;
+    let (memory_qos, memory_throttling_factor, memory_reservation_policy) =
+        gates::memory_qos(&n, doc, args, &mut feature_gates)?;
     let memory_swap = node::memory_swap(&n, doc)?;
     let cluster = node::cluster(&n, doc, args)?;
     let allowed_unsafe_sysctls = node::allowed_unsafe_sysctls(&n, doc, args)?;
     let mut enforcer = enforcer::section(&n, doc, args)?;
+    enforcer.memory_qos = memory_qos;
     enforcer.throttle_before_evict =
         enforcer::throttle_before_evict(&n, doc, args, &eviction.thresholds)?;
 
@@ -405,7 +413,9 @@ pub fn resolve(
         images,
         serving,
         cpu_cfs_quota: args.cpu_cfs_quota.or(doc.cpu_cfs_quota).unwrap_or(true),
+        feature_gates,
         memory_throttling_factor,
+        memory_reservation_policy,
         single_process_oom_kill: doc.single_process_oom_kill.unwrap_or(false),
         memory_swap,
         fail_swap_on: args.fail_swap_on.or(doc.fail_swap_on).unwrap_or(true),

@@ -230,6 +230,7 @@ mod tests {
             cpu_period_micros: None,
             memory_limit_bytes: Some(64 << 20),
             memory_min_bytes: None,
+            memory_low_bytes: None,
             pids_limit: None,
         };
         let rel = pc.ensure("u1", Qos::Burstable, &values).expect("ensure");

@@ -375,6 +375,9 @@ pub fn linux_resources(
     if let Some(min) = v.memory_min_bytes {
         unified.insert("memory.min".to_owned(), min.to_string());
     }
+    if let Some(low) = v.memory_low_bytes {
+        unified.insert("memory.low".to_owned(), low.to_string());
+    }
     if let Some(high) = v.memory_high_bytes {
         unified.insert("memory.high".to_owned(), high.to_string());
     }
@@ -547,6 +550,8 @@ mod tests {
         let opts = ResourceOptions {
             cgroup: CgroupOptions {
                 memory_qos: true,
+                memory_throttling_factor: Some(0.9),
+                tiered_reservation: true,
                 ..CgroupOptions::default()
             },
             cpuset: Some("1".into()),
@@ -558,10 +563,12 @@ mod tests {
         assert_eq!(r.oom_score_adj, 750);
         assert_eq!(r.cpuset_cpus, "1");
         assert_eq!(r.cpuset_mems, "0");
+        // TieredReservation: a Burstable container's request is its memory.low.
         assert_eq!(
-            r.unified.get("memory.min").map(String::as_str),
+            r.unified.get("memory.low").map(String::as_str),
             Some("1073741824")
         );
+        assert!(!r.unified.contains_key("memory.min"));
         assert!(r.unified.contains_key("memory.high"));
         // cgroup v2: the container is one OOM unit (kubelet's default since 1.28) unless
         // singleProcessOOMKill; never on v1.

@@ -98,7 +98,8 @@ pub(super) fn section(
             &e.cri_socket,
             "/run/containerd/containerd.sock",
         )?,
-        memory_qos: args.memory_qos.or(e.memory_qos).unwrap_or(false),
+        // The `MemoryQoS` gate's, set by the caller (`gates::memory_qos`).
+        memory_qos: false,
         memory_tripwire: args.memory_tripwire.or(e.memory_tripwire).unwrap_or(true),
         crossing_realtime: args
             .crossing_realtime

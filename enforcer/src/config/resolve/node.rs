@@ -221,23 +221,6 @@ pub(super) fn rates(
     })
 }
 
-/// `memoryThrottlingFactor` (default 0.9): in (0, 1].
-pub(super) fn memory_throttling_factor(
-    n: &Namer<'_>,
-    doc: &KubeletConfiguration,
-) -> Result<f64, ConfigError> {
-    let factor = doc.memory_throttling_factor.unwrap_or(0.9);
-    if !(factor > 0.0 && factor <= 1.0) {
-        return Err(n.invalid(
-            key::MEMORY_THROTTLING_FACTOR,
-            false,
-            factor.to_string(),
-            "must be greater than 0 and less than or equal to 1.0",
-        ));
-    }
-    Ok(factor)
-}
-
 /// `memorySwap.swapBehavior`: `""` or `NoSwap` (the default), or `LimitedSwap` (kubelet's
 /// validation message).
 pub(super) fn memory_swap(

@@ -132,6 +132,7 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 ResizeStep::PodMemoryLimit(_) => {
                     values.memory_limit_bytes = target.memory_limit_bytes;
                     values.memory_min_bytes = target.memory_min_bytes;
+                    values.memory_low_bytes = target.memory_low_bytes;
                     self.write_pod_values(qos, &values)?;
                 }
                 ResizeStep::PodCpuQuota(_) => {

@@ -91,9 +91,12 @@ pub struct PodCgroupValues {
     pub cpu_period_micros: Option<u64>,
     /// Memory limit in bytes.
     pub memory_limit_bytes: Option<i64>,
-    /// Memory QoS `memory.min` (cgroup v2 with Memory QoS only).
+    /// Memory QoS `memory.min` (cgroup v2, `TieredReservation`, Guaranteed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_min_bytes: Option<i64>,
+    /// Memory QoS `memory.low` (cgroup v2, `TieredReservation`, Burstable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_low_bytes: Option<i64>,
     /// `pids.max` (`podPidsLimit` when positive).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pids_limit: Option<i64>,
@@ -108,10 +111,13 @@ pub struct CgroupOptions {
     pub enforce_cpu_limits: bool,
     /// CFS period in microseconds.
     pub cpu_period_us: u64,
-    /// Memory QoS (cgroup v2 only).
+    /// Memory QoS (the `MemoryQoS` gate, cgroup v2 only).
     pub memory_qos: bool,
-    /// `memoryThrottlingFactor`.
-    pub memory_throttling_factor: f64,
+    /// `memoryThrottlingFactor`: `memory.high` of containers only when set (kubelet 1.37).
+    pub memory_throttling_factor: Option<f64>,
+    /// `memoryReservationPolicy: TieredReservation`: `memory.min` of Guaranteed pods and
+    /// containers, `memory.low` of Burstable ones, from their memory requests.
+    pub tiered_reservation: bool,
     /// Node allocatable memory (for `memory.high` of containers without a limit).
     pub allocatable_memory: i64,
     /// `singleProcessOOMKill`; when false on cgroup v2 each container gets
@@ -130,7 +136,8 @@ impl Default for CgroupOptions {
             enforce_cpu_limits: true,
             cpu_period_us: QUOTA_PERIOD_US,
             memory_qos: false,
-            memory_throttling_factor: 0.9,
+            memory_throttling_factor: None,
+            tiered_reservation: false,
             allocatable_memory: 0,
             single_process_oom_kill: false,
             pod_pids_limit: -1,
@@ -183,11 +190,7 @@ pub fn pod_cgroup_values(pod: &Pod, opts: &CgroupOptions) -> PodCgroupValues {
         ),
         QosClass::BestEffort => (MIN_SHARES, None, None, None),
     };
-    let memory_min = if opts.v2 && opts.memory_qos {
-        reqs.get("memory").map(|q| q.value()).filter(|v| *v > 0)
-    } else {
-        None
-    };
+    let (memory_min, memory_low) = tiered_reservation(opts, qos, reqs.get("memory"));
     PodCgroupValues {
         cpu_shares,
         cpu_weight: opts.v2.then(|| shares_to_weight(cpu_shares)),
@@ -196,6 +199,7 @@ pub fn pod_cgroup_values(pod: &Pod, opts: &CgroupOptions) -> PodCgroupValues {
         cpu_period_micros: cpu_period.or(Some(opts.cpu_period_us)),
         memory_limit_bytes: memory.filter(|m| *m != 0),
         memory_min_bytes: memory_min,
+        memory_low_bytes: memory_low,
         // kubelet's pod container manager sets PidsLimit only when podPidsLimit > 0.
         pids_limit: (opts.pod_pids_limit > 0).then_some(opts.pod_pids_limit),
     }
@@ -212,9 +216,12 @@ pub struct ContainerCgroupValues {
     pub cpu_quota_micros: Option<i64>,
     /// Memory limit in bytes.
     pub memory_limit_bytes: Option<i64>,
-    /// Memory QoS `memory.min`.
+    /// Memory QoS `memory.min` (`TieredReservation`, Guaranteed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_min_bytes: Option<i64>,
+    /// Memory QoS `memory.low` (`TieredReservation`, Burstable).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_low_bytes: Option<i64>,
     /// Memory QoS `memory.high`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory_high_bytes: Option<i64>,
@@ -275,12 +282,16 @@ fn container_values(
     } else {
         None
     };
-    let (mut memory_min, mut memory_high) = (None, None);
-    if opts.v2 && opts.memory_qos {
+    let (memory_min, memory_low) = match pod {
+        Some(p) => tiered_reservation(opts, qos::pod_qos(p), reqs.get("memory")),
+        None => (None, None),
+    };
+    let mut memory_high = None;
+    if opts.v2
+        && opts.memory_qos
+        && let Some(factor) = opts.memory_throttling_factor
+    {
         let request = reqs.get("memory").map_or(0, |q| q.value());
-        if request != 0 {
-            memory_min = Some(request);
-        }
         if request != own_memory_limit {
             let base = if own_memory_limit != 0 {
                 own_memory_limit
@@ -293,8 +304,7 @@ fn container_values(
                     clippy::cast_possible_truncation,
                     reason = "kubelet computes memory.high in float64"
                 )]
-                let high = ((request as f64
-                    + (base as f64 - request as f64) * opts.memory_throttling_factor)
+                let high = ((request as f64 + (base as f64 - request as f64) * factor)
                     / PAGE_SIZE as f64)
                     .floor() as i64
                     * PAGE_SIZE;
@@ -309,7 +319,33 @@ fn container_values(
         cpu_quota_micros: cpu_quota,
         memory_limit_bytes: (memory_limit != 0).then_some(memory_limit),
         memory_min_bytes: memory_min,
+        memory_low_bytes: memory_low,
         memory_high_bytes: memory_high,
+    }
+}
+
+/// `memoryReservationPolicy: TieredReservation` (kubelet 1.36+, Memory QoS on cgroup v2):
+/// (`memory.min`, `memory.low`) of a cgroup whose memory request is `request` in a pod of
+/// class `qos`: Guaranteed protects its request with `memory.min`, Burstable with
+/// `memory.low`, BestEffort nothing; nothing without a request or under `None`.
+fn tiered_reservation(
+    opts: &CgroupOptions,
+    qos: QosClass,
+    request: Option<&crate::quantity::Quantity>,
+) -> (Option<i64>, Option<i64>) {
+    if !(opts.v2 && opts.memory_qos && opts.tiered_reservation) {
+        return (None, None);
+    }
+    let Some(r) = request
+        .map(crate::quantity::Quantity::value)
+        .filter(|v| *v > 0)
+    else {
+        return (None, None);
+    };
+    match qos {
+        QosClass::Guaranteed => (Some(r), None),
+        QosClass::Burstable => (None, Some(r)),
+        QosClass::BestEffort => (None, None),
     }
 }
 
@@ -406,11 +442,136 @@ mod tests {
             &c,
             &CgroupOptions {
                 memory_qos: true,
+                memory_throttling_factor: Some(0.9),
                 ..opts
             },
         );
-        assert_eq!(v.memory_min_bytes, Some(100 << 20));
+        assert_eq!(v.memory_min_bytes, None, "memoryReservationPolicy None");
         // floor((100Mi + 0.9 * (1Gi - 100Mi)) / 4096) * 4096
         assert_eq!(v.memory_high_bytes, Some(976_850_944));
+    }
+
+    /// kubelet 1.37's Memory QoS: its defaults (the gate on, `memoryThrottlingFactor` unset,
+    /// `memoryReservationPolicy: None`) write nothing; the factor gives `memory.high` (never
+    /// for a container whose request equals its limit); `TieredReservation` gives Guaranteed
+    /// pods and containers `memory.min` and Burstable ones `memory.low` of their requests,
+    /// BestEffort nothing; cgroup v1 nothing at all.
+    #[test]
+    fn memory_qos_as_kubelet_1_37_writes_it() {
+        let g = pod(
+            "g",
+            vec![container("a", "cpu=1,memory=100Mi", "cpu=1,memory=100Mi")],
+        );
+        let b = pod("b", vec![container("a", "memory=64Mi", "memory=256Mi")]);
+        let bn = pod("n", vec![container("a", "memory=64Mi", "")]);
+        let be = pod("e", vec![container("a", "", "")]);
+        let on = CgroupOptions {
+            memory_qos: true,
+            allocatable_memory: 1 << 30,
+            ..CgroupOptions::default()
+        };
+        let tiered = CgroupOptions {
+            tiered_reservation: true,
+            ..on
+        };
+        let factor = CgroupOptions {
+            memory_throttling_factor: Some(0.5),
+            ..on
+        };
+        let mem = |p: &Pod, o: &CgroupOptions| {
+            let pv = pod_cgroup_values(p, o);
+            let cv =
+                container_cgroup_values_in(p, &p.spec.as_ref().expect("spec").containers[0], o);
+            (
+                (pv.memory_min_bytes, pv.memory_low_bytes),
+                (
+                    cv.memory_min_bytes,
+                    cv.memory_low_bytes,
+                    cv.memory_high_bytes,
+                ),
+            )
+        };
+        let mi = |v: i64| Some(v << 20);
+        for (name, p, o, want) in [
+            (
+                "defaults, Guaranteed",
+                &g,
+                on,
+                ((None, None), (None, None, None)),
+            ),
+            (
+                "defaults, Burstable",
+                &b,
+                on,
+                ((None, None), (None, None, None)),
+            ),
+            (
+                "tiered, Guaranteed",
+                &g,
+                tiered,
+                ((mi(100), None), (mi(100), None, None)),
+            ),
+            (
+                "tiered, Burstable",
+                &b,
+                tiered,
+                ((None, mi(64)), (None, mi(64), None)),
+            ),
+            (
+                "tiered, BestEffort",
+                &be,
+                tiered,
+                ((None, None), (None, None, None)),
+            ),
+            // floor((64Mi + 0.5 * (256Mi - 64Mi)) / 4096) * 4096 = 160Mi
+            (
+                "factor, Burstable",
+                &b,
+                factor,
+                ((None, None), (None, None, mi(160))),
+            ),
+            (
+                "factor, Guaranteed",
+                &g,
+                factor,
+                ((None, None), (None, None, None)),
+            ),
+            // No limit: allocatable (1Gi) in its place: 64Mi + 0.5 * (1Gi - 64Mi).
+            (
+                "factor, no limit",
+                &bn,
+                factor,
+                ((None, None), (None, None, mi(544))),
+            ),
+            // Request = limit = 0: none, as kubelet's `request != limit`.
+            (
+                "factor, BestEffort",
+                &be,
+                factor,
+                ((None, None), (None, None, None)),
+            ),
+            (
+                "cgroup v1",
+                &b,
+                CgroupOptions {
+                    v2: false,
+                    tiered_reservation: true,
+                    memory_throttling_factor: Some(0.5),
+                    ..on
+                },
+                ((None, None), (None, None, None)),
+            ),
+            (
+                "gate off",
+                &g,
+                CgroupOptions {
+                    memory_qos: false,
+                    ..tiered
+                },
+                ((None, None), (None, None, None)),
+            ),
+        ] {
+            assert_eq!(mem(p, &o), want, "{name}");
+        }
     }
 }

@@ -337,6 +337,7 @@ fn pod_cgroup_resize_from_values() {
         cpu_period_micros: quota.map(|_| 100_000),
         memory_limit_bytes: memory,
         memory_min_bytes: None,
+        memory_low_bytes: None,
         pids_limit: None,
     };
     let r = PodCgroupResize::new(
