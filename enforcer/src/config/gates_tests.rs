@@ -136,3 +136,38 @@ fn bad_gates_and_knobs_are_refused_naming_them() {
     let e = load("featureGates: {MemoryQoS: sometimes}", &none).expect_err("not a bool");
     assert!(e.contains("featureGates"), "{e}");
 }
+
+/// Beside kubelet (`--kubelet-config`), the kubelet's own file's gates were kubelet's to
+/// validate: one the enforcer does not decide by, or a state it does not implement, is a
+/// warning and left out, not a refusal; the command line's are still refused.
+#[test]
+fn beside_kubelet_its_files_other_gates_are_warned_of_not_refused() {
+    let args = ConfigArgs {
+        kubelet_config: Some("/var/lib/kubelet/config.yaml".into()),
+        ..ConfigArgs::default()
+    };
+    let d = parse_document(
+        "kubelet.yaml",
+        "featureGates: {RotateKubeletServerCertificate: true, InPlacePodLevelResourcesVerticalScaling: true, MemoryQoS: false}\n",
+    )
+    .expect("parse")
+    .0;
+    let l = resolve("kubelet.yaml", &d, &args).expect("kubelet's gates taken");
+    assert_eq!(l.warnings.len(), 2, "{:?}", l.warnings);
+    assert!(
+        l.warnings[0].contains("RotateKubeletServerCertificate=true: unrecognized feature gate")
+            || l.warnings[1].contains("RotateKubeletServerCertificate=true: unrecognized feature gate"),
+        "{:?}",
+        l.warnings
+    );
+    assert_eq!(
+        l.config.feature_gates.get("InPlacePodLevelResourcesVerticalScaling"),
+        Some(&false)
+    );
+    assert!(!l.config.enforcer.memory_qos, "kubelet's MemoryQoS=false");
+    let strict = ConfigArgs {
+        feature_gates: vec!["Bogus=true".to_owned()],
+        ..args
+    };
+    assert!(resolve("kubelet.yaml", &d, &strict).is_err());
+}

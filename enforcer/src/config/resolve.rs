@@ -364,7 +364,7 @@ pub fn resolve(
     let cpu_manager = node::cpu_manager(&n, doc, args)?;
     let managers = managers::managers(&n, doc, args)?;
     let rates = node::rates(&n, doc, args)?;
-    let mut feature_gates = gates::feature_gates(&n, doc, args)?;
+    let mut feature_gates = gates::feature_gates(&n, doc, args, &mut warnings)?;
     let (memory_qos, memory_throttling_factor, memory_reservation_policy) =
         gates::memory_qos(&n, doc, args, &mut feature_gates)?;
     let memory_swap = node::memory_swap(&n, doc)?;

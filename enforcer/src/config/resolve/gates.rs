@@ -48,7 +48,9 @@ pub(super) fn feature_gates(
     n: &Namer<'_>,
     doc: &KubeletConfiguration,
     args: &ConfigArgs,
+    warnings: &mut Vec<String>,
 ) -> Result<BTreeMap<String, bool>, ConfigError> {
+    let kubelets_file = args.kubelet_config.is_some();
     // The file's, then the flag's entries over them (kubelet merges the two the same way).
     let mut given: Vec<(String, bool, bool)> = doc
         .feature_gates
@@ -86,47 +88,49 @@ pub(super) fn feature_gates(
         })
         .collect();
     for (name, value, from_flag) in given {
-        let shown = format!("{name}={value}");
-        let Some((_, default, locked, support)) = GATES.iter().find(|(g, ..)| *g == name) else {
-            return Err(n.invalid(
-                key::FEATURE_GATES,
-                from_flag,
-                shown,
-                format!("unrecognized feature gate: {name}"),
-            ));
-        };
-        if *locked && value != *default {
-            return Err(n.invalid(
-                key::FEATURE_GATES,
-                from_flag,
-                shown,
-                format!(
-                    "cannot set feature gate {name} to {value}, feature is locked to {default}"
-                ),
-            ));
-        }
-        match (support, value) {
-            (Support::OffOnly(why), true) => {
+        match refusal(&name, value) {
+            None => {
+                out.insert(name, value);
+            }
+            // Beside kubelet, its own file's gates are kubelet's, validated by kubelet: the
+            // enforcer leaves out those it does not decide by, and says so.
+            Some(why) if kubelets_file && !from_flag => warnings.push(format!(
+                "{}: featureGates {name}={value}: {why}; the enforcer goes on without it",
+                n.file
+            )),
+            Some(why) => {
                 return Err(n.invalid(
                     key::FEATURE_GATES,
                     from_flag,
-                    shown,
-                    format!("feature gate {name} is not implemented: {why}"),
+                    format!("{name}={value}"),
+                    why,
                 ));
             }
-            (Support::OnOnly(why), false) => {
-                return Err(n.invalid(
-                    key::FEATURE_GATES,
-                    from_flag,
-                    shown,
-                    format!("feature gate {name} cannot be turned off: {why}"),
-                ));
-            }
-            _ => {}
         }
-        out.insert(name, value);
     }
     Ok(out)
+}
+
+/// Why the enforcer refuses `name` set to `value` (kubelet's message where kubelet has one),
+/// `None` when it takes it.
+fn refusal(name: &str, value: bool) -> Option<String> {
+    let Some((_, default, locked, support)) = GATES.iter().find(|(g, ..)| *g == name) else {
+        return Some(format!("unrecognized feature gate: {name}"));
+    };
+    if *locked && value != *default {
+        return Some(format!(
+            "cannot set feature gate {name} to {value}, feature is locked to {default}"
+        ));
+    }
+    match (support, value) {
+        (Support::OffOnly(why), true) => {
+            Some(format!("feature gate {name} is not implemented: {why}"))
+        }
+        (Support::OnOnly(why), false) => {
+            Some(format!("feature gate {name} cannot be turned off: {why}"))
+        }
+        _ => None,
+    }
 }
 
 /// Memory QoS as kubelet 1.37 has it: (the `MemoryQoS` gate, `memoryThrottlingFactor`,
