@@ -264,6 +264,18 @@ impl Enforcer {
                 "Memory QoS (memoryThrottlingFactor, memoryReservationPolicy) needs the memory controller on cgroup v2; nothing of it is written on this node"
             );
         }
+        if config.enforcer.memory_qos && v2 && config.memory_throttling_factor.is_some() {
+            let release = rustix::system::uname()
+                .release()
+                .to_string_lossy()
+                .into_owned();
+            if crate::policy::resources::cgroup::kernel_before(&release, (5, 9)) {
+                tracing::warn!(
+                    kernel = %release,
+                    "Memory QoS: memory.high on a kernel older than 5.9 can livelock a container's tasks in reclaim (kubelet warns of it too)"
+                );
+            }
+        }
         let cgroup = CgroupOptions {
             v2,
             enforce_cpu_limits: config.cpu_cfs_quota,

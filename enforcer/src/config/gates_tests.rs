@@ -156,12 +156,15 @@ fn beside_kubelet_its_files_other_gates_are_warned_of_not_refused() {
     assert_eq!(l.warnings.len(), 2, "{:?}", l.warnings);
     assert!(
         l.warnings[0].contains("RotateKubeletServerCertificate=true: unrecognized feature gate")
-            || l.warnings[1].contains("RotateKubeletServerCertificate=true: unrecognized feature gate"),
+            || l.warnings[1]
+                .contains("RotateKubeletServerCertificate=true: unrecognized feature gate"),
         "{:?}",
         l.warnings
     );
     assert_eq!(
-        l.config.feature_gates.get("InPlacePodLevelResourcesVerticalScaling"),
+        l.config
+            .feature_gates
+            .get("InPlacePodLevelResourcesVerticalScaling"),
         Some(&false)
     );
     assert!(!l.config.enforcer.memory_qos, "kubelet's MemoryQoS=false");

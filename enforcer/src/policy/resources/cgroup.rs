@@ -324,6 +324,19 @@ fn container_values(
     }
 }
 
+/// Whether a kernel release (`uname -r`: `5.4.0-150-generic`, `6.1.0-57-amd64`) is older than
+/// `major.minor`; a release that does not parse is not (nothing to warn of).
+#[must_use]
+pub fn kernel_before(release: &str, (major, minor): (u32, u32)) -> bool {
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(str::parse::<u32>);
+    match (parts.next(), parts.next()) {
+        (Some(Ok(a)), Some(Ok(b))) => (a, b) < (major, minor),
+        _ => false,
+    }
+}
+
 /// `memoryReservationPolicy: TieredReservation` (kubelet 1.36+, Memory QoS on cgroup v2):
 /// (`memory.min`, `memory.low`) of a cgroup whose memory request is `request` in a pod of
 /// class `qos`: Guaranteed protects its request with `memory.min`, Burstable with
@@ -449,6 +462,17 @@ mod tests {
         assert_eq!(v.memory_min_bytes, None, "memoryReservationPolicy None");
         // floor((100Mi + 0.9 * (1Gi - 100Mi)) / 4096) * 4096
         assert_eq!(v.memory_high_bytes, Some(976_850_944));
+    }
+
+    /// kubelet's Memory QoS warning: a kernel older than 5.9.
+    #[test]
+    fn kernel_releases_before_5_9() {
+        assert!(kernel_before("5.4.0-150-generic", (5, 9)));
+        assert!(kernel_before("4.19.0", (5, 9)));
+        assert!(!kernel_before("5.9.0", (5, 9)));
+        assert!(!kernel_before("5.10.0-28-amd64", (5, 9)));
+        assert!(!kernel_before("6.1.0-57-amd64", (5, 9)));
+        assert!(!kernel_before("garbage", (5, 9)));
     }
 
     /// kubelet 1.37's Memory QoS: its defaults (the gate on, `memoryThrottlingFactor` unset,
