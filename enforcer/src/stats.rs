@@ -25,6 +25,7 @@ use crate::{
     policy::eviction::{Observations, PodStats},
 };
 
+pub mod figures;
 mod node_memory;
 pub mod psi;
 mod usage;

@@ -6,7 +6,8 @@
 //! the same reading as `/stats/summary` ([`super::summary::StatsReader`]). The stat families
 //! carry the reading's time, as cAdvisor stamps them with its read of the cgroup; the machine
 //! families none. Served: `container_cpu_usage_seconds_total{cpu="total"}` (no series while a
-//! cgroup's usage is 0, as cAdvisor), `container_memory_working_set_bytes`, the six
+//! cgroup's usage is 0, as cAdvisor), `container_memory_working_set_bytes`, the memory
+//! gauges ([`MEMORY`]) and the CFS counters ([`CFS`], only where CFS periods elapsed), the six
 //! `container_pressure_{cpu,memory,io}_{stalled,waiting}_seconds_total` (cgroup v2 only, as
 //! kubelet registers them only where PSI is on), `machine_cpu_cores`, `machine_memory_bytes`.
 
@@ -19,7 +20,10 @@ use super::{
     summary::Reading,
     text,
 };
-use crate::stats::psi::Pressure;
+use crate::stats::{
+    figures::{Cfs, Figures},
+    psi::Pressure,
+};
 
 /// cAdvisor's label set, `cpu` placed in its sorted place when given.
 fn labels(
@@ -109,52 +113,171 @@ fn pressure_seconds(p: &Pressure, resource: Resource, full: bool) -> Option<f64>
     Some(line.total as f64 / 1e6)
 }
 
-/// The stat families of one reading (timestamped by [`page`]).
-fn stats(r: &Reading) -> Registry {
-    let cpu = Family::<Labels, FloatCounter>::default();
-    let ws = Family::<Labels, FloatGauge>::default();
-    let pressure: Vec<Family<Labels, FloatCounter>> =
-        PRESSURE.iter().map(|_| Family::default()).collect();
-    let add = |id: &str,
-               image: &str,
-               c: (&str, &str),
-               p: (&str, &str),
-               cpu_ns: Option<u64>,
-               mem: Option<i64>,
-               key: &str| {
-        let (container, name) = c;
-        let (namespace, pod) = p;
-        if let Some(psi) = r.psi.get(key) {
-            let l = labels(container, None, id, image, name, namespace, pod);
-            for ((_, _, resource, full), family) in PRESSURE.iter().zip(&pressure) {
+/// cAdvisor's memory gauges beside the working set: name, help, which figure.
+const MEMORY: [(&str, &str, fn(&Figures) -> Option<u64>); 4] = [
+    (
+        "container_memory_usage_bytes",
+        "Current memory usage in bytes, including all memory regardless of when it was accessed",
+        |f| f.usage,
+    ),
+    ("container_memory_rss", "Size of RSS in bytes.", |f| f.rss),
+    (
+        "container_memory_cache",
+        "Number of bytes of page cache memory.",
+        |f| f.cache,
+    ),
+    (
+        "container_memory_swap",
+        "Container swap usage in bytes.",
+        |f| f.swap,
+    ),
+];
+
+/// cAdvisor's CFS counters (served where the cgroup has had CFS periods, that is a CPU
+/// limit): name, help, value.
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "counters served as floats, as cAdvisor serves them"
+)]
+const CFS: [(&str, &str, fn(&Cfs) -> f64); 3] = [
+    (
+        "container_cpu_cfs_periods",
+        "Number of elapsed enforcement period intervals.",
+        |c| c.periods as f64,
+    ),
+    (
+        "container_cpu_cfs_throttled_periods",
+        "Number of throttled period intervals.",
+        |c| c.throttled_periods as f64,
+    ),
+    (
+        "container_cpu_cfs_throttled_seconds",
+        "Total time duration the container has been throttled.",
+        |c| c.throttled_ns as f64 / 1e9,
+    ),
+];
+
+/// The stat families being filled.
+struct Families {
+    cpu: Family<Labels, FloatCounter>,
+    ws: Family<Labels, FloatGauge>,
+    memory: Vec<Family<Labels, FloatGauge>>,
+    cfs: Vec<Family<Labels, FloatCounter>>,
+    pressure: Vec<Family<Labels, FloatCounter>>,
+}
+
+/// One cgroup's labels and figures: (`id`, `image`, (`container`, `name`), (`namespace`,
+/// `pod`)), its CPU usage and working set, and its key in the reading.
+struct Cgroup<'a> {
+    id: &'a str,
+    image: &'a str,
+    container: (&'a str, &'a str),
+    pod: (&'a str, &'a str),
+    cpu_ns: Option<u64>,
+    working_set: Option<i64>,
+    key: &'a str,
+}
+
+impl Families {
+    fn new() -> Self {
+        Self {
+            cpu: Family::default(),
+            ws: Family::default(),
+            memory: MEMORY.iter().map(|_| Family::default()).collect(),
+            cfs: CFS.iter().map(|_| Family::default()).collect(),
+            pressure: PRESSURE.iter().map(|_| Family::default()).collect(),
+        }
+    }
+
+    fn add(&self, r: &Reading, c: &Cgroup<'_>) {
+        let ((container, name), (namespace, pod)) = (c.container, c.pod);
+        let l = labels(container, None, c.id, c.image, name, namespace, pod);
+        if let Some(ns) = c.cpu_ns.filter(|ns| *ns > 0) {
+            let with_cpu = labels(
+                container,
+                Some("total"),
+                c.id,
+                c.image,
+                name,
+                namespace,
+                pod,
+            );
+            self.cpu.get_or_create(&with_cpu).inc_by(secs(ns));
+        }
+        if let Some(m) = c.working_set {
+            self.ws.get_or_create(&l).set(float(m.max(0)));
+        }
+        if let Some(f) = r.figures.get(c.key) {
+            for ((_, _, get), family) in MEMORY.iter().zip(&self.memory) {
+                if let Some(v) = get(f) {
+                    family
+                        .get_or_create(&l)
+                        .set(float(i64::try_from(v).unwrap_or(i64::MAX)));
+                }
+            }
+            if let Some(cfs) = f.cfs.filter(|c| c.periods > 0) {
+                for ((_, _, get), family) in CFS.iter().zip(&self.cfs) {
+                    family.get_or_create(&l).inc_by(get(&cfs));
+                }
+            }
+        }
+        if let Some(psi) = r.psi.get(c.key) {
+            for ((_, _, resource, full), family) in PRESSURE.iter().zip(&self.pressure) {
                 if let Some(v) = pressure_seconds(psi, *resource, *full) {
                     family.get_or_create(&l).inc_by(v);
                 }
             }
         }
-        if let Some(ns) = cpu_ns.filter(|ns| *ns > 0) {
-            cpu.get_or_create(&labels(
-                container,
-                Some("total"),
-                id,
-                image,
-                name,
-                namespace,
-                pod,
-            ))
-            .inc_by(secs(ns));
+    }
+
+    fn register(self, psi: bool) -> Registry {
+        let mut reg = Registry::default();
+        reg.register(
+            "container_cpu_usage_seconds",
+            "Cumulative cpu time consumed in seconds.",
+            self.cpu,
+        );
+        for ((name, help, _), family) in CFS.iter().zip(self.cfs) {
+            reg.register(*name, *help, family);
         }
-        if let Some(m) = mem {
-            ws.get_or_create(&labels(container, None, id, image, name, namespace, pod))
-                .set(float(m.max(0)));
+        reg.register(
+            "container_memory_working_set_bytes",
+            "Current working set in bytes.",
+            self.ws,
+        );
+        for ((name, help, _), family) in MEMORY.iter().zip(self.memory) {
+            reg.register(*name, *help, family);
         }
-    };
+        if psi {
+            // Registered only where PSI is read: on cgroup v1 kubelet serves no such family.
+            for ((name, help, _, _), family) in PRESSURE.iter().zip(self.pressure) {
+                reg.register(*name, *help, family);
+            }
+        }
+        reg
+    }
+}
+
+/// The stat families of one reading (timestamped by [`page`]).
+fn stats(r: &Reading) -> Registry {
+    let families = Families::new();
     let node_mem = r
         .snapshot
         .observations
         .get(&crate::policy::eviction::Signal::MemoryAvailable)
         .map(|o| o.capacity - o.available);
-    add("/", "", ("", ""), ("", ""), r.node_cpu_ns, node_mem, "");
+    families.add(
+        r,
+        &Cgroup {
+            id: "/",
+            image: "",
+            container: ("", ""),
+            pod: ("", ""),
+            cpu_ns: r.node_cpu_ns,
+            working_set: node_mem,
+            key: "",
+        },
+    );
     for t in &r.targets {
         let Some(rec) = r.records.get(&t.uid) else {
             continue;
@@ -162,14 +285,17 @@ fn stats(r: &Reading) -> Registry {
         let pod = (rec.namespace.as_str(), rec.name.as_str());
         let stats = r.snapshot.pods.get(&t.uid).and_then(|s| s.stats.as_ref());
         let id = format!("/{}", t.cgroup.trim_start_matches('/'));
-        add(
-            &id,
-            "",
-            ("", ""),
-            pod,
-            r.cpu_ns.get(&t.cgroup).copied(),
-            stats.and_then(|s| s.memory),
-            &t.cgroup,
+        families.add(
+            r,
+            &Cgroup {
+                id: &id,
+                image: "",
+                container: ("", ""),
+                pod,
+                cpu_ns: r.cpu_ns.get(&t.cgroup).copied(),
+                working_set: stats.and_then(|s| s.memory),
+                key: &t.cgroup,
+            },
         );
         for (name, cid) in &t.containers {
             let key = format!("{}/{cid}", t.cgroup);
@@ -180,37 +306,23 @@ fn stats(r: &Reading) -> Registry {
                 .find(|c| c.name == *name)
                 .map(|c| c.image.as_str())
                 .unwrap_or_default();
-            add(
-                &format!("/{}", key.trim_start_matches('/')),
-                image,
-                (name, cid),
-                pod,
-                r.cpu_ns.get(&key).copied(),
-                stats
-                    .and_then(|s| s.containers.iter().find(|c| c.name == *name))
-                    .and_then(|c| c.memory),
-                &key,
+            families.add(
+                r,
+                &Cgroup {
+                    id: &format!("/{}", key.trim_start_matches('/')),
+                    image,
+                    container: (name, cid),
+                    pod,
+                    cpu_ns: r.cpu_ns.get(&key).copied(),
+                    working_set: stats
+                        .and_then(|s| s.containers.iter().find(|c| c.name == *name))
+                        .and_then(|c| c.memory),
+                    key: &key,
+                },
             );
         }
     }
-    let mut reg = Registry::default();
-    reg.register(
-        "container_cpu_usage_seconds",
-        "Cumulative cpu time consumed in seconds.",
-        cpu,
-    );
-    reg.register(
-        "container_memory_working_set_bytes",
-        "Current working set in bytes.",
-        ws,
-    );
-    if !r.psi.is_empty() {
-        // Registered only where PSI is read: on cgroup v1 kubelet serves no such family.
-        for ((name, help, _, _), family) in PRESSURE.iter().zip(pressure) {
-            reg.register(*name, *help, family);
-        }
-    }
-    reg
+    families.register(!r.psi.is_empty())
 }
 
 /// The machine families (no timestamp): logical CPUs online, memory installed.
@@ -357,5 +469,54 @@ mod tests {
         ] {
             assert!(text.contains(&want), "{want:?} missing in:\n{text}");
         }
+    }
+
+    /// The memory gauges and CFS counters kube-prometheus' rules and `CPUThrottlingHigh` read,
+    /// from the reading's figures; no CFS series for a cgroup that had no CFS period.
+    #[test]
+    fn memory_and_cfs_families_from_the_figures() {
+        let mut reading = crate::server::summary::tests::reading();
+        reading.figures = std::collections::HashMap::from([
+            (
+                "/kubepods/podu1/c1".to_owned(),
+                Figures {
+                    usage: Some(4096),
+                    rss: Some(1024),
+                    cache: Some(2048),
+                    swap: Some(0),
+                    cfs: Some(Cfs {
+                        periods: 10,
+                        throttled_periods: 4,
+                        throttled_ns: 250_000_000,
+                    }),
+                },
+            ),
+            (
+                "/kubepods/podu1".to_owned(),
+                Figures {
+                    rss: Some(1),
+                    cfs: Some(Cfs::default()),
+                    ..Figures::default()
+                },
+            ),
+        ]);
+        let text = page(&reading).expect("encode");
+        let ctr = "{container=\"app\",id=\"/kubepods/podu1/c1\",image=\"busybox\",name=\"c1\",namespace=\"default\",pod=\"web\"}";
+        for want in [
+            format!("container_memory_usage_bytes{ctr} 4096.0 1767225600.000\n"),
+            format!("container_memory_rss{ctr} 1024.0 1767225600.000\n"),
+            format!("container_memory_cache{ctr} 2048.0 1767225600.000\n"),
+            format!("container_memory_swap{ctr} 0.0 1767225600.000\n"),
+            format!("container_cpu_cfs_periods_total{ctr} 10.0 1767225600.000\n"),
+            format!("container_cpu_cfs_throttled_periods_total{ctr} 4.0 1767225600.000\n"),
+            format!("container_cpu_cfs_throttled_seconds_total{ctr} 0.25 1767225600.000\n"),
+            "# HELP container_memory_cache Number of bytes of page cache memory.\n".to_owned(),
+        ] {
+            assert!(text.contains(&want), "{want:?} missing in:\n{text}");
+        }
+        assert!(
+            !text.contains("container_cpu_cfs_periods_total{container=\"\",id=\"/kubepods/podu1\""),
+            "no CFS period, no CFS series:\n{text}"
+        );
     }
 }

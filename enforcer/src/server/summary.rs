@@ -36,6 +36,7 @@ use crate::{
     policy::eviction::Signal,
     stats::{
         Collector, NodeSnapshot, PodScope, PodTarget, Refresh,
+        figures::{self, Figures},
         psi::{self, Pressure},
     },
     status_manager::{PodRecord, StatusManager},
@@ -65,6 +66,9 @@ pub struct Reading {
     /// Pressure stall information by cgroup (relative path; `""`: the root, the node's), pods
     /// and containers; empty where kubelet serves none (cgroup v1, `psi=0`).
     pub psi: HashMap<String, Pressure>,
+    /// cAdvisor's other figures (memory usage, RSS, cache, swap, CFS) by cgroup, keyed as
+    /// `psi` (`""`: the root).
+    pub figures: HashMap<String, Figures>,
 }
 
 /// Reads the node for the summary and the resource metrics.
@@ -129,6 +133,7 @@ impl StatsReader {
             }
             let swap = swap_readings(&st.layout, &targets);
             let psi = psi_readings(&st.layout, &targets);
+            let figures = figure_readings(&st.layout, &targets);
             let node_swap = crate::node::swap::machine_swap().ok();
             let node_cpu_ns = st.layout.cpu_usage_ns("/").or_else(proc_stat_cpu_ns);
             let mut nano_cores = HashMap::new();
@@ -159,6 +164,7 @@ impl StatsReader {
                 swap,
                 node_swap,
                 psi,
+                figures,
             })
         })
         .await?
@@ -243,6 +249,22 @@ fn psi_readings(layout: &CgroupLayout, targets: &[PodTarget]) -> HashMap<String,
             if let Ok(dir) = crate::cgroup::paths::container_dir(&pod, id) {
                 out.insert(format!("{}/{id}", t.cgroup), psi::read(&dir));
             }
+        }
+    }
+    out
+}
+
+/// cAdvisor's other figures ([`figures::read`]) of the root cgroup (key `""`) and of every
+/// pod and container cgroup in `targets`.
+fn figure_readings(layout: &CgroupLayout, targets: &[PodTarget]) -> HashMap<String, Figures> {
+    let mut out = HashMap::from([(String::new(), figures::read(layout, "", None))]);
+    for t in targets {
+        out.insert(t.cgroup.clone(), figures::read(layout, &t.cgroup, None));
+        for (_, id) in &t.containers {
+            out.insert(
+                format!("{}/{id}", t.cgroup),
+                figures::read(layout, &t.cgroup, Some(id)),
+            );
         }
     }
     out
@@ -649,6 +671,7 @@ pub(super) mod tests {
             ]),
             node_swap: Some((5 << 30, 4 << 30)),
             psi: HashMap::new(),
+            figures: HashMap::new(),
         }
     }
 
