@@ -442,6 +442,11 @@ impl Enforcer {
             .is_some_and(|m| m.has_memory_qos())
             .then_some(self.cgroup.memory_qos && self.cgroup.tiered_reservation);
         let tiers = kubepods::qos_tier_values(pods, tiered);
+        let low = tiers.burstable.memory_low.unwrap_or(0);
+        crate::metrics::global().memory_qos(
+            tiers.kubepods_memory_min.unwrap_or(0).saturating_sub(low),
+            low,
+        );
         let top = kubepods::kubepods_values(node);
         k.apply_node(&top, &tiers)?;
         if !self.node_logged.swap(true, Ordering::Relaxed) {

@@ -231,6 +231,13 @@ impl Metrics {
         Timer::new(self.clone(), TimerKind::PlegRelist)
     }
 
+    /// Memory QoS's `TieredReservation` totals (kubelet 1.36's alpha gauges): `memory.min` of
+    /// the Guaranteed pods, `memory.low` of the Burstable ones (0 under `None`).
+    pub fn memory_qos(&self, min: i64, low: i64) {
+        self.0.pods.memory_qos_min.set(min);
+        self.0.pods.memory_qos_low.set(low);
+    }
+
     /// What a relist found: pod sandboxes ready (`kubelet_running_pods`) and containers by
     /// state (`kubelet_running_containers{container_state}`).
     pub fn relisted(

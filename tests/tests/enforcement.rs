@@ -772,6 +772,15 @@ async fn memory_qos_on_real_files_v2only() {
     )
     .await;
     assert_eq!(memory(&kubepods, "memory.low"), "0");
+    // kubelet's alpha gauges of the totals.
+    let metrics =
+        enforcer::metrics::encode(&[enforcer::metrics::global().registry()]).expect("metrics");
+    for want in [
+        format!("kubelet_memory_qos_node_memory_min_bytes {}\n", 32 * MIB),
+        format!("kubelet_memory_qos_node_memory_low_bytes {}\n", 64 * MIB),
+    ] {
+        assert!(metrics.contains(&want), "{want:?} in {metrics}");
+    }
     assert_eq!(
         memory(&cd.tier_path(QosClass::BestEffort), "memory.min"),
         "0"

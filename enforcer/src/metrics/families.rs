@@ -153,6 +153,8 @@ pub(super) struct PodFamilies {
     pub(super) running_containers: Family<ContainerStateLabel, Gauge>,
     pub(super) working_pods: Family<WorkingLabels, Gauge>,
     pub(super) cgroup_manager_duration: HistogramFamily<OperationType>,
+    pub(super) memory_qos_min: Gauge,
+    pub(super) memory_qos_low: Gauge,
 }
 
 impl PodFamilies {
@@ -232,7 +234,21 @@ impl PodFamilies {
             "Duration in seconds for cgroup manager operations. Broken down by method.",
             cgroup_manager_duration.clone(),
         );
+        let memory_qos_min = Gauge::default();
+        registry.register(
+            "kubelet_memory_qos_node_memory_min_bytes",
+            "[ALPHA] Total memory.min in bytes for Guaranteed pods",
+            memory_qos_min.clone(),
+        );
+        let memory_qos_low = Gauge::default();
+        registry.register(
+            "kubelet_memory_qos_node_memory_low_bytes",
+            "[ALPHA] Total memory.low in bytes for Burstable pods",
+            memory_qos_low.clone(),
+        );
         Self {
+            memory_qos_min,
+            memory_qos_low,
             started_pods,
             started_pods_errors,
             started_containers,
