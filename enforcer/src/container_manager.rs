@@ -264,7 +264,7 @@ impl Enforcer {
                 "Memory QoS (memoryThrottlingFactor, memoryReservationPolicy) needs the memory controller on cgroup v2; nothing of it is written on this node"
             );
         }
-        if config.enforcer.memory_qos && v2 && config.memory_throttling_factor.is_some() {
+        if config.enforcer.memory_qos && v2 {
             let release = rustix::system::uname()
                 .release()
                 .to_string_lossy()
@@ -272,7 +272,7 @@ impl Enforcer {
             if crate::policy::resources::cgroup::kernel_before(&release, (5, 9)) {
                 tracing::warn!(
                     kernel = %release,
-                    "Memory QoS: memory.high on a kernel older than 5.9 can livelock a container's tasks in reclaim (kubelet warns of it too)"
+                    "MemoryQoS is on and the kernel is older than 5.9 (MemoryQoSMinKernelVersion): memory.high may livelock a container's tasks in reclaim; the feature goes on (kubelet warns of it too)"
                 );
             }
         }

@@ -292,7 +292,9 @@ fn container_values(
         && let Some(factor) = opts.memory_throttling_factor
     {
         let request = reqs.get("memory").map_or(0, |q| q.value());
-        if request != own_memory_limit {
+        // kubelet (since kubernetes#138139): skipped only for an equal, positive request and
+        // limit; a BestEffort container (both 0) is throttled below node allocatable.
+        if request != own_memory_limit || request == 0 {
             let base = if own_memory_limit != 0 {
                 own_memory_limit
             } else {
@@ -477,7 +479,8 @@ mod tests {
 
     /// kubelet 1.37's Memory QoS: its defaults (the gate on, `memoryThrottlingFactor` unset,
     /// `memoryReservationPolicy: None`) write nothing; the factor gives `memory.high` (never
-    /// for a container whose request equals its limit); `TieredReservation` gives Guaranteed
+    /// for a container whose positive request equals its limit; a BestEffort container's from
+    /// node allocatable, kubelet's `BestEffortUsesNodeAllocatableForMemoryHigh`); `TieredReservation` gives Guaranteed
     /// pods and containers `memory.min` and Burstable ones `memory.low` of their requests,
     /// BestEffort nothing; cgroup v1 nothing at all.
     #[test]
@@ -567,12 +570,12 @@ mod tests {
                 factor,
                 ((None, None), (None, None, mi(544))),
             ),
-            // Request = limit = 0: none, as kubelet's `request != limit`.
+            // Request = limit = 0 (kubernetes#138139): allocatable x factor, 512Mi.
             (
                 "factor, BestEffort",
                 &be,
                 factor,
-                ((None, None), (None, None, None)),
+                ((None, None), (None, None, mi(512))),
             ),
             (
                 "cgroup v1",
