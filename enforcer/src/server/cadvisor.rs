@@ -7,7 +7,8 @@
 //! carry the reading's time, as cAdvisor stamps them with its read of the cgroup; the machine
 //! families none. Served: `container_cpu_usage_seconds_total{cpu="total"}` (no series while a
 //! cgroup's usage is 0, as cAdvisor), `container_memory_working_set_bytes`, the memory
-//! gauges ([`MEMORY`]) and the CFS counters ([`CFS`], only where CFS periods elapsed), the six
+//! gauges ([`MEMORY`]) and the CFS counters ([`CFS`], only where CFS periods elapsed), the
+//! spec families ([`SPEC`], untimestamped), the six
 //! `container_pressure_{cpu,memory,io}_{stalled,waiting}_seconds_total` (cgroup v2 only, as
 //! kubelet registers them only where PSI is on), `machine_cpu_cores`, `machine_memory_bytes`.
 
@@ -21,7 +22,7 @@ use super::{
     text,
 };
 use crate::stats::{
-    figures::{Cfs, Figures},
+    figures::{Cfs, Figures, Spec},
     psi::Pressure,
 };
 
@@ -168,14 +169,84 @@ struct Families {
 
 /// One cgroup's labels and figures: (`id`, `image`, (`container`, `name`), (`namespace`,
 /// `pod`)), its CPU usage and working set, and its key in the reading.
-struct Cgroup<'a> {
-    id: &'a str,
-    image: &'a str,
-    container: (&'a str, &'a str),
-    pod: (&'a str, &'a str),
+struct Cgroup {
+    id: String,
+    image: String,
+    container: (String, String),
+    pod: (String, String),
     cpu_ns: Option<u64>,
     working_set: Option<i64>,
-    key: &'a str,
+    key: String,
+}
+
+impl Cgroup {
+    fn labels(&self, cpu: Option<&str>) -> Labels {
+        labels(
+            &self.container.0,
+            cpu,
+            &self.id,
+            &self.image,
+            &self.container.1,
+            &self.pod.0,
+            &self.pod.1,
+        )
+    }
+}
+
+/// The cgroups cAdvisor reports: the root (`id="/"`), each pod's and each container's.
+fn cgroups(r: &Reading) -> Vec<Cgroup> {
+    let node_mem = r
+        .snapshot
+        .observations
+        .get(&crate::policy::eviction::Signal::MemoryAvailable)
+        .map(|o| o.capacity - o.available);
+    let mut out = vec![Cgroup {
+        id: "/".to_owned(),
+        image: String::new(),
+        container: (String::new(), String::new()),
+        pod: (String::new(), String::new()),
+        cpu_ns: r.node_cpu_ns,
+        working_set: node_mem,
+        key: String::new(),
+    }];
+    for t in &r.targets {
+        let Some(rec) = r.records.get(&t.uid) else {
+            continue;
+        };
+        let pod = (rec.namespace.clone(), rec.name.clone());
+        let stats = r.snapshot.pods.get(&t.uid).and_then(|s| s.stats.as_ref());
+        out.push(Cgroup {
+            id: format!("/{}", t.cgroup.trim_start_matches('/')),
+            image: String::new(),
+            container: (String::new(), String::new()),
+            pod: pod.clone(),
+            cpu_ns: r.cpu_ns.get(&t.cgroup).copied(),
+            working_set: stats.and_then(|s| s.memory),
+            key: t.cgroup.clone(),
+        });
+        for (name, cid) in &t.containers {
+            let key = format!("{}/{cid}", t.cgroup);
+            let image = rec
+                .container_statuses
+                .iter()
+                .chain(&rec.init_container_statuses)
+                .find(|c| c.name == *name)
+                .map(|c| c.image.clone())
+                .unwrap_or_default();
+            out.push(Cgroup {
+                id: format!("/{}", key.trim_start_matches('/')),
+                image,
+                container: (name.clone(), cid.clone()),
+                pod: pod.clone(),
+                cpu_ns: r.cpu_ns.get(&key).copied(),
+                working_set: stats
+                    .and_then(|s| s.containers.iter().find(|c| c.name == *name))
+                    .and_then(|c| c.memory),
+                key,
+            });
+        }
+    }
+    out
 }
 
 impl Families {
@@ -189,25 +260,17 @@ impl Families {
         }
     }
 
-    fn add(&self, r: &Reading, c: &Cgroup<'_>) {
-        let ((container, name), (namespace, pod)) = (c.container, c.pod);
-        let l = labels(container, None, c.id, c.image, name, namespace, pod);
+    fn add(&self, r: &Reading, c: &Cgroup) {
+        let l = c.labels(None);
         if let Some(ns) = c.cpu_ns.filter(|ns| *ns > 0) {
-            let with_cpu = labels(
-                container,
-                Some("total"),
-                c.id,
-                c.image,
-                name,
-                namespace,
-                pod,
-            );
-            self.cpu.get_or_create(&with_cpu).inc_by(secs(ns));
+            self.cpu
+                .get_or_create(&c.labels(Some("total")))
+                .inc_by(secs(ns));
         }
         if let Some(m) = c.working_set {
             self.ws.get_or_create(&l).set(float(m.max(0)));
         }
-        if let Some(f) = r.figures.get(c.key) {
+        if let Some(f) = r.figures.get(&c.key) {
             for ((_, _, get), family) in MEMORY.iter().zip(&self.memory) {
                 if let Some(v) = get(f) {
                     family
@@ -221,7 +284,7 @@ impl Families {
                 }
             }
         }
-        if let Some(psi) = r.psi.get(c.key) {
+        if let Some(psi) = r.psi.get(&c.key) {
             for ((_, _, resource, full), family) in PRESSURE.iter().zip(&self.pressure) {
                 if let Some(v) = pressure_seconds(psi, *resource, *full) {
                     family.get_or_create(&l).inc_by(v);
@@ -259,70 +322,76 @@ impl Families {
 }
 
 /// The stat families of one reading (timestamped by [`page`]).
-fn stats(r: &Reading) -> Registry {
+fn stats(r: &Reading, cgroups: &[Cgroup]) -> Registry {
     let families = Families::new();
-    let node_mem = r
-        .snapshot
-        .observations
-        .get(&crate::policy::eviction::Signal::MemoryAvailable)
-        .map(|o| o.capacity - o.available);
-    families.add(
-        r,
-        &Cgroup {
-            id: "/",
-            image: "",
-            container: ("", ""),
-            pod: ("", ""),
-            cpu_ns: r.node_cpu_ns,
-            working_set: node_mem,
-            key: "",
-        },
-    );
-    for t in &r.targets {
-        let Some(rec) = r.records.get(&t.uid) else {
-            continue;
-        };
-        let pod = (rec.namespace.as_str(), rec.name.as_str());
-        let stats = r.snapshot.pods.get(&t.uid).and_then(|s| s.stats.as_ref());
-        let id = format!("/{}", t.cgroup.trim_start_matches('/'));
-        families.add(
-            r,
-            &Cgroup {
-                id: &id,
-                image: "",
-                container: ("", ""),
-                pod,
-                cpu_ns: r.cpu_ns.get(&t.cgroup).copied(),
-                working_set: stats.and_then(|s| s.memory),
-                key: &t.cgroup,
-            },
-        );
-        for (name, cid) in &t.containers {
-            let key = format!("{}/{cid}", t.cgroup);
-            let image = rec
-                .container_statuses
-                .iter()
-                .chain(&rec.init_container_statuses)
-                .find(|c| c.name == *name)
-                .map(|c| c.image.as_str())
-                .unwrap_or_default();
-            families.add(
-                r,
-                &Cgroup {
-                    id: &format!("/{}", key.trim_start_matches('/')),
-                    image,
-                    container: (name, cid),
-                    pod,
-                    cpu_ns: r.cpu_ns.get(&key).copied(),
-                    working_set: stats
-                        .and_then(|s| s.containers.iter().find(|c| c.name == *name))
-                        .and_then(|c| c.memory),
-                    key: &key,
-                },
-            );
-        }
+    for c in cgroups {
+        families.add(r, c);
     }
     families.register(!r.psi.is_empty())
+}
+
+/// cAdvisor's spec families (no timestamp, as cAdvisor's constant metrics): name, help,
+/// which figure (a quota only when set).
+const SPEC: [(&str, &str, fn(&Spec) -> Option<f64>); 6] = [
+    (
+        "container_spec_cpu_period",
+        "CPU period of the container.",
+        |s| s.cpu_period.map(u64_f64),
+    ),
+    (
+        "container_spec_cpu_quota",
+        "CPU quota of the container.",
+        |s| s.cpu_quota.filter(|q| *q != 0).map(u64_f64),
+    ),
+    (
+        "container_spec_cpu_shares",
+        "CPU share of the container.",
+        |s| s.cpu_shares.map(u64_f64),
+    ),
+    (
+        "container_spec_memory_limit_bytes",
+        "Memory limit for the container.",
+        |s| s.memory_limit.map(u64_f64),
+    ),
+    (
+        "container_spec_memory_swap_limit_bytes",
+        "Memory swap limit for the container.",
+        |s| s.swap_limit.map(u64_f64),
+    ),
+    (
+        "container_start_time_seconds",
+        "Start time of the container since unix epoch in seconds.",
+        |s| s.start_time,
+    ),
+];
+
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "served as floats, as cAdvisor serves them"
+)]
+fn u64_f64(v: u64) -> f64 {
+    v as f64
+}
+
+/// The spec families of every cgroup the reading has figures of.
+fn spec(r: &Reading, cgroups: &[Cgroup]) -> Registry {
+    let families: Vec<Family<Labels, FloatGauge>> =
+        SPEC.iter().map(|_| Family::default()).collect();
+    for c in cgroups {
+        let Some(f) = r.figures.get(&c.key) else {
+            continue;
+        };
+        for ((_, _, get), family) in SPEC.iter().zip(&families) {
+            if let Some(v) = get(&f.spec) {
+                family.get_or_create(&c.labels(None)).set(v);
+            }
+        }
+    }
+    let mut reg = Registry::default();
+    for ((name, help, _), family) in SPEC.iter().zip(families) {
+        reg.register(*name, *help, family);
+    }
+    reg
 }
 
 /// The machine families (no timestamp): logical CPUs online, memory installed.
@@ -352,9 +421,10 @@ fn machine(r: &Reading) -> Registry {
 /// The page of one reading: the stat families stamped with the reading's time, then the
 /// machine families.
 fn page(r: &Reading) -> Result<String, std::fmt::Error> {
-    let stats = crate::metrics::encode(&[&stats(r)])?;
+    let cgroups = cgroups(r);
+    let stats = crate::metrics::encode(&[&stats(r, &cgroups)])?;
     let stats = super::resource::timestamped(&stats, r.at_nanos);
-    let machine = crate::metrics::encode(&[&machine(r)])?;
+    let machine = crate::metrics::encode(&[&spec(r, &cgroups), &machine(r)])?;
     Ok(format!(
         "{}{machine}",
         stats.strip_suffix("# EOF\n").unwrap_or(&stats)
@@ -472,7 +542,8 @@ mod tests {
     }
 
     /// The memory gauges and CFS counters kube-prometheus' rules and `CPUThrottlingHigh` read,
-    /// from the reading's figures; no CFS series for a cgroup that had no CFS period.
+    /// from the reading's figures (no CFS series for a cgroup that had no CFS period), and the
+    /// spec families, untimestamped.
     #[test]
     fn memory_and_cfs_families_from_the_figures() {
         let mut reading = crate::server::summary::tests::reading();
@@ -489,6 +560,14 @@ mod tests {
                         throttled_periods: 4,
                         throttled_ns: 250_000_000,
                     }),
+                    spec: Spec {
+                        cpu_period: Some(100_000),
+                        cpu_quota: Some(50_000),
+                        cpu_shares: Some(512),
+                        memory_limit: Some(268_435_456),
+                        swap_limit: Some(0),
+                        start_time: Some(1_767_225_000.5),
+                    },
                 },
             ),
             (
@@ -511,6 +590,13 @@ mod tests {
             format!("container_cpu_cfs_throttled_periods_total{ctr} 4.0 1767225600.000\n"),
             format!("container_cpu_cfs_throttled_seconds_total{ctr} 0.25 1767225600.000\n"),
             "# HELP container_memory_cache Number of bytes of page cache memory.\n".to_owned(),
+            // The spec families carry no timestamp, as cAdvisor's constant metrics.
+            format!("container_spec_cpu_quota{ctr} 50000.0\n"),
+            format!("container_spec_cpu_period{ctr} 100000.0\n"),
+            format!("container_spec_cpu_shares{ctr} 512.0\n"),
+            format!("container_spec_memory_limit_bytes{ctr} 268435456.0\n"),
+            format!("container_spec_memory_swap_limit_bytes{ctr} 0.0\n"),
+            format!("container_start_time_seconds{ctr} 1767225000.5\n"),
         ] {
             assert!(text.contains(&want), "{want:?} missing in:\n{text}");
         }

@@ -3,20 +3,53 @@
 //! RSS and page cache (`memory.stat` `anon` / `file` on v2, `total_rss` / `total_cache` on
 //! v1), swap (`memory.swap.current` on v2, memory+swap less memory on v1) and the CFS
 //! counters of `cpu.stat` (`nr_periods`, `nr_throttled`, `throttled_usec` on v2 or
-//! `throttled_time` in ns on v1).
+//! `throttled_time` in ns on v1), and its spec: CPU period, quota and shares, memory and swap
+//! limits, start time (the cgroup directory's modification time, as cAdvisor's `GetSpec`).
 
 use std::path::{Path, PathBuf};
 
 use crate::cgroup::{CgroupLayout, CgroupVersion, paths};
 
 /// A cgroup's figures; each `None` where its file is absent or unreadable.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Figures {
     pub usage: Option<u64>,
     pub rss: Option<u64>,
     pub cache: Option<u64>,
     pub swap: Option<u64>,
     pub cfs: Option<Cfs>,
+    pub spec: Spec,
+}
+
+/// A cgroup's spec as cAdvisor reads it; `None` where unread or unlimited (a quota of `max`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Spec {
+    pub cpu_period: Option<u64>,
+    pub cpu_quota: Option<u64>,
+    pub cpu_shares: Option<u64>,
+    /// Bytes; 0 when unlimited (cAdvisor's `specMemoryValue`).
+    pub memory_limit: Option<u64>,
+    pub swap_limit: Option<u64>,
+    /// Seconds since the epoch.
+    pub start_time: Option<f64>,
+}
+
+/// A limit file's value (`max` and v1's page-rounded "unlimited" are 0, as cAdvisor serves an
+/// unlimited value).
+fn limit(path: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let text = text.trim();
+    if text == "max" {
+        return Some(0);
+    }
+    let v: u64 = text.parse().ok()?;
+    Some(if v > 1 << 62 { 0 } else { v })
+}
+
+/// cAdvisor's `convertCPUWeightToCPULimit`: the shares a cgroup v2 `cpu.weight` stands for
+/// (the inverse of runc's shares-to-weight conversion).
+fn weight_to_shares(weight: u64) -> u64 {
+    2 + (weight.saturating_sub(1) * 262_142) / 9_999
 }
 
 /// The CFS bandwidth counters of `cpu.stat`.
@@ -79,10 +112,42 @@ pub fn read(layout: &CgroupLayout, rel: &str, id: Option<&str>) -> Figures {
             }
         }
     }
+    if let Some((dir, version)) = dir_of(layout, "memory", rel, id) {
+        let (mem, swap) = match version {
+            CgroupVersion::V2 => ("memory.max", "memory.swap.max"),
+            CgroupVersion::V1 => ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"),
+        };
+        out.spec.memory_limit = limit(&dir.join(mem));
+        out.spec.swap_limit = limit(&dir.join(swap));
+        out.spec.start_time = std::fs::metadata(&dir)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs_f64());
+    }
     if let Some((dir, version)) = dir_of(layout, "cpu", rel, id) {
         out.cfs = std::fs::read_to_string(dir.join("cpu.stat"))
             .ok()
             .and_then(|text| cfs(&text, version));
+        match version {
+            CgroupVersion::V2 => {
+                if let Ok(max) = std::fs::read_to_string(dir.join("cpu.max")) {
+                    let mut f = max.split_whitespace();
+                    let quota = f.next();
+                    out.spec.cpu_period = f.next().and_then(|p| p.parse().ok());
+                    out.spec.cpu_quota = quota.and_then(|q| q.parse().ok());
+                }
+                out.spec.cpu_shares = read_u64(&dir.join("cpu.weight")).map(weight_to_shares);
+            }
+            CgroupVersion::V1 => {
+                out.spec.cpu_period = read_u64(&dir.join("cpu.cfs_period_us"));
+                out.spec.cpu_quota = std::fs::read_to_string(dir.join("cpu.cfs_quota_us"))
+                    .ok()
+                    .and_then(|q| q.trim().parse::<i64>().ok())
+                    .and_then(|q| u64::try_from(q).ok());
+                out.spec.cpu_shares = read_u64(&dir.join("cpu.shares"));
+            }
+        }
     }
     out
 }
@@ -121,6 +186,10 @@ mod tests {
             "anon 600\nfile 300\nkernel 100\nfile_mapped 7\n",
         );
         w("u/kubepods/podx", "memory.swap.current", "50\n");
+        w("u/kubepods/podx", "memory.max", "max\n");
+        w("u/kubepods/podx", "memory.swap.max", "0\n");
+        w("u/kubepods/podx", "cpu.max", "50000 100000\n");
+        w("u/kubepods/podx", "cpu.weight", "10\n");
         w(
             "u/kubepods/podx/c1",
             "cpu.stat",
@@ -137,6 +206,18 @@ mod tests {
             (f.usage, f.rss, f.cache, f.swap),
             (Some(1000), Some(600), Some(300), Some(50))
         );
+        assert_eq!(
+            (
+                f.spec.memory_limit,
+                f.spec.swap_limit,
+                f.spec.cpu_quota,
+                f.spec.cpu_period,
+                f.spec.cpu_shares
+            ),
+            (Some(0), Some(0), Some(50_000), Some(100_000), Some(237)),
+            "max is 0; weight 10 is 237 shares (runc gives weight 10 for 256 shares, roughly)"
+        );
+        assert!(f.spec.start_time.is_some_and(|t| t > 1.7e9));
         assert_eq!(
             read(&v2, "/kubepods/podx", Some("c1")).cfs,
             Some(Cfs {
@@ -158,6 +239,14 @@ mod tests {
             "cpu.stat",
             "nr_periods 3\nnr_throttled 1\nthrottled_time 777\n",
         );
+        w("c/kubepods/podx", "cpu.cfs_quota_us", "-1\n");
+        w("c/kubepods/podx", "cpu.cfs_period_us", "100000\n");
+        w("c/kubepods/podx", "cpu.shares", "512\n");
+        w(
+            "m/kubepods/podx",
+            "memory.limit_in_bytes",
+            "9223372036854771712\n",
+        );
         let mountinfo = format!(
             "30 25 0:26 / {} rw - cgroup cgroup rw,memory\n31 25 0:27 / {} rw - cgroup cgroup rw,cpu\n",
             d.path().join("m").display(),
@@ -168,6 +257,16 @@ mod tests {
         assert_eq!(
             (f.usage, f.rss, f.cache, f.swap),
             (Some(2000), Some(900), Some(800), Some(500))
+        );
+        assert_eq!(
+            (
+                f.spec.cpu_quota,
+                f.spec.cpu_period,
+                f.spec.cpu_shares,
+                f.spec.memory_limit
+            ),
+            (None, Some(100_000), Some(512), Some(0)),
+            "v1: quota -1 is none, the page-rounded maximum is unlimited"
         );
         assert_eq!(
             f.cfs,
