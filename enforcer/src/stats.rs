@@ -26,6 +26,7 @@ use crate::{
 };
 
 pub mod figures;
+pub mod network;
 mod node_memory;
 pub mod psi;
 mod usage;

@@ -123,8 +123,9 @@ fn scrape(addr: SocketAddr, path: &str) -> Answer {
 
 /// Debian's Prometheus scraping `/metrics/cadvisor` of `addr` every second: the pod `web`'s
 /// container working set, CPU seconds and RSS, summed per pod as kube-prometheus' recording
-/// rules do (`image!=""`), once it has them (bounded).
-async fn prometheus_per_pod(dir: &std::path::Path, addr: SocketAddr) -> (f64, f64, f64) {
+/// rules do (`image!=""`), and the bytes its network namespace received (on the pod's cgroup,
+/// as cAdvisor reports a sandbox's), once it has them (bounded).
+async fn prometheus_per_pod(dir: &std::path::Path, addr: SocketAddr) -> [f64; 4] {
     let prom_addr = free_port();
     let prom_dir = dir.join("prometheus");
     std::fs::create_dir_all(&prom_dir).expect("prometheus dir");
@@ -160,13 +161,15 @@ async fn prometheus_per_pod(dir: &std::path::Path, addr: SocketAddr) -> (f64, f6
     let cpu_q = r#"sum by (namespace, pod) (container_cpu_usage_seconds_total{job="kubelet", image!="", pod=~"web.*"})"#;
     let rss_q =
         r#"sum by (namespace, pod) (container_memory_rss{job="kubelet", image!="", pod=~"web.*"})"#;
+    let rx_q = r#"sum by (namespace, pod) (container_network_receive_bytes_total{job="kubelet", pod=~"web.*"})"#;
     let mut answer = None;
     let deadline = std::time::Instant::now() + enforcer_tests::scaled(Duration::from_secs(60));
     while answer.is_none() && std::time::Instant::now() < deadline {
         answer = query(ws_q)
             .zip(query(cpu_q))
             .zip(query(rss_q))
-            .map(|((ws, cpu), rss)| (ws, cpu, rss));
+            .zip(query(rx_q))
+            .map(|(((ws, cpu), rss), rx)| [ws, cpu, rss, rx]);
         if answer.is_none() {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
@@ -680,13 +683,13 @@ async fn every_endpoint_of_a_running_daemon_parses() {
     assert!(probes.contains("process_start_time_seconds "), "{probes}");
     // /metrics/cadvisor scraped by Debian's Prometheus, answering per pod as kube-prometheus'
     // rules ask (`image!=""`: the containers).
-    let (pod_ws, pod_cpu, pod_rss) = prometheus_per_pod(&cd.dir, addr).await;
+    let [pod_ws, pod_cpu, pod_rss, pod_rx] = prometheus_per_pod(&cd.dir, addr).await;
     eprintln!(
-        "Prometheus on /metrics/cadvisor: working set {pod_ws} bytes, CPU {pod_cpu} s, RSS {pod_rss} bytes of pod web"
+        "Prometheus on /metrics/cadvisor: working set {pod_ws} bytes, CPU {pod_cpu} s, RSS {pod_rss} bytes, {pod_rx} bytes received of pod web"
     );
     assert!(
-        pod_ws > 0.0 && pod_cpu > 0.0 && pod_rss > 0.0,
-        "{pod_ws} {pod_cpu} {pod_rss}"
+        pod_ws > 0.0 && pod_cpu > 0.0 && pod_rss > 0.0 && pod_rx > 0.0,
+        "{pod_ws} {pod_cpu} {pod_rss} {pod_rx}"
     );
     // /metrics as Prometheus scrapes it: OpenMetrics, kubelet's names and the enforcer's.
     let m = scrape(addr, "/metrics");

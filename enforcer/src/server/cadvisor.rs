@@ -23,6 +23,7 @@ use super::{
 };
 use crate::stats::{
     figures::{Cfs, Figures, Spec},
+    network::NetDev,
     psi::Pressure,
 };
 
@@ -158,6 +159,50 @@ const CFS: [(&str, &str, fn(&Cfs) -> f64); 3] = [
     ),
 ];
 
+/// cAdvisor's network counters (a pod's, by `interface`): name, help, which counter.
+const NETWORK: [(&str, &str, fn(&NetDev) -> u64); 8] = [
+    (
+        "container_network_receive_bytes",
+        "Cumulative count of bytes received",
+        |n| n.rx_bytes,
+    ),
+    (
+        "container_network_receive_packets",
+        "Cumulative count of packets received",
+        |n| n.rx_packets,
+    ),
+    (
+        "container_network_receive_packets_dropped",
+        "Cumulative count of packets dropped while receiving",
+        |n| n.rx_dropped,
+    ),
+    (
+        "container_network_receive_errors",
+        "Cumulative count of errors encountered while receiving",
+        |n| n.rx_errors,
+    ),
+    (
+        "container_network_transmit_bytes",
+        "Cumulative count of bytes transmitted",
+        |n| n.tx_bytes,
+    ),
+    (
+        "container_network_transmit_packets",
+        "Cumulative count of packets transmitted",
+        |n| n.tx_packets,
+    ),
+    (
+        "container_network_transmit_packets_dropped",
+        "Cumulative count of packets dropped while transmitting",
+        |n| n.tx_dropped,
+    ),
+    (
+        "container_network_transmit_errors",
+        "Cumulative count of errors encountered while transmitting",
+        |n| n.tx_errors,
+    ),
+];
+
 /// The stat families being filled.
 struct Families {
     cpu: Family<Labels, FloatCounter>,
@@ -165,6 +210,7 @@ struct Families {
     memory: Vec<Family<Labels, FloatGauge>>,
     cfs: Vec<Family<Labels, FloatCounter>>,
     pressure: Vec<Family<Labels, FloatCounter>>,
+    network: Vec<Family<Labels, FloatCounter>>,
 }
 
 /// One cgroup's labels and figures: (`id`, `image`, (`container`, `name`), (`namespace`,
@@ -257,6 +303,7 @@ impl Families {
             memory: MEMORY.iter().map(|_| Family::default()).collect(),
             cfs: CFS.iter().map(|_| Family::default()).collect(),
             pressure: PRESSURE.iter().map(|_| Family::default()).collect(),
+            network: NETWORK.iter().map(|_| Family::default()).collect(),
         }
     }
 
@@ -281,6 +328,18 @@ impl Families {
             if let Some(cfs) = f.cfs.filter(|c| c.periods > 0) {
                 for ((_, _, get), family) in CFS.iter().zip(&self.cfs) {
                     family.get_or_create(&l).inc_by(get(&cfs));
+                }
+            }
+        }
+        // A pod's network namespace is the pod cgroup's (cAdvisor reports it on the sandbox).
+        if c.container.0.is_empty()
+            && let Some(devs) = r.network.get(&c.key).filter(|_| !c.key.is_empty())
+        {
+            for (iface, dev) in devs {
+                let mut li = l.clone();
+                li.insert(3, ("interface", iface.clone()));
+                for ((_, _, get), family) in NETWORK.iter().zip(&self.network) {
+                    family.get_or_create(&li).inc_by(u64_f64(get(dev)));
                 }
             }
         }
@@ -309,6 +368,9 @@ impl Families {
             self.ws,
         );
         for ((name, help, _), family) in MEMORY.iter().zip(self.memory) {
+            reg.register(*name, *help, family);
+        }
+        for ((name, help, _), family) in NETWORK.iter().zip(self.network) {
             reg.register(*name, *help, family);
         }
         if psi {
@@ -603,6 +665,40 @@ mod tests {
         assert!(
             !text.contains("container_cpu_cfs_periods_total{container=\"\",id=\"/kubepods/podu1\""),
             "no CFS period, no CFS series:\n{text}"
+        );
+    }
+
+    /// A pod's network counters on its pod cgroup, one series per interface (`interface` in
+    /// cAdvisor's sorted place); none on its containers.
+    #[test]
+    fn network_counters_per_pod_and_interface() {
+        let mut reading = crate::server::summary::tests::reading();
+        reading.network = std::collections::HashMap::from([(
+            "/kubepods/podu1".to_owned(),
+            vec![(
+                "eth0".to_owned(),
+                NetDev {
+                    rx_bytes: 5000,
+                    tx_bytes: 7000,
+                    rx_dropped: 2,
+                    ..NetDev::default()
+                },
+            )],
+        )]);
+        let text = page(&reading).expect("encode");
+        let pod = "{container=\"\",id=\"/kubepods/podu1\",image=\"\",interface=\"eth0\",name=\"\",namespace=\"default\",pod=\"web\"}";
+        for want in [
+            format!("container_network_receive_bytes_total{pod} 5000.0 1767225600.000\n"),
+            format!("container_network_transmit_bytes_total{pod} 7000.0 1767225600.000\n"),
+            format!("container_network_receive_packets_dropped_total{pod} 2.0 1767225600.000\n"),
+        ] {
+            assert!(text.contains(&want), "{want:?} missing in:\n{text}");
+        }
+        assert_eq!(
+            text.matches("container_network_receive_bytes_total{")
+                .count(),
+            1,
+            "{text}"
         );
     }
 }

@@ -37,6 +37,7 @@ use crate::{
     stats::{
         Collector, NodeSnapshot, PodScope, PodTarget, Refresh,
         figures::{self, Figures},
+        network::{self, NetDev},
         psi::{self, Pressure},
     },
     status_manager::{PodRecord, StatusManager},
@@ -69,6 +70,8 @@ pub struct Reading {
     /// cAdvisor's other figures (memory usage, RSS, cache, swap, CFS) by cgroup, keyed as
     /// `psi` (`""`: the root).
     pub figures: HashMap<String, Figures>,
+    /// Each pod's network counters by interface, by pod cgroup ([`network::read_pod`]).
+    pub network: HashMap<String, Vec<(String, NetDev)>>,
 }
 
 /// Reads the node for the summary and the resource metrics.
@@ -134,6 +137,13 @@ impl StatsReader {
             let swap = swap_readings(&st.layout, &targets);
             let psi = psi_readings(&st.layout, &targets);
             let figures = figure_readings(&st.layout, &targets);
+            let network = targets
+                .iter()
+                .filter_map(|t| {
+                    let ids: Vec<String> = t.containers.iter().map(|(_, id)| id.clone()).collect();
+                    network::read_pod(&st.layout, &t.cgroup, &ids).map(|n| (t.cgroup.clone(), n))
+                })
+                .collect();
             let node_swap = crate::node::swap::machine_swap().ok();
             let node_cpu_ns = st.layout.cpu_usage_ns("/").or_else(proc_stat_cpu_ns);
             let mut nano_cores = HashMap::new();
@@ -165,6 +175,7 @@ impl StatsReader {
                 node_swap,
                 psi,
                 figures,
+                network,
             })
         })
         .await?
@@ -672,6 +683,7 @@ pub(super) mod tests {
             node_swap: Some((5 << 30, 4 << 30)),
             psi: HashMap::new(),
             figures: HashMap::new(),
+            network: HashMap::new(),
         }
     }
 
