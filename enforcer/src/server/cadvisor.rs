@@ -115,8 +115,11 @@ fn pressure_seconds(p: &Pressure, resource: Resource, full: bool) -> Option<f64>
     Some(line.total as f64 / 1e6)
 }
 
+/// One family of cAdvisor's: its name, its help, and how its value is read from a `T`.
+type Series<T, V> = (&'static str, &'static str, fn(&T) -> V);
+
 /// cAdvisor's memory gauges beside the working set: name, help, which figure.
-const MEMORY: [(&str, &str, fn(&Figures) -> Option<u64>); 4] = [
+const MEMORY: [Series<Figures, Option<u64>>; 4] = [
     (
         "container_memory_usage_bytes",
         "Current memory usage in bytes, including all memory regardless of when it was accessed",
@@ -141,7 +144,7 @@ const MEMORY: [(&str, &str, fn(&Figures) -> Option<u64>); 4] = [
     clippy::cast_precision_loss,
     reason = "counters served as floats, as cAdvisor serves them"
 )]
-const CFS: [(&str, &str, fn(&Cfs) -> f64); 3] = [
+const CFS: [Series<Cfs, f64>; 3] = [
     (
         "container_cpu_cfs_periods",
         "Number of elapsed enforcement period intervals.",
@@ -160,7 +163,7 @@ const CFS: [(&str, &str, fn(&Cfs) -> f64); 3] = [
 ];
 
 /// cAdvisor's network counters (a pod's, by `interface`): name, help, which counter.
-const NETWORK: [(&str, &str, fn(&NetDev) -> u64); 8] = [
+const NETWORK: [Series<NetDev, u64>; 8] = [
     (
         "container_network_receive_bytes",
         "Cumulative count of bytes received",
@@ -394,7 +397,7 @@ fn stats(r: &Reading, cgroups: &[Cgroup]) -> Registry {
 
 /// cAdvisor's spec families (no timestamp, as cAdvisor's constant metrics): name, help,
 /// which figure (a quota only when set).
-const SPEC: [(&str, &str, fn(&Spec) -> Option<f64>); 6] = [
+const SPEC: [Series<Spec, Option<f64>>; 6] = [
     (
         "container_spec_cpu_period",
         "CPU period of the container.",
