@@ -394,6 +394,84 @@ mod tests {
         assert_eq!(qos_tier_values([&g], None).burstable.cpu_shares, Some(2));
     }
 
+    /// kubelet's `TestQoSContainerCgroup` (its rows without DRA) and
+    /// `TestQoSContainerCgroupWithMemoryReservationPolicyNone`: kubepods `memory.min` and the
+    /// burstable tier's `memory.low` under `TieredReservation`, 0 under `None`.
+    #[test]
+    fn kubelets_qos_container_cgroup() {
+        let g = pod(
+            "guaranteed-pod",
+            vec![container("c", "cpu=1,memory=128Mi", "cpu=1,memory=128Mi")],
+        );
+        let b1 = pod(
+            "burstable-pod-1",
+            vec![container("c", "cpu=1,memory=128Mi", "cpu=2,memory=256Mi")],
+        );
+        let b2 = pod(
+            "burstable-pod-2",
+            vec![container("c", "cpu=2,memory=256Mi", "")],
+        );
+        let be = pod("best-effort", vec![container("c", "", "")]);
+        let no_memory = pod("burstable-cpu", vec![container("c", "cpu=1", "")]);
+        let mut pod_level = pod(
+            "burstable-pod-level",
+            vec![container("c", "memory=128Mi", "memory=256Mi")],
+        );
+        if let Some(spec) = pod_level.spec.as_mut() {
+            spec.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+                requests: Some(
+                    [(
+                        "memory".to_owned(),
+                        k8s_openapi::apimachinery::pkg::api::resource::Quantity("512Mi".into()),
+                    )]
+                    .into(),
+                ),
+                ..Default::default()
+            });
+        }
+        let mi = |v: i64| Some(v << 20);
+        for (name, pods, want) in [
+            (
+                "writes aggregated memory min",
+                vec![&g, &b1, &b2],
+                (mi(512), mi(384)),
+            ),
+            (
+                "writes zero memory min for best effort pod",
+                vec![&be],
+                (mi(0), mi(0)),
+            ),
+            (
+                "writes zero memory min for burstable pod without memory request",
+                vec![&no_memory],
+                (mi(0), mi(0)),
+            ),
+            (
+                "clears stale memory min when all pods removed",
+                vec![],
+                (mi(0), mi(0)),
+            ),
+            (
+                "writes memory min with pod-level resources",
+                vec![&g, &pod_level],
+                (mi(640), mi(512)),
+            ),
+        ] {
+            let t = qos_tier_values(pods.iter().copied(), Some(true));
+            assert_eq!(
+                (t.kubepods_memory_min, t.burstable.memory_low),
+                want,
+                "{name}"
+            );
+        }
+        let none = qos_tier_values([&g, &b1], Some(false));
+        assert_eq!(
+            (none.kubepods_memory_min, none.burstable.memory_low),
+            (mi(0), mi(0)),
+            "TestQoSContainerCgroupWithMemoryReservationPolicyNone"
+        );
+    }
+
     /// A fake hierarchy in a temp dir: plain files, so what the controllers write is visible.
     fn fake_layout(root: &Path, v2: bool) -> CgroupLayout {
         if v2 {

@@ -6,6 +6,8 @@
 
 pub mod cgroup;
 #[cfg(test)]
+mod memory_qos_tests;
+#[cfg(test)]
 mod pod_level_tests;
 
 use std::collections::BTreeMap;
