@@ -1,7 +1,8 @@
 //! `enforcer status` and `enforcer doctor` against a running daemon on a private containerd:
 //! the status screen shows the thresholds with their observations and the pods by QoS class;
 //! the doctor finds a leftover pod cgroup it was given, and not once it is gone, and a value
-//! the daemon wrote that something else changed, and not once it is put back.
+//! the daemon wrote that something else changed, and not once it is put back. `enforcer config
+//! check` refusing bad feature gates with kubelet's messages.
 
 use std::{path::Path, process::Command, time::Duration};
 
@@ -159,4 +160,57 @@ async fn status_shows_the_node_and_doctor_finds_a_leftover_cgroup() {
     let (_, restored) = findings(&node, &state);
     assert_eq!(named(&restored), 0, "{restored:?}");
     drop(node.shutdown().await);
+}
+
+/// `enforcer config check` on feature gates and Memory QoS, as an operator runs it: kubelet's
+/// messages for an unknown gate and a locked one (from the file and from the flag), exit 2,
+/// the file or the command line named; a valid configuration printed with the gates' values
+/// and the knobs as given.
+#[test]
+fn config_check_refuses_bad_feature_gates_with_kubelets_messages() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let state = dir.path().join("state");
+    let file = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).expect("config");
+        p.display().to_string()
+    };
+    let locked = file("locked.yaml", "featureGates: {KubeletPSI: false}\n");
+    let (code, _, err) = run(&["config", "check", "--config", &locked], &state);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{locked}: invalid value \"KubeletPSI=false\" for featureGates: cannot set feature gate KubeletPSI to false, feature is locked to true"
+        )),
+        "{err}"
+    );
+    let (code, _, err) = run(
+        &["config", "check", "--feature-gates=PSINodeCondition=true"],
+        &state,
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("command line: invalid value \"PSINodeCondition=true\" for --feature-gates: unrecognized feature gate: PSINodeCondition"),
+        "{err}"
+    );
+    let policy = file("policy.yaml", "memoryReservationPolicy: Strict\n");
+    let (code, _, err) = run(&["config", "check", "--config", &policy], &state);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("must be None or TieredReservation"), "{err}");
+    let good = file(
+        "good.yaml",
+        "featureGates: {MemoryQoS: true}\nmemoryThrottlingFactor: 0.8\nmemoryReservationPolicy: TieredReservation\n",
+    );
+    let (code, out, err) = run(&["config", "check", "--config", &good], &state);
+    assert_eq!(code, Some(0), "{err}");
+    let shown: serde_json::Value =
+        serde_json::from_str(out.get(out.find('{').unwrap_or(0)..).unwrap_or_default())
+            .unwrap_or_else(|e| panic!("config check prints JSON: {e}: {out}"));
+    assert_eq!(shown["featureGates"]["MemoryQoS"], true, "{shown}");
+    assert_eq!(shown["featureGates"]["KubeletPSI"], true, "{shown}");
+    assert_eq!(shown["memoryThrottlingFactor"], 0.8, "{shown}");
+    assert_eq!(
+        shown["memoryReservationPolicy"], "TieredReservation",
+        "{shown}"
+    );
 }
