@@ -190,6 +190,8 @@ pub struct Enforcer {
     /// Read the containers' `oom_score_adj` without correcting it (kubelet's behaviour: the
     /// value is set once, at creation, through CRI).
     oom_read_only: bool,
+    /// `InPlacePodLevelResourcesVerticalScaling` (kubelet's default: on).
+    pod_level_resize: bool,
 }
 
 impl Enforcer {
@@ -212,7 +214,14 @@ impl Enforcer {
             topology: managers::TopologyManager::default(),
             pushed: Mutex::new(HashMap::new()),
             oom_read_only: false,
+            pod_level_resize: true,
         }
+    }
+
+    /// Whether pod-level resources are resized in place (`InPlacePodLevelResourcesVerticalScaling`).
+    #[must_use]
+    pub fn pod_level_resize(&self) -> bool {
+        self.pod_level_resize
     }
 
     /// Leaves the containers' `oom_score_adj` as the runtime set it at creation, as kubelet
@@ -288,7 +297,13 @@ impl Enforcer {
             swap: swap_options(config, &layout, node.memory),
             ..CgroupOptions::default()
         };
-        Self::new(Some((kubepods, node)), cgroup)
+        let mut enforcer = Self::new(Some((kubepods, node)), cgroup);
+        enforcer.pod_level_resize = config
+            .feature_gates
+            .get("InPlacePodLevelResourcesVerticalScaling")
+            .copied()
+            .unwrap_or(true);
+        enforcer
     }
 
     /// Adds the CPU manager from the configuration (`cpuManagerPolicy`, `reservedSystemCPUs`,

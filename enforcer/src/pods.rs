@@ -292,6 +292,7 @@ fn resize_node(opts: &RunPodsOptions) -> crate::policy::resize::ResizeNode {
         memory_manager_static: opts.enforce.memory_manager_enabled(),
         swap: cgroup.swap,
         cgroup_v2: cgroup.v2,
+        pod_level_resize: opts.enforce.pod_level_resize(),
     }
 }
 

@@ -683,6 +683,85 @@ async fn in_place_resize_changes_running_containers_without_a_restart() {
     drop(cd);
 }
 
+/// In-place resize of pod-level resources (KEP-5419, beta and on in 1.36) of a manifest pod:
+/// `app` sets no limit and runs with the pod's, `db` sets its own. Growing the pod-level
+/// memory limit 96Mi -> 160Mi and cpu 300m -> 500m is taken in place, read back from the real
+/// cgroup files: the pod cgroup's memory limit and CFS quota, `app`'s inherited ones (same
+/// container, no restart), `db`'s untouched; the allocation checkpointed with its
+/// `PodLevelResources`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_level_resize_is_taken_in_place() {
+    let cd = Containerd::start("plr");
+    let files = Files::new(&cd, "");
+    let (manifests, state) = (files.manifests.clone(), files.state.clone());
+    let uid = "abababab-0000-0000-0000-000000000002";
+    let write = |pod_level: &str| {
+        let manifest = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: plr, uid: {uid}}}\nspec:\n  hostNetwork: true\n  terminationGracePeriodSeconds: 2\n  resources: {pod_level}\n  containers:\n  - name: app\n    image: busybox:local\n    imagePullPolicy: Never\n    command: [/bin/sleep, '3600']\n  - name: db\n    image: busybox:local\n    imagePullPolicy: Never\n    command: [/bin/sleep, '3600']\n    resources: {{requests: {{cpu: 50m, memory: 16Mi}}, limits: {{cpu: 100m, memory: 32Mi}}}}\n"
+        );
+        std::fs::write(manifests.join("plr.yaml"), manifest).expect("write");
+    };
+    write("{requests: {cpu: 200m, memory: 64Mi}, limits: {cpu: 300m, memory: 96Mi}}");
+    let config = enforcer::config::load(&enforcer_tests::disk_neutral(&files.args(&cd)))
+        .expect("configuration")
+        .config;
+    let daemon = Daemon::start(config);
+    let running = || {
+        let (r, app, app_restarts) = container_named(&state, uid, "app")?;
+        let (_, db, _) = container_named(&state, uid, "db")?;
+        Some((r, app, app_restarts, db))
+    };
+    wait_until("the pod running", Duration::from_secs(60), || {
+        running().is_some()
+    })
+    .await;
+    let (rec, app_id, _, db_id) = running().expect("running");
+    let pod_cg = rec.cgroup.clone();
+    let (app_cg, db_cg) = (
+        cd.container_path(&pod_cg, &app_id),
+        cd.container_path(&pod_cg, &db_id),
+    );
+    assert_eq!(memory_limit(&pod_cg), Some(96 * MIB), "the pod-level limit");
+    assert_eq!(memory_limit(&app_cg), Some(96 * MIB), "app inherits it");
+    assert_eq!(memory_limit(&db_cg), Some(32 * MIB), "db's own");
+    assert_eq!(cpu_values(&pod_cg).1, Some(30_000));
+
+    write("{requests: {cpu: 200m, memory: 64Mi}, limits: {cpu: 500m, memory: 160Mi}}");
+    wait_until("the pod grown in place", Duration::from_secs(60), || {
+        memory_limit(&pod_cg) == Some(160 * MIB)
+            && memory_limit(&app_cg) == Some(160 * MIB)
+            && cpu_values(&pod_cg).1 == Some(50_000)
+            && cpu_values(&app_cg).1 == Some(50_000)
+    })
+    .await;
+    let (_, app_now, app_restarts, db_now) = running().expect("running");
+    assert_eq!(
+        (app_now.as_str(), app_restarts, db_now.as_str()),
+        (app_id.as_str(), 0, db_id.as_str()),
+        "no container restarted"
+    );
+    assert_eq!(
+        memory_limit(&db_cg),
+        Some(32 * MIB),
+        "db keeps its own limit"
+    );
+    let text = read(&state.join("allocated_pods_state"));
+    let alloc = enforcer::policy::resize::checkpoint::from_json(&text).expect("checkpoint");
+    let pod_level = alloc[uid].pod.as_ref().expect("PodLevelResources");
+    assert_eq!(
+        pod_level
+            .limits
+            .as_ref()
+            .and_then(|l| l.get("memory"))
+            .map(|q| q.0.as_str()),
+        Some("160Mi")
+    );
+
+    daemon.stop().await;
+    cd.remove_all_pods().await;
+    drop(cd);
+}
+
 /// Memory QoS as kubelet 1.37 has it (the gate on by default) on a pure cgroup v2 node, read
 /// back from the real files: `memoryReservationPolicy: TieredReservation` gives the
 /// Guaranteed container and pod `memory.min`, the Burstable ones `memory.low`, the burstable

@@ -16,7 +16,7 @@ fn gates(flag: &str) -> ConfigArgs {
     }
 }
 
-/// kubelet 1.37's defaults: every known gate at its default (the unimplemented one off),
+/// kubelet 1.37's defaults: every known gate at its default,
 /// Memory QoS on with nothing to write (no factor, the policy `None`).
 #[test]
 fn the_defaults_are_kubelet_1_37s() {
@@ -27,7 +27,7 @@ fn the_defaults_are_kubelet_1_37s() {
     assert_eq!(
         c.feature_gates
             .get("InPlacePodLevelResourcesVerticalScaling"),
-        Some(&false)
+        Some(&true)
     );
     assert!(c.enforcer.memory_qos);
     assert_eq!(c.memory_throttling_factor, None);
@@ -87,11 +87,6 @@ fn bad_gates_and_knobs_are_refused_naming_them() {
             "cannot set feature gate KubeletPSI to false, feature is locked to true",
         ),
         (
-            "",
-            &gates("InPlacePodLevelResourcesVerticalScaling=true"),
-            "feature gate InPlacePodLevelResourcesVerticalScaling is not implemented",
-        ),
-        (
             "featureGates: {PodLevelResources: false}",
             &none,
             "feature gate PodLevelResources cannot be turned off",
@@ -148,7 +143,7 @@ fn beside_kubelet_its_files_other_gates_are_warned_of_not_refused() {
     };
     let d = parse_document(
         "kubelet.yaml",
-        "featureGates: {RotateKubeletServerCertificate: true, InPlacePodLevelResourcesVerticalScaling: true, MemoryQoS: false}\n",
+        "featureGates: {RotateKubeletServerCertificate: true, PodLevelResources: false, InPlacePodLevelResourcesVerticalScaling: false, MemoryQoS: false}\n",
     )
     .expect("parse")
     .0;
@@ -165,7 +160,13 @@ fn beside_kubelet_its_files_other_gates_are_warned_of_not_refused() {
         l.config
             .feature_gates
             .get("InPlacePodLevelResourcesVerticalScaling"),
-        Some(&false)
+        Some(&false),
+        "kubelet's own gate taken"
+    );
+    assert_eq!(
+        l.config.feature_gates.get("PodLevelResources"),
+        Some(&true),
+        "a state the enforcer cannot run: warned of, left at its default"
     );
     assert!(!l.config.enforcer.memory_qos, "kubelet's MemoryQoS=false");
     let strict = ConfigArgs {

@@ -463,7 +463,10 @@ pub fn container_config_with(
         ),
         (
             RESOURCES_ANNOTATION.to_owned(),
-            serde_json::to_string(&ContainerResources::desired(c)).unwrap_or_default(),
+            serde_json::to_string(&ContainerResources::desired(
+                &crate::policy::resources::with_pod_level_limits(pod, c),
+            ))
+            .unwrap_or_default(),
         ),
     ]);
     let resources = linux_resources(pod, c, node, opts);

@@ -21,6 +21,8 @@ pub mod actions;
 pub mod checkpoint;
 #[cfg(test)]
 mod checkpoint_tests;
+#[cfg(test)]
+mod pod_level_tests;
 pub mod status;
 #[cfg(test)]
 mod tests;
@@ -100,11 +102,16 @@ pub enum ResizeDecision {
 }
 
 /// The resources allocated to one pod (kubelet's `state.PodResourceInfo`): the resizable
-/// containers' requirements by name.
+/// containers' requirements by name, and the pod-level requirements (`PodLevelResources`,
+/// KEP-5419) when the pod has them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PodAllocation {
     pub containers: BTreeMap<String, ResourceRequirements>,
+    pub pod: Option<ResourceRequirements>,
 }
+
+/// The refusal of a pod-level resize with the gate off (`IsInPlacePodLevelResourcesVerticalScalingAllowed`).
+pub const MSG_POD_LEVEL_GATE: &str = "InPlacePodLevelResourcesVerticalScaling is disabled";
 
 /// `IsResizableContainer` (1.35 defaults): regular containers and sidecars.
 #[must_use]
@@ -125,8 +132,21 @@ impl PodAllocation {
                 containers.insert(c.name.clone(), c.resources.clone().unwrap_or_default());
             }
         }
-        Self { containers }
+        let pod = resources::is_pod_level_resources_set(pod)
+            .then(|| resources::pod_level(pod).cloned())
+            .flatten();
+        Self { containers, pod }
     }
+}
+
+/// The pod's pod-level requirements differ from the allocated ones. An allocation without
+/// them (one checkpointed before pod-level resources were allocated, as kubelet's alpha
+/// wrote `null`) is not taken as removing them.
+fn pod_level_differs(pod: &Pod, alloc: &PodAllocation) -> bool {
+    alloc
+        .pod
+        .as_ref()
+        .is_some_and(|a| !same_resources(resources::pod_level(pod), Some(a)))
 }
 
 type K8sList = BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>;
@@ -169,11 +189,15 @@ pub fn update_pod_from_allocation(pod: &Pod, allocation: Option<&PodAllocation>)
         .iter()
         .chain(resources::init_containers(pod))
         .any(|c| differs(c).is_some());
-    if !any {
+    let pod_level = pod_level_differs(pod, alloc);
+    if !any && !pod_level {
         return None;
     }
     let mut out = pod.clone();
     if let Some(spec) = out.spec.as_mut() {
+        if pod_level {
+            spec.resources.clone_from(&alloc.pod);
+        }
         let containers = spec
             .containers
             .iter_mut()
@@ -204,6 +228,8 @@ pub struct ResizeNode {
     /// The node's swap configuration, and whether its memory hierarchy is cgroup v2.
     pub swap: SwapOptions,
     pub cgroup_v2: bool,
+    /// `InPlacePodLevelResourcesVerticalScaling`: pod-level resources resized in place.
+    pub pod_level_resize: bool,
 }
 
 fn container_pairs<'a>(
@@ -297,6 +323,10 @@ pub fn handle_pod_resources_resize<'a>(
     if resources::is_static(desired) {
         return infeasible(MSG_STATIC_POD);
     }
+    // kubelet: a pending pod-level resize the gate does not allow keeps the allocation.
+    if !node.pod_level_resize && pod_level_differs(desired, alloc) {
+        return infeasible(MSG_POD_LEVEL_GATE);
+    }
     if swap_forbids_resize(node, desired, &allocated) {
         return infeasible(MSG_SWAP);
     }
@@ -360,6 +390,17 @@ pub fn is_resize_increasing_requests(desired: &Pod, allocation: Option<&PodAlloc
     let Some(alloc) = allocation else {
         return false;
     };
+    // kubelet compares the pods' requests (`PodRequests`, pod-level ones first).
+    if let Some(a) = &alloc.pod {
+        let want = requirement_lists(resources::pod_level(desired)).0;
+        let have = requirement_lists(Some(a)).0;
+        let more = |r: &str| {
+            want.get(r).copied().unwrap_or_default() > have.get(r).copied().unwrap_or_default()
+        };
+        if more("cpu") || more("memory") {
+            return true;
+        }
+    }
     let all = resources::init_containers(desired)
         .iter()
         .map(|c| (c, true))
@@ -517,8 +558,8 @@ impl ResizeCondition {
     }
 }
 
-/// What a manifest pod's uid is derived from: the pod with its resizable containers' cpu
-/// and memory values left out (their names kept), and its QoS class. A manifest that changes
+/// What a manifest pod's uid is derived from: the pod with its resizable containers' and its
+/// pod-level cpu and memory values left out (their names kept), and its QoS class. A manifest that changes
 /// only those values, keeping the QoS class and every resource name, is the same pod
 /// resized (a change [`validate_resize`] accepts); any other change is a new pod.
 #[must_use]
@@ -541,6 +582,11 @@ pub fn uid_basis(pod: &Pod) -> (Pod, QosClass) {
                 blank(&mut r.requests);
                 blank(&mut r.limits);
             }
+        }
+        // Pod-level cpu and memory are resized in place too (KEP-5419).
+        if let Some(r) = spec.resources.as_mut() {
+            blank(&mut r.requests);
+            blank(&mut r.limits);
         }
     }
     (out, qos)
@@ -610,6 +656,43 @@ pub fn validate_resize(old: &Pod, new: &Pod) -> Vec<String> {
                     "{path}.limits[{r}]: Forbidden: resource limits cannot be removed"
                 ));
             }
+        }
+    }
+    errs.extend(validate_pod_level_resize(old, new));
+    errs
+}
+
+/// `ValidatePodResize`'s pod-level part (KEP-5419; its 1.36 wording is not in the corpus:
+/// the messages follow the container ones): pod-level resources may be added or changed, not
+/// removed, nor their requests or limits; only cpu and memory may change.
+fn validate_pod_level_resize(old: &Pod, new: &Pod) -> Vec<String> {
+    let (o, n) = (resources::pod_level(old), resources::pod_level(new));
+    let ((or, ol), (nr, nl)) = (requirement_lists(o), requirement_lists(n));
+    if or == nr && ol == nl {
+        return Vec::new();
+    }
+    if resources::is_pod_level_resources_set(old) && !resources::is_pod_level_resources_set(new) {
+        return vec!["spec.resources: Forbidden: pod-level resources cannot be removed".to_owned()];
+    }
+    let mut errs = Vec::new();
+    let changed_other = |a: &ResourceList, b: &ResourceList| {
+        a.iter()
+            .chain(b.iter())
+            .any(|(k, _)| k != "cpu" && k != "memory" && a.get(k) != b.get(k))
+    };
+    if changed_other(&or, &nr) || changed_other(&ol, &nl) {
+        errs.push("spec.resources: Forbidden: only cpu and memory resources are mutable".into());
+    }
+    for r in ["cpu", "memory"] {
+        if or.contains_key(r) && !nr.contains_key(r) {
+            errs.push(format!(
+                "spec.resources.requests[{r}]: Forbidden: resource requests cannot be removed"
+            ));
+        }
+        if ol.contains_key(r) && !nl.contains_key(r) {
+            errs.push(format!(
+                "spec.resources.limits[{r}]: Forbidden: resource limits cannot be removed"
+            ));
         }
     }
     errs

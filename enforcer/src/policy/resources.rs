@@ -203,6 +203,35 @@ pub fn pod_level(pod: &Pod) -> Option<&ResourceRequirements> {
     pod.spec.as_ref().and_then(|s| s.resources.as_ref())
 }
 
+/// `container` with the pod-level cpu and memory limits in place of those it does not set
+/// (kubelet's `GetLimits` for a container of a pod with pod-level resources): what it runs
+/// with, and what a pod-level resize changes for it.
+#[must_use]
+pub fn with_pod_level_limits(pod: &Pod, container: &Container) -> Container {
+    let mut out = container.clone();
+    let Some(pod_limits) = pod_level(pod)
+        .filter(|_| is_pod_level_resources_set(pod))
+        .and_then(|r| r.limits.as_ref())
+    else {
+        return out;
+    };
+    let own = container_limits(container);
+    for r in ["cpu", "memory"] {
+        let Some(q) = pod_limits.get(r) else {
+            continue;
+        };
+        if own.get(r).is_some_and(|v| !v.is_zero()) {
+            continue;
+        }
+        out.resources
+            .get_or_insert_with(ResourceRequirements::default)
+            .limits
+            .get_or_insert_with(BTreeMap::new)
+            .insert(r.to_owned(), q.clone());
+    }
+    out
+}
+
 /// Resources that may be set at pod level (`IsSupportedPodLevelResource`): cpu, memory and
 /// hugepages.
 #[must_use]

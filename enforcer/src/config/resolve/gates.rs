@@ -2,7 +2,7 @@
 //! kubelet 1.37 validates them: a gate kubelet 1.37 has and the enforcer decides by, with its
 //! default and its lock; anything else refused at start with kubelet's messages
 //! (`unrecognized feature gate: X`, `cannot set feature gate X to false, feature is locked to
-//! true`), and a gate set to a state the enforcer does not implement refused naming it.
+//! true`), and a gate set to a state the enforcer cannot run refused naming it.
 
 use std::collections::BTreeMap;
 
@@ -16,8 +16,6 @@ enum Support {
     Both,
     /// Only on: off is refused (the enforcer cannot leave the feature out), with why.
     OnOnly(&'static str),
-    /// Only off: on is refused (the enforcer does not implement it), with what is missing.
-    OffOnly(&'static str),
 }
 
 /// kubelet 1.37's gates the enforcer's decisions depend on: (name, kubelet's default, locked
@@ -28,7 +26,7 @@ const GATES: &[(&str, bool, bool, Support)] = &[
         "InPlacePodLevelResourcesVerticalScaling",
         true,
         false,
-        Support::OffOnly("a pod-level resize is not taken in place by the enforcer"),
+        Support::Both,
     ),
     ("KubeletCgroupDriverFromCRI", true, true, Support::Both),
     ("KubeletPSI", true, true, Support::Both),
@@ -79,13 +77,7 @@ pub(super) fn feature_gates(
     }
     let mut out: BTreeMap<String, bool> = GATES
         .iter()
-        .map(|(name, default, _, support)| {
-            let value = match support {
-                Support::OffOnly(_) => false,
-                _ => *default,
-            };
-            ((*name).to_owned(), value)
-        })
+        .map(|(name, default, _, _)| ((*name).to_owned(), *default))
         .collect();
     for (name, value, from_flag) in given {
         match refusal(&name, value) {
@@ -123,9 +115,6 @@ fn refusal(name: &str, value: bool) -> Option<String> {
         ));
     }
     match (support, value) {
-        (Support::OffOnly(why), true) => {
-            Some(format!("feature gate {name} is not implemented: {why}"))
-        }
         (Support::OnOnly(why), false) => {
             Some(format!("feature gate {name} cannot be turned off: {why}"))
         }

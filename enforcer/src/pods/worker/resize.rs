@@ -75,14 +75,18 @@ impl<R: ContainerRuntime> PodWorker<R> {
         st.actuated.retain(|id, _| live.contains(id.as_str()));
         st.restart.retain(|id| live.contains(id.as_str()));
         st.in_progress = false;
-        // kubelet's order: sidecars, then the regular containers.
-        let defs = resources::init_containers(pod)
+        // kubelet's order: sidecars, then the regular containers; each with the pod-level
+        // limits it inherits (`containerResourcesFromRequirements`: a pod-level resize resizes
+        // a container that sets no limit of its own).
+        let defs: Vec<Container> = resources::init_containers(pod)
             .iter()
             .filter(|c| resources::is_sidecar(c))
-            .chain(resources::containers(pod));
+            .chain(resources::containers(pod))
+            .map(|c| resources::with_pod_level_limits(pod, c))
+            .collect();
         let mut plan = PodResizePlan::default();
         let mut running: HashMap<String, (String, ContainerResources, Container)> = HashMap::new();
-        for def in defs {
+        for def in &defs {
             let Some(c) = containers
                 .iter()
                 .filter(|c| c.state == RUNNING && name_of(c) == def.name)

@@ -45,8 +45,8 @@ struct Requirements {
 struct Info {
     #[serde(rename = "ContainerResources", default)]
     containers: BTreeMap<String, Requirements>,
-    /// Pod-level resources: kubelet 1.35 allocates none unless the alpha
-    /// `InPlacePodLevelResourcesVerticalScaling` gate is on; written as `null`.
+    /// Pod-level resources (`InPlacePodLevelResourcesVerticalScaling`, beta in 1.36): the
+    /// pod's, `null` for a pod without them.
     #[serde(rename = "PodLevelResources", default)]
     pod_level: Option<Requirements>,
 }
@@ -102,7 +102,7 @@ pub fn to_json(allocations: &BTreeMap<String, PodAllocation>) -> String {
                         .iter()
                         .map(|(n, r)| (n.clone(), to_requirements(r)))
                         .collect(),
-                    pod_level: None,
+                    pod_level: a.pod.as_ref().map(to_requirements),
                 };
                 (uid.clone(), info)
             })
@@ -136,7 +136,8 @@ pub fn from_json(text: &str) -> Result<BTreeMap<String, PodAllocation>, Checkpoi
                 .into_iter()
                 .map(|(n, r)| (n, from_requirements(r)))
                 .collect();
-            (uid, PodAllocation { containers })
+            let pod = info.pod_level.map(from_requirements);
+            (uid, PodAllocation { containers, pod })
         })
         .collect())
 }

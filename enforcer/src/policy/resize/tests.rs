@@ -76,7 +76,10 @@ fn all_of(p: &Pod) -> PodAllocation {
     {
         a.insert(c.name.clone(), c.resources.clone().unwrap_or_default());
     }
-    PodAllocation { containers: a }
+    PodAllocation {
+        containers: a,
+        pod: None,
+    }
 }
 
 #[test]
