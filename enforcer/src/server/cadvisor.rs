@@ -503,7 +503,11 @@ pub(super) async fn handler(State(s): State<Shared>, headers: axum::http::Header
     }
     let reading = s
         .stats
-        .read(&s.sources.link, &s.sources.status, false)
+        .read(
+            &s.sources.link,
+            &s.sources.status,
+            super::summary::Page::Cadvisor,
+        )
         .await;
     let body = match &reading {
         Ok(r) => page(r),

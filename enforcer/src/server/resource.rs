@@ -160,7 +160,11 @@ fn page(reading: Option<&Reading>) -> Result<String, std::fmt::Error> {
 pub(super) async fn handler(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Response {
     let reading = s
         .stats
-        .read(&s.sources.link, &s.sources.status, false)
+        .read(
+            &s.sources.link,
+            &s.sources.status,
+            super::summary::Page::Resource,
+        )
         .await;
     if let Err(e) = &reading {
         tracing::warn!(error = %e, "resource metrics: reading the node failed");

@@ -101,13 +101,16 @@ impl StatsReader {
         }
     }
 
-    /// Reads the node and the active pods now (`logs`: walk the pods' log directories too).
+    /// Reads the node and the active pods now, what `page` serves: the pods' log directories
+    /// for the summary, PSI for the summary and cAdvisor, cAdvisor's other figures and the
+    /// pods' network for cAdvisor only.
     pub async fn read(
         &self,
         link: &NodeLink,
         status: &StatusManager,
-        logs: bool,
+        page: Page,
     ) -> Result<Reading, StatsError> {
+        let logs = page == Page::Summary;
         let (targets, records) = targets(link, status);
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || -> Result<Reading, StatsError> {
@@ -135,15 +138,19 @@ impl StatsReader {
                 }
             }
             let swap = swap_readings(&st.layout, &targets);
-            let psi = psi_readings(&st.layout, &targets);
-            let figures = figure_readings(&st.layout, &targets);
-            let network = targets
-                .iter()
-                .filter_map(|t| {
-                    let ids: Vec<String> = t.containers.iter().map(|(_, id)| id.clone()).collect();
-                    network::read_pod(&st.layout, &t.cgroup, &ids).map(|n| (t.cgroup.clone(), n))
-                })
-                .collect();
+            let psi = if page == Page::Resource {
+                HashMap::new()
+            } else {
+                psi_readings(&st.layout, &targets)
+            };
+            let (figures, network) = if page == Page::Cadvisor {
+                (
+                    figure_readings(&st.layout, &targets),
+                    network_readings(&st.layout, &targets),
+                )
+            } else {
+                (HashMap::new(), HashMap::new())
+            };
             let node_swap = crate::node::swap::machine_swap().ok();
             let node_cpu_ns = st.layout.cpu_usage_ns("/").or_else(proc_stat_cpu_ns);
             let mut nano_cores = HashMap::new();
@@ -180,6 +187,17 @@ impl StatsReader {
         })
         .await?
     }
+}
+
+/// The page a reading is for: what it reads beside the figures every page serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Page {
+    /// `/stats/summary`: the pods' logs walked, PSI.
+    Summary,
+    /// `/metrics/resource`.
+    Resource,
+    /// `/metrics/cadvisor`: PSI, memory / CFS / spec figures, network.
+    Cadvisor,
 }
 
 /// Why the node's stats could not be read (the 500's text).
@@ -263,6 +281,20 @@ fn psi_readings(layout: &CgroupLayout, targets: &[PodTarget]) -> HashMap<String,
         }
     }
     out
+}
+
+/// Each pod's network counters ([`network::read_pod`]), by pod cgroup.
+fn network_readings(
+    layout: &CgroupLayout,
+    targets: &[PodTarget],
+) -> HashMap<String, Vec<(String, NetDev)>> {
+    targets
+        .iter()
+        .filter_map(|t| {
+            let ids: Vec<String> = t.containers.iter().map(|(_, id)| id.clone()).collect();
+            network::read_pod(layout, &t.cgroup, &ids).map(|n| (t.cgroup.clone(), n))
+        })
+        .collect()
 }
 
 /// cAdvisor's other figures ([`figures::read`]) of the root cgroup (key `""`) and of every
@@ -572,7 +604,11 @@ async fn read_runtime_stats(rt: Option<&crate::cri::CriRuntime>) -> Option<Runti
 
 pub(super) async fn handler(State(s): State<Shared>) -> Response {
     let runtime = read_runtime_stats(s.sources.runtime.as_deref()).await;
-    match s.stats.read(&s.sources.link, &s.sources.status, true).await {
+    match s
+        .stats
+        .read(&s.sources.link, &s.sources.status, Page::Summary)
+        .await
+    {
         Ok(r) => json(&summarize(&r, &s.sources.config.node_name(), runtime)),
         Err(e) => text(
             StatusCode::INTERNAL_SERVER_ERROR,

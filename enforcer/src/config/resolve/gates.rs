@@ -137,7 +137,9 @@ pub(super) fn memory_qos(
         .memory_qos
         .map(|v| (v, true))
         .or_else(|| doc.enforcer.as_ref()?.memory_qos.map(|v| (v, false)));
-    let gate_given = args.feature_gates.iter().any(|g| g.contains("MemoryQoS"))
+    // The flag's syntax was checked by `feature_gates`.
+    let gate_given = flags::parse_map(&args.feature_gates, '=')
+        .is_ok_and(|m| m.contains_key("MemoryQoS"))
         || doc
             .feature_gates
             .as_ref()
