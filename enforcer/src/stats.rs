@@ -25,7 +25,9 @@ use crate::{
     policy::eviction::{Observations, PodStats},
 };
 
+pub mod disk_io;
 pub mod figures;
+pub mod filesystems;
 pub mod network;
 mod node_memory;
 pub mod psi;

@@ -147,7 +147,9 @@ fn running_record(pod: &Pod, uid: &str) -> PodRecord {
             last_state: None,
             oom_score_adj: None,
             oom_score_adj_decided: None,
+            resources: Default::default(),
         }],
+        resources: Default::default(),
     }
 }
 

@@ -483,6 +483,7 @@ async fn pod_status_survives_conflicts_throttling_errors_and_closed_connections(
         conditions: vec![Condition::new("Ready", true)],
         init_container_statuses: vec![],
         container_statuses: vec![],
+        resources: Default::default(),
     });
     wait_until("the status delivered", Duration::from_secs(30), || {
         api_phase(&fake, "web").as_deref() == Some("Running")

@@ -688,11 +688,14 @@ async fn in_place_resize_changes_running_containers_without_a_restart() {
 /// memory limit 96Mi -> 160Mi and cpu 300m -> 500m is taken in place, read back from the real
 /// cgroup files: the pod cgroup's memory limit and CFS quota, `app`'s inherited ones (same
 /// container, no restart), `db`'s untouched; the allocation checkpointed with its
-/// `PodLevelResources`.
+/// `PodLevelResources`. With MemoryQoS off, on cgroup v2, `app`'s stale `memory.high` is
+/// `max` after the resize (kubelet 1.37's rollback).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_level_resize_is_taken_in_place() {
     let cd = Containerd::start("plr");
-    let files = Files::new(&cd, "");
+    // MemoryQoS off (its gate is on by default in 1.37): on cgroup v2 the resize clears a
+    // stale container `memory.high` to `max`, as kubelet 1.37's rollback does.
+    let files = Files::new(&cd, "featureGates: {MemoryQoS: false}\n");
     let (manifests, state) = (files.manifests.clone(), files.state.clone());
     let uid = "abababab-0000-0000-0000-000000000002";
     let write = |pod_level: &str| {
@@ -725,6 +728,13 @@ async fn a_pod_level_resize_is_taken_in_place() {
     assert_eq!(memory_limit(&app_cg), Some(96 * MIB), "app inherits it");
     assert_eq!(memory_limit(&db_cg), Some(32 * MIB), "db's own");
     assert_eq!(cpu_values(&pod_cg).1, Some(30_000));
+    let high = dir_of("memory", &app_cg).join("memory.high");
+    let v2 = is_v2("memory");
+    if v2 {
+        // What an earlier configuration (MemoryQoS on with a throttling factor) left.
+        std::fs::write(&high, (80 * MIB).to_string()).expect("write memory.high");
+        assert_eq!(read(&high), (80 * MIB).to_string());
+    }
 
     write("{requests: {cpu: 200m, memory: 64Mi}, limits: {cpu: 500m, memory: 160Mi}}");
     wait_until("the pod grown in place", Duration::from_secs(60), || {
@@ -745,6 +755,13 @@ async fn a_pod_level_resize_is_taken_in_place() {
         Some(32 * MIB),
         "db keeps its own limit"
     );
+    if v2 {
+        assert_eq!(
+            read(&high),
+            "max",
+            "the stale memory.high cleared by the resize"
+        );
+    }
     let text = read(&state.join("allocated_pods_state"));
     let alloc = enforcer::policy::resize::checkpoint::from_json(&text).expect("checkpoint");
     let pod_level = alloc[uid].pod.as_ref().expect("PodLevelResources");

@@ -142,7 +142,9 @@ mod tests {
                 last_state: None,
                 oom_score_adj: None,
                 oom_score_adj_decided: None,
+                resources: Default::default(),
             }],
+            resources: Default::default(),
         };
         let file = StatusFile {
             pods: vec![rec],

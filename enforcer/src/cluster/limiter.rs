@@ -315,6 +315,7 @@ mod tests {
                 conditions: vec![],
                 init_container_statuses: vec![],
                 container_statuses: vec![],
+                resources: Default::default(),
             });
         }
         tokio::time::sleep(Duration::from_secs(5)).await;

@@ -123,6 +123,8 @@ fn container_status(c: &ContainerRecord) -> ContainerStatus {
                 .map(|s| api_state(s, ""))
                 .unwrap_or_default(),
         ),
+        allocated_resources: c.resources.api_allocated(),
+        resources: c.resources.api_resources(),
         ..ContainerStatus::default()
     }
 }
@@ -186,6 +188,8 @@ pub fn api_status(rec: &PodRecord, host_ip: Option<&str>, host_network: bool) ->
                 .map(container_status)
                 .collect(),
         ),
+        allocated_resources: rec.resources.api_allocated(),
+        resources: rec.resources.api_resources(),
         ..PodStatus::default()
     }
 }

@@ -381,6 +381,20 @@ pub fn linux_resources(
     if let Some(high) = v.memory_high_bytes {
         unified.insert("memory.high".to_owned(), high.to_string());
     }
+    if opts.cgroup.v2 {
+        if !opts.cgroup.memory_qos {
+            // kubelet 1.37 (kubernetes#139377): with MemoryQoS off, a `memory.high` an earlier
+            // configuration left is cleared wherever the container's resources are generated
+            // (creation, restart, in-place resize).
+            unified.insert("memory.high".to_owned(), "max".to_owned());
+        } else if !opts.cgroup.tiered_reservation {
+            // kubelet 1.36+: MemoryQoS on without `TieredReservation` resets the container's
+            // `memory.low`.
+            unified
+                .entry("memory.low".to_owned())
+                .or_insert_with(|| "0".to_owned());
+        }
+    }
     // kubelet (kuberuntime_container_linux.go, since 1.28): on cgroup v2 the kernel OOM killer
     // kills the whole container unless singleProcessOOMKill.
     if opts.cgroup.v2 && !opts.cgroup.single_process_oom_kill {
@@ -626,11 +640,44 @@ mod tests {
             &ResourceOptions::default(),
         );
         assert_eq!(r.oom_score_adj, -997);
-        // No Memory QoS: only the v2 OOM group.
+        // No Memory QoS on cgroup v2: the OOM group, and `memory.high` cleared to `max`
+        // (kubelet 1.37's rollback of a value an earlier configuration left).
+        let mut keys: Vec<_> = r.unified.iter().collect();
+        keys.sort();
         assert_eq!(
-            r.unified.keys().map(String::as_str).collect::<Vec<_>>(),
-            ["memory.oom.group"]
+            keys,
+            [
+                (&"memory.high".to_owned(), &"max".to_owned()),
+                (&"memory.oom.group".to_owned(), &"1".to_owned())
+            ]
         );
+        // On cgroup v1 nothing of the kind.
+        let v1 = ResourceOptions {
+            cgroup: CgroupOptions {
+                v2: false,
+                ..CgroupOptions::default()
+            },
+            ..ResourceOptions::default()
+        };
+        assert!(linux_resources(&g, c, node, &v1).unified.is_empty());
+        // Memory QoS on without `TieredReservation`: the container's `memory.low` reset to 0,
+        // no `memory.min`, no `memory.high` without a throttling factor.
+        let none = ResourceOptions {
+            cgroup: CgroupOptions {
+                memory_qos: true,
+                ..CgroupOptions::default()
+            },
+            ..ResourceOptions::default()
+        };
+        let r = linux_resources(
+            &b,
+            &b.spec.as_ref().expect("spec").containers[0],
+            node,
+            &none,
+        );
+        assert_eq!(r.unified.get("memory.low").map(String::as_str), Some("0"));
+        assert!(!r.unified.contains_key("memory.min"));
+        assert!(!r.unified.contains_key("memory.high"));
     }
 
     #[test]

@@ -104,6 +104,7 @@ pub(crate) fn blank_record(pod: &Pod, uid: &str, source: &str, phase: PodPhase) 
         conditions: Vec::new(),
         init_container_statuses: Vec::new(),
         container_statuses: Vec::new(),
+        resources: Default::default(),
     }
 }
 
@@ -128,6 +129,7 @@ mod tests {
             last_state: None,
             oom_score_adj: None,
             oom_score_adj_decided: None,
+            resources: Default::default(),
         }
     }
 

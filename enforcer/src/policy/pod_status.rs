@@ -16,8 +16,15 @@ use super::{
         AppState, ContainerKind, PodPhase, RestartPolicy, RuntimeState, effective_exit_code,
         pod_phase,
     },
+    resize::{
+        actions::ActualResources,
+        status::{allocated_resources, container_status_resources},
+    },
     resources,
 };
+
+mod resources_status;
+pub use resources_status::{Requirements, ResourcesStatus};
 
 /// A container's state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -82,6 +89,9 @@ pub struct ContainerRecord {
     /// The decision core's value, when the node made it differ (clamped).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub oom_score_adj_decided: Option<i64>,
+    /// `allocatedResources` and `resources` (kubelet reports them since in-place resize).
+    #[serde(flatten, default)]
+    pub resources: ResourcesStatus,
 }
 
 impl ContainerRecord {
@@ -158,6 +168,10 @@ pub struct PodRecord {
     pub conditions: Vec<Condition>,
     pub init_container_statuses: Vec<ContainerRecord>,
     pub container_statuses: Vec<ContainerRecord>,
+    /// The pod-level `allocatedResources` and `resources` (KEP-5419, with
+    /// `InPlacePodLevelResourcesVerticalScaling`; none without it).
+    #[serde(flatten, default)]
+    pub resources: ResourcesStatus,
 }
 
 /// What the runtime reports of one container instance (CRI's `ContainerStatus`; an exited
@@ -196,6 +210,8 @@ pub struct ContainerObservation {
     /// The `oom_score_adj` check: the decided value and the one the processes have (read in
     /// /proc), when the container was checked.
     pub oom_score_adj: Option<(i64, Option<i64>)>,
+    /// The cpu and memory the runtime runs a running instance with (as last actuated).
+    pub actual: Option<ActualResources>,
 }
 
 /// What [`pod_status`] builds the pod's status from: plain values the pod worker gathered.
@@ -330,6 +346,8 @@ pub fn pod_status(input: PodStatusInput<'_>) -> PodRecord {
         ],
         init_container_statuses: inits,
         container_statuses: apps,
+        // The pod-level figures are the worker's (the pod cgroup's values and the gate).
+        resources: ResourcesStatus::default(),
     }
 }
 
@@ -361,6 +379,10 @@ pub fn container_status(
                 last_state: None,
                 oom_score_adj: None,
                 oom_score_adj_decided: None,
+                resources: ResourcesStatus::new(
+                    allocated_resources(c),
+                    &container_status_resources(c, false, None, None),
+                ),
             },
             AppState::Waiting,
         );
@@ -437,6 +459,15 @@ pub fn container_status(
                 .oom_score_adj
                 .filter(|(decided, got)| Some(*decided) != *got)
                 .map(|(decided, _)| decided),
+            resources: ResourcesStatus::new(
+                allocated_resources(c),
+                &container_status_resources(
+                    c,
+                    latest.state == RuntimeState::Running,
+                    latest.actual,
+                    None,
+                ),
+            ),
         },
         app,
     )

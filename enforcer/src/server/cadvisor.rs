@@ -10,7 +10,11 @@
 //! gauges ([`MEMORY`]) and the CFS counters ([`CFS`], only where CFS periods elapsed), the
 //! spec families ([`SPEC`], untimestamped), the six
 //! `container_pressure_{cpu,memory,io}_{stalled,waiting}_seconds_total` (cgroup v2 only, as
-//! kubelet registers them only where PSI is on), `machine_cpu_cores`, `machine_memory_bytes`.
+//! kubelet registers them only where PSI is on), the filesystem families ([`fs`]: block I/O by
+//! device, the root's filesystems), `container_last_seen`, `machine_cpu_cores`,
+//! `machine_memory_bytes`.
+
+mod fs;
 
 use axum::{extract::State, http::StatusCode, response::Response};
 use prometheus_client::{metrics::family::Family, registry::Registry};
@@ -214,6 +218,7 @@ struct Families {
     cfs: Vec<Family<Labels, FloatCounter>>,
     pressure: Vec<Family<Labels, FloatCounter>>,
     network: Vec<Family<Labels, FloatCounter>>,
+    last_seen: Family<Labels, FloatGauge>,
 }
 
 /// One cgroup's labels and figures: (`id`, `image`, (`container`, `name`), (`namespace`,
@@ -307,11 +312,19 @@ impl Families {
             cfs: CFS.iter().map(|_| Family::default()).collect(),
             pressure: PRESSURE.iter().map(|_| Family::default()).collect(),
             network: NETWORK.iter().map(|_| Family::default()).collect(),
+            last_seen: Family::default(),
         }
     }
 
     fn add(&self, r: &Reading, c: &Cgroup) {
         let l = c.labels(None);
+        // cAdvisor's `container_last_seen`: the whole second of the reading, for every cgroup
+        // it has stats of.
+        if c.cpu_ns.is_some() || c.working_set.is_some() || r.figures.contains_key(&c.key) {
+            self.last_seen
+                .get_or_create(&l)
+                .set(float(r.at_nanos.div_euclid(1_000_000_000)));
+        }
         if let Some(ns) = c.cpu_ns.filter(|ns| *ns > 0) {
             self.cpu
                 .get_or_create(&c.labels(Some("total")))
@@ -376,6 +389,11 @@ impl Families {
         for ((name, help, _), family) in NETWORK.iter().zip(self.network) {
             reg.register(*name, *help, family);
         }
+        reg.register(
+            "container_last_seen",
+            "Last time a container was seen by the exporter",
+            self.last_seen,
+        );
         if psi {
             // Registered only where PSI is read: on cgroup v1 kubelet serves no such family.
             for ((name, help, _, _), family) in PRESSURE.iter().zip(self.pressure) {
@@ -397,7 +415,7 @@ fn stats(r: &Reading, cgroups: &[Cgroup]) -> Registry {
 
 /// cAdvisor's spec families (no timestamp, as cAdvisor's constant metrics): name, help,
 /// which figure (a quota only when set).
-const SPEC: [Series<Spec, Option<f64>>; 6] = [
+const SPEC: [Series<Spec, Option<f64>>; 7] = [
     (
         "container_spec_cpu_period",
         "CPU period of the container.",
@@ -417,6 +435,11 @@ const SPEC: [Series<Spec, Option<f64>>; 6] = [
         "container_spec_memory_limit_bytes",
         "Memory limit for the container.",
         |s| s.memory_limit.map(u64_f64),
+    ),
+    (
+        "container_spec_memory_reservation_limit_bytes",
+        "Memory reservation limit for the container.",
+        |s| s.memory_reservation.map(u64_f64),
     ),
     (
         "container_spec_memory_swap_limit_bytes",
@@ -487,7 +510,7 @@ fn machine(r: &Reading) -> Registry {
 /// machine families.
 fn page(r: &Reading) -> Result<String, std::fmt::Error> {
     let cgroups = cgroups(r);
-    let stats = crate::metrics::encode(&[&stats(r, &cgroups)])?;
+    let stats = crate::metrics::encode(&[&stats(r, &cgroups), &fs::families(r, &cgroups)])?;
     let stats = super::resource::timestamped(&stats, r.at_nanos);
     let machine = crate::metrics::encode(&[&spec(r, &cgroups), &machine(r)])?;
     Ok(format!(
@@ -529,6 +552,7 @@ pub(super) async fn handler(State(s): State<Shared>, headers: axum::http::Header
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stats::disk_io::DeviceIo;
 
     /// cAdvisor's label set on the root, the pod and the container cgroups, the reading's
     /// timestamp on the stat families, none on the machine's; promtool-style text once turned
@@ -635,8 +659,21 @@ mod tests {
                         cpu_shares: Some(512),
                         memory_limit: Some(268_435_456),
                         swap_limit: Some(0),
+                        memory_reservation: Some(16 << 20),
                         start_time: Some(1_767_225_000.5),
                     },
+                    io: std::collections::BTreeMap::from([
+                        (
+                            (253, 0),
+                            DeviceIo {
+                                read_bytes: 4096,
+                                write_bytes: 8192,
+                                reads: 1,
+                                writes: 2,
+                            },
+                        ),
+                        ((9, 9), DeviceIo::default()),
+                    ]),
                 },
             ),
             (
@@ -648,9 +685,32 @@ mod tests {
                 },
             ),
         ]);
+        reading.disks = std::collections::BTreeMap::from([((253, 0), "/dev/vda".to_owned())]);
+        reading.filesystems = vec![crate::stats::filesystems::Filesystem {
+            device: "/dev/vda1".to_owned(),
+            usage: 300,
+            limit: 1000,
+            inodes_free: 7,
+            inodes: 10,
+        }];
         let text = page(&reading).expect("encode");
         let ctr = "{container=\"app\",id=\"/kubepods/podu1/c1\",image=\"busybox\",name=\"c1\",namespace=\"default\",pod=\"web\"}";
+        let dev = "{container=\"app\",device=\"/dev/vda\",id=\"/kubepods/podu1/c1\",image=\"busybox\",name=\"c1\",namespace=\"default\",pod=\"web\"}";
+        let root = "{container=\"\",device=\"/dev/vda1\",id=\"/\",image=\"\",name=\"\",namespace=\"\",pod=\"\"}";
         for want in [
+            // Block I/O by device (named from /sys/block; an unknown device's name is "").
+            format!("container_fs_reads_bytes_total{dev} 4096.0 1767225600.000\n"),
+            format!("container_fs_writes_bytes_total{dev} 8192.0 1767225600.000\n"),
+            format!("container_fs_reads_total{dev} 1.0 1767225600.000\n"),
+            format!("container_fs_writes_total{dev} 2.0 1767225600.000\n"),
+            "container_fs_reads_total{container=\"app\",device=\"\",id=".to_owned(),
+            // The root container's filesystems.
+            format!("container_fs_usage_bytes{root} 300.0 1767225600.000\n"),
+            format!("container_fs_limit_bytes{root} 1000.0 1767225600.000\n"),
+            format!("container_fs_inodes_free{root} 7.0 1767225600.000\n"),
+            format!("container_fs_inodes_total{root} 10.0 1767225600.000\n"),
+            format!("container_last_seen{ctr} 1767225600.0 1767225600.000\n"),
+            format!("container_spec_memory_reservation_limit_bytes{ctr} 16777216.0\n"),
             format!("container_memory_usage_bytes{ctr} 4096.0 1767225600.000\n"),
             format!("container_memory_rss{ctr} 1024.0 1767225600.000\n"),
             format!("container_memory_cache{ctr} 2048.0 1767225600.000\n"),

@@ -14,7 +14,7 @@
 //! layer plus its logs (what eviction ranks by); `logs` is not reported separately.
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
     path::Path,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
@@ -36,7 +36,9 @@ use crate::{
     policy::eviction::Signal,
     stats::{
         Collector, NodeSnapshot, PodScope, PodTarget, Refresh,
+        disk_io::{self, DeviceNumber},
         figures::{self, Figures},
+        filesystems::{self, Filesystem},
         network::{self, NetDev},
         psi::{self, Pressure},
     },
@@ -72,6 +74,12 @@ pub struct Reading {
     pub figures: HashMap<String, Figures>,
     /// Each pod's network counters by interface, by pod cgroup ([`network::read_pod`]).
     pub network: HashMap<String, Vec<(String, NetDev)>>,
+    /// The machine's disks by device number (cAdvisor's names of the I/O figures' devices).
+    pub disks: BTreeMap<DeviceNumber, String>,
+    /// The machine's filesystems (cAdvisor's root container's).
+    pub filesystems: Vec<Filesystem>,
+    /// The kubepods cgroup (the summary's `pods` system container), relative to the roots.
+    pub kubepods: String,
 }
 
 /// Reads the node for the summary and the resource metrics.
@@ -84,6 +92,7 @@ pub struct StatsReader {
 struct ReaderState {
     collector: Collector,
     layout: CgroupLayout,
+    kubepods: String,
     /// The previous CPU figures (for rates).
     last_cpu: HashMap<String, (Instant, u64)>,
 }
@@ -92,10 +101,12 @@ impl StatsReader {
     #[must_use]
     pub fn new(observer: NodeObserver) -> Self {
         let layout = observer.layout.clone();
+        let kubepods = observer.kubepods.clone();
         Self {
             inner: Arc::new(Mutex::new(ReaderState {
                 collector: Collector::new(observer),
                 layout,
+                kubepods,
                 last_cpu: HashMap::new(),
             })),
         }
@@ -137,19 +148,27 @@ impl StatsReader {
                     }
                 }
             }
+            let kubepods = st.kubepods.clone();
+            if page == Page::Summary
+                && let Some(ns) = st.layout.cpu_usage_ns(&kubepods)
+            {
+                cpu_ns.insert(kubepods.clone(), ns);
+            }
             let swap = swap_readings(&st.layout, &targets);
             let psi = if page == Page::Resource {
                 HashMap::new()
             } else {
-                psi_readings(&st.layout, &targets)
+                psi_readings(&st.layout, &targets, &kubepods)
             };
-            let (figures, network) = if page == Page::Cadvisor {
+            let (figures, network, disks, filesystems) = if page == Page::Cadvisor {
                 (
                     figure_readings(&st.layout, &targets),
                     network_readings(&st.layout, &targets),
+                    disk_io::disks(Path::new("/sys/block")),
+                    filesystems::read(),
                 )
             } else {
-                (HashMap::new(), HashMap::new())
+                Default::default()
             };
             let node_swap = crate::node::swap::machine_swap().ok();
             let node_cpu_ns = st.layout.cpu_usage_ns("/").or_else(proc_stat_cpu_ns);
@@ -183,6 +202,9 @@ impl StatsReader {
                 psi,
                 figures,
                 network,
+                disks,
+                filesystems,
+                kubepods,
             })
         })
         .await?
@@ -259,7 +281,11 @@ fn swap_readings(
 
 /// The pressure files of the root cgroup (key `""`) and of every pod and container cgroup
 /// in `targets`, by relative path; nothing where kubelet reads none (cgroup v1, `psi=0`).
-fn psi_readings(layout: &CgroupLayout, targets: &[PodTarget]) -> HashMap<String, Pressure> {
+fn psi_readings(
+    layout: &CgroupLayout,
+    targets: &[PodTarget],
+    kubepods: &str,
+) -> HashMap<String, Pressure> {
     let mut out = HashMap::new();
     let Some(memory) = layout.memory() else {
         return out;
@@ -268,6 +294,9 @@ fn psi_readings(layout: &CgroupLayout, targets: &[PodTarget]) -> HashMap<String,
         return out;
     };
     out.insert(String::new(), psi::read(&root));
+    if let Some(dir) = memory.psi_dir(kubepods) {
+        out.insert(kubepods.to_owned(), psi::read(&dir));
+    }
     for t in targets {
         let Some(pod) = memory.psi_dir(&t.cgroup) else {
             continue;
@@ -535,7 +564,7 @@ pub fn summarize(r: &Reading, node_name: &str, runtime: Option<RuntimeStats>) ->
             inodes_used: None,
         })
     };
-    // The node's pressure is the root cgroup's (key ""); the `pods` container's is not read.
+    // The node's pressure is the root cgroup's (key ""); the `pods` container's is kubepods'.
     let memory = |s: Signal, key: Option<&str>| {
         obs.get(&s)
             .map(|o| memory_stats(r, &time, key, u(o.available), u(o.capacity - o.available)))
@@ -543,13 +572,14 @@ pub fn summarize(r: &Reading, node_name: &str, runtime: Option<RuntimeStats>) ->
     let cpu = |key: &str, total: Option<u64>| cpu_stats(r, &time, key, total);
     let node = NodeStats {
         node_name: node_name.to_owned(),
-        system_containers: memory(Signal::AllocatableMemoryAvailable, None)
+        // kubelet's `pods` system container: the kubepods cgroup's cpu, memory and io.
+        system_containers: memory(Signal::AllocatableMemoryAvailable, Some(&r.kubepods))
             .map(|m| ContainerStats {
                 name: "pods".to_owned(),
                 start_time: String::new(),
-                cpu: None,
+                cpu: cpu(&r.kubepods, r.cpu_ns.get(&r.kubepods).copied()),
                 memory: Some(m),
-                io: None,
+                io: io_stats(r, &time, &r.kubepods),
                 swap: None,
                 rootfs: None,
             })
@@ -695,13 +725,16 @@ pub(super) mod tests {
                 last_state: None,
                 oom_score_adj: None,
                 oom_score_adj_decided: None,
+                resources: Default::default(),
             }],
+            resources: Default::default(),
         };
         Reading {
             snapshot: Arc::new(snapshot),
             cpu_ns: HashMap::from([
                 ("/kubepods/podu1".to_owned(), 3_000_000_000),
                 ("/kubepods/podu1/c1".to_owned(), 2_000_000_000),
+                ("/kubepods".to_owned(), 4_000_000_000),
             ]),
             nano_cores: HashMap::from([("".to_owned(), 1_500_000_000)]),
             node_cpu_ns: Some(10_000_000_000),
@@ -720,6 +753,9 @@ pub(super) mod tests {
             psi: HashMap::new(),
             figures: HashMap::new(),
             network: HashMap::new(),
+            disks: BTreeMap::new(),
+            filesystems: Vec::new(),
+            kubepods: "/kubepods".to_owned(),
         }
     }
 
@@ -822,6 +858,11 @@ pub(super) mod tests {
         assert!(node.get("runtime").is_none(), "no imagefs observed");
         assert_eq!(node["systemContainers"][0]["name"], "pods");
         assert_eq!(node["systemContainers"][0]["memory"]["availableBytes"], 500);
+        // The `pods` container's CPU is the kubepods cgroup's.
+        assert_eq!(
+            node["systemContainers"][0]["cpu"]["usageCoreNanoSeconds"],
+            4_000_000_000_u64
+        );
         let pod = &s["pods"][0];
         assert_eq!(pod["podRef"]["uid"], "u1");
         assert_eq!(pod["podRef"]["name"], "web");

@@ -6,12 +6,16 @@
 //! `throttled_time` in ns on v1), and its spec: CPU period, quota and shares, memory and swap
 //! limits, start time (the cgroup directory's modification time, as cAdvisor's `GetSpec`).
 
-use std::path::{Path, PathBuf};
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
 
+use super::disk_io::{self, DeviceIo, DeviceNumber};
 use crate::cgroup::{CgroupLayout, CgroupVersion, paths};
 
 /// A cgroup's figures; each `None` where its file is absent or unreadable.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Figures {
     pub usage: Option<u64>,
     pub rss: Option<u64>,
@@ -19,6 +23,8 @@ pub struct Figures {
     pub swap: Option<u64>,
     pub cfs: Option<Cfs>,
     pub spec: Spec,
+    /// Block I/O by device ([`disk_io`]).
+    pub io: BTreeMap<DeviceNumber, DeviceIo>,
 }
 
 /// A cgroup's spec as cAdvisor reads it; `None` where unread or unlimited (a quota of `max`).
@@ -30,6 +36,8 @@ pub struct Spec {
     /// Bytes; 0 when unlimited (cAdvisor's `specMemoryValue`).
     pub memory_limit: Option<u64>,
     pub swap_limit: Option<u64>,
+    /// Bytes: v2 `memory.min`, v1 `memory.soft_limit_in_bytes` (0 when unlimited).
+    pub memory_reservation: Option<u64>,
     /// Seconds since the epoch.
     pub start_time: Option<f64>,
 }
@@ -113,17 +121,27 @@ pub fn read(layout: &CgroupLayout, rel: &str, id: Option<&str>) -> Figures {
         }
     }
     if let Some((dir, version)) = dir_of(layout, "memory", rel, id) {
-        let (mem, swap) = match version {
-            CgroupVersion::V2 => ("memory.max", "memory.swap.max"),
-            CgroupVersion::V1 => ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"),
+        let (mem, swap, reservation) = match version {
+            CgroupVersion::V2 => ("memory.max", "memory.swap.max", "memory.min"),
+            CgroupVersion::V1 => (
+                "memory.limit_in_bytes",
+                "memory.memsw.limit_in_bytes",
+                "memory.soft_limit_in_bytes",
+            ),
         };
         out.spec.memory_limit = limit(&dir.join(mem));
         out.spec.swap_limit = limit(&dir.join(swap));
+        out.spec.memory_reservation = limit(&dir.join(reservation));
         out.spec.start_time = std::fs::metadata(&dir)
             .and_then(|m| m.modified())
             .ok()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map(|d| d.as_secs_f64());
+    }
+    if let Some((dir, version)) =
+        dir_of(layout, "io", rel, id).or_else(|| dir_of(layout, "blkio", rel, id))
+    {
+        out.io = disk_io::read(&dir, version);
     }
     if let Some((dir, version)) = dir_of(layout, "cpu", rel, id) {
         out.cfs = std::fs::read_to_string(dir.join("cpu.stat"))
@@ -188,6 +206,12 @@ mod tests {
         w("u/kubepods/podx", "memory.swap.current", "50\n");
         w("u/kubepods/podx", "memory.max", "max\n");
         w("u/kubepods/podx", "memory.swap.max", "0\n");
+        w("u/kubepods/podx", "memory.min", "1048576\n");
+        w(
+            "u/kubepods/podx",
+            "io.stat",
+            "253:0 rbytes=4096 wbytes=512 rios=1 wios=2 dbytes=0 dios=0\n",
+        );
         w("u/kubepods/podx", "cpu.max", "50000 100000\n");
         w("u/kubepods/podx", "cpu.weight", "10\n");
         w(
@@ -199,9 +223,15 @@ mod tests {
             "30 25 0:26 / {} rw - cgroup2 cgroup2 rw\n",
             d.path().join("u").display()
         );
-        let mut v2 = CgroupLayout::parse(&mountinfo, "memory 0 1 1\ncpu 0 1 1\n");
-        v2.unified_controllers = vec!["memory".into(), "cpu".into()];
+        let mut v2 = CgroupLayout::parse(&mountinfo, "memory 0 1 1\ncpu 0 1 1\nio 0 1 1\n");
+        v2.unified_controllers = vec!["memory".into(), "cpu".into(), "io".into()];
         let f = read(&v2, "/kubepods/podx", None);
+        assert_eq!(f.spec.memory_reservation, Some(1 << 20), "memory.min");
+        assert_eq!(
+            f.io.get(&(253, 0))
+                .map(|d| (d.read_bytes, d.write_bytes, d.reads, d.writes)),
+            Some((4096, 512, 1, 2))
+        );
         assert_eq!(
             (f.usage, f.rss, f.cache, f.swap),
             (Some(1000), Some(600), Some(300), Some(50))
@@ -252,8 +282,14 @@ mod tests {
             d.path().join("m").display(),
             d.path().join("c").display()
         );
+        w(
+            "m/kubepods/podx",
+            "memory.soft_limit_in_bytes",
+            "9223372036854771712\n",
+        );
         let v1 = CgroupLayout::parse(&mountinfo, "memory 5 1 1\ncpu 6 1 1\n");
         let f = read(&v1, "/kubepods/podx", None);
+        assert_eq!(f.spec.memory_reservation, Some(0), "v1: no soft limit is 0");
         assert_eq!(
             (f.usage, f.rss, f.cache, f.swap),
             (Some(2000), Some(900), Some(800), Some(500))

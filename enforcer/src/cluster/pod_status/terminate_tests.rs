@@ -266,6 +266,7 @@ fn named(prefix: &str, states: Vec<States>) -> Vec<ContainerRecord> {
                 last_state,
                 oom_score_adj: None,
                 oom_score_adj_decided: None,
+                resources: Default::default(),
             }
         })
         .collect()

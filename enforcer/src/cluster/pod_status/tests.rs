@@ -50,7 +50,9 @@ pub(super) fn running_record(uid: &str) -> PodRecord {
             }),
             oom_score_adj: None,
             oom_score_adj_decided: None,
+            resources: Default::default(),
         }],
+        resources: Default::default(),
     }
 }
 

@@ -44,6 +44,25 @@ pub(super) struct ResizeState {
 }
 
 impl ResizeState {
+    /// What a running container runs with (its status's `resources`): as last actuated, else
+    /// as created (its annotation's figures).
+    pub(super) fn actual_of(&self, c: &k8s_cri::v1::Container) -> Option<ActualResources> {
+        self.actuated
+            .get(&c.id)
+            .copied()
+            .or_else(|| {
+                c.annotations
+                    .get(spec::RESOURCES_ANNOTATION)
+                    .and_then(|a| serde_json::from_str(a).ok())
+            })
+            .map(|a| ActualResources::actuated(&a))
+    }
+
+    /// The pod cgroup's values as last written.
+    pub(super) fn pod_values(&self) -> Option<&PodCgroupValues> {
+        self.pod_values.as_ref()
+    }
+
     /// The resize conditions the pod's status carries besides kubelet's usual ones.
     pub(super) fn conditions(&self, pending: Option<Condition>, generation: i64) -> Vec<Condition> {
         let mut out: Vec<Condition> = pending.into_iter().collect();

@@ -32,7 +32,10 @@ use crate::{
             ProbeKill, Replace, RuntimeState, SandboxPlan, SandboxView, compute_pod_actions,
             effective_exit_code, probe_kill,
         },
-        pod_status::{ContainerObservation, PodStatusInput, RuntimeStatus, pod_status},
+        pod_status::{
+            ContainerObservation, PodStatusInput, ResourcesStatus, RuntimeStatus, pod_status,
+        },
+        resize::status,
     },
     recorder::EventType,
     status_manager::{now_nanos, rfc3339},
@@ -582,6 +585,9 @@ impl<R: ContainerRuntime> PodWorker<R> {
             syncing: self.state == PodWorkerState::Syncing,
         });
         let mut record = record;
+        if self.ctx.enforce.pod_level_resize() {
+            record.resources = self.pod_level_status(pod);
+        }
         let generation = pod.metadata.generation.unwrap_or(0);
         let pending = self.ctx.resizes.pending(&self.uid);
         record
@@ -591,6 +597,23 @@ impl<R: ContainerRuntime> PodWorker<R> {
         crate::metrics::global().pod_phase(&self.uid, phase);
         self.ctx.status.set(record);
         Ok(phase)
+    }
+
+    /// The pod-level `allocatedResources` and `resources` (KEP-5419): the allocated pod's, with
+    /// the pod cgroup's values once the pod runs (the phase of the last status, as kubelet
+    /// reads the API's).
+    fn pod_level_status(&self, pod: &Pod) -> ResourcesStatus {
+        let old = self
+            .ctx
+            .status
+            .get(&self.uid)
+            .filter(|o| o.phase == PodPhase::Running);
+        let old_resources = old.as_ref().and_then(|o| o.resources.api_resources());
+        let actual = self.resize.pod_values().map(status::pod_cgroup_actual);
+        ResourcesStatus::new(
+            Some(status::pod_allocated_resources(pod)),
+            &status::pod_status_resources(pod, old.is_some(), actual, old_resources.as_ref()),
+        )
     }
 
     /// The sandbox's container instances the status shows (each spec container's newest
@@ -658,6 +681,11 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 started: self.probes.started(&x.id, def),
                 ready: self.probes.ready(&x.id, def),
                 oom_score_adj: self.oom.get(&x.id).copied(),
+                actual: if x.state == RUNNING {
+                    self.resize.actual_of(x)
+                } else {
+                    None
+                },
             });
         }
         Ok(out)

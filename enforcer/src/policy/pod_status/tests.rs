@@ -50,6 +50,7 @@ fn inst(name: &str, id: &str, state: RuntimeState, n: u32, at: i64) -> Container
         started: true,
         ready: true,
         oom_score_adj: None,
+        actual: None,
     }
 }
 

@@ -1,18 +1,22 @@
 //! What a container's status says of its resources during and after a resize (kubelet's
 //! `convertToAPIContainerStatuses`): `allocatedResources` (the allocated requests) and
 //! `resources` (the allocated requirements, with the cpu and memory the runtime reports it
-//! actually runs with).
+//! actually runs with); and, with `InPlacePodLevelResourcesVerticalScaling` (KEP-5419), the
+//! pod's own (`convertToAPIPodLevelResourcesStatus`, from the pod cgroup).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::{
-    api::core::v1::{Container, ResourceRequirements},
+    api::core::v1::{Container, Pod, ResourceRequirements},
     apimachinery::pkg::api::resource::Quantity as K8sQuantity,
 };
 
 use super::actions::{ActualResources, MIN_MILLI_CPU_LIMIT};
 use crate::{
-    policy::resources::{self, cgroup::MIN_SHARES},
+    policy::resources::{
+        self,
+        cgroup::{MIN_SHARES, PodCgroupValues},
+    },
     quantity::{Format, Quantity},
 };
 
@@ -61,10 +65,19 @@ pub fn container_status_resources(
     old: Option<&ResourceRequirements>,
 ) -> ResourceRequirements {
     let mut out = allocated.resources.clone().unwrap_or_default();
-    if !running {
-        return out;
+    if running {
+        overlay(&mut out, actual.unwrap_or_default(), old);
     }
-    let actual = actual.unwrap_or_default();
+    out
+}
+
+/// The figures read back from a running cgroup over the allocated requirements (kubelet's
+/// rules for containers and, since KEP-5419, for the pod cgroup).
+fn overlay(
+    out: &mut ResourceRequirements,
+    actual: ActualResources,
+    old: Option<&ResourceRequirements>,
+) {
     let min_shares = i64::try_from(MIN_SHARES).unwrap_or(2);
     if let Some(limits) = out.limits.as_mut() {
         let old_limits = old.and_then(|o| o.limits.as_ref());
@@ -91,13 +104,86 @@ pub fn container_status_resources(
             None => preserve(requests, "cpu", old.and_then(|o| o.requests.as_ref())),
         }
     }
+}
+
+fn k8s_list(list: resources::ResourceList) -> BTreeMap<String, K8sQuantity> {
+    list.into_iter()
+        .map(|(k, q)| (k, K8sQuantity(q.canonical())))
+        .collect()
+}
+
+/// The pod's `status.allocatedResources` (KEP-5419, with
+/// `InPlacePodLevelResourcesVerticalScaling`): kubelet's `PodRequests` of the allocated pod
+/// (pod-level requests where set, else the containers' aggregate; overhead included).
+#[must_use]
+pub fn pod_allocated_resources(allocated: &Pod) -> BTreeMap<String, K8sQuantity> {
+    k8s_list(resources::pod_requests(allocated))
+}
+
+/// The pod's `status.resources` (kubelet's `convertToAPIPodLevelResourcesStatus`): for a pod
+/// not running, its effective allocated requirements (`PodRequests`, `PodLimits`); for a
+/// running one, its pod-level requirements with the cpu request, cpu limit and memory limit
+/// of the pod cgroup (`actual`; the smallest values keep the allocated ones, as for a
+/// container) and a memory request never read from the cgroup (the pod-level one, else the
+/// aggregate). `old`: the last status's, given only while the pod was running.
+#[must_use]
+pub fn pod_status_resources(
+    allocated: &Pod,
+    running: bool,
+    actual: Option<ActualResources>,
+    old: Option<&ResourceRequirements>,
+) -> ResourceRequirements {
+    let requests = k8s_list(resources::pod_requests(allocated));
+    if !running {
+        return ResourceRequirements {
+            requests: Some(requests),
+            limits: Some(k8s_list(resources::pod_limits(allocated))),
+            ..ResourceRequirements::default()
+        };
+    }
+    let mut out = resources::pod_level(allocated).cloned().unwrap_or_default();
+    let reqs = out.requests.get_or_insert_with(BTreeMap::new);
+    match old
+        .and_then(|o| o.requests.as_ref())
+        .and_then(|r| r.get("memory"))
+    {
+        Some(m) if reqs.contains_key("memory") => {
+            reqs.insert("memory".to_owned(), m.clone());
+        }
+        _ => {
+            if let Some(m) = requests.get("memory") {
+                reqs.insert("memory".to_owned(), m.clone());
+            }
+        }
+    }
+    out.limits.get_or_insert_with(BTreeMap::new);
+    overlay(&mut out, actual.unwrap_or_default(), old);
+    for list in [&mut out.requests, &mut out.limits] {
+        if list.as_ref().is_some_and(BTreeMap::is_empty) {
+            *list = None;
+        }
+    }
     out
+}
+
+/// What the pod cgroup was last written with, as the figures kubelet reads back from it
+/// (`GetPodCgroupConfig`): cpu shares, CFS quota and period, memory limit.
+#[must_use]
+pub fn pod_cgroup_actual(v: &PodCgroupValues) -> ActualResources {
+    ActualResources::from_linux(
+        v.cpu_period_micros
+            .and_then(|p| i64::try_from(p).ok())
+            .unwrap_or(0),
+        v.cpu_quota_micros.unwrap_or(-1),
+        i64::try_from(v.cpu_shares).unwrap_or(0),
+        v.memory_limit_bytes.unwrap_or(0),
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::resources::test_pods::{container, rl};
+    use crate::policy::resources::test_pods::{container, pod, rl};
 
     #[test]
     fn status_resources_follow_the_runtime() {
@@ -133,5 +219,70 @@ mod tests {
         };
         let r = container_status_resources(&tiny, true, Some(low), None);
         assert_eq!((r.limits, r.requests), (rl("cpu=5m"), rl("cpu=1m")));
+    }
+
+    /// kubelet's `convertToAPIPodLevelResourcesStatus` and the pod's `allocatedResources`.
+    #[test]
+    fn pod_level_status_resources_follow_the_pod_cgroup() {
+        let mut p = pod(
+            "p",
+            vec![
+                container("a", "cpu=100m,memory=64Mi", ""),
+                container("b", "cpu=50m,memory=32Mi", "cpu=100m,memory=32Mi"),
+            ],
+        );
+        p.spec.as_mut().expect("spec").resources = Some(ResourceRequirements {
+            requests: rl("cpu=200m"),
+            limits: rl("cpu=500m,memory=256Mi"),
+            ..ResourceRequirements::default()
+        });
+        // allocatedResources: the pod-level cpu request, the containers' memory.
+        assert_eq!(
+            Some(pod_allocated_resources(&p)),
+            rl("cpu=200m,memory=96Mi")
+        );
+        // Not running: the effective allocated requirements (PodRequests, PodLimits).
+        let r = pod_status_resources(&p, false, None, None);
+        assert_eq!(r.requests, rl("cpu=200m,memory=96Mi"));
+        assert_eq!(r.limits, rl("cpu=500m,memory=256Mi"));
+        // Running: the pod cgroup's cpu shares, quota and memory limit (mid-resize here), the
+        // memory request from the aggregate (none at pod level).
+        let values = PodCgroupValues {
+            cpu_shares: 307,
+            cpu_weight: None,
+            cpu_quota_micros: Some(75_000),
+            cpu_period_micros: Some(100_000),
+            memory_limit_bytes: Some(300 << 20),
+            memory_min_bytes: None,
+            memory_low_bytes: None,
+            pids_limit: None,
+        };
+        let r = pod_status_resources(&p, true, Some(pod_cgroup_actual(&values)), None);
+        assert_eq!(r.requests, rl("cpu=300m,memory=96Mi"));
+        assert_eq!(r.limits, rl("cpu=750m,memory=300Mi"));
+        // Nothing read: the last status's values are kept.
+        let old = ResourceRequirements {
+            requests: rl("cpu=180m,memory=90Mi"),
+            limits: rl("cpu=400m,memory=200Mi"),
+            ..ResourceRequirements::default()
+        };
+        let r = pod_status_resources(&p, true, None, Some(&old));
+        assert_eq!(r.requests, rl("cpu=180m,memory=96Mi"));
+        assert_eq!(r.limits, rl("cpu=400m,memory=200Mi"));
+        // A pod without pod-level resources, running, without a CPU limit: its cgroup's
+        // shares as the cpu request, no cpu limit (quota unlimited).
+        let plain = pod(
+            "q",
+            vec![container("a", "cpu=100m,memory=64Mi", "memory=64Mi")],
+        );
+        let values = PodCgroupValues {
+            cpu_shares: 102,
+            cpu_quota_micros: None,
+            memory_limit_bytes: Some(64 << 20),
+            ..values
+        };
+        let r = pod_status_resources(&plain, true, Some(pod_cgroup_actual(&values)), None);
+        assert_eq!(r.requests, rl("cpu=100m,memory=64Mi"));
+        assert_eq!(r.limits, rl("memory=64Mi"));
     }
 }

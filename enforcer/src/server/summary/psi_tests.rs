@@ -40,15 +40,18 @@ fn the_node_its_pods_and_containers_carry_their_own_pressure() {
         (String::new(), pressure(1)),
         ("/kubepods/podu1".to_owned(), pressure(2)),
         ("/kubepods/podu1/c1".to_owned(), pressure(3)),
+        ("/kubepods".to_owned(), pressure(4)),
     ]);
     let s = serde_json::to_value(summarize(&r, "n1", None)).expect("json");
     let node = &s["node"];
     let pod = &s["pods"][0];
     let container = &pod["containers"][0];
+    let pods = &node["systemContainers"][0];
     for (who, v, n) in [
         ("node", node, 1),
         ("pod", pod, 2),
         ("container", container, 3),
+        ("the pods system container", pods, 4),
     ] {
         assert_eq!(v["cpu"]["psi"]["some"]["total"], 10 * n, "{who}: {v}");
         assert_eq!(v["cpu"]["psi"]["full"]["total"], 5 * n, "{who}");
@@ -64,8 +67,7 @@ fn the_node_its_pods_and_containers_carry_their_own_pressure() {
             "some": {"total": 12, "avg10": 1.5, "avg60": 0.5, "avg300": 0.25},
         })
     );
-    // The `pods` system container's pressure is not read: none rather than the node's.
-    assert!(node["systemContainers"][0]["memory"].get("psi").is_none());
+    assert_eq!(pods["name"], "pods");
 }
 
 /// cgroup v1 (or `psi=0`): no `psi` and no `io` anywhere, as kubelet serves it.
