@@ -678,6 +678,19 @@ async fn pod_status_is_written_back_and_graceful_deletion_completes() {
     assert_eq!(c["image"], "busybox:local");
     assert!(c["imageID"].as_str().is_some_and(|i| !i.is_empty()), "{c}");
     assert_eq!((&c["ready"], &c["started"]), (&json!(true), &json!(true)));
+    // What kubelet reports of resources since in-place resize: the container's allocated
+    // requests and what it runs with; the pod's own (KEP-5419, on by default in 1.36).
+    assert_eq!(c["allocatedResources"], json!({"memory": "10Mi"}), "{c}");
+    assert_eq!(
+        c["resources"],
+        json!({"requests": {"memory": "10Mi"}}),
+        "{c}"
+    );
+    assert_eq!(st["allocatedResources"], json!({"memory": "10Mi"}), "{st}");
+    assert_eq!(
+        st["resources"]["requests"]["memory"], "10Mi",
+        "the pod-level status resources: {st}"
+    );
     for kind in ["PodScheduled", "Initialized", "ContainersReady", "Ready"] {
         let cond = condition(&pod, kind).unwrap_or_else(|| panic!("{kind} in {st}"));
         assert_eq!(cond["status"], "True", "{kind}: {st}");

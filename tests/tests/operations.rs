@@ -667,6 +667,25 @@ async fn every_endpoint_of_a_running_daemon_parses() {
             "promtool check metrics {path}:\n{problems}"
         );
     }
+    // cAdvisor's root filesystems (this machine's root is a block device's ext4) and the
+    // container's last-seen time.
+    let cadvisor = get(addr, "/metrics/cadvisor").text();
+    let root_fs = cadvisor
+        .lines()
+        .find(|l| {
+            l.starts_with("container_fs_usage_bytes{container=\"\",device=\"/dev/")
+                && l.contains("id=\"/\"")
+        })
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|v| v.parse::<f64>().ok());
+    assert!(root_fs.is_some_and(|b| b > 0.0), "{cadvisor}");
+    assert!(
+        cadvisor
+            .lines()
+            .any(|l| l.starts_with("container_last_seen{container=\"app\"")
+                && l.contains("pod=\"web")),
+        "{cadvisor}"
+    );
     // /metrics/probes: the readiness probe's successes, kubelet's labels.
     let probes = get(addr, "/metrics/probes").text();
     let successes = probes
