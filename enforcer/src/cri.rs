@@ -25,6 +25,7 @@ pub mod gc;
 pub mod images;
 pub mod limit;
 pub(crate) mod relist;
+pub mod sandbox_resources;
 pub mod spec;
 mod stream;
 
@@ -191,6 +192,15 @@ pub trait ContainerRuntime: Send + Sync + 'static {
                 message: "this runtime cannot exec in containers".to_owned(),
             })
         }
+    }
+    /// `UpdatePodSandboxResources` (an in-place resize's pod cgroup change). A runtime without
+    /// it accepts and ignores the update.
+    fn update_pod_sandbox_resources(
+        &self,
+        request: sandbox_resources::UpdatePodSandboxResourcesRequest,
+    ) -> impl Future<Output = Result<(), CriError>> + Send {
+        let _ = request;
+        async { Ok(()) }
     }
     /// `UpdateContainerResources` (the CPU manager's cpusets). A runtime without it accepts
     /// and ignores the update.
@@ -385,13 +395,39 @@ impl CriRuntime {
         F: FnOnce(RuntimeServiceClient<Channel>, ImageServiceClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        let fut = |ch: Channel| {
+            f(
+                RuntimeServiceClient::new(ch.clone()),
+                ImageServiceClient::new(ch),
+            )
+        };
+        self.call_on(op, id, extra, fut).await
+    }
+
+    /// [`Self::call`] on the channel itself (calls the generated clients lack).
+    async fn call_channel<T, F, Fut>(&self, op: &'static str, id: &str, f: F) -> Result<T, CriError>
+    where
+        F: FnOnce(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.call_on(op, id, Duration::ZERO, f).await
+    }
+
+    async fn call_on<T, F, Fut>(
+        &self,
+        op: &'static str,
+        id: &str,
+        extra: Duration,
+        f: F,
+    ) -> Result<T, CriError>
+    where
+        F: FnOnce(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
         let timer = crate::metrics::global().runtime_operation(op);
         let ch = self.channel().await?;
         let after = self.timeout + extra;
-        let fut = f(
-            RuntimeServiceClient::new(ch.clone()),
-            ImageServiceClient::new(ch),
-        );
+        let fut = f(ch);
         match tokio::time::timeout(after, fut).await {
             Ok(Ok(resp)) => Ok(timer.ok(resp.into_inner())),
             Ok(Err(status)) => {
@@ -775,6 +811,13 @@ impl ContainerRuntime for CriRuntime {
             .status_config()
             .await?
             .and_then(|v| containerd_cgroup_driver(&v)))
+    }
+
+    async fn update_pod_sandbox_resources(
+        &self,
+        request: sandbox_resources::UpdatePodSandboxResourcesRequest,
+    ) -> Result<(), CriError> {
+        self.send_pod_sandbox_resources(request).await
     }
 
     async fn update_container_resources(

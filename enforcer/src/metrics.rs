@@ -418,6 +418,7 @@ pub fn operation_type(method: &str) -> &'static str {
         "ListContainers" => "list_containers",
         "ContainerStatus" => "container_status",
         "UpdateContainerResources" => "update_container_resources",
+        "UpdatePodSandboxResources" => "update_podsandbox_resources",
         "ExecSync" => "exec_sync",
         "Status" => "status",
         "ListImages" => "list_images",

@@ -688,8 +688,9 @@ async fn in_place_resize_changes_running_containers_without_a_restart() {
 /// memory limit 96Mi -> 160Mi and cpu 300m -> 500m is taken in place, read back from the real
 /// cgroup files: the pod cgroup's memory limit and CFS quota, `app`'s inherited ones (same
 /// container, no restart), `db`'s untouched; the allocation checkpointed with its
-/// `PodLevelResources`. With MemoryQoS off, on cgroup v2, `app`'s stale `memory.high` is
-/// `max` after the resize (kubelet 1.37's rollback).
+/// `PodLevelResources`; the runtime told of each pod cgroup change (`UpdatePodSandboxResources`).
+/// With MemoryQoS off, on cgroup v2, `app`'s stale `memory.high` is `max` after the resize
+/// (kubelet 1.37's rollback).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_level_resize_is_taken_in_place() {
     let cd = Containerd::start("plr");
@@ -762,6 +763,23 @@ async fn a_pod_level_resize_is_taken_in_place() {
             "the stale memory.high cleared by the resize"
         );
     }
+    // The runtime was told of each pod cgroup change (CRI UpdatePodSandboxResources, kubelet
+    // 1.36's order); containerd 1.x answers Unimplemented, which rejects nothing.
+    let metrics =
+        enforcer::metrics::encode(&[enforcer::metrics::global().registry()]).expect("metrics");
+    let told = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with(
+                "kubelet_runtime_operations_total{operation_type=\"update_podsandbox_resources\"}",
+            )
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok());
+    assert!(
+        told.is_some_and(|n| n >= 2.0),
+        "the memory and the cpu steps told the runtime: {told:?}"
+    );
     let text = read(&state.join("allocated_pods_state"));
     let alloc = enforcer::policy::resize::checkpoint::from_json(&text).expect("checkpoint");
     let pod_level = alloc[uid].pod.as_ref().expect("PodLevelResources");

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 
 use super::{PodWorker, RUNNING, WorkerError, name_of};
 use crate::{
-    cri::{ContainerRuntime, spec},
+    cri::{ContainerRuntime, sandbox_resources, spec},
     policy::{
         pod_status::Condition,
         resize::{
@@ -149,24 +149,30 @@ impl<R: ContainerRuntime> PodWorker<R> {
                 return Ok(current);
             }
         };
+        let sandbox = containers
+            .iter()
+            .find(|c| c.state == RUNNING)
+            .map(|c| c.pod_sandbox_id.clone())
+            .unwrap_or_default();
         let mut values = current.clone();
         for step in steps {
-            match step {
+            let mut next = values.clone();
+            let resource = match step {
                 ResizeStep::PodMemoryLimit(_) => {
-                    values.memory_limit_bytes = target.memory_limit_bytes;
-                    values.memory_min_bytes = target.memory_min_bytes;
-                    values.memory_low_bytes = target.memory_low_bytes;
-                    self.write_pod_values(qos, &values)?;
+                    next.memory_limit_bytes = target.memory_limit_bytes;
+                    next.memory_min_bytes = target.memory_min_bytes;
+                    next.memory_low_bytes = target.memory_low_bytes;
+                    "memory"
                 }
                 ResizeStep::PodCpuQuota(_) => {
-                    values.cpu_quota_micros = target.cpu_quota_micros;
-                    values.cpu_period_micros = target.cpu_period_micros;
-                    self.write_pod_values(qos, &values)?;
+                    next.cpu_quota_micros = target.cpu_quota_micros;
+                    next.cpu_period_micros = target.cpu_period_micros;
+                    "cpu"
                 }
                 ResizeStep::PodCpuShares(_) => {
-                    values.cpu_shares = target.cpu_shares;
-                    values.cpu_weight = target.cpu_weight;
-                    self.write_pod_values(qos, &values)?;
+                    next.cpu_shares = target.cpu_shares;
+                    next.cpu_weight = target.cpu_weight;
+                    "cpu"
                 }
                 ResizeStep::Containers { memory, names } => {
                     for name in names {
@@ -181,8 +187,28 @@ impl<R: ContainerRuntime> PodWorker<R> {
                             return Ok(values);
                         }
                     }
+                    continue;
                 }
+            };
+            // kubelet 1.36's `setPodCgroupConfig`: the runtime told first (a refusal rejects
+            // the step), then the pod cgroup written (the runtime told again of the values
+            // kept if that fails).
+            if let Err(e) = self.tell_sandbox(pod, &sandbox, &next).await {
+                let e = format!(
+                    "failed to notify runtime for UpdatePodSandboxResources (resource={resource}); resize rejected: {e}"
+                );
+                tracing::warn!(uid = %self.uid, error = %e, "pod resize: retrying");
+                self.resize.error = Some(e);
+                self.resize.pod_values = Some(values.clone());
+                return Ok(values);
             }
+            if let Err(e) = self.write_pod_values(qos, &next) {
+                if let Err(back) = self.tell_sandbox(pod, &sandbox, &values).await {
+                    tracing::warn!(uid = %self.uid, error = %back, "telling the runtime the pod's resources kept");
+                }
+                return Err(e);
+            }
+            values = next;
         }
         tracing::info!(uid = %self.uid, restarts = plan.restart.len(), "pod resize actuated");
         let st = &mut self.resize;
@@ -195,6 +221,31 @@ impl<R: ContainerRuntime> PodWorker<R> {
     /// Remembers the pod cgroup's values written by the sync itself.
     pub(super) fn pod_values_written(&mut self, values: &PodCgroupValues) {
         self.resize.pod_values = Some(values.clone());
+    }
+
+    /// CRI `UpdatePodSandboxResources` with the pod cgroup's `values`; a runtime without the
+    /// call (`Unimplemented`, as containerd before 2.0) is not an error.
+    async fn tell_sandbox(
+        &self,
+        pod: &Pod,
+        sandbox: &str,
+        values: &PodCgroupValues,
+    ) -> Result<(), crate::cri::CriError> {
+        if sandbox.is_empty() {
+            return Ok(());
+        }
+        let period = self.ctx.cgroups.options().cpu_period_us;
+        let req = sandbox_resources::request(sandbox, pod, values, period);
+        match self.ctx.runtime.update_pod_sandbox_resources(req).await {
+            Err(crate::cri::CriError::Status {
+                code: tonic::Code::Unimplemented,
+                ..
+            }) => {
+                tracing::debug!(uid = %self.uid, "the runtime has no UpdatePodSandboxResources");
+                Ok(())
+            }
+            other => other,
+        }
     }
 
     fn write_pod_values(
