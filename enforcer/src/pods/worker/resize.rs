@@ -156,57 +156,28 @@ impl<R: ContainerRuntime> PodWorker<R> {
             .unwrap_or_default();
         let mut values = current.clone();
         for step in steps {
-            let mut next = values.clone();
-            let resource = match step {
-                ResizeStep::PodMemoryLimit(_) => {
-                    next.memory_limit_bytes = target.memory_limit_bytes;
-                    next.memory_min_bytes = target.memory_min_bytes;
-                    next.memory_low_bytes = target.memory_low_bytes;
-                    "memory"
-                }
-                ResizeStep::PodCpuQuota(_) => {
-                    next.cpu_quota_micros = target.cpu_quota_micros;
-                    next.cpu_period_micros = target.cpu_period_micros;
-                    "cpu"
-                }
-                ResizeStep::PodCpuShares(_) => {
-                    next.cpu_shares = target.cpu_shares;
-                    next.cpu_weight = target.cpu_weight;
-                    "cpu"
-                }
-                ResizeStep::Containers { memory, names } => {
-                    for name in names {
-                        let Some((id, actuated, def)) = running.get_mut(&name) else {
-                            continue;
-                        };
-                        if let Err(e) = self.update_container(pod, id, actuated, def, memory).await
-                        {
-                            tracing::warn!(uid = %self.uid, container = %name, error = %e, "pod resize: updating a container failed; retrying");
-                            self.resize.error = Some(e.to_string());
-                            self.resize.pod_values = Some(values.clone());
-                            return Ok(values);
-                        }
+            if let ResizeStep::Containers { memory, names } = step {
+                for name in names {
+                    let Some((id, actuated, def)) = running.get_mut(&name) else {
+                        continue;
+                    };
+                    if let Err(e) = self.update_container(pod, id, actuated, def, memory).await {
+                        tracing::warn!(uid = %self.uid, container = %name, error = %e, "pod resize: updating a container failed; retrying");
+                        self.resize.error = Some(e.to_string());
+                        self.resize.pod_values = Some(values.clone());
+                        return Ok(values);
                     }
-                    continue;
                 }
-            };
-            // kubelet 1.36's `setPodCgroupConfig`: the runtime told first (a refusal rejects
-            // the step), then the pod cgroup written (the runtime told again of the values
-            // kept if that fails).
-            if let Err(e) = self.tell_sandbox(pod, &sandbox, &next).await {
-                let e = format!(
-                    "failed to notify runtime for UpdatePodSandboxResources (resource={resource}); resize rejected: {e}"
-                );
-                tracing::warn!(uid = %self.uid, error = %e, "pod resize: retrying");
-                self.resize.error = Some(e);
-                self.resize.pod_values = Some(values.clone());
-                return Ok(values);
+                continue;
             }
-            if let Err(e) = self.write_pod_values(qos, &next) {
-                if let Err(back) = self.tell_sandbox(pod, &sandbox, &values).await {
-                    tracing::warn!(uid = %self.uid, error = %back, "telling the runtime the pod's resources kept");
-                }
-                return Err(e);
+            let Some((next, resource)) = pod_step(&step, &values, target) else {
+                continue;
+            };
+            if !self
+                .set_pod_values(pod, qos, &sandbox, (&values, &next), resource)
+                .await?
+            {
+                return Ok(values);
             }
             values = next;
         }
@@ -221,6 +192,35 @@ impl<R: ContainerRuntime> PodWorker<R> {
     /// Remembers the pod cgroup's values written by the sync itself.
     pub(super) fn pod_values_written(&mut self, values: &PodCgroupValues) {
         self.resize.pod_values = Some(values.clone());
+    }
+
+    /// kubelet 1.36's `setPodCgroupConfig` for one step, `(values, next)`: the runtime told
+    /// first (a refusal rejects the step: false, the error kept for the status), then the pod
+    /// cgroup written (the runtime told again of the values kept if that fails).
+    async fn set_pod_values(
+        &mut self,
+        pod: &Pod,
+        qos: spec::Qos,
+        sandbox: &str,
+        (values, next): (&PodCgroupValues, &PodCgroupValues),
+        resource: &str,
+    ) -> Result<bool, WorkerError> {
+        if let Err(e) = self.tell_sandbox(pod, sandbox, next).await {
+            let e = format!(
+                "failed to notify runtime for UpdatePodSandboxResources (resource={resource}); resize rejected: {e}"
+            );
+            tracing::warn!(uid = %self.uid, error = %e, "pod resize: retrying");
+            self.resize.error = Some(e);
+            self.resize.pod_values = Some(values.clone());
+            return Ok(false);
+        }
+        if let Err(e) = self.write_pod_values(qos, next) {
+            if let Err(back) = self.tell_sandbox(pod, sandbox, values).await {
+                tracing::warn!(uid = %self.uid, error = %back, "telling the runtime the pod's resources kept");
+            }
+            return Err(e);
+        }
+        Ok(true)
     }
 
     /// CRI `UpdatePodSandboxResources` with the pod cgroup's `values`; a runtime without the
@@ -298,4 +298,34 @@ impl<R: ContainerRuntime> PodWorker<R> {
         self.resize.actuated.insert(id.to_owned(), next);
         Ok(())
     }
+}
+
+/// The pod cgroup's values after one of its steps (`None` for a containers' step), and the
+/// resource it changes.
+fn pod_step(
+    step: &ResizeStep,
+    values: &PodCgroupValues,
+    target: &PodCgroupValues,
+) -> Option<(PodCgroupValues, &'static str)> {
+    let mut next = values.clone();
+    let resource = match step {
+        ResizeStep::PodMemoryLimit(_) => {
+            next.memory_limit_bytes = target.memory_limit_bytes;
+            next.memory_min_bytes = target.memory_min_bytes;
+            next.memory_low_bytes = target.memory_low_bytes;
+            "memory"
+        }
+        ResizeStep::PodCpuQuota(_) => {
+            next.cpu_quota_micros = target.cpu_quota_micros;
+            next.cpu_period_micros = target.cpu_period_micros;
+            "cpu"
+        }
+        ResizeStep::PodCpuShares(_) => {
+            next.cpu_shares = target.cpu_shares;
+            next.cpu_weight = target.cpu_weight;
+            "cpu"
+        }
+        ResizeStep::Containers { .. } => return None,
+    };
+    Some((next, resource))
 }
