@@ -155,11 +155,11 @@ pub fn node_name() -> String {
 }
 
 /// The version the node reports as `kubeletVersion`: kubelet's minor it follows, with the
-/// enforcer's own version as build metadata (`v1.34.0+enforcer.0.1.0`), which semver parsers
+/// enforcer's own version as build metadata (`v1.37.0+enforcer.0.1.0`), which semver parsers
 /// (and `kubectl get nodes`) accept.
 #[must_use]
 pub fn kubelet_version() -> String {
-    format!("v1.34.0+enforcer.{}", env!("CARGO_PKG_VERSION"))
+    format!("v1.37.0+enforcer.{}", env!("CARGO_PKG_VERSION"))
 }
 
 /// `--node-ip`, set once at the daemon's start: [`node_ip`] answers it.

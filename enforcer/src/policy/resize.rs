@@ -680,20 +680,25 @@ fn validate_pod_level_resize(old: &Pod, new: &Pod) -> Vec<String> {
             .chain(b.iter())
             .any(|(k, _)| k != "cpu" && k != "memory" && a.get(k) != b.get(k))
     };
-    if changed_other(&or, &nr) || changed_other(&ol, &nl) {
-        errs.push("spec.resources: Forbidden: only cpu and memory resources are mutable".into());
+    // kubelet 1.36's `validatePodLevelResourcesResize` (its wording as ported from v1.36).
+    let removed = |a: &ResourceList, b: &ResourceList| {
+        ["cpu", "memory"]
+            .iter()
+            .any(|r| a.contains_key(*r) && !b.contains_key(*r))
+    };
+    if removed(&or, &nr) {
+        errs.push(
+            "spec.resources.requests: Forbidden: pod-level resource requests cannot be removed"
+                .into(),
+        );
     }
-    for r in ["cpu", "memory"] {
-        if or.contains_key(r) && !nr.contains_key(r) {
-            errs.push(format!(
-                "spec.resources.requests[{r}]: Forbidden: resource requests cannot be removed"
-            ));
-        }
-        if ol.contains_key(r) && !nl.contains_key(r) {
-            errs.push(format!(
-                "spec.resources.limits[{r}]: Forbidden: resource limits cannot be removed"
-            ));
-        }
+    if removed(&ol, &nl) {
+        errs.push(
+            "spec.resources.limits: Forbidden: pod-level resource limits cannot be removed".into(),
+        );
+    }
+    if changed_other(&or, &nr) || changed_other(&ol, &nl) {
+        errs.push("spec: Forbidden: only cpu and memory resources are mutable at pod-level".into());
     }
     errs
 }

@@ -171,7 +171,7 @@ fn pod_level_resize_validation() {
     let no_limit = with_pod_level(old.clone(), "cpu=1,memory=1Gi", "cpu=2");
     assert_eq!(
         validate_resize(&old, &no_limit),
-        ["spec.resources.limits[memory]: Forbidden: resource limits cannot be removed"]
+        ["spec.resources.limits: Forbidden: pod-level resource limits cannot be removed"]
     );
     let pages = with_pod_level(
         old.clone(),
@@ -180,7 +180,7 @@ fn pod_level_resize_validation() {
     );
     assert_eq!(
         validate_resize(&old, &pages),
-        ["spec.resources: Forbidden: only cpu and memory resources are mutable"]
+        ["spec: Forbidden: only cpu and memory resources are mutable at pod-level"]
     );
 }
 
