@@ -30,6 +30,7 @@ pub mod figures;
 pub mod filesystems;
 pub mod network;
 mod node_memory;
+pub mod processes;
 pub mod psi;
 mod usage;
 

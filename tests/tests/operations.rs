@@ -686,6 +686,24 @@ async fn every_endpoint_of_a_running_daemon_parses() {
                 && l.contains("pod=\"web")),
         "{cadvisor}"
     );
+    // cAdvisor's process families: the container's own process, its descriptors.
+    let of_app = |family: &str| {
+        cadvisor
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!("{family}{{container=\"app\"")) && l.contains("pod=\"web")
+            })
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    assert!(
+        of_app("container_processes").is_some_and(|n| n >= 1.0),
+        "{cadvisor}"
+    );
+    assert!(
+        of_app("container_file_descriptors").is_some_and(|n| n >= 1.0),
+        "{cadvisor}"
+    );
     // /metrics/probes: the readiness probe's successes, kubelet's labels.
     let probes = get(addr, "/metrics/probes").text();
     let successes = probes

@@ -452,8 +452,9 @@ async fn disk_pressure_reclaims_dead_containers_first_then_evicts_the_biggest_wr
 /// over (the test binary, through a hostPath), so its page cache is reclaimed on every read:
 /// its tasks stall on memory. On cgroup v2 (the VM tier): the pod's and its container's
 /// `memory.psi.some.total` grow past zero and stay at or below what the cgroup's own
-/// `memory.pressure` says afterwards; the node, the pod and the container carry `cpu.psi`,
-/// `memory.psi` and `io.psi`; cAdvisor's `container_pressure_memory_waiting_seconds_total`
+/// `memory.pressure` says afterwards; the node, the pod, the container and the `pods` system
+/// container (kubepods, with the pod's stall in it) carry `cpu.psi`, `memory.psi` and `io.psi`;
+/// cAdvisor's `container_pressure_memory_waiting_seconds_total`
 /// for the pod is above zero. On cgroup v1 (this host): none of it, as kubelet serves none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn memory_pressure_of_a_pod_is_in_its_psi_in_the_summary_and_cadvisor() {
@@ -544,10 +545,15 @@ async fn memory_pressure_of_a_pod_is_in_its_psi_in_the_summary_and_cadvisor() {
         "served {served} µs, the cgroup's file says {} afterwards",
         now.some.total
     );
+    // kubelet's `pods` system container is the kubepods cgroup: the pod's stall is in it.
+    let pods = &s["node"]["systemContainers"][0];
+    assert_eq!(pods["name"], "pods");
+    assert!(total(pods).is_some_and(|t| t > 0), "pods: {pods}");
     for (who, v) in [
         ("node", &s["node"]),
         ("pod", &p),
         ("container", &p["containers"][0]),
+        ("the pods system container", pods),
     ] {
         for key in ["cpu", "memory"] {
             assert!(

@@ -11,10 +11,11 @@
 //! spec families ([`SPEC`], untimestamped), the six
 //! `container_pressure_{cpu,memory,io}_{stalled,waiting}_seconds_total` (cgroup v2 only, as
 //! kubelet registers them only where PSI is on), the filesystem families ([`fs`]: block I/O by
-//! device, the root's filesystems), `container_last_seen`, `machine_cpu_cores`,
-//! `machine_memory_bytes`.
+//! device, the root's filesystems), the process families ([`processes`]),
+//! `container_last_seen`, `machine_cpu_cores`, `machine_memory_bytes`.
 
 mod fs;
+mod processes;
 
 use axum::{extract::State, http::StatusCode, response::Response};
 use prometheus_client::{metrics::family::Family, registry::Registry};
@@ -510,7 +511,11 @@ fn machine(r: &Reading) -> Registry {
 /// machine families.
 fn page(r: &Reading) -> Result<String, std::fmt::Error> {
     let cgroups = cgroups(r);
-    let stats = crate::metrics::encode(&[&stats(r, &cgroups), &fs::families(r, &cgroups)])?;
+    let stats = crate::metrics::encode(&[
+        &stats(r, &cgroups),
+        &fs::families(r, &cgroups),
+        &processes::families(r, &cgroups),
+    ])?;
     let stats = super::resource::timestamped(&stats, r.at_nanos);
     let machine = crate::metrics::encode(&[&spec(r, &cgroups), &machine(r)])?;
     Ok(format!(
@@ -674,6 +679,14 @@ mod tests {
                         ),
                         ((9, 9), DeviceIo::default()),
                     ]),
+                    processes: Some(crate::stats::processes::Processes {
+                        processes: 2,
+                        fds: 9,
+                        sockets: 3,
+                        threads: Some(4),
+                        threads_max: Some(0),
+                        max_open_files: Some(1024),
+                    }),
                 },
             ),
             (
@@ -709,6 +722,12 @@ mod tests {
             format!("container_fs_limit_bytes{root} 1000.0 1767225600.000\n"),
             format!("container_fs_inodes_free{root} 7.0 1767225600.000\n"),
             format!("container_last_seen{ctr} 1767225600.0 1767225600.000\n"),
+            format!("container_processes{ctr} 2.0 1767225600.000\n"),
+            format!("container_file_descriptors{ctr} 9.0 1767225600.000\n"),
+            format!("container_sockets{ctr} 3.0 1767225600.000\n"),
+            format!("container_threads{ctr} 4.0 1767225600.000\n"),
+            format!("container_threads_max{ctr} 0.0 1767225600.000\n"),
+            "container_ulimits_soft{container=\"app\",id=\"/kubepods/podu1/c1\",image=\"busybox\",name=\"c1\",namespace=\"default\",pod=\"web\",ulimit=\"max_open_files\"} 1024.0 1767225600.000\n".to_owned(),
             format!("container_spec_memory_reservation_limit_bytes{ctr} 16777216.0\n"),
             format!("container_memory_usage_bytes{ctr} 4096.0 1767225600.000\n"),
             format!("container_memory_rss{ctr} 1024.0 1767225600.000\n"),

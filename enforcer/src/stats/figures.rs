@@ -11,7 +11,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use super::disk_io::{self, DeviceIo, DeviceNumber};
+use super::{
+    disk_io::{self, DeviceIo, DeviceNumber},
+    processes::{self, Processes},
+};
 use crate::cgroup::{CgroupLayout, CgroupVersion, paths};
 
 /// A cgroup's figures; each `None` where its file is absent or unreadable.
@@ -25,6 +28,8 @@ pub struct Figures {
     pub spec: Spec,
     /// Block I/O by device ([`disk_io`]).
     pub io: BTreeMap<DeviceNumber, DeviceIo>,
+    /// Its own processes ([`processes`]).
+    pub processes: Option<Processes>,
 }
 
 /// A cgroup's spec as cAdvisor reads it; `None` where unread or unlimited (a quota of `max`).
@@ -137,6 +142,10 @@ pub fn read(layout: &CgroupLayout, rel: &str, id: Option<&str>) -> Figures {
             .ok()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map(|d| d.as_secs_f64());
+    }
+    if let Some((dir, _)) = dir_of(layout, "memory", rel, id) {
+        let pids = dir_of(layout, "pids", rel, id).map(|(d, _)| d);
+        out.processes = processes::read(&dir, pids.as_deref(), Path::new("/proc"));
     }
     if let Some((dir, version)) =
         dir_of(layout, "io", rel, id).or_else(|| dir_of(layout, "blkio", rel, id))
