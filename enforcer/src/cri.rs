@@ -404,15 +404,7 @@ impl CriRuntime {
         self.call_on(op, id, extra, fut).await
     }
 
-    /// [`Self::call`] on the channel itself (calls the generated clients lack).
-    async fn call_channel<T, F, Fut>(&self, op: &'static str, id: &str, f: F) -> Result<T, CriError>
-    where
-        F: FnOnce(Channel) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
-    {
-        self.call_on(op, id, Duration::ZERO, f).await
-    }
-
+    /// [`Self::call`] on the channel itself (also for calls the generated clients lack).
     async fn call_on<T, F, Fut>(
         &self,
         op: &'static str,

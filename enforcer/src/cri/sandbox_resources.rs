@@ -91,7 +91,8 @@ impl CriRuntime {
         request: UpdatePodSandboxResourcesRequest,
     ) -> Result<(), CriError> {
         let id = request.pod_sandbox_id.clone();
-        self.call_channel("UpdatePodSandboxResources", &id, |ch| async move {
+        let op = "UpdatePodSandboxResources";
+        self.call_on(op, &id, std::time::Duration::ZERO, |ch| async move {
             let mut grpc = tonic::client::Grpc::new(ch);
             grpc.ready().await.map_err(|e| {
                 tonic::Status::unavailable(format!("transport: service not ready: {e}"))
