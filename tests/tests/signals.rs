@@ -887,7 +887,15 @@ async fn the_crossing_check_reports_the_crossing_charge_once_per_arming() {
         "the record comes at the crossing charge: {} KiB past",
         (usage - level) >> 10
     );
-    assert_eq!(s.pid, Some(child.id()), "the charging task is the hog");
+    // The charging task: the hog, or (rarely, seen once on a loaded CI machine) this test's
+    // own process, charging a page to the pod's cgroup in its context; never another.
+    assert!(
+        s.pid == Some(child.id()) || s.pid == Some(std::process::id()),
+        "the charging task is the hog ({}) or this test ({}): {:?}",
+        child.id(),
+        std::process::id(),
+        s.pid
+    );
     assert_eq!(levels.current().expect("the level").armed, 0, "disarmed");
     // Disarmed: the hog grows past 16 MiB more with no record.
     wait_until_usage(&watched.dir, first + 24 * MIB).await;

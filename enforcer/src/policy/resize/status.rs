@@ -125,7 +125,8 @@ pub fn pod_allocated_resources(allocated: &Pod) -> BTreeMap<String, K8sQuantity>
 /// running one, its pod-level requirements with the cpu request, cpu limit and memory limit
 /// of the pod cgroup (`actual`; the smallest values keep the allocated ones, as for a
 /// container) and a memory request never read from the cgroup (the pod-level one, else the
-/// aggregate). `old`: the last status's, given only while the pod was running.
+/// aggregate). A value not read keeps the last status's (`old`, given only while the pod was
+/// running), else the allocated one with the pod's overhead added (a limit only when set).
 #[must_use]
 pub fn pod_status_resources(
     allocated: &Pod,
@@ -133,36 +134,69 @@ pub fn pod_status_resources(
     actual: Option<ActualResources>,
     old: Option<&ResourceRequirements>,
 ) -> ResourceRequirements {
-    let requests = k8s_list(resources::pod_requests(allocated));
     if !running {
         return ResourceRequirements {
-            requests: Some(requests),
+            requests: Some(k8s_list(resources::pod_requests(allocated))),
             limits: Some(k8s_list(resources::pod_limits(allocated))),
             ..ResourceRequirements::default()
         };
     }
-    let mut out = resources::pod_level(allocated).cloned().unwrap_or_default();
-    let reqs = out.requests.get_or_insert_with(BTreeMap::new);
-    match old
-        .and_then(|o| o.requests.as_ref())
-        .and_then(|r| r.get("memory"))
-    {
-        Some(m) if reqs.contains_key("memory") => {
-            reqs.insert("memory".to_owned(), m.clone());
+    let overhead = allocated.spec.as_ref().and_then(|s| s.overhead.as_ref());
+    // kubelet's `preserveOldResourcesValue`.
+    let preserve = |name: &str,
+                    old: Option<&BTreeMap<String, K8sQuantity>>,
+                    list: &mut BTreeMap<String, K8sQuantity>,
+                    is_limit: bool| {
+        if let Some(v) = old.and_then(|o| o.get(name)) {
+            list.insert(name.to_owned(), v.clone());
+            return;
         }
-        _ => {
-            if let Some(m) = requests.get("memory") {
-                reqs.insert("memory".to_owned(), m.clone());
+        if let (Some(v), Some(o)) = (list.get(name), overhead.and_then(|o| o.get(name))) {
+            let v = resources::lenient(v);
+            if !is_limit || !v.is_zero() {
+                let sum = v.saturating_add(resources::lenient(o));
+                list.insert(name.to_owned(), K8sQuantity(sum.canonical()));
             }
         }
-    }
-    out.limits.get_or_insert_with(BTreeMap::new);
-    overlay(&mut out, actual.unwrap_or_default(), old);
-    for list in [&mut out.requests, &mut out.limits] {
-        if list.as_ref().is_some_and(BTreeMap::is_empty) {
-            *list = None;
+    };
+    let (old_requests, old_limits) = (
+        old.and_then(|o| o.requests.as_ref()),
+        old.and_then(|o| o.limits.as_ref()),
+    );
+    let mut out = resources::pod_level(allocated).cloned().unwrap_or_default();
+    let mut requests = out.requests.take().unwrap_or_default();
+    let mut limits = out.limits.take().unwrap_or_default();
+    let actual = actual.unwrap_or_default();
+    let min_shares = i64::try_from(MIN_SHARES).unwrap_or(2);
+    match actual.cpu_request {
+        Some(m) => {
+            if m > min_shares || milli_of(&requests, "cpu") > min_shares {
+                requests.insert("cpu".to_owned(), milli(m));
+            }
         }
+        None => preserve("cpu", old_requests, &mut requests, false),
     }
+    if requests.contains_key("memory") {
+        preserve("memory", old_requests, &mut requests, false);
+    } else if let Some(m) = resources::pod_requests(allocated).get("memory") {
+        requests.insert("memory".to_owned(), K8sQuantity(m.canonical()));
+    }
+    match actual.cpu_limit {
+        Some(m) => {
+            if m > MIN_MILLI_CPU_LIMIT || milli_of(&limits, "cpu") > MIN_MILLI_CPU_LIMIT {
+                limits.insert("cpu".to_owned(), milli(m));
+            }
+        }
+        None => preserve("cpu", old_limits, &mut limits, true),
+    }
+    match actual.memory_limit {
+        Some(b) => {
+            limits.insert("memory".to_owned(), bytes(b));
+        }
+        None => preserve("memory", old_limits, &mut limits, true),
+    }
+    out.requests = (!requests.is_empty()).then_some(requests);
+    out.limits = (!limits.is_empty()).then_some(limits);
     out
 }
 
@@ -284,5 +318,39 @@ mod tests {
         let r = pod_status_resources(&plain, true, Some(pod_cgroup_actual(&values)), None);
         assert_eq!(r.requests, rl("cpu=100m,memory=64Mi"));
         assert_eq!(r.limits, rl("memory=64Mi"));
+    }
+
+    /// kubelet's `TestConvertToAPIPodLevelResourcesStatus` (both rows: the pod cgroup's config
+    /// cannot be read): a running pod's pod-level requirements with its overhead added, or the
+    /// last status's values without adding it again.
+    #[test]
+    fn kubelets_convert_to_api_pod_level_resources_status() {
+        let mut p = pod("p", vec![container("c", "", "")]);
+        let spec = p.spec.as_mut().expect("spec");
+        spec.resources = Some(ResourceRequirements {
+            requests: rl("cpu=1,memory=1Gi"),
+            limits: rl("cpu=2,memory=2Gi"),
+            ..ResourceRequirements::default()
+        });
+        spec.overhead = rl("cpu=500m,memory=200Mi");
+        let value = |r: &Option<BTreeMap<String, K8sQuantity>>, k: &str| {
+            r.as_ref()
+                .and_then(|m| m.get(k))
+                .map(|q| resources::lenient(q).milli_value())
+        };
+        // "running pod with overhead adds overhead to fallback requests and limits"
+        let r = pod_status_resources(&p, true, None, None);
+        assert_eq!(value(&r.requests, "cpu"), Some(1500));
+        assert_eq!(value(&r.requests, "memory"), Some(1_283_457_024_000));
+        assert_eq!(value(&r.limits, "cpu"), Some(2500));
+        assert_eq!(value(&r.limits, "memory"), Some(2_357_198_848_000));
+        // "running pod preserves old status resources without double-adding overhead"
+        let old = ResourceRequirements {
+            requests: rl("cpu=1.5,memory=1.2Gi"),
+            limits: rl("cpu=2.5,memory=2.2Gi"),
+            ..ResourceRequirements::default()
+        };
+        let r = pod_status_resources(&p, true, None, Some(&old));
+        assert_eq!((r.requests, r.limits), (old.requests, old.limits));
     }
 }
