@@ -704,7 +704,6 @@ mod tests {
             usage: 300,
             limit: 1000,
             inodes_free: 7,
-            inodes: 10,
         }];
         let text = page(&reading).expect("encode");
         let ctr = "{container=\"app\",id=\"/kubepods/podu1/c1\",image=\"busybox\",name=\"c1\",namespace=\"default\",pod=\"web\"}";

@@ -15,7 +15,6 @@ pub struct Filesystem {
     pub usage: u64,
     pub limit: u64,
     pub inodes_free: u64,
-    pub inodes: u64,
 }
 
 const TYPES: [&str; 6] = ["ext2", "ext3", "ext4", "xfs", "btrfs", "zfs"];
@@ -61,7 +60,6 @@ pub fn read() -> Vec<Filesystem> {
                 usage: st.f_blocks.saturating_sub(st.f_bfree).saturating_mul(size),
                 limit: st.f_blocks.saturating_mul(size),
                 inodes_free: st.f_ffree,
-                inodes: st.f_files,
             })
         })
         .collect()
